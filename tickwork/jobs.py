@@ -1,0 +1,165 @@
+"""Jobs as callers hand them in, and as the engine stores and reports them.
+
+Validation lives here so every runtime (owner-local, D1, PostgreSQL) accepts
+exactly the same jobs and stores exactly the same canonical cargo.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Literal, TypeAlias
+
+from .errors import InvalidArgument, InvalidJob
+
+#: Largest integer a Durable Object (JS double) stores exactly.
+MAX_SAFE_INTEGER = 2**53 - 1
+MAX_ID_LENGTH = 256
+MAX_LANE_LENGTH = 512
+MAX_REASON_LENGTH = 256
+
+JobState: TypeAlias = Literal["queued", "running", "settled"]
+Outcome: TypeAlias = Literal["completed", "failed", "cancelled", "outcome_unknown", "interrupted"]
+
+
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    """How often a job whose execution disappeared may be put back in its queue."""
+
+    max_recoveries: int
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A unit of work. ``payload`` is opaque JSON; tickwork never looks inside it."""
+
+    job_id: str
+    queue: str
+    lane: str
+    priority: int
+    payload: Any
+    recovery: Recovery | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """A stored job as the engine reports it. Timestamps are epoch milliseconds."""
+
+    job_id: str
+    queue: str
+    lane: str
+    priority: int
+    payload: Any
+    recovery: Recovery | None
+    state: JobState
+    outcome: Outcome | None
+    failure_reason: str | None
+    sequence: int
+    recoveries: int
+    enqueued_at: int
+    started_at: int | None
+    settled_at: int | None
+    cancellation_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ValidJob:
+    """A validated job with its canonical payload text, ready to store or compare."""
+
+    job_id: str
+    queue: str
+    lane: str
+    priority: int
+    payload_json: str
+    max_recoveries: int | None
+
+
+def check_text(field: str, value: object, max_length: int, error: type[InvalidArgument]) -> str:
+    if not isinstance(value, str):
+        raise error(field, f"must be a string, got {type(value).__name__}")
+    if not 1 <= len(value) <= max_length:
+        raise error(field, f"must be 1 to {max_length} characters, got {len(value)}")
+    return value
+
+
+def check_safe_int(field: str, value: object, error: type[InvalidArgument], minimum: int) -> int:
+    # bool is an int subclass; True as a priority is almost certainly a bug.
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise error(field, f"must be an integer, got {type(value).__name__}")
+    if not minimum <= value <= MAX_SAFE_INTEGER:
+        raise error(field, f"must be within {minimum} and {MAX_SAFE_INTEGER}, got {value}")
+    return value
+
+
+def check_reason(field: str, value: object) -> str:
+    """A failure reason is a short code, stored and reported verbatim."""
+    return check_text(field, value, MAX_REASON_LENGTH, InvalidArgument)
+
+
+def canonical_json(payload: Any) -> str:
+    """Serialise a payload canonically (sorted keys, no spaces) or raise InvalidJob.
+
+    Canonical text makes replay comparison independent of dict key order.
+    """
+    _reject_non_json(payload)
+    try:
+        return json.dumps(
+            payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
+    except (TypeError, ValueError) as error:  # pragma: no cover - _reject_non_json is stricter
+        raise InvalidJob("payload", f"is not JSON-serialisable: {error}") from None
+
+
+def _reject_non_json(value: Any, path: str = "payload", depth: int = 0) -> None:
+    # Walk the value ourselves so the error names where the problem is, and so
+    # that non-string keys (which json.dumps would silently stringify) and
+    # NaN/Infinity (which are not JSON) are refused instead of altered.
+    if depth > 200:
+        raise InvalidJob("payload", "is nested too deeply (more than 200 levels)")
+    if value is None or isinstance(value, (str, bool, int)):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidJob("payload", f"{path} is {value!r}, which JSON cannot represent")
+        return
+    if isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            _reject_non_json(item, f"{path}[{index}]", depth + 1)
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidJob("payload", f"{path} has a non-string key {key!r}")
+            _reject_non_json(item, f"{path}[{key!r}]", depth + 1)
+        return
+    raise InvalidJob("payload", f"{path} is a {type(value).__name__}, which is not JSON")
+
+
+def validate_job(job: object) -> ValidJob:
+    """Check every field of ``job``; raise InvalidJob naming the first bad one."""
+    if not isinstance(job, Job):
+        raise InvalidJob("job", f"must be a tickwork.Job, got {type(job).__name__}")
+    job_id = check_text("job_id", job.job_id, MAX_ID_LENGTH, InvalidJob)
+    queue = check_text("queue", job.queue, MAX_ID_LENGTH, InvalidJob)
+    lane = check_text("lane", job.lane, MAX_LANE_LENGTH, InvalidJob)
+    priority = check_safe_int("priority", job.priority, InvalidJob, -MAX_SAFE_INTEGER)
+    max_recoveries: int | None = None
+    if job.recovery is not None:
+        if not isinstance(job.recovery, Recovery):
+            got = type(job.recovery).__name__
+            raise InvalidJob("recovery", f"must be a tickwork.Recovery or None, got {got}")
+        max_recoveries = check_safe_int(
+            "recovery.max_recoveries", job.recovery.max_recoveries, InvalidJob, 0
+        )
+    return ValidJob(job_id, queue, lane, priority, canonical_json(job.payload), max_recoveries)
+
+
+def cargo_differences(new: ValidJob, stored: ValidJob) -> tuple[str, ...]:
+    """Names of the fields in which a replayed job differs from the stored one."""
+    differences = []
+    for name in ("queue", "lane", "priority", "payload_json", "max_recoveries"):
+        if getattr(new, name) != getattr(stored, name):
+            differences.append(name.replace("payload_json", "payload").replace(
+                "max_recoveries", "recovery"))
+    return tuple(differences)

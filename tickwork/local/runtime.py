@@ -1,0 +1,448 @@
+"""OwnerRuntime: the durable job engine over one synchronous SQLite owner.
+
+Each operation is one owner transaction built from the statements in
+``statements.py``; the decisions come from ``tickwork.lifecycle``. The only
+state kept in memory is what cannot be durable: which claims this runtime is
+executing right now (with their abort signals) and the busy guard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from .. import lifecycle
+from ..errors import IngestConflict, InvalidArgument
+from ..jobs import (
+    MAX_ID_LENGTH,
+    MAX_LANE_LENGTH,
+    Job,
+    JobRecord,
+    cargo_differences,
+    check_reason,
+    check_text,
+    validate_job,
+)
+from ..outcomes import (
+    CancelResult,
+    CancelStatus,
+    ExecutionResult,
+    FailLaneResult,
+    IngestStatus,
+    QueueTransition,
+    TickResult,
+)
+from ..owners.base import Owner
+from ..signals import AbortSignal
+from .schema import ensure_schema
+from .store import LocalJobStore, stored_cargo
+
+T = TypeVar("T")
+
+#: Lane refusal settles at most this many jobs per call (one transaction).
+FAIL_LANE_BATCH = 256
+
+Executor = Callable[[JobRecord, AbortSignal], Awaitable[ExecutionResult]]
+LivenessProbe = Callable[[JobRecord], "bool | Awaitable[bool]"]
+Projector = Callable[[QueueTransition], None]
+Clock = Callable[[], int]
+
+
+class Wake(Protocol):
+    """Arms the host's next timer or alarm; may be sync or async."""
+
+    def recompute(self) -> Any: ...
+
+
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(slots=True)
+class _Execution:
+    """A claim this runtime is executing now."""
+
+    job: JobRecord
+    token: str
+    signal: AbortSignal
+
+
+class OwnerRuntime:
+    """The owner-local runtime. See the README for the full contract.
+
+    ``execute(job, signal)`` runs one claimed job; ``is_alive(job)`` answers
+    whether a running claim that this runtime does not own still has a live
+    execution; ``wake.recompute()`` is called after every durable change that
+    can alter when the next tick should run; ``project(transition)`` (optional)
+    runs inside the transaction of every change to a queue.
+    """
+
+    def __init__(
+        self,
+        owner: Owner,
+        *,
+        execute: Executor,
+        is_alive: LivenessProbe,
+        wake: Wake,
+        project: Projector | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self._owner = owner
+        self._store = LocalJobStore(owner)
+        self._execute = execute
+        self._is_alive = is_alive
+        self._wake = wake
+        self._project = project
+        self._clock = clock or wall_clock_ms
+        self._executions: dict[str, _Execution] = {}
+        self._busy = False
+        # Claim tokens: random per runtime instance, then a counter, so a
+        # rebuilt runtime never reuses a token of the one before it.
+        self._token_prefix = secrets.token_hex(8)
+        self._claim_numbers = itertools.count(1)
+        self._background: set[asyncio.Task[Any]] = set()
+        ensure_schema(owner)
+        self.transactional = TransactionalJobs(self)
+
+    # ------------------------------------------------------------------ reads
+
+    def read(self, job_id: str) -> JobRecord | None:
+        return self._store.find(_check_id("job_id", job_id))
+
+    def read_queue_head(self, queue: str) -> JobRecord | None:
+        return self._store.queue_head(_check_id("queue", queue))
+
+    def has_pending_work(self) -> bool:
+        """True while any job is queued or running."""
+        return self._store.has_pending_work()
+
+    # -------------------------------------------------------------- mutations
+
+    def ingest(self, job: Job) -> IngestStatus:
+        """Store ``job``: "queued" when new, "duplicate" for an identical replay."""
+        valid = validate_job(job)
+        status = self._owner.atomic(lambda: self._ingest_in_transaction(valid))
+        if status == "queued":
+            self._wake_soon()
+        return status
+
+    def cancel(
+        self, job_id: str, cancellation_id: str, *, only_if_queued: bool = False
+    ) -> CancelResult:
+        """Record a durable cancellation; a job executing here is aborted after it commits."""
+        _check_cancel_args(job_id, cancellation_id, only_if_queued)
+        status = self._owner.atomic(
+            lambda: self._cancel_in_transaction(job_id, cancellation_id, only_if_queued)
+        )
+        if status == "recorded":
+            self._abort(job_id, lifecycle.ABORT_CANCELLED)
+            self._wake_soon()
+        return CancelResult(status, job_id)
+
+    def fail_lane(self, lane: str, reason: str) -> FailLaneResult:
+        """Settle up to 256 of the lane's queued and running jobs as failed."""
+        check_text("lane", lane, MAX_LANE_LENGTH, InvalidArgument)
+        check_reason("reason", reason)
+
+        def refuse() -> tuple[list[JobRecord], bool]:
+            refused = self._store.refuse_lane_batch(lane, reason, FAIL_LANE_BATCH, self._clock())
+            if not refused:
+                return refused, False
+            for job in refused:
+                self._project_queue(job.queue, settled=job)
+            return refused, self._store.lane_has_pending(lane)
+
+        refused, more = self._owner.atomic(refuse)
+        # The refusal is durable now; only then stop local executors. Their
+        # ticks find the claim replaced and report the committed failure.
+        for job in refused:
+            self._abort(job.job_id, lifecycle.ABORT_LANE_REFUSED)
+        if refused:
+            self._wake_soon()
+        return FailLaneResult(len(refused), more)
+
+    def purge(self, queue: str) -> int:
+        """Delete the queue's queued jobs; running and settled jobs stay."""
+        _check_id("queue", queue)
+
+        def delete() -> int:
+            deleted = self._store.purge_queue(queue)
+            if deleted:
+                self._project_queue(queue)
+            return deleted
+
+        deleted = self._owner.atomic(delete)
+        if deleted:
+            self._wake_soon()
+        return deleted
+
+    # ------------------------------------------------------------------- tick
+
+    async def tick(self) -> TickResult:
+        """Recover, settle a cancelled job, or claim and execute one ready job."""
+        if self._busy:
+            return TickResult("busy")
+        self._busy = True
+        try:
+            return await self._tick()
+        finally:
+            self._busy = False
+
+    async def _tick(self) -> TickResult:
+        recovery = await self._recover_oldest_claim()
+        if recovery is not None and recovery.status == "settled":
+            return recovery
+        cancelled = self._owner.atomic(self._settle_next_cancelled)
+        if cancelled is not None:
+            await self._wake_now()
+            return cancelled
+        token = f"{self._token_prefix}-{next(self._claim_numbers)}"
+        job = self._owner.atomic(lambda: self._claim_next(token))
+        if job is None:
+            return recovery or TickResult("idle")
+        return await self._run(_Execution(job, token, AbortSignal()))
+
+    async def _recover_oldest_claim(self) -> TickResult | None:
+        """Probe the oldest running claim nobody here executes; recover it if gone."""
+        found = self._store.oldest_claim([e.token for e in self._executions.values()])
+        if found is None:
+            return None
+        job, token = found
+        try:
+            alive: Any = self._is_alive(job)
+            if inspect.isawaitable(alive):
+                alive = await alive
+            if not isinstance(alive, bool):
+                raise TypeError(f"is_alive returned {type(alive).__name__}, expected bool")
+        except Exception as error:  # the probe's failure is reported, never guessed at
+            return TickResult(
+                "liveness_unknown", job_id=job.job_id, reason=f"{type(error).__name__}: {error}"
+            )
+        if alive:
+            return None
+        result = self._owner.atomic(lambda: self._recover_in_transaction(job.job_id, token))
+        if result is not None:
+            await self._wake_now()
+        return result
+
+    async def _run(self, execution: _Execution) -> TickResult:
+        job, signal = execution.job, execution.signal
+        self._executions[job.job_id] = execution
+        interruption: BaseException | None = None
+        try:
+            try:
+                result: Any = self._execute(job, signal)
+                if inspect.isawaitable(result):
+                    result = await result
+                settlement = lifecycle.settlement_for_result(result)
+            except asyncio.CancelledError as error:
+                # The tick itself is being cancelled (host shutdown): stop the
+                # executor's work, record the interruption, then re-raise.
+                signal._abort(lifecycle.ABORT_INTERRUPTED)
+                settlement = lifecycle.settlement_for_exception(error)
+                interruption = error
+            except Exception as error:
+                settlement = lifecycle.settlement_for_exception(error)
+            if signal.reason == lifecycle.ABORT_CANCELLED:
+                settlement = lifecycle.settlement_under_cancellation(settlement)
+            outcome = self._owner.atomic(lambda: self._settle_in_transaction(execution, settlement))
+        finally:
+            del self._executions[job.job_id]
+        if interruption is not None:
+            self._wake_soon()
+            raise interruption
+        await self._wake_now()
+        return outcome
+
+    # ------------------------------------------- transitions (in a transaction)
+
+    def _ingest_in_transaction(self, valid: Any) -> IngestStatus:
+        if self._store.insert(valid, self._clock()):
+            self._project_queue(valid.queue)
+            return "queued"
+        existing = self._store.find(valid.job_id)
+        assert existing is not None  # the insert conflicted on this job_id
+        differences = cargo_differences(valid, stored_cargo(existing))
+        if differences:
+            raise IngestConflict(valid.job_id, differences)
+        return "duplicate"
+
+    def _cancel_in_transaction(
+        self, job_id: str, cancellation_id: str, only_if_queued: bool
+    ) -> CancelStatus:
+        job = self._store.find(job_id)
+        decision = lifecycle.decide_cancel(job, cancellation_id, only_if_queued=only_if_queued)
+        if decision.record:
+            assert job is not None
+            self._store.record_cancellation(job_id, cancellation_id)
+            self._project_queue(job.queue)
+        return decision.status
+
+    def _settle_next_cancelled(self) -> TickResult | None:
+        job = self._store.settle_next_cancelled(self._clock())
+        if job is None:
+            return None
+        self._project_queue(job.queue, settled=job)
+        return _settled(job)
+
+    def _claim_next(self, token: str) -> JobRecord | None:
+        job = self._store.claim_next(token, self._clock())
+        if job is not None:
+            self._project_queue(job.queue)
+        return job
+
+    def _recover_in_transaction(self, job_id: str, token: str) -> TickResult | None:
+        # Decide on a fresh read: a cancellation may have landed while the
+        # probe was awaited. The writes are fenced on the token regardless.
+        job = self._store.find(job_id)
+        if job is None or job.state != "running":
+            return None
+        action = lifecycle.decide_recovery(job)
+        if action == "requeue":
+            requeued = self._store.requeue_claim(job.sequence, token)
+            if requeued is None:
+                return None
+            self._project_queue(job.queue)
+            return TickResult("requeued", job_id=job_id)
+        settlement = lifecycle.recovery_settlement(action)
+        settled = self._store.settle_claim(
+            job.sequence, token, settlement.outcome, settlement.failure_reason, self._clock()
+        )
+        if settled is None:
+            return None
+        self._project_queue(job.queue, settled=settled)
+        return _settled(settled)
+
+    def _settle_in_transaction(
+        self, execution: _Execution, settlement: lifecycle.Settlement
+    ) -> TickResult:
+        job = execution.job
+        settled = self._store.settle_claim(
+            job.sequence, execution.token, settlement.outcome, settlement.failure_reason,
+            self._clock(),
+        )
+        if settled is not None:
+            self._project_queue(job.queue, settled=settled)
+            return _settled(settled)
+        # Our claim was replaced (a lane refusal settled it while it ran).
+        # Report what is committed; it was projected when it was written.
+        current = self._store.find(job.job_id)
+        if current is not None and current.state == "settled":
+            return _settled(current)
+        return TickResult("idle", job_id=job.job_id, reason="claim_replaced")
+
+    # ---------------------------------------------------------------- helpers
+
+    def _project_queue(self, queue: str, settled: JobRecord | None = None) -> None:
+        if self._project is None:
+            return
+        result: Any = self._project(QueueTransition(queue, self._store.queue_head(queue), settled))
+        if inspect.isawaitable(result):
+            # It would run outside the transaction; refuse, rolling back.
+            if inspect.iscoroutine(result):
+                result.close()
+            raise TypeError("project must be synchronous: it runs inside the transaction")
+
+    def _abort(self, job_id: str, reason: str) -> None:
+        execution = self._executions.get(job_id)
+        if execution is not None:
+            execution.signal._abort(reason)
+
+    def _abort_if_cancelled(self, job_id: str) -> None:
+        # Scheduled after a transactional cancellation: by the time it runs the
+        # host's synchronous transaction has committed or rolled back.
+        if job_id in self._executions:
+            job = self._store.find(job_id)
+            if job is not None and job.cancellation_id is not None:
+                self._abort(job_id, lifecycle.ABORT_CANCELLED)
+
+    async def _wake_now(self) -> None:
+        result = self._wake.recompute()
+        if inspect.isawaitable(result):
+            await result
+
+    def _wake_soon(self) -> None:
+        """Call wake.recompute() from synchronous code; an async one runs as a task."""
+        result = self._wake.recompute()
+        if inspect.isawaitable(result):
+            self._spawn(result)
+
+    def _spawn(self, awaitable: Awaitable[Any]) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            if inspect.iscoroutine(awaitable):
+                awaitable.close()
+            raise TypeError(
+                "wake.recompute() returned an awaitable outside a running event loop; "
+                "use a synchronous wake or call from async code"
+            ) from None
+        task = loop.create_task(_await(awaitable))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+
+class TransactionalJobs:
+    """Job mutations and reads for code already inside its own SQLite transaction.
+
+    The mutations are the ones ``ingest`` and ``cancel`` use, so the host's own
+    write and the job commit or roll back together.
+    """
+
+    def __init__(self, runtime: OwnerRuntime) -> None:
+        self._runtime = runtime
+
+    def enqueue_accepted_job(self, job: Job) -> IngestStatus:
+        runtime = self._runtime
+        valid = validate_job(job)
+        status = runtime._owner.atomic(lambda: runtime._ingest_in_transaction(valid))
+        if status == "queued":
+            runtime._wake_soon()
+        return status
+
+    def record_cancellation_intent(
+        self, job_id: str, cancellation_id: str, only_if_queued: bool = False
+    ) -> CancelResult:
+        runtime = self._runtime
+        _check_cancel_args(job_id, cancellation_id, only_if_queued)
+        status = runtime._owner.atomic(
+            lambda: runtime._cancel_in_transaction(job_id, cancellation_id, only_if_queued)
+        )
+        if status == "recorded":
+            if job_id in runtime._executions:
+                asyncio.get_running_loop().call_soon(runtime._abort_if_cancelled, job_id)
+            runtime._wake_soon()
+        return CancelResult(status, job_id)
+
+    def read_queue_head(self, queue: str) -> JobRecord | None:
+        return self._runtime.read_queue_head(queue)
+
+    def read_latest_settled_job(self, queue: str) -> JobRecord | None:
+        return self._runtime._store.latest_settled(_check_id("queue", queue))
+
+
+async def _await(awaitable: Awaitable[T]) -> T:
+    return await awaitable
+
+
+def _settled(job: JobRecord) -> TickResult:
+    return TickResult(
+        "settled", job_id=job.job_id, outcome=job.outcome, failure_reason=job.failure_reason
+    )
+
+
+def _check_id(field: str, value: object) -> str:
+    return check_text(field, value, MAX_ID_LENGTH, InvalidArgument)
+
+
+def _check_cancel_args(job_id: str, cancellation_id: str, only_if_queued: bool) -> None:
+    _check_id("job_id", job_id)
+    _check_id("cancellation_id", cancellation_id)
+    if not isinstance(only_if_queued, bool):
+        raise InvalidArgument("only_if_queued", "must be a bool")

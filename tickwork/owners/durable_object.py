@@ -1,0 +1,97 @@
+"""A Durable Object's SQLite storage (``ctx.storage``) as an owner.
+
+Runs under Pyodide with either Python Workers SDK:
+
+* the built-in ``workers`` module hands back raw JsProxy results, and SQL
+  NULL arrives as ``pyodide.ffi.jsnull`` (truthy, not None);
+* the external ``workers-runtime-sdk`` hands back dict-like rows.
+
+Both are normalised here, once, to tuples of plain Python values. The
+storage refuses BEGIN/COMMIT/SAVEPOINT, so atomicity comes only from
+``transactionSync``, which nests. Integers come back as JS doubles; the
+runtime's decoder turns them back into ints (every stored integer is kept
+within +-(2**53 - 1), so none loses precision).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from ..errors import InvalidArgument
+from .base import Row, SqlValue
+
+T = TypeVar("T")
+
+#: Durable Object SQLite accepts at most this many bound parameters per statement.
+MAX_BOUND_PARAMETERS = 100
+
+
+def _load_jsnull() -> object | None:
+    try:
+        from pyodide.ffi import jsnull  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        return None
+    return jsnull  # type: ignore[no-any-return, unused-ignore]
+
+
+class DurableObjectOwner:
+    """Wraps ``ctx.storage`` of a SQLite-backed Durable Object."""
+
+    def __init__(self, storage: Any) -> None:
+        self.storage = storage
+        self._sql = storage.sql
+        # Looked up per instance, not at import, so tests can install a
+        # stand-in and CPython hosts without Pyodide still import this module.
+        self._jsnull = _load_jsnull()
+
+    def query(self, sql: str, params: Sequence[SqlValue] = ()) -> list[Row]:
+        cursor = self._exec(sql, params)
+        names = [str(name) for name in cursor.columnNames]
+        # Consume the cursor now: it must not outlive the next await.
+        return [self._row(row, names) for row in cursor.toArray()]
+
+    def execute(self, sql: str, params: Sequence[SqlValue] = ()) -> None:
+        self._exec(sql, params).toArray()
+
+    def atomic(self, fn: Callable[[], T]) -> T:
+        # fn's result and error cross the JS boundary inside transactionSync;
+        # keep both on the Python side so callers see the original objects.
+        outcome: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                outcome["result"] = fn()
+            except BaseException as error:
+                outcome["error"] = error
+                raise
+
+        try:
+            self.storage.transactionSync(run)
+        except BaseException:
+            if "error" in outcome:
+                raise outcome["error"] from None
+            raise
+        result: T = outcome["result"]
+        return result
+
+    def _exec(self, sql: str, params: Sequence[SqlValue]) -> Any:
+        if len(params) > MAX_BOUND_PARAMETERS:
+            raise InvalidArgument(
+                "params",
+                f"{len(params)} bound parameters; Durable Object SQLite allows "
+                f"{MAX_BOUND_PARAMETERS} per statement",
+            )
+        bound: Sequence[object] = params
+        if self._jsnull is not None:
+            # Python None would reach JS as undefined, which binding rejects.
+            bound = [self._jsnull if value is None else value for value in params]
+        return self._sql.exec(sql, *bound)
+
+    def _row(self, row: Any, names: list[str]) -> Row:
+        if not isinstance(row, Mapping):
+            to_py = getattr(row, "to_py", None)
+            row = to_py() if to_py is not None else {name: getattr(row, name) for name in names}
+        jsnull = self._jsnull
+        return tuple(None if (value is None or value is jsnull) else value
+                     for value in (row[name] for name in names))
