@@ -164,7 +164,8 @@ class Harness:
             assert self._connection is not None
             self._connection.execute(statement, params)
         else:
-            self._storage.sql.exec(statement, *params).toArray()
+            # As a host would: None must travel as JS null, not undefined.
+            DurableObjectOwner(self._storage).execute(statement, params)
 
     def host_query(self, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         if self.kind == "sqlite3":

@@ -127,7 +127,7 @@ class OwnerRuntime:
     def ingest(self, job: Job) -> IngestStatus:
         """Store ``job``: "queued" when new, "duplicate" for an identical replay."""
         valid = validate_job(job)
-        status = self._owner.atomic(lambda: self._ingest_in_transaction(valid))
+        status = self._transition(lambda: self._ingest_in_transaction(valid))
         if status == "queued":
             self._wake_soon()
         return status
@@ -158,7 +158,7 @@ class OwnerRuntime:
                 self._project_queue(job.queue, settled=job)
             return refused, self._store.lane_has_pending(lane)
 
-        refused, more = self._owner.atomic(refuse)
+        refused, more = self._transition(refuse)
         # The refusal is durable now; only then stop local executors. Their
         # ticks find the claim replaced and report the committed failure.
         for job in refused:
@@ -177,7 +177,7 @@ class OwnerRuntime:
                 self._project_queue(queue)
             return deleted
 
-        deleted = self._owner.atomic(delete)
+        deleted = self._transition(delete)
         if deleted:
             self._wake_soon()
         return deleted
@@ -195,23 +195,34 @@ class OwnerRuntime:
             self._busy = False
 
     async def _tick(self) -> TickResult:
-        recovery = await self._recover_oldest_claim()
-        if recovery is not None and recovery.status == "settled":
-            return recovery
-        cancelled = self._owner.atomic(self._settle_next_cancelled)
-        if cancelled is not None:
-            await self._wake_now()
-            return cancelled
+        executing = [execution.token for execution in self._executions.values()]
         token = f"{self._token_prefix}-{next(self._claim_numbers)}"
-        job = self._owner.atomic(lambda: self._claim_next(token))
+        # Fast path: one statement claims when nothing has to come first.
+        job = self._transition(lambda: self._claim_next(token, executing))
+        if job is not None:
+            return await self._run(_Execution(job, token, AbortSignal()))
+        orphan, cancelled_waiting = self._store.probe(executing)
+        # Recovery first. Putting a job back or settling it is this tick's one
+        # transition; an unanswered probe is reported only if nothing else runs.
+        recovery = None if orphan is None else await self._recover(orphan)
+        if recovery is not None and recovery.status != "liveness_unknown":
+            return recovery
+        if cancelled_waiting:
+            cancelled = self._transition(self._settle_next_cancelled)
+            if cancelled is not None:
+                await self._wake_now()
+                return cancelled
+        if orphan is None and not cancelled_waiting:
+            return TickResult("idle")  # the fast path already found nothing to claim
+        job = self._transition(lambda: self._claim_next(token))
         if job is None:
             return recovery or TickResult("idle")
         return await self._run(_Execution(job, token, AbortSignal()))
 
-    async def _recover_oldest_claim(self) -> TickResult | None:
-        """Probe the oldest running claim nobody here executes; recover it if gone."""
-        found = self._store.oldest_claim([e.token for e in self._executions.values()])
-        if found is None:
+    async def _recover(self, sequence: int) -> TickResult | None:
+        """Ask the liveness probe about a claim nobody here executes; recover it if gone."""
+        found = self._store.find_claim(sequence)
+        if found is None or found[0].state != "running":
             return None
         job, token = found
         try:
@@ -226,7 +237,7 @@ class OwnerRuntime:
             )
         if alive:
             return None
-        result = self._owner.atomic(lambda: self._recover_in_transaction(job.job_id, token))
+        result = self._transition(lambda: self._recover_in_transaction(job.job_id, token))
         if result is not None:
             await self._wake_now()
         return result
@@ -251,7 +262,7 @@ class OwnerRuntime:
                 settlement = lifecycle.settlement_for_exception(error)
             if signal.reason == lifecycle.ABORT_CANCELLED:
                 settlement = lifecycle.settlement_under_cancellation(settlement)
-            outcome = self._owner.atomic(lambda: self._settle_in_transaction(execution, settlement))
+            outcome = self._transition(lambda: self._settle_in_transaction(execution, settlement))
         finally:
             del self._executions[job.job_id]
         if interruption is not None:
@@ -291,8 +302,13 @@ class OwnerRuntime:
         self._project_queue(job.queue, settled=job)
         return _settled(job)
 
-    def _claim_next(self, token: str) -> JobRecord | None:
-        job = self._store.claim_next(token, self._clock())
+    def _claim_next(self, token: str, if_clear_of: list[str] | None = None) -> JobRecord | None:
+        """Claim the next job; with ``if_clear_of``, only if no running claim
+        outside those tokens and no cancelled waiting job needs the tick first."""
+        if if_clear_of is None:
+            job = self._store.claim_next(token, self._clock())
+        else:
+            job = self._store.claim_next_if_clear(token, self._clock(), if_clear_of)
         if job is not None:
             self._project_queue(job.queue)
         return job
@@ -311,7 +327,7 @@ class OwnerRuntime:
             self._project_queue(job.queue)
             return TickResult("requeued", job_id=job_id)
         settlement = lifecycle.recovery_settlement(action)
-        settled = self._store.settle_claim(
+        settled = self._store.settle_claim_record(
             job.sequence, token, settlement.outcome, settlement.failure_reason, self._clock()
         )
         if settled is None:
@@ -322,14 +338,19 @@ class OwnerRuntime:
     def _settle_in_transaction(
         self, execution: _Execution, settlement: lifecycle.Settlement
     ) -> TickResult:
-        job = execution.job
-        settled = self._store.settle_claim(
-            job.sequence, execution.token, settlement.outcome, settlement.failure_reason,
-            self._clock(),
-        )
-        if settled is not None:
-            self._project_queue(job.queue, settled=settled)
-            return _settled(settled)
+        job, settle = execution.job, self._store.settle_claim
+        if self._project is not None:
+            settled = self._store.settle_claim_record(
+                job.sequence, execution.token, settlement.outcome, settlement.failure_reason,
+                self._clock(),
+            )
+            if settled is not None:
+                self._project_queue(job.queue, settled=settled)
+                return _settled(settled)
+        elif settle(job.sequence, execution.token, settlement.outcome,
+                    settlement.failure_reason, self._clock()):
+            return TickResult("settled", job_id=job.job_id, outcome=settlement.outcome,
+                              failure_reason=settlement.failure_reason)
         # Our claim was replaced (a lane refusal settled it while it ran).
         # Report what is committed; it was projected when it was written.
         current = self._store.find(job.job_id)
@@ -338,6 +359,17 @@ class OwnerRuntime:
         return TickResult("idle", job_id=job.job_id, reason="claim_replaced")
 
     # ---------------------------------------------------------------- helpers
+
+    def _transition(self, change: Callable[[], T]) -> T:
+        """Run one transition.
+
+        Every transition writes with a single statement, which is atomic by
+        itself. With a projector, the projector's writes must commit or roll
+        back with it, so the two run in one owner transaction.
+        """
+        if self._project is None:
+            return change()
+        return self._owner.atomic(change)
 
     def _project_queue(self, queue: str, settled: JobRecord | None = None) -> None:
         if self._project is None:

@@ -77,10 +77,11 @@ SCHEMA_V1 = (
         ON tickwork_jobs (sequence)
         WHERE state = 'queued' AND cancellation_id IS NOT NULL
     """,
-    # Lane refusal: a lane's unsettled jobs.
+    # Lane refusal: a lane's unsettled jobs, oldest first. state is not in
+    # the key, so a claim (queued -> running) does not touch this index.
     """
     CREATE INDEX IF NOT EXISTS tickwork_jobs_lane_pending
-        ON tickwork_jobs (lane, state, sequence)
+        ON tickwork_jobs (lane, sequence)
         WHERE state IN ('queued', 'running')
     """,
     # read_latest_settled_job.

@@ -55,7 +55,8 @@ LIMIT 1
 # first) whose queue has no running job, and marks it running under a fresh
 # claim token, in one statement. The first such job is its queue's head:
 # any better job of the same queue would come earlier and be just as free.
-CLAIM_NEXT = f"""
+# {guard} is empty (CLAIM_NEXT) or CLAIM_GUARD.
+_CLAIM = f"""
 UPDATE tickwork_jobs
 SET state = 'running', claim_token = ?, started_at = ?
 WHERE sequence = (
@@ -66,18 +67,35 @@ WHERE sequence = (
           WHERE busy.queue = candidate.queue AND busy.state = 'running')
     ORDER BY candidate.priority DESC, candidate.sequence
     LIMIT 1)
+{{guard}}
 RETURNING {JOB_COLUMNS}
 """
 
+CLAIM_NEXT = _CLAIM.format(guard="")
+
+# The tick's fast path: claim only when TICK_PROBE would find nothing to do
+# first (no running claim outside {exclude}, no cancelled job waiting), so the
+# common tick is one statement. When it claims nothing, the tick probes.
+CLAIM_GUARD = """
+  AND NOT EXISTS (SELECT 1 FROM tickwork_jobs WHERE state = 'running' {exclude})
+  AND NOT EXISTS (SELECT 1 FROM tickwork_jobs
+                  WHERE state = 'queued' AND cancellation_id IS NOT NULL)
+"""
+CLAIM_NEXT_IF_CLEAR = _CLAIM.format(guard=CLAIM_GUARD)
+
 # Settle a claim. Fenced on the exact claim token and the running state: a
 # claim that was refused, recovered or re-claimed in the meantime matches no
-# row, so exactly one terminal outcome is ever written per job.
-SETTLE_CLAIM = f"""
+# row, so exactly one terminal outcome is ever written per job. The _RECORD
+# form returns the settled job for the projector; the plain form returns only
+# the sequence, which is all the hot path needs to know that it landed.
+_SETTLE = """
 UPDATE tickwork_jobs
 SET state = 'settled', outcome = ?, failure_reason = ?, settled_at = ?
 WHERE sequence = ? AND state = 'running' AND claim_token = ?
-RETURNING {JOB_COLUMNS}
+RETURNING {returning}
 """
+SETTLE_CLAIM = _SETTLE.format(returning="sequence")
+SETTLE_CLAIM_RECORD = _SETTLE.format(returning=JOB_COLUMNS)
 
 # Recovery: put a disappeared claim back in its queue, counting the recovery.
 # Fenced like SETTLE_CLAIM.
@@ -88,14 +106,21 @@ WHERE sequence = ? AND state = 'running' AND claim_token = ?
 RETURNING {JOB_COLUMNS}
 """
 
-# Recovery probe: the oldest running claim, skipping the claims this runtime
-# is executing right now (their tokens are appended as NOT IN values).
-SELECT_OLDEST_CLAIM = f"""
-SELECT {JOB_COLUMNS}, claim_token FROM tickwork_jobs
-WHERE state = 'running' {{exclude}}
-ORDER BY started_at, sequence
-LIMIT 1
+# What a tick must look at before claiming, in one read: the oldest running
+# claim not executed by this runtime (its sequence; the tokens this runtime is
+# executing are appended as NOT IN values), and whether any cancelled job is
+# still queued. Both are probes of small partial indexes.
+TICK_PROBE = """
+SELECT
+    (SELECT sequence FROM tickwork_jobs
+     WHERE state = 'running' {exclude}
+     ORDER BY started_at, sequence
+     LIMIT 1),
+    EXISTS (SELECT 1 FROM tickwork_jobs
+            WHERE state = 'queued' AND cancellation_id IS NOT NULL)
 """
+
+SELECT_CLAIM = f"SELECT {JOB_COLUMNS}, claim_token FROM tickwork_jobs WHERE sequence = ?"
 
 # Settle the oldest cancelled job that is still queued, without running it.
 # Its queue's head may be busy; cancellation does not wait for it.
@@ -120,19 +145,21 @@ RETURNING sequence
 
 # Lane refusal: settle up to ?3 of the lane's unsettled jobs as failed,
 # running ones first, then waiting ones oldest first. Settled history and
-# other lanes are not matched.
+# other lanes are not matched. Running jobs come from the small running
+# index; waiting ones from the lane index (the repeated state IN term lets
+# SQLite prove that partial index applies).
 REFUSE_LANE_BATCH = f"""
 UPDATE tickwork_jobs
 SET state = 'settled', outcome = 'failed', failure_reason = ?2, settled_at = ?4
 WHERE sequence IN (
     SELECT sequence FROM (
-        SELECT sequence FROM tickwork_jobs
-        WHERE lane = ?1 AND state = 'running'
+        SELECT sequence FROM tickwork_jobs INDEXED BY tickwork_jobs_running
+        WHERE state = 'running' AND lane = ?1
         ORDER BY sequence LIMIT ?3)
     UNION ALL
     SELECT sequence FROM (
-        SELECT sequence FROM tickwork_jobs
-        WHERE lane = ?1 AND state = 'queued'
+        SELECT sequence FROM tickwork_jobs INDEXED BY tickwork_jobs_lane_pending
+        WHERE lane = ?1 AND state IN ('queued', 'running') AND state = 'queued'
         ORDER BY sequence LIMIT ?3)
     LIMIT ?3)
 RETURNING {JOB_COLUMNS}

@@ -14,33 +14,25 @@ from ..owners.base import Owner, Row
 from . import statements as sql
 
 
-def _int(value: Any) -> int:
-    # Durable Object storage returns INTEGER columns as JS doubles.
-    return value if isinstance(value, int) else int(value)
-
-
-def _opt_int(value: Any) -> int | None:
-    return None if value is None else _int(value)
-
-
 def decode_job(row: Row) -> JobRecord:
-    max_recoveries = _opt_int(row[5])
+    # Owners hand back plain Python values: ints as int, NULL as None.
+    max_recoveries = row[5]
     return JobRecord(
-        job_id=row[0],
-        queue=row[1],
-        lane=row[2],
-        priority=_int(row[3]),
-        payload=json.loads(row[4]),
-        recovery=None if max_recoveries is None else Recovery(max_recoveries),
-        state=cast(JobState, row[6]),
-        outcome=cast("Outcome | None", row[7]),
-        failure_reason=row[8],
-        sequence=_int(row[9]),
-        recoveries=_int(row[10]),
-        enqueued_at=_int(row[11]),
-        started_at=_opt_int(row[12]),
-        settled_at=_opt_int(row[13]),
-        cancellation_id=row[14],
+        row[0],
+        row[1],
+        row[2],
+        row[3],
+        json.loads(row[4]),
+        None if max_recoveries is None else Recovery(max_recoveries),
+        cast(JobState, row[6]),
+        cast("Outcome | None", row[7]),
+        row[8],
+        row[9],
+        row[10],
+        row[11],
+        row[12],
+        row[13],
+        row[14],
     )
 
 
@@ -61,14 +53,19 @@ class LocalJobStore:
 
     def __init__(self, owner: Owner) -> None:
         self.owner = owner
+        self._statements: dict[tuple[str, int], str] = {}
 
-    def _one(self, statement: str, params: Sequence[Any]) -> JobRecord | None:
+    def _read_one(self, statement: str, params: Sequence[Any]) -> JobRecord | None:
         rows = self.owner.query(statement, params)
+        return decode_job(rows[0]) if rows else None
+
+    def _write_one(self, statement: str, params: Sequence[Any]) -> JobRecord | None:
+        rows = self.owner.mutate(statement, params)
         return decode_job(rows[0]) if rows else None
 
     def insert(self, job: ValidJob, now: int) -> bool:
         """Insert a new queued job; False when the job_id already exists."""
-        rows = self.owner.query(
+        rows = self.owner.mutate(
             sql.INSERT_JOB,
             (job.job_id, job.queue, job.lane, job.priority, job.payload_json,
              job.max_recoveries, now),
@@ -76,47 +73,74 @@ class LocalJobStore:
         return bool(rows)
 
     def find(self, job_id: str) -> JobRecord | None:
-        return self._one(sql.SELECT_JOB, (job_id,))
+        return self._read_one(sql.SELECT_JOB, (job_id,))
 
     def queue_head(self, queue: str) -> JobRecord | None:
-        return self._one(sql.SELECT_QUEUE_HEAD, (queue,))
+        return self._read_one(sql.SELECT_QUEUE_HEAD, (queue,))
 
     def latest_settled(self, queue: str) -> JobRecord | None:
-        return self._one(sql.SELECT_LATEST_SETTLED, (queue,))
+        return self._read_one(sql.SELECT_LATEST_SETTLED, (queue,))
 
     def claim_next(self, token: str, now: int) -> JobRecord | None:
-        return self._one(sql.CLAIM_NEXT, (token, now))
+        return self._write_one(sql.CLAIM_NEXT, (token, now))
 
     def settle_claim(
         self, sequence: int, token: str, outcome: Outcome, reason: str | None, now: int
+    ) -> bool:
+        """Settle the claim; False when the claim is no longer the job's current one."""
+        return bool(self.owner.mutate(sql.SETTLE_CLAIM, (outcome, reason, now, sequence, token)))
+
+    def settle_claim_record(
+        self, sequence: int, token: str, outcome: Outcome, reason: str | None, now: int
     ) -> JobRecord | None:
-        """Settle the claim; None when the claim is no longer the job's current one."""
-        return self._one(sql.SETTLE_CLAIM, (outcome, reason, now, sequence, token))
+        """settle_claim, returning the settled job (for the projector)."""
+        return self._write_one(sql.SETTLE_CLAIM_RECORD, (outcome, reason, now, sequence, token))
 
     def requeue_claim(self, sequence: int, token: str) -> JobRecord | None:
-        return self._one(sql.REQUEUE_CLAIM, (sequence, token))
+        return self._write_one(sql.REQUEUE_CLAIM, (sequence, token))
 
-    def oldest_claim(self, exclude_tokens: Sequence[str]) -> tuple[JobRecord, str] | None:
-        """The oldest running claim not in ``exclude_tokens``, with its token."""
-        exclude = ""
-        if exclude_tokens:
-            exclude = "AND claim_token NOT IN (" + ", ".join("?" * len(exclude_tokens)) + ")"
-        rows = self.owner.query(sql.SELECT_OLDEST_CLAIM.format(exclude=exclude), exclude_tokens)
+    def _excluding(self, template: str, count: int) -> str:
+        """``template`` with its {exclude} filled for ``count`` claim tokens (cached)."""
+        key = (template, count)
+        statement = self._statements.get(key)
+        if statement is None:
+            exclude = ""
+            if count:
+                exclude = "AND claim_token NOT IN (" + ", ".join("?" * count) + ")"
+            statement = self._statements[key] = template.replace("{exclude}", exclude)
+        return statement
+
+    def probe(self, exclude_tokens: Sequence[str]) -> tuple[int | None, bool]:
+        """(sequence of the oldest claim not in ``exclude_tokens``, any cancelled queued?)"""
+        statement = self._excluding(sql.TICK_PROBE, len(exclude_tokens))
+        orphan, cancelled = self.owner.query(statement, exclude_tokens)[0]
+        return orphan, bool(cancelled)
+
+    def claim_next_if_clear(
+        self, token: str, now: int, exclude_tokens: Sequence[str]
+    ) -> JobRecord | None:
+        """Claim like claim_next, but only when probe() would report nothing."""
+        statement = self._excluding(sql.CLAIM_NEXT_IF_CLEAR, len(exclude_tokens))
+        return self._write_one(statement, (token, now, *exclude_tokens))
+
+    def find_claim(self, sequence: int) -> tuple[JobRecord, str] | None:
+        """A job with its current claim token (the runtime's private fence)."""
+        rows = self.owner.query(sql.SELECT_CLAIM, (sequence,))
         if not rows:
             return None
         return decode_job(rows[0]), rows[0][15]
 
     def settle_next_cancelled(self, now: int) -> JobRecord | None:
-        return self._one(sql.SETTLE_NEXT_CANCELLED, (now,))
+        return self._write_one(sql.SETTLE_NEXT_CANCELLED, (now,))
 
     def record_cancellation(self, job_id: str, cancellation_id: str) -> bool:
-        return bool(self.owner.query(sql.RECORD_CANCELLATION, (cancellation_id, job_id)))
+        return bool(self.owner.mutate(sql.RECORD_CANCELLATION, (cancellation_id, job_id)))
 
     def refuse_lane_batch(
         self, lane: str, reason: str, limit: int, now: int
     ) -> list[JobRecord]:
         """Settle up to ``limit`` of the lane's jobs as failed; running ones first."""
-        rows = self.owner.query(sql.REFUSE_LANE_BATCH, (lane, reason, limit, now))
+        rows = self.owner.mutate(sql.REFUSE_LANE_BATCH, (lane, reason, limit, now))
         records = [decode_job(row) for row in rows]
         # RETURNING has no order; report in the order they were chosen.
         # started_at is set exactly while a job runs (requeue clears it).
@@ -127,7 +151,7 @@ class LocalJobStore:
         return bool(self.owner.query(sql.LANE_HAS_PENDING, (lane,))[0][0])
 
     def purge_queue(self, queue: str) -> int:
-        return len(self.owner.query(sql.PURGE_QUEUE, (queue,)))
+        return len(self.owner.mutate(sql.PURGE_QUEUE, (queue,)))
 
     def has_pending_work(self) -> bool:
         return bool(self.owner.query(sql.HAS_PENDING_WORK)[0][0])

@@ -29,6 +29,15 @@ class Owner(Protocol):
         """Run one statement whose rows, if any, are not needed."""
         ...
 
+    def mutate(self, sql: str, params: Sequence[SqlValue] = ()) -> list[Row]:
+        """Run one write statement and return its rows (RETURNING).
+
+        Outside a transaction the statement commits on its own: a single
+        statement is atomic, so it needs no BEGIN/COMMIT around it. Inside
+        ``atomic`` (or a host transaction) it joins that transaction.
+        """
+        ...
+
     def atomic(self, fn: Callable[[], T]) -> T:
         """Run ``fn`` so that all its writes commit together or not at all.
 

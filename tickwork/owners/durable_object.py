@@ -8,9 +8,9 @@ Runs under Pyodide with either Python Workers SDK:
 
 Both are normalised here, once, to tuples of plain Python values. The
 storage refuses BEGIN/COMMIT/SAVEPOINT, so atomicity comes only from
-``transactionSync``, which nests. Integers come back as JS doubles; the
-runtime's decoder turns them back into ints (every stored integer is kept
-within +-(2**53 - 1), so none loses precision).
+``transactionSync``, which nests. Integers may come back as JS doubles; they
+are turned back into ints here (every stored integer is kept within
++-(2**53 - 1), so none loses precision).
 """
 
 from __future__ import annotations
@@ -54,6 +54,11 @@ class DurableObjectOwner:
     def execute(self, sql: str, params: Sequence[SqlValue] = ()) -> None:
         self._exec(sql, params).toArray()
 
+    def mutate(self, sql: str, params: Sequence[SqlValue] = ()) -> list[Row]:
+        # Every statement is atomic on its own; inside transactionSync it
+        # joins the transaction.
+        return self.query(sql, params)
+
     def atomic(self, fn: Callable[[], T]) -> T:
         # fn's result and error cross the JS boundary inside transactionSync;
         # keep both on the Python side so callers see the original objects.
@@ -92,6 +97,13 @@ class DurableObjectOwner:
         if not isinstance(row, Mapping):
             to_py = getattr(row, "to_py", None)
             row = to_py() if to_py is not None else {name: getattr(row, name) for name in names}
-        jsnull = self._jsnull
-        return tuple(None if (value is None or value is jsnull) else value
-                     for value in (row[name] for name in names))
+        return tuple(self._value(row[name]) for name in names)
+
+    def _value(self, value: Any) -> Any:
+        if value is None or value is self._jsnull:
+            return None
+        # SQLite INTEGERs travel as JS doubles; tickwork stores no REALs, and
+        # every integer it stores is within 2**53, so integral floats are ints.
+        if type(value) is float and value.is_integer():
+            return int(value)
+        return value

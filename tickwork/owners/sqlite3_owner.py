@@ -42,6 +42,22 @@ class Sqlite3Owner:
     def execute(self, sql: str, params: Sequence[SqlValue] = ()) -> None:
         self.connection.execute(sql, params).fetchall()
 
+    def mutate(self, sql: str, params: Sequence[SqlValue] = ()) -> list[Row]:
+        connection = self.connection
+        if connection.in_transaction or _autocommits(connection):
+            # Joins the open transaction, or autocommits by itself.
+            return self.query(sql, params)
+        # Legacy transaction control opens a transaction implicitly before
+        # a write; close it so the statement is durable when we return.
+        try:
+            rows = self.query(sql, params)
+        except BaseException:
+            if connection.in_transaction:
+                connection.rollback()
+            raise
+        connection.commit()
+        return rows
+
     def atomic(self, fn: Callable[[], T]) -> T:
         connection = self.connection
         if connection.in_transaction:
@@ -75,3 +91,9 @@ class Sqlite3Owner:
             self._depth -= 1
         connection.execute(f"RELEASE {name}")
         return result
+
+
+def _autocommits(connection: Any) -> bool:
+    """True when a lone statement commits by itself on this connection."""
+    # Python 3.12+ autocommit=True, or isolation_level=None on any version.
+    return getattr(connection, "autocommit", None) is True or connection.isolation_level is None

@@ -1,0 +1,239 @@
+"""Owner-local benchmarks, each printed beside a baseline measured in the same run.
+
+    python -m bench.owner_local            # full sizes (about a minute)
+    python -m bench.owner_local --quick    # smaller sizes, for a smoke run
+
+1. Tick throughput: a no-op executor over 20,000 jobs in 50 queues, on
+   ``:memory:`` and on a WAL file, beside the raw limit: a bare sqlite3 loop
+   doing one claim UPDATE and one settle UPDATE per job, each in its own
+   transaction, over the same table shape. Target: >= 50% of raw.
+2. Single-job ``ingest()`` calls per second on ``:memory:`` (target >= 20,000/s),
+   beside a bare INSERT-per-transaction loop.
+3. Claim cost against depth: mean tick time with 100,000 queued jobs against
+   1,000 (target: within 1.5x).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import sqlite3
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tickwork import Completed, Job, OwnerRuntime
+from tickwork.owners import Sqlite3Owner
+
+
+class NoWake:
+    def recompute(self) -> None:
+        pass
+
+
+async def noop(job: Any, signal: Any) -> Completed:
+    return Completed()
+
+
+def connect(target: str) -> sqlite3.Connection:
+    # Autocommit, as the README recommends for Sqlite3Owner: a lone statement
+    # is its own transaction; the engine opens explicit ones where it needs them.
+    connection = sqlite3.connect(target, isolation_level=None)
+    if target != ":memory:":
+        connection.execute("PRAGMA journal_mode = WAL")
+        connection.execute("PRAGMA synchronous = NORMAL")
+    return connection
+
+
+def runtime_over(connection: sqlite3.Connection) -> OwnerRuntime:
+    return OwnerRuntime(Sqlite3Owner(connection), execute=noop, is_alive=lambda job: False,
+                        wake=NoWake())
+
+
+def bulk_load(connection: sqlite3.Connection, jobs: int, queues: int) -> None:
+    """Fill the engine's own table quickly (one transaction) for tick benchmarks."""
+    runtime_over(connection)  # creates the schema
+    connection.execute("BEGIN")
+    connection.executemany(
+        "INSERT INTO tickwork_jobs (job_id, queue, lane, priority, payload_json, state,"
+        " enqueued_at) VALUES (?, ?, 'lane', ?, '{}', 'queued', 0)",
+        ((f"job-{i}", f"queue-{i % queues}", i % 3) for i in range(jobs)),
+    )
+    connection.execute("COMMIT")
+
+
+def engine_ticks(target: str, jobs: int, queues: int) -> float:
+    connection = connect(target)
+    bulk_load(connection, jobs, queues)
+    runtime = runtime_over(connection)
+
+    async def run() -> int:
+        settled = 0
+        while (await runtime.tick()).status == "settled":
+            settled += 1
+        return settled
+
+    started = time.perf_counter()
+    settled = asyncio.run(run())
+    elapsed = time.perf_counter() - started
+    assert settled == jobs, (settled, jobs)
+    connection.close()
+    return jobs / elapsed
+
+
+RAW_TABLES = {
+    # The bare minimum a claim loop needs: an index to find the next job.
+    "bare table": (
+        "CREATE TABLE raw_jobs (sequence INTEGER PRIMARY KEY, queue TEXT, priority INTEGER,"
+        " state TEXT, claim_token TEXT, outcome TEXT, cancellation_id TEXT);"
+        "CREATE INDEX raw_jobs_ready ON raw_jobs (priority DESC, sequence)"
+        " WHERE state = 'queued' AND cancellation_id IS NULL;",
+        "raw_jobs",
+    ),
+    # tickwork's own table and indexes (what queue heads, lane refusal, recovery
+    # and reads need), driven by the same bare loop: the storage limit of the
+    # engine's schema, without the engine.
+    "engine table": ("", "tickwork_jobs"),
+}
+
+
+def raw_claim_settle(target: str, jobs: int, queues: int, table: str) -> float:
+    """The raw limit: per job, one claim UPDATE that picks the next queued job
+    (highest priority, oldest first, through an index) and one settle UPDATE
+    fenced on the claim token, each in its own transaction, with no engine
+    around it: no queue exclusivity, no recovery probe, no projection."""
+    ddl, name = RAW_TABLES[table]
+    connection = connect(target)
+    if ddl:
+        connection.executescript(ddl)
+        connection.execute("BEGIN")
+        connection.executemany(
+            f"INSERT INTO {name} (queue, priority, state) VALUES (?, ?, 'queued')",
+            ((f"queue-{i % queues}", i % 3) for i in range(jobs)))
+        connection.execute("COMMIT")
+    else:
+        bulk_load(connection, jobs, queues)
+    connection.isolation_level = None
+    claim = (
+        f"UPDATE {name} SET state = 'running', claim_token = ? WHERE sequence = ("
+        f" SELECT sequence FROM {name} WHERE state = 'queued' AND cancellation_id IS NULL"
+        " ORDER BY priority DESC, sequence LIMIT 1) RETURNING sequence")
+    settle = (f"UPDATE {name} SET state = 'settled', outcome = 'completed'"
+              " WHERE sequence = ? AND claim_token = ?")
+    started = time.perf_counter()
+    for number in range(jobs):
+        token = str(number)
+        connection.execute("BEGIN")
+        (sequence,), = connection.execute(claim, (token,)).fetchall()
+        connection.execute("COMMIT")
+        connection.execute("BEGIN")
+        connection.execute(settle, (sequence, token))
+        connection.execute("COMMIT")
+    elapsed = time.perf_counter() - started
+    connection.close()
+    return jobs / elapsed
+
+
+def engine_ingest(count: int) -> float:
+    runtime = runtime_over(connect(":memory:"))
+    jobs = [Job(f"job-{i}", f"queue-{i % 50}", "lane", i % 3, {"n": i}) for i in range(count)]
+    started = time.perf_counter()
+    for job in jobs:
+        runtime.ingest(job)
+    return count / (time.perf_counter() - started)
+
+
+def raw_insert(count: int) -> float:
+    connection = connect(":memory:")
+    connection.isolation_level = None
+    connection.execute("CREATE TABLE raw (id TEXT PRIMARY KEY, queue TEXT, payload TEXT)")
+    started = time.perf_counter()
+    for i in range(count):
+        connection.execute("BEGIN")
+        connection.execute("INSERT INTO raw VALUES (?, ?, ?)", (f"job-{i}", "q", '{"n":1}'))
+        connection.execute("COMMIT")
+    return count / (time.perf_counter() - started)
+
+
+def mean_tick_seconds(depth: int, queues: int, samples: int) -> float:
+    """Mean time of one tick while the queue depth stays at ``depth``."""
+    connection = connect(":memory:")
+    bulk_load(connection, depth, queues)
+    runtime = runtime_over(connection)
+    refill = (Job(f"refill-{i}", f"queue-{i % queues}", "lane", 0, {}) for i in range(samples))
+
+    async def run() -> list[float]:
+        timings = []
+        for job in refill:
+            started = time.perf_counter()
+            result = await runtime.tick()
+            timings.append(time.perf_counter() - started)
+            assert result.status == "settled", result
+            runtime.ingest(job)  # untimed: keeps the depth constant
+        return timings
+
+    return statistics.fmean(asyncio.run(run()))
+
+
+def _engine_run(target: Callable[[], str], jobs: int, queues: int) -> float:
+    return engine_ticks(target(), jobs, queues)
+
+
+def _raw_run(target: Callable[[], str], jobs: int, queues: int, table: str) -> float:
+    return raw_claim_settle(target(), jobs, queues, table)
+
+
+def best_of(repeats: int, measure: Callable[[], float]) -> float:
+    return max(measure() for _ in range(repeats))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
+    args = parser.parse_args()
+    jobs, deep, repeats = (2_000, 20_000, 1) if args.quick else (20_000, 100_000, 3)
+    queues = 50
+
+    print(f"tick throughput, no-op executor, {jobs:,} jobs in {queues} queues (best of {repeats})")
+    with tempfile.TemporaryDirectory() as directory:
+        wal_path = Path(directory) / "bench.sqlite3"
+
+        def fresh_wal_file() -> str:
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{wal_path}{suffix}").unlink(missing_ok=True)
+            return str(wal_path)
+
+        targets: dict[str, Callable[[], str]] = {
+            ":memory:": lambda: ":memory:", "WAL file": fresh_wal_file}
+        for label, target in targets.items():
+            engine = best_of(repeats, functools.partial(_engine_run, target, jobs, queues))
+            print(f"  {label:9} engine                 {engine:9,.0f} jobs/s")
+            for table in RAW_TABLES:
+                raw = best_of(
+                    repeats, functools.partial(_raw_run, target, jobs, queues, table))
+                print(f"  {label:9} raw loop, {table:12} {raw:9,.0f} jobs/s"
+                      f"   engine/raw {engine / raw:6.1%}")
+    print("  (target: engine >= 50% of the raw loop on the engine table)")
+
+    count = 5_000 if args.quick else 50_000
+    engine = best_of(repeats, lambda: engine_ingest(count))
+    raw = best_of(repeats, lambda: raw_insert(count))
+    print(f"single-job ingest() on :memory:, {count:,} calls")
+    print(f"  engine {engine:9,.0f} /s (target >= 20,000/s)   raw INSERT per transaction"
+          f" {raw:9,.0f} /s   ratio {engine / raw:5.1%}")
+
+    samples = 500 if args.quick else 2_000
+    shallow = mean_tick_seconds(1_000, queues, samples)
+    deep_mean = mean_tick_seconds(deep, queues, samples)
+    print(f"claim cost against depth, {queues} queues, mean of {samples} ticks")
+    print(f"  depth {1_000:>7,}: {shallow * 1e6:7.1f} us/tick")
+    print(f"  depth {deep:>7,}: {deep_mean * 1e6:7.1f} us/tick   ratio {deep_mean / shallow:4.2f}x"
+          " (target <= 1.5x)")
+
+
+if __name__ == "__main__":
+    main()
