@@ -1,0 +1,199 @@
+"""Crash and fault injection: real processes killed with SIGKILL, failing stores."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import ScriptedExecutor, job
+from tickwork import Completed, OwnerRuntime, Recovery, TickResult
+from tickwork.owners import Sqlite3Owner
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CHILD_PRELUDE = textwrap.dedent("""
+    import asyncio, sqlite3, sys
+    from tickwork import Completed, Job, OwnerRuntime, Recovery
+    from tickwork.owners import Sqlite3Owner
+
+    class Wake:
+        def recompute(self):
+            pass
+
+    def runtime(execute):
+        connection = sqlite3.connect(sys.argv[1], isolation_level=None)
+        connection.execute("PRAGMA journal_mode = WAL")
+        return OwnerRuntime(Sqlite3Owner(connection), execute=execute,
+                            is_alive=lambda job: False, wake=Wake())
+""")
+
+HANG_IN_EXECUTOR = CHILD_PRELUDE + textwrap.dedent("""
+    async def hang(job, signal):
+        print("claimed", job.job_id, flush=True)
+        await asyncio.sleep(3600)
+        return Completed()
+
+    asyncio.run(runtime(hang).tick())
+""")
+
+INGEST_FOREVER = CHILD_PRELUDE + textwrap.dedent("""
+    async def noop(job, signal):
+        return Completed()
+
+    engine = runtime(noop)
+    number = 0
+    while True:
+        engine.ingest(Job(f"job-{number:06}", f"q{number % 7}", "lane", number % 3,
+                          {"n": number}, Recovery(1)))
+        if number == 200:
+            print("ingesting", flush=True)
+        number += 1
+""")
+
+
+class Wake:
+    def recompute(self) -> None:
+        pass
+
+
+def spawn(script: str, database: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", script, str(database)], stdout=subprocess.PIPE, text=True,
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+
+
+def kill_after_line(child: subprocess.Popen[str]) -> str:
+    assert child.stdout is not None
+    line = child.stdout.readline().strip()
+    child.send_signal(signal.SIGKILL)
+    child.wait(timeout=30)
+    assert child.returncode == -signal.SIGKILL
+    return line
+
+
+def open_runtime(database: Path, **options: Any) -> OwnerRuntime:
+    connection = sqlite3.connect(database, isolation_level=None)
+    defaults: dict[str, Any] = {"execute": ScriptedExecutor(), "is_alive": lambda job: False,
+                                "wake": Wake()}
+    defaults.update(options)
+    return OwnerRuntime(Sqlite3Owner(connection), **defaults)
+
+
+@pytest.mark.parametrize(("budget", "expected"), [(1, ["requeued", "completed"]),
+                                                  (0, ["interrupted"])])
+async def test_process_killed_mid_job_is_recovered(
+    tmp_path: Path, budget: int, expected: list[str]
+) -> None:
+    database = tmp_path / "jobs.sqlite3"
+    open_runtime(database).ingest(job("report", recovery=Recovery(budget)))
+    assert kill_after_line(spawn(HANG_IN_EXECUTOR, database)) == "claimed report"
+
+    runtime = open_runtime(database)
+    stuck = runtime.read("report")
+    assert stuck is not None and stuck.state == "running"
+    seen = []
+    while (result := await runtime.tick()).status != "idle":
+        seen.append(result.outcome or result.status)
+    assert seen == expected
+    record = runtime.read("report")
+    assert record is not None and record.state == "settled"
+    assert record.recoveries == budget
+
+
+async def test_process_killed_while_ingesting_leaves_a_consistent_prefix(tmp_path: Path) -> None:
+    database = tmp_path / "jobs.sqlite3"
+    open_runtime(database)  # schema first, so the child only ingests
+    assert kill_after_line(spawn(INGEST_FOREVER, database)) == "ingesting"
+
+    connection = sqlite3.connect(database)
+    assert connection.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    ids = [row[0] for row in connection.execute(
+        "SELECT job_id FROM tickwork_jobs ORDER BY sequence")]
+    assert len(ids) > 200
+    # Every acknowledged-or-not ingest is all or nothing, in order: no gaps.
+    assert ids == [f"job-{number:06}" for number in range(len(ids))]
+    runtime = open_runtime(database, execute=lambda job, signal: Completed())
+    settled = 0
+    while (await runtime.tick()).status == "settled":
+        settled += 1
+    assert settled == len(ids)
+    assert not runtime.has_pending_work()
+
+
+class FailingOwner(Sqlite3Owner):
+    """A sqlite3 owner whose next write fails, as a full disk or I/O error would."""
+
+    fail_next_write = False
+
+    def mutate(self, sql: str, params: Any = ()) -> Any:
+        if self.fail_next_write:
+            self.fail_next_write = False
+            raise sqlite3.OperationalError("disk I/O error (injected)")
+        return super().mutate(sql, params)
+
+
+async def test_store_failure_while_settling_leaves_a_recoverable_claim(tmp_path: Path) -> None:
+    owner = FailingOwner(sqlite3.connect(tmp_path / "jobs.sqlite3", isolation_level=None))
+    alive = {"answer": True}
+    runs: list[str] = []
+
+    async def execute(job: Any, signal: Any) -> Completed:
+        runs.append(job.job_id)
+        owner.fail_next_write = len(runs) == 1  # the first settle write fails
+        return Completed()
+
+    runtime = OwnerRuntime(owner, execute=execute, is_alive=lambda job: alive["answer"],
+                           wake=Wake())
+    runtime.ingest(job("a", recovery=Recovery(1)))
+    with pytest.raises(sqlite3.OperationalError, match="injected"):
+        await runtime.tick()
+    record = runtime.read("a")
+    assert record is not None and record.state == "running"  # nothing half-written
+    # The claim is no longer executed by anyone: the next tick asks the probe.
+    alive["answer"] = False
+    assert await runtime.tick() == TickResult("requeued", job_id="a")
+    assert (await runtime.tick()).outcome == "completed"
+    assert runs == ["a", "a"]
+
+
+async def test_store_failure_while_claiming_changes_nothing(tmp_path: Path) -> None:
+    owner = FailingOwner(sqlite3.connect(tmp_path / "jobs.sqlite3", isolation_level=None))
+    executor = ScriptedExecutor()
+    runtime = OwnerRuntime(owner, execute=executor, is_alive=lambda job: False, wake=Wake())
+    runtime.ingest(job("a"))
+    owner.fail_next_write = True
+    with pytest.raises(sqlite3.OperationalError):
+        await runtime.tick()
+    record = runtime.read("a")
+    assert record is not None and record.state == "queued"
+    assert executor.started == []
+    assert (await runtime.tick()).outcome == "completed"
+
+
+def test_a_locked_database_fails_loudly_and_loses_nothing(tmp_path: Path) -> None:
+    """Another process holding the write lock makes ingest raise (after the
+    connection's busy timeout); the job is not silently dropped or half-written."""
+    database = tmp_path / "jobs.sqlite3"
+    connection = sqlite3.connect(database, isolation_level=None, timeout=0.05)
+    runtime = OwnerRuntime(Sqlite3Owner(connection), execute=ScriptedExecutor(),
+                           is_alive=lambda job: False, wake=Wake())
+    holder = sqlite3.connect(database, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        runtime.ingest(job("a"))
+    holder.execute("ROLLBACK")
+    assert runtime.read("a") is None
+    assert runtime.ingest(job("a")) == "queued"
+    asyncio.run(runtime.tick())
+    record = runtime.read("a")
+    assert record is not None and record.outcome == "completed"

@@ -1,0 +1,142 @@
+"""DurableObjectOwner against the ctx.storage stand-in: the Durable Object rules."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fakes.do_storage import FakeDurableObjectStorage
+from tests.fakes.pyodide_ffi import fake_pyodide
+from tests.support import ScriptedExecutor, job
+from tickwork import IngestConflict, InvalidArgument, OwnerRuntime, Recovery
+from tickwork.jobs import MAX_SAFE_INTEGER
+from tickwork.owners import DurableObjectOwner
+
+TRANSACTION_WORDS = ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE", "END")
+
+
+class Wake:
+    def recompute(self) -> None:
+        pass
+
+
+class SpyingSql:
+    """Wraps storage.sql to record every statement and binding the owner sends."""
+
+    def __init__(self, sql: Any) -> None:
+        self._sql = sql
+        self.calls: list[tuple[str, tuple[Any, ...]]] = []
+
+    def exec(self, query: str, *bindings: Any) -> Any:
+        self.calls.append((query, bindings))
+        return self._sql.exec(query, *bindings)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sql, name)
+
+
+class SpyingStorage:
+    def __init__(self, storage: FakeDurableObjectStorage) -> None:
+        self._storage = storage
+        self.sql = SpyingSql(storage.sql)
+
+    def transactionSync(self, fn: Any) -> Any:
+        return self._storage.transactionSync(fn)
+
+
+@pytest.fixture(params=["builtin", "external"])
+def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[FakeDurableObjectStorage]:
+    with fake_pyodide():
+        built = FakeDurableObjectStorage(tmp_path / "do.sqlite3", sdk=request.param)
+        yield built
+        built.close()
+
+
+async def test_full_lifecycle_never_sends_transaction_sql_and_stays_in_limits(
+    storage: FakeDurableObjectStorage,
+) -> None:
+    spy = SpyingStorage(storage)
+    executor = ScriptedExecutor()
+    runtime = OwnerRuntime(DurableObjectOwner(spy), execute=executor,
+                           is_alive=lambda job: False, wake=Wake(),
+                           project=lambda transition: None)
+    runtime.ingest(job("a", priority=MAX_SAFE_INTEGER, recovery=Recovery(3)))
+    runtime.ingest(job("b", queue="q2", lane="bad", priority=-MAX_SAFE_INTEGER))
+    runtime.ingest(job("c", queue="q3"))
+    runtime.cancel("c", "c1")
+    runtime.fail_lane("bad", "refused")
+    while (await runtime.tick()).status != "idle":
+        pass
+    runtime.ingest(job("d", queue="q4"))
+    runtime.purge("q4")
+    assert spy.sql.calls, "the owner sent nothing"
+    for query, bindings in spy.sql.calls:
+        first_word = query.split()[0].upper()
+        assert first_word not in TRANSACTION_WORDS, query
+        assert len(bindings) <= 100
+        for value in bindings:
+            assert value is not None, "None must be bound as JS null"
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                assert abs(value) <= MAX_SAFE_INTEGER, (query, value)
+
+
+def test_rows_are_normalised_to_plain_python_values(storage: FakeDurableObjectStorage) -> None:
+    owner = DurableObjectOwner(storage)
+    owner.execute("CREATE TABLE t (i INTEGER, n TEXT, r REAL, s TEXT)")
+    owner.execute("INSERT INTO t VALUES (?, ?, ?, ?)", (MAX_SAFE_INTEGER, None, 1.5, "x"))
+    [row] = owner.query("SELECT i, n, r, s FROM t")
+    assert row == (MAX_SAFE_INTEGER, None, 1.5, "x")
+    assert type(row[0]) is int and row[1] is None
+
+
+def test_more_than_100_parameters_is_refused_before_reaching_storage(
+    storage: FakeDurableObjectStorage,
+) -> None:
+    spy = SpyingStorage(storage)
+    owner = DurableObjectOwner(spy)
+    with pytest.raises(InvalidArgument, match="100"):
+        owner.query("SELECT " + ", ".join("?" * 101), tuple(range(101)))
+    assert spy.sql.calls == []
+
+
+def test_atomic_keeps_the_original_error_and_rolls_back(storage: FakeDurableObjectStorage) -> None:
+    owner = DurableObjectOwner(storage)
+    owner.execute("CREATE TABLE t (v TEXT)")
+
+    def write_then_fail() -> None:
+        owner.execute("INSERT INTO t VALUES ('x')")
+        raise IngestConflict("a", ("payload",))
+
+    with pytest.raises(IngestConflict) as caught:
+        owner.atomic(write_then_fail)
+    assert caught.value.job_id == "a"
+    assert owner.query("SELECT count(*) FROM t") == [(0,)]
+    assert owner.atomic(lambda: owner.query("SELECT 7")) == [(7,)]
+
+
+async def test_evicted_object_rebuilds_and_recovers(tmp_path: Path) -> None:
+    """An object evicted mid-job loses its in-memory execution; the rebuilt
+    object finds the running claim at start-up and recovers it."""
+    with fake_pyodide():
+        storage = FakeDurableObjectStorage(tmp_path / "do.sqlite3", sdk="builtin")
+        executor = ScriptedExecutor()
+        before = OwnerRuntime(DurableObjectOwner(storage), execute=executor,
+                              is_alive=lambda job: False, wake=Wake())
+        before.ingest(job("a", payload={"do": "block"}, recovery=Recovery(1)))
+        task = asyncio.create_task(before.tick())
+        await asyncio.sleep(0.01)
+        rebuilt_storage = FakeDurableObjectStorage.reopen(storage)  # eviction
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)  # its storage is gone
+        after = OwnerRuntime(DurableObjectOwner(rebuilt_storage), execute=executor,
+                             is_alive=lambda job: False, wake=Wake())
+        assert (await after.tick()).status == "requeued"
+        executor.release("a")
+        assert (await after.tick()).outcome == "completed"
+        record = after.read("a")
+        assert record is not None and record.recoveries == 1
+        rebuilt_storage.close()
