@@ -89,7 +89,8 @@ class DurableObjectOwner:
             )
         bound: Sequence[object] = params
         if self._jsnull is not None:
-            # Python None would reach JS as undefined, which binding rejects.
+            # Bind SQL NULL explicitly: Python None reaches JS as undefined,
+            # which D1 rejects and which is ambiguous anywhere else.
             bound = [self._jsnull if value is None else value for value in params]
         return self._sql.exec(sql, *bound)
 
