@@ -24,6 +24,7 @@ from ..jobs import (
     MAX_LANE_LENGTH,
     Job,
     JobRecord,
+    ValidJob,
     cargo_differences,
     check_reason,
     check_text,
@@ -273,7 +274,7 @@ class OwnerRuntime:
 
     # ------------------------------------------- transitions (in a transaction)
 
-    def _ingest_in_transaction(self, valid: Any) -> IngestStatus:
+    def _ingest_in_transaction(self, valid: ValidJob) -> IngestStatus:
         if self._store.insert(valid, self._clock()):
             self._project_queue(valid.queue)
             return "queued"
@@ -338,19 +339,18 @@ class OwnerRuntime:
     def _settle_in_transaction(
         self, execution: _Execution, settlement: lifecycle.Settlement
     ) -> TickResult:
-        job, settle = execution.job, self._store.settle_claim
-        if self._project is not None:
-            settled = self._store.settle_claim_record(
-                job.sequence, execution.token, settlement.outcome, settlement.failure_reason,
-                self._clock(),
-            )
+        job = execution.job
+        arguments = (job.sequence, execution.token, settlement.outcome,
+                     settlement.failure_reason, self._clock())
+        if self._project is None:
+            if self._store.settle_claim(*arguments):
+                return TickResult("settled", job_id=job.job_id, outcome=settlement.outcome,
+                                  failure_reason=settlement.failure_reason)
+        else:
+            settled = self._store.settle_claim_record(*arguments)
             if settled is not None:
                 self._project_queue(job.queue, settled=settled)
                 return _settled(settled)
-        elif settle(job.sequence, execution.token, settlement.outcome,
-                    settlement.failure_reason, self._clock()):
-            return TickResult("settled", job_id=job.job_id, outcome=settlement.outcome,
-                              failure_reason=settlement.failure_reason)
         # Our claim was replaced (a lane refusal settled it while it ran).
         # Report what is committed; it was projected when it was written.
         current = self._store.find(job.job_id)
