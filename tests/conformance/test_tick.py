@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from tests.support import Harness, job
-from tickwork import Completed, TickResult
+from tickwork import Completed, Recovery, TickResult
 
 
 async def drain(runtime, limit: int = 100) -> list[TickResult]:  # type: ignore[no-untyped-def]
@@ -154,3 +154,20 @@ async def test_sync_executor_result_is_accepted(harness: Harness) -> None:
     runtime = harness.runtime(execute=lambda job, signal: Completed())
     runtime.ingest(job("a"))
     assert (await runtime.tick()).outcome == "completed"
+
+
+async def test_a_claim_requeued_elsewhere_reports_claim_replaced(harness: Harness) -> None:
+    """The executor of a claim that was recovered meanwhile finishes: nothing is
+    written, the tick says so, and the job runs again under its new claim."""
+    first = harness.runtime()
+    first.ingest(job("a", payload={"do": "block"}, recovery=Recovery(1)))
+    tick = asyncio.create_task(first.tick())
+    await asyncio.sleep(0.01)
+    harness.open()
+    second = harness.runtime()
+    assert await second.tick() == TickResult("requeued", job_id="a")
+    harness.executor.release("a", Completed())
+    assert await tick == TickResult("idle", job_id="a", reason="claim_replaced")
+    record = second.read("a")
+    assert record is not None and (record.state, record.recoveries) == ("queued", 1)
+    assert (await second.tick()).outcome == "completed"
