@@ -2,6 +2,14 @@
 
 from .errors import IngestConflict, InvalidArgument, InvalidJob, SchemaError, TickworkError
 from .jobs import Job, JobRecord, Recovery
+from .leases import (
+    DEFAULT_LEASE_MS,
+    DEFAULT_RENEW_EVERY_MS,
+    Heartbeat,
+    LeaseKeeper,
+    StaleLease,
+    StaleReason,
+)
 from .local import OwnerRuntime
 from .outcomes import (
     Cancelled,
@@ -17,6 +25,8 @@ from .outcomes import (
 from .signals import AbortSignal
 
 __all__ = [
+    "DEFAULT_LEASE_MS",
+    "DEFAULT_RENEW_EVERY_MS",
     "AbortSignal",
     "CancelResult",
     "Cancelled",
@@ -24,16 +34,20 @@ __all__ = [
     "ExecutionResult",
     "FailLaneResult",
     "Failed",
+    "Heartbeat",
     "IngestConflict",
     "InvalidArgument",
     "InvalidJob",
     "Job",
     "JobRecord",
+    "LeaseKeeper",
     "OutcomeUnknown",
     "OwnerRuntime",
     "QueueTransition",
     "Recovery",
     "SchemaError",
+    "StaleLease",
+    "StaleReason",
     "TickResult",
     "TickworkError",
 ]

@@ -1,0 +1,602 @@
+"""Lease renewal that stays correct when many tasks heartbeat at once.
+
+A claimed job is protected by a lease in the shared store (D1, PostgreSQL, ...)
+and by a local *watchdog* timer that marks the execution stale when that lease
+runs out.  Heartbeats come from several places at the same time: the runtime's
+periodic renewer, the executor's own timer, progress callbacks.  This module
+owns the whole concurrency boundary so that none of them needs a lock:
+
+* one renewal write in flight per execution, later requests folded into a
+  single follow-up write carrying the longest requested duration;
+* one watchdog per execution, replaced in a single synchronous step after a
+  successful write, never across an ``await``;
+* the local deadline is computed from when the write *started*, so store
+  latency shortens the lease instead of lengthening it;
+* a finished or stale execution never arms a timer again.
+
+Everything that touches time goes through a :class:`Clock`, so tests can run on
+virtual time.  The module uses asyncio only (no threads), which keeps it usable
+on Pyodide inside Cloudflare Workers as well as on CPython.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections.abc import Awaitable, Callable
+from functools import partial
+from types import TracebackType
+from typing import Any, Final, Generic, Protocol, TypeVar
+
+__all__ = [
+    "DEFAULT_LEASE_MS",
+    "DEFAULT_RENEW_EVERY_MS",
+    "Clock",
+    "Heartbeat",
+    "LeaseKeeper",
+    "LeaseState",
+    "LoopClock",
+    "PeriodicRenewer",
+    "RenewPort",
+    "StaleLease",
+    "StaleReason",
+    "TimerHandle",
+    "coalesce_extra_ms",
+    "lease_deadline_ms",
+    "watchdog_delay_ms",
+]
+
+DEFAULT_LEASE_MS: Final = 120_000
+"""Length of a lease written by a claim or a periodic renewal (2 minutes)."""
+
+DEFAULT_RENEW_EVERY_MS: Final = 10_000
+"""Interval of the periodic renewer (10 seconds)."""
+
+ClaimT = TypeVar("ClaimT")
+
+RenewPort = Callable[[ClaimT, int], Awaitable[bool]]
+"""``await renew(claim, extra_ms)``: one fenced write extending the lease.
+
+Returns True when the write matched our claim, False when the claim is no
+longer ours (replaced or expired).  Raising means the outcome is unknown.
+"""
+
+
+# --------------------------------------------------------------------------
+# Time
+
+
+class TimerHandle(Protocol):
+    """A scheduled callback that can be cancelled."""
+
+    def cancel(self) -> None: ...
+
+
+class Clock(Protocol):
+    """Monotonic milliseconds plus one-shot timers."""
+
+    def now_ms(self) -> float: ...
+
+    def call_later(self, delay_ms: float, callback: Callable[[], None]) -> TimerHandle: ...
+
+
+class LoopClock:
+    """:class:`Clock` backed by the running asyncio event loop."""
+
+    __slots__ = ()
+
+    def now_ms(self) -> float:
+        return asyncio.get_running_loop().time() * 1000.0
+
+    def call_later(self, delay_ms: float, callback: Callable[[], None]) -> TimerHandle:
+        # Pyodide's WebLoop raises on negative delays; "already due" means now.
+        delay_s = max(0.0, delay_ms) / 1000.0
+        return asyncio.get_running_loop().call_later(delay_s, callback)
+
+
+# --------------------------------------------------------------------------
+# Pure decisions
+
+
+def lease_deadline_ms(started_at_ms: float, extra_ms: int) -> float:
+    """Local end of a lease written by a renewal that started at ``started_at_ms``.
+
+    Measured from the start of the write, never from its response: the store may
+    have applied the write at any moment in between, so this is the earliest
+    end it can have.
+    """
+    return started_at_ms + extra_ms
+
+
+def watchdog_delay_ms(deadline_ms: float, now_ms: float) -> float:
+    """How long the watchdog should wait; zero or less means already expired."""
+    return deadline_ms - now_ms
+
+
+def coalesce_extra_ms(pending_ms: int | None, requested_ms: int) -> int:
+    """Duration of a follow-up write after another request joins it."""
+    return requested_ms if pending_ms is None else max(pending_ms, requested_ms)
+
+
+def _checked_duration(ms: int, what: str) -> int:
+    if isinstance(ms, bool) or not isinstance(ms, int):
+        raise TypeError(f"{what} must be an int number of milliseconds, got {ms!r}")
+    if ms <= 0:
+        raise ValueError(f"{what} must be positive, got {ms}")
+    return ms
+
+
+# --------------------------------------------------------------------------
+# Outcomes
+
+
+class StaleReason(enum.StrEnum):
+    """Why an execution lost its lease.
+
+    A ``str``, so it can serve directly as an abort reason.
+    """
+
+    EXPIRED = "lease_expired"
+    """The local deadline passed without a successful renewal covering it."""
+
+    LOST = "lease_lost"
+    """``renew`` answered False: the claim was replaced or had expired."""
+
+    RENEW_FAILED = "lease_renew_failed"
+    """``renew`` raised, so ownership can no longer be vouched for."""
+
+
+class StaleLease(Exception):
+    """The execution no longer holds its lease and must stop.
+
+    Passed to ``on_stale``; suitable as an abort signal's reason.  When the
+    cause was an exception from ``renew`` it is available as :attr:`error`
+    (and as ``__cause__``).
+    """
+
+    def __init__(self, reason: StaleReason, error: BaseException | None = None) -> None:
+        message = reason.value
+        if error is not None:
+            message = f"{message} ({type(error).__name__}: {error})"
+        super().__init__(message)
+        self.reason: Final = reason
+        self.error: Final = error
+        self.__cause__ = error
+
+
+class LeaseState(enum.Enum):
+    """Life cycle of a :class:`LeaseKeeper`; only ``ACTIVE`` can change."""
+
+    ACTIVE = "active"
+    CLEARED = "cleared"
+    STALE = "stale"
+
+
+class _Failure:
+    """A write that raised, shared by all the callers it covered.
+
+    Kept as a value rather than set on the future, so a write nobody awaits
+    (a timer-driven one) never leaves an unretrieved exception behind.
+    """
+
+    __slots__ = ("error", "traceback")
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+        self.traceback: TracebackType | None = error.__traceback__
+
+    def raise_for_caller(self) -> None:
+        # Reset the traceback each time so N callers don't grow one chain.
+        raise self.error.with_traceback(self.traceback)
+
+
+_Outcome = bool | _Failure
+
+
+# --------------------------------------------------------------------------
+# The keeper
+
+
+class LeaseKeeper(Generic[ClaimT]):
+    """Renews one execution's lease and watches its deadline.
+
+    ``extend()`` may be called from any number of tasks at once.  At most one
+    ``renew`` call is in flight; requests arriving meanwhile share a single
+    follow-up write carrying the longest duration asked for.  The keeper holds
+    a fixed number of fields whatever the number of callers.
+
+    ``deadline_ms`` (in the clock's time) arms the watchdog for the lease the
+    claim already wrote; without it the watchdog starts at the first renewal.
+    ``on_stale`` is called once, synchronously, when the lease is lost.
+    """
+
+    __slots__ = (
+        "_claim",
+        "_clock",
+        "_deadline_ms",
+        "_lease_ms",
+        "_next_extra_ms",
+        "_next_flight",
+        "_on_stale",
+        "_periodic",
+        "_pump",
+        "_renew",
+        "_stale",
+        "_state",
+        "_watchdog",
+        "_watchdog_generation",
+        "_writing",
+    )
+
+    def __init__(
+        self,
+        claim: ClaimT,
+        renew: RenewPort[ClaimT],
+        *,
+        on_stale: Callable[[StaleLease], object],
+        clock: Clock | None = None,
+        lease_ms: int = DEFAULT_LEASE_MS,
+        deadline_ms: float | None = None,
+    ) -> None:
+        self._claim = claim
+        self._renew = renew
+        self._on_stale = on_stale
+        self._clock: Clock = clock if clock is not None else LoopClock()
+        self._lease_ms = _checked_duration(lease_ms, "lease_ms")
+        self._state = LeaseState.ACTIVE
+        self._stale: StaleLease | None = None
+        self._watchdog: TimerHandle | None = None
+        self._watchdog_generation = 0
+        self._deadline_ms: float | None = None
+        self._writing = False
+        # The whole pending state: one future and one duration for the next
+        # write, whatever the number of callers waiting on it.
+        self._next_flight: asyncio.Future[_Outcome] | None = None
+        self._next_extra_ms = 0
+        self._pump: asyncio.Task[None] | None = None
+        self._periodic: PeriodicRenewer | None = None
+        if deadline_ms is not None:
+            self._arm_watchdog(deadline_ms)
+
+    # -- read-only view ----------------------------------------------------
+
+    @property
+    def claim(self) -> ClaimT:
+        return self._claim
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    @property
+    def lease_ms(self) -> int:
+        """Duration used when ``extend()`` is called without one."""
+        return self._lease_ms
+
+    @property
+    def state(self) -> LeaseState:
+        return self._state
+
+    @property
+    def active(self) -> bool:
+        return self._state is LeaseState.ACTIVE
+
+    @property
+    def stale(self) -> StaleLease | None:
+        """Why the lease was lost, once it has been."""
+        return self._stale
+
+    @property
+    def deadline_ms(self) -> float | None:
+        """When the armed watchdog fires, or None when none is armed."""
+        return self._deadline_ms if self._watchdog is not None else None
+
+    @property
+    def writing(self) -> bool:
+        """True while a ``renew`` call is in flight."""
+        return self._writing
+
+    # -- renewals ----------------------------------------------------------
+
+    async def extend(self, extra_ms: int | None = None) -> bool:
+        """Extend the lease by ``extra_ms`` (default: ``lease_ms``) from now.
+
+        Returns when the write covering this request has completed:
+
+        * True: that write matched our claim and came back before the
+          deadline it set.
+        * False: the lease is not held: the write reported the claim lost, it
+          came back too late, or the keeper was already cleared or stale (or
+          became so before the covering write could start); no error is raised
+          because ``on_stale`` already tells the execution to stop.
+
+        If the covering write raised, the original exception is re-raised here
+        (in every caller it covered) and the execution is stale.  Cancelling
+        one caller does not cancel the write or affect the other callers.
+        """
+        flight = self._join(extra_ms)
+        if flight is None:
+            return False
+        # shield: the flight future is shared, so one caller's cancellation
+        # must not cancel it for the others.
+        outcome = await asyncio.shield(flight)
+        if isinstance(outcome, _Failure):
+            outcome.raise_for_caller()
+        return outcome is True
+
+    def extend_nowait(self, extra_ms: int | None = None) -> None:
+        """Request an extension without waiting for it (fire and forget).
+
+        Joins the same single flight as :meth:`extend`; usable from synchronous
+        code such as a progress callback.  Failures are not lost: they make the
+        execution stale and reach ``on_stale``.
+        """
+        self._join(extra_ms)
+
+    def _join(self, extra_ms: int | None) -> asyncio.Future[_Outcome] | None:
+        extra = self._lease_ms if extra_ms is None else _checked_duration(extra_ms, "extra_ms")
+        if self._state is not LeaseState.ACTIVE:
+            return None
+        loop = asyncio.get_running_loop()
+        flight = self._next_flight
+        if flight is None:
+            flight = loop.create_future()
+            self._next_flight = flight
+            self._next_extra_ms = extra
+        else:
+            self._next_extra_ms = coalesce_extra_ms(self._next_extra_ms, extra)
+        # The flight is captured before the pump may start (eagerly, on loops
+        # with an eager task factory) and take it.
+        if self._pump is None or self._pump.done():
+            self._pump = loop.create_task(self._drain(), name="tickwork-lease-renewal")
+        return flight
+
+    async def _drain(self) -> None:
+        """Run queued writes one after another until none is pending."""
+        while (flight := self._next_flight) is not None:
+            extra_ms = self._next_extra_ms
+            self._next_flight = None
+            outcome: _Outcome
+            try:
+                outcome = await self._write(extra_ms)
+            except BaseException as error:
+                self._writing = False
+                self._become_stale(StaleReason.RENEW_FAILED, error)
+                flight.set_result(_Failure(error))
+                if isinstance(error, Exception):
+                    continue  # stale now, so nothing is pending: the loop ends
+                raise  # cancellation of the pump itself
+            flight.set_result(outcome)
+
+    async def _write(self, extra_ms: int) -> bool:
+        self._writing = True
+        started_at = self._clock.now_ms()
+        matched = await self._renew(self._claim, extra_ms)
+        self._writing = False
+        if not matched:
+            self._become_stale(StaleReason.LOST)
+            return False
+        deadline = lease_deadline_ms(started_at, extra_ms)
+        in_time = watchdog_delay_ms(deadline, self._clock.now_ms()) > 0
+        # No await between the write's response and this decision, and
+        # _arm_watchdog does nothing once the keeper is cleared or stale.
+        self._arm_watchdog(deadline)
+        return in_time
+
+    # -- watchdog ------------------------------------------------------------
+
+    def _arm_watchdog(self, deadline_ms: float) -> None:
+        """The single place a watchdog is installed.
+
+        The old timer is cancelled and the new one installed in the same
+        synchronous step, so the keeper never owns two timers and never loses
+        track of one.
+        """
+        if self._state is not LeaseState.ACTIVE:
+            return
+        self._disarm_watchdog()
+        delay = watchdog_delay_ms(deadline_ms, self._clock.now_ms())
+        if delay <= 0:
+            self._become_stale(StaleReason.EXPIRED)
+            return
+        self._watchdog_generation += 1
+        self._deadline_ms = deadline_ms
+        self._watchdog = self._clock.call_later(
+            delay, partial(self._watchdog_fired, self._watchdog_generation)
+        )
+
+    def _disarm_watchdog(self) -> None:
+        timer, self._watchdog = self._watchdog, None
+        self._deadline_ms = None
+        if timer is not None:
+            timer.cancel()
+
+    def _watchdog_fired(self, generation: int) -> None:
+        # A timer that is no longer the current one is ignored: a replaced
+        # watchdog can never mark the execution stale, even if a clock
+        # implementation failed to honour cancel().
+        if self._watchdog is None or generation != self._watchdog_generation:
+            return
+        self._watchdog = None
+        self._become_stale(StaleReason.EXPIRED)
+
+    # -- terminal states ---------------------------------------------------
+
+    def clear(self) -> None:
+        """Finish: disarm the watchdog for good and stop all renewals.
+
+        Idempotent.  A write already in flight completes and its callers get
+        its result, but it arms nothing.  Callers waiting for a follow-up write
+        that has not started return False at once.  Does not call
+        ``on_stale``.
+        """
+        if self._state is LeaseState.ACTIVE:
+            self._state = LeaseState.CLEARED
+            self._shut_down()
+
+    def _become_stale(self, reason: StaleReason, error: BaseException | None = None) -> None:
+        if self._state is not LeaseState.ACTIVE:
+            return  # terminal states are final; stale handling runs once
+        self._state = LeaseState.STALE
+        stale = StaleLease(reason, error)
+        self._stale = stale
+        self._shut_down()
+        try:
+            self._on_stale(stale)
+        except Exception as callback_error:
+            # Must not break the renewal loop or the other callers.
+            asyncio.get_running_loop().call_exception_handler(
+                {
+                    "message": "tickwork.leases: on_stale callback raised",
+                    "exception": callback_error,
+                }
+            )
+
+    def _shut_down(self) -> None:
+        self._disarm_watchdog()
+        periodic, self._periodic = self._periodic, None
+        if periodic is not None:
+            periodic.stop()
+        flight, self._next_flight = self._next_flight, None
+        if flight is not None and not flight.done():
+            flight.set_result(False)
+
+    # -- helpers for the runtime -------------------------------------------
+
+    def start_periodic(
+        self, *, every_ms: int = DEFAULT_RENEW_EVERY_MS, lease_ms: int | None = None
+    ) -> PeriodicRenewer:
+        """Start renewing ``lease_ms`` (default ``self.lease_ms``) every ``every_ms``.
+
+        The renewer stops by itself when the keeper is cleared or goes stale.
+        """
+        renewer = PeriodicRenewer(self, every_ms=every_ms, lease_ms=lease_ms)
+        renewer.start()
+        return renewer
+
+    def heartbeat(self, extra_ms: int | None = None) -> Heartbeat:
+        """The object to hand to the executor for its own heartbeats."""
+        return Heartbeat(self, extra_ms=extra_ms)
+
+    def _attach_periodic(self, renewer: PeriodicRenewer) -> bool:
+        if self._state is not LeaseState.ACTIVE:
+            return False
+        if self._periodic is not None and self._periodic is not renewer:
+            raise RuntimeError("a periodic renewer is already running for this lease")
+        self._periodic = renewer
+        return True
+
+    def _detach_periodic(self, renewer: PeriodicRenewer) -> None:
+        if self._periodic is renewer:
+            self._periodic = None
+
+
+# --------------------------------------------------------------------------
+# Periodic renewal and the executor's heartbeat
+
+
+class PeriodicRenewer:
+    """Asks its keeper for a ``lease_ms`` extension every ``every_ms``.
+
+    Each tick is a fire-and-forget request into the keeper's single flight, so
+    ticks and executor heartbeats coalesce; a slow store never piles up writes.
+    The renewer owns at most one timer and no task.  It stops on :meth:`stop`
+    or when the keeper is cleared or goes stale.  A failing timer-driven write
+    is reported through the keeper's ``on_stale`` (with the error attached).
+    """
+
+    __slots__ = ("_every_ms", "_keeper", "_lease_ms", "_stopped", "_timer")
+
+    def __init__(
+        self,
+        keeper: LeaseKeeper[Any],
+        *,
+        every_ms: int = DEFAULT_RENEW_EVERY_MS,
+        lease_ms: int | None = None,
+    ) -> None:
+        every = _checked_duration(every_ms, "every_ms")
+        lease = keeper.lease_ms if lease_ms is None else _checked_duration(lease_ms, "lease_ms")
+        if every >= lease:
+            raise ValueError(
+                f"every_ms ({every}) must be shorter than lease_ms ({lease}),"
+                " or the lease lapses between renewals"
+            )
+        self._keeper = keeper
+        self._every_ms = every
+        self._lease_ms = lease
+        self._timer: TimerHandle | None = None
+        self._stopped = False
+
+    @property
+    def every_ms(self) -> int:
+        return self._every_ms
+
+    @property
+    def lease_ms(self) -> int:
+        return self._lease_ms
+
+    @property
+    def running(self) -> bool:
+        return self._timer is not None
+
+    def start(self) -> None:
+        """Schedule the first tick ``every_ms`` from now (no-op if running)."""
+        if self._stopped or self._timer is not None:
+            return
+        if not self._keeper._attach_periodic(self):
+            self._stopped = True  # keeper already finished: never start
+            return
+        self._schedule()
+
+    def stop(self) -> None:
+        """Cancel the next tick for good.  Idempotent."""
+        self._stopped = True
+        timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
+        self._keeper._detach_periodic(self)
+
+    def _schedule(self) -> None:
+        self._timer = self._keeper.clock.call_later(self._every_ms, self._tick)
+
+    def _tick(self) -> None:
+        self._timer = None
+        if self._stopped:
+            return
+        if not self._keeper.active:
+            self.stop()
+            return
+        self._keeper.extend_nowait(self._lease_ms)
+        self._schedule()
+
+
+class Heartbeat:
+    """What an executor uses to keep its lease while it works.
+
+    Safe to call from any number of tasks and callbacks at once; no mutex is
+    needed because every call goes through the keeper's single flight.
+    """
+
+    __slots__ = ("_extra_ms", "_keeper")
+
+    def __init__(self, keeper: LeaseKeeper[Any], *, extra_ms: int | None = None) -> None:
+        self._keeper = keeper
+        self._extra_ms = None if extra_ms is None else _checked_duration(extra_ms, "extra_ms")
+
+    async def beat(self, extra_ms: int | None = None) -> bool:
+        """Extend the lease and wait for the write; see :meth:`LeaseKeeper.extend`."""
+        return await self._keeper.extend(self._extra_ms if extra_ms is None else extra_ms)
+
+    def pulse(self, extra_ms: int | None = None) -> None:
+        """Request an extension without waiting (for synchronous callbacks)."""
+        self._keeper.extend_nowait(self._extra_ms if extra_ms is None else extra_ms)
+
+    @property
+    def alive(self) -> bool:
+        """False once the job finished or its lease was lost."""
+        return self._keeper.active
+
+    @property
+    def stale(self) -> StaleLease | None:
+        """Why the lease was lost, if it was."""
+        return self._keeper.stale
