@@ -84,7 +84,19 @@ def check_text(field: str, value: object, max_length: int, error: type[InvalidAr
         raise error(field, f"must be a string, got {type(value).__name__}")
     if not 1 <= len(value) <= max_length:
         raise error(field, f"must be 1 to {max_length} characters, got {len(value)}")
+    if not value.isascii():
+        _require_utf8(field, value, error)
     return value
+
+
+def _require_utf8(field: str, text: str, error: type[InvalidArgument]) -> None:
+    # A lone surrogate ("\ud800") is a valid Python str but no valid UTF-8;
+    # SQLite (and JS) could not store it faithfully.
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as problem:
+        raise error(field, f"contains a lone surrogate at index {problem.start}, "
+                           "which is not valid Unicode text") from None
 
 
 def check_safe_int(field: str, value: object, error: type[InvalidArgument], minimum: int) -> int:
@@ -108,11 +120,14 @@ def canonical_json(payload: Any) -> str:
     """
     _reject_non_json(payload)
     try:
-        return json.dumps(
+        text = json.dumps(
             payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
         )
     except (TypeError, ValueError) as error:  # pragma: no cover - _reject_non_json is stricter
         raise InvalidJob("payload", f"is not JSON-serialisable: {error}") from None
+    if not text.isascii():
+        _require_utf8("payload", text, InvalidJob)
+    return text
 
 
 def _reject_non_json(value: Any, path: str = "payload", depth: int = 0) -> None:

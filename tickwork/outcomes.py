@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
-from .jobs import MAX_REASON_LENGTH, JobRecord, Outcome
+from .jobs import JobRecord, Outcome, check_reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -15,17 +15,17 @@ class Completed:
 
 @dataclass(frozen=True, slots=True)
 class Failed:
-    """The job failed; ``reason`` is an optional short code (at most 256 characters)."""
+    """The job failed; ``reason`` is an optional short code (1 to 256 characters).
+
+    A bad reason raises ``InvalidArgument`` (a ``ValueError``) here, inside the
+    executor, which then settles as ``execution_failed``.
+    """
 
     reason: str | None = None
 
     def __post_init__(self) -> None:
-        if self.reason is not None and (
-            not isinstance(self.reason, str) or not 1 <= len(self.reason) <= MAX_REASON_LENGTH
-        ):
-            raise ValueError(
-                f"Failed.reason must be None or a string of 1 to {MAX_REASON_LENGTH} characters"
-            )
+        if self.reason is not None:
+            check_reason("Failed.reason", self.reason)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from tests.support import Harness, job
-from tickwork import CancelResult, Completed, InvalidArgument, TickResult
+from tickwork import CancelResult, Completed, Failed, InvalidArgument, TickResult
 
 
 async def start(runtime, harness: Harness, job_id: str) -> asyncio.Task[TickResult]:  # type: ignore[no-untyped-def]
@@ -153,3 +153,40 @@ def test_bad_cancel_arguments(harness: Harness, args: tuple[str, str], field: st
     assert caught.value.field == field
     record = runtime.read("a")
     assert record is not None and record.cancellation_id is None
+
+
+async def test_cancellation_recorded_elsewhere_still_decides_the_outcome(
+    harness: Harness,
+) -> None:
+    """The settlement follows the durable cancellation, whatever path recorded
+    it: here another runtime over the same database, which cannot abort us."""
+    runtime = harness.runtime()
+    runtime.ingest(job("failing", queue="a", payload={"do": "block"}))
+    runtime.ingest(job("finishing", queue="b", payload={"do": "block"}))
+    harness.open()
+    other = harness.runtime()
+    for job_id in ("failing", "finishing"):
+        tick = await start(runtime, harness, job_id)
+        assert other.cancel(job_id, "c1").status == "recorded"
+        assert not harness.executor.signals[job_id].aborted  # nobody told the executor
+        result = Failed("boom") if job_id == "failing" else Completed()
+        harness.executor.release(job_id, result)
+        expected = "cancelled" if job_id == "failing" else "completed"
+        assert (await tick).outcome == expected
+        record = runtime.read(job_id)
+        assert record is not None and record.outcome == expected
+
+
+async def test_transactional_cancellation_racing_the_executors_return(harness: Harness) -> None:
+    """The executor has already returned a failure when the host records the
+    cancellation; the settlement that follows is still cancelled."""
+    runtime = harness.runtime()
+    runtime.ingest(job("a", payload={"do": "block"}))
+    tick = await start(runtime, harness, "a")
+    harness.executor.release("a", Failed("boom"))
+
+    def cancel() -> str:
+        return runtime.transactional.record_cancellation_intent("a", "c1").status
+
+    assert harness.host_transaction(cancel) == "recorded"
+    assert await tick == TickResult("settled", job_id="a", outcome="cancelled")

@@ -35,6 +35,11 @@ def table_rows(harness: Harness) -> list[tuple[Any, ...]]:
         (Job("a", "q", "l", 0, [math.inf]), "payload"),
         (Job("a", "q", "l", 0, {1: "non-string key"}), "payload"),
         (Job("a", "q", "l", 0, {"x": object()}), "payload"),
+        (Job("\ud800", "q", "l", 0, {}), "job_id"),
+        (Job("a", "q\udfff", "l", 0, {}), "queue"),
+        (Job("a", "q", "l\ud800", 0, {}), "lane"),
+        (Job("a", "q", "l", 0, {"s": "\ud800"}), "payload"),
+        (Job("a", "q", "l", 0, {"\ud800": 1}), "payload"),
         (Job("a", "q", "l", 0, {}, Recovery(-1)), "recovery.max_recoveries"),
         (Job("a", "q", "l", 0, {}, Recovery(True)), "recovery.max_recoveries"),
         (Job("a", "q", "l", 0, {}, 3), "recovery"),  # type: ignore[arg-type]

@@ -145,3 +145,27 @@ async def test_recovery_is_projected_and_wakes(harness: Harness) -> None:
     assert transition.head is not None
     assert (transition.head.job_id, transition.head.state) == ("a", "queued")
     assert harness.wake.calls == wakes + 1
+
+
+async def test_a_claim_alive_elsewhere_does_not_hide_the_claims_behind_it(
+    harness: Harness,
+) -> None:
+    """Probing goes round the orphaned claims: one that is alive (or cannot be
+    judged) is looked at again later, but the next tick probes the next one."""
+    harness.alive = lambda job: True  # the second dying runtime must leave "old" alone
+    await orphan(harness, None, job_id="old")
+    await orphan(harness, None, job_id="young")
+    probed: list[str] = []
+
+    def alive(job: JobRecord) -> bool:
+        probed.append(job.job_id)
+        return job.job_id == "old"
+
+    runtime = harness.runtime(is_alive=alive)
+    assert await runtime.tick() == TickResult("idle")
+    assert await runtime.tick() == TickResult("settled", job_id="young", outcome="interrupted")
+    assert probed == ["old", "young"]
+    assert await runtime.tick() == TickResult("idle")
+    assert probed == ["old", "young", "old"]
+    record = runtime.read("old")
+    assert record is not None and record.state == "running"

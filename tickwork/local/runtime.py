@@ -22,6 +22,7 @@ from ..errors import IngestConflict, InvalidArgument
 from ..jobs import (
     MAX_ID_LENGTH,
     MAX_LANE_LENGTH,
+    MAX_SAFE_INTEGER,
     Job,
     JobRecord,
     ValidJob,
@@ -108,6 +109,9 @@ class OwnerRuntime:
         self._token_prefix = secrets.token_hex(8)
         self._claim_numbers = itertools.count(1)
         self._background: set[asyncio.Task[Any]] = set()
+        # Where the next recovery probe starts: after the last claim that was
+        # found alive or could not be judged (round robin over such claims).
+        self._probe_after = _BEFORE_ANY_CLAIM
         ensure_schema(owner)
         self.transactional = TransactionalJobs(self)
 
@@ -202,7 +206,7 @@ class OwnerRuntime:
         job = self._transition(lambda: self._claim_next(token, executing))
         if job is not None:
             return await self._run(_Execution(job, token, AbortSignal()))
-        orphan, cancelled_waiting = self._store.probe(executing)
+        orphan, cancelled_waiting = self._store.probe(executing, self._probe_after)
         # Recovery first. Putting a job back or settling it is this tick's one
         # transition; an unanswered probe is reported only if nothing else runs.
         recovery = None if orphan is None else await self._recover(orphan)
@@ -233,10 +237,12 @@ class OwnerRuntime:
             if not isinstance(alive, bool):
                 raise TypeError(f"is_alive returned {type(alive).__name__}, expected bool")
         except Exception as error:  # the probe's failure is reported, never guessed at
+            self._probe_after = _claim_order(job)
             return TickResult(
                 "liveness_unknown", job_id=job.job_id, reason=f"{type(error).__name__}: {error}"
             )
         if alive:
+            self._probe_after = _claim_order(job)  # the next tick looks at the next claim
             return None
         result = self._transition(lambda: self._recover_in_transaction(job.job_id, token))
         if result is not None:
@@ -261,8 +267,6 @@ class OwnerRuntime:
                 interruption = error
             except Exception as error:
                 settlement = lifecycle.settlement_for_exception(error)
-            if signal.reason == lifecycle.ABORT_CANCELLED:
-                settlement = lifecycle.settlement_under_cancellation(settlement)
             outcome = self._transition(lambda: self._settle_in_transaction(execution, settlement))
         finally:
             del self._executions[job.job_id]
@@ -329,7 +333,7 @@ class OwnerRuntime:
             return TickResult("requeued", job_id=job_id)
         settlement = lifecycle.recovery_settlement(action)
         settled = self._store.settle_claim_record(
-            job.sequence, token, settlement.outcome, settlement.failure_reason, self._clock()
+            job.sequence, token, settlement, self._clock(), unless_cancelled=False
         )
         if settled is None:
             return None
@@ -340,23 +344,42 @@ class OwnerRuntime:
         self, execution: _Execution, settlement: lifecycle.Settlement
     ) -> TickResult:
         job = execution.job
-        arguments = (job.sequence, execution.token, settlement.outcome,
-                     settlement.failure_reason, self._clock())
+        settled = self._write_settlement(execution, settlement, unless_cancelled=True)
+        if settled is not None:
+            return settled
+        current = self._store.find_claim(job.sequence)
+        if current is not None:
+            record, token = current
+            if record.state == "running" and token == execution.token:
+                # A cancellation was recorded while the job ran (through any
+                # path: cancel, a host transaction, another runtime); the
+                # outcome follows the durable record, not the local signal.
+                cancelled = lifecycle.settlement_under_cancellation(settlement)
+                settled = self._write_settlement(execution, cancelled, unless_cancelled=False)
+                assert settled is not None  # nothing can run between the two statements
+                return settled
+            if record.state == "settled":
+                # Our claim was replaced: a lane refusal settled the job while
+                # it ran. Report what is committed; it was projected then.
+                return _settled(record)
+        return TickResult("idle", job_id=job.job_id, reason="claim_replaced")
+
+    def _write_settlement(
+        self, execution: _Execution, settlement: lifecycle.Settlement, *, unless_cancelled: bool
+    ) -> TickResult | None:
+        job, now = execution.job, self._clock()
         if self._project is None:
-            if self._store.settle_claim(*arguments):
+            if self._store.settle_claim(job.sequence, execution.token, settlement, now,
+                                        unless_cancelled=unless_cancelled):
                 return TickResult("settled", job_id=job.job_id, outcome=settlement.outcome,
                                   failure_reason=settlement.failure_reason)
-        else:
-            settled = self._store.settle_claim_record(*arguments)
-            if settled is not None:
-                self._project_queue(job.queue, settled=settled)
-                return _settled(settled)
-        # Our claim was replaced (a lane refusal settled it while it ran).
-        # Report what is committed; it was projected when it was written.
-        current = self._store.find(job.job_id)
-        if current is not None and current.state == "settled":
-            return _settled(current)
-        return TickResult("idle", job_id=job.job_id, reason="claim_replaced")
+            return None
+        settled = self._store.settle_claim_record(job.sequence, execution.token, settlement, now,
+                                                  unless_cancelled=unless_cancelled)
+        if settled is None:
+            return None
+        self._project_queue(job.queue, settled=settled)
+        return _settled(settled)
 
     # ---------------------------------------------------------------- helpers
 
@@ -461,6 +484,14 @@ class TransactionalJobs:
 
 async def _await(awaitable: Awaitable[T]) -> T:
     return await awaitable
+
+
+_BEFORE_ANY_CLAIM = (-MAX_SAFE_INTEGER, 0)
+
+
+def _claim_order(job: JobRecord) -> tuple[int, int]:
+    assert job.started_at is not None  # a running claim always has one
+    return job.started_at, job.sequence
 
 
 def _settled(job: JobRecord) -> TickResult:

@@ -85,17 +85,24 @@ CLAIM_NEXT_IF_CLEAR = _CLAIM.format(guard=CLAIM_GUARD)
 
 # Settle a claim. Fenced on the exact claim token and the running state: a
 # claim that was refused, recovered or re-claimed in the meantime matches no
-# row, so exactly one terminal outcome is ever written per job. The _RECORD
-# form returns the settled job for the projector; the plain form returns only
-# the sequence, which is all the hot path needs to know that it landed.
+# row, so exactly one terminal outcome is ever written per job.
+# {guard}: the _UNLESS_CANCELLED forms also match no row once a cancellation
+# is recorded, so the runtime can apply the cancellation rule
+# (lifecycle.settlement_under_cancellation) to durable truth and settle again.
+# {returning}: the _RECORD forms return the settled job for the projector;
+# the others only the sequence, all the hot path needs to know it landed.
 _SETTLE = """
 UPDATE tickwork_jobs
 SET state = 'settled', outcome = ?, failure_reason = ?, settled_at = ?
-WHERE sequence = ? AND state = 'running' AND claim_token = ?
+WHERE sequence = ? AND state = 'running' AND claim_token = ? {guard}
 RETURNING {returning}
 """
-SETTLE_CLAIM = _SETTLE.format(returning="sequence")
-SETTLE_CLAIM_RECORD = _SETTLE.format(returning=JOB_COLUMNS)
+_UNLESS_CANCELLED = "AND cancellation_id IS NULL"
+SETTLE_CLAIM = _SETTLE.format(guard="", returning="sequence")
+SETTLE_CLAIM_RECORD = _SETTLE.format(guard="", returning=JOB_COLUMNS)
+SETTLE_CLAIM_UNLESS_CANCELLED = _SETTLE.format(guard=_UNLESS_CANCELLED, returning="sequence")
+SETTLE_CLAIM_RECORD_UNLESS_CANCELLED = _SETTLE.format(
+    guard=_UNLESS_CANCELLED, returning=JOB_COLUMNS)
 
 # Recovery: put a disappeared claim back in its queue, counting the recovery.
 # Fenced like SETTLE_CLAIM.
@@ -106,16 +113,24 @@ WHERE sequence = ? AND state = 'running' AND claim_token = ?
 RETURNING {JOB_COLUMNS}
 """
 
-# What a tick must look at before claiming, in one read: the oldest running
-# claim not executed by this runtime (its sequence; the tokens this runtime is
-# executing are appended as NOT IN values), and whether any cancelled job is
-# still queued. Both are probes of small partial indexes.
+# What a tick must look at before claiming, in one read: the running claim to
+# ask the liveness probe about, and whether any cancelled job is still queued.
+# The claim is the oldest one not executed by this runtime (the tokens it is
+# executing are appended as NOT IN values) that comes after the cursor
+# (started_at, sequence), wrapping around to the oldest: a claim whose
+# execution is alive elsewhere, or whose probe fails, then cannot keep the
+# claims behind it from ever being looked at. Both are small-index probes.
 TICK_PROBE = """
 SELECT
-    (SELECT sequence FROM tickwork_jobs
-     WHERE state = 'running' {exclude}
-     ORDER BY started_at, sequence
-     LIMIT 1),
+    coalesce(
+        (SELECT sequence FROM tickwork_jobs
+         WHERE state = 'running' {exclude} AND (started_at, sequence) > (?, ?)
+         ORDER BY started_at, sequence
+         LIMIT 1),
+        (SELECT sequence FROM tickwork_jobs
+         WHERE state = 'running' {exclude}
+         ORDER BY started_at, sequence
+         LIMIT 1)),
     EXISTS (SELECT 1 FROM tickwork_jobs
             WHERE state = 'queued' AND cancellation_id IS NOT NULL)
 """

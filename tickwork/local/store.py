@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 from ..jobs import JobRecord, JobState, Outcome, Recovery, ValidJob
+from ..lifecycle import Settlement
 from ..owners.base import Owner, Row
 from . import statements as sql
 
@@ -85,16 +86,24 @@ class LocalJobStore:
         return self._write_one(sql.CLAIM_NEXT, (token, now))
 
     def settle_claim(
-        self, sequence: int, token: str, outcome: Outcome, reason: str | None, now: int
+        self, sequence: int, token: str, settlement: Settlement, now: int,
+        *, unless_cancelled: bool,
     ) -> bool:
-        """Settle the claim; False when the claim is no longer the job's current one."""
-        return bool(self.owner.mutate(sql.SETTLE_CLAIM, (outcome, reason, now, sequence, token)))
+        """Settle the claim; False when it is no longer the job's current claim
+        (or, with ``unless_cancelled``, when a cancellation is recorded)."""
+        statement = sql.SETTLE_CLAIM_UNLESS_CANCELLED if unless_cancelled else sql.SETTLE_CLAIM
+        params = (settlement.outcome, settlement.failure_reason, now, sequence, token)
+        return bool(self.owner.mutate(statement, params))
 
     def settle_claim_record(
-        self, sequence: int, token: str, outcome: Outcome, reason: str | None, now: int
+        self, sequence: int, token: str, settlement: Settlement, now: int,
+        *, unless_cancelled: bool,
     ) -> JobRecord | None:
         """settle_claim, returning the settled job (for the projector)."""
-        return self._write_one(sql.SETTLE_CLAIM_RECORD, (outcome, reason, now, sequence, token))
+        statement = (sql.SETTLE_CLAIM_RECORD_UNLESS_CANCELLED if unless_cancelled
+                     else sql.SETTLE_CLAIM_RECORD)
+        params = (settlement.outcome, settlement.failure_reason, now, sequence, token)
+        return self._write_one(statement, params)
 
     def requeue_claim(self, sequence: int, token: str) -> JobRecord | None:
         return self._write_one(sql.REQUEUE_CLAIM, (sequence, token))
@@ -110,10 +119,15 @@ class LocalJobStore:
             statement = self._statements[key] = template.replace("{exclude}", exclude)
         return statement
 
-    def probe(self, exclude_tokens: Sequence[str]) -> tuple[int | None, bool]:
-        """(sequence of the oldest claim not in ``exclude_tokens``, any cancelled queued?)"""
+    def probe(
+        self, exclude_tokens: Sequence[str], after: tuple[int, int]
+    ) -> tuple[int | None, bool]:
+        """(the running claim to probe: the first after ``after`` in
+        (started_at, sequence) order, wrapping, skipping ``exclude_tokens``;
+        whether any cancelled job is still queued)"""
         statement = self._excluding(sql.TICK_PROBE, len(exclude_tokens))
-        orphan, cancelled = self.owner.query(statement, exclude_tokens)[0]
+        orphan, cancelled = self.owner.query(
+            statement, (*exclude_tokens, *after, *exclude_tokens))[0]
         return orphan, bool(cancelled)
 
     def claim_next_if_clear(
