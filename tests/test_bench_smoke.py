@@ -1,0 +1,22 @@
+"""The benchmarks keep running (their figures are read by people, not asserted)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_owner_local_benchmark_runs_and_prints_every_figure() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.owner_local", "--quick"],
+        capture_output=True, text=True, cwd=ROOT, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert result.returncode == 0, result.stderr
+    for label in ("engine ", "raw loop, bare table", "raw loop, engine table",
+                  "single-job ingest()", "depth   1,000", "ratio"):
+        assert label in result.stdout, label
