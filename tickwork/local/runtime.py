@@ -1,9 +1,11 @@
 """OwnerRuntime: the durable job engine over one synchronous SQLite owner.
 
-Each operation is one owner transaction built from the statements in
-``statements.py``; the decisions come from ``tickwork.lifecycle``. The only
-state kept in memory is what cannot be durable: which claims this runtime is
-executing right now (with their abort signals) and the busy guard.
+Every transition writes with one statement from ``statements.py`` (with a
+projector, that statement and the projector's writes share one owner
+transaction); the decisions come from ``tickwork.lifecycle``. The only state
+kept in memory is what cannot be durable: which claims this runtime is
+executing right now (with their abort signals), the busy guard, and where the
+next recovery probe starts.
 """
 
 from __future__ import annotations
@@ -343,10 +345,18 @@ class OwnerRuntime:
     def _settle_in_transaction(
         self, execution: _Execution, settlement: lifecycle.Settlement
     ) -> TickResult:
-        job = execution.job
         settled = self._write_settlement(execution, settlement, unless_cancelled=True)
         if settled is not None:
             return settled
+        # Rare path: read and write again, atomically, so that nothing (not
+        # even another process on the same file) moves the job in between.
+        return self._owner.atomic(lambda: self._settle_unusual(execution, settlement))
+
+    def _settle_unusual(
+        self, execution: _Execution, settlement: lifecycle.Settlement
+    ) -> TickResult:
+        """The guarded settle matched nothing: find out why and act on it."""
+        job = execution.job
         current = self._store.find_claim(job.sequence)
         if current is not None:
             record, token = current
@@ -356,7 +366,7 @@ class OwnerRuntime:
                 # outcome follows the durable record, not the local signal.
                 cancelled = lifecycle.settlement_under_cancellation(settlement)
                 settled = self._write_settlement(execution, cancelled, unless_cancelled=False)
-                assert settled is not None  # nothing can run between the two statements
+                assert settled is not None  # same transaction as the read above
                 return settled
             if record.state == "settled":
                 # Our claim was replaced: a lane refusal settled the job while
