@@ -9,7 +9,7 @@ import json
 from collections.abc import Sequence
 from typing import Any, cast
 
-from ..jobs import JobRecord, JobState, Outcome, Recovery, ValidJob
+from ..jobs import JobRecord, JobState, Outcome, Recovery, ValidJob, canonical_json
 from ..lifecycle import Settlement
 from ..owners.base import Owner, Row
 from . import statements as sql
@@ -44,7 +44,7 @@ def stored_cargo(record: JobRecord) -> ValidJob:
         record.queue,
         record.lane,
         record.priority,
-        json.dumps(record.payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False),
+        canonical_json(record.payload),
         None if record.recovery is None else record.recovery.max_recoveries,
     )
 
