@@ -51,6 +51,27 @@ class CountingWake:
         self.calls += 1
 
 
+#: Executor actions that return (or raise) at once, by name.
+IMMEDIATE_ACTIONS = ("complete", "fail", "fail_reason", "raise", "unknown", "cancel", "invalid")
+
+
+def immediate_result(action: str, payload: dict[str, Any]) -> Any:
+    """What a scripted executor returns for an immediate action (``raise`` raises)."""
+    if action == "complete":
+        return Completed()
+    if action in ("fail", "fail_reason"):
+        return Failed(payload.get("reason"))
+    if action == "raise":
+        raise RuntimeError("executor exploded")
+    if action == "unknown":
+        return OutcomeUnknown()
+    if action == "cancel":
+        return Cancelled()
+    if action == "invalid":
+        return "not an outcome"
+    raise ValueError(f"not an immediate action: {action!r}")
+
+
 class ScriptedExecutor:
     """Executes jobs according to ``payload["do"]``.
 
@@ -73,18 +94,11 @@ class ScriptedExecutor:
         self.running += 1
         self.max_running = max(self.max_running, self.running)
         try:
-            action = job.payload.get("do", "complete") if isinstance(job.payload, dict) else ""
+            payload = job.payload if isinstance(job.payload, dict) else {}
+            action = payload.get("do", "complete")
             await asyncio.sleep(0)
-            if action == "fail":
-                return Failed(job.payload.get("reason"))
-            if action == "raise":
-                raise RuntimeError("executor exploded")
-            if action == "unknown":
-                return OutcomeUnknown()
-            if action == "cancel":
-                return Cancelled()
-            if action == "invalid":
-                return "done"
+            if action in IMMEDIATE_ACTIONS:
+                return immediate_result(action, payload)
             if action == "block":
                 gate = self._gate(job.job_id)
                 aborted = asyncio.ensure_future(signal.wait())
@@ -96,7 +110,7 @@ class ScriptedExecutor:
                         raise result
                     return result
                 return Failed("stopped")
-            return Completed()
+            raise AssertionError(f"unknown scripted action {action!r}")
         finally:
             self.running -= 1
 

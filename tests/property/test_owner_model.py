@@ -35,7 +35,7 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from tests.support import OWNER_KINDS, Harness
+from tests.support import IMMEDIATE_ACTIONS, OWNER_KINDS, Harness, immediate_result
 from tickwork import (
     AbortSignal,
     Cancelled,
@@ -493,20 +493,8 @@ class GatedExecutor:
         self.claims.append(claim)
         action = job.payload["do"]
         await asyncio.sleep(0)
-        if action == "complete":
-            return Completed()
-        if action == "fail":
-            return Failed()
-        if action == "fail_reason":
-            return Failed(job.payload["reason"])
-        if action == "raise":
-            raise RuntimeError("executor exploded")
-        if action == "unknown":
-            return OutcomeUnknown()
-        if action == "cancel":
-            return Cancelled()
-        if action == "invalid":
-            return "not an outcome"
+        if action in IMMEDIATE_ACTIONS:
+            return immediate_result(action, job.payload)
         assert action in BLOCKING, action
         gate: asyncio.Future[Release] = asyncio.get_running_loop().create_future()
         self.gate, self.signal, self.honours = gate, signal, action == "block"
