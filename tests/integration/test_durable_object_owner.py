@@ -140,3 +140,55 @@ async def test_evicted_object_rebuilds_and_recovers(tmp_path: Path) -> None:
         record = after.read("a")
         assert record is not None and record.recoveries == 1
         rebuilt_storage.close()
+
+
+class FloatingCursor:
+    """A cursor whose INTEGER values arrive as floats (JS doubles not converted back)."""
+
+    def __init__(self, cursor: Any) -> None:
+        self._cursor = cursor
+        self.columnNames = cursor.columnNames
+
+    def toArray(self) -> list[dict[str, Any]]:
+        return [
+            {name: float(value) if type(value) is int else value for name, value in row.items()}
+            for row in self._cursor.toArray()
+        ]
+
+
+class FloatingSql:
+    def __init__(self, sql: Any) -> None:
+        self._sql = sql
+
+    def exec(self, query: str, *bindings: Any) -> FloatingCursor:
+        return FloatingCursor(self._sql.exec(query, *bindings))
+
+
+class FloatingStorage:
+    def __init__(self, storage: FakeDurableObjectStorage) -> None:
+        self._storage = storage
+        self.sql = FloatingSql(storage.sql)
+
+    def transactionSync(self, fn: Any) -> Any:
+        return self._storage.transactionSync(fn)
+
+
+async def test_integers_arriving_as_floats_are_ints_again(tmp_path: Path) -> None:
+    with fake_pyodide():
+        storage = FakeDurableObjectStorage(tmp_path / "do.sqlite3", sdk="external")
+        runtime = OwnerRuntime(DurableObjectOwner(FloatingStorage(storage)),
+                               execute=ScriptedExecutor(), is_alive=lambda job: False,
+                               wake=Wake())
+        runtime.ingest(job("a", priority=MAX_SAFE_INTEGER, recovery=Recovery(2)))
+        runtime.ingest(job("b", priority=-5))
+        assert (await runtime.tick()).job_id == "a"
+        record = runtime.read("a")
+        assert record is not None
+        for value in (record.priority, record.sequence, record.recoveries, record.enqueued_at,
+                      record.started_at, record.settled_at, record.recovery.max_recoveries
+                      if record.recovery else None):
+            assert type(value) is int, value
+        assert record.priority == MAX_SAFE_INTEGER
+        head = runtime.read_queue_head("q")
+        assert head is not None and head.job_id == "b" and type(head.priority) is int
+        storage.close()
