@@ -14,7 +14,9 @@ SCHEMA_VERSION = 1
 
 # Column notes:
 # * sequence: enqueue order. AUTOINCREMENT so a purged tail is never reused and
-#   "after_sequence" paging stays monotonic.
+#   "after_sequence" paging stays monotonic. (Durable Object SQLite: public DO
+#   code creates AUTOINCREMENT tables through ctx.storage.sql; Cloudflare's
+#   docs do not mention it either way.)
 # * claim_token: the private token of the latest claim. Kept after settlement;
 #   every transition out of "running" is fenced on it, so a stale claim can
 #   never settle or requeue a job another claim (or a refusal) already moved.
