@@ -174,11 +174,17 @@ def validate_job(job: object) -> ValidJob:
     return ValidJob(job_id, queue, lane, priority, canonical_json(job.payload), max_recoveries)
 
 
+# ValidJob fields that make up a job's cargo, with the names errors report.
+_CARGO_FIELDS = (
+    ("queue", "queue"),
+    ("lane", "lane"),
+    ("priority", "priority"),
+    ("payload_json", "payload"),
+    ("max_recoveries", "recovery"),
+)
+
+
 def cargo_differences(new: ValidJob, stored: ValidJob) -> tuple[str, ...]:
     """Names of the fields in which a replayed job differs from the stored one."""
-    differences = []
-    for name in ("queue", "lane", "priority", "payload_json", "max_recoveries"):
-        if getattr(new, name) != getattr(stored, name):
-            differences.append(name.replace("payload_json", "payload").replace(
-                "max_recoveries", "recovery"))
-    return tuple(differences)
+    return tuple(name for field, name in _CARGO_FIELDS
+                 if getattr(new, field) != getattr(stored, field))

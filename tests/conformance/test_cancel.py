@@ -30,7 +30,7 @@ async def test_queued_job_settles_cancelled_on_next_tick_without_running(
     assert await runtime.tick() == TickResult("idle")
 
 
-async def test_queued_cancellation_settles_past_a_busy_queue(harness: Harness) -> None:
+async def test_a_waiting_cancellation_settles_before_any_runnable_job(harness: Harness) -> None:
     runtime = harness.runtime()
     runtime.ingest(job("head", queue="q", payload={"do": "block"}))
     runtime.ingest(job("behind", queue="q"))

@@ -45,7 +45,7 @@ from ..outcomes import (
 from ..owners.base import Owner
 from ..signals import AbortSignal
 from .schema import ensure_schema
-from .store import LocalJobStore, stored_cargo
+from .store import LocalJobStore
 
 T = TypeVar("T")
 
@@ -143,14 +143,24 @@ class OwnerRuntime:
         self, job_id: str, cancellation_id: str, *, only_if_queued: bool = False
     ) -> CancelResult:
         """Record a durable cancellation; a job executing here is aborted after it commits."""
+        status = self._record_cancellation(job_id, cancellation_id, only_if_queued)
+        if status == "recorded":
+            self._abort(job_id, lifecycle.ABORT_CANCELLED)
+        return CancelResult(status, job_id)
+
+    def _record_cancellation(
+        self, job_id: str, cancellation_id: str, only_if_queued: bool
+    ) -> CancelStatus:
+        """The cancellation mutation shared by cancel() and the transactional API."""
         _check_cancel_args(job_id, cancellation_id, only_if_queued)
+        # Read, decide and write in one transaction: the decision depends on
+        # the stored state, which another writer must not change in between.
         status = self._owner.atomic(
             lambda: self._cancel_in_transaction(job_id, cancellation_id, only_if_queued)
         )
         if status == "recorded":
-            self._abort(job_id, lifecycle.ABORT_CANCELLED)
             self._wake_soon()
-        return CancelResult(status, job_id)
+        return status
 
     def fail_lane(self, lane: str, reason: str) -> FailLaneResult:
         """Settle up to 256 of the lane's queued and running jobs as failed."""
@@ -284,9 +294,9 @@ class OwnerRuntime:
         if self._store.insert(valid, self._clock()):
             self._project_queue(valid.queue)
             return "queued"
-        existing = self._store.find(valid.job_id)
-        assert existing is not None  # the insert conflicted on this job_id
-        differences = cargo_differences(valid, stored_cargo(existing))
+        stored = self._store.find_cargo(valid.job_id)
+        assert stored is not None  # the insert conflicted on this job_id
+        differences = cargo_differences(valid, stored)
         if differences:
             raise IngestConflict(valid.job_id, differences)
         return "duplicate"
@@ -464,25 +474,17 @@ class TransactionalJobs:
         self._runtime = runtime
 
     def enqueue_accepted_job(self, job: Job) -> IngestStatus:
-        runtime = self._runtime
-        valid = validate_job(job)
-        status = runtime._owner.atomic(lambda: runtime._ingest_in_transaction(valid))
-        if status == "queued":
-            runtime._wake_soon()
-        return status
+        # ingest's single statement joins the open transaction as it is.
+        return self._runtime.ingest(job)
 
     def record_cancellation_intent(
         self, job_id: str, cancellation_id: str, only_if_queued: bool = False
     ) -> CancelResult:
         runtime = self._runtime
-        _check_cancel_args(job_id, cancellation_id, only_if_queued)
-        status = runtime._owner.atomic(
-            lambda: runtime._cancel_in_transaction(job_id, cancellation_id, only_if_queued)
-        )
-        if status == "recorded":
-            if job_id in runtime._executions:
-                asyncio.get_running_loop().call_soon(runtime._abort_if_cancelled, job_id)
-            runtime._wake_soon()
+        status = runtime._record_cancellation(job_id, cancellation_id, only_if_queued)
+        if status == "recorded" and job_id in runtime._executions:
+            # Abort only once the host's transaction has committed (checked then).
+            asyncio.get_running_loop().call_soon(runtime._abort_if_cancelled, job_id)
         return CancelResult(status, job_id)
 
     def read_queue_head(self, queue: str) -> JobRecord | None:

@@ -1,9 +1,10 @@
 """Every SQL statement the owner-local runtime runs, one per transition.
 
 Each statement is a single atomic mutation or read; the comment above it says
-what it guarantees. Placeholders are positional ``?`` (SQLite and Durable
-Object storage both accept them); no statement binds more than 6 values, far
-inside the Durable Object limit of 100.
+what it guarantees. Placeholders are ``?`` or ``?NNN`` (SQLite and Durable
+Object storage both accept them); no statement binds more than a handful of
+values (the probes add one per claim this runtime is executing), far inside
+the Durable Object limit of 100.
 """
 
 from __future__ import annotations
@@ -27,6 +28,13 @@ RETURNING sequence
 """
 
 SELECT_JOB = f"SELECT {JOB_COLUMNS} FROM tickwork_jobs WHERE job_id = ?"
+
+# A stored job's identity and cargo, in ValidJob order: a replay is compared
+# with the stored canonical payload text as it is, without decoding it.
+SELECT_CARGO = """
+SELECT job_id, queue, lane, priority, payload_json, max_recoveries
+FROM tickwork_jobs WHERE job_id = ?
+"""
 
 # A queue's head: its running job if any, else its waiting job with the
 # highest priority, oldest first. Two index probes, never a scan.

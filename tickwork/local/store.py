@@ -9,7 +9,7 @@ import json
 from collections.abc import Sequence
 from typing import Any, cast
 
-from ..jobs import JobRecord, JobState, Outcome, Recovery, ValidJob, canonical_json
+from ..jobs import JobRecord, JobState, Outcome, Recovery, ValidJob
 from ..lifecycle import Settlement
 from ..owners.base import Owner, Row
 from . import statements as sql
@@ -34,18 +34,6 @@ def decode_job(row: Row) -> JobRecord:
         row[12],
         row[13],
         row[14],
-    )
-
-
-def stored_cargo(record: JobRecord) -> ValidJob:
-    """The stored job's identity and cargo in the form validate_job produces."""
-    return ValidJob(
-        record.job_id,
-        record.queue,
-        record.lane,
-        record.priority,
-        canonical_json(record.payload),
-        None if record.recovery is None else record.recovery.max_recoveries,
     )
 
 
@@ -75,6 +63,11 @@ class LocalJobStore:
 
     def find(self, job_id: str) -> JobRecord | None:
         return self._read_one(sql.SELECT_JOB, (job_id,))
+
+    def find_cargo(self, job_id: str) -> ValidJob | None:
+        """The stored job's identity and cargo, as validate_job would produce them."""
+        rows = self.owner.query(sql.SELECT_CARGO, (job_id,))
+        return ValidJob(*rows[0]) if rows else None
 
     def queue_head(self, queue: str) -> JobRecord | None:
         return self._read_one(sql.SELECT_QUEUE_HEAD, (queue,))
