@@ -1,0 +1,103 @@
+"""tickwork on Cloudflare D1: a job table shared by every Worker invocation.
+
+    from tickwork.d1 import D1Runtime, purge_d1_queues
+
+Apply ``schema/d1`` with ``wrangler d1 migrations apply`` first; opening a
+runtime never migrates. See the README ("Shared runtimes").
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import InvalidArgument
+from ..jobs import Job, validate_job
+from ..leases import DEFAULT_LEASE_MS, DEFAULT_RENEW_EVERY_MS, Clock
+from ..shared.runtime import Now, SharedExecutor, SharedRuntime, Wake
+from . import statements as sql
+from .binding import MAX_BOUND_PARAMETERS, D1Binding
+from .store import LATEST_MIGRATION, SCHEMA_VERSION, D1Store
+
+__all__ = ["LATEST_MIGRATION", "SCHEMA_VERSION", "D1Runtime", "purge_d1_queues"]
+
+_PARAMETER = re.compile(r"\?(\d*)")
+
+
+class D1Runtime(SharedRuntime):
+    """The shared runtime over a D1 binding (``env.DB``).
+
+    Every operation costs one round trip in the common case (see the
+    benchmark for counts); a tick is two (claim, settle) plus one per renewal.
+    """
+
+    def __init__(
+        self,
+        db: Any,
+        *,
+        execute: SharedExecutor,
+        wake: Wake,
+        now: Now | None = None,
+        lease_ms: int = DEFAULT_LEASE_MS,
+        renew_every_ms: int = DEFAULT_RENEW_EVERY_MS,
+        clock: Clock | None = None,
+    ) -> None:
+        self._d1_store = D1Store(db)
+        super().__init__(self._d1_store, execute=execute, wake=wake, now=now,
+                         lease_ms=lease_ms, renew_every_ms=renew_every_ms, clock=clock)
+
+    def enqueue(self, job: Job) -> Any:
+        """A prepared statement that enqueues ``job``, for the producer's own ``db.batch``.
+
+        An identical replay writes nothing; a conflicting one fails the batch.
+        """
+        valid = validate_job(job)
+        values = (self._db_now(), valid.job_id, valid.queue, valid.lane, valid.priority,
+                  valid.payload_json, valid.max_recoveries)
+        return self._d1_store.d1.prepare(sql.ENQUEUE, values)
+
+    def enqueue_from_select(self, text: str, values: Sequence[Any] = ()) -> Any:
+        """A statement inserting the rows of a trusted SELECT, for the producer's batch.
+
+        ``text`` is a SQLite SELECT bound with ``?NNN`` (or ``?``) placeholders
+        producing columns job_id, queue_name, lane, priority, payload_json and
+        recovery_max (nullable). Each row is checked by the table's constraints
+        and replayed like ``enqueue``: identical rows are no-ops, conflicting
+        ones fail the batch.
+        """
+        count = _parameter_count(text, values)
+        clock = f"?{count + 1}"
+        statement = sql.ENQUEUE_FROM_SELECT.format(
+            now=sql.NOW.replace("?1", clock), select=text, on_replay=sql._ON_REPLAY
+        )
+        return self._d1_store.d1.prepare(statement, (*values, self._db_now()))
+
+
+def purge_d1_queues(db: Any, select_text: str, values: Sequence[Any] = ()) -> Any:
+    """A statement erasing every job (any state) of the queues ``select_text`` names.
+
+    ``select_text`` is a trusted one-column SELECT of queue names with ``?NNN``
+    placeholders; the statement goes into the caller's own ``db.batch``.
+    """
+    _parameter_count(select_text, values)
+    return D1Binding(db).prepare(sql.PURGE_QUEUES.format(select=select_text), values)
+
+
+def _parameter_count(text: str, values: Sequence[Any]) -> int:
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidArgument("text", "must be a non-empty SQL SELECT")
+    if not isinstance(values, Sequence) or isinstance(values, str):
+        raise InvalidArgument("values", "must be a sequence of bound values")
+    numbered = [int(n) for n in _PARAMETER.findall(text) if n]
+    anonymous = sum(1 for n in _PARAMETER.findall(text) if not n)
+    if anonymous and numbered:
+        raise InvalidArgument("text", "mixes ? and ?NNN placeholders; use ?NNN")
+    count = max(numbered, default=anonymous)
+    if count != len(values):
+        raise InvalidArgument("values", f"{len(values)} values for {count} placeholders")
+    if count + 1 > MAX_BOUND_PARAMETERS:
+        raise InvalidArgument(
+            "values", f"{count} values; D1 allows {MAX_BOUND_PARAMETERS - 1} here "
+            "(one parameter is tickwork's clock)")
+    return count

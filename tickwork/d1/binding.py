@@ -1,0 +1,112 @@
+"""The edge between Python and a D1 binding (``env.DB``): values in, rows out.
+
+A D1 binding answers in one of two shapes. The built-in Workers SDK hands
+back raw JS proxies (``.to_py()``, SQL NULL as ``pyodide.ffi.jsnull``, numbers
+as floats); the external SDK (``workers-runtime-sdk``) hands back dict-like
+rows. Both are normalised here, once, so the store sees plain Python: lists
+of rows, ``None`` for NULL, ``int`` for every integral number (tickwork stores
+no REALs, and keeps every integer within +-(2**53 - 1)).
+
+Binding: D1 rejects JS ``undefined``, which is what Python ``None`` becomes
+through Pyodide's raw FFI, so NULL is bound as ``jsnull`` whenever Pyodide is
+present (looked up per instance, not at import, so CPython hosts and tests
+with a stand-in both work).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+#: D1 accepts at most this many bound parameters per statement.
+MAX_BOUND_PARAMETERS = 100
+
+
+def _load_jsnull() -> object | None:
+    try:
+        from pyodide.ffi import jsnull  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        return None
+    return jsnull  # type: ignore[no-any-return, unused-ignore]
+
+
+def _load_to_js(db: Any) -> Any:
+    """``to_js`` when ``db`` is a raw JS proxy (built-in SDK), else None."""
+    try:
+        from pyodide.ffi import JsProxy, to_js  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        return None
+    return to_js if isinstance(db, JsProxy) else None
+
+
+class D1Binding:
+    """A D1 database binding with plain-Python answers."""
+
+    def __init__(self, db: Any) -> None:
+        self.db = db
+        self._jsnull = _load_jsnull()
+        self._to_js = _load_to_js(db)
+
+    def prepare(self, sql: str, values: Sequence[Any] = ()) -> Any:
+        """A prepared statement with ``values`` bound (for ``query``/``batch``)."""
+        if len(values) > MAX_BOUND_PARAMETERS:
+            raise ValueError(
+                f"{len(values)} bound parameters; D1 allows {MAX_BOUND_PARAMETERS} per statement"
+            )
+        statement = self.db.prepare(sql)
+        if not values:
+            return statement
+        null = self._jsnull
+        bound = values if null is None else [null if v is None else v for v in values]
+        return statement.bind(*bound)
+
+    async def query(self, sql: str, values: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Run one statement; its rows (RETURNING rows for writes) as tuples."""
+        result = await self.prepare(sql, values).raw()
+        return [tuple(self._value(v) for v in _py(row)) for row in (_py(result) or [])]
+
+    async def run(self, sql: str, values: Sequence[Any] = ()) -> int:
+        """Run one write; the number of rows it changed."""
+        result = await self.prepare(sql, values).run()
+        return int(self._value(_field(_field(result, "meta"), "changes")) or 0)
+
+    async def batch(
+        self, statements: Sequence[tuple[str, Sequence[Any]]], columns: Sequence[Sequence[str]]
+    ) -> list[list[tuple[Any, ...]]]:
+        """Run statements as one D1 batch (one round trip, all or nothing).
+
+        ``columns[i]`` names the result columns of statement i, in the order
+        the rows should have (batch rows come back as objects keyed by name).
+        """
+        prepared = [self.prepare(sql, values) for sql, values in statements]
+        results = await self.db.batch(self._js_list(prepared))
+        out = []
+        for result, names in zip(_py(results), columns, strict=True):
+            rows = _py(_field(result, "results")) or []
+            out.append([tuple(self._value(_field(_py(row), n)) for n in names) for row in rows])
+        return out
+
+    def _js_list(self, items: list[Any]) -> Any:
+        # The built-in SDK's raw binding wants a JS array; the external SDK
+        # takes a Python list.
+        return items if self._to_js is None else self._to_js(items)
+
+    def _value(self, value: Any) -> Any:
+        if value is None or value is self._jsnull:
+            return None
+        if type(value) is float and value.is_integer():
+            return int(value)
+        return value
+
+
+def _py(value: Any) -> Any:
+    to_py = getattr(value, "to_py", None)
+    return to_py() if callable(to_py) else value
+
+
+def _field(obj: Any, name: str) -> Any:
+    if obj is None:
+        return None
+    if isinstance(obj, Mapping):
+        return obj.get(name)
+    return getattr(obj, name, None)
