@@ -42,7 +42,12 @@ class Coalescer(Generic[Request, Answer]):
         self._max_batch = max_batch
         self._max_in_flight = max_in_flight
         self._waiting: list[tuple[Request, asyncio.Future[Answer]]] = []
+        # Runner tasks hold themselves here; `_active` counts the ones still
+        # looping, updated in the same synchronous step in which a runner sees
+        # nothing left to do, so a request can never land after the last
+        # runner's final look and be left waiting.
         self._runners: set[asyncio.Task[None]] = set()
+        self._active = 0
         self.flushes = 0
         self.requests = 0
 
@@ -50,13 +55,20 @@ class Coalescer(Generic[Request, Answer]):
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Answer] = loop.create_future()
         self._waiting.append((request, future))
-        if len(self._runners) < self._max_in_flight:
+        if self._active < self._max_in_flight:
+            self._active += 1
             runner = loop.create_task(self._run())
             self._runners.add(runner)
             runner.add_done_callback(self._runners.discard)
         return await future
 
     async def _run(self) -> None:
+        try:
+            await self._flush_waiting()
+        finally:
+            self._active -= 1
+
+    async def _flush_waiting(self) -> None:
         # Let every task that is ready to submit in this loop iteration do so
         # before the first flush: ticks released together share one commit.
         await asyncio.sleep(0)
