@@ -1,0 +1,94 @@
+"""Harness for the shared-runtime conformance suite (PostgreSQL and D1).
+
+A ``SharedHarness`` owns one real database and opens any number of runtimes
+over it: each runtime stands for one worker. ``now`` is the test clock that
+replaces database time, so lease expiry is exercised without waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from tests.support import CountingWake, ScriptedExecutor
+from tickwork.shared import SharedRuntime
+
+STORE_KINDS = ("postgres", "d1-external", "d1-builtin")
+
+#: The fixed start of the test clock (2026-11-30T00:00:00Z).
+EPOCH_MS = 1_796_000_000_000
+
+
+class ManualNow:
+    """A clock the test moves by hand (epoch milliseconds)."""
+
+    def __init__(self) -> None:
+        self.ms = EPOCH_MS
+
+    def __call__(self) -> int:
+        return self.ms
+
+    def advance(self, ms: int) -> None:
+        self.ms += ms
+
+
+class WorkerDied(ConnectionError):
+    """What a killed worker's store calls raise: nothing it does reaches the database."""
+
+
+class _DeadStore:
+    def __getattr__(self, name: str) -> Any:
+        async def dead(*args: Any, **kwargs: Any) -> Any:
+            raise WorkerDied(f"this worker is dead; {name} never reached the database")
+
+        return dead
+
+
+class SharedHarness:
+    """One database; ``runtime()`` opens another worker on it."""
+
+    def __init__(
+        self,
+        kind: str,
+        factory: Callable[..., SharedRuntime],
+        query: Callable[[str], Awaitable[list[tuple[Any, ...]]]],
+    ) -> None:
+        self.kind = kind
+        self._factory = factory
+        self.query = query  # raw SQL against the database, for assertions
+        self.now = ManualNow()
+        self.wake = CountingWake()
+        self.executor = ScriptedExecutor()
+        self.runtimes: list[SharedRuntime] = []
+
+    def runtime(self, *, db_time: bool = False, **overrides: Any) -> SharedRuntime:
+        """A worker. ``db_time=True`` judges leases by the database clock
+        instead of ``self.now``."""
+        options: dict[str, Any] = {"execute": self.executor, "wake": self.wake}
+        if not db_time:
+            options["now"] = self.now
+        options.update(overrides)
+        runtime = self._factory(**options)
+        self.runtimes.append(runtime)
+        return runtime
+
+    @staticmethod
+    async def kill(runtime: SharedRuntime, task: asyncio.Task[Any]) -> None:
+        """The worker running ``task`` dies: its connection is gone, then its task."""
+        runtime._store = _DeadStore()  # type: ignore[assignment]
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    async def job_states(self) -> dict[str, tuple[str, str | None]]:
+        rows = await self.query("SELECT job_id, state, outcome FROM tickwork_jobs")
+        return {row[0]: (row[1], row[2]) for row in rows}
+
+
+async def until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Let the loop run until ``predicate()`` holds."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.005)

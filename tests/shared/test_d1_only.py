@@ -1,0 +1,181 @@
+"""D1-specific behaviour: producer batches, enqueue_from_select, erasure, costs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.d1.fixtures import d1_binding
+from tests.d1.miniflare import D1Bridge, D1Error
+from tests.shared.conftest import apply_d1_schema
+from tests.support import CountingWake, job
+from tickwork import Completed, InvalidArgument, JobRecord, SchemaError
+from tickwork.d1 import D1Runtime, purge_d1_queues
+from tickwork.shared import LeasedSignal
+
+
+@pytest.fixture(params=["external", "builtin"], ids=["d1-external", "d1-builtin"])
+def db(request: pytest.FixtureRequest, d1_bridge: D1Bridge) -> Iterator[Any]:
+    with d1_binding(d1_bridge, request.param) as binding:
+        yield binding
+
+
+async def _complete(job: JobRecord, signal: LeasedSignal) -> Completed:
+    return Completed()
+
+
+async def _runtime(db: Any) -> D1Runtime:
+    await apply_d1_schema(db)
+    await db.prepare("CREATE TABLE orders (id TEXT PRIMARY KEY, total INTEGER)").run()
+    return D1Runtime(db, execute=_complete, wake=CountingWake())
+
+
+async def _count(db: Any, table: str = "tickwork_jobs") -> int:
+    row = await db.prepare(f"SELECT count(*) AS n FROM {table}").first("n")
+    return int(row)
+
+
+async def test_enqueue_commits_with_the_producers_own_rows(db: Any) -> None:
+    runtime = await _runtime(db)
+    order = db.prepare("INSERT INTO orders (id, total) VALUES (?1, ?2)").bind("o1", 40)
+    await db.batch([order, runtime.enqueue(job("ship-o1", payload={"order": "o1"}))])
+    assert await _count(db, "orders") == 1
+    stored = await runtime.read("ship-o1")
+    assert stored is not None and stored.payload == {"order": "o1"}
+    # An identical replay in a later batch writes nothing and fails nothing.
+    again = db.prepare("INSERT INTO orders (id, total) VALUES (?1, ?2)").bind("o2", 5)
+    await db.batch([again, runtime.enqueue(job("ship-o1", payload={"order": "o1"}))])
+    assert await _count(db, "orders") == 2
+    assert await _count(db) == 1
+
+
+async def test_a_conflicting_enqueue_fails_the_whole_batch(db: Any) -> None:
+    runtime = await _runtime(db)
+    await runtime.ingest(job("a", payload={"v": 1}))
+    order = db.prepare("INSERT INTO orders (id, total) VALUES (?1, ?2)").bind("o1", 1)
+    with pytest.raises(D1Error, match="tickwork_ingest_conflict"):
+        await db.batch([order, runtime.enqueue(job("a", payload={"v": 2}))])
+    assert await _count(db, "orders") == 0
+    stored = await runtime.read("a")
+    assert stored is not None and stored.payload == {"v": 1}
+
+
+async def test_enqueue_from_select_depends_on_rows_inserted_earlier_in_the_batch(
+    db: Any,
+) -> None:
+    runtime = await _runtime(db)
+    insert_order = db.prepare(
+        "INSERT INTO orders (id, total) VALUES (?1, ?2) ON CONFLICT DO NOTHING"
+    )
+    select = """
+        SELECT 'ship-' || id AS job_id, 'shipping' AS queue_name, 'tenant-1' AS lane,
+               total AS priority, json_object('order', id) AS payload_json,
+               ?2 AS recovery_max
+        FROM orders WHERE id = ?1 AND total > 10"""
+    statements = [
+        insert_order.bind("big", 50),
+        runtime.enqueue_from_select(select, ["big", 3]),
+        insert_order.bind("small", 5),
+        runtime.enqueue_from_select(select, ["small", None]),
+    ]
+    await db.batch(statements)
+    big = await runtime.read("ship-big")
+    assert big is not None
+    assert (big.queue, big.lane, big.priority, big.payload) == (
+        "shipping", "tenant-1", 50, {"order": "big"})
+    assert big.recovery is not None and big.recovery.max_recoveries == 3
+    assert await runtime.read("ship-small") is None  # its SELECT produced no row
+    # Replaying the same batch is a no-op...
+    await db.batch([insert_order.bind("big", 50), runtime.enqueue_from_select(select, ["big", 3])])
+    assert await _count(db) == 1
+    # ...and a replay with other cargo fails its whole batch.
+    with pytest.raises(D1Error, match="tickwork_ingest_conflict"):
+        await db.batch([
+            db.prepare("INSERT INTO orders (id, total) VALUES ('other', 1)"),
+            runtime.enqueue_from_select(select, ["big", 4]),
+        ])
+    assert await _count(db, "orders") == 2
+
+
+async def test_enqueue_from_select_rows_are_checked_by_the_schema(db: Any) -> None:
+    runtime = await _runtime(db)
+    bad_rows = {
+        "empty id": "SELECT '' AS job_id, 'q' AS queue_name, 'l' AS lane, 0 AS priority,"
+                    " '{}' AS payload_json, NULL AS recovery_max",
+        "bad json": "SELECT 'a' AS job_id, 'q' AS queue_name, 'l' AS lane, 0 AS priority,"
+                    " '{nope' AS payload_json, NULL AS recovery_max",
+        "real priority": "SELECT 'a' AS job_id, 'q' AS queue_name, 'l' AS lane, 1.5 AS priority,"
+                         " '{}' AS payload_json, NULL AS recovery_max",
+        "negative budget": "SELECT 'a' AS job_id, 'q' AS queue_name, 'l' AS lane, 0 AS priority,"
+                           " '{}' AS payload_json, -1 AS recovery_max",
+    }
+    for name, select in bad_rows.items():
+        with pytest.raises(D1Error):
+            await db.batch([runtime.enqueue_from_select(select, [])])
+        assert await _count(db) == 0, name
+
+
+async def test_enqueue_from_select_validates_its_arguments(db: Any) -> None:
+    runtime = await _runtime(db)
+    with pytest.raises(InvalidArgument, match="values"):
+        runtime.enqueue_from_select("SELECT ?1, ?2", [1])
+    with pytest.raises(InvalidArgument, match="text"):
+        runtime.enqueue_from_select("   ", [])
+    with pytest.raises(InvalidArgument, match="placeholders"):
+        runtime.enqueue_from_select("SELECT ?1, ?", [1, 2])
+    with pytest.raises(InvalidArgument, match="100"):
+        runtime.enqueue_from_select(
+            "SELECT " + ", ".join(f"?{n}" for n in range(1, 101)), list(range(100)))
+
+
+async def test_purge_d1_queues_erases_every_state_of_the_named_queues(db: Any) -> None:
+    runtime = await _runtime(db)
+    for queue in ("tenant-1:a", "tenant-1:b", "tenant-2:a"):
+        await runtime.ingest(job(f"{queue}-done", queue=queue))
+        await runtime.ingest(job(f"{queue}-waiting", queue=queue))
+    for _ in range(3):
+        await runtime.tick()
+    erase = purge_d1_queues(
+        db, "SELECT DISTINCT queue FROM tickwork_jobs WHERE queue LIKE ?1", ["tenant-1:%"])
+    await db.batch([erase])
+    assert await _count(db) == 2
+
+
+async def test_a_missing_schema_names_the_migration_to_apply(db: Any) -> None:
+    runtime = D1Runtime(db, execute=_complete, wake=CountingWake())
+    with pytest.raises(SchemaError, match=r"0001_tickwork_jobs\.sql"):
+        await runtime.tick()
+    with pytest.raises(SchemaError, match="wrangler d1 migrations apply"):
+        await runtime.ingest(job("a"))
+
+
+async def test_operation_costs_in_round_trips(db: Any) -> None:
+    """The costs the benchmark prints, pinned: a tick is claim + settle."""
+    runtime = await _runtime(db)
+    await runtime.has_pending_work()  # the one-time schema check
+    costs = {}
+    for name, operation in (
+        ("ingest", lambda: runtime.ingest(job("a"))),
+        ("tick", runtime.tick),
+        ("idle tick", runtime.tick),
+        ("cancel", lambda: runtime.cancel("a", "c")),
+        ("fail_lane", lambda: runtime.fail_lane("lane", "r")),
+    ):
+        before = db.stats.snapshot()
+        await operation()
+        costs[name] = db.stats.since(before).round_trips
+    assert costs == {"ingest": 1, "tick": 2, "idle tick": 1, "cancel": 1, "fail_lane": 1}
+
+
+async def test_drain_costs_one_round_trip_per_job(db: Any) -> None:
+    """A worker loop's settlement and next claim travel in one batch."""
+    runtime = await _runtime(db)
+    for index in range(10):
+        await runtime.ingest(job(f"j{index}", queue=f"q{index}"))
+    before = db.stats.snapshot()
+    results = await runtime.drain()
+    assert len(results) == 10
+    # first claim + 10 settle-and-claim batches + the idle tick that ends it
+    assert db.stats.since(before).round_trips == 12

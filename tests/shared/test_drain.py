@@ -1,0 +1,67 @@
+"""drain(): the worker loop whose settlements carry the next claim."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.shared.support import SharedHarness, until
+from tests.support import job
+from tickwork import InvalidArgument
+
+
+async def test_drain_runs_every_ready_job_in_pick_order_then_stops(shared: SharedHarness) -> None:
+    runtime = shared.runtime()
+    for index in range(12):
+        await runtime.ingest(job(f"j{index:02}", queue=f"q{index % 3}", priority=index % 2))
+    results = await runtime.drain()
+    assert [r.status for r in results] == ["settled"] * 12
+    expected = sorted((f"j{i:02}" for i in range(12)), key=lambda j: (-(int(j[1:]) % 2), j))
+    assert [r.job_id for r in results] == expected
+    assert set((await shared.job_states()).values()) == {("settled", "completed")}
+    assert await runtime.drain() == []
+
+
+async def test_drain_never_leaves_a_claim_taken_ahead_unrun(shared: SharedHarness) -> None:
+    runtime = shared.runtime()
+    for index in range(10):
+        await runtime.ingest(job(f"j{index}", queue=f"q{index}"))
+    results = await runtime.drain(max_ticks=4)
+    assert len(results) == 4
+    states = await shared.job_states()
+    assert sorted(state for state, _ in states.values()) == ["queued"] * 6 + ["settled"] * 4
+    results = await runtime.drain(budget_ms=1)
+    assert 1 <= len(results) <= 6
+    assert "running" not in {state for state, _ in (await shared.job_states()).values()}
+
+
+async def test_drain_holds_the_busy_guard_and_reports_every_outcome(
+    shared: SharedHarness,
+) -> None:
+    runtime, admin = shared.runtime(), shared.runtime()
+    await admin.ingest(job("block", payload={"do": "block"}))
+    await admin.ingest(job("boom", queue="other", payload={"do": "raise"}))
+    await admin.ingest(job("gone", queue="third"))
+    await admin.cancel("gone", "c")
+    task = asyncio.create_task(runtime.drain())
+    await until(lambda: "block" in shared.executor.started)
+    assert (await runtime.tick()).status == "busy"
+    busy = await runtime.drain()
+    assert [r.status for r in busy] == ["busy"]
+    shared.executor.release("block")
+    results = await task
+    outcomes = {r.job_id: (r.outcome, r.failure_reason) for r in results}
+    assert outcomes == {
+        "gone": ("cancelled", None),
+        "block": ("completed", None),
+        "boom": ("failed", "execution_failed"),
+    }
+
+
+async def test_drain_validates_its_limits(shared: SharedHarness) -> None:
+    runtime = shared.runtime()
+    with pytest.raises(InvalidArgument):
+        await runtime.drain(max_ticks=0)
+    with pytest.raises(InvalidArgument):
+        await runtime.drain(budget_ms=-1)

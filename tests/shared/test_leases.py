@@ -1,0 +1,184 @@
+"""Leases: expiry recovery, fencing of late writes, renewal, renewal failure."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.shared.support import SharedHarness, WorkerDied, until
+from tests.support import ScriptedExecutor, job
+from tickwork import Completed, JobRecord, Recovery
+from tickwork.shared import LEASE_EXPIRED, LeasedSignal
+
+LEASE = 120_000
+
+
+async def _start_blocked(shared: SharedHarness, runtime: object, job_id: str) -> asyncio.Task:
+    task = asyncio.create_task(runtime.tick())  # type: ignore[attr-defined]
+    await until(lambda: job_id in shared.executor.started)
+    return task
+
+
+async def test_a_killed_worker_is_recovered_after_its_lease_expires(
+    shared: SharedHarness,
+) -> None:
+    doomed, survivor = shared.runtime(), shared.runtime()
+    await survivor.ingest(job("a", payload={"do": "block"}, recovery=Recovery(1)))
+    await survivor.ingest(job("b", queue="other", payload={"do": "block"}))
+    task_a = await _start_blocked(shared, doomed, "a")
+    await shared.kill(doomed, task_a)
+    other = shared.runtime()
+    task_b = await _start_blocked(shared, other, "b")
+    await shared.kill(other, task_b)
+    assert (await shared.job_states())["a"] == ("running", None)
+    # Not yet expired: nothing to recover, the queues stay busy.
+    shared.now.advance(LEASE - 1)
+    assert (await survivor.tick()).status == "idle"
+    shared.now.advance(1)
+    # With budget left the job goes back to its queue...
+    assert (await survivor.tick()).status == "requeued"
+    # ...without budget it settles interrupted.
+    result = await survivor.tick()
+    assert (result.status, result.job_id, result.outcome) == ("settled", "b", "interrupted")
+    record = await survivor.read("a")
+    assert record is not None and (record.state, record.recoveries) == ("queued", 1)
+    shared.executor.signals.clear()
+    task = await _start_blocked(shared, survivor, "a")
+    shared.executor.release("a")
+    assert (await task).outcome == "completed"
+
+
+async def test_a_late_settlement_after_expiry_is_rejected_and_not_written(
+    shared: SharedHarness,
+) -> None:
+    slow = shared.runtime()
+    await slow.ingest(job("a", payload={"do": "block"}))
+    task = await _start_blocked(shared, slow, "a")
+    shared.now.advance(LEASE + 1)
+    shared.executor.release("a")
+    result = await task
+    assert (result.status, result.job_id, result.reason) == ("idle", "a", LEASE_EXPIRED)
+    assert (await shared.job_states())["a"] == ("running", None)
+    # Any worker's next tick recovers it honestly.
+    result = await shared.runtime().tick()
+    assert (result.job_id, result.outcome) == ("a", "interrupted")
+
+
+async def test_a_replaced_claim_cannot_settle(shared: SharedHarness) -> None:
+    slow_executor = ScriptedExecutor()
+    slow, other = shared.runtime(execute=slow_executor), shared.runtime()
+    await slow.ingest(job("a", payload={"do": "block"}, recovery=Recovery(5)))
+    task = asyncio.create_task(slow.tick())
+    await until(lambda: "a" in slow_executor.started)
+    shared.now.advance(LEASE)
+    assert (await other.tick()).status == "requeued"
+    second = await _start_blocked(shared, other, "a")
+    # The first execution finishes late: its claim was replaced.
+    slow_executor.release("a")
+    result = await task
+    assert (result.status, result.reason) == ("idle", "claim_replaced")
+    shared.executor.release("a")
+    assert (await second).outcome == "completed"
+    record = await other.read("a")
+    assert record is not None and record.recoveries == 1
+
+
+async def test_renewal_cannot_resurrect_an_expired_claim(shared: SharedHarness) -> None:
+    worker = shared.runtime()
+    await worker.ingest(job("a", payload={"do": "block"}))
+    task = await _start_blocked(shared, worker, "a")
+    shared.now.advance(LEASE + 5)
+    heartbeat = shared.executor.signals["a"].heartbeat  # type: ignore[attr-defined]
+    assert await heartbeat.beat() is False
+    assert shared.executor.signals["a"].reason == "lease_lost"
+    result = await task
+    assert result.reason == LEASE_EXPIRED
+    # A renewal never moved the lease: the job is still recoverable.
+    assert (await shared.runtime().tick()).outcome == "interrupted"
+
+
+async def test_periodic_renewal_keeps_a_slow_job_alive_on_database_time(
+    shared: SharedHarness,
+) -> None:
+    worker = shared.runtime(db_time=True, lease_ms=400, renew_every_ms=50)
+    thief = shared.runtime(db_time=True, lease_ms=400, renew_every_ms=50)
+    await worker.ingest(job("slow", payload={"do": "block"}))
+    task = await _start_blocked(shared, worker, "slow")
+    for _ in range(8):  # 1.2 s: three leases long
+        await asyncio.sleep(0.15)
+        assert (await thief.tick()).status == "idle"
+    shared.executor.release("slow")
+    result = await task
+    assert (result.status, result.outcome) == ("settled", "completed")
+
+
+async def test_a_hung_renewal_lets_the_lease_run_out_on_database_time(
+    shared: SharedHarness,
+) -> None:
+    seen: list[str] = []
+
+    async def stubborn(job: JobRecord, signal: LeasedSignal) -> Completed:
+        seen.append(await signal.wait())  # told to stop when the local lease ran out
+        await asyncio.sleep(0.3)  # ...and finishes well after the durable one did
+        return Completed()
+
+    worker = shared.runtime(db_time=True, lease_ms=300, renew_every_ms=100, execute=stubborn)
+    await worker.ingest(job("slow"))
+
+    async def hung_renew(*args: object) -> str:
+        await asyncio.Event().wait()  # the store never answers
+        raise AssertionError("unreachable")
+
+    worker._store.renew = hung_renew  # type: ignore[attr-defined]
+    result = await worker.tick()
+    assert seen == ["lease_expired"]
+    assert (result.status, result.job_id, result.reason) == ("idle", "slow", LEASE_EXPIRED)
+    assert (await shared.job_states())["slow"] == ("running", None)
+    recovered = await shared.runtime(db_time=True).tick()
+    assert (recovered.job_id, recovered.outcome) == ("slow", "interrupted")
+
+
+async def test_a_store_error_during_renewal_aborts_the_execution(shared: SharedHarness) -> None:
+    worker = shared.runtime(renew_every_ms=20)
+    await worker.ingest(job("a", payload={"do": "block"}))
+
+    async def broken_renew(*args: object) -> str:
+        raise WorkerDied("connection reset during renewal")
+
+    store = worker._store  # type: ignore[attr-defined]
+    original = store.renew
+    store.renew = broken_renew
+    try:
+        task = await _start_blocked(shared, worker, "a")
+        await until(lambda: shared.executor.signals["a"].aborted)
+        assert shared.executor.signals["a"].reason == "lease_renew_failed"
+        result = await task
+    finally:
+        store.renew = original
+    # The lease had not expired, so the settlement is honest and lands.
+    assert (result.status, result.outcome, result.failure_reason) == (
+        "settled", "failed", "stopped")
+
+
+async def test_heartbeat_extends_the_lease_past_its_first_expiry(shared: SharedHarness) -> None:
+    worker, other = shared.runtime(), shared.runtime()
+    await worker.ingest(job("a", payload={"do": "block"}))
+    task = await _start_blocked(shared, worker, "a")
+    heartbeat = shared.executor.signals["a"].heartbeat  # type: ignore[attr-defined]
+    shared.now.advance(LEASE - 10)
+    assert await heartbeat.beat(LEASE) is True
+    shared.now.advance(LEASE - 10)
+    assert (await other.tick()).status == "idle"
+    shared.executor.release("a")
+    assert (await task).outcome == "completed"
+
+
+@pytest.mark.parametrize("lease_ms", [0, -5, 2**53])
+async def test_bad_lease_settings_are_refused(shared: SharedHarness, lease_ms: int) -> None:
+    from tickwork import InvalidArgument
+
+    with pytest.raises(InvalidArgument):
+        shared.runtime(lease_ms=lease_ms)
+    with pytest.raises(InvalidArgument):
+        shared.runtime(lease_ms=1000, renew_every_ms=1000)

@@ -1,0 +1,260 @@
+"""PostgreSQL-specific behaviour: producer transactions, erasure, many workers."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from tests.pg.fixtures import Pool, open_pool
+from tests.shared.support import ManualNow
+from tests.support import CountingWake, job
+from tickwork import Completed, IngestConflict, JobRecord, SchemaError
+from tickwork.postgres import PostgresRuntime, purge_postgres_queues
+from tickwork.shared import LeasedSignal
+
+
+@pytest_asyncio.fixture
+async def pool(postgres_dsn: str) -> AsyncIterator[Pool]:
+    async with open_pool(postgres_dsn, max_size=20) as opened:
+        yield opened
+
+
+def _runtime(pool: Pool, **options: Any) -> PostgresRuntime:
+    async def complete(job: JobRecord, signal: LeasedSignal) -> Completed:
+        return Completed()
+
+    settings: dict[str, Any] = {"execute": complete, "wake": CountingWake()}
+    settings.update(options)
+    return PostgresRuntime(pool, **settings)
+
+
+async def _count(pool: Pool, where: str = "true") -> int:
+    async with pool.connection() as conn:
+        cursor = await conn.execute(f"SELECT count(*) FROM tickwork_jobs WHERE {where}")
+        row = await cursor.fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+async def test_enqueue_commits_and_rolls_back_with_the_callers_transaction(pool: Pool) -> None:
+    runtime = _runtime(pool)
+    async with pool.connection() as conn:
+        await conn.execute("CREATE TABLE orders (id text PRIMARY KEY)")
+    async with pool.connection() as conn, conn.transaction():
+        await conn.execute("INSERT INTO orders VALUES ('o1')")
+        await runtime.enqueue(conn, job("ship-o1", payload={"order": "o1"}))
+    with pytest.raises(RuntimeError):
+        async with pool.connection() as conn, conn.transaction():
+            await conn.execute("INSERT INTO orders VALUES ('o2')")
+            await runtime.enqueue(conn, job("ship-o2"))
+            raise RuntimeError("the caller changes its mind")
+    assert await runtime.read("ship-o1") is not None
+    assert await runtime.read("ship-o2") is None
+    # An identical replay inside another transaction does nothing.
+    async with pool.connection() as conn, conn.transaction():
+        await runtime.enqueue(conn, job("ship-o1", payload={"order": "o1"}))
+    assert await _count(pool) == 1
+
+
+async def test_a_conflicting_enqueue_fails_the_callers_transaction(pool: Pool) -> None:
+    runtime = _runtime(pool)
+    await runtime.ingest(job("a", payload={"v": 1}))
+    async with pool.connection() as conn:
+        await conn.execute("CREATE TABLE audit (note text)")
+        await conn.commit()
+        with pytest.raises(IngestConflict) as conflict:
+            async with conn.transaction():
+                await conn.execute("INSERT INTO audit VALUES ('written with the job')")
+                await runtime.enqueue(conn, job("a", payload={"v": 2}))
+        assert conflict.value.job_id == "a"
+        cursor = await conn.execute("SELECT count(*) FROM audit")
+        assert await cursor.fetchone() == (0,)
+    stored = await runtime.read("a")
+    assert stored is not None and stored.payload == {"v": 1}
+
+
+async def test_purge_postgres_queues_erases_every_state_of_the_named_queues(pool: Pool) -> None:
+    runtime = _runtime(pool)
+    for queue in ("tenant-1:a", "tenant-1:b", "tenant-2:a"):
+        await runtime.ingest(job(f"{queue}-done", queue=queue))
+        await runtime.ingest(job(f"{queue}-waiting", queue=queue))
+    for _ in range(3):
+        await runtime.tick()
+    statement, values = purge_postgres_queues(
+        "SELECT DISTINCT queue FROM tickwork_jobs WHERE queue LIKE %s", ["tenant-1:%"])
+    async with pool.connection() as conn, conn.transaction():
+        cursor = await conn.execute(statement, values)
+        assert cursor.rowcount == 4
+    assert await _count(pool) == 2
+    assert await _count(pool, "queue = 'tenant-2:a'") == 2
+
+
+async def test_eight_workers_settle_two_thousand_jobs_exactly_once(pool: Pool) -> None:
+    runs: collections.Counter[str] = collections.Counter()
+    running_by_queue: collections.Counter[str] = collections.Counter()
+    overlaps: list[str] = []
+
+    async def execute(job: JobRecord, signal: LeasedSignal) -> Completed:
+        runs[job.job_id] += 1
+        running_by_queue[job.queue] += 1
+        if running_by_queue[job.queue] > 1:
+            overlaps.append(job.queue)
+        await asyncio.sleep(0)
+        running_by_queue[job.queue] -= 1
+        return Completed()
+
+    workers = [_runtime(pool, execute=execute) for _ in range(8)]
+    for index in range(2000):
+        await workers[0].ingest(job(f"j{index}", queue=f"q{index % 50}", priority=index % 3))
+
+    async def work(runtime: PostgresRuntime) -> None:
+        idle = 0
+        while idle < 3:
+            result = await runtime.tick()
+            idle = idle + 1 if result.status == "idle" else 0
+
+    await asyncio.gather(*(work(worker) for worker in workers))
+    assert len(runs) == 2000 and set(runs.values()) == {1}
+    assert overlaps == []
+    assert await _count(pool, "state = 'settled' AND outcome = 'completed'") == 2000
+
+
+async def test_group_commit_shares_statements_between_concurrent_ticks(pool: Pool) -> None:
+    workers = [_runtime(pool) for _ in range(8)]
+    for index in range(400):
+        await workers[0].ingest(job(f"j{index}", queue=f"q{index}"))
+    store = workers[0]._store  # shared by every runtime on the pool
+    assert all(worker._store is store for worker in workers)
+
+    async def work(runtime: PostgresRuntime) -> None:
+        while (await runtime.tick()).status != "idle":
+            pass
+
+    await asyncio.gather(*(work(worker) for worker in workers))
+    commits = store._commits  # type: ignore[attr-defined]
+    # Every job's claim and settlement went through the shared commits...
+    assert commits.requests >= 800
+    # ...and eight ticks in flight share them: fewer commits than jobs, where
+    # one claim and one settlement per job would be two commits per job.
+    assert commits.flushes < 400, (commits.flushes, commits.requests)
+
+
+async def test_a_missing_schema_names_the_migration_to_apply(
+    postgres_server: Any, postgres_templates: Any
+) -> None:
+    from tests.pg.server import unique_database_name
+
+    name = unique_database_name("tickwork_empty")
+    dsn = postgres_server.create_database(name)
+    try:
+        async with open_pool(dsn) as empty:
+            runtime = _runtime(empty)
+            with pytest.raises(SchemaError, match=r"0001_tickwork_jobs\.sql"):
+                await runtime.ingest(job("a"))
+            async with empty.connection() as conn:
+                cursor = await conn.execute(
+                    "SELECT count(*) FROM pg_tables WHERE tablename LIKE 'tickwork%'")
+                assert await cursor.fetchone() == (0,)
+    finally:
+        postgres_server.drop_database(name)
+
+
+async def test_claims_use_indexes_at_many_settled_rows(pool: Pool) -> None:
+    """The hot path stays on indexes with 200,000 settled rows (the bench runs 1,000,000)."""
+    async with pool.connection() as conn:
+        await conn.execute("""
+            INSERT INTO tickwork_jobs (job_id, queue, lane, priority, payload_json, state,
+                                       outcome, enqueued_at, started_at, settled_at, claim_token,
+                                       lease_expires_at)
+            SELECT 'old-' || n, 'q' || (n % 1000), 'lane', 0, '{}', 'settled', 'completed',
+                   n, n, n, 't', n
+            FROM generate_series(1, 200000) AS n""")
+        await conn.execute("ANALYZE tickwork_jobs")
+    runtime = _runtime(pool, now=ManualNow())
+    await runtime.ingest(job("fresh"))
+    from tickwork.postgres import statements as sql
+
+    plans = []
+    async with pool.connection() as conn:
+        for statement, params in (
+            (sql.CLAIM_IF_CLEAR, {"tokens": ["t1"], "lease_ms": 1000, "now": None, "scan": 256}),
+            (sql.PROBE, {"now": None}),
+            (sql.HAS_PENDING_WORK, {}),
+            (sql.SELECT_QUEUE_HEAD, {"queue": "q1"}),
+        ):
+            cursor = await conn.execute("EXPLAIN " + statement, params)
+            plans.append("\n".join(row[0] for row in await cursor.fetchall()))
+        await conn.rollback()
+    for plan in plans:
+        assert "Seq Scan on tickwork_jobs" not in plan, plan
+    assert (await runtime.tick()).job_id == "fresh"
+
+
+
+
+async def test_workers_in_separate_processes_never_run_one_queue_twice(postgres_dsn: str) -> None:
+    """Four pools stand for four processes: their claims really race in the server."""
+    running_by_queue: collections.Counter[str] = collections.Counter()
+    overlaps: list[str] = []
+    runs: collections.Counter[str] = collections.Counter()
+
+    async def execute(job: JobRecord, signal: LeasedSignal) -> Completed:
+        runs[job.job_id] += 1
+        running_by_queue[job.queue] += 1
+        if running_by_queue[job.queue] > 1:
+            overlaps.append(job.queue)
+        await asyncio.sleep(0.001)
+        running_by_queue[job.queue] -= 1
+        return Completed()
+
+    pools = [open_pool(postgres_dsn, max_size=4) for _ in range(4)]
+    opened = [await pool.__aenter__() for pool in pools]
+    try:
+        workers = [_runtime(pool, execute=execute) for pool in opened for _ in range(2)]
+        for index in range(100):
+            await workers[0].ingest(job(f"j{index}", queue=f"q{index % 4}"))
+
+        async def produce() -> None:
+            # Ever more urgent jobs arrive while workers claim: each claim's
+            # snapshot may see a different head for the same queue.
+            for index in range(100, 300):
+                await workers[index % 8].ingest(job(f"j{index}", queue=f"q{index % 4}",
+                                                    priority=index))
+                await asyncio.sleep(0)
+
+        async def work(runtime: PostgresRuntime) -> None:
+            idle = 0
+            await asyncio.sleep(0)
+            while idle < 5 or not producer.done():
+                result = await runtime.tick()
+                idle = idle + 1 if result.status == "idle" else 0
+                if result.status == "idle":
+                    await asyncio.sleep(0.002)
+                else:
+                    idle = 0
+
+        producer = asyncio.create_task(produce())
+        await asyncio.gather(producer, *(work(worker) for worker in workers))
+    finally:
+        for pool in pools:
+            await pool.__aexit__(None, None, None)
+    assert overlaps == []
+    assert len(runs) == 300 and set(runs.values()) == {1}
+
+
+async def test_drain_shares_one_commit_between_a_settlement_and_the_next_claim(
+    pool: Pool,
+) -> None:
+    runtime = _runtime(pool)
+    for index in range(50):
+        await runtime.ingest(job(f"j{index}", queue=f"q{index}"))
+    commits = runtime._store._commits  # type: ignore[attr-defined]
+    before = commits.flushes
+    assert len(await runtime.drain()) == 50
+    # first claim + 50 settle-and-claim commits + the idle tick's claim
+    assert commits.flushes - before == 52
