@@ -72,6 +72,101 @@ CREATE INDEX tickwork_jobs_lane_pending
     ON tickwork_jobs (lane, sequence)
     WHERE state IN ('queued', 'running');
 
+-- Group commit (tickwork/postgres/batching.py): the settlements and claims of
+-- concurrent ticks in one statement, hence one round trip and one commit.
+--
+-- 1. Settle every (sequence, token) pair whose claim is still current: state
+--    running, same token, lease not expired, no cancellation recorded. Rows
+--    are locked in sequence order (the caller sorts), like every multi-row
+--    write of tickwork, so batches cannot deadlock one another. The pairs
+--    that matched come back with settled_token set; the others were not
+--    written and their ticks take the careful path.
+-- 2. Take the claim lock, then claim up to cardinality(claim_tokens) ready
+--    queue heads, one per free queue, in global order (priority desc, oldest
+--    first), each under its own token and a fresh lease. The function is
+--    VOLATILE, so this query takes a new snapshot after the lock is granted
+--    and sees every claim committed before it: two claims can never both find
+--    one queue free. Only heads of a bounded prefix of the runnable index are
+--    candidates (the first job of a queue in that prefix is the queue's
+--    head); FOR UPDATE SKIP LOCKED passes over a head another transaction is
+--    changing and re-checks the rows it locks. Claims happen only when no
+--    lease has expired and no cancelled job waits: those need a tick first.
+--    Claimed rows come back with claim_index, the 1-based index of their token.
+CREATE FUNCTION tickwork_settle_then_claim(
+    settle_sequences bigint[], settle_tokens text[], settle_outcomes text[],
+    settle_reasons text[], claim_tokens text[], lease_ms bigint, scan_limit integer,
+    clock_override bigint)
+RETURNS TABLE (
+    job_id text, queue text, lane text, priority bigint, payload_json text,
+    max_recoveries bigint, state text, outcome text, failure_reason text, sequence bigint,
+    recoveries bigint, enqueued_at bigint, started_at bigint, settled_at bigint,
+    cancellation_id text, claim_index integer, settled_token text)
+LANGUAGE plpgsql VOLATILE
+AS $$
+#variable_conflict use_column
+DECLARE
+    now_ms bigint := coalesce(clock_override, tickwork_now_ms());
+BEGIN
+    IF cardinality(settle_sequences) > 0 THEN
+        RETURN QUERY
+        UPDATE tickwork_jobs AS job
+        SET state = 'settled', outcome = settle.outcome, failure_reason = settle.reason,
+            settled_at = now_ms
+        FROM unnest(settle_sequences, settle_tokens, settle_outcomes, settle_reasons)
+             AS settle(sequence, token, outcome, reason)
+        WHERE job.sequence = settle.sequence AND job.state = 'running'
+          AND job.claim_token = settle.token AND job.lease_expires_at > now_ms
+          AND job.cancellation_id IS NULL
+        RETURNING NULL::text, NULL::text, NULL::text, NULL::bigint, NULL::text, NULL::bigint,
+                  NULL::text, NULL::text, NULL::text, job.sequence, NULL::bigint, NULL::bigint,
+                  NULL::bigint, NULL::bigint, NULL::text, NULL::integer, job.claim_token;
+    END IF;
+    IF cardinality(claim_tokens) > 0 THEN
+        PERFORM pg_advisory_xact_lock(7361626972690001);
+        now_ms := coalesce(clock_override, tickwork_now_ms());
+        RETURN QUERY
+        WITH scan AS (
+            SELECT sequence, queue, priority FROM tickwork_jobs
+            WHERE state = 'queued' AND cancellation_id IS NULL
+            ORDER BY priority DESC, sequence
+            LIMIT scan_limit),
+        heads AS (
+            SELECT DISTINCT ON (queue) sequence, queue FROM scan
+            ORDER BY queue, priority DESC, sequence),
+        picked AS (
+            SELECT candidate.sequence, candidate.priority FROM tickwork_jobs AS candidate
+            WHERE candidate.sequence IN (
+                    SELECT heads.sequence FROM heads
+                    WHERE NOT EXISTS (SELECT 1 FROM tickwork_jobs AS busy
+                                      WHERE busy.queue = heads.queue
+                                        AND busy.state = 'running'))
+              AND candidate.state = 'queued' AND candidate.cancellation_id IS NULL
+              AND NOT EXISTS (SELECT 1 FROM tickwork_jobs AS expired
+                              WHERE expired.state = 'running'
+                                AND expired.lease_expires_at <= now_ms)
+              AND NOT EXISTS (SELECT 1 FROM tickwork_jobs AS cancelled
+                              WHERE cancelled.state = 'queued'
+                                AND cancelled.cancellation_id IS NOT NULL)
+            ORDER BY candidate.priority DESC, candidate.sequence
+            LIMIT cardinality(claim_tokens)
+            FOR UPDATE SKIP LOCKED),
+        numbered AS (
+            SELECT picked.sequence,
+                   row_number() OVER (ORDER BY picked.priority DESC, picked.sequence) AS n
+            FROM picked)
+        UPDATE tickwork_jobs AS job
+        SET state = 'running', claim_token = claim_tokens[numbered.n],
+            started_at = now_ms, lease_expires_at = now_ms + lease_ms
+        FROM numbered
+        WHERE job.sequence = numbered.sequence
+        RETURNING job.job_id, job.queue, job.lane, job.priority, job.payload_json,
+                  job.max_recoveries, job.state, job.outcome, job.failure_reason,
+                  job.sequence, job.recoveries, job.enqueued_at, job.started_at,
+                  job.settled_at, job.cancellation_id, numbered.n::integer, NULL::text;
+    END IF;
+END
+$$;
+
 -- A replayed enqueue with the same job_id but different cargo must fail the
 -- caller's transaction: enqueue turns such a replay into an UPDATE of the
 -- cargo columns, which this trigger refuses.

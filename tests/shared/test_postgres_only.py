@@ -164,6 +164,23 @@ async def test_a_missing_schema_names_the_migration_to_apply(
         postgres_server.drop_database(name)
 
 
+async def plans_of(conn: Any, statement: str, params: dict[str, Any]) -> list[str]:
+    """The plans PostgreSQL used for ``statement`` and every query nested in it
+    (auto_explain, sent back as notices); the statement's writes are rolled back."""
+    plans: list[str] = []
+    conn.add_notice_handler(lambda notice: plans.append(notice.message_primary or ""))
+    await conn.execute("LOAD 'auto_explain'")
+    for setting in ("auto_explain.log_min_duration = 0",
+                    "auto_explain.log_nested_statements = on",
+                    "auto_explain.log_level = 'notice'",
+                    "client_min_messages = 'notice'"):
+        await conn.execute(f"SET {setting}")
+    await conn.execute(statement, params)
+    await conn.rollback()
+    await conn.execute("RESET ALL")
+    return [plan for plan in plans if "Query Text" in plan]
+
+
 async def test_claims_use_indexes_at_many_settled_rows(pool: Pool) -> None:
     """The hot path stays on indexes with 200,000 settled rows (the bench runs 1,000,000)."""
     async with pool.connection() as conn:
@@ -177,25 +194,34 @@ async def test_claims_use_indexes_at_many_settled_rows(pool: Pool) -> None:
         await conn.execute("ANALYZE tickwork_jobs")
     runtime = _runtime(pool, now=ManualNow())
     await runtime.ingest(job("fresh"))
+    await runtime.ingest(job("running", queue="busy"))
     from tickwork.postgres import statements as sql
 
-    plans = []
+    plans: list[str] = []
     async with pool.connection() as conn:
+        await conn.execute("UPDATE tickwork_jobs SET state = 'running', claim_token = 't',"
+                           " lease_expires_at = 10, started_at = 1 WHERE job_id = 'running'")
+        await conn.commit()
         for statement, params in (
-            (sql.CLAIM_IF_CLEAR, {"tokens": ["t1"], "lease_ms": 1000, "now": None, "scan": 256}),
+            (sql.SETTLE_THEN_CLAIM, {
+                "sequences": [1], "settle_tokens": ["t"], "outcomes": ["completed"],
+                "reasons": [None], "claim_tokens": ["t1", "t2"], "lease_ms": 1000,
+                "scan": 40, "now": None}),
+            (sql.CLAIM_ONE, {"token": "t3", "lease_ms": 1000, "now": None}),
             (sql.PROBE, {"now": None}),
+            (sql.RENEW, {"sequence": 1, "token": "t", "lease_ms": 5, "now": None}),
             (sql.HAS_PENDING_WORK, {}),
             (sql.SELECT_QUEUE_HEAD, {"queue": "q1"}),
         ):
-            cursor = await conn.execute("EXPLAIN " + statement, params)
-            plans.append("\n".join(row[0] for row in await cursor.fetchall()))
-        await conn.rollback()
-    for plan in plans:
-        assert "Seq Scan on tickwork_jobs" not in plan, plan
-    assert (await runtime.tick()).job_id == "fresh"
-
-
-
+            plans += await plans_of(conn, statement, params)
+    text = "\n".join(plans)
+    # The function's settle and claim queries were planned too, not just the call.
+    assert "tickwork_jobs_runnable" in text and "unnest" in text, text
+    assert "Seq Scan on tickwork_jobs" not in text, text
+    # The expired claim planted above is recovered first, then the fresh job runs.
+    recovered, ran = await runtime.tick(), await runtime.tick()
+    assert (recovered.job_id, recovered.outcome) == ("running", "interrupted")
+    assert (ran.job_id, ran.outcome) == ("fresh", "completed")
 
 async def test_workers_in_separate_processes_never_run_one_queue_twice(postgres_dsn: str) -> None:
     """Four pools stand for four processes: their claims really race in the server."""

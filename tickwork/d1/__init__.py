@@ -16,9 +16,10 @@ from ..errors import InvalidArgument
 from ..jobs import Job, validate_job
 from ..leases import DEFAULT_LEASE_MS, DEFAULT_RENEW_EVERY_MS, Clock
 from ..shared.runtime import Now, SharedExecutor, SharedRuntime, Wake
+from ..shared.schema import SCHEMA_VERSION
 from . import statements as sql
 from .binding import MAX_BOUND_PARAMETERS, D1Binding
-from .store import LATEST_MIGRATION, SCHEMA_VERSION, D1Store
+from .store import LATEST_MIGRATION, D1Store
 
 __all__ = ["LATEST_MIGRATION", "SCHEMA_VERSION", "D1Runtime", "purge_d1_queues"]
 

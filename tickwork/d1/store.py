@@ -5,17 +5,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import SchemaError
 from ..jobs import JobRecord, ValidJob
 from ..lifecycle import Settlement
 from ..local.store import decode_job
 from ..shared.port import CancelWrite, ClaimView, ExpiredClaim, RenewAnswer
+from ..shared.schema import MIGRATIONS, check_schema_version
 from . import statements as sql
 from .binding import D1Binding
 
 #: The schema this package's statements need, and the migration that creates it.
-SCHEMA_VERSION = 1
-LATEST_MIGRATION = "schema/d1/0001_tickwork_jobs.sql"
+LATEST_MIGRATION = "schema/d1/" + MIGRATIONS[-1]
 
 _JOB_COLUMN_NAMES = tuple(name.strip() for name in sql.JOB_COLUMNS.split(","))
 _PROBE_COLUMN_NAMES = (*_JOB_COLUMN_NAMES, "claim_token", "cancelled_waiting")
@@ -37,18 +36,8 @@ class D1Store:
                 raise
             rows = []
         stored = int(rows[0][0]) if rows else 0
-        if stored < SCHEMA_VERSION:
-            raise SchemaError(
-                f"the D1 database has tickwork schema version {stored}, this package needs "
-                f"{SCHEMA_VERSION}: apply the migrations in schema/d1 up to "
-                f"{LATEST_MIGRATION} (wrangler d1 migrations apply <DB>); "
-                "opening a runtime never migrates"
-            )
-        if stored > SCHEMA_VERSION:
-            raise SchemaError(
-                f"the D1 database has tickwork schema version {stored}; this package "
-                f"understands up to {SCHEMA_VERSION}: upgrade tickwork"
-            )
+        check_schema_version(stored, database="D1", folder="schema/d1",
+                             apply_with="wrangler d1 migrations apply <DB>")
 
     async def insert(self, job: ValidJob, now: int | None) -> bool:
         rows = await self.d1.query(sql.INSERT_JOB, (now, *_job_values(job)))

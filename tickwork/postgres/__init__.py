@@ -16,8 +16,9 @@ from ..errors import IngestConflict, InvalidArgument
 from ..jobs import Job, validate_job
 from ..leases import DEFAULT_LEASE_MS, DEFAULT_RENEW_EVERY_MS, Clock
 from ..shared.runtime import Now, SharedExecutor, SharedRuntime, Wake
+from ..shared.schema import SCHEMA_VERSION
 from . import statements as sql
-from .store import LATEST_MIGRATION, SCHEMA_VERSION, job_params, store_for
+from .store import LATEST_MIGRATION, job_params, store_for
 
 __all__ = ["LATEST_MIGRATION", "SCHEMA_VERSION", "PostgresRuntime", "purge_postgres_queues"]
 

@@ -1,10 +1,12 @@
 """Every SQL statement the PostgreSQL runtime runs (psycopg ``%(name)s`` parameters).
 
-One statement per transition (the claim adds an advisory-lock statement in
-the same transaction). ``{now}`` is database time in epoch milliseconds,
-evaluated once per statement (an InitPlan), unless the test clock override
-``%(now)s`` is given. Several statements act on many claims at once: they
-are how concurrent ticks share one commit (see ``batching.py``).
+One statement per transition. The hot path, settlements and claims of many
+ticks at once, is SETTLE_THEN_CLAIM: a call of the schema's
+tickwork_settle_then_claim function (its SQL and comments live in
+schema/postgres/0001_tickwork_jobs.sql), which is how concurrent ticks share
+one commit (see ``batching.py``). ``{NOW}`` is database time in epoch
+milliseconds, evaluated once per statement (an InitPlan), unless the test
+clock override ``%(now)s`` is given.
 """
 
 from __future__ import annotations
@@ -72,16 +74,30 @@ SELECT EXISTS (SELECT 1 FROM tickwork_jobs WHERE state = 'queued')
     OR EXISTS (SELECT 1 FROM tickwork_jobs WHERE state = 'running')
 """
 
-# Claims serialise on this transaction-scoped advisory lock, taken by its own
-# statement first so that the claim statement's snapshot (taken after the
-# lock is granted) sees every claim committed before it: two claims can then
-# never both find one queue free. Settlements, renewals and recovery do not
-# take it; each is fenced on its own row.
+# The lock every claim takes first (transaction-scoped): a claim statement
+# issued after it is granted sees every claim committed before it, so two
+# claims can never both find one queue free. Settlements, renewals and
+# recovery do not take it; each is fenced on its own row.
 CLAIM_LOCK = "SELECT pg_advisory_xact_lock(7361626972690001)"
+
+# Group commit: settlements, then claims, in one statement and one commit.
+# The function is part of the schema (schema/postgres/0001_tickwork_jobs.sql,
+# where each step is commented): a VOLATILE function takes a fresh snapshot
+# for its claim query after the claim lock is granted, which a single
+# client statement could not. Rows: settled pairs (settled_token set) and
+# claimed jobs (claim_index set).
+SETTLE_THEN_CLAIM = f"""
+SELECT {JOB_COLUMNS}, claim_index, settled_token
+FROM tickwork_settle_then_claim(
+    %(sequences)s::bigint[], %(settle_tokens)s::text[], %(outcomes)s::text[],
+    %(reasons)s::text[], %(claim_tokens)s::text[], %(lease_ms)s::bigint, %(scan)s::integer,
+    %(now)s::bigint)
+"""
 
 # The exact claim of one job, for a tick that probed first: walks the runnable
 # index in global order and stops at the first job whose queue has no running
-# job, which is that queue's head. Waits (FOR UPDATE) rather than skip a head.
+# job, which is that queue's head. Runs after CLAIM_LOCK in one transaction,
+# and waits (FOR UPDATE) rather than skip a head.
 CLAIM_ONE = f"""
 WITH picked AS (
     SELECT candidate.sequence FROM tickwork_jobs AS candidate
@@ -92,57 +108,12 @@ WITH picked AS (
     LIMIT 1
     FOR UPDATE)
 UPDATE tickwork_jobs AS job
-SET state = 'running', claim_token = (%(tokens)s::text[])[1],
+SET state = 'running', claim_token = %(token)s,
     started_at = {NOW}, lease_expires_at = {NOW} + %(lease_ms)s::bigint
 FROM picked
 WHERE job.sequence = picked.sequence AND job.state = 'queued' AND job.cancellation_id IS NULL
-RETURNING {_qualified("job")}, 1
+RETURNING {_qualified("job")}
 """
-
-# Claim up to cardinality(tokens) ready queue heads, one per queue, in global
-# order (priority desc, oldest first), each under its own private token and a
-# fresh lease. `scan` bounds how far down the runnable index the batch looks;
-# the first job of a queue in that prefix is that queue's head (ticks that get
-# nothing probe and then use CLAIM_ONE, which has no bound). Only heads are
-# candidates; FOR UPDATE SKIP LOCKED passes over a head another transaction is
-# changing (a cancellation, a refusal) instead of waiting, and re-checks the
-# state of the rows it locks. {guard}: see CLAIM_IF_CLEAR.
-_CLAIM = f"""
-WITH scan AS (
-    SELECT sequence, queue, priority FROM tickwork_jobs
-    WHERE state = 'queued' AND cancellation_id IS NULL
-    ORDER BY priority DESC, sequence
-    LIMIT %(scan)s),
-heads AS (
-    SELECT DISTINCT ON (queue) sequence, queue FROM scan
-    ORDER BY queue, priority DESC, sequence),
-picked AS (
-    SELECT job.sequence, job.priority FROM tickwork_jobs AS job
-    WHERE job.sequence IN (
-            SELECT heads.sequence FROM heads
-            WHERE NOT EXISTS (SELECT 1 FROM tickwork_jobs AS busy
-                              WHERE busy.queue = heads.queue AND busy.state = 'running'))
-      AND job.state = 'queued' AND job.cancellation_id IS NULL
-      {{guard}}
-    ORDER BY job.priority DESC, job.sequence
-    LIMIT cardinality(%(tokens)s::text[])
-    FOR UPDATE SKIP LOCKED),
-numbered AS (
-    SELECT sequence, row_number() OVER (ORDER BY priority DESC, sequence) AS n FROM picked)
-UPDATE tickwork_jobs AS job
-SET state = 'running', claim_token = (%(tokens)s::text[])[numbered.n],
-    started_at = {NOW}, lease_expires_at = {NOW} + %(lease_ms)s::bigint
-FROM numbered
-WHERE job.sequence = numbered.sequence
-RETURNING {_qualified("job")}, numbered.n
-"""
-# The tick's fast path claims only when no lease has expired and no cancelled
-# job waits (those come first); otherwise the ticks probe.
-CLAIM_IF_CLEAR = _CLAIM.format(guard=f"""
-      AND NOT EXISTS (SELECT 1 FROM tickwork_jobs
-                      WHERE state = 'running' AND lease_expires_at <= {NOW})
-      AND NOT EXISTS (SELECT 1 FROM tickwork_jobs
-                      WHERE state = 'queued' AND cancellation_id IS NOT NULL)""")
 
 # The oldest expired claim (with its token), and whether a cancelled job is
 # still queued, in one read from small partial indexes.
@@ -174,25 +145,17 @@ WHERE sequence = %(sequence)s AND state = 'running' AND claim_token = %(token)s
 RETURNING {JOB_COLUMNS}
 """
 
-# Settle many live claims in one statement (one commit for all of them). Each
-# row is fenced on its own token, an unexpired lease (database time) and the
-# cancellation being absent ({cancelled} = IS NULL) or recorded (IS NOT NULL);
-# the (sequence, token) pairs that match are returned, the others were not written and their
-# ticks take the careful path. Rows are locked in sequence order, like every
-# other multi-row write here, so batches cannot deadlock one another.
-_SETTLE_MANY = f"""
-UPDATE tickwork_jobs AS job
-SET state = 'settled', outcome = settle.outcome, failure_reason = settle.reason,
-    settled_at = {NOW}
-FROM unnest(%(sequences)s::bigint[], %(tokens)s::text[], %(outcomes)s::text[],
-            %(reasons)s::text[]) AS settle(sequence, token, outcome, reason)
-WHERE job.sequence = settle.sequence AND job.state = 'running'
-  AND job.claim_token = settle.token AND job.lease_expires_at > {NOW}
-  AND job.cancellation_id {{cancelled}}
-RETURNING job.sequence, job.claim_token
+# The careful path's second settlement: the claim is live and a cancellation
+# is recorded, so the runtime settles by the cancellation rule
+# (lifecycle.settlement_under_cancellation), fenced on the token, the lease
+# and the cancellation still being there.
+SETTLE_CANCELLED = f"""
+UPDATE tickwork_jobs
+SET state = 'settled', outcome = %(outcome)s, failure_reason = %(reason)s, settled_at = {NOW}
+WHERE sequence = %(sequence)s AND state = 'running' AND claim_token = %(token)s
+  AND lease_expires_at > {NOW} AND cancellation_id IS NOT NULL
+RETURNING sequence
 """
-SETTLE_MANY = _SETTLE_MANY.format(cancelled="IS NULL")
-SETTLE_MANY_CANCELLED = _SETTLE_MANY.format(cancelled="IS NOT NULL")
 
 SELECT_CLAIM = f"""
 SELECT {JOB_COLUMNS}, claim_token,

@@ -1,30 +1,29 @@
 """PostgresStore: the shared-store port over a psycopg 3 async connection pool.
 
-Each method is one statement in its own transaction, except the claim (an
-advisory lock statement, then the claim, one commit) and lane refusal (the
-refusal and the "more?" read, one commit). Claims and settlements of
-concurrent ticks in this process go through coalescers (``batching.py``) and
-share statements and commits.
+Each method is one statement in its own transaction (autocommit), except the
+exact claim (the claim lock, then CLAIM_ONE) and lane refusal (the refusal and
+the "more?" read). The tick's claims and settlements of every runtime on the
+pool go through one coalescer (``batching.py``): whatever is waiting when a
+commit starts travels in one call of tickwork_settle_then_claim.
 """
 
 from __future__ import annotations
 
 import contextlib
 import weakref
-from collections.abc import AsyncIterator, Callable, Hashable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
-from ..errors import SchemaError
 from ..jobs import JobRecord, ValidJob
 from ..lifecycle import Settlement
 from ..local.store import decode_job
 from ..shared.port import CancelWrite, ClaimView, ExpiredClaim, RenewAnswer
+from ..shared.schema import MIGRATIONS, check_schema_version
 from . import statements as sql
 from .batching import Coalescer
 
-SCHEMA_VERSION = 1
-LATEST_MIGRATION = "schema/postgres/0001_tickwork_jobs.sql"
+LATEST_MIGRATION = "schema/postgres/" + MIGRATIONS[-1]
 
 #: Most claims or settlements one statement carries.
 MAX_BATCH = 64
@@ -58,16 +57,14 @@ class PostgresStore:
         # Claims and settlements waiting at the same time share one
         # transaction: settlements first (freeing their queues), then claims.
         self._commits: Coalescer[_ClaimRequest | _SettleRequest, _Answer] = (
-            Coalescer(self._commit_many, max_batch=2 * MAX_BATCH, max_in_flight=1))
-        self.claims_batched = 0
-        self.settlements_batched = 0
+            Coalescer(self._commit_many, max_batch=2 * MAX_BATCH, max_in_flight=2))
 
     @contextlib.asynccontextmanager
     async def _connection(self) -> AsyncIterator[Any]:
         """A pooled connection in autocommit mode (restored when it goes back).
 
         Each single statement is then its own transaction with no BEGIN/COMMIT
-        round trips; multi-statement transactions are explicit and pipelined.
+        round trips; multi-statement transactions are explicit.
         """
         async with self.pool.connection() as conn:
             restore = not conn.autocommit
@@ -96,17 +93,8 @@ class PostgresStore:
                 raise
             rows = []
         stored = int(rows[0][0]) if rows else 0
-        if stored < SCHEMA_VERSION:
-            raise SchemaError(
-                f"the PostgreSQL database has tickwork schema version {stored}, this package "
-                f"needs {SCHEMA_VERSION}: apply the migrations in schema/postgres up to "
-                f"{LATEST_MIGRATION}; opening a runtime never migrates"
-            )
-        if stored > SCHEMA_VERSION:
-            raise SchemaError(
-                f"the PostgreSQL database has tickwork schema version {stored}; this package "
-                f"understands up to {SCHEMA_VERSION}: upgrade tickwork"
-            )
+        check_schema_version(stored, database="PostgreSQL", folder="schema/postgres",
+                             apply_with="psql -f, or your migration tool")
 
     async def insert(self, job: ValidJob, now: int | None) -> bool:
         return bool(await self._rows(sql.INSERT_JOB, job_params(job, now)))
@@ -132,9 +120,12 @@ class PostgresStore:
         request = _ClaimRequest(token, lease_ms, now, guarded)
         if not guarded:
             # The exact form, for ticks that probed first; rare.
-            async with self._connection() as conn, conn.pipeline(), conn.transaction():
-                found = await self._claim_in(conn, [request], scan=None)
-            return found[0]
+            params = {"token": token, "lease_ms": lease_ms, "now": now}
+            async with self._connection() as conn, conn.transaction():
+                await conn.execute(sql.CLAIM_LOCK)
+                cursor = await conn.execute(sql.CLAIM_ONE, params)
+                row = await cursor.fetchone()
+            return None if row is None else decode_job(row)
         answer = await self._commits.submit(request)
         assert answer is None or isinstance(answer, JobRecord)
         return answer
@@ -142,26 +133,25 @@ class PostgresStore:
     async def _commit_many(
         self, requests: list[_ClaimRequest | _SettleRequest]
     ) -> list[_Answer]:
-        """One transaction (one commit) for every waiting settlement and claim.
+        """Every waiting settlement and claim in one statement (one commit).
 
         Settlements go first, so the queues they free can be claimed by the
         claims of the same commit (including a worker loop's next claim).
+        Requests with different clocks or leases (tests only) need separate
+        calls; they then share one transaction.
         """
         settled: dict[int, bool] = {}
         claimed: dict[int, JobRecord | None] = {}
         settles = [(i, r) for i, r in enumerate(requests) if isinstance(r, _SettleRequest)]
         claims = [(i, r) for i, r in enumerate(requests) if isinstance(r, _ClaimRequest)]
         claims += [(i, r.then_claim) for i, r in settles if r.then_claim is not None]
-        async with self._connection() as conn, conn.pipeline(), conn.transaction():
-            for indexes, group in _grouped(settles, lambda r: r.now):
-                written = await self._settle_in(conn, group, sql.SETTLE_MANY)
-                settled.update(zip(indexes, written, strict=True))
-            for indexes, claim_group in _grouped(claims, lambda r: (r.lease_ms, r.now)):
-                found = await self._claim_in(
-                    conn, claim_group, scan=4 * len(claim_group) + 32)
-                claimed.update(zip(indexes, found, strict=True))
-        self.claims_batched += bool(claims)
-        self.settlements_batched += bool(settles)
+        calls = _calls(settles, claims)
+        async with self._connection() as conn, contextlib.AsyncExitStack() as stack:
+            if len(calls) > 1:
+                await stack.enter_async_context(conn.transaction())
+            for settle_group, claim_group in calls:
+                await self._settle_then_claim(conn, settle_group, claim_group,
+                                              settled, claimed)
         answers: list[_Answer] = []
         for index, request in enumerate(requests):
             if isinstance(request, _ClaimRequest):
@@ -172,25 +162,39 @@ class PostgresStore:
                 answers.append((settled[index], claimed[index]))
         return answers
 
-    async def _claim_in(
-        self, conn: Any, requests: list[_ClaimRequest], *, scan: int | None
-    ) -> list[JobRecord | None]:
-        """Claim for ``requests`` on ``conn``, inside the caller's transaction."""
-        first = requests[0]
+    async def _settle_then_claim(
+        self,
+        conn: Any,
+        settles: list[tuple[int, _SettleRequest]],
+        claims: list[tuple[int, _ClaimRequest]],
+        settled: dict[int, bool],
+        claimed: dict[int, JobRecord | None],
+    ) -> None:
+        ordered = sorted(settles, key=lambda item: item[1].sequence)
+        first_claim = claims[0][1] if claims else None
+        now = (first_claim.now if first_claim is not None
+               else ordered[0][1].now)
         params = {
-            "tokens": [request.token for request in requests],
-            "lease_ms": first.lease_ms,
-            "now": first.now,
-            "scan": scan,
+            "sequences": [r.sequence for _, r in ordered],
+            "settle_tokens": [r.token for _, r in ordered],
+            "outcomes": [r.settlement.outcome for _, r in ordered],
+            "reasons": [r.settlement.failure_reason for _, r in ordered],
+            "claim_tokens": [r.token for _, r in claims],
+            "lease_ms": first_claim.lease_ms if first_claim is not None else 0,
+            "scan": 4 * len(claims) + 32,
+            "now": now,
         }
-        statement = sql.CLAIM_IF_CLEAR if first.guarded else sql.CLAIM_ONE
-        await conn.execute(sql.CLAIM_LOCK)
-        cursor = await conn.execute(statement, params, prepare=True)
+        cursor = await conn.execute(sql.SETTLE_THEN_CLAIM, params, prepare=True)
         rows = await cursor.fetchall()
-        found: list[JobRecord | None] = [None] * len(requests)
-        for row in rows:
-            found[row[-1] - 1] = decode_job(row[:-1])
-        return found
+        # A job has one current claim, so only its token's request can match;
+        # a stale claim of the same job in the same batch learns it did not.
+        written = {(row[9], row[16]) for row in rows if row[16] is not None}
+        for index, request in settles:
+            settled[index] = (request.sequence, request.token) in written
+        found: dict[int, JobRecord] = {
+            row[15]: decode_job(row[:15]) for row in rows if row[15] is not None}
+        for position, (index, _) in enumerate(claims, start=1):
+            claimed[index] = found.get(position)
 
     async def probe(self, now: int | None) -> tuple[ExpiredClaim | None, bool]:
         row = (await self._rows(sql.PROBE, {"now": now}))[0]
@@ -224,29 +228,12 @@ class PostgresStore:
         self, sequence: int, token: str, settlement: Settlement, now: int | None,
         *, cancelled: bool,
     ) -> bool:
-        request = _SettleRequest(sequence, token, settlement, now)
         if cancelled:
-            async with self._connection() as conn:
-                return (await self._settle_in(conn, [request], sql.SETTLE_MANY_CANCELLED))[0]
-        return bool(await self._commits.submit(request))
-
-    async def _settle_in(
-        self, conn: Any, requests: list[_SettleRequest], statement: str
-    ) -> list[bool]:
-        ordered = sorted(requests, key=lambda request: request.sequence)
-        params = {
-            "sequences": [request.sequence for request in ordered],
-            "tokens": [request.token for request in ordered],
-            "outcomes": [request.settlement.outcome for request in ordered],
-            "reasons": [request.settlement.failure_reason for request in ordered],
-            "now": requests[0].now,
-        }
-        cursor = await conn.execute(statement, params, prepare=True)
-        rows = await cursor.fetchall()
-        # A job has one current claim, so only its token's request can match;
-        # a stale claim of the same job in the same batch learns it did not.
-        written = {(row[0], row[1]) for row in rows}
-        return [(request.sequence, request.token) in written for request in requests]
+            params = {"sequence": sequence, "token": token, "now": now,
+                      "outcome": settlement.outcome, "reason": settlement.failure_reason}
+            return bool(await self._rows(sql.SETTLE_CANCELLED, params))
+        answer = await self._commits.submit(_SettleRequest(sequence, token, settlement, now))
+        return bool(answer)
 
     async def settle_and_claim(
         self, sequence: int, token: str, settlement: Settlement, now: int | None,
@@ -305,17 +292,25 @@ class PostgresStore:
 Item = TypeVar("Item")
 
 
-def _grouped(
-    items: list[tuple[int, Item]], key: Callable[[Item], Hashable]
-) -> list[tuple[list[int], list[Item]]]:
-    """Requests that can share one statement (same clock and lease), in order."""
-    groups: dict[Hashable, tuple[list[int], list[Item]]] = {}
-    for index, item in items:
-        indexes, members = groups.setdefault(key(item), ([], []))
-        indexes.append(index)
-        members.append(item)
-    return list(groups.values())
+def _calls(
+    settles: list[tuple[int, _SettleRequest]], claims: list[tuple[int, _ClaimRequest]]
+) -> list[tuple[list[tuple[int, _SettleRequest]], list[tuple[int, _ClaimRequest]]]]:
+    """Group requests into function calls that each have one clock and one lease.
 
+    In production every request uses database time and the runtime's lease,
+    so this is one call. Tests that mix clocks get one call per clock (the
+    settlements first), run in one transaction.
+    """
+    clocks = {request.now for _, request in settles} | {request.now for _, request in claims}
+    leases = {request.lease_ms for _, request in claims}
+    if len(clocks) <= 1 and len(leases) <= 1:
+        return [(settles, claims)]
+    calls: list[tuple[list[tuple[int, _SettleRequest]], list[tuple[int, _ClaimRequest]]]] = []
+    for now in dict.fromkeys(request.now for _, request in settles):
+        calls.append(([item for item in settles if item[1].now == now], []))
+    for key in dict.fromkeys((request.lease_ms, request.now) for _, request in claims):
+        calls.append(([], [item for item in claims if (item[1].lease_ms, item[1].now) == key]))
+    return calls
 
 def job_params(job: ValidJob, now: int | None) -> dict[str, Any]:
     return {"job_id": job.job_id, "queue": job.queue, "lane": job.lane,

@@ -1,0 +1,59 @@
+"""The package-owned schema files, as migration tools and runtimes see them."""
+
+from __future__ import annotations
+
+import pytest
+
+from tickwork import InvalidArgument, SchemaError
+from tickwork.schemas import migrations, split_statements
+from tickwork.shared.schema import MIGRATIONS, SCHEMA_VERSION, check_schema_version
+
+
+@pytest.mark.parametrize("dialect", ["d1", "postgres"])
+def test_the_runtime_knows_every_migration_file_in_order(dialect: str) -> None:
+    found = migrations(dialect)  # type: ignore[arg-type]
+    assert tuple(migration.name for migration in found) == MIGRATIONS
+    for number, migration in enumerate(found, start=1):
+        # Each migration records its number, which is what runtimes check.
+        assert f"'schema_version', '{number}'" in migration.sql or (
+            f"SET value = '{number}'" in migration.sql), migration.name
+
+
+def test_d1_migrations_hold_no_transaction_statements() -> None:
+    for migration in migrations("d1"):
+        for statement in migration.statements():
+            first_word = statement.split()[0].upper()
+            assert first_word not in {"BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE"}
+
+
+def test_statements_split_on_top_level_semicolons_only() -> None:
+    text = """
+        -- a comment; with a semicolon
+        CREATE TABLE t (a TEXT DEFAULT 'x;y');
+        CREATE TRIGGER tr BEFORE UPDATE ON t FOR EACH ROW
+        WHEN CASE WHEN OLD.a = 'b' THEN 1 ELSE 0 END
+        BEGIN SELECT RAISE(ABORT, 'no; never'); SELECT 1; END;
+        CREATE FUNCTION f() RETURNS int LANGUAGE sql AS $$ SELECT 1; $$;
+        CREATE FUNCTION g() RETURNS int LANGUAGE sql AS $body$ SELECT 2; $body$;
+        INSERT INTO t VALUES ('it''s; fine')
+    """
+    statements = split_statements(text)
+    assert [s.split()[0:2] for s in statements] == [
+        ["CREATE", "TABLE"], ["CREATE", "TRIGGER"], ["CREATE", "FUNCTION"],
+        ["CREATE", "FUNCTION"], ["INSERT", "INTO"]]
+    assert statements[1].endswith("SELECT 1; END")
+
+
+def test_schema_errors_name_the_missing_migrations() -> None:
+    with pytest.raises(SchemaError, match=r"apply 0001_tickwork_jobs\.sql, 0002_job_locks\.sql"):
+        check_schema_version(0, database="D1", folder="schema/d1", apply_with="wrangler")
+    with pytest.raises(SchemaError, match=r"apply 0002_job_locks\.sql from schema/d1"):
+        check_schema_version(1, database="D1", folder="schema/d1", apply_with="wrangler")
+    check_schema_version(SCHEMA_VERSION, database="D1", folder="schema/d1", apply_with="x")
+    with pytest.raises(SchemaError, match="upgrade tickwork"):
+        check_schema_version(SCHEMA_VERSION + 1, database="D1", folder="x", apply_with="x")
+
+
+def test_an_unknown_dialect_is_refused() -> None:
+    with pytest.raises(InvalidArgument, match="dialect"):
+        migrations("mysql")  # type: ignore[arg-type]
