@@ -25,6 +25,7 @@ from tickwork import (
     QueueTransition,
     Recovery,
 )
+from tickwork.local import ConcurrentOwnerRuntime
 from tickwork.owners import DurableObjectOwner, Owner, Sqlite3Owner
 
 OWNER_KINDS = ("sqlite3", "do-builtin", "do-external")
@@ -166,6 +167,12 @@ class Harness:
         options.update(overrides)
         return OwnerRuntime(self.owner(), **options)
 
+    def concurrent_runtime(self, lane: str = "fast", **overrides: Any) -> ConcurrentOwnerRuntime:
+        """A runtime whose concurrent lane is ``lane`` (built like ``runtime``)."""
+        runtime = self.runtime(concurrent_lane=lane, **overrides)
+        assert isinstance(runtime, ConcurrentOwnerRuntime)
+        return runtime
+
     def recording_projector(self) -> Callable[[QueueTransition], None]:
         def project(transition: QueueTransition) -> None:
             self.projections.append(transition)
@@ -202,8 +209,9 @@ class Harness:
             return result
         return self._storage.transactionSync(fn)
 
-    async def crash(self, task: asyncio.Task[Any]) -> None:
-        """Kill the "process" running ``task``: its database handle dies with it.
+    async def crash(self, task: asyncio.Task[Any], *more: asyncio.Task[Any]) -> None:
+        """Kill the "process" running ``task`` (and ``more`` tasks of it, e.g.
+        both tick slots): its database handle dies with it.
 
         Nothing the dying runtime does afterwards reaches the database; a new
         handle is opened for the runtimes built after the crash.
@@ -213,8 +221,10 @@ class Harness:
             self._connection.close()
         else:
             self._storage.close()
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        tasks = (task, *more)
+        for dying in tasks:
+            dying.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         self.open()
 
     def close(self) -> None:

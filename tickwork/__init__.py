@@ -10,7 +10,7 @@ from .leases import (
     StaleLease,
     StaleReason,
 )
-from .local import OwnerRuntime
+from .local import ConcurrentOwnerRuntime, OwnerRuntime
 from .outcomes import (
     Cancelled,
     CancelResult,
@@ -31,6 +31,7 @@ __all__ = [
     "CancelResult",
     "Cancelled",
     "Completed",
+    "ConcurrentOwnerRuntime",
     "ExecutionResult",
     "FailLaneResult",
     "Failed",

@@ -1,5 +1,5 @@
 """The owner-local runtime: one synchronous SQLite owner, one process."""
 
-from .runtime import OwnerRuntime, TransactionalJobs
+from .runtime import ConcurrentOwnerRuntime, OwnerRuntime, TransactionalJobs
 
-__all__ = ["OwnerRuntime", "TransactionalJobs"]
+__all__ = ["ConcurrentOwnerRuntime", "OwnerRuntime", "TransactionalJobs"]

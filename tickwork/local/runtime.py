@@ -3,9 +3,14 @@
 Every transition writes with one statement from ``statements.py`` (with a
 projector, that statement and the projector's writes share one owner
 transaction); the decisions come from ``tickwork.lifecycle``. The only state
-kept in memory is what cannot be durable: which claims this runtime is
-executing right now (with their abort signals), the busy guard, and where the
-next recovery probe starts.
+kept in memory is what cannot be durable, per tick slot: which claims the
+slot is executing right now (with their abort signals), its busy guard, and
+where its next recovery probe starts.
+
+A runtime has one tick slot. Opened with ``concurrent_lane``, it is a
+``ConcurrentOwnerRuntime`` with two: ``tick()`` serves every lane but that
+one, ``tick_concurrent()`` serves only that one, and the two can be in
+flight at the same time.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, Self, TypeVar, overload
 
 from .. import lifecycle
 from ..errors import IngestConflict, InvalidArgument
@@ -30,6 +35,7 @@ from ..jobs import (
     ValidJob,
     cargo_differences,
     check_reason,
+    check_safe_int,
     check_text,
     validate_job,
 )
@@ -45,12 +51,15 @@ from ..outcomes import (
 from ..owners.base import Owner
 from ..signals import AbortSignal
 from .schema import ensure_schema
-from .store import LocalJobStore
+from .store import EVERY_JOB, LocalJobStore, Partition, inside_lane, outside_lane
 
 T = TypeVar("T")
 
 #: Lane refusal settles at most this many jobs per call (one transaction).
 FAIL_LANE_BATCH = 256
+
+#: read_settled returns at most this many jobs per call.
+READ_SETTLED_MAX_LIMIT = 1000
 
 Executor = Callable[[JobRecord, AbortSignal], Awaitable[ExecutionResult]]
 LivenessProbe = Callable[[JobRecord], "bool | Awaitable[bool]"]
@@ -77,15 +86,28 @@ class _Execution:
     signal: AbortSignal
 
 
-class OwnerRuntime:
-    """The owner-local runtime. See the README for the full contract.
+class _Slot:
+    """One tick slot: the jobs it selects, its busy guard, its executions.
 
-    ``execute(job, signal)`` runs one claimed job; ``is_alive(job)`` answers
-    whether a running claim that this runtime does not own still has a live
-    execution; ``wake.recompute()`` is called after every durable change that
-    can alter when the next tick should run; ``project(transition)`` (optional)
-    runs inside the transaction of every change to a queue.
+    A slot runs one tick at a time, so it executes at most one claim at a
+    time; ``executions`` is keyed by job_id for the abort paths.
     """
+
+    __slots__ = ("busy", "executions", "partition", "probe_after")
+
+    def __init__(self, partition: Partition) -> None:
+        self.partition = partition
+        self.busy = False
+        self.executions: dict[str, _Execution] = {}
+        # Where the next recovery probe starts: after the last claim that was
+        # found alive or could not be judged (round robin over such claims).
+        self.probe_after = _BEFORE_ANY_CLAIM
+
+
+class _LocalRuntime:
+    """Everything OwnerRuntime does; OwnerRuntime adds only the constructor's
+    choice of class (a separate base so that type checkers read that choice
+    from ``OwnerRuntime.__new__``)."""
 
     def __init__(
         self,
@@ -96,7 +118,21 @@ class OwnerRuntime:
         wake: Wake,
         project: Projector | None = None,
         clock: Clock | None = None,
+        concurrent_lane: str | None = None,
     ) -> None:
+        if concurrent_lane is None:
+            self._slots: tuple[_Slot, ...] = (_Slot(EVERY_JOB),)
+        else:
+            check_text("concurrent_lane", concurrent_lane, MAX_LANE_LENGTH, InvalidArgument)
+            if not isinstance(self, ConcurrentOwnerRuntime):
+                raise TypeError(
+                    f"{type(self).__name__} has no concurrent slot; a runtime with a "
+                    "concurrent_lane must be a ConcurrentOwnerRuntime (subclass that)"
+                )
+            self._slots = (_Slot(outside_lane(concurrent_lane)),
+                           _Slot(inside_lane(concurrent_lane)))
+        self._serial = self._slots[0]
+        self._concurrent_lane = concurrent_lane
         self._owner = owner
         self._store = LocalJobStore(owner)
         self._execute = execute
@@ -104,16 +140,11 @@ class OwnerRuntime:
         self._wake = wake
         self._project = project
         self._clock = clock or wall_clock_ms
-        self._executions: dict[str, _Execution] = {}
-        self._busy = False
         # Claim tokens: random per runtime instance, then a counter, so a
         # rebuilt runtime never reuses a token of the one before it.
         self._token_prefix = secrets.token_hex(8)
         self._claim_numbers = itertools.count(1)
         self._background: set[asyncio.Task[Any]] = set()
-        # Where the next recovery probe starts: after the last claim that was
-        # found alive or could not be judged (round robin over such claims).
-        self._probe_after = _BEFORE_ANY_CLAIM
         ensure_schema(owner)
         self.transactional = TransactionalJobs(self)
 
@@ -126,8 +157,26 @@ class OwnerRuntime:
         return self._store.queue_head(_check_id("queue", queue))
 
     def has_pending_work(self) -> bool:
-        """True while any job is queued or running."""
+        """True while any job is queued or running (in either slot's partition)."""
         return self._store.has_pending_work()
+
+    def read_settled(self, limit: int, after_sequence: int = 0) -> list[JobRecord]:
+        """The settled feed: settled jobs in enqueue order, after ``after_sequence``.
+
+        At most ``limit`` jobs, stopping before the first job that has not
+        settled yet (queued or running): a settlement is withheld until every
+        job enqueued before it has settled or been purged. Pass the last
+        returned ``sequence`` as ``after_sequence`` to read on. With a
+        concurrent lane, only the serial partition is listed: concurrent-lane
+        jobs neither appear nor hold the feed back (read them with ``read``).
+        """
+        if isinstance(limit, bool) or not isinstance(limit, int):
+            raise InvalidArgument("limit", f"must be an integer, got {type(limit).__name__}")
+        if not 1 <= limit <= READ_SETTLED_MAX_LIMIT:
+            raise InvalidArgument(
+                "limit", f"must be within 1 and {READ_SETTLED_MAX_LIMIT}, got {limit}")
+        check_safe_int("after_sequence", after_sequence, InvalidArgument, 0)
+        return self._store.read_settled(after_sequence, limit, self._concurrent_lane)
 
     # -------------------------------------------------------------- mutations
 
@@ -202,41 +251,63 @@ class OwnerRuntime:
     # ------------------------------------------------------------------- tick
 
     async def tick(self) -> TickResult:
-        """Recover, settle a cancelled job, or claim and execute one ready job."""
-        if self._busy:
-            return TickResult("busy")
-        self._busy = True
-        try:
-            return await self._tick()
-        finally:
-            self._busy = False
+        """Recover, settle a cancelled job, or claim and execute one ready job.
 
-    async def _tick(self) -> TickResult:
-        executing = [execution.token for execution in self._executions.values()]
+        With a concurrent lane, this is the serial slot: it never selects,
+        settles or probes a job of that lane.
+        """
+        slot = self._serial
+        if slot.busy:
+            return TickResult("busy")
+        slot.busy = True
+        try:
+            return await self._tick(slot)
+        finally:
+            slot.busy = False
+
+    async def _tick(self, slot: _Slot) -> TickResult:
+        # Claims this runtime executes are never probed (with two slots, the
+        # other slot's claim is outside this partition anyway).
+        executing = self._executing_tokens()
         token = f"{self._token_prefix}-{next(self._claim_numbers)}"
+        partition = slot.partition
         # Fast path: one statement claims when nothing has to come first.
-        job = self._transition(lambda: self._claim_next(token, executing))
+        job = self._transition(lambda: self._claim_next(partition, token, executing))
         if job is not None:
-            return await self._run(_Execution(job, token, AbortSignal()))
-        orphan, cancelled_waiting = self._store.probe(executing, self._probe_after)
+            return await self._run(slot, _Execution(job, token, AbortSignal()))
+        orphan, cancelled_waiting = self._store.probe(partition, executing, slot.probe_after)
         # Recovery first. Putting a job back or settling it is this tick's one
         # transition; an unanswered probe is reported only if nothing else runs.
-        recovery = None if orphan is None else await self._recover(orphan)
+        recovery = None if orphan is None else await self._recover(slot, orphan)
         if recovery is not None and recovery.status != "liveness_unknown":
             return recovery
         if cancelled_waiting:
-            cancelled = self._transition(self._settle_next_cancelled)
+            cancelled = self._transition(lambda: self._settle_next_cancelled(partition))
             if cancelled is not None:
                 await self._wake_now()
                 return cancelled
         if orphan is None and not cancelled_waiting:
             return TickResult("idle")  # the fast path already found nothing to claim
-        job = self._transition(lambda: self._claim_next(token))
+        job = self._transition(lambda: self._claim_next(partition, token))
         if job is None:
             return recovery or TickResult("idle")
-        return await self._run(_Execution(job, token, AbortSignal()))
+        return await self._run(slot, _Execution(job, token, AbortSignal()))
 
-    async def _recover(self, sequence: int) -> TickResult | None:
+    def _executing_tokens(self) -> list[str]:
+        slots = self._slots
+        if len(slots) == 1:
+            return [execution.token for execution in slots[0].executions.values()]
+        return [execution.token for slot in slots for execution in slot.executions.values()]
+
+    def _execution_of(self, job_id: str) -> _Execution | None:
+        """The local execution of ``job_id``, in whichever slot runs it."""
+        for slot in self._slots:
+            execution = slot.executions.get(job_id)
+            if execution is not None:
+                return execution
+        return None
+
+    async def _recover(self, slot: _Slot, sequence: int) -> TickResult | None:
         """Ask the liveness probe about a claim nobody here executes; recover it if gone."""
         found = self._store.find_claim(sequence)
         if found is None or found[0].state != "running":
@@ -249,21 +320,22 @@ class OwnerRuntime:
             if not isinstance(alive, bool):
                 raise TypeError(f"is_alive returned {type(alive).__name__}, expected bool")
         except Exception as error:  # the probe's failure is reported, never guessed at
-            self._probe_after = _claim_order(job)
+            slot.probe_after = _claim_order(job)
             return TickResult(
                 "liveness_unknown", job_id=job.job_id, reason=f"{type(error).__name__}: {error}"
             )
         if alive:
-            self._probe_after = _claim_order(job)  # the next tick looks at the next claim
+            slot.probe_after = _claim_order(job)  # the next tick looks at the next claim
             return None
         result = self._transition(lambda: self._recover_in_transaction(job.job_id, token))
         if result is not None:
             await self._wake_now()
         return result
 
-    async def _run(self, execution: _Execution) -> TickResult:
+    async def _run(self, slot: _Slot, execution: _Execution) -> TickResult:
         job, signal = execution.job, execution.signal
-        self._executions[job.job_id] = execution
+        executions = slot.executions
+        executions[job.job_id] = execution
         interruption: BaseException | None = None
         try:
             try:
@@ -281,7 +353,7 @@ class OwnerRuntime:
                 settlement = lifecycle.settlement_for_exception(error)
             outcome = self._transition(lambda: self._settle_in_transaction(execution, settlement))
         finally:
-            del self._executions[job.job_id]
+            del executions[job.job_id]
         if interruption is not None:
             self._wake_soon()
             raise interruption
@@ -312,20 +384,23 @@ class OwnerRuntime:
             self._project_queue(job.queue)
         return decision.status
 
-    def _settle_next_cancelled(self) -> TickResult | None:
-        job = self._store.settle_next_cancelled(self._clock())
+    def _settle_next_cancelled(self, partition: Partition) -> TickResult | None:
+        job = self._store.settle_next_cancelled(partition, self._clock())
         if job is None:
             return None
         self._project_queue(job.queue, settled=job)
         return _settled(job)
 
-    def _claim_next(self, token: str, if_clear_of: list[str] | None = None) -> JobRecord | None:
-        """Claim the next job; with ``if_clear_of``, only if no running claim
-        outside those tokens and no cancelled waiting job needs the tick first."""
+    def _claim_next(
+        self, partition: Partition, token: str, if_clear_of: list[str] | None = None
+    ) -> JobRecord | None:
+        """Claim the partition's next job; with ``if_clear_of``, only if no
+        running claim of the partition outside those tokens and no cancelled
+        waiting job of the partition needs the tick first."""
         if if_clear_of is None:
-            job = self._store.claim_next(token, self._clock())
+            job = self._store.claim_next(partition, token, self._clock())
         else:
-            job = self._store.claim_next_if_clear(token, self._clock(), if_clear_of)
+            job = self._store.claim_next_if_clear(partition, token, self._clock(), if_clear_of)
         if job is not None:
             self._project_queue(job.queue)
         return job
@@ -425,14 +500,15 @@ class OwnerRuntime:
             raise TypeError("project must be synchronous: it runs inside the transaction")
 
     def _abort(self, job_id: str, reason: str) -> None:
-        execution = self._executions.get(job_id)
+        # Signals the slot that owns the execution (a job runs in one slot).
+        execution = self._execution_of(job_id)
         if execution is not None:
             execution.signal._abort(reason)
 
     def _abort_if_cancelled(self, job_id: str) -> None:
         # Scheduled after a transactional cancellation: by the time it runs the
         # host's synchronous transaction has committed or rolled back.
-        if job_id in self._executions:
+        if self._execution_of(job_id) is not None:
             job = self._store.find(job_id)
             if job is not None and job.cancellation_id is not None:
                 self._abort(job_id, lifecycle.ABORT_CANCELLED)
@@ -463,6 +539,111 @@ class OwnerRuntime:
         task.add_done_callback(self._background.discard)
 
 
+class OwnerRuntime(_LocalRuntime):
+    """The owner-local runtime. See the README for the full contract.
+
+    ``execute(job, signal)`` runs one claimed job; ``is_alive(job)`` answers
+    whether a running claim that this runtime does not own still has a live
+    execution; ``wake.recompute()`` is called after every durable change that
+    can alter when the next tick should run; ``project(transition)`` (optional)
+    runs inside the transaction of every change to a queue.
+
+    ``concurrent_lane`` (optional) reserves one lane for a second tick slot:
+    the constructor then returns a ``ConcurrentOwnerRuntime``, which has
+    ``tick_concurrent()``. A runtime opened without it has no such method.
+    """
+
+    @overload
+    def __new__(
+        cls,
+        owner: Owner,
+        *,
+        execute: Executor,
+        is_alive: LivenessProbe,
+        wake: Wake,
+        project: Projector | None = None,
+        clock: Clock | None = None,
+        concurrent_lane: None = None,
+    ) -> Self: ...
+
+    @overload
+    def __new__(
+        cls,
+        owner: Owner,
+        *,
+        execute: Executor,
+        is_alive: LivenessProbe,
+        wake: Wake,
+        project: Projector | None = None,
+        clock: Clock | None = None,
+        concurrent_lane: str,
+    ) -> ConcurrentOwnerRuntime: ...
+
+    def __new__(
+        cls,
+        owner: Owner,
+        *,
+        execute: Executor,
+        is_alive: LivenessProbe,
+        wake: Wake,
+        project: Projector | None = None,
+        clock: Clock | None = None,
+        concurrent_lane: str | None = None,
+    ) -> OwnerRuntime:
+        # Only the class is chosen here; __init__ (of the class chosen)
+        # validates every argument, concurrent_lane included.
+        if concurrent_lane is not None and cls is OwnerRuntime:
+            return object.__new__(ConcurrentOwnerRuntime)
+        return object.__new__(cls)
+
+
+class ConcurrentOwnerRuntime(OwnerRuntime):
+    """An OwnerRuntime with a concurrent lane: two tick slots over one store.
+
+    ``tick()`` (the serial slot) never selects a job of the concurrent lane;
+    ``tick_concurrent()`` selects only those. Each slot has its own busy
+    guard and executions, so one of each can be in flight at once; both
+    share the store, the projector and the wake. Either slot runs a job only
+    while it is its queue's head across lanes.
+    """
+
+    def __init__(
+        self,
+        owner: Owner,
+        *,
+        execute: Executor,
+        is_alive: LivenessProbe,
+        wake: Wake,
+        project: Projector | None = None,
+        clock: Clock | None = None,
+        concurrent_lane: str,
+    ) -> None:
+        # Checked here too: the base class would take None for "no lane".
+        check_text("concurrent_lane", concurrent_lane, MAX_LANE_LENGTH, InvalidArgument)
+        super().__init__(owner, execute=execute, is_alive=is_alive, wake=wake, project=project,
+                         clock=clock, concurrent_lane=concurrent_lane)
+        self._concurrent = self._slots[1]
+
+    @property
+    def concurrent_lane(self) -> str:
+        lane = self._concurrent_lane
+        assert lane is not None
+        return lane
+
+    async def tick_concurrent(self) -> TickResult:
+        """tick(), for the concurrent lane's slot: recover one of its
+        disappeared claims, settle one of its cancelled queued jobs, or claim
+        and execute its best job that heads its queue."""
+        slot = self._concurrent
+        if slot.busy:
+            return TickResult("busy")
+        slot.busy = True
+        try:
+            return await self._tick(slot)
+        finally:
+            slot.busy = False
+
+
 class TransactionalJobs:
     """Job mutations and reads for code already inside its own SQLite transaction.
 
@@ -470,7 +651,7 @@ class TransactionalJobs:
     write and the job commit or roll back together.
     """
 
-    def __init__(self, runtime: OwnerRuntime) -> None:
+    def __init__(self, runtime: _LocalRuntime) -> None:
         self._runtime = runtime
 
     def enqueue_accepted_job(self, job: Job) -> IngestStatus:
@@ -482,7 +663,7 @@ class TransactionalJobs:
     ) -> CancelResult:
         runtime = self._runtime
         status = runtime._record_cancellation(job_id, cancellation_id, only_if_queued)
-        if status == "recorded" and job_id in runtime._executions:
+        if status == "recorded" and runtime._execution_of(job_id) is not None:
             # Abort only once the host's transaction has committed (checked then).
             asyncio.get_running_loop().call_soon(runtime._abort_if_cancelled, job_id)
         return CancelResult(status, job_id)

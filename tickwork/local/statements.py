@@ -204,3 +204,193 @@ HAS_PENDING_WORK = """
 SELECT EXISTS (SELECT 1 FROM tickwork_jobs WHERE state = 'queued')
     OR EXISTS (SELECT 1 FROM tickwork_jobs WHERE state = 'running')
 """
+
+
+# ----------------------------------------------------------------------------
+# Partitioned ticks (a runtime opened with a concurrent lane).
+#
+# Such a runtime has two tick slots: the serial slot selects jobs outside the
+# concurrent lane (lane <> ?1), the concurrent slot only jobs in it
+# (lane = ?1). The statements below are the partitioned forms of CLAIM_NEXT,
+# CLAIM_NEXT_IF_CLEAR, TICK_PROBE and SETTLE_NEXT_CANCELLED; a runtime without
+# a concurrent lane keeps using the statements above, unchanged.
+#
+# Binding: ?1 is always the concurrent lane and comes first in the text; the
+# other fixed values are numbered after it (?2, ?3, ...), and the {exclude}
+# lists of claim tokens use bare ``?``, which SQLite numbers on from the
+# largest number already used. So every partitioned statement binds
+# (lane, <the values its unpartitioned form binds, in the same order>).
+#
+# {op} is ``=`` (the concurrent slot) or ``<>`` (the serial slot).
+# ----------------------------------------------------------------------------
+
+# Claim within a partition. Marks running, under a fresh claim token, the
+# best job (priority desc, oldest first) of the slot's partition that heads
+# its queue across lanes, in one statement. {candidates} picks it;
+# {guard} is empty or _PARTITION_CLAIM_GUARD.
+_PARTITION_CLAIM = f"""
+UPDATE tickwork_jobs
+SET state = 'running', claim_token = ?2, started_at = ?3
+WHERE sequence = {{candidates}}
+{{guard}}
+RETURNING {JOB_COLUMNS}
+"""
+
+# A candidate heads its queue: the queue has no running job (in either
+# partition) and no runnable job of the queue, in any lane, comes before it.
+# Unlike in CLAIM_NEXT, coming first in a walk does not prove this: the
+# better job may be in the other partition, which the walk skips. Costs one
+# probe of the running index and one of the queue-waiting index. A cancelled
+# queued job never runs, so it holds no queue; its own slot settles it.
+_HEADS_ITS_QUEUE = """
+      AND NOT EXISTS (
+          SELECT 1 FROM tickwork_jobs AS busy
+          WHERE busy.queue = candidate.queue AND busy.state = 'running')
+      AND candidate.sequence = (
+          SELECT head.sequence FROM tickwork_jobs AS head
+          WHERE head.queue = candidate.queue AND head.state = 'queued'
+            AND head.cancellation_id IS NULL
+          ORDER BY head.priority DESC, head.sequence
+          LIMIT 1)"""
+
+# The serial slot walks the runnable index in pick order, as CLAIM_NEXT does,
+# and stops at the first job outside the concurrent lane that heads its
+# queue. What it steps over: concurrent-lane jobs ahead of that job, and jobs
+# of held queues (as CLAIM_NEXT does).
+_SERIAL_PICK = f"""(
+    SELECT candidate.sequence FROM tickwork_jobs AS candidate
+        INDEXED BY tickwork_jobs_runnable
+    WHERE candidate.state = 'queued' AND candidate.cancellation_id IS NULL
+      AND candidate.lane <> ?1 {_HEADS_ITS_QUEUE}
+    ORDER BY candidate.priority DESC, candidate.sequence
+    LIMIT 1)"""
+
+# The concurrent slot has no index in its lane's pick order (the schema has
+# none keyed by lane and priority), so it looks in three steps, each only if
+# the one before found nothing:
+#   1. does its lane have a runnable job at all? One probe of the lane index
+#      (the repeated state IN term lets SQLite prove that partial index
+#      applies): an idle concurrent lane costs next to nothing, however deep
+#      the serial backlog;
+#   2. the first 64 runnable jobs in global pick order: the best of its jobs
+#      among them that heads its queue. They are a prefix of the pick order,
+#      so a job found here is the best one overall; this is the common case;
+#   3. else all of its lane's pending jobs, from the lane index, ordered.
+# coalesce and CASE evaluate their arms only as needed. So the concurrent
+# slot's cost grows with its own lane's backlog at worst, never with the
+# serial backlog.
+_CONCURRENT_PICK = f"""(CASE WHEN EXISTS (
+    SELECT 1 FROM tickwork_jobs INDEXED BY tickwork_jobs_lane_pending
+    WHERE lane = ?1 AND state IN ('queued', 'running')
+      AND state = 'queued' AND cancellation_id IS NULL)
+THEN coalesce(
+    (SELECT candidate.sequence FROM (
+        SELECT sequence, queue, lane, priority FROM tickwork_jobs
+            INDEXED BY tickwork_jobs_runnable
+        WHERE state = 'queued' AND cancellation_id IS NULL
+        ORDER BY priority DESC, sequence
+        LIMIT 64) AS candidate
+     WHERE candidate.lane = ?1 {_HEADS_ITS_QUEUE}
+     ORDER BY candidate.priority DESC, candidate.sequence
+     LIMIT 1),
+    (SELECT candidate.sequence FROM tickwork_jobs AS candidate
+        INDEXED BY tickwork_jobs_lane_pending
+     WHERE candidate.lane = ?1 AND candidate.state IN ('queued', 'running')
+       AND candidate.state = 'queued' AND candidate.cancellation_id IS NULL
+       {_HEADS_ITS_QUEUE}
+     ORDER BY candidate.priority DESC, candidate.sequence
+     LIMIT 1))
+END)"""
+
+# The partitioned fast path: claim only when PARTITION_TICK_PROBE would find
+# nothing to do first in this partition (no running claim of the partition
+# outside {exclude}, no cancelled job of the partition waiting). The other
+# slot's claims and cancellations are not this slot's business.
+_PARTITION_CLAIM_GUARD = """
+  AND NOT EXISTS (SELECT 1 FROM tickwork_jobs
+                  WHERE state = 'running' AND lane {op} ?1 {exclude})
+  AND NOT EXISTS (SELECT 1 FROM tickwork_jobs
+                  WHERE state = 'queued' AND cancellation_id IS NOT NULL AND lane {op} ?1)
+"""
+
+# TICK_PROBE within a partition: the running claim of this partition to ask
+# the liveness probe about (round robin after the (started_at, sequence)
+# cursor, skipping {exclude}), and whether a cancelled job of this partition
+# is still queued. A claim of the other partition is never probed: it belongs
+# to the other slot, which may be executing it right now.
+_PARTITION_TICK_PROBE = """
+SELECT
+    coalesce(
+        (SELECT sequence FROM tickwork_jobs
+         WHERE state = 'running' AND lane {op} ?1 {exclude}
+           AND (started_at, sequence) > (?, ?)
+         ORDER BY started_at, sequence
+         LIMIT 1),
+        (SELECT sequence FROM tickwork_jobs
+         WHERE state = 'running' AND lane {op} ?1 {exclude}
+         ORDER BY started_at, sequence
+         LIMIT 1)),
+    EXISTS (SELECT 1 FROM tickwork_jobs
+            WHERE state = 'queued' AND cancellation_id IS NOT NULL AND lane {op} ?1)
+"""
+
+# SETTLE_NEXT_CANCELLED within a partition: the oldest cancelled job of this
+# partition that is still queued settles cancelled without running, even
+# while its queue's head is busy (in either slot).
+_PARTITION_SETTLE_NEXT_CANCELLED = f"""
+UPDATE tickwork_jobs
+SET state = 'settled', outcome = 'cancelled', failure_reason = NULL, settled_at = ?2
+WHERE sequence = (
+    SELECT sequence FROM tickwork_jobs
+    WHERE state = 'queued' AND cancellation_id IS NOT NULL AND lane {{op}} ?1
+    ORDER BY sequence
+    LIMIT 1)
+RETURNING {JOB_COLUMNS}
+"""
+
+
+def _partitioned(template: str, op: str, **parts: str) -> str:
+    # format() does not re-read substituted text, so {exclude} inside a part
+    # survives for the store to fill in.
+    return template.format(op=op, **parts)
+
+
+CLAIM_OUTSIDE_LANE = _partitioned(_PARTITION_CLAIM, "<>", candidates=_SERIAL_PICK,
+                                  guard="")
+CLAIM_OUTSIDE_LANE_IF_CLEAR = _partitioned(
+    _PARTITION_CLAIM, "<>", candidates=_SERIAL_PICK,
+    guard=_partitioned(_PARTITION_CLAIM_GUARD, "<>", exclude="{exclude}"))
+CLAIM_IN_LANE = _partitioned(_PARTITION_CLAIM, "=", candidates=_CONCURRENT_PICK, guard="")
+CLAIM_IN_LANE_IF_CLEAR = _partitioned(
+    _PARTITION_CLAIM, "=", candidates=_CONCURRENT_PICK,
+    guard=_partitioned(_PARTITION_CLAIM_GUARD, "=", exclude="{exclude}"))
+TICK_PROBE_OUTSIDE_LANE = _partitioned(_PARTITION_TICK_PROBE, "<>", exclude="{exclude}")
+TICK_PROBE_IN_LANE = _partitioned(_PARTITION_TICK_PROBE, "=", exclude="{exclude}")
+SETTLE_NEXT_CANCELLED_OUTSIDE_LANE = _partitioned(_PARTITION_SETTLE_NEXT_CANCELLED, "<>")
+SETTLE_NEXT_CANCELLED_IN_LANE = _partitioned(_PARTITION_SETTLE_NEXT_CANCELLED, "=")
+
+# The settled feed (read_settled): settled jobs in enqueue order after
+# ?1, at most ?2, cut by a prefix fence. The page is the first ?2 jobs after
+# ?1 in sequence order, whatever their state: a walk of the primary key from
+# ?1, so it costs the page size (plus, in a runtime with a concurrent lane,
+# the concurrent-lane rows it steps over: {partition} is empty, or
+# ``AND lane <> ?3`` to keep the serial partition only). Only the part of the
+# page before its first unsettled job (queued or running) is returned, so a
+# settlement is withheld until every earlier job of the partition has settled
+# or been purged (a purged job is deleted and holds nothing back), and pages
+# read one after another are a gap-free prefix of the partition in enqueue
+# order. One statement, so the page and its fence come from one snapshot.
+# Binds (after_sequence, limit[, concurrent lane]).
+_READ_SETTLED = f"""
+WITH page AS (
+    SELECT {JOB_COLUMNS} FROM tickwork_jobs
+    WHERE sequence > ?1 {{partition}}
+    ORDER BY sequence
+    LIMIT ?2)
+SELECT {JOB_COLUMNS} FROM page
+WHERE sequence < coalesce(
+    (SELECT min(sequence) FROM page WHERE state <> 'settled'), 9223372036854775807)
+ORDER BY sequence
+"""
+READ_SETTLED = _READ_SETTLED.format(partition="")
+READ_SETTLED_OUTSIDE_LANE = _READ_SETTLED.format(partition="AND lane <> ?3")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
 from ..jobs import JobRecord, JobState, Outcome, Recovery, ValidJob
@@ -35,6 +36,40 @@ def decode_job(row: Row) -> JobRecord:
         row[13],
         row[14],
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Partition:
+    """The jobs one tick slot selects from, and the statements that select them.
+
+    ``bind`` goes in front of every statement's own values: nothing for
+    ``EVERY_JOB`` (the plain statements), the concurrent lane for the
+    partitioned ones (see statements.py).
+    """
+
+    name: str
+    bind: tuple[str, ...]
+    claim_next: str
+    claim_next_if_clear: str  # {exclude} still to fill
+    tick_probe: str  # {exclude} still to fill
+    settle_next_cancelled: str
+
+
+#: A runtime without a concurrent lane: one slot, every job.
+EVERY_JOB = Partition("every job", (), sql.CLAIM_NEXT, sql.CLAIM_NEXT_IF_CLEAR,
+                      sql.TICK_PROBE, sql.SETTLE_NEXT_CANCELLED)
+
+
+def outside_lane(lane: str) -> Partition:
+    """The serial slot of a runtime whose concurrent lane is ``lane``."""
+    return Partition("serial", (lane,), sql.CLAIM_OUTSIDE_LANE, sql.CLAIM_OUTSIDE_LANE_IF_CLEAR,
+                     sql.TICK_PROBE_OUTSIDE_LANE, sql.SETTLE_NEXT_CANCELLED_OUTSIDE_LANE)
+
+
+def inside_lane(lane: str) -> Partition:
+    """The concurrent slot: only the jobs of ``lane``."""
+    return Partition("concurrent", (lane,), sql.CLAIM_IN_LANE, sql.CLAIM_IN_LANE_IF_CLEAR,
+                     sql.TICK_PROBE_IN_LANE, sql.SETTLE_NEXT_CANCELLED_IN_LANE)
 
 
 class LocalJobStore:
@@ -75,8 +110,8 @@ class LocalJobStore:
     def latest_settled(self, queue: str) -> JobRecord | None:
         return self._read_one(sql.SELECT_LATEST_SETTLED, (queue,))
 
-    def claim_next(self, token: str, now: int) -> JobRecord | None:
-        return self._write_one(sql.CLAIM_NEXT, (token, now))
+    def claim_next(self, partition: Partition, token: str, now: int) -> JobRecord | None:
+        return self._write_one(partition.claim_next, (*partition.bind, token, now))
 
     def settle_claim(
         self, sequence: int, token: str, settlement: Settlement, now: int,
@@ -113,22 +148,22 @@ class LocalJobStore:
         return statement
 
     def probe(
-        self, exclude_tokens: Sequence[str], after: tuple[int, int]
+        self, partition: Partition, exclude_tokens: Sequence[str], after: tuple[int, int]
     ) -> tuple[int | None, bool]:
-        """(the running claim to probe: the first after ``after`` in
-        (started_at, sequence) order, wrapping, skipping ``exclude_tokens``;
-        whether any cancelled job is still queued)"""
-        statement = self._excluding(sql.TICK_PROBE, len(exclude_tokens))
+        """(the partition's running claim to probe: the first after ``after``
+        in (started_at, sequence) order, wrapping, skipping ``exclude_tokens``;
+        whether any cancelled job of the partition is still queued)"""
+        statement = self._excluding(partition.tick_probe, len(exclude_tokens))
         orphan, cancelled = self.owner.query(
-            statement, (*exclude_tokens, *after, *exclude_tokens))[0]
+            statement, (*partition.bind, *exclude_tokens, *after, *exclude_tokens))[0]
         return orphan, bool(cancelled)
 
     def claim_next_if_clear(
-        self, token: str, now: int, exclude_tokens: Sequence[str]
+        self, partition: Partition, token: str, now: int, exclude_tokens: Sequence[str]
     ) -> JobRecord | None:
         """Claim like claim_next, but only when probe() would report nothing."""
-        statement = self._excluding(sql.CLAIM_NEXT_IF_CLEAR, len(exclude_tokens))
-        return self._write_one(statement, (token, now, *exclude_tokens))
+        statement = self._excluding(partition.claim_next_if_clear, len(exclude_tokens))
+        return self._write_one(statement, (*partition.bind, token, now, *exclude_tokens))
 
     def find_claim(self, sequence: int) -> tuple[JobRecord, str] | None:
         """A job with its current claim token (the runtime's private fence)."""
@@ -137,8 +172,20 @@ class LocalJobStore:
             return None
         return decode_job(rows[0]), rows[0][15]
 
-    def settle_next_cancelled(self, now: int) -> JobRecord | None:
-        return self._write_one(sql.SETTLE_NEXT_CANCELLED, (now,))
+    def settle_next_cancelled(self, partition: Partition, now: int) -> JobRecord | None:
+        return self._write_one(partition.settle_next_cancelled, (*partition.bind, now))
+
+    def read_settled(
+        self, after_sequence: int, limit: int, excluding_lane: str | None
+    ) -> list[JobRecord]:
+        """Settled jobs after ``after_sequence`` in enqueue order, up to the
+        first unsettled one; without ``excluding_lane``'s jobs, if given."""
+        if excluding_lane is None:
+            rows = self.owner.query(sql.READ_SETTLED, (after_sequence, limit))
+        else:
+            rows = self.owner.query(
+                sql.READ_SETTLED_OUTSIDE_LANE, (after_sequence, limit, excluding_lane))
+        return [decode_job(row) for row in rows]
 
     def record_cancellation(self, job_id: str, cancellation_id: str) -> bool:
         return bool(self.owner.mutate(sql.RECORD_CANCELLATION, (cancellation_id, job_id)))
