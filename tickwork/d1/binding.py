@@ -18,25 +18,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .._pyodide import load_jsnull, load_to_js_for
+
 #: D1 accepts at most this many bound parameters per statement.
 MAX_BOUND_PARAMETERS = 100
-
-
-def _load_jsnull() -> object | None:
-    try:
-        from pyodide.ffi import jsnull  # type: ignore[import-not-found, unused-ignore]
-    except ImportError:
-        return None
-    return jsnull  # type: ignore[no-any-return, unused-ignore]
-
-
-def _load_to_js(db: Any) -> Any:
-    """``to_js`` when ``db`` is a raw JS proxy (built-in SDK), else None."""
-    try:
-        from pyodide.ffi import JsProxy, to_js  # type: ignore[import-not-found, unused-ignore]
-    except ImportError:
-        return None
-    return to_js if isinstance(db, JsProxy) else None
 
 
 class D1Binding:
@@ -44,8 +29,8 @@ class D1Binding:
 
     def __init__(self, db: Any) -> None:
         self.db = db
-        self._jsnull = _load_jsnull()
-        self._to_js = _load_to_js(db)
+        self._jsnull = load_jsnull()
+        self._to_js = load_to_js_for(db)
 
     def prepare(self, sql: str, values: Sequence[Any] = ()) -> Any:
         """A prepared statement with ``values`` bound (for ``query``/``batch``)."""

@@ -26,6 +26,7 @@ from typing import Any, Protocol, Self, TypeVar, overload
 
 from .. import lifecycle
 from ..errors import IngestConflict, InvalidArgument
+from ..execution import run_executor
 from ..jobs import (
     MAX_ID_LENGTH,
     MAX_LANE_LENGTH,
@@ -336,21 +337,8 @@ class _LocalRuntime:
         job, signal = execution.job, execution.signal
         executions = slot.executions
         executions[job.job_id] = execution
-        interruption: BaseException | None = None
         try:
-            try:
-                result: Any = self._execute(job, signal)
-                if inspect.isawaitable(result):
-                    result = await result
-                settlement = lifecycle.settlement_for_result(result)
-            except asyncio.CancelledError as error:
-                # The tick itself is being cancelled (host shutdown): stop the
-                # executor's work, record the interruption, then re-raise.
-                signal._abort(lifecycle.ABORT_INTERRUPTED)
-                settlement = lifecycle.settlement_for_exception(error)
-                interruption = error
-            except Exception as error:
-                settlement = lifecycle.settlement_for_exception(error)
+            settlement, interruption = await run_executor(self._execute, job, signal)
             outcome = self._transition(lambda: self._settle_in_transaction(execution, settlement))
         finally:
             del executions[job.job_id]

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from .._pyodide import load_jsnull
 from ..errors import InvalidArgument
 from .base import Row, SqlValue
 
@@ -25,14 +26,6 @@ T = TypeVar("T")
 
 #: Durable Object SQLite accepts at most this many bound parameters per statement.
 MAX_BOUND_PARAMETERS = 100
-
-
-def _load_jsnull() -> object | None:
-    try:
-        from pyodide.ffi import jsnull  # type: ignore[import-not-found, unused-ignore]
-    except ImportError:
-        return None
-    return jsnull  # type: ignore[no-any-return, unused-ignore]
 
 
 class DurableObjectOwner:
@@ -43,7 +36,7 @@ class DurableObjectOwner:
         self._sql = storage.sql
         # Looked up per instance, not at import, so tests can install a
         # stand-in and CPython hosts without Pyodide still import this module.
-        self._jsnull = _load_jsnull()
+        self._jsnull = load_jsnull()
 
     def query(self, sql: str, params: Sequence[SqlValue] = ()) -> list[Row]:
         cursor = self._exec(sql, params)

@@ -13,7 +13,6 @@ here (with their abort signals and lease keepers) and the busy guard.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import secrets
 from collections.abc import Awaitable, Callable
@@ -22,6 +21,7 @@ from typing import Any, Protocol
 
 from .. import lifecycle
 from ..errors import IngestConflict, InvalidArgument
+from ..execution import run_executor
 from ..jobs import (
     MAX_ID_LENGTH,
     MAX_LANE_LENGTH,
@@ -345,20 +345,9 @@ class SharedRuntime:
         signal.heartbeat = keeper.heartbeat()
         keeper.start_periodic(every_ms=self._renew_every_ms)
         self._executions[job.job_id] = claim
-        interruption: BaseException | None = None
         carried: _Claim | None = None
         try:
-            try:
-                result: Any = self._execute(job, signal)
-                if inspect.isawaitable(result):
-                    result = await result
-                settlement = lifecycle.settlement_for_result(result)
-            except asyncio.CancelledError as error:
-                signal._abort(lifecycle.ABORT_INTERRUPTED)
-                settlement = lifecycle.settlement_for_exception(error)
-                interruption = error
-            except Exception as error:
-                settlement = lifecycle.settlement_for_exception(error)
+            settlement, interruption = await run_executor(self._execute, job, signal)
             # No renewal may run once we settle: stop the keeper first.
             keeper.clear()
             if claim_next and interruption is None:
