@@ -90,8 +90,43 @@ class LoopClock:
 
     def call_later(self, delay_ms: float, callback: Callable[[], None]) -> TimerHandle:
         # Pyodide's WebLoop raises on negative delays; "already due" means now.
-        delay_s = max(0.0, delay_ms) / 1000.0
-        return asyncio.get_running_loop().call_later(delay_s, callback)
+        delay_ms = max(0.0, delay_ms)
+        loop = asyncio.get_running_loop()
+        if delay_ms <= MAX_TIMER_DELAY_MS:
+            return loop.call_later(delay_ms / 1000.0, callback)
+        # On Pyodide call_later is setTimeout, which fires a delay above
+        # 2**31 - 1 ms (about 24.8 days) at once: wait in steps instead.
+        return _SteppedTimer(loop, loop.time() * 1000.0 + delay_ms, callback)
+
+
+#: The longest delay a JS timer (setTimeout, behind Pyodide's event loop) honours.
+MAX_TIMER_DELAY_MS: Final = 2**31 - 1
+
+
+class _SteppedTimer:
+    """A timer longer than MAX_TIMER_DELAY_MS, armed as a chain of shorter ones."""
+
+    __slots__ = ("_callback", "_due_ms", "_handle", "_loop")
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, due_ms: float, callback: Callable[[], None]
+    ) -> None:
+        self._loop = loop
+        self._due_ms = due_ms
+        self._callback = callback
+        self._handle = self._arm()
+
+    def _arm(self) -> asyncio.TimerHandle:
+        remaining = max(0.0, self._due_ms - self._loop.time() * 1000.0)
+        if remaining <= MAX_TIMER_DELAY_MS:
+            return self._loop.call_later(remaining / 1000.0, self._callback)
+        return self._loop.call_later(MAX_TIMER_DELAY_MS / 1000.0, self._step)
+
+    def _step(self) -> None:
+        self._handle = self._arm()
+
+    def cancel(self) -> None:
+        self._handle.cancel()
 
 
 # --------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import itertools
+from typing import Any
 
 import pytest
 
@@ -157,3 +158,36 @@ async def test_heartbeat_default_duration() -> None:
     h.keeper.heartbeat(15_000).pulse()
     await h.clock.advance(10)
     assert [c.extra_ms for c in h.store.calls] == [90_000, 15_000]
+
+
+async def test_loop_clock_waits_in_steps_beyond_the_js_timer_limit() -> None:
+    """setTimeout fires delays above 2**31 - 1 ms at once; LoopClock must not hand it one."""
+    import asyncio
+
+    from tickwork.leases import MAX_TIMER_DELAY_MS, LoopClock
+
+    loop = asyncio.get_running_loop()
+    delays: list[float] = []
+    original = loop.call_later
+
+    def recording_call_later(delay: float, callback: Any, *args: Any) -> asyncio.TimerHandle:
+        delays.append(delay * 1000.0)
+        return original(delay, callback, *args)
+
+    loop.call_later = recording_call_later  # type: ignore[method-assign]
+    try:
+        fired: list[bool] = []
+        handle = LoopClock().call_later(3 * MAX_TIMER_DELAY_MS, lambda: fired.append(True))
+        assert delays == [MAX_TIMER_DELAY_MS]  # the first step, not the whole delay
+        handle._step()  # type: ignore[attr-defined]  # as if the first step elapsed
+        assert len(delays) == 2 and delays[1] <= MAX_TIMER_DELAY_MS
+        handle.cancel()
+        await asyncio.sleep(0)
+        assert fired == []
+        short = LoopClock().call_later(5, lambda: fired.append(True))
+        assert delays[-1] == 5
+        await asyncio.sleep(0.02)
+        assert fired == [True]
+        short.cancel()
+    finally:
+        loop.call_later = original  # type: ignore[method-assign]
