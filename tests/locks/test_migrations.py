@@ -1,0 +1,45 @@
+"""The 0002_job_locks migrations: what they create, and that they fit the tools."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.locks.conftest import LockHarness
+from tickwork.locks import table_ddl
+from tickwork.schemas import migrations, split_statements
+
+
+def normalised(statement: str) -> str:
+    return " ".join(statement.replace('"', "").split())
+
+
+@pytest.mark.parametrize(("dialect", "folder"), [("sqlite", "d1"), ("postgres", "postgres")])
+def test_the_migration_creates_exactly_what_table_ddl_describes(dialect: str,
+                                                                folder: str) -> None:
+    names = [migration.name for migration in migrations(folder)]
+    assert names[:2] == ["0001_tickwork_jobs.sql", "0002_job_locks.sql"]
+    migration = migrations(folder)[1]
+    statements = migration.statements()
+    assert statements == split_statements(migration.sql)
+    assert [normalised(s) for s in statements[:-1]] == [
+        normalised(s) for s in table_ddl(dialect)]
+    assert statements[-1] == "UPDATE tickwork_meta SET value = '2' WHERE key = 'schema_version'"
+
+
+def test_the_d1_migration_has_no_transaction_statements() -> None:
+    migration = migrations("d1")[1]
+    for statement in migration.statements():
+        first = statement.split()[0].upper()
+        assert first in ("CREATE", "UPDATE"), statement
+    for word in ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT"):  # not even in a comment
+        assert re.search(rf"\b{word}\b", migration.sql, re.IGNORECASE) is None, word
+
+
+@pytest.mark.parametrize("locks", ["postgres", "d1-external", "d1-builtin"], indirect=True)
+async def test_a_migrated_database_is_at_schema_version_2(locks: LockHarness) -> None:
+    rows = await locks.query("SELECT value FROM tickwork_meta WHERE key = 'schema_version'")
+    assert rows == [("2",)]
+    for table in ("tickwork_job_locks", "tickwork_job_locks_slots"):
+        assert await locks.table_exists(table)
