@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
 from ..d1.binding import D1Binding
 from ..errors import InvalidArgument
+from ..postgres.connection import autocommit_connection
 from .statements import (
     POSTGRES_SLOT_LOCK,
     LockStatements,
@@ -250,18 +250,8 @@ class PostgresLockStore:
         self._table = table
         self._sql = postgres_statements(table)
 
-    @contextlib.asynccontextmanager
-    async def _connection(self) -> AsyncIterator[Any]:
-        """A pooled connection in autocommit mode, restored when it goes back."""
-        async with self._pool.connection() as conn:
-            restore = not conn.autocommit
-            if restore:
-                await conn.set_autocommit(True)
-            try:
-                yield conn
-            finally:
-                if restore and not conn.closed:
-                    await conn.set_autocommit(False)
+    def _connection(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        return autocommit_connection(self._pool)
 
     async def _rows(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         async with self._connection() as conn:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
@@ -22,6 +21,7 @@ from ..shared.port import CancelWrite, ClaimView, ExpiredClaim, RenewAnswer
 from ..shared.schema import MIGRATIONS, check_schema_version
 from . import statements as sql
 from .batching import Coalescer
+from .connection import autocommit_connection
 
 LATEST_MIGRATION = "schema/postgres/" + MIGRATIONS[-1]
 
@@ -59,22 +59,9 @@ class PostgresStore:
         self._commits: Coalescer[_ClaimRequest | _SettleRequest, _Answer] = (
             Coalescer(self._commit_many, max_batch=2 * MAX_BATCH, max_in_flight=2))
 
-    @contextlib.asynccontextmanager
-    async def _connection(self) -> AsyncIterator[Any]:
-        """A pooled connection in autocommit mode (restored when it goes back).
-
-        Each single statement is then its own transaction with no BEGIN/COMMIT
-        round trips; multi-statement transactions are explicit.
-        """
-        async with self.pool.connection() as conn:
-            restore = not conn.autocommit
-            if restore:
-                await conn.set_autocommit(True)
-            try:
-                yield conn
-            finally:
-                if restore and not conn.closed:
-                    await conn.set_autocommit(False)
+    def _connection(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        """A pooled connection in autocommit mode (see connection.py)."""
+        return autocommit_connection(self.pool)
 
     async def _rows(self, statement: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         async with self._connection() as conn:
