@@ -159,10 +159,9 @@ async def _history(dsn: str, settled_rows: int, jobs: int) -> list[str]:
             " '{\"n\":' || n || '}', 'queued', 0 FROM generate_series(0, %s - 1) AS n",
             (jobs,))
         await conn.execute("VACUUM ANALYZE tickwork_jobs")
-        cursor = await conn.execute(
-            "EXPLAIN " + sql.CLAIM_IF_CLEAR,
-            {"tokens": ["t"], "lease_ms": 1000, "now": None, "scan": 36})
-        plan = [row[0] for row in await cursor.fetchall()]
+        plan = await _nested_plans(conn, sql.SETTLE_THEN_CLAIM, {
+            "sequences": [], "settle_tokens": [], "outcomes": [], "reasons": [],
+            "claim_tokens": ["t1"], "lease_ms": 1000, "scan": 36, "now": None})
         full = await timed_ticks()
     scans = sorted({line.strip().removeprefix("->").strip().split("  (")[0]
                     for line in plan if " on tickwork_jobs" in line})
@@ -173,6 +172,22 @@ async def _history(dsn: str, settled_rows: int, jobs: int) -> list[str]:
     if any("Seq Scan" in line for line in plan):
         raise BenchmarkError("the claim plan scans the table:\n" + "\n".join(plan))
     return lines
+
+
+async def _nested_plans(conn: Any, statement: str, params: dict[str, Any]) -> list[str]:
+    """Plan lines of ``statement`` and of every query nested in it (auto_explain)."""
+    notices: list[str] = []
+    conn.add_notice_handler(lambda notice: notices.append(notice.message_primary or ""))
+    await conn.execute("LOAD 'auto_explain'")
+    for setting in ("auto_explain.log_min_duration = 0",
+                    "auto_explain.log_nested_statements = on",
+                    "auto_explain.log_level = 'notice'", "client_min_messages = 'notice'"):
+        await conn.execute(f"SET {setting}")
+    async with conn.transaction():
+        await conn.execute(statement, params)
+        raise psycopg.Rollback()
+    await conn.execute("RESET ALL")
+    return [line for notice in notices for line in notice.splitlines()]
 
 
 async def _noop(job: JobRecord, signal: LeasedSignal) -> Completed:
