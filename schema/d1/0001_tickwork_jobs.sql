@@ -11,7 +11,8 @@ CREATE TABLE tickwork_meta (
 );
 
 -- * sequence: enqueue order; AUTOINCREMENT so a deleted tail is never reused.
--- * claim_token: private random token of the latest claim. Every transition
+-- * claim_token: private random token of the current claim (recovery clears
+--   it, so a stale execution never mistakes a later write for its own). Every transition
 --   out of 'running' is fenced on it and on lease_expires_at, so a stale or
 --   replaced claim can never renew, settle or requeue the job.
 -- * lease_expires_at: database time at which a running claim is presumed

@@ -129,17 +129,21 @@ FROM (SELECT 1) LEFT JOIN (
 
 # Recovery of an expired claim: fenced on the token and on the lease still
 # being expired, so a claim that was renewed, settled or recovered by another
-# worker in between matches nothing.
+# worker in between matches nothing. Both clear the token: the stale
+# execution's late settlement then finds a job no longer under its claim and
+# reports claim_replaced, instead of taking the recovery's settlement (or a
+# later refusal) for its own.
 REQUEUE_EXPIRED = f"""
 UPDATE tickwork_jobs
-SET state = 'queued', started_at = NULL, lease_expires_at = NULL, recoveries = recoveries + 1
+SET state = 'queued', started_at = NULL, lease_expires_at = NULL, claim_token = NULL,
+    recoveries = recoveries + 1
 WHERE sequence = ?2 AND state = 'running' AND claim_token = ?3 AND lease_expires_at <= {NOW}
 RETURNING sequence
 """
 
 SETTLE_EXPIRED = f"""
 UPDATE tickwork_jobs
-SET state = 'settled', outcome = ?4, failure_reason = ?5, settled_at = {NOW}
+SET state = 'settled', outcome = ?4, failure_reason = ?5, settled_at = {NOW}, claim_token = NULL
 WHERE sequence = ?2 AND state = 'running' AND claim_token = ?3 AND lease_expires_at <= {NOW}
 RETURNING {JOB_COLUMNS}
 """

@@ -129,9 +129,13 @@ FROM (SELECT 1) AS one LEFT JOIN LATERAL (
 
 # Recovery of an expired claim, fenced on the token and on the lease still
 # being expired (a claim renewed, settled or recovered meanwhile matches nothing).
+# Both clear the token: the stale execution's late settlement then finds a
+# job that is no longer under its claim and reports claim_replaced, instead
+# of taking the recovery's settlement (or a later refusal) for its own.
 REQUEUE_EXPIRED = f"""
 UPDATE tickwork_jobs
-SET state = 'queued', started_at = NULL, lease_expires_at = NULL, recoveries = recoveries + 1
+SET state = 'queued', started_at = NULL, lease_expires_at = NULL, claim_token = NULL,
+    recoveries = recoveries + 1
 WHERE sequence = %(sequence)s AND state = 'running' AND claim_token = %(token)s
   AND lease_expires_at <= {NOW}
 RETURNING sequence
@@ -139,7 +143,8 @@ RETURNING sequence
 
 SETTLE_EXPIRED = f"""
 UPDATE tickwork_jobs
-SET state = 'settled', outcome = %(outcome)s, failure_reason = %(reason)s, settled_at = {NOW}
+SET state = 'settled', outcome = %(outcome)s, failure_reason = %(reason)s, settled_at = {NOW},
+    claim_token = NULL
 WHERE sequence = %(sequence)s AND state = 'running' AND claim_token = %(token)s
   AND lease_expires_at <= {NOW}
 RETURNING {JOB_COLUMNS}
