@@ -25,3 +25,27 @@ def load_to_js_for(value: Any) -> Any:
     except ImportError:
         return None
     return to_js if isinstance(value, JsProxy) else None
+
+
+def to_sql_bindings(values: Any, jsnull: object | None) -> Any:
+    """``values`` with None bound as SQL NULL: ``jsnull`` under Pyodide.
+
+    Python None crosses Pyodide's raw FFI as JS undefined, which D1 rejects
+    and which is ambiguous anywhere else.
+    """
+    if jsnull is None:
+        return values
+    return [jsnull if value is None else value for value in values]
+
+
+def plain_value(value: Any, jsnull: object | None) -> Any:
+    """A SQLite value from JS as plain Python: NULL as None, integers as int.
+
+    SQLite INTEGERs travel as JS doubles; tickwork stores no REALs and keeps
+    every integer within 2**53, so an integral float is an int.
+    """
+    if value is None or value is jsnull:
+        return None
+    if type(value) is float and value.is_integer():
+        return int(value)
+    return value

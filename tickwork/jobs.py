@@ -99,6 +99,19 @@ def _require_utf8(field: str, text: str, error: type[InvalidArgument]) -> None:
                            "which is not valid Unicode text") from None
 
 
+def check_id(field: str, value: object) -> str:
+    """A job id, queue name or cancellation id passed to an operation."""
+    return check_text(field, value, MAX_ID_LENGTH, InvalidArgument)
+
+
+def check_cancel_args(job_id: object, cancellation_id: object, only_if_queued: object) -> None:
+    """The arguments of cancel(), shared by every runtime."""
+    check_id("job_id", job_id)
+    check_id("cancellation_id", cancellation_id)
+    if not isinstance(only_if_queued, bool):
+        raise InvalidArgument("only_if_queued", "must be a bool")
+
+
 def check_safe_int(field: str, value: object, error: type[InvalidArgument], minimum: int) -> int:
     # bool is an int subclass; True as a priority is almost certainly a bug.
     if not isinstance(value, int) or isinstance(value, bool):

@@ -105,10 +105,6 @@ RELEASE_REASON = "late_reason"
 STOPPED = "stopped"
 CLAIM_REPLACED = "claim_replaced"
 LEASE_EXPIRED = "lease_expired"
-#: Once a bug (see test_a_recovered_claim_is_not_reported_settled_by_its_stale_tick):
-#: a stale tick whose claim another worker had recovered reported that
-#: worker's settlement as its own. Fixed; True would let the model tolerate it.
-STALE_TICK_REPORTS_FOREIGN_SETTLEMENT = False
 TimerKind: TypeAlias = Literal["watchdog", "periodic"]
 Race: TypeAlias = Literal["recover", "late", "cancel", "none"]
 RENEWAL_TASK = "tickwork-lease-renewal"  # the name of a lease keeper's write pump
@@ -385,7 +381,6 @@ class Model:
     finished: dict[str, Finished] = field(default_factory=dict)  # flights done this step
     executions: dict[str, int] = field(default_factory=dict)  # per job_id, all claims run
     reports: dict[str, int] = field(default_factory=dict)  # "settled" tick results per job
-    phantoms: dict[str, int] = field(default_factory=dict)  # of which the known bug's
     events: list[str] = field(default_factory=list)  # for hypothesis' statistics
 
     # -- reads
@@ -670,12 +665,10 @@ class Model:
         if job is None or job.claim != execution.claim:
             return TickResult("idle", job_id=job_id, reason=CLAIM_REPLACED)
         if job.state == "settled":
-            if job.refused_claim == execution.claim:
-                return settled_result(job)  # the committed lane refusal
-            if STALE_TICK_REPORTS_FOREIGN_SETTLEMENT:
-                self.phantoms[job_id] = self.phantoms.get(job_id, 0) + 1
-                return settled_result(job)
-            return TickResult("idle", job_id=job_id, reason=CLAIM_REPLACED)
+            # Still under this claim, so settled by a lane refusal: the
+            # committed refusal is reported (recovery clears the claim).
+            assert job.refused_claim == execution.claim
+            return settled_result(job)
         if job.state != "running":
             return TickResult("idle", job_id=job_id, reason=CLAIM_REPLACED)
         if not self.live(job, execution.claim):
@@ -1124,10 +1117,7 @@ class Scenario:
         assert len(set(runs)) == len(runs), "a claim was executed twice"
         # Every job is reported settled by at most one tick.
         assert self.reported == model.reports
-        assert all(count - model.phantoms.get(job_id, 0) <= 1
-                   for job_id, count in self.reported.items()), self.reported
-        if model.phantoms:
-            event("a stale tick reported a settlement it did not write (known bug)")
+        assert all(count <= 1 for count in self.reported.values()), self.reported
 
     def check_claims(self, rows: list[tuple[Any, ...]]) -> None:
         """The raw table: one running job per queue, claim tokens and lease ends

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._pyodide import load_jsnull, load_to_js_for
+from .._pyodide import load_jsnull, load_to_js_for, plain_value, to_sql_bindings
 
 #: D1 accepts at most this many bound parameters per statement.
 MAX_BOUND_PARAMETERS = 100
@@ -41,9 +41,7 @@ class D1Binding:
         statement = self.db.prepare(sql)
         if not values:
             return statement
-        null = self._jsnull
-        bound = values if null is None else [null if v is None else v for v in values]
-        return statement.bind(*bound)
+        return statement.bind(*to_sql_bindings(values, self._jsnull))
 
     async def query(self, sql: str, values: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Run one statement; its rows (RETURNING rows for writes) as tuples."""
@@ -77,11 +75,7 @@ class D1Binding:
         return items if self._to_js is None else self._to_js(items)
 
     def _value(self, value: Any) -> Any:
-        if value is None or value is self._jsnull:
-            return None
-        if type(value) is float and value.is_integer():
-            return int(value)
-        return value
+        return plain_value(value, self._jsnull)
 
 
 def _py(value: Any) -> Any:

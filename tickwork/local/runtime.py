@@ -28,13 +28,14 @@ from .. import lifecycle
 from ..errors import IngestConflict, InvalidArgument
 from ..execution import run_executor
 from ..jobs import (
-    MAX_ID_LENGTH,
     MAX_LANE_LENGTH,
     MAX_SAFE_INTEGER,
     Job,
     JobRecord,
     ValidJob,
     cargo_differences,
+    check_cancel_args,
+    check_id,
     check_reason,
     check_safe_int,
     check_text,
@@ -152,10 +153,10 @@ class _LocalRuntime:
     # ------------------------------------------------------------------ reads
 
     def read(self, job_id: str) -> JobRecord | None:
-        return self._store.find(_check_id("job_id", job_id))
+        return self._store.find(check_id("job_id", job_id))
 
     def read_queue_head(self, queue: str) -> JobRecord | None:
-        return self._store.queue_head(_check_id("queue", queue))
+        return self._store.queue_head(check_id("queue", queue))
 
     def has_pending_work(self) -> bool:
         """True while any job is queued or running (in either slot's partition)."""
@@ -202,7 +203,7 @@ class _LocalRuntime:
         self, job_id: str, cancellation_id: str, only_if_queued: bool
     ) -> CancelStatus:
         """The cancellation mutation shared by cancel() and the transactional API."""
-        _check_cancel_args(job_id, cancellation_id, only_if_queued)
+        check_cancel_args(job_id, cancellation_id, only_if_queued)
         # Read, decide and write in one transaction: the decision depends on
         # the stored state, which another writer must not change in between.
         status = self._owner.atomic(
@@ -236,7 +237,7 @@ class _LocalRuntime:
 
     def purge(self, queue: str) -> int:
         """Delete the queue's queued jobs; running and settled jobs stay."""
-        _check_id("queue", queue)
+        check_id("queue", queue)
 
         def delete() -> int:
             deleted = self._store.purge_queue(queue)
@@ -660,7 +661,7 @@ class TransactionalJobs:
         return self._runtime.read_queue_head(queue)
 
     def read_latest_settled_job(self, queue: str) -> JobRecord | None:
-        return self._runtime._store.latest_settled(_check_id("queue", queue))
+        return self._runtime._store.latest_settled(check_id("queue", queue))
 
 
 async def _await(awaitable: Awaitable[T]) -> T:
@@ -679,14 +680,3 @@ def _settled(job: JobRecord) -> TickResult:
     return TickResult(
         "settled", job_id=job.job_id, outcome=job.outcome, failure_reason=job.failure_reason
     )
-
-
-def _check_id(field: str, value: object) -> str:
-    return check_text(field, value, MAX_ID_LENGTH, InvalidArgument)
-
-
-def _check_cancel_args(job_id: str, cancellation_id: str, only_if_queued: bool) -> None:
-    _check_id("job_id", job_id)
-    _check_id("cancellation_id", cancellation_id)
-    if not isinstance(only_if_queued, bool):
-        raise InvalidArgument("only_if_queued", "must be a bool")

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from .._pyodide import load_jsnull
+from .._pyodide import load_jsnull, plain_value, to_sql_bindings
 from ..errors import InvalidArgument
 from .base import Row, SqlValue
 
@@ -80,12 +80,7 @@ class DurableObjectOwner:
                 f"{len(params)} bound parameters; Durable Object SQLite allows "
                 f"{MAX_BOUND_PARAMETERS} per statement",
             )
-        bound: Sequence[object] = params
-        if self._jsnull is not None:
-            # Bind SQL NULL explicitly: Python None reaches JS as undefined,
-            # which D1 rejects and which is ambiguous anywhere else.
-            bound = [self._jsnull if value is None else value for value in params]
-        return self._sql.exec(sql, *bound)
+        return self._sql.exec(sql, *to_sql_bindings(params, self._jsnull))
 
     def _row(self, row: Any, names: list[str]) -> Row:
         if not isinstance(row, Mapping):
@@ -94,10 +89,4 @@ class DurableObjectOwner:
         return tuple(self._value(row[name]) for name in names)
 
     def _value(self, value: Any) -> Any:
-        if value is None or value is self._jsnull:
-            return None
-        # SQLite INTEGERs travel as JS doubles; tickwork stores no REALs, and
-        # every integer it stores is within 2**53, so integral floats are ints.
-        if type(value) is float and value.is_integer():
-            return int(value)
-        return value
+        return plain_value(value, self._jsnull)

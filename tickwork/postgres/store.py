@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import weakref
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 from ..jobs import JobRecord, ValidJob
 from ..lifecycle import Settlement
@@ -25,8 +25,8 @@ from .connection import autocommit_connection
 
 LATEST_MIGRATION = "schema/postgres/" + MIGRATIONS[-1]
 
-#: Most claims or settlements one statement carries.
-MAX_BATCH = 64
+#: Most claims and settlements one shared commit carries.
+MAX_BATCH = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +57,7 @@ class PostgresStore:
         # Claims and settlements waiting at the same time share one
         # transaction: settlements first (freeing their queues), then claims.
         self._commits: Coalescer[_ClaimRequest | _SettleRequest, _Answer] = (
-            Coalescer(self._commit_many, max_batch=2 * MAX_BATCH, max_in_flight=2))
+            Coalescer(self._commit_many, max_batch=MAX_BATCH, max_in_flight=2))
 
     def _connection(self) -> contextlib.AbstractAsyncContextManager[Any]:
         """A pooled connection in autocommit mode (see connection.py)."""
@@ -274,9 +274,6 @@ class PostgresStore:
         async with self._connection() as conn:
             cursor = await conn.execute(sql.PURGE_QUEUE, {"queue": queue})
             return int(cursor.rowcount)
-
-
-Item = TypeVar("Item")
 
 
 def _calls(

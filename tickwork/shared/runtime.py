@@ -23,12 +23,13 @@ from .. import lifecycle
 from ..errors import IngestConflict, InvalidArgument
 from ..execution import run_executor
 from ..jobs import (
-    MAX_ID_LENGTH,
     MAX_LANE_LENGTH,
     MAX_SAFE_INTEGER,
     Job,
     JobRecord,
     cargo_differences,
+    check_cancel_args,
+    check_id,
     check_reason,
     check_safe_int,
     check_text,
@@ -136,7 +137,7 @@ class SharedRuntime:
         self._now = now
         self._lease_ms = lease_ms
         self._renew_every_ms = renew_every_ms
-        self._clock = clock
+        self._clock: Clock = clock if clock is not None else LoopClock()
         self._executions: dict[str, _Claim] = {}
         self._busy = False
         self._schema_checked = False
@@ -144,12 +145,12 @@ class SharedRuntime:
     # ------------------------------------------------------------------ reads
 
     async def read(self, job_id: str) -> JobRecord | None:
-        _check_id("job_id", job_id)
+        check_id("job_id", job_id)
         await self._ready()
         return await self._store.find(job_id)
 
     async def read_queue_head(self, queue: str) -> JobRecord | None:
-        _check_id("queue", queue)
+        check_id("queue", queue)
         await self._ready()
         return await self._store.queue_head(queue)
 
@@ -182,10 +183,7 @@ class SharedRuntime:
         A job executing here is aborted at once; a job another worker executes
         learns of it at that worker's next lease renewal.
         """
-        _check_id("job_id", job_id)
-        _check_id("cancellation_id", cancellation_id)
-        if not isinstance(only_if_queued, bool):
-            raise InvalidArgument("only_if_queued", "must be a bool")
+        check_cancel_args(job_id, cancellation_id, only_if_queued)
         await self._ready()
         mode: CancelWrite = "only_if_queued" if only_if_queued else "any"
         # Decide on what is stored, then write fenced on that decision still
@@ -221,7 +219,7 @@ class SharedRuntime:
 
     async def purge(self, queue: str) -> int:
         """Delete the queue's queued jobs; running and settled jobs stay."""
-        _check_id("queue", queue)
+        check_id("queue", queue)
         await self._ready()
         deleted = await self._store.purge(queue)
         if deleted:
@@ -263,7 +261,7 @@ class SharedRuntime:
         self._busy = True
         try:
             await self._ready()
-            clock = self._clock if self._clock is not None else LoopClock()
+            clock = self._clock
             deadline = None if budget_ms is None else clock.now_ms() + budget_ms
             results: list[TickResult] = []
             carried: _Claim | None = None
@@ -283,7 +281,7 @@ class SharedRuntime:
             self._busy = False
 
     async def _tick(self, *, claim_next: bool) -> tuple[TickResult, _Claim | None]:
-        clock = self._clock if self._clock is not None else LoopClock()
+        clock = self._clock
         claim = _Claim.fresh(clock)
         # Fast path: one statement claims when no expired lease and no
         # cancelled job needs this tick first; otherwise the probe says which.
@@ -452,7 +450,3 @@ def _settled(job: JobRecord) -> TickResult:
     return TickResult(
         "settled", job_id=job.job_id, outcome=job.outcome, failure_reason=job.failure_reason
     )
-
-
-def _check_id(field: str, value: object) -> str:
-    return check_text(field, value, MAX_ID_LENGTH, InvalidArgument)
