@@ -19,6 +19,7 @@ from .outcomes import (
     Failed,
     FailLaneResult,
     OutcomeUnknown,
+    QueueStatus,
     QueueTransition,
     TickResult,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "LeaseKeeper",
     "OutcomeUnknown",
     "OwnerRuntime",
+    "QueueStatus",
     "QueueTransition",
     "Recovery",
     "SchemaError",

@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, TypeAlias
 
-from .errors import InvalidArgument, InvalidJob
+from .errors import IngestConflict, InvalidArgument, InvalidJob
 
 #: Largest integer a Durable Object (JS double) stores exactly.
 MAX_SAFE_INTEGER = 2**53 - 1
 MAX_ID_LENGTH = 256
 MAX_LANE_LENGTH = 512
 MAX_REASON_LENGTH = 256
+#: ingest_many takes at most this many jobs per call (one transaction or batch).
+MAX_INGEST_BATCH = 100
 
 JobState: TypeAlias = Literal["queued", "running", "settled"]
 Outcome: TypeAlias = Literal["completed", "failed", "cancelled", "outcome_unknown", "interrupted"]
@@ -201,3 +204,50 @@ def cargo_differences(new: ValidJob, stored: ValidJob) -> tuple[str, ...]:
     """Names of the fields in which a replayed job differs from the stored one."""
     return tuple(name for field, name in _CARGO_FIELDS
                  if getattr(new, field) != getattr(stored, field))
+
+
+def validate_jobs(jobs: object) -> list[ValidJob]:
+    """Check the argument of ingest_many: a list (or tuple) of 1 to
+    ``MAX_INGEST_BATCH`` jobs, every one of them valid.
+
+    A bad list raises InvalidArgument("jobs"); a bad job raises InvalidJob
+    naming its index and field, e.g. ``jobs[3].priority`` (``jobs[3]`` when
+    it is no Job at all).
+    """
+    if not isinstance(jobs, (list, tuple)):
+        raise InvalidArgument("jobs", f"must be a list of tickwork.Job, got {type(jobs).__name__}")
+    if not jobs:
+        raise InvalidArgument("jobs", "must hold at least one job")
+    if len(jobs) > MAX_INGEST_BATCH:
+        raise InvalidArgument(
+            "jobs", f"must hold at most {MAX_INGEST_BATCH} jobs per call, got {len(jobs)}")
+    valid: list[ValidJob] = []
+    for index, job in enumerate(jobs):
+        try:
+            valid.append(validate_job(job))
+        except InvalidJob as error:
+            field = f"jobs[{index}]" if error.field == "job" else f"jobs[{index}].{error.field}"
+            raise InvalidJob(field, error.problem) from None
+    return valid
+
+
+def replay_flags(jobs: list[ValidJob], stored: Mapping[str, ValidJob]) -> list[bool]:
+    """What ingesting ``jobs`` in order does, given the stored cargo of their ids.
+
+    Per job: True when it is new (inserted), False for an identical replay,
+    of the stored job or of an earlier job of the list with the same id.
+    Raises IngestConflict for the first job whose cargo differs.
+    """
+    known = dict(stored)
+    flags: list[bool] = []
+    for job in jobs:
+        earlier = known.get(job.job_id)
+        if earlier is None:
+            known[job.job_id] = job
+            flags.append(True)
+            continue
+        differences = cargo_differences(job, earlier)
+        if differences:
+            raise IngestConflict(job.job_id, differences)
+        flags.append(False)
+    return flags

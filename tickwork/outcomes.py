@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 from .jobs import JobRecord, Outcome, check_reason
 
@@ -89,3 +90,57 @@ class QueueTransition:
     queue: str
     head: JobRecord | None
     settled: JobRecord | None = None
+
+
+#: Every outcome a settled job can have, in the order QueueStatus.outcomes lists them.
+OUTCOMES: tuple[Outcome, ...] = (
+    "completed", "failed", "cancelled", "outcome_unknown", "interrupted")
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStatus:
+    """Job counts of one queue: by state, and settled jobs by outcome.
+
+    ``outcomes`` always has all five outcomes as keys, in ``OUTCOMES`` order
+    (0 when none); the runtimes report ``settled`` as their sum. It is a plain dict built
+    fresh for this instance (a copy of what was passed in), so no two
+    statuses share one and nothing stored changes through it; it stays a
+    dict so that ``dataclasses.asdict`` and ``json.dumps`` work. Like any
+    dataclass holding a dict, a QueueStatus is not hashable.
+    """
+
+    queue: str
+    queued: int
+    running: int
+    settled: int
+    outcomes: Mapping[str, int]
+
+    def __post_init__(self) -> None:
+        given = self.outcomes
+        unknown = set(given) - set(OUTCOMES)
+        if unknown:
+            raise ValueError(f"outcomes: unknown outcome(s) {sorted(unknown)}")
+        object.__setattr__(self, "outcomes", {name: given.get(name, 0) for name in OUTCOMES})
+
+
+def queue_status_from_counts(queue: str, queued: int, running: int,
+                             outcome_counts: Iterable[Any]) -> QueueStatus:
+    """A QueueStatus from per-outcome counts given in ``OUTCOMES`` order."""
+    counts: dict[str, int] = {
+        name: int(count or 0) for name, count in zip(OUTCOMES, outcome_counts, strict=True)}
+    return QueueStatus(queue, int(queued or 0), int(running or 0), sum(counts.values()), counts)
+
+
+def queue_statuses_from_groups(groups: Iterable[Sequence[Any]]) -> list[QueueStatus]:
+    """QueueStatus of every queue in ``(queue, state, outcome, count)`` rows, sorted
+    by queue name (code point order, whatever the database's collation)."""
+    tallies: dict[str, dict[str, int]] = {}
+    for queue, state, outcome, count in groups:
+        tally = tallies.setdefault(queue, {})
+        key = outcome if state == "settled" else state
+        tally[key] = tally.get(key, 0) + int(count)
+    return [
+        queue_status_from_counts(queue, tally.get("queued", 0), tally.get("running", 0),
+                                 [tally.get(name, 0) for name in OUTCOMES])
+        for queue, tally in sorted(tallies.items())
+    ]

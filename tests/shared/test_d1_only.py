@@ -11,8 +11,10 @@ from tests.d1.fixtures import d1_binding
 from tests.d1.miniflare import D1Bridge, D1Error
 from tests.shared.conftest import apply_d1_schema
 from tests.support import CountingWake, job
-from tickwork import Completed, InvalidArgument, JobRecord, SchemaError
+from tickwork import Completed, IngestConflict, InvalidArgument, JobRecord, SchemaError
 from tickwork.d1 import D1Runtime, purge_d1_queues
+from tickwork.d1 import statements as d1_sql
+from tickwork.d1.binding import D1Binding
 from tickwork.shared import LeasedSignal
 
 
@@ -179,3 +181,37 @@ async def test_drain_costs_one_round_trip_per_job(db: Any) -> None:
     assert len(results) == 10
     # first claim + 10 settle-and-claim batches + the idle tick that ends it
     assert db.stats.since(before).round_trips == 12
+
+
+async def test_ingest_many_costs_one_round_trip(db: Any) -> None:
+    """The whole list travels in one batch; a conflict costs one read more to name it."""
+    runtime = await _runtime(db)
+    await runtime.has_pending_work()  # the one-time schema check
+    jobs = [job(f"j{n}", queue=f"q{n % 3}") for n in range(100)]
+    costs = {}
+    for name, batch in (("new", jobs), ("replayed", jobs), ("mixed", [jobs[0], job("x")])):
+        before = db.stats.snapshot()
+        await runtime.ingest_many(batch)
+        costs[name] = db.stats.since(before).round_trips
+    before = db.stats.snapshot()
+    with pytest.raises(IngestConflict) as conflict:
+        await runtime.ingest_many([job("y"), job("j1", queue="q1", priority=5)])
+    assert (conflict.value.job_id, conflict.value.fields) == ("j1", ("priority",))
+    costs["conflict"] = db.stats.since(before).round_trips
+    assert costs == {"new": 1, "replayed": 1, "mixed": 1, "conflict": 2}
+    assert await _count(db) == 101
+    for name, operation in (("status", runtime.status),
+                            ("queue_status", lambda: runtime.queue_status("q1"))):
+        before = db.stats.snapshot()
+        await operation()
+        assert db.stats.since(before).round_trips == 1, name
+
+
+async def test_queue_status_counts_waiting_and_running_jobs_from_indexes(db: Any) -> None:
+    """Its settled part reads the table: schema/d1 has no settled-by-queue index."""
+    runtime = await _runtime(db)
+    await runtime.ingest_many([job(f"j{n}", queue=f"q{n % 3}") for n in range(30)])
+    plan = await D1Binding(db).query("EXPLAIN QUERY PLAN " + d1_sql.QUEUE_STATUS, ["q1"])
+    text = "\n".join(str(row[-1]) for row in plan)
+    assert "tickwork_jobs_queue_waiting (queue=?)" in text, text
+    assert "tickwork_jobs_running (queue=?)" in text, text

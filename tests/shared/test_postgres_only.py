@@ -284,3 +284,32 @@ async def test_drain_shares_one_commit_between_a_settlement_and_the_next_claim(
     assert len(await runtime.drain()) == 50
     # first claim + 50 settle-and-claim commits + the idle tick's claim
     assert commits.flushes - before == 52
+
+
+async def test_queue_status_counts_waiting_and_running_jobs_from_indexes(pool: Pool) -> None:
+    """Its settled part is a sequential scan: schema/postgres has no settled-by-queue index."""
+    async with pool.connection() as conn:
+        await conn.execute("""
+            INSERT INTO tickwork_jobs (job_id, queue, lane, priority, payload_json, state,
+                                       outcome, enqueued_at, started_at, settled_at, claim_token,
+                                       lease_expires_at)
+            SELECT 'old-' || n, 'q' || (n % 1000), 'lane', 0, '{}',
+                   CASE WHEN n % 10 = 0 THEN 'queued' ELSE 'settled' END,
+                   CASE WHEN n % 10 = 0 THEN NULL ELSE 'completed' END,
+                   n, n, n, 't', n
+            FROM generate_series(1, 50000) AS n""")
+        await conn.execute("ANALYZE tickwork_jobs")
+    from tickwork.postgres import statements as sql
+
+    async with pool.connection() as conn:
+        plans = await plans_of(conn, sql.QUEUE_STATUS, {"queue": "q10"})
+    text = "\n".join(plans)
+    assert "tickwork_jobs_queue_waiting" in text, text
+    # Running jobs come from an index of running jobs only (either partial one).
+    assert "tickwork_jobs_running" in text or "tickwork_jobs_lease" in text, text
+    assert text.count("Seq Scan") <= 1, text  # at most the settled part
+    runtime = _runtime(pool)
+    status = await runtime.queue_status("q10")
+    assert (status.queued, status.running, status.settled) == (50, 0, 0)
+    status = await runtime.queue_status("q11")
+    assert (status.queued, status.settled, status.outcomes["completed"]) == (0, 50, 50)

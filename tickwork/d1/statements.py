@@ -50,6 +50,21 @@ VALUES (?2, ?3, ?4, ?5, ?6, ?7, 'queued', {NOW})
 {_ON_REPLAY}
 """
 
+# ingest_many: one ENQUEUE per job, all in one db.batch (one round trip, one
+# transaction). RETURNING gives a row only for an inserted job: an identical
+# replay (of a stored job, or of an earlier statement of the same batch)
+# writes and returns nothing, and other cargo makes the trigger abort the
+# whole batch.
+INGEST = ENQUEUE + "RETURNING sequence\n"
+
+# After a batch failed on a conflict: the stored cargo of the batch's job ids
+# (?1 is a JSON array of them: one bound value however many jobs), so the
+# runtime can name the job that conflicted and the fields that differ.
+SELECT_CARGO_MANY = """
+SELECT job_id, queue, lane, priority, payload_json, max_recoveries
+FROM tickwork_jobs WHERE job_id IN (SELECT value FROM json_each(?1))
+"""
+
 # enqueue_from_select: the producer's SELECT (its own ?1..?N values; our clock
 # override moves to ?N+1) yields the rows. json() normalises the payload text;
 # the table's CHECKs validate what Python did not see. "WHERE true" resolves
@@ -78,6 +93,38 @@ SELECT * FROM (
     SELECT {JOB_COLUMNS} FROM tickwork_jobs WHERE queue = ?1 AND state = 'queued'
     ORDER BY priority DESC, sequence LIMIT 1)
 LIMIT 1
+"""
+
+# Status of every queue: job counts by (queue, state, outcome). It reads
+# every row of the table (no index holds every job's queue and outcome), the
+# whole settled history included, so its cost, and its D1 rows-read bill,
+# grow with every job ever kept.
+STATUS = """
+SELECT queue, state, outcome, count(*) AS n FROM tickwork_jobs
+GROUP BY queue, state, outcome
+"""
+
+# Status of one queue, one row: queued and running counts from the
+# queue_waiting and running indexes (counted from the index alone); then its
+# settled jobs per outcome. The D1 schema has no index of settled jobs by
+# queue (schema/d1/0001 has none; the owner-local schema does), so that part
+# scans the table: it costs a read of every stored row. An index
+# ON tickwork_jobs (queue, outcome) WHERE state = 'settled' would make it an
+# index-only count of the queue's own settled jobs, with no change here.
+# Columns: queued, running, then one count per outcome in OUTCOMES order.
+QUEUE_STATUS = """
+SELECT
+    (SELECT count(*) FROM tickwork_jobs INDEXED BY tickwork_jobs_queue_waiting
+     WHERE queue = ?1 AND state = 'queued') AS queued,
+    (SELECT count(*) FROM tickwork_jobs INDEXED BY tickwork_jobs_running
+     WHERE queue = ?1 AND state = 'running') AS running,
+    count(CASE WHEN outcome = 'completed' THEN 1 END) AS completed,
+    count(CASE WHEN outcome = 'failed' THEN 1 END) AS failed,
+    count(CASE WHEN outcome = 'cancelled' THEN 1 END) AS cancelled,
+    count(CASE WHEN outcome = 'outcome_unknown' THEN 1 END) AS outcome_unknown,
+    count(CASE WHEN outcome = 'interrupted' THEN 1 END) AS interrupted
+FROM tickwork_jobs
+WHERE queue = ?1 AND state = 'settled'
 """
 
 HAS_PENDING_WORK = """

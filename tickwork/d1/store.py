@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
-from ..jobs import JobRecord, ValidJob
+from ..jobs import JobRecord, ValidJob, replay_flags
 from ..lifecycle import Settlement
 from ..local.store import decode_job
 from ..shared.port import CancelWrite, ClaimView, ExpiredClaim, RenewAnswer
@@ -43,6 +44,25 @@ class D1Store:
         rows = await self.d1.query(sql.INSERT_JOB, (now, *_job_values(job)))
         return bool(rows)
 
+    async def insert_many(self, jobs: list[ValidJob], now: int | None) -> list[bool] | None:
+        # One batch, one round trip: a statement per job, all or nothing.
+        try:
+            inserted = await self.d1.batch(
+                [(sql.INGEST, (now, *_job_values(job))) for job in jobs],
+                [("sequence",)] * len(jobs),
+            )
+        except Exception as error:
+            if "tickwork_ingest_conflict" not in str(error):
+                raise
+            # The trigger failed the batch; nothing was written. Name the job
+            # and fields from what is stored (a second round trip, on the
+            # conflict path only): replay_flags raises the IngestConflict.
+            rows = await self.d1.query(
+                sql.SELECT_CARGO_MANY, (json.dumps([job.job_id for job in jobs]),))
+            replay_flags(jobs, {row[0]: ValidJob(*row) for row in rows})
+            return None  # the conflicting job is gone now (purged): try again
+        return [bool(rows) for rows in inserted]
+
     async def find(self, job_id: str) -> JobRecord | None:
         return await self._one_job(sql.SELECT_JOB, (job_id,))
 
@@ -56,6 +76,12 @@ class D1Store:
     async def has_pending_work(self) -> bool:
         rows = await self.d1.query(sql.HAS_PENDING_WORK)
         return bool(rows[0][0])
+
+    async def status_groups(self) -> list[tuple[Any, ...]]:
+        return await self.d1.query(sql.STATUS)
+
+    async def queue_counts(self, queue: str) -> tuple[Any, ...]:
+        return (await self.d1.query(sql.QUEUE_STATUS, (queue,)))[0]
 
     async def claim(
         self, token: str, lease_ms: int, now: int | None, *, guarded: bool

@@ -20,7 +20,7 @@ import inspect
 import itertools
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, Self, TypeVar, overload
 
@@ -40,6 +40,7 @@ from ..jobs import (
     check_safe_int,
     check_text,
     validate_job,
+    validate_jobs,
 )
 from ..outcomes import (
     CancelResult,
@@ -47,8 +48,11 @@ from ..outcomes import (
     ExecutionResult,
     FailLaneResult,
     IngestStatus,
+    QueueStatus,
     QueueTransition,
     TickResult,
+    queue_status_from_counts,
+    queue_statuses_from_groups,
 )
 from ..owners.base import Owner
 from ..signals import AbortSignal
@@ -180,6 +184,20 @@ class _LocalRuntime:
         check_safe_int("after_sequence", after_sequence, InvalidArgument, 0)
         return self._store.read_settled(after_sequence, limit, self._concurrent_lane)
 
+    def status(self) -> list[QueueStatus]:
+        """Job counts of every queue that has any job, sorted by queue name.
+
+        One statement, but it reads every stored job, settled history
+        included: use ``queue_status`` for one queue.
+        """
+        return queue_statuses_from_groups(self._store.status_groups())
+
+    def queue_status(self, queue: str) -> QueueStatus:
+        """Job counts of one queue (all zero for a queue without jobs), from its indexes."""
+        check_id("queue", queue)
+        queued, running, *outcomes = self._store.queue_counts(queue)
+        return queue_status_from_counts(queue, queued, running, outcomes)
+
     # -------------------------------------------------------------- mutations
 
     def ingest(self, job: Job) -> IngestStatus:
@@ -189,6 +207,21 @@ class _LocalRuntime:
         if status == "queued":
             self._wake_soon()
         return status
+
+    def ingest_many(self, jobs: Sequence[Job]) -> list[IngestStatus]:
+        """Store up to ``MAX_INGEST_BATCH`` jobs atomically; one status per job, in order.
+
+        Every job is validated before anything is written. All of them commit
+        in one transaction, or, when any one conflicts (``IngestConflict``),
+        none does. A job_id repeated within the call is a "duplicate" when
+        its cargo is identical, else a conflict.
+        """
+        valid = validate_jobs(jobs)
+        statuses = self._owner.atomic(
+            lambda: [self._ingest_in_transaction(one) for one in valid])
+        if "queued" in statuses:
+            self._wake_soon()
+        return statuses
 
     def cancel(
         self, job_id: str, cancellation_id: str, *, only_if_queued: bool = False

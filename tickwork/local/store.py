@@ -209,3 +209,11 @@ class LocalJobStore:
 
     def has_pending_work(self) -> bool:
         return bool(self.owner.query(sql.HAS_PENDING_WORK)[0][0])
+
+    def status_groups(self) -> list[Row]:
+        """(queue, state, outcome, count) of every group of jobs (a full scan)."""
+        return self.owner.query(sql.STATUS)
+
+    def queue_counts(self, queue: str) -> Row:
+        """(queued, running, then settled per outcome in OUTCOMES order) of one queue."""
+        return self.owner.query(sql.QUEUE_STATUS, (queue,))[0]

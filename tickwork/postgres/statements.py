@@ -54,6 +54,31 @@ WHERE (stored.queue, stored.lane, stored.priority, stored.payload_json, stored.m
        excluded.max_recoveries)
 """
 
+# ingest_many, step 1 of one transaction: insert the jobs whose job_id is new,
+# in list order (their sequences follow it), skipping every id that exists,
+# including one inserted by an earlier row of the same list. Returns the
+# inserted ids. A concurrent transaction inserting the same id makes this
+# wait for its outcome (the unique index), so step 2 then sees its row.
+INSERT_JOBS = f"""
+INSERT INTO tickwork_jobs
+    (job_id, queue, lane, priority, payload_json, max_recoveries, state, enqueued_at)
+SELECT job_id, queue, lane, priority, payload_json, max_recoveries, 'queued', {NOW}
+FROM unnest(%(job_ids)s::text[], %(queues)s::text[], %(lanes)s::text[],
+            %(priorities)s::bigint[], %(payloads)s::text[], %(max_recoveries)s::bigint[])
+     WITH ORDINALITY AS job(job_id, queue, lane, priority, payload_json, max_recoveries, ord)
+ORDER BY ord
+ON CONFLICT (job_id) DO NOTHING
+RETURNING job_id
+"""
+
+# ingest_many, step 2: the stored cargo of the ids step 1 skipped (a fresh
+# snapshot, so a row a concurrent transaction committed meanwhile is seen),
+# which the runtime compares before the transaction commits.
+SELECT_CARGO_MANY = """
+SELECT job_id, queue, lane, priority, payload_json, max_recoveries
+FROM tickwork_jobs WHERE job_id = ANY(%(job_ids)s::text[])
+"""
+
 SELECT_JOB = f"SELECT {JOB_COLUMNS} FROM tickwork_jobs WHERE job_id = %(job_id)s"
 
 SELECT_CARGO = """
@@ -67,6 +92,36 @@ UNION ALL
 (SELECT {JOB_COLUMNS} FROM tickwork_jobs WHERE queue = %(queue)s AND state = 'queued'
  ORDER BY priority DESC, sequence LIMIT 1)
 LIMIT 1
+"""
+
+# Status of every queue: job counts by (queue, state, outcome). It reads
+# every row of the table (no index holds every job's queue and outcome), the
+# whole settled history included; its cost grows with every job ever kept.
+STATUS = """
+SELECT queue, state, outcome, count(*) FROM tickwork_jobs
+GROUP BY queue, state, outcome
+"""
+
+# Status of one queue, one row: queued and running counts from partial
+# indexes of waiting jobs (queue_waiting) and of running jobs (the planner
+# may take running or lease, both small); then its settled jobs per
+# outcome. schema/postgres has no index of settled jobs by queue (the
+# owner-local schema does), so that part is a sequential scan of the table.
+# An index ON tickwork_jobs (queue, outcome) WHERE state = 'settled' would
+# make it an index-only count of the queue's own settled jobs, with no
+# change here. Columns: queued, running, then one count per outcome in
+# tickwork.outcomes.OUTCOMES order.
+QUEUE_STATUS = """
+SELECT
+    (SELECT count(*) FROM tickwork_jobs WHERE queue = %(queue)s AND state = 'queued'),
+    (SELECT count(*) FROM tickwork_jobs WHERE queue = %(queue)s AND state = 'running'),
+    count(*) FILTER (WHERE outcome = 'completed'),
+    count(*) FILTER (WHERE outcome = 'failed'),
+    count(*) FILTER (WHERE outcome = 'cancelled'),
+    count(*) FILTER (WHERE outcome = 'outcome_unknown'),
+    count(*) FILTER (WHERE outcome = 'interrupted')
+FROM tickwork_jobs
+WHERE queue = %(queue)s AND state = 'settled'
 """
 
 HAS_PENDING_WORK = """

@@ -14,7 +14,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, cast
 
-from ..jobs import JobRecord, ValidJob
+from ..jobs import JobRecord, ValidJob, replay_flags
 from ..lifecycle import Settlement
 from ..local.store import decode_job
 from ..shared.port import CancelWrite, ClaimView, ExpiredClaim, RenewAnswer
@@ -86,6 +86,37 @@ class PostgresStore:
     async def insert(self, job: ValidJob, now: int | None) -> bool:
         return bool(await self._rows(sql.INSERT_JOB, job_params(job, now)))
 
+    async def insert_many(self, jobs: list[ValidJob], now: int | None) -> list[bool] | None:
+        params = {
+            "job_ids": [job.job_id for job in jobs],
+            "queues": [job.queue for job in jobs],
+            "lanes": [job.lane for job in jobs],
+            "priorities": [job.priority for job in jobs],
+            "payloads": [job.payload_json for job in jobs],
+            "max_recoveries": [job.max_recoveries for job in jobs],
+            "now": now,
+        }
+        # One transaction: insert the new ids, read the cargo of the others,
+        # decide; a conflict (IngestConflict raised in the block) rolls back
+        # every insert. Overlapping lists ingested concurrently in different
+        # orders can deadlock; PostgreSQL then fails one of them.
+        try:
+            async with self._connection() as conn, conn.transaction():
+                cursor = await conn.execute(sql.INSERT_JOBS, params, prepare=True)
+                inserted = {row[0] for row in await cursor.fetchall()}
+                skipped = [job.job_id for job in jobs if job.job_id not in inserted]
+                stored: dict[str, ValidJob] = {}
+                if skipped:
+                    cursor = await conn.execute(sql.SELECT_CARGO_MANY, {"job_ids": skipped})
+                    stored = {row[0]: ValidJob(*row) for row in await cursor.fetchall()}
+                flags = replay_flags(jobs, stored)
+                if {job.job_id for job, new in zip(jobs, flags, strict=True) if new} != inserted:
+                    # A skipped id vanished before step 2 read it (purged).
+                    raise _Undecided
+        except _Undecided:
+            return None
+        return flags
+
     async def find(self, job_id: str) -> JobRecord | None:
         return await self._one_job(sql.SELECT_JOB, {"job_id": job_id})
 
@@ -98,6 +129,12 @@ class PostgresStore:
 
     async def has_pending_work(self) -> bool:
         return bool((await self._rows(sql.HAS_PENDING_WORK, {}))[0][0])
+
+    async def status_groups(self) -> list[tuple[Any, ...]]:
+        return await self._rows(sql.STATUS, {})
+
+    async def queue_counts(self, queue: str) -> tuple[Any, ...]:
+        return (await self._rows(sql.QUEUE_STATUS, {"queue": queue}))[0]
 
     # ------------------------------------------------------------ claims
 
@@ -274,6 +311,10 @@ class PostgresStore:
         async with self._connection() as conn:
             cursor = await conn.execute(sql.PURGE_QUEUE, {"queue": queue})
             return int(cursor.rowcount)
+
+
+class _Undecided(Exception):
+    """Rolls back an ingest_many transaction that could not decide."""
 
 
 def _calls(

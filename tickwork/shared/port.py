@@ -8,8 +8,9 @@ None (deterministic tests); None means "ask the database clock".
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol, TypeAlias
+from typing import Any, Literal, Protocol, TypeAlias
 
 from ..jobs import JobRecord, ValidJob
 from ..lifecycle import Settlement
@@ -45,6 +46,18 @@ class SharedStore(Protocol):
     async def insert(self, job: ValidJob, now: int | None) -> bool:
         """Insert a queued job; False when the job_id exists (nothing written)."""
 
+    async def insert_many(self, jobs: list[ValidJob], now: int | None) -> list[bool] | None:
+        """Insert the new jobs of ``jobs``, in list order, all or nothing (one
+        transaction or one batch).
+
+        Per job: True when inserted, False for an identical replay (of a
+        stored job, or of an earlier job of the list with the same id).
+        Raises IngestConflict, with nothing written, for the first job whose
+        cargo differs (``tickwork.jobs.replay_flags`` decides). None, with
+        nothing written, when a concurrent change kept it from deciding
+        (the runtime calls again).
+        """
+
     async def find(self, job_id: str) -> JobRecord | None: ...
 
     async def find_cargo(self, job_id: str) -> ValidJob | None: ...
@@ -52,6 +65,13 @@ class SharedStore(Protocol):
     async def queue_head(self, queue: str) -> JobRecord | None: ...
 
     async def has_pending_work(self) -> bool: ...
+
+    async def status_groups(self) -> Sequence[Sequence[Any]]:
+        """``(queue, state, outcome, count)`` of every group of jobs (one statement)."""
+
+    async def queue_counts(self, queue: str) -> Sequence[Any]:
+        """One queue's ``(queued, running, then settled per outcome in
+        tickwork.outcomes.OUTCOMES order)`` (one statement)."""
 
     async def claim(
         self, token: str, lease_ms: int, now: int | None, *, guarded: bool

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import inspect
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -34,6 +34,7 @@ from ..jobs import (
     check_safe_int,
     check_text,
     validate_job,
+    validate_jobs,
 )
 from ..leases import (
     DEFAULT_LEASE_MS,
@@ -49,7 +50,10 @@ from ..outcomes import (
     ExecutionResult,
     FailLaneResult,
     IngestStatus,
+    QueueStatus,
     TickResult,
+    queue_status_from_counts,
+    queue_statuses_from_groups,
 )
 from ..signals import AbortSignal
 from .port import CancelWrite, SharedStore
@@ -158,6 +162,22 @@ class SharedRuntime:
         await self._ready()
         return await self._store.has_pending_work()
 
+    async def status(self) -> list[QueueStatus]:
+        """Job counts of every queue that has any job, sorted by queue name.
+
+        One statement, but it reads every stored job, settled history
+        included: use ``queue_status`` for one queue.
+        """
+        await self._ready()
+        return queue_statuses_from_groups(await self._store.status_groups())
+
+    async def queue_status(self, queue: str) -> QueueStatus:
+        """Job counts of one queue (all zero for a queue without jobs), in one statement."""
+        check_id("queue", queue)
+        await self._ready()
+        queued, running, *outcomes = await self._store.queue_counts(queue)
+        return queue_status_from_counts(queue, queued, running, outcomes)
+
     # -------------------------------------------------------------- mutations
 
     async def ingest(self, job: Job) -> IngestStatus:
@@ -174,6 +194,28 @@ class SharedRuntime:
         if differences:
             raise IngestConflict(valid.job_id, differences)
         return "duplicate"
+
+    async def ingest_many(self, jobs: Sequence[Job]) -> list[IngestStatus]:
+        """Store up to ``MAX_INGEST_BATCH`` jobs atomically; one status per job, in order.
+
+        Every job is validated before anything is written. All of them commit
+        in one transaction (PostgreSQL) or one batch (D1), or, when any one
+        conflicts (``IngestConflict``), none does. A job_id repeated within
+        the call is a "duplicate" when its cargo is identical, else a conflict.
+        """
+        valid = validate_jobs(jobs)
+        await self._ready()
+        # The store answers None only when a concurrent change (a purge, a
+        # racing insert) kept it from deciding; it wrote nothing then.
+        for _ in range(8):
+            inserted = await self._store.insert_many(valid, self._db_now())
+            if inserted is not None:
+                break
+        else:
+            raise RuntimeError("ingest_many did not converge under concurrent changes")
+        if any(inserted):
+            await self._wake_now()
+        return ["queued" if new else "duplicate" for new in inserted]
 
     async def cancel(
         self, job_id: str, cancellation_id: str, *, only_if_queued: bool = False
