@@ -1,0 +1,359 @@
+"""The /v1 routes (tickwork.api.JobApi) over real owner-local runtimes on sqlite3.
+
+Hosts only translate requests; every status code, error body and "nothing
+changed" guarantee is decided here, so it is tested here once.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.support import CountingWake, ScriptedExecutor
+from tickwork import OwnerRuntime
+from tickwork.api import ApiRequest, ApiResponse, JobApi, OwnerJobs
+from tickwork.jobs import MAX_INGEST_BATCH
+from tickwork.owners import Sqlite3Owner
+
+TOKEN = "s3cret-token"
+AUTH = {"authorization": f"Bearer {TOKEN}"}
+
+
+class Owners:
+    """One in-memory sqlite3 runtime per owner key, built on first use."""
+
+    def __init__(self) -> None:
+        self.runtimes: dict[str, OwnerRuntime] = {}
+        self.executor = ScriptedExecutor()
+
+    def __call__(self, key: str) -> OwnerJobs:
+        if key not in self.runtimes:
+            self.runtimes[key] = OwnerRuntime(
+                Sqlite3Owner(sqlite3.connect(":memory:")), execute=self.executor,
+                is_alive=lambda job: False, wake=CountingWake())
+        return OwnerJobs(self.runtimes[key])
+
+    def total_jobs(self) -> int:
+        return sum(sum(s.queued + s.running + s.settled for s in runtime.status())
+                   for runtime in self.runtimes.values())
+
+
+@pytest.fixture
+def owners() -> Iterator[Owners]:
+    yield Owners()
+
+
+@pytest.fixture
+def api(owners: Owners) -> JobApi:
+    return JobApi(token=TOKEN, owners=owners)
+
+
+async def call(api: JobApi, method: str, path: str, body: Any = None, *,
+               headers: dict[str, str] | None = None, raw: bytes | None = None) -> ApiResponse:
+    data = raw if raw is not None else (b"" if body is None else json.dumps(body).encode())
+    return await api.handle(ApiRequest(method, path, AUTH if headers is None else headers, data))
+
+
+def a_job(job_id: str = "j1", **fields: Any) -> dict[str, Any]:
+    return {"job_id": job_id, "queue": "emails", "lane": "tenant-1", "priority": 1,
+            "payload": {"to": "a@example.com"}, **fields}
+
+
+# --------------------------------------------------------------------- auth
+
+
+async def test_health_needs_no_token(api: JobApi) -> None:
+    response = await call(api, "GET", "/v1/health", headers={})
+    assert (response.status, response.body) == (200, {"ok": True, "api": "v1"})
+
+
+@pytest.mark.parametrize("headers", [
+    {},
+    {"authorization": "Bearer wrong"},
+    {"authorization": f"Basic {TOKEN}"},
+    {"authorization": "Bearer"},
+    {"authorization": f"Bearer {TOKEN}x"},
+])
+async def test_missing_or_wrong_token_is_refused_and_stores_nothing(
+        api: JobApi, owners: Owners, headers: dict[str, str]) -> None:
+    response = await call(api, "POST", "/v1/owners/acme/jobs", a_job(), headers=headers)
+    assert response.status == 401
+    assert response.body["error"]["code"] == "unauthorized"
+    assert owners.runtimes == {}  # not even the owner was touched
+    for method, path in [("GET", "/v1/owners/acme/jobs/j1"), ("GET", "/v1/owners/acme/queues"),
+                         ("POST", "/v1/owners/acme/queues/emails/purge")]:
+        assert (await call(api, method, path, headers=headers)).status == 401
+
+
+async def test_no_configured_token_fails_closed(owners: Owners) -> None:
+    for token in (None, ""):
+        api = JobApi(token=token, owners=owners)
+        response = await call(api, "POST", "/v1/owners/acme/jobs", a_job(),
+                              headers={"authorization": "Bearer "})
+        assert response.status == 503
+        assert response.body["error"]["code"] == "token_not_configured"
+    assert owners.runtimes == {}
+
+
+# ------------------------------------------------------------------ enqueue
+
+
+async def test_enqueue_one_job_then_replay_then_conflict(api: JobApi, owners: Owners) -> None:
+    first = await call(api, "POST", "/v1/owners/acme/jobs", a_job())
+    assert (first.status, first.body) == (201, {"job_id": "j1", "status": "queued"})
+    replay = await call(api, "POST", "/v1/owners/acme/jobs", a_job())
+    assert (replay.status, replay.body) == (200, {"job_id": "j1", "status": "duplicate"})
+    conflict = await call(api, "POST", "/v1/owners/acme/jobs", a_job(priority=7))
+    assert conflict.status == 409
+    assert conflict.body["error"]["code"] == "ingest_conflict"
+    assert "priority" in conflict.body["error"]["message"]
+    stored = owners.runtimes["acme"].read("j1")
+    assert stored is not None and stored.priority == 1
+
+
+async def test_enqueue_defaults_lane_priority_and_payload(api: JobApi, owners: Owners) -> None:
+    response = await call(api, "POST", "/v1/owners/acme/jobs", {"job_id": "j", "queue": "q"})
+    assert response.status == 201
+    stored = owners.runtimes["acme"].read("j")
+    assert stored is not None
+    assert (stored.lane, stored.priority, stored.payload, stored.recovery) == ("q", 0, None, None)
+
+
+async def test_enqueue_a_list_is_atomic(api: JobApi, owners: Owners) -> None:
+    await call(api, "POST", "/v1/owners/acme/jobs", a_job("existing"))
+    batch = {"jobs": [a_job("a"), a_job("existing"), a_job("b")]}
+    response = await call(api, "POST", "/v1/owners/acme/jobs", batch)
+    assert response.status == 200
+    assert response.body == {"jobs": [{"job_id": "a", "status": "queued"},
+                                       {"job_id": "existing", "status": "duplicate"},
+                                       {"job_id": "b", "status": "queued"}]}
+    conflicting = {"jobs": [a_job("c"), a_job("existing", priority=9)]}
+    refused = await call(api, "POST", "/v1/owners/acme/jobs", conflicting)
+    assert refused.status == 409
+    assert owners.runtimes["acme"].read("c") is None  # rolled back with the conflict
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"jobs": [a_job("a"), a_job("b", priority="high")]}, "jobs[1].priority"),
+    ({"jobs": [a_job("a"), {"queue": "q"}]}, "jobs[1].job_id"),
+    ({"jobs": [a_job("a"), a_job("b", priority=True)]}, "jobs[1].priority"),
+    ({"jobs": [a_job("a"), a_job("b", priority=1.5)]}, "jobs[1].priority"),
+    ({"jobs": [a_job("a"), a_job("x" * 257)]}, "jobs[1].job_id"),
+    ({"jobs": [a_job("a"), a_job("b", colour="red")]}, "jobs[1]"),
+    ({"jobs": [a_job("a"), a_job("b", recovery={"max_recoveries": -1})]},
+     "jobs[1].recovery.max_recoveries"),
+    ({"jobs": [a_job("a"), a_job("b", recovery={"retries": 1})]}, "jobs[1].recovery"),
+    ({"jobs": [a_job("a"), "not a job"]}, "jobs[1]"),
+    ({"jobs": []}, "jobs"),
+    ({"jobs": {"a": 1}}, "jobs"),
+    ({"jobs": [a_job(str(n)) for n in range(MAX_INGEST_BATCH + 1)]}, "jobs"),
+    ({"jobs": [a_job("a")], "extra": 1}, "body"),
+    ([a_job("a")], "job"),
+    ("just text", "job"),
+])
+async def test_bad_jobs_are_refused_naming_the_field_and_store_nothing(
+        api: JobApi, owners: Owners, body: Any, field: str) -> None:
+    response = await call(api, "POST", "/v1/owners/acme/jobs", body)
+    assert response.status == 400, response.body
+    assert response.body["error"]["field"] == field
+    assert field.split("[")[0].split(".")[0] in response.body["error"]["message"]
+    assert owners.total_jobs() == 0
+
+
+@pytest.mark.parametrize(("raw", "code"), [
+    (b"{not json", "malformed_json"),
+    (b'{"job_id": "a", "queue": "q", "payload": NaN}', "malformed_json"),
+    (b'{"job_id": "a", "queue": "q", "payload": Infinity}', "malformed_json"),
+    (b"\xff\xfe", "malformed_json"),
+    (b"[" * 100_000 + b"]" * 100_000, "malformed_json"),
+])
+async def test_malformed_bodies_are_refused(api: JobApi, owners: Owners, raw: bytes,
+                                            code: str) -> None:
+    response = await call(api, "POST", "/v1/owners/acme/jobs", raw=raw)
+    assert response.status == 400
+    assert response.body["error"]["code"] == code
+    assert owners.total_jobs() == 0
+
+
+async def test_oversized_body_is_refused_before_parsing(owners: Owners) -> None:
+    api = JobApi(token=TOKEN, owners=owners, max_body_bytes=100)
+    body = a_job(payload={"blob": "x" * 200})
+    response = await call(api, "POST", "/v1/owners/acme/jobs", body)
+    assert response.status == 413
+    assert response.body["error"]["code"] == "body_too_large"
+    assert owners.runtimes == {}
+
+
+async def test_non_json_content_type_is_refused(api: JobApi, owners: Owners) -> None:
+    headers = {**AUTH, "content-type": "text/plain"}
+    response = await call(api, "POST", "/v1/owners/acme/jobs", a_job(), headers=headers)
+    assert response.status == 415
+    assert owners.runtimes == {}
+    ok = {**AUTH, "content-type": "application/json; charset=utf-8"}
+    assert (await call(api, "POST", "/v1/owners/acme/jobs", a_job(), headers=ok)).status == 201
+
+
+# -------------------------------------------------------------------- reads
+
+
+async def test_read_job_head_and_status(api: JobApi, owners: Owners) -> None:
+    await call(api, "POST", "/v1/owners/acme/jobs",
+               {"jobs": [a_job("low", priority=0), a_job("high", priority=5)]})
+    read = await call(api, "GET", "/v1/owners/acme/jobs/high")
+    assert read.status == 200
+    job = read.body["job"]
+    assert (job["job_id"], job["state"], job["priority"], job["payload"]) == (
+        "high", "queued", 5, {"to": "a@example.com"})
+    assert set(job) >= {"sequence", "enqueued_at", "outcome", "cancellation_id"}
+    head = await call(api, "GET", "/v1/owners/acme/queues/emails/head")
+    assert head.body["head"]["job_id"] == "high"
+    await owners.runtimes["acme"].tick()
+    queue = await call(api, "GET", "/v1/owners/acme/queues/emails")
+    assert queue.status == 200
+    assert queue.body["queue"]["queued"] == 1
+    assert queue.body["queue"]["settled"] == 1
+    assert queue.body["queue"]["outcomes"]["completed"] == 1
+    listing = await call(api, "GET", "/v1/owners/acme/queues")
+    assert [item["queue"] for item in listing.body["queues"]] == ["emails"]
+    empty = await call(api, "GET", "/v1/owners/acme/queues/nothing/head")
+    assert (empty.status, empty.body) == (200, {"queue": "nothing", "head": None})
+
+
+async def test_unknown_job_is_404(api: JobApi) -> None:
+    response = await call(api, "GET", "/v1/owners/acme/jobs/missing")
+    assert response.status == 404
+    assert response.body["error"] == {"code": "job_not_found", "message": "no job 'missing'",
+                                      "field": "job_id"}
+
+
+async def test_ids_are_percent_decoded_path_segments(api: JobApi, owners: Owners) -> None:
+    await call(api, "POST", "/v1/owners/team%2Fone/jobs", a_job("a/b ü"))
+    assert owners.runtimes["team/one"].read("a/b ü") is not None
+    read = await call(api, "GET", "/v1/owners/team%2Fone/jobs/a%2Fb%20%C3%BC")
+    assert read.body["job"]["job_id"] == "a/b ü"
+    bad = await call(api, "GET", "/v1/owners/acme/jobs/%FF")
+    assert (bad.status, bad.body["error"]["code"]) == (400, "bad_path")
+
+
+async def test_over_long_ids_in_the_path_are_refused(api: JobApi, owners: Owners) -> None:
+    long_job = await call(api, "GET", "/v1/owners/acme/jobs/" + "j" * 257)
+    assert (long_job.status, long_job.body["error"]["field"]) == (400, "job_id")
+    long_owner = await call(api, "POST", "/v1/owners/" + "o" * 257 + "/jobs", a_job())
+    assert (long_owner.status, long_owner.body["error"]["field"]) == (400, "owner")
+    assert owners.runtimes == {}
+
+
+# ---------------------------------------------------------------- mutations
+
+
+async def test_cancel_statuses(api: JobApi, owners: Owners) -> None:
+    await call(api, "POST", "/v1/owners/acme/jobs", a_job())
+    path = "/v1/owners/acme/jobs/j1/cancel"
+    recorded = await call(api, "POST", path, {"cancellation_id": "c1"})
+    assert (recorded.status, recorded.body) == (200, {"job_id": "j1", "status": "recorded"})
+    replayed = await call(api, "POST", path, {"cancellation_id": "c1", "only_if_queued": True})
+    assert (replayed.status, replayed.body["status"]) == (200, "replayed")
+    conflict = await call(api, "POST", path, {"cancellation_id": "c2"})
+    assert (conflict.status, conflict.body["status"]) == (409, "conflict")
+    missing = await call(api, "POST", "/v1/owners/acme/jobs/nope/cancel", {"cancellation_id": "c"})
+    assert (missing.status, missing.body["status"]) == (404, "not_found")
+    job = owners.runtimes["acme"].read("j1")
+    assert job is not None and job.cancellation_id == "c1"
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({}, "cancellation_id"),
+    ({"cancellation_id": 5}, "cancellation_id"),
+    ({"cancellation_id": ""}, "cancellation_id"),
+    ({"cancellation_id": "c", "only_if_queued": "yes"}, "only_if_queued"),
+    ({"cancellation_id": "c", "reason": "x"}, "body"),
+    (["c"], "body"),
+])
+async def test_bad_cancel_bodies_change_nothing(api: JobApi, owners: Owners, body: Any,
+                                                field: str) -> None:
+    await call(api, "POST", "/v1/owners/acme/jobs", a_job())
+    response = await call(api, "POST", "/v1/owners/acme/jobs/j1/cancel", body)
+    assert (response.status, response.body["error"]["field"]) == (400, field)
+    job = owners.runtimes["acme"].read("j1")
+    assert job is not None and job.cancellation_id is None
+
+
+async def test_fail_lane_and_purge(api: JobApi, owners: Owners) -> None:
+    await call(api, "POST", "/v1/owners/acme/jobs", {"jobs": [
+        a_job("a", lane="bad"), a_job("b", lane="bad", queue="other"), a_job("c", lane="good")]})
+    refused = await call(api, "POST", "/v1/owners/acme/lanes/bad/fail", {"reason": "suspended"})
+    assert (refused.status, refused.body) == (200, {"lane": "bad", "settled": 2, "more": False})
+    job = owners.runtimes["acme"].read("a")
+    assert job is not None and (job.outcome, job.failure_reason) == ("failed", "suspended")
+    purged = await call(api, "POST", "/v1/owners/acme/queues/emails/purge")
+    assert (purged.status, purged.body) == (200, {"queue": "emails", "purged": 1})
+    assert owners.runtimes["acme"].read("c") is None
+    assert owners.runtimes["acme"].read("a") is not None  # settled jobs stay
+
+
+@pytest.mark.parametrize(("path", "body", "field"), [
+    ("/v1/owners/acme/lanes/bad/fail", {}, "reason"),
+    ("/v1/owners/acme/lanes/bad/fail", {"reason": ""}, "reason"),
+    ("/v1/owners/acme/lanes/bad/fail", {"reason": "r" * 257}, "reason"),
+    ("/v1/owners/acme/lanes/" + "l" * 513 + "/fail", {"reason": "r"}, "lane"),
+    ("/v1/owners/acme/queues/emails/purge", {"all": True}, "body"),
+])
+async def test_bad_fail_lane_and_purge_requests_change_nothing(
+        api: JobApi, owners: Owners, path: str, body: Any, field: str) -> None:
+    await call(api, "POST", "/v1/owners/acme/jobs", a_job("a", lane="bad"))
+    response = await call(api, "POST", path, body)
+    assert (response.status, response.body["error"]["field"]) == (400, field)
+    job = owners.runtimes["acme"].read("a")
+    assert job is not None and job.state == "queued"
+
+
+# ------------------------------------------------------------------ routing
+
+
+@pytest.mark.parametrize(("method", "path", "status", "code"), [
+    ("GET", "/", 404, "no_route"),
+    ("GET", "/v2/owners/acme/jobs", 404, "no_route"),
+    ("GET", "/v1/owners", 404, "no_route"),
+    ("GET", "/v1/owners/acme/jobs/j1/extra", 404, "no_route"),
+    ("GET", "/v1/tenants/acme/jobs", 404, "no_route"),
+    ("GET", "/v1/owners/acme/jobs", 405, "method_not_allowed"),
+    ("DELETE", "/v1/owners/acme/jobs/j1", 405, "method_not_allowed"),
+    ("POST", "/v1/owners/acme/queues", 405, "method_not_allowed"),
+    ("GET", "/v1/shared/queues", 404, "scope_not_configured"),
+])
+async def test_unknown_routes_and_methods(api: JobApi, method: str, path: str, status: int,
+                                          code: str) -> None:
+    response = await call(api, method, path)
+    assert (response.status, response.body["error"]["code"]) == (status, code)
+
+
+async def test_unexpected_errors_propagate_to_the_host(owners: Owners) -> None:
+    class Broken(OwnerJobs):
+        async def status(self) -> Any:
+            raise RuntimeError("disk on fire")
+
+    api = JobApi(token=TOKEN, owners=lambda key: Broken(owners(key).runtime))
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        await call(api, "GET", "/v1/owners/acme/queues")
+
+
+async def test_async_owner_resolver_and_shared_scope(owners: Owners) -> None:
+    async def resolve(key: str) -> OwnerJobs:
+        return owners(key)
+
+    shared = owners("the-shared-one")
+    api = JobApi(token=TOKEN, owners=resolve, shared=shared)
+    assert (await call(api, "POST", "/v1/owners/acme/jobs", a_job())).status == 201
+    assert (await call(api, "POST", "/v1/shared/jobs", a_job("s"))).status == 201
+    assert shared.runtime.read("s") is not None
+    assert owners.runtimes["acme"].read("s") is None
+
+
+def test_response_encoding() -> None:
+    response = ApiResponse(200, {"text": "ü"})
+    assert response.encoded() == '{"text":"ü"}'.encode()
+    assert response.all_headers()["content-type"] == "application/json; charset=utf-8"

@@ -1,0 +1,26 @@
+"""The job service API: one set of /v1 HTTP routes and one RPC contract,
+served by the Worker, the ``JobOwner`` Durable Object and ``tickwork serve``.
+
+    from tickwork.api import ApiRequest, JobApi, OwnerJobs, SharedJobs
+"""
+
+from __future__ import annotations
+
+from .routes import API_VERSION, MAX_BODY_BYTES, ApiRequest, ApiResponse, JobApi
+from .service import JobOwnerRpc, JobService, OwnerJobs, RpcJobs, SharedJobs, plain_data
+from .wire import ApiError
+
+__all__ = [
+    "API_VERSION",
+    "MAX_BODY_BYTES",
+    "ApiError",
+    "ApiRequest",
+    "ApiResponse",
+    "JobApi",
+    "JobOwnerRpc",
+    "JobService",
+    "OwnerJobs",
+    "RpcJobs",
+    "SharedJobs",
+    "plain_data",
+]

@@ -1,0 +1,319 @@
+"""The /v1 HTTP API, written once and served by the Worker and the local host.
+
+Sans-I/O: a host turns its request into an ``ApiRequest``, awaits
+``JobApi.handle`` and writes the ``ApiResponse`` back. The routes never see
+a socket or a JS object, so the Worker (``worker/entry.py``) and
+``tickwork serve`` answer byte-for-byte the same.
+
+Scopes: ``/v1/owners/{owner}/...`` addresses one owner's jobs (a
+``JobOwner`` Durable Object, or one sqlite3 file locally);
+``/v1/shared/...`` the shared queues (D1, or PostgreSQL locally). Path
+segments are percent-decoded, so ids may hold any text.
+
+Every /v1 route needs ``Authorization: Bearer <token>``: mutations by the
+contract, reads because job payloads are the caller's data. Only
+``GET /v1/health`` is open. A refused request changes nothing: the token,
+the route and the whole body are checked before any service call.
+"""
+
+from __future__ import annotations
+
+import hmac
+import inspect
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote
+
+from ..errors import InvalidArgument
+from ..jobs import MAX_LANE_LENGTH, check_id, check_reason, check_text
+from . import wire
+from .service import JobService
+from .wire import ApiError
+
+#: Request bodies above this size are refused with 413 before parsing.
+MAX_BODY_BYTES = 1_000_000
+
+#: Longest request path accepted: a 256-character owner and a 512-character
+#: lane, percent-encoded (up to 12 characters per UTF-8 character), fit.
+MAX_PATH_LENGTH = 10_000
+
+API_VERSION = "v1"
+
+OwnerServices = Callable[[str], JobService | Awaitable[JobService]]
+
+
+@dataclass(frozen=True, slots=True)
+class ApiRequest:
+    """An HTTP request as the API sees it. ``headers`` keys are lower case;
+    ``path`` is the raw (still percent-encoded) path without the query."""
+
+    method: str
+    path: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+    body: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class ApiResponse:
+    status: int
+    body: Any
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    def encoded(self) -> bytes:
+        return json.dumps(self.body, separators=(",", ":"), ensure_ascii=False).encode()
+
+    def all_headers(self) -> dict[str, str]:
+        return {"content-type": "application/json; charset=utf-8",
+                "cache-control": "no-store", **self.headers}
+
+
+class JobApi:
+    """Routes /v1 requests to a scope's ``JobService``.
+
+    ``owners(owner_key)`` returns (or resolves to) the service of one owner;
+    ``shared`` is the shared queues' service. Either may be None: its routes
+    then answer 404 ``scope_not_configured``. ``token`` is the bearer token;
+    with None every /v1 route but health answers 503 (fail closed).
+    """
+
+    def __init__(
+        self,
+        *,
+        token: str | None,
+        owners: OwnerServices | None = None,
+        shared: JobService | None = None,
+        max_body_bytes: int = MAX_BODY_BYTES,
+    ) -> None:
+        self._token = token.encode() if token else None
+        self._owners = owners
+        self._shared = shared
+        self.max_body_bytes = max_body_bytes
+
+    async def handle(self, request: ApiRequest) -> ApiResponse:
+        try:
+            return await self._handle(request)
+        except Exception as error:
+            refused = wire.error_for(error)
+            if refused is None:
+                raise
+            return ApiResponse(refused.status, refused.to_wire())
+
+    async def _handle(self, request: ApiRequest) -> ApiResponse:
+        segments = _segments(request.path)
+        if segments == [API_VERSION, "health"]:
+            _allow(request, "GET")
+            return ApiResponse(200, {"ok": True, "api": API_VERSION})
+        if not segments or segments[0] != API_VERSION:
+            raise ApiError(404, "no_route", f"no route for {request.path!r}; the API lives "
+                                            f"under /{API_VERSION}")
+        route = _match(segments[1:])  # unknown routes get 404 before the token check
+        self._authorise(request)
+        if len(request.body) > self.max_body_bytes:
+            raise ApiError(413, "body_too_large",
+                           f"request body is {len(request.body)} bytes; "
+                           f"at most {self.max_body_bytes} are accepted")
+        scope, action, args = route
+        _allow(request, _METHODS[action])
+        body = _json_body(request) if _METHODS[action] == "POST" else None
+        call = _decode(action, args, body)  # the whole request is valid past here
+        service = await self._service(scope)
+        return await call(service)
+
+    def _authorise(self, request: ApiRequest) -> None:
+        if self._token is None:
+            raise ApiError(503, "token_not_configured",
+                           "the server has no API token configured; set TICKWORK_TOKEN")
+        header = request.headers.get("authorization", "")
+        scheme, _, presented = header.partition(" ")
+        if scheme.lower() != "bearer" or not presented:
+            raise ApiError(401, "unauthorized", "missing bearer token (Authorization: Bearer ...)")
+        # Constant time in the token's content; only its length may leak.
+        if not hmac.compare_digest(presented.strip().encode(), self._token):
+            raise ApiError(401, "unauthorized", "wrong bearer token")
+
+    async def _service(self, scope: tuple[str, str | None]) -> JobService:
+        kind, owner = scope
+        if kind == "shared":
+            if self._shared is None:
+                raise ApiError(404, "scope_not_configured",
+                               "this server has no shared queues configured")
+            return self._shared
+        if self._owners is None:
+            raise ApiError(404, "scope_not_configured", "this server hosts no owners")
+        assert owner is not None
+        service = self._owners(owner)
+        if inspect.isawaitable(service):
+            service = await service
+        return service
+
+
+# ------------------------------------------------------------------ routing
+
+# action -> HTTP method
+_METHODS = {
+    "enqueue": "POST",
+    "read": "GET",
+    "cancel": "POST",
+    "head": "GET",
+    "queue_status": "GET",
+    "status": "GET",
+    "purge": "POST",
+    "fail_lane": "POST",
+}
+
+Route = tuple[tuple[str, str | None], str, list[str]]
+
+
+def _segments(path: str) -> list[str]:
+    if len(path) > MAX_PATH_LENGTH:
+        raise ApiError(414, "path_too_long", f"path is {len(path)} characters; "
+                                             f"at most {MAX_PATH_LENGTH} are accepted")
+    raw = path.split("?", 1)[0].strip("/").split("/")
+    try:
+        return [unquote(segment, errors="strict") for segment in raw if segment != ""]
+    except UnicodeDecodeError:
+        raise ApiError(400, "bad_path", "path is not valid percent-encoded UTF-8") from None
+
+
+def _match(rest: list[str]) -> Route:
+    """(scope, action, path arguments) for the path after /v1."""
+    if rest[:1] == ["shared"]:
+        scope: tuple[str, str | None] = ("shared", None)
+        tail = rest[1:]
+    elif rest[:1] == ["owners"] and len(rest) >= 2:
+        scope = ("owner", check_id("owner", rest[1]))
+        tail = rest[2:]
+    else:
+        raise _no_route(rest)
+    match tail:
+        case ["jobs"]:
+            return scope, "enqueue", []
+        case ["jobs", job_id]:
+            return scope, "read", [job_id]
+        case ["jobs", job_id, "cancel"]:
+            return scope, "cancel", [job_id]
+        case ["queues"]:
+            return scope, "status", []
+        case ["queues", queue]:
+            return scope, "queue_status", [queue]
+        case ["queues", queue, "head"]:
+            return scope, "head", [queue]
+        case ["queues", queue, "purge"]:
+            return scope, "purge", [queue]
+        case ["lanes", lane, "fail"]:
+            return scope, "fail_lane", [lane]
+    raise _no_route(rest)
+
+
+def _no_route(rest: list[str]) -> ApiError:
+    return ApiError(404, "no_route", f"no route for /{API_VERSION}/{'/'.join(rest)}")
+
+
+def _allow(request: ApiRequest, method: str) -> None:
+    if request.method.upper() != method:
+        raise ApiError(405, "method_not_allowed",
+                       f"{request.method} is not allowed here; use {method}")
+
+
+def _json_body(request: ApiRequest) -> Any:
+    content_type = request.headers.get("content-type", "application/json")
+    if content_type.split(";")[0].strip().lower() not in ("application/json", ""):
+        raise ApiError(415, "unsupported_media_type",
+                       f"content-type {content_type!r}; send application/json")
+    if not request.body:
+        return {}
+    try:
+        return json.loads(request.body.decode("utf-8"), parse_constant=_no_constant)
+    except UnicodeDecodeError:
+        raise ApiError(400, "malformed_json", "body is not UTF-8") from None
+    except (ValueError, RecursionError) as error:
+        raise ApiError(400, "malformed_json", f"body is not JSON: {error}") from None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+Call = Callable[[JobService], Awaitable[ApiResponse]]
+
+
+def _decode(action: str, args: list[str], body: Any) -> Call:
+    """Validate the request's arguments and return the service call to make."""
+    if action == "enqueue":
+        jobs, as_list = wire.jobs_from_wire(body)
+
+        async def enqueue(service: JobService) -> ApiResponse:
+            statuses = await service.ingest(jobs)
+            results = [{"job_id": job.job_id, "status": status}
+                       for job, status in zip(jobs, statuses, strict=True)]
+            if as_list:
+                return ApiResponse(200, {"jobs": results})
+            return ApiResponse(201 if statuses[0] == "queued" else 200, results[0])
+        return enqueue
+
+    if action == "read":
+        job_id = check_id("job_id", args[0])
+
+        async def read(service: JobService) -> ApiResponse:
+            record = await service.read(job_id)
+            if record is None:
+                raise ApiError(404, "job_not_found", f"no job {job_id!r}", "job_id")
+            return ApiResponse(200, {"job": wire.record_to_wire(record)})
+        return read
+
+    if action == "cancel":
+        job_id = check_id("job_id", args[0])
+        given = wire.fields(body, "body", ("cancellation_id",), ("only_if_queued",))
+        cancellation_id = check_id("cancellation_id", given["cancellation_id"])
+        only_if_queued = given.get("only_if_queued", False)
+        if not isinstance(only_if_queued, bool):
+            raise InvalidArgument("only_if_queued", "must be true or false")
+
+        async def cancel(service: JobService) -> ApiResponse:
+            result = await service.cancel(job_id, cancellation_id, only_if_queued)
+            return ApiResponse(_CANCEL_STATUS[result.status], wire.cancel_to_wire(result))
+        return cancel
+
+    if action in ("head", "queue_status", "purge"):
+        queue = check_id("queue", args[0])
+        if action == "purge":
+            wire.fields(body, "body", ())
+
+        async def on_queue(service: JobService) -> ApiResponse:
+            if action == "head":
+                record = await service.read_queue_head(queue)
+                return ApiResponse(200, {"queue": queue, "head": (
+                    None if record is None else wire.record_to_wire(record))})
+            if action == "purge":
+                return ApiResponse(200, {"queue": queue, "purged": await service.purge(queue)})
+            return ApiResponse(200, {"queue": wire.status_to_wire(
+                await service.queue_status(queue))})
+        return on_queue
+
+    if action == "status":
+        async def status(service: JobService) -> ApiResponse:
+            return ApiResponse(200, {"queues": [wire.status_to_wire(item)
+                                                for item in await service.status()]})
+        return status
+
+    assert action == "fail_lane"
+    lane = check_text("lane", args[0], MAX_LANE_LENGTH, InvalidArgument)
+    reason = check_reason("reason", wire.fields(body, "body", ("reason",))["reason"])
+
+    async def fail_lane(service: JobService) -> ApiResponse:
+        result = await service.fail_lane(lane, reason)
+        return ApiResponse(200, {"lane": lane, **wire.fail_lane_to_wire(result)})
+    return fail_lane
+
+
+# Cancel statuses as HTTP: the body always carries the engine's status.
+_CANCEL_STATUS = {
+    "recorded": 200,
+    "replayed": 200,
+    "already_settled": 409,
+    "refused": 409,
+    "conflict": 409,
+    "not_found": 404,
+}

@@ -1,0 +1,232 @@
+"""The JSON shapes of the HTTP API and of the Durable Object RPC.
+
+One codec for both: the Worker, the local host and ``JobOwner`` all speak
+these shapes, so a job read through any of them looks the same. Decoding is
+strict: unknown keys and wrong types are refused with an error naming the
+field, never coerced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..errors import IngestConflict, InvalidArgument, InvalidJob, TickworkError
+from ..jobs import MAX_INGEST_BATCH, Job, JobRecord, Recovery
+from ..outcomes import CancelResult, FailLaneResult, QueueStatus, TickResult
+
+_JOB_KEYS = ("job_id", "queue", "lane", "priority", "payload", "recovery")
+_REQUIRED_JOB_KEYS = ("job_id", "queue")
+
+
+class ApiError(TickworkError):
+    """A request the API refuses: ``status`` is the HTTP status, ``code`` a
+    stable machine-readable name, ``field`` the offending input if any."""
+
+    def __init__(self, status: int, code: str, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.field = field
+
+    def to_wire(self) -> dict[str, Any]:
+        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.field is not None:
+            error["field"] = self.field
+        return {"error": error}
+
+
+def bad_request(field: str, problem: str) -> ApiError:
+    return ApiError(400, "invalid_argument", f"{field}: {problem}", field)
+
+
+def error_for(error: BaseException) -> ApiError | None:
+    """The API error for an exception the engine raises on bad input, else None."""
+    if isinstance(error, ApiError):
+        return error
+    if isinstance(error, InvalidJob):
+        return ApiError(400, "invalid_job", str(error), error.field)
+    if isinstance(error, InvalidArgument):
+        return ApiError(400, "invalid_argument", str(error), error.field)
+    if isinstance(error, IngestConflict):
+        return ApiError(409, "ingest_conflict", str(error), "job_id")
+    return None
+
+
+# ------------------------------------------------------------------ decoding
+
+
+def job_from_wire(value: object, where: str = "job") -> Job:
+    """A Job from its JSON object. ``lane`` defaults to the queue name,
+    ``priority`` to 0, ``payload`` to null and ``recovery`` to none; every
+    field is then validated by the engine as for any other ingest."""
+    if not isinstance(value, Mapping):
+        raise InvalidJob(where, f"must be a JSON object, got {_json_type(value)}")
+    unknown = sorted(str(key) for key in value if key not in _JOB_KEYS)
+    if unknown:
+        raise InvalidJob(where, f"unknown field(s) {', '.join(unknown)}; "
+                                f"a job has {', '.join(_JOB_KEYS)}")
+    missing = [key for key in _REQUIRED_JOB_KEYS if key not in value]
+    if missing:
+        raise InvalidJob(f"{where}.{missing[0]}", "is required")
+    recovery = value.get("recovery")
+    if recovery is not None:
+        recovery = _recovery_from_wire(recovery, f"{where}.recovery")
+    queue = value["queue"]
+    return Job(
+        job_id=value["job_id"],
+        queue=queue,
+        lane=value.get("lane", queue),
+        priority=value.get("priority", 0),
+        payload=value.get("payload"),
+        recovery=recovery,
+    )
+
+
+def _recovery_from_wire(value: object, where: str) -> Recovery:
+    if not isinstance(value, Mapping) or set(value) != {"max_recoveries"}:
+        raise InvalidJob(where, 'must be null or {"max_recoveries": <integer>}')
+    return Recovery(value["max_recoveries"])
+
+
+def jobs_from_wire(value: object) -> tuple[list[Job], bool]:
+    """The jobs of an enqueue body: one job object, or ``{"jobs": [...]}``.
+
+    Returns the jobs and whether the body was a list (the reply mirrors it).
+    """
+    if isinstance(value, Mapping) and "jobs" in value:
+        if set(value) != {"jobs"}:
+            extra = sorted(str(key) for key in value if key != "jobs")
+            raise InvalidArgument("body", f"unknown field(s) {', '.join(extra)} next to jobs")
+        items = value["jobs"]
+        if not isinstance(items, list):
+            raise InvalidArgument("jobs", f"must be a list, got {_json_type(items)}")
+        if not 1 <= len(items) <= MAX_INGEST_BATCH:
+            raise InvalidArgument(
+                "jobs", f"must hold 1 to {MAX_INGEST_BATCH} jobs, got {len(items)}")
+        return [job_from_wire(item, f"jobs[{index}]") for index, item in enumerate(items)], True
+    return [job_from_wire(value)], False
+
+
+def fields(body: object, where: str, required: tuple[str, ...],
+           optional: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The named fields of a JSON object body, refusing unknown or missing ones."""
+    if not isinstance(body, Mapping):
+        raise InvalidArgument(where, f"must be a JSON object, got {_json_type(body)}")
+    allowed = required + optional
+    unknown = sorted(str(key) for key in body if key not in allowed)
+    if unknown:
+        raise InvalidArgument(where, f"unknown field(s) {', '.join(unknown)}; "
+                                     f"expected {', '.join(allowed)}")
+    for key in required:
+        if key not in body:
+            raise InvalidArgument(key, "is required")
+    return dict(body)
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, Mapping):
+        return "object"
+    return type(value).__name__
+
+
+# ------------------------------------------------------------------ encoding
+
+
+def record_to_wire(job: JobRecord) -> dict[str, Any]:
+    return {
+        "job_id": job.job_id,
+        "queue": job.queue,
+        "lane": job.lane,
+        "priority": job.priority,
+        "payload": job.payload,
+        "recovery": (None if job.recovery is None
+                     else {"max_recoveries": job.recovery.max_recoveries}),
+        "state": job.state,
+        "outcome": job.outcome,
+        "failure_reason": job.failure_reason,
+        "cancellation_id": job.cancellation_id,
+        "sequence": job.sequence,
+        "recoveries": job.recoveries,
+        "enqueued_at": job.enqueued_at,
+        "started_at": job.started_at,
+        "settled_at": job.settled_at,
+    }
+
+
+def record_from_wire(value: Mapping[str, Any]) -> JobRecord:
+    recovery = value.get("recovery")
+    return JobRecord(
+        job_id=value["job_id"],
+        queue=value["queue"],
+        lane=value["lane"],
+        priority=value["priority"],
+        payload=value.get("payload"),
+        recovery=None if recovery is None else Recovery(recovery["max_recoveries"]),
+        state=value["state"],
+        outcome=value.get("outcome"),
+        failure_reason=value.get("failure_reason"),
+        sequence=value["sequence"],
+        recoveries=value["recoveries"],
+        enqueued_at=value["enqueued_at"],
+        started_at=value.get("started_at"),
+        settled_at=value.get("settled_at"),
+        cancellation_id=value.get("cancellation_id"),
+    )
+
+
+def status_to_wire(status: QueueStatus) -> dict[str, Any]:
+    return {
+        "queue": status.queue,
+        "queued": status.queued,
+        "running": status.running,
+        "settled": status.settled,
+        "outcomes": dict(status.outcomes),
+    }
+
+
+def status_from_wire(value: Mapping[str, Any]) -> QueueStatus:
+    return QueueStatus(
+        queue=value["queue"],
+        queued=value["queued"],
+        running=value["running"],
+        settled=value["settled"],
+        outcomes=dict(value["outcomes"]),
+    )
+
+
+def cancel_to_wire(result: CancelResult) -> dict[str, Any]:
+    return {"job_id": result.job_id, "status": result.status}
+
+
+def cancel_from_wire(value: Mapping[str, Any]) -> CancelResult:
+    return CancelResult(value["status"], value["job_id"])
+
+
+def fail_lane_to_wire(result: FailLaneResult) -> dict[str, Any]:
+    return {"settled": result.settled, "more": result.more}
+
+
+def fail_lane_from_wire(value: Mapping[str, Any]) -> FailLaneResult:
+    return FailLaneResult(value["settled"], value["more"])
+
+
+def tick_to_wire(result: TickResult) -> dict[str, Any]:
+    return {
+        "status": result.status,
+        "job_id": result.job_id,
+        "outcome": result.outcome,
+        "failure_reason": result.failure_reason,
+        "reason": result.reason,
+    }
