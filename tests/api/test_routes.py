@@ -357,3 +357,15 @@ def test_response_encoding() -> None:
     response = ApiResponse(200, {"text": "ü"})
     assert response.encoded() == '{"text":"ü"}'.encode()
     assert response.all_headers()["content-type"] == "application/json; charset=utf-8"
+
+
+def test_plain_data_turns_js_values_into_python() -> None:
+    from tests.fakes.pyodide_ffi import fake_pyodide, jsnull, to_js
+    from tickwork.api import plain_data
+
+    with fake_pyodide():
+        job = to_js({"job_id": "j", "recovery": jsnull, "tags": ["a", jsnull]})
+        assert job.to_py()["recovery"] is jsnull  # what to_py alone leaves behind
+        converted = plain_data(job)
+        assert plain_data(jsnull) is None
+    assert converted == {"job_id": "j", "recovery": None, "tags": ["a", None]}

@@ -18,6 +18,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+from .._pyodide import load_jsnull
 from ..jobs import Job, JobRecord, check_id
 from ..outcomes import CancelResult, FailLaneResult, IngestStatus, QueueStatus
 from . import wire
@@ -169,15 +170,22 @@ def _unwrap(reply: Any) -> Any:
 
 
 def plain_data(value: Any) -> Any:
-    """JSON-like data from an RPC reply: a JS proxy (the built-in SDK hands
-    dicts back as JS objects or Maps) becomes plain Python, recursively."""
+    """JSON-like data from RPC: a JS proxy (the built-in SDK hands dicts over
+    as JS objects or Maps) becomes plain Python, recursively, and JS null
+    (``pyodide.ffi.jsnull``, truthy) becomes None."""
+    return _plain(value, load_jsnull())
+
+
+def _plain(value: Any, jsnull: object | None) -> Any:
+    if value is None or (jsnull is not None and value is jsnull):
+        return None
     to_py = getattr(value, "to_py", None)
     if to_py is not None:
         value = to_py()
     if isinstance(value, Mapping):
-        return {str(key): plain_data(item) for key, item in value.items()}
+        return {str(key): _plain(item, jsnull) for key, item in value.items()}
     if isinstance(value, list):
-        return [plain_data(item) for item in value]
+        return [_plain(item, jsnull) for item in value]
     return value
 
 

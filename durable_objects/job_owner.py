@@ -1,0 +1,182 @@
+"""JobOwner: the Durable Object that hosts one owner-local tickwork runtime.
+
+One object per owner (``env.JOB_OWNERS.getByName(owner)``). Its SQLite
+storage holds the jobs; its RPC methods (from ``JobOwnerRpc``) ingest, read,
+cancel, refuse lanes and purge; its alarm runs the ticks.
+
+The constructor runs again every time the object wakes up (after an
+eviction, a restart, a deploy), so it holds no state that is not in storage
+except the executions in flight, which die with the instance.
+
+Alarm policy (class attributes, override in a subclass):
+
+* ``alarm()`` ticks until the engine is idle, or ``alarm_budget_ms`` (30 s)
+  of wall time or ``alarm_max_ticks`` (1000) ticks are spent, then re-arms
+  the alarm for "now" if work is left: well inside the 15-minute limit of
+  an alarm invocation, and other events get a turn between deliveries. The
+  budget is checked between ticks: one job may run longer than it.
+* A tick records a job's failure as its outcome; it raises only when storage
+  (or the host) fails. Then ``alarm()`` raises on tries 0 to 2, and the
+  runtime retries it with backoff (2 s, 4 s, ...). From retry 3 on it
+  re-arms the alarm ``alarm_late_retry_delay_ms`` (60 s) ahead and returns,
+  so the runtime's 6 retries do not run out while storage stays down. (If
+  even that ``setAlarm`` fails it raises; should the runtime give up, any
+  mutating RPC re-arms the alarm, a replayed one included.)
+* ``liveness_unknown`` (a probe that raised) ends the handler and re-arms
+  ``alarm_liveness_retry_ms`` (5 s) ahead instead of "now", so an unanswerable
+  probe cannot spin the alarm. ``busy`` ends it as well (another handler is
+  ticking and will recompute when it ends).
+* Delivering the same alarm twice is harmless: the second one finds the work
+  done (idle) and recomputes.
+
+Hooks for subclasses (underscored, so they are not RPC methods):
+``_executor()`` (default: ``worker.executors.build_registry(env)``, imported
+lazily), ``_now_ms()`` and ``_is_alive(job)``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, ClassVar
+
+from workers import DurableObject  # type: ignore[import-not-found, unused-ignore]
+
+from tickwork import JobRecord, OwnerRuntime, TickResult
+from tickwork.api import JobOwnerRpc, OwnerJobs
+from tickwork.api.service import JobService
+from tickwork.local.runtime import Executor, wall_clock_ms
+from tickwork.owners import DurableObjectOwner
+
+from .alarm_wake import AlarmWake, alarm_retry_count
+
+logger = logging.getLogger(__name__)
+
+#: Tick statuses after which another tick in the same handler would do nothing new.
+_STOP_STATUSES = frozenset({"idle", "busy", "liveness_unknown"})
+
+
+class JobOwner(JobOwnerRpc, DurableObject):  # type: ignore[misc, unused-ignore]
+    """A SQLite-backed Durable Object running ``OwnerRuntime`` on its alarm."""
+
+    #: Wall-clock budget of one alarm() delivery, checked between ticks.
+    alarm_budget_ms: ClassVar[int] = 30_000
+    #: At most this many ticks per delivery.
+    alarm_max_ticks: ClassVar[int] = 1_000
+    #: alarm() raises (the runtime retries) while retryCount is below this...
+    alarm_raise_below_retry: ClassVar[int] = 3
+    #: ...and from then on re-arms the alarm this far ahead and returns.
+    alarm_late_retry_delay_ms: ClassVar[int] = 60_000
+    #: After a liveness probe raised, the next delivery comes no sooner than this.
+    alarm_liveness_retry_ms: ClassVar[int] = 5_000
+
+    def __init__(self, ctx: Any, env: Any) -> None:
+        super().__init__(ctx, env)
+        storage = self.ctx.storage
+        self._wake = AlarmWake(storage, pending=self._has_pending_work, clock=self._now_ms)
+        self.runtime = OwnerRuntime(
+            DurableObjectOwner(storage),
+            execute=self._executor(),
+            is_alive=self._is_alive,
+            wake=self._wake,
+            clock=self._now_ms,
+        )
+        self._jobs = OwnerJobs(self.runtime)
+
+    # ------------------------------------------------------------ hooks
+    # Underscored: the Python Workers runtime lists only public functions of
+    # the class as RPC methods.
+
+    def _executor(self) -> Executor:
+        """The executor of this object's jobs: ``worker.executors.build_registry(env)``."""
+        from worker.executors import build_registry  # type: ignore[import-not-found, unused-ignore]
+
+        executor: Executor = build_registry(self.env)
+        return executor
+
+    def _now_ms(self) -> int:
+        return wall_clock_ms()
+
+    def _is_alive(self, job: JobRecord) -> bool:
+        # OwnerRuntime never probes a claim it is executing itself: it hands
+        # the tokens of its own in-flight executions to the store and probes
+        # only the other running claims. In a Durable Object the only
+        # executions are this instance's, held in memory. So a claim the
+        # runtime asks about was made by an earlier incarnation (the object
+        # was evicted, crashed or redeployed, and its executions died with
+        # it) or by a tick of this instance that ended without settling (a
+        # storage error aborted it): nothing executes it any more. Not alive,
+        # so the engine recovers it (requeue within its recovery budget,
+        # else ``interrupted``; ``cancelled`` if a cancellation is recorded).
+        return False
+
+    def _job_service(self) -> JobService:
+        return self._jobs
+
+    def _has_pending_work(self) -> bool:
+        return self.runtime.has_pending_work()
+
+    # ------------------------------------------------------------ RPC
+    # JobOwnerRpc implements them; the mutations also bring the alarm in
+    # step before the reply, so an accepted job always has an alarm armed.
+    # Every mutation checks, even one that changed nothing (a replayed
+    # ingest or cancel): a caller's retry then also repairs an alarm that
+    # was lost (the runtime gave up retrying it, or the object died between
+    # a commit and its setAlarm).
+
+    async def _settle_alarm(self) -> None:
+        self._wake.mark_stale()
+        await self._wake.flush()
+
+    async def ingest(self, jobs: Any) -> dict[str, Any]:
+        reply = await super().ingest(jobs)
+        await self._settle_alarm()
+        return reply
+
+    async def cancel(self, job_id: Any, cancellation_id: Any,
+                     only_if_queued: Any = False) -> dict[str, Any]:
+        reply = await super().cancel(job_id, cancellation_id, only_if_queued)
+        await self._settle_alarm()
+        return reply
+
+    async def fail_lane(self, lane: Any, reason: Any) -> dict[str, Any]:
+        reply = await super().fail_lane(lane, reason)
+        await self._settle_alarm()
+        return reply
+
+    async def purge(self, queue: Any) -> dict[str, Any]:
+        reply = await super().purge(queue)
+        await self._settle_alarm()
+        return reply
+
+    # ------------------------------------------------------------ alarm
+
+    async def alarm(self, alarm_info: Any = None) -> None:
+        retry = alarm_retry_count(alarm_info)
+        wake = self._wake
+        try:
+            wake.delay_until(None)
+            wake.hold()
+            try:
+                last = await self._run_ticks()
+            finally:
+                wake.release()
+            if last is not None and last.status == "liveness_unknown":
+                wake.delay_until(self._now_ms() + self.alarm_liveness_retry_ms)
+            wake.recompute()
+            await wake.flush()
+        except Exception as error:
+            if retry < self.alarm_raise_below_retry:
+                raise  # the runtime retries alarm() with backoff
+            when = self._now_ms() + self.alarm_late_retry_delay_ms
+            logger.warning("tickwork alarm failed on retry %d (%s: %s); re-armed for %d",
+                           retry, type(error).__name__, error, when)
+            await self.ctx.storage.setAlarm(when)
+
+    async def _run_ticks(self) -> TickResult | None:
+        deadline = self._now_ms() + self.alarm_budget_ms
+        last: TickResult | None = None
+        for _ in range(self.alarm_max_ticks):
+            last = await self.runtime.tick()
+            if last.status in _STOP_STATUSES or self._now_ms() >= deadline:
+                break
+        return last

@@ -1,0 +1,297 @@
+"""JobOwner's alarm: armed while work is pending, runs the ticks, survives
+storage failures, duplicate deliveries and evictions. Every outcome is read
+back from the object's SQLite file."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from tests.durable_objects.conftest import OWNER, Host, job
+from tests.fakes.alarms import FIRST_BACKOFF_MS, MAX_RETRIES
+
+
+async def test_ingest_arms_the_alarm_for_now_and_an_idle_run_deletes_it(host: Host) -> None:
+    assert await host.alarm() is None
+    await host.stub().ingest(job("a"))
+    assert await host.alarm() == host.clock()
+    host.clock.advance(10)
+    [delivery] = await host.scheduler.run_due()
+    assert (delivery.outcome, delivery.retry_count) == ("ok", 0)
+    assert host.rows()["a"][:2] == ("settled", "completed")
+    assert await host.alarm() is None
+
+
+async def test_an_already_armed_alarm_is_not_rewritten(host: Host) -> None:
+    await host.stub().ingest(job("a"))
+    armed = await host.alarm()
+    host.clock.advance(500)
+    await host.stub().ingest(job("b"))
+    assert await host.alarm() == armed  # due already: no write
+    storage = host.namespace.storage(OWNER)
+    await storage.setAlarm(host.clock() + 60_000)
+    await host.stub().ingest(job("c"))
+    assert await host.alarm() == host.clock()  # later than now: brought forward
+
+
+async def test_an_alarm_runs_every_job_to_its_outcome(host: Host) -> None:
+    await host.stub().ingest([
+        job("ok-1", "a"), job("declined", "a", payload={"do": "fail"}),
+        job("boom", "b", payload={"do": "raise"}), job("ok-2", "c", priority=9),
+    ])
+    [delivery] = await host.scheduler.run_due()
+    assert delivery.outcome == "ok" and delivery.error is None
+    assert host.executor.started == ["ok-2", "ok-1", "declined", "boom"]
+    assert {job_id: row[:3] for job_id, row in host.rows().items()} == {
+        "ok-1": ("settled", "completed", None),
+        "declined": ("settled", "failed", "declined"),
+        "boom": ("settled", "failed", "execution_failed"),
+        "ok-2": ("settled", "completed", None),
+    }
+    assert await host.alarm() is None
+
+
+async def test_the_wall_clock_budget_leaves_the_rest_for_the_next_delivery(host: Host) -> None:
+    host.owner_class.alarm_budget_ms = 1_000
+    await host.stub().ingest([job(f"j{n}", payload={"do": "slow", "ms": 400})
+                              for n in range(5)])
+    [first] = await host.scheduler.run_due()
+    assert first.outcome == "ok" and not first.over_time_limit
+    states = [row[0] for row in host.rows().values()]
+    assert states == ["settled"] * 3 + ["queued"] * 2  # 400, 800, 1200 ms: budget spent
+    assert await host.alarm() == host.clock()  # re-armed for now
+    [second] = await host.scheduler.run_due()
+    assert second.outcome == "ok"
+    assert {row[1] for row in host.rows().values()} == {"completed"}
+    assert await host.alarm() is None
+
+
+async def test_the_tick_count_budget(host: Host) -> None:
+    host.owner_class.alarm_max_ticks = 2
+    await host.stub().ingest([job(f"j{n}") for n in range(5)])
+    deliveries = await host.scheduler.run_until_idle()
+    assert [d.outcome for d in deliveries] == ["ok"] * 3
+    assert {row[1] for row in host.rows().values()} == {"completed"}
+
+
+async def test_a_storage_error_on_an_early_try_raises_and_the_retry_finishes(host: Host) -> None:
+    await host.stub().ingest(job("a"))
+    host.faults.sql = True
+    [failed] = await host.scheduler.run_due()
+    assert failed.outcome == "raised"
+    assert "SQLITE_IOERR" in str(failed.error)
+    assert failed.retry_at == host.clock() + FIRST_BACKOFF_MS
+    assert await host.alarm() == failed.retry_at
+    host.faults.sql = False
+    [retried] = await host.scheduler.run_due(failed.retry_at)
+    assert (retried.outcome, retried.retry_count) == ("ok", 1)
+    assert host.rows()["a"][:2] == ("settled", "completed")
+    assert await host.alarm() is None
+
+
+async def test_a_storage_error_on_a_late_retry_reschedules_instead_of_raising(host: Host) -> None:
+    await host.stub().ingest(job("a"))
+    host.faults.sql = True
+    late = host.owner_class.alarm_raise_below_retry
+    for count in range(late):
+        [failed] = await host.scheduler.run_due(await host.alarm())
+        assert (failed.outcome, failed.retry_count) == ("raised", count)
+    [rescheduled] = await host.scheduler.run_due(await host.alarm())
+    assert (rescheduled.outcome, rescheduled.retry_count) == ("ok", late)
+    assert await host.alarm() == host.clock() + host.owner_class.alarm_late_retry_delay_ms
+    assert host.rows()["a"][0] == "queued"
+    # Storage keeps failing: it keeps coming back every minute, never given up.
+    [again] = await host.scheduler.run_due(await host.alarm())
+    assert (again.outcome, again.retry_count) == ("raised", 0)
+    host.faults.sql = False
+    deliveries = await host.scheduler.run_until_idle()
+    assert deliveries[-1].outcome == "ok"
+    assert host.rows()["a"][:2] == ("settled", "completed")
+    assert late < MAX_RETRIES
+
+
+async def test_when_even_the_reschedule_fails_the_alarm_raises(host: Host) -> None:
+    await host.stub().ingest(job("a"))
+    host.faults.sql = host.faults.alarms = True
+    info = {"retryCount": 5, "isRetry": True}
+    instance = host.instance()
+    try:
+        await instance.alarm(info)
+    except Exception as error:
+        assert "SQLITE_IOERR" in str(error)
+    else:
+        raise AssertionError("alarm() returned although it could not reschedule")
+
+
+async def test_a_duplicate_delivery_is_harmless(host: Host) -> None:
+    host.scheduler.deliver_twice = True
+    await host.stub().ingest([job("a"), job("b", "other", payload={"do": "fail"})])
+    deliveries = await host.scheduler.run_due()
+    assert [(d.outcome, d.duplicate) for d in deliveries] == [("ok", False), ("ok", True)]
+    assert sorted(host.executor.started) == ["a", "b"]  # each ran once
+    assert {job_id: row[:2] for job_id, row in host.rows().items()} == {
+        "a": ("settled", "completed"), "b": ("settled", "failed")}
+    assert await host.alarm() is None
+
+
+async def test_an_overlapping_duplicate_delivery_returns_busy_and_changes_nothing(
+    host: Host,
+) -> None:
+    await host.stub().ingest(job("slow", payload={"do": "block"}))
+    await host.namespace.storage(OWNER).deleteAlarm()  # delivered: consumed
+    instance = host.instance()
+    first = asyncio.create_task(instance.alarm(None))
+    await host.executor.blocked.wait()
+    await instance.alarm(None)  # the same alarm again, while the first runs
+    assert await host.alarm() is None  # the running handler recomputes when it ends
+    host.executor.release("slow")
+    await first
+    assert host.executor.started == ["slow"]
+    assert host.rows()["slow"][:2] == ("settled", "completed")
+    assert await host.alarm() is None
+
+
+async def evict_while_running(host: Host, job_id: str) -> int:
+    """Deliver the alarm, evict the object while ``job_id`` executes; the retry time."""
+    delivering = asyncio.create_task(host.scheduler.run_due())
+    await host.executor.blocked.wait()
+    assert host.rows()[job_id][0] == "running"
+    await host.scheduler.evict(OWNER)
+    [delivery] = await delivering
+    assert delivery.outcome == "evicted"
+    assert delivery.retry_at is not None
+    assert host.rows()[job_id][0] == "running"  # the dead incarnation wrote nothing
+    return delivery.retry_at
+
+
+async def test_eviction_mid_job_requeues_it_within_its_recovery_budget(host: Host) -> None:
+    await host.stub().ingest(job("j", payload={"do": "block_first"},
+                                 recovery={"max_recoveries": 1}))
+    retry_at = await evict_while_running(host, "j")
+    [retried] = await host.scheduler.run_due(retry_at)
+    assert (retried.outcome, retried.retry_count) == ("ok", 1)
+    assert host.namespace.incarnation(OWNER) == 2
+    assert host.executor.attempts["j"] == 2
+    assert host.rows()["j"] == ("settled", "completed", None, 1, None)
+    assert await host.alarm() is None
+
+
+async def test_eviction_mid_job_without_recovery_budget_settles_interrupted(host: Host) -> None:
+    await host.stub().ingest(job("j", payload={"do": "block"}))
+    retry_at = await evict_while_running(host, "j")
+    [retried] = await host.scheduler.run_due(retry_at)
+    assert retried.outcome == "ok"
+    assert host.executor.attempts["j"] == 1
+    assert host.rows()["j"] == ("settled", "interrupted", None, 0, None)
+
+
+async def test_a_cancelled_job_evicted_mid_run_settles_cancelled(host: Host) -> None:
+    await host.stub().ingest(job("j", payload={"do": "block"},
+                                 recovery={"max_recoveries": 3}))
+    delivering = asyncio.create_task(host.scheduler.run_due())
+    await host.executor.blocked.wait()
+    # The object dies right after the cancellation committed, before the
+    # executor could react: the rebuilt object settles it from storage.
+    host.executor.signals["j"].on_abort(lambda reason: host.namespace.evict(OWNER))
+    reply = await host.stub().cancel("j", "c1", False)
+    assert reply["value"]["status"] == "recorded"
+    [delivery] = await delivering
+    assert delivery.outcome == "evicted"
+    await host.scheduler.run_until_idle()
+    assert host.rows()["j"] == ("settled", "cancelled", None, 0, "c1")
+
+
+async def test_cancelling_a_running_job_aborts_its_signal(host: Host) -> None:
+    await host.stub().ingest(job("j", payload={"do": "block"}))
+    delivering = asyncio.create_task(host.scheduler.run_due())
+    await host.executor.blocked.wait()
+    signal = host.executor.signals["j"]
+    assert not signal.aborted
+    reply = await host.stub().cancel("j", "c1", False)
+    assert reply == {"ok": True, "value": {"job_id": "j", "status": "recorded"}}
+    assert (signal.aborted, signal.reason) == (True, "cancelled")
+    [delivery] = await delivering
+    assert delivery.outcome == "ok"
+    assert host.rows()["j"] == ("settled", "cancelled", None, 0, "c1")
+    assert await host.alarm() is None
+
+
+async def test_lane_refusal_aborts_a_running_job(host: Host) -> None:
+    await host.stub().ingest([job("j", lane="bad", payload={"do": "block"}),
+                              job("k", "other", lane="bad")])
+    delivering = asyncio.create_task(host.scheduler.run_due())
+    await host.executor.blocked.wait()
+    reply = await host.stub().fail_lane("bad", "tenant_gone")
+    assert reply["value"] == {"settled": 2, "more": False}
+    assert host.executor.signals["j"].reason == "lane_refused"
+    await delivering
+    assert {job_id: row[:3] for job_id, row in host.rows().items()} == {
+        "j": ("settled", "failed", "tenant_gone"), "k": ("settled", "failed", "tenant_gone")}
+    assert host.executor.started == ["j"]
+
+
+async def test_work_ingested_during_an_alarm_runs_in_the_same_delivery(host: Host) -> None:
+    await host.stub().ingest(job("first", payload={"do": "block"}))
+    delivering = asyncio.create_task(host.scheduler.run_due())
+    await host.executor.blocked.wait()
+    assert (await host.stub().ingest(job("second", "other")))["ok"] is True
+    assert await host.alarm() is None  # held: the handler recomputes once, at its end
+    host.executor.release("first")
+    [delivery] = await delivering
+    assert delivery.outcome == "ok"
+    assert host.executor.started == ["first", "second"]
+    assert await host.alarm() is None
+
+
+async def test_a_wake_up_re_arms_an_alarm_lost_before_it_was_written(host: Host) -> None:
+    await host.stub().ingest(job("a"))
+    storage = host.namespace.storage(OWNER)
+    await storage.deleteAlarm()  # the isolate died between the commit and setAlarm
+    host.namespace.evict(OWNER)
+    # The caller saw no reply and retries: a duplicate, but the new instance re-arms.
+    assert (await host.stub().ingest(job("a")))["value"] == ["duplicate"]
+    assert await host.alarm() == host.clock()
+    await host.scheduler.run_due()
+    assert host.rows()["a"][:2] == ("settled", "completed")
+
+
+async def test_an_unanswerable_liveness_probe_backs_off_instead_of_spinning(host: Host) -> None:
+    await host.stub().ingest([job("stuck", payload={"do": "block"}), job("later", "q")])
+    base = host.owner_class
+
+    class Unsure(base):  # type: ignore[misc, valid-type]
+        def _is_alive(self, job: Any) -> bool:
+            raise RuntimeError("probe unavailable")
+
+    retry_at = await evict_while_running(host, "stuck")
+    host.namespace.cls = Unsure
+    [unsure] = await host.scheduler.run_due(retry_at)
+    assert unsure.outcome == "ok"
+    assert await host.alarm() == host.clock() + base.alarm_liveness_retry_ms
+    assert host.rows()["stuck"][0] == "running"
+    assert host.rows()["later"][0] == "queued"  # same queue: behind the stuck claim
+    host.namespace.cls = base
+    host.namespace.evict(OWNER)
+    await host.scheduler.run_until_idle()
+    assert host.rows()["stuck"][:2] == ("settled", "interrupted")
+    assert host.rows()["later"][:2] == ("settled", "completed")
+
+
+async def test_a_settlement_lost_to_a_storage_error_is_recovered_on_the_retry(
+    host: Host,
+) -> None:
+    await host.stub().ingest(job("j", payload={"do": "block_first"},
+                                 recovery={"max_recoveries": 1}))
+    delivering = asyncio.create_task(host.scheduler.run_due())
+    await host.executor.blocked.wait()
+    host.faults.sql = True  # storage fails while the job runs: its settlement cannot commit
+    host.executor.release("j")
+    [failed] = await delivering
+    assert failed.outcome == "raised"
+    assert host.rows()["j"][0] == "running"
+    host.faults.sql = False
+    [retried] = await host.scheduler.run_due(failed.retry_at)
+    assert (retried.outcome, retried.retry_count) == ("ok", 1)
+    assert host.namespace.incarnation(OWNER) == 1  # same instance: its claim was not executing
+    assert host.executor.attempts["j"] == 2
+    assert host.rows()["j"] == ("settled", "completed", None, 1, None)

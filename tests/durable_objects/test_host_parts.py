@@ -1,0 +1,210 @@
+"""The parts of the Durable Object host on their own: alarm_info reading,
+AlarmWake's write discipline, the default executor wiring, and the
+stand-ins' own rules (namespace identity, RPC shapes, retry schedule)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from tests.durable_objects.conftest import OWNER, STORAGE_ERROR, Faults, FlakyStorage, Host, job
+from tests.fakes.alarms import FIRST_BACKOFF_MS, MAX_RETRIES
+from tests.fakes.do_namespace import FakeDurableObjectNamespace, carry, rpc_methods
+from tests.fakes.do_storage import FakeDurableObjectStorage, JsDict
+from tests.fakes.pyodide_ffi import JsException, JsObject, fake_pyodide, jsnull
+from tests.fakes.workers_module import installed_workers_module
+
+
+@pytest.fixture
+def glue() -> Iterator[Any]:
+    """The durable_objects package, imported under the stand-in workers module."""
+    with installed_workers_module(), fake_pyodide():
+        import durable_objects
+        from durable_objects import alarm_wake
+
+        yield SimpleNamespace(package=durable_objects, alarm_wake=alarm_wake)
+
+
+class ThrowingInfo:
+    @property
+    def retryCount(self) -> int:
+        raise JsException("Error", "detached")
+
+
+@pytest.mark.parametrize(("info", "count"), [
+    (None, 0),
+    (JsObject([("retryCount", 3.0), ("isRetry", True)]), 3),
+    (JsObject([("retryCount", 0.0), ("isRetry", False)]), 0),
+    ({"retryCount": 2, "isRetry": True}, 2),
+    (JsObject([("isRetry", True)]), 1),
+    ({"retryCount": jsnull, "isRetry": True}, 1),
+    ({"retryCount": True}, 0),
+    ({"retryCount": -1}, 0),
+    ({"retryCount": float("nan")}, 0),
+    (ThrowingInfo(), 0),
+    ("not an info object", 0),
+])
+def test_alarm_retry_count_is_read_defensively(glue: Any, info: object, count: int) -> None:
+    assert glue.alarm_wake.alarm_retry_count(info) == count
+
+
+class CountingStorage:
+    """Alarm methods of a storage, counting writes."""
+
+    def __init__(self, storage: Any) -> None:
+        self._storage = storage
+        self.writes: list[tuple[str, int | None]] = []
+
+    def getAlarm(self) -> Any:
+        return self._storage.getAlarm()
+
+    def setAlarm(self, when: int) -> Any:
+        self.writes.append(("set", when))
+        return self._storage.setAlarm(when)
+
+    def deleteAlarm(self) -> Any:
+        self.writes.append(("delete", None))
+        return self._storage.deleteAlarm()
+
+
+@pytest.fixture(params=["builtin", "external"])
+def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[FakeDurableObjectStorage]:
+    with fake_pyodide():
+        built = FakeDurableObjectStorage(tmp_path / "do.sqlite3", sdk=request.param)
+        yield built
+        built.close()
+
+
+async def test_alarm_wake_writes_only_when_the_alarm_must_change(
+    glue: Any, storage: FakeDurableObjectStorage
+) -> None:
+    state = {"pending": False, "now": 1_000}
+    counting = CountingStorage(storage)
+    wake = glue.alarm_wake.AlarmWake(counting, pending=lambda: state["pending"],
+                                     clock=lambda: state["now"])
+    wake.recompute()
+    await wake.flush()
+    assert counting.writes == []  # nothing pending, nothing armed
+    state["pending"] = True
+    for _ in range(3):
+        wake.recompute()
+    await wake.flush()
+    assert counting.writes == [("set", 1_000)]
+    state["now"] = 1_500
+    wake.recompute()
+    await wake.flush()
+    assert counting.writes == [("set", 1_000)]  # armed in the past: fires anyway
+    state["pending"] = False
+    wake.recompute()
+    await wake.flush()
+    assert counting.writes[-1] == ("delete", None)
+    assert await storage.getAlarm() in (None, jsnull)
+
+
+async def test_alarm_wake_holds_and_floors(glue: Any, storage: FakeDurableObjectStorage) -> None:
+    now = 5_000
+    wake = glue.alarm_wake.AlarmWake(storage, pending=lambda: True, clock=lambda: now)
+    wake.hold()
+    wake.recompute()
+    await wake.flush()
+    assert await storage.getAlarm() in (None, jsnull)  # held: nothing written
+    wake.release()
+    wake.delay_until(now + 700)
+    await wake.flush()
+    assert await storage.getAlarm() == now + 700
+    wake.delay_until(None)
+    wake.recompute()
+    await wake.flush()
+    assert await storage.getAlarm() == now
+    with pytest.raises(RuntimeError):
+        wake.release()
+
+
+async def test_alarm_wake_retries_after_a_storage_error(
+    glue: Any, storage: FakeDurableObjectStorage
+) -> None:
+    faults = Faults(alarms=True)
+    wake = glue.alarm_wake.AlarmWake(FlakyStorage(storage, faults), pending=lambda: True,
+                                     clock=lambda: 42)
+    wake.recompute()  # the background drain fails...
+    await asyncio.sleep(0)
+    with pytest.raises(JsException, match="SQLITE_IOERR"):
+        await wake.flush()  # ...and flush reports it
+    faults.alarms = False
+    await wake.flush()  # still stale: applied now
+    assert await storage.getAlarm() == 42
+
+
+async def test_the_default_executor_is_the_worker_registry(tmp_path: Path) -> None:
+    with installed_workers_module(), fake_pyodide():
+        from durable_objects import JobOwner
+
+        namespace = FakeDurableObjectNamespace(JobOwner, SimpleNamespace(), directory=tmp_path)
+        stub = namespace.getByName(OWNER)
+        await stub.ingest({"job_id": "a", "queue": "no-such-queue"})
+        await namespace.instance(OWNER).alarm(None)
+        [row] = namespace.storage(OWNER).debug_query(
+            "SELECT state, outcome, failure_reason FROM tickwork_jobs")
+        assert row == ("settled", "failed", "no_executor")
+        assert await namespace.storage(OWNER).getAlarm() is jsnull
+        namespace.close()
+
+
+def test_only_public_functions_are_rpc_methods(glue: Any) -> None:
+    assert rpc_methods(glue.package.JobOwner) == [
+        "alarm", "cancel", "fail_lane", "ingest", "purge", "queue_status", "read",
+        "read_queue_head", "status"]
+
+
+async def test_one_instance_per_name_rebuilt_from_storage_after_eviction(host: Host) -> None:
+    namespace = host.namespace
+    by_name = namespace.getByName(OWNER)
+    by_id = namespace.get(namespace.idFromName(OWNER))
+    assert by_id.id.equals(by_name.id) and by_id.id.toString() == by_name.id.toString()
+    await by_name.ingest(job("a"))
+    first = namespace.instance(OWNER)
+    assert (await by_id.read("a"))["value"]["job_id"] == "a"
+    assert namespace.instance(OWNER) is first and namespace.incarnation(OWNER) == 1
+    namespace.evict(OWNER)
+    assert first.ctx.storage._storage.evicted
+    assert (await by_id.read("a"))["value"]["state"] == "queued"
+    assert namespace.instance(OWNER) is not first and namespace.incarnation(OWNER) == 2
+    other = namespace.getByName("tenant-2")
+    assert (await other.read("a"))["value"] is None
+
+
+def test_rpc_values_arrive_as_plain_data() -> None:
+    sent = {"a": [1, None, {"b": 2.5}], "c": True, 3: "key"}
+    arrived = carry(sent)
+    assert arrived == {"a": [1, None, {"b": 2.5}], "c": True, "3": "key"}
+    assert isinstance(arrived, JsDict)
+    assert carry(None) is None
+    assert bytes(carry(b"xy")) == b"xy"  # a Uint8Array: arrives as a memoryview
+
+
+async def test_failed_alarms_are_retried_with_backoff_then_dropped(host: Host) -> None:
+    await host.stub().ingest(job("a"))
+    host.faults.sql = host.faults.alarms = True
+    host.owner_class.alarm_raise_below_retry = MAX_RETRIES + 1  # never reschedule itself
+    deliveries = await host.scheduler.run_until_idle()
+    assert [(d.retry_count, d.outcome) for d in deliveries] == [
+        (count, "raised") for count in range(MAX_RETRIES + 1)]
+    retry_times = [d.retry_at for d in deliveries[:-1] if d.retry_at is not None]
+    assert len(retry_times) == MAX_RETRIES
+    assert retry_times[0] == deliveries[0].retry_at
+    gaps = [later - earlier for earlier, later in itertools.pairwise(retry_times)]
+    assert gaps == [FIRST_BACKOFF_MS * 2**count for count in range(1, MAX_RETRIES)]
+    assert deliveries[-1].retry_at is None  # the 6th retry failed: given up
+    assert STORAGE_ERROR in str(deliveries[-1].error)
+    host.faults.sql = host.faults.alarms = False
+    assert await host.alarm() is None
+    assert host.rows()["a"][0] == "queued"  # the runtime gave up; the next event re-arms
+    await host.stub().ingest(job("a"))
+    await host.scheduler.run_until_idle()
+    assert host.rows()["a"][:2] == ("settled", "completed")
