@@ -182,3 +182,29 @@ async def test_bad_lease_settings_are_refused(shared: SharedHarness, lease_ms: i
         shared.runtime(lease_ms=lease_ms)
     with pytest.raises(InvalidArgument):
         shared.runtime(lease_ms=1000, renew_every_ms=1000)
+
+
+async def test_recheck_executing_stops_what_another_runtime_cancelled_or_refused(
+    shared: SharedHarness,
+) -> None:
+    worker, api = shared.runtime(), shared.runtime()
+    await api.ingest(job("a", payload={"do": "block"}))
+    await api.ingest(job("b", queue="other", lane="bad", payload={"do": "block"}))
+    await api.ingest(job("c", queue="third", payload={"do": "block"}))
+    helpers = [shared.runtime(), shared.runtime()]
+    tasks = [await _start_blocked(shared, runtime, name)
+             for runtime, name in zip([worker, *helpers], ["a", "b", "c"], strict=True)]
+    assert [j.job_id for j in worker.executing()] == ["a"]
+    # Nothing changed yet: nobody is stopped.
+    assert [await r.recheck_executing() for r in (worker, *helpers)] == [0, 0, 0]
+    assert (await api.cancel("a", "stop")).status == "recorded"
+    assert (await api.fail_lane("bad", "suspended")).settled == 1
+    assert [await r.recheck_executing() for r in (worker, *helpers)] == [1, 1, 0]
+    assert shared.executor.signals["a"].reason == "cancelled"
+    assert shared.executor.signals["b"].reason == "lane_refused"
+    assert not shared.executor.signals["c"].aborted
+    assert (await tasks[0]).outcome == "cancelled"
+    assert ((await tasks[1]).outcome, (await api.read("b")).failure_reason) == (  # type: ignore[union-attr]
+        "failed", "suspended")
+    shared.executor.release("c")
+    assert (await tasks[2]).outcome == "completed"

@@ -473,6 +473,33 @@ class SharedRuntime:
         value = self._now()
         return check_safe_int("now()", value, InvalidArgument, -MAX_SAFE_INTEGER)
 
+    def executing(self) -> list[JobRecord]:
+        """The jobs this runtime is executing right now (as claimed)."""
+        return [claim.job for claim in self._executions.values()]
+
+    async def recheck_executing(self) -> int:
+        """Read the stored state of every job this runtime executes and abort
+        the ones another runtime cancelled or settled (a lane refusal), now
+        instead of at the next lease renewal. For hosts that run several
+        runtimes in one process and take cancellations through one of them.
+        Returns how many executions were told to stop.
+        """
+        stopped = 0
+        for job in self.executing():
+            current = await self._store.find(job.job_id)
+            if current is None:
+                continue  # erased by a purge: the next renewal finds the claim gone
+            if current.state == "settled":
+                reason = lifecycle.ABORT_LANE_REFUSED
+            elif current.cancellation_id is not None:
+                reason = lifecycle.ABORT_CANCELLED
+            else:
+                continue
+            claim = self._executions.get(job.job_id)
+            if claim is not None and claim.signal._abort(reason):
+                stopped += 1
+        return stopped
+
     def _abort(self, job_id: str, reason: str) -> None:
         claim = self._executions.get(job_id)
         if claim is not None:
