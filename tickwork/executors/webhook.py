@@ -1,0 +1,271 @@
+"""Webhook delivery: POST a job's JSON to a URL and record an honest outcome.
+
+    from tickwork.executors.webhook import webhook_executor
+
+    registry.on_queue("webhooks", webhook_executor(post, timeout_s=30.0))
+
+``post`` is the transport (an ``HttpPost``): ``worker/http.py`` implements it
+over the Workers ``fetch``; any other host brings its own. This module is
+pure Python and runs unchanged on CPython and Pyodide.
+
+Payload (other keys, such as a registry's ``kind``, are ignored)::
+
+    {"url": "https://example.com/hook",   # http(s), at most 8192 characters
+     "body": <any JSON>,                  # required (null is a value); sent as JSON
+     "headers": {"x-name": "value"}}      # optional; str -> str
+
+The request is ``POST url`` with the body as compact UTF-8 JSON and the
+headers given, plus ``content-type: application/json`` and
+``idempotency-key: <job_id>`` (the id percent-encoded when it holds anything
+but printable ASCII), so a receiver can drop a repeated delivery. The payload
+may not set ``content-type``, ``idempotency-key``, ``content-length``,
+``host``, ``transfer-encoding`` or ``connection`` itself.
+
+Outcomes (exact; the engine records what the executor returns):
+
+=====================================================  =======================
+What happened                                          Outcome
+=====================================================  =======================
+payload invalid (nothing sent)                         ``Failed("bad_payload")``
+signal already aborted before sending (nothing sent)   ``Cancelled()``
+reply 2xx                                              ``Completed()``
+reply 3xx (redirects are not followed) or 4xx,         ``Failed("http_<code>")``,
+including 408 and 429                                  e.g. ``http_429``
+reply 5xx, or any status outside 200-599               ``OutcomeUnknown()``
+``HttpTimeout``: no reply in time                      ``OutcomeUnknown()``
+``HttpUnreachable``: connection failed before sending  ``Failed("unreachable")``
+any other error from ``post``                          ``OutcomeUnknown()``
+signal aborted while the request is in flight          ``OutcomeUnknown()``
+``post`` overran ``timeout_s`` by ``OVERRUN_GRACE_S``  ``OutcomeUnknown()``
+=====================================================  =======================
+
+Why: a 4xx (and a 3xx) is the receiver refusing the request, so it did not
+act; 408 and 429 are refusals too ("too slow", "too many"): they fail with
+their code, and whoever wants a retry enqueues a new job. A 5xx may come
+after the receiver acted (a crash after the write, a proxy timing out), and
+so may a timeout or a dropped connection: only ``OutcomeUnknown`` is honest
+there. Only ``HttpUnreachable`` proves that nothing was sent.
+
+The abort signal (cancellation, lane refusal, lost lease): checked before
+sending (then nothing is sent and the job is ``Cancelled``), and forwarded to
+``post`` (``worker/http.py`` aborts the ``fetch`` with it). Once the request
+may have left, an abort stops the wait and returns ``OutcomeUnknown``: the
+request may have arrived. The engine then settles the job as its durable
+record says (a recorded cancellation settles ``cancelled``, a lane refusal
+``failed`` with the refusal's reason, a lost lease is recovered by the next
+claim), never as "done". A reply that is already in when the abort comes is
+used as it is (a 2xx is ``Completed``: the work happened).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+from urllib.parse import quote, urlsplit
+
+from ..jobs import JobRecord
+from ..outcomes import Cancelled, Completed, ExecutionResult, Failed, OutcomeUnknown
+from ..signals import AbortSignal
+from .registry import Executor
+
+__all__ = [
+    "BAD_PAYLOAD",
+    "OVERRUN_GRACE_S",
+    "RESERVED_HEADERS",
+    "UNREACHABLE",
+    "HttpPost",
+    "HttpReply",
+    "HttpTimeout",
+    "HttpUnreachable",
+    "outcome_for_status",
+    "webhook_executor",
+]
+
+#: Failure reason of a job whose payload is not a valid webhook.
+BAD_PAYLOAD = "bad_payload"
+#: Failure reason when the connection failed before the request was sent.
+UNREACHABLE = "unreachable"
+
+#: How long past ``timeout_s`` the executor waits for a ``post`` that does not
+#: honour its timeout before giving up on it (``OutcomeUnknown``).
+OVERRUN_GRACE_S = 1.0
+
+#: Header names the payload may not set (the executor or the transport owns them).
+RESERVED_HEADERS = frozenset({
+    "content-type", "idempotency-key", "content-length", "host", "transfer-encoding",
+    "connection",
+})
+
+MAX_URL_LENGTH = 8192
+MAX_HEADERS = 64
+MAX_HEADER_VALUE_LENGTH = 8192
+
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 field-name
+_PRINTABLE_ASCII = re.compile(r"[\x20-\x7e]*")  # used with fullmatch
+
+
+@dataclass(frozen=True, slots=True)
+class HttpReply:
+    """What the receiver answered: the status code and the body as text."""
+
+    status: int
+    body: str
+
+
+class HttpTimeout(Exception):
+    """No reply in time: the request may have been sent (and acted on)."""
+
+
+class HttpUnreachable(Exception):
+    """The connection failed before the request was sent: nothing reached the receiver."""
+
+
+class HttpPost(Protocol):
+    """The transport: send one POST and return the reply.
+
+    Contract: send ``body`` with exactly ``headers``; do not follow redirects
+    (return the 3xx); give up after ``timeout_s`` seconds with
+    ``HttpTimeout``; raise ``HttpUnreachable`` only when it is certain that
+    nothing was sent; stop (raising ``HttpTimeout``) when ``signal`` aborts.
+    """
+
+    async def __call__(
+        self,
+        url: str,
+        body: bytes,
+        headers: Mapping[str, str],
+        timeout_s: float,
+        signal: AbortSignal,
+    ) -> HttpReply: ...
+
+
+def outcome_for_status(status: int) -> ExecutionResult:
+    """The outcome of a reply with ``status`` (see the module's table)."""
+    if 200 <= status < 300:
+        return Completed()
+    if 300 <= status < 500:
+        return Failed(f"http_{status}")
+    return OutcomeUnknown()
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    url: str
+    body: bytes
+    headers: dict[str, str]
+
+
+class _BadPayload(Exception):
+    pass
+
+
+def webhook_executor(post: HttpPost, *, timeout_s: float = 30.0) -> Executor:
+    """An executor delivering webhook jobs through ``post`` (see the module doc)."""
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) \
+            or not 0 < timeout_s <= 3600:
+        raise ValueError(f"timeout_s must be a number of seconds in (0, 3600], got {timeout_s!r}")
+    if not callable(post):
+        raise ValueError("post must be an async callable (an HttpPost)")
+    limit = float(timeout_s)
+
+    async def deliver_webhook(job: JobRecord, signal: Any) -> ExecutionResult:
+        try:
+            request = _request_for(job)
+        except _BadPayload:
+            return Failed(BAD_PAYLOAD)
+        if signal.aborted:
+            return Cancelled()
+        return await _send(post, request, limit, signal)
+
+    return deliver_webhook
+
+
+async def _send(post: HttpPost, request: _Request, timeout_s: float,
+                signal: AbortSignal) -> ExecutionResult:
+    sending = asyncio.ensure_future(
+        post(request.url, request.body, dict(request.headers), timeout_s, signal))
+    aborted = asyncio.ensure_future(signal.wait())
+    try:
+        await asyncio.wait({sending, aborted}, timeout=timeout_s + OVERRUN_GRACE_S,
+                           return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        aborted.cancel()
+        if not sending.done():
+            # Aborted, overran, or this task itself was cancelled: stop waiting.
+            sending.cancel()
+            sending.add_done_callback(_retrieve)
+    if not sending.done() or sending.cancelled():
+        return OutcomeUnknown()
+    error = sending.exception()
+    if error is None:
+        reply = sending.result()
+        status = getattr(reply, "status", None)
+        if isinstance(status, bool) or not isinstance(status, int):
+            return OutcomeUnknown()  # a broken transport: the request may have left
+        return outcome_for_status(status)
+    if isinstance(error, HttpUnreachable):
+        return Failed(UNREACHABLE)
+    # HttpTimeout, an abort surfacing as an error, or anything else: the
+    # request may have been sent.
+    return OutcomeUnknown()
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    # Mark a late failure as seen, so no "exception never retrieved" noise.
+    if not task.cancelled():
+        with contextlib.suppress(BaseException):
+            task.exception()
+
+
+def _request_for(job: JobRecord) -> _Request:
+    payload = job.payload
+    if not isinstance(payload, Mapping):
+        raise _BadPayload
+    url = payload.get("url")
+    if not isinstance(url, str) or not 0 < len(url) <= MAX_URL_LENGTH \
+            or not _PRINTABLE_ASCII.fullmatch(url) or " " in url:
+        raise _BadPayload
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        raise _BadPayload from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise _BadPayload
+    if "body" not in payload:
+        raise _BadPayload
+    try:
+        body = json.dumps(payload["body"], separators=(",", ":"), ensure_ascii=False,
+                          allow_nan=False).encode("utf-8")
+    except (TypeError, ValueError, RecursionError):
+        raise _BadPayload from None
+    given = payload.get("headers", {})
+    if given is None:
+        given = {}
+    if not isinstance(given, Mapping) or len(given) > MAX_HEADERS:
+        raise _BadPayload
+    headers: dict[str, str] = {}
+    for name, value in given.items():
+        if not isinstance(name, str) or not _TOKEN.fullmatch(name) \
+                or name.lower() in RESERVED_HEADERS or name.lower() in headers:
+            raise _BadPayload
+        if not isinstance(value, str) or len(value) > MAX_HEADER_VALUE_LENGTH \
+                or not _PRINTABLE_ASCII.fullmatch(value):
+            raise _BadPayload
+        headers[name.lower()] = value
+    headers["content-type"] = "application/json"
+    headers["idempotency-key"] = idempotency_key(job.job_id)
+    return _Request(url, body, headers)
+
+
+def idempotency_key(job_id: str) -> str:
+    """The ``idempotency-key`` header value for ``job_id``: the id itself when it
+    is printable ASCII, else its UTF-8 percent-encoding (header values must be
+    ASCII)."""
+    if _PRINTABLE_ASCII.fullmatch(job_id) and job_id.strip() == job_id:
+        return job_id
+    return quote(job_id, safe="")
