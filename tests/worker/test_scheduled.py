@@ -1,0 +1,140 @@
+"""``Default.scheduled``: the locked cron drain of the shared D1 queues."""
+
+from __future__ import annotations
+
+import asyncio
+import types
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from tests.worker.support import job, send
+from tickwork import Completed, JobRecord
+from tickwork.executors import ExecutorRegistry
+
+pytestmark = pytest.mark.usefixtures("js_module")
+
+CRON = "* * * * *"
+FIRST_FIRING = 1_796_000_040_000.0  # a JS number, as controller.scheduledTime is
+
+
+def controller(scheduled_time: float | None = FIRST_FIRING, cron: str = CRON) -> Any:
+    return types.SimpleNamespace(scheduledTime=scheduled_time, cron=cron)
+
+
+@pytest.fixture
+def executed(monkeypatch: pytest.MonkeyPatch, worker: Any) -> Counter[str]:
+    """Replace the deployment's registry with one that counts every execution."""
+    counts: Counter[str] = Counter()
+
+    async def count(job_record: JobRecord, signal: Any) -> Completed:
+        counts[job_record.job_id] += 1
+        await asyncio.sleep(0.01)  # long enough for the firings to overlap
+        return Completed()
+
+    def build_registry(env: Any) -> ExecutorRegistry:
+        return ExecutorRegistry(fallback=count)
+
+    from worker import executors as user_code
+
+    monkeypatch.setattr(user_code, "build_registry", build_registry)
+    return counts
+
+
+async def enqueue(worker: Any, shape: str, *ids: str, queue_count: int = 3) -> None:
+    jobs = [job(job_id, queue=f"q{index % queue_count}") for index, job_id in enumerate(ids)]
+    status, _ = await send(worker, shape, "POST", "/v1/shared/jobs", {"jobs": jobs})
+    assert status == 200
+
+
+async def states(query: Any) -> dict[str, tuple[str, str | None]]:
+    rows = await query("SELECT job_id, state, outcome FROM tickwork_jobs")
+    return {row[0]: (row[1], row[2]) for row in rows}
+
+
+async def test_overlapping_firings_run_every_job_once(
+        worker: Any, env: Any, shape: str, executed: Counter[str], query: Any,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    ids = [f"j{i}" for i in range(8)]
+    await enqueue(worker, shape, *ids)
+    ctx = types.SimpleNamespace()
+    await asyncio.gather(worker.scheduled(controller(), env, ctx),
+                         worker.scheduled(controller(), env, ctx))
+    assert executed == Counter(dict.fromkeys(ids, 1))
+    assert await states(query) == dict.fromkeys(ids, ("settled", "completed"))
+    log = capsys.readouterr().err
+    assert log.count("cron: 8 tick(s), 8 job(s) settled") == 1
+    assert log.count("cron: skipped (") == 1
+    assert await query("SELECT name, slot FROM tickwork_job_locks_slots") == [
+        ("tickwork-cron-drain", f"{CRON}@{int(FIRST_FIRING)}")]
+
+
+async def test_a_repeated_firing_of_the_same_slot_does_not_drain_again(
+        worker: Any, env: Any, shape: str, executed: Counter[str], query: Any) -> None:
+    from worker.app import run_cron
+
+    await enqueue(worker, shape, "a")
+    first = await run_cron(env, controller())
+    assert first is not None and first.ran and [t.job_id for t in first.result or []] == ["a"]
+    await enqueue(worker, shape, "b")
+    again = await run_cron(env, controller())
+    assert again is not None and (again.ran, again.reason) == (False, "slot_done")
+    assert executed == Counter({"a": 1})
+    later = await run_cron(env, controller(FIRST_FIRING + 60_000))
+    assert later is not None and later.ran
+    assert executed == Counter({"a": 1, "b": 1})
+
+
+async def test_the_drain_is_bounded_by_max_ticks(
+        worker: Any, env: Any, shape: str, executed: Counter[str], query: Any) -> None:
+    from worker.app import run_cron
+
+    env.TICKWORK_CRON_MAX_TICKS = "3"
+    await enqueue(worker, shape, *[f"j{i}" for i in range(5)], queue_count=5)
+    run = await run_cron(env, controller())
+    assert run is not None and run.ran and len(run.result or []) == 3
+    assert sum(executed.values()) == 3
+    assert Counter(state for state, _ in (await states(query)).values()) == Counter(
+        {"settled": 3, "queued": 2})
+
+
+async def test_a_firing_without_a_usable_time_still_runs_under_the_lock(
+        worker: Any, env: Any, shape: str, executed: Counter[str], query: Any) -> None:
+    from worker.app import cron_slot, run_cron
+
+    assert cron_slot(controller(None)) is None
+    assert cron_slot(controller(float("nan"))) is None
+    assert cron_slot(types.SimpleNamespace()) is None
+    assert cron_slot(controller(12.5)) is None
+    assert cron_slot(controller(1.0, cron="*/5 * * * *")) == "*/5 * * * *@1"
+    await enqueue(worker, shape, "a")
+    run = await run_cron(env, controller(None))
+    assert run is not None and run.ran
+    assert executed == Counter({"a": 1})
+    assert await query("SELECT count(*) FROM tickwork_job_locks_slots") == [(0,)]
+
+
+async def test_without_a_database_the_cron_does_nothing(workers_module: Any) -> None:
+    from worker.app import run_cron
+
+    assert await run_cron(types.SimpleNamespace(), controller()) is None
+
+
+async def test_the_shipped_registry_routes_by_queue_and_kind(worker: Any) -> None:
+    from tickwork.jobs import JobRecord as Record
+    from worker.executors import build_registry
+
+    registry = build_registry(types.SimpleNamespace())
+
+    def record(queue: str, payload: Any) -> Record:
+        return Record("id", queue, "lane", 0, payload, None, "running", None, None, 1, 0, 0,
+                      None, None)
+
+    webhook = registry.executor_for(record("webhooks", {}))
+    assert webhook is not None and webhook.__name__ == "deliver_webhook"
+    by_kind = registry.executor_for(record("other", {"kind": "webhook"}))
+    assert by_kind is not None and by_kind.__name__ == "deliver_webhook"
+    long_one = registry.executor_for(record("other", {"kind": "long"}))
+    assert long_one is not None and long_one.__name__ == "long_job"
+    assert registry.executor_for(record("other", {"kind": "nope"})) is None

@@ -1,0 +1,349 @@
+"""The Worker's plumbing: the /v1 API over this Worker's bindings, and the cron drain.
+
+Bindings (see ``wrangler.toml``):
+
+* ``TICKWORK_TOKEN`` (a secret: ``wrangler secret put TICKWORK_TOKEN``): the
+  bearer token of every /v1 route but health. Missing: those routes answer
+  503 (fail closed).
+* ``JOB_OWNERS``: the ``JobOwner`` Durable Object namespace. ``/v1/owners/{owner}/...``
+  goes to ``RpcJobs(env.JOB_OWNERS.getByName(owner))``.
+* ``DB``: the D1 database of the shared queues (``/v1/shared/...``), with
+  ``schema/d1`` applied (``wrangler d1 migrations apply DB``).
+
+Shared enqueue commits the jobs together with the deployment's own rows:
+``worker.executors.domain_statements(env, jobs)`` returns D1 statements, and
+they go into ONE ``db.batch`` with a ``D1Runtime.enqueue(job)`` statement per
+job (one round trip, one transaction): both commit, or neither does. A job
+replayed with other cargo fails the whole batch (409 ``ingest_conflict``,
+none of the domain rows stored); a failing domain statement stores no job
+(500: the error is the deployment's own).
+
+The cron drain (``run_cron``): every firing ticks the shared D1 queues with
+``D1Runtime.drain`` under ``JobLock(env.DB)``, one slot per firing, so
+overlapping or repeated firings never run the same drain twice (and the job
+leases keep a job from running twice even if they did). Budget, against
+D1's 1,000 queries per invocation (Workers Paid) and 30 s per query:
+
+* the drain costs 1 query for the schema check, 2 for the first claim (a
+  batch of claim and probe), then 2 per job (each settlement and the next
+  claim share a batch); a rare tick that recovers an expired lease or
+  settles a cancelled job costs up to 3 more; renewals cost 1 per job per
+  10 s of its run time; the lock costs 3-4 (tables, acquire, release with
+  its slot, renewals every ``CRON_LOCK_RENEW_MS``);
+* so ``CRON_MAX_TICKS = 100`` is at most ~6 queries a tick even on the slow
+  path, about 600 plus renewals: well inside 1,000. The common path is ~2
+  a job (~200). Each webhook job adds one ``fetch`` subrequest.
+* ``CRON_BUDGET_MS = 20_000`` stops claiming after 20 s (a claim already
+  taken still runs: a webhook is bounded by its 30 s timeout), inside the
+  cron's 30 s CPU limit (the drain mostly waits on I/O, which is not CPU)
+  and far inside the 15 min wall-clock limit of a scheduled event.
+* The Workers Free plan allows 50 queries per invocation: set the variables
+  ``TICKWORK_CRON_MAX_TICKS = "10"`` (and maybe ``TICKWORK_CRON_BUDGET_MS``)
+  in ``[vars]``; ~6 a tick x 10 + ~6 stays under 50.
+
+Errors: the API answers refusals itself (4xx with ``{"error": {...}}``);
+anything unexpected becomes a 500 ``internal_error`` whose body names no
+internals, while the traceback goes to the Worker's log.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+import sys
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+from workers import Response  # type: ignore[import-not-found, unused-ignore]
+
+from tickwork import Job
+from tickwork._pyodide import load_jsnull, load_to_js_for
+from tickwork.api import ApiRequest, ApiResponse, JobApi, RpcJobs, SharedJobs
+from tickwork.api.wire import ApiError
+from tickwork.d1 import D1Runtime
+from tickwork.d1 import statements as d1_sql
+from tickwork.d1.binding import D1Binding
+from tickwork.errors import IngestConflict
+from tickwork.jobs import ValidJob, replay_flags, validate_jobs
+from tickwork.locks import JobLock, LockLease, LockRun
+from tickwork.outcomes import IngestStatus, TickResult
+
+__all__ = [
+    "CRON_BUDGET_MS",
+    "CRON_LOCK_NAME",
+    "CRON_LOCK_RENEW_MS",
+    "CRON_LOCK_TTL_MS",
+    "CRON_MAX_TICKS",
+    "D1SharedJobs",
+    "build_api",
+    "cron_slot",
+    "handle_fetch",
+    "read_request",
+    "run_cron",
+    "to_response",
+]
+
+#: Ticks per cron firing (see the module doc for the query budget).
+CRON_MAX_TICKS = 100
+#: Stop claiming new jobs after this long in one firing.
+CRON_BUDGET_MS = 20_000
+#: The cron drain's lock: name, lease and renewal period.
+CRON_LOCK_NAME = "tickwork-cron-drain"
+CRON_LOCK_TTL_MS = 120_000
+CRON_LOCK_RENEW_MS = 30_000
+
+#: The 500 body: nothing about what failed inside.
+INTERNAL_ERROR = ApiResponse(500, {"error": {"code": "internal_error",
+                                             "message": "internal error"}})
+
+DomainHook = Callable[[Any, Sequence[Job]], Any]
+
+
+class NoWake:
+    """The shared queues are drained by the cron trigger: nothing to arm."""
+
+    def recompute(self) -> None:
+        return None
+
+
+def log(message: str) -> None:
+    print(f"tickwork: {message}", file=sys.stderr)
+
+
+# ---------------------------------------------------------------- bindings
+
+
+def binding(env: Any, name: str) -> Any:
+    """``env.<name>``, or None when it is missing (or JS null/undefined)."""
+    try:
+        value = getattr(env, name, None)
+    except Exception:
+        return None
+    if value is None or value is load_jsnull():
+        return None
+    return value
+
+
+def api_token(env: Any) -> str | None:
+    token = binding(env, "TICKWORK_TOKEN")
+    return token if isinstance(token, str) and token else None
+
+
+def owner_stub(namespace: Any, owner: str) -> Any:
+    get_by_name = getattr(namespace, "getByName", None)
+    if get_by_name is not None:
+        return get_by_name(owner)
+    return namespace.get(namespace.idFromName(owner))
+
+
+def _int_var(env: Any, name: str, default: int) -> int:
+    value = binding(env, name)
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    return default
+
+
+# ------------------------------------------------------------- shared jobs
+
+
+class D1SharedJobs(SharedJobs):
+    """The shared queues on D1; ingest commits with the domain statements in one batch."""
+
+    def __init__(self, runtime: D1Runtime, db: Any, env: Any,
+                 domain_statements: DomainHook | None = None) -> None:
+        super().__init__(runtime)
+        self.db = db
+        self.env = env
+        self.domain_statements = domain_statements
+        self._to_js = load_to_js_for(db)
+
+    async def ingest(self, jobs: Sequence[Job]) -> list[IngestStatus]:
+        valid = validate_jobs(list(jobs))
+        replay_flags(valid, {})  # a conflict inside the request: refused before any I/O
+        extra: list[Any] = []
+        if self.domain_statements is not None:
+            made = self.domain_statements(self.env, list(jobs))
+            if inspect.isawaitable(made):
+                made = await made
+            extra = list(made or [])
+        statements = [*extra, *(self.runtime.enqueue(job) for job in jobs)]
+        batch = statements if self._to_js is None else self._to_js(statements)
+        try:
+            results = await self.db.batch(batch)
+        except Exception as error:
+            if "tickwork_ingest_conflict" in str(error):
+                await self._raise_conflict(valid)
+            raise
+        changes = [_changes(result) for result in _plain(results)][len(extra):]
+        return ["queued" if changed else "duplicate" for changed in changes]
+
+    async def _raise_conflict(self, valid: list[ValidJob]) -> None:
+        """The trigger failed the batch (nothing written): name the job and fields."""
+        rows = await D1Binding(self.db).query(
+            d1_sql.SELECT_CARGO_MANY, (_json_list([job.job_id for job in valid]),))
+        replay_flags(valid, {row[0]: ValidJob(*row) for row in rows})  # raises
+        # Purged between the batch and this read: report it as the conflict it was.
+        raise IngestConflict(valid[0].job_id, ("cargo",))
+
+
+def _json_list(items: list[str]) -> str:
+    return json.dumps(items)
+
+
+def _plain(value: Any) -> Any:
+    to_py = getattr(value, "to_py", None)
+    return to_py() if callable(to_py) else value
+
+
+def _field(value: Any, name: str) -> Any:
+    value = _plain(value)
+    if value is None:
+        return None
+    if isinstance(value, Mapping):
+        return value.get(name)
+    return getattr(value, name, None)
+
+
+def _changes(result: Any) -> int:
+    changes = _field(_field(result, "meta"), "changes")
+    return int(changes) if isinstance(changes, (int, float)) else 0
+
+
+# --------------------------------------------------------------------- API
+
+
+def build_api(env: Any, *, domain_statements: DomainHook | None = None) -> JobApi:
+    """The /v1 API over ``env``'s bindings (a scope whose binding is missing
+    answers 404 ``scope_not_configured``)."""
+    namespace = binding(env, "JOB_OWNERS")
+    db = binding(env, "DB")
+    owners = None
+    if namespace is not None:
+        def owners(owner: str) -> RpcJobs:
+            return RpcJobs(owner_stub(namespace, owner))
+    shared = None
+    if db is not None:
+        from worker.executors import build_registry
+
+        runtime = D1Runtime(db, execute=build_registry(env), wake=NoWake())
+        shared = D1SharedJobs(runtime, db, env, domain_statements)
+    return JobApi(token=api_token(env), owners=owners, shared=shared)
+
+
+async def handle_fetch(env: Any, request: Any) -> Any:
+    """Answer one HTTP request (``Default.fetch``)."""
+    try:
+        from worker import executors
+
+        api = build_api(env, domain_statements=executors.domain_statements)
+        adapted = await read_request(request, api.max_body_bytes)
+        answer = adapted if isinstance(adapted, ApiResponse) else await api.handle(adapted)
+    except Exception:
+        log("internal error answering a request:\n" + traceback.format_exc())
+        answer = INTERNAL_ERROR
+    return to_response(answer)
+
+
+def _method(request: Any) -> str:
+    method = getattr(request, "method", "GET")
+    method = getattr(method, "value", method)  # the external SDK's HTTPMethod
+    return str(method).upper()
+
+
+def _header(request: Any, name: str) -> str | None:
+    value = request.headers.get(name)
+    return value if isinstance(value, str) else None  # JS null (jsnull) when missing
+
+
+async def _body(request: Any) -> bytes:
+    reader = getattr(request, "bytes", None)
+    data = await reader() if callable(reader) else await request.arrayBuffer()
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data)
+    return bytes(data.to_bytes())  # a JS ArrayBuffer / Uint8Array
+
+
+async def read_request(request: Any, max_body_bytes: int) -> ApiRequest | ApiResponse:
+    """The Workers ``Request`` (either SDK) as an ``ApiRequest``, or the refusal
+    of a body declared too large (413, before reading it)."""
+    method = _method(request)
+    path = urlsplit(str(request.url)).path or "/"
+    headers = {name: value for name in ("authorization", "content-type", "content-length")
+               if (value := _header(request, name)) is not None}
+    body = b""
+    if method not in ("GET", "HEAD"):
+        declared = headers.get("content-length")
+        if declared is not None:
+            if not declared.strip().isdigit():
+                return _refusal(ApiError(400, "bad_content_length",
+                                         "content-length is not a number"))
+            if int(declared) > max_body_bytes:
+                return _refusal(ApiError(413, "body_too_large",
+                                         f"request body is {int(declared)} bytes; at most "
+                                         f"{max_body_bytes} are accepted"))
+        body = await _body(request)
+    return ApiRequest(method=method, path=path, headers=headers, body=body)
+
+
+def _refusal(error: ApiError) -> ApiResponse:
+    return ApiResponse(error.status, error.to_wire())
+
+
+def to_response(answer: ApiResponse) -> Any:
+    """An ``ApiResponse`` as a ``workers.Response``."""
+    return Response(answer.encoded(), status=answer.status, headers=answer.all_headers())
+
+
+# -------------------------------------------------------------------- cron
+
+
+def cron_slot(controller: Any) -> str | None:
+    """The lock slot of one cron firing: ``"<cron>@<scheduledTime>"``, or None
+    when the controller carries no usable time (the lock then still keeps
+    overlapping firings apart, but cannot tell a repeat of this one)."""
+    try:
+        scheduled = getattr(controller, "scheduledTime", None)
+        cron = getattr(controller, "cron", None)
+    except Exception:
+        return None
+    if isinstance(scheduled, bool) or not isinstance(scheduled, (int, float)) \
+            or not math.isfinite(scheduled) or scheduled != int(scheduled):
+        return None
+    cron_text = cron[:200] if isinstance(cron, str) else ""
+    return f"{cron_text}@{int(scheduled)}"
+
+
+async def run_cron(env: Any, controller: Any, *, now: Callable[[], int] | None = None,
+                   ) -> LockRun[list[TickResult]] | None:
+    """Drain the shared D1 queues once for this firing (``Default.scheduled``)."""
+    db = binding(env, "DB")
+    if db is None:
+        log("cron: no DB binding, no shared queues to drain")
+        return None
+    from worker import executors
+
+    runtime = D1Runtime(db, execute=executors.build_registry(env), wake=NoWake(), now=now)
+    max_ticks = _int_var(env, "TICKWORK_CRON_MAX_TICKS", CRON_MAX_TICKS)
+    budget_ms = _int_var(env, "TICKWORK_CRON_BUDGET_MS", CRON_BUDGET_MS)
+
+    async def drain(lease: LockLease) -> list[TickResult]:
+        return await runtime.drain(max_ticks=max_ticks, budget_ms=budget_ms)
+
+    lock = JobLock(db, on_info=log, on_error=log, now=now)
+    run = await lock.run(CRON_LOCK_NAME, CRON_LOCK_TTL_MS, drain,
+                         renew_every_ms=CRON_LOCK_RENEW_MS, slot=cron_slot(controller))
+    if run.ran:
+        ticks = run.result or []
+        settled = sum(1 for tick in ticks if tick.status == "settled")
+        log(f"cron: {len(ticks)} tick(s), {settled} job(s) settled"
+            + (f"; lock lost: {run.lost}" if run.lost else ""))
+    else:
+        log(f"cron: skipped ({run.reason})")
+    return run
