@@ -1,20 +1,60 @@
-"""``python -m tickwork <command>``."""
+"""``python -m tickwork <command>`` (also installed as ``tickwork``).
+
+    demo      run the engine end to end on sqlite3 and print every job's outcome
+    serve     serve the /v1 job API locally (sqlite3 per owner, optional PostgreSQL)
+    inspect   show queues or one job through the HTTP API
+
+CPython only. Each command's modules are imported when it runs.
+"""
 
 from __future__ import annotations
 
+import argparse
 import sys
+
+COMMANDS = {
+    "demo": "run the engine end to end on sqlite3 and print every job's outcome",
+    "serve": "serve the /v1 job API on this machine (sqlite3 per owner, optional PostgreSQL)",
+    "inspect": "show queues or one job in the terminal, through the HTTP API",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .host import inspect_cli, serve
+
+    parser = argparse.ArgumentParser(
+        prog="tickwork", description="tickwork: a durable job engine.",
+        epilog="Run 'tickwork <command> --help' for a command's options.")
+    commands = parser.add_subparsers(dest="command", metavar="<command>", required=True)
+    commands.add_parser("demo", help=COMMANDS["demo"], description=COMMANDS["demo"])
+    serve.add_arguments(commands.add_parser(
+        "serve", help=COMMANDS["serve"], description=serve.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter))
+    inspect_cli.add_arguments(commands.add_parser(
+        "inspect", help=COMMANDS["inspect"], description=inspect_cli.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter))
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if args[:1] == ["demo"]:
+    if args[:1] == ["demo"] and args[1:2] not in (["-h"], ["--help"]):
+        # Unchanged since before the other commands: the README's main command.
         from .demo import main as demo
 
         return demo(args[1:])
-    print("usage: python -m tickwork demo", file=sys.stderr)
-    print("  demo   run the engine end to end on sqlite3 and print every job's outcome",
-          file=sys.stderr)
-    return 0 if args[:1] in (["-h"], ["--help"]) else 2
+    options = build_parser().parse_args(args)
+    if options.command == "serve":
+        from .host import serve
+
+        return serve.main(options)
+    if options.command == "inspect":
+        from .host import inspect_cli
+
+        return inspect_cli.main(options)
+    from .demo import main as demo  # "demo --help" lands here after printing help
+
+    return demo([])
 
 
 if __name__ == "__main__":

@@ -13,14 +13,54 @@ import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "tickwork"
-# CPython-only entry points, never imported by the Worker or the DO.
-CPYTHON_ONLY = {"demo.py", "__main__.py"}
+# CPython-only code, never imported by the Worker or the DO: the command line
+# entry points and the local host package (``tickwork serve`` / ``inspect``).
+# Paths relative to the package; a directory covers everything under it.
+CPYTHON_ONLY = {"demo.py", "__main__.py", "host"}
 FORBIDDEN = {"sqlite3", "_sqlite3", "ssl", "threading", "_thread", "multiprocessing",
              "concurrent", "subprocess"}
 
 
+def is_cpython_only(path: Path) -> bool:
+    relative = path.relative_to(PACKAGE)
+    return relative.as_posix() in CPYTHON_ONLY or relative.parts[0] in CPYTHON_ONLY
+
+
 def worker_modules() -> list[Path]:
-    return [path for path in sorted(PACKAGE.rglob("*.py")) if path.name not in CPYTHON_ONLY]
+    return [path for path in sorted(PACKAGE.rglob("*.py")) if not is_cpython_only(path)]
+
+
+def test_the_exemptions_are_exactly_the_cpython_entry_points() -> None:
+    exempt = sorted(path.relative_to(PACKAGE).as_posix()
+                    for path in PACKAGE.rglob("*.py") if is_cpython_only(path))
+    assert "demo.py" in exempt and "__main__.py" in exempt
+    assert "host/__init__.py" in exempt and "host/serve.py" in exempt
+    # Nothing else is exempt: a __main__.py or demo.py inside a subpackage is checked.
+    assert all(name in ("demo.py", "__main__.py") or name.startswith("host/")
+               for name in exempt)
+    assert "owners/sqlite3_owner.py" not in exempt
+
+
+def test_worker_modules_never_import_the_cpython_only_code() -> None:
+    """A Worker module importing tickwork.host (or demo/__main__) would pull
+    sqlite3 and ssl into the bundle; none may."""
+    offenders = []
+    for path in worker_modules():
+        package = path.relative_to(PACKAGE.parent).parent.parts
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            modules: list[str] = []
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = list(package[:len(package) - node.level + 1]) if node.level else []
+                target = ".".join(base + ([node.module] if node.module else []))
+                modules = [target] + [f"{target}.{alias.name}" for alias in node.names]
+            for module in modules:
+                parts = module.split(".")
+                if parts[:1] == ["tickwork"] and len(parts) > 1 and (
+                        parts[1] in ("host", "demo", "__main__")):
+                    offenders.append(f"{path.relative_to(PACKAGE)}: {module}")
+    assert offenders == []
 
 
 def test_worker_modules_import_nothing_pyodide_lacks() -> None:

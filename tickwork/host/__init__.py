@@ -1,0 +1,16 @@
+"""The local CPython host: ``tickwork serve`` and ``tickwork inspect``.
+
+CPython only. These modules import ``sqlite3``, ``ssl``, ``fcntl`` and
+``signal``, so they are never part of the Workers bundle, and no module
+outside this package imports them.
+
+* ``serve``: the /v1 HTTP API (``tickwork.api.JobApi``, the same routes the
+  Worker serves) on an asyncio HTTP/1.1 server, owner-local jobs in one
+  sqlite3 file per owner (``owners``), and optionally the shared queues on
+  PostgreSQL (``shared``).
+* ``inspect_cli``: queue and job status in the terminal, through the HTTP
+  API, so it works against a deployed Worker too.
+* ``http_server`` / ``http_client``: the HTTP/1.1 transport, both ways, on
+  asyncio streams.
+* ``examples``: the default executors of ``tickwork serve``.
+"""

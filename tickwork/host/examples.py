@@ -1,0 +1,71 @@
+"""The executors ``tickwork serve`` runs when no ``--executors`` is given.
+
+``example_registry()`` picks an executor by the payload's ``kind`` field,
+else by queue:
+
+==========================  ===========================================================
+Job                         Executor
+==========================  ===========================================================
+queue ``webhooks``, or      ``tickwork.executors.webhook`` over the CPython transport
+``kind: "webhook"``         ``tickwork.host.http_client.http_post``: payload
+                            ``{"url", "body", "headers"?}``
+``kind: "long"``            ``tickwork.executors.long_job``: ``{"steps", "step_ms"}``
+``kind: "echo"``            completes at once, or fails with ``payload["fail"]`` (a
+                            reason code) when given; touches nothing
+``kind: "sleep"``           sleeps ``payload["ms"]`` (default 1000, at most 3,600,000)
+                            and completes; cancelled while asleep: ``Cancelled``
+anything else               ``Failed("no_executor")``
+==========================  ===========================================================
+
+For your own, point ``--executors module:attr`` at an ``ExecutorRegistry``,
+an executor, or a factory taking no arguments that returns either.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+from ..executors import ExecutorRegistry
+from ..executors.long_job import long_job
+from ..executors.webhook import HttpPost, webhook_executor
+from ..jobs import JobRecord
+from ..outcomes import Cancelled, Completed, ExecutionResult, Failed
+from .http_client import http_post
+
+MAX_SLEEP_MS = 3_600_000
+
+
+async def echo(job: JobRecord, signal: Any) -> ExecutionResult:
+    """Completes, or fails with ``payload["fail"]`` when that is a reason code."""
+    payload = job.payload
+    if isinstance(payload, Mapping) and isinstance(payload.get("fail"), str):
+        return Failed(payload["fail"])
+    return Completed()
+
+
+async def sleep(job: JobRecord, signal: Any) -> ExecutionResult:
+    """Sleeps ``payload["ms"]`` milliseconds, stopping early when aborted."""
+    payload = job.payload
+    ms = payload.get("ms", 1000) if isinstance(payload, Mapping) else 1000
+    if isinstance(ms, bool) or not isinstance(ms, int) or not 0 <= ms <= MAX_SLEEP_MS:
+        return Failed("bad_payload")
+    aborted = asyncio.ensure_future(signal.wait())
+    try:
+        await asyncio.wait({aborted}, timeout=ms / 1000)
+    finally:
+        aborted.cancel()
+    return Cancelled() if signal.aborted else Completed()
+
+
+def example_registry(post: HttpPost = http_post, *, timeout_s: float = 30.0) -> ExecutorRegistry:
+    """The default executors of ``tickwork serve`` (see the module doc)."""
+    registry = ExecutorRegistry(field="kind")
+    webhook = webhook_executor(post, timeout_s=timeout_s)
+    registry.on_queue("webhooks", webhook)
+    registry.on_field("webhook", webhook)
+    registry.on_field("long", long_job)
+    registry.on_field("echo", echo)
+    registry.on_field("sleep", sleep)
+    return registry

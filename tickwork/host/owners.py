@@ -1,0 +1,434 @@
+"""Owner-local jobs of ``tickwork serve``: one sqlite3 file per owner key.
+
+Storage layout of the data directory (``--data DIR``)::
+
+    DIR/.lock                                  held with flock() by the serving process
+    DIR/owners/<slug>-<hash>.sqlite3           one owner's jobs (WAL mode: also -wal, -shm)
+
+* ``<hash>`` is the first 16 hex digits (64 bits) of the SHA-256 of the owner
+  key in UTF-8, so every key, whatever characters it holds (``/``, ``..``,
+  NUL, emoji), maps to a safe, fixed-length, case-distinct file name.
+* ``<slug>`` is there for people listing the directory: the key's first 32
+  characters with everything but ``[A-Za-z0-9._-]`` replaced by ``_``.
+* The real key is recorded inside the file (table ``tickwork_host_owner``,
+  written in the same transaction that creates it) and checked on every
+  open, so a file can never serve another key, and the start-up scan learns
+  each file's key from the file itself.
+* A file is created by the first ingest into its owner. Reads, cancels,
+  purges and lane refusals of an owner without a file are answered by an
+  empty in-memory runtime, so they create nothing.
+
+The engine's tables (``tickwork_jobs``, ``tickwork_meta``) are created and
+versioned by ``OwnerRuntime`` itself. Connections run in autocommit mode
+(``isolation_level=None``) with ``journal_mode=WAL`` and the default
+``synchronous=FULL``: a settled job survives a power cut.
+
+**One process per data directory.** ``DataDirLock`` takes an exclusive
+``flock`` on ``DIR/.lock`` (non-blocking: a second ``tickwork serve`` on the
+same directory is refused at start-up). The kernel drops the lock when the
+process dies, however it dies.
+
+**Liveness.** Every owner's runtime is opened with ``is_alive`` answering
+``False``. ``OwnerRuntime`` never probes a claim it executes itself, and the
+lock guarantees no other process executes claims of this directory, so a
+running claim it asks about was left by a previous process that died (kill
+-9, power cut) and is recovered: put back in its queue while its
+``Recovery`` budget lasts, otherwise settled ``interrupted``.
+
+**Wake.** Each owner has one tick loop, an asyncio task that ticks until the
+owner is idle. ``wake.recompute()`` (called by the runtime after every
+durable change) starts it, at once, when the owner has pending work, or
+tells a running loop to look again. At start-up every file is scanned and
+owners with pending work get a tick loop, which recovers jobs a crashed
+process left running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import hashlib
+import os
+import re
+import sqlite3
+import sys
+import time
+import traceback
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from .. import OwnerRuntime
+from ..api import JobService, OwnerJobs
+from ..jobs import Job, JobRecord, validate_jobs
+from ..outcomes import CancelResult, FailLaneResult, IngestStatus, QueueStatus, TickResult
+from ..owners import Sqlite3Owner
+from .progress import Progress
+
+#: Hex digits of the key's SHA-256 in a file name.
+HASH_DIGITS = 16
+#: Characters of the key kept (sanitised) in a file name.
+SLUG_LENGTH = 32
+#: Owner files kept open while idle; beyond this the least recently used idle ones close.
+MAX_OPEN_OWNERS = 256
+#: A tick loop that failed (a storage error) is started again after this long.
+RETRY_AFTER_S = 1.0
+
+OWNER_KEY_TABLE = "tickwork_host_owner"
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+Log = Callable[[str], None]
+Executor = Callable[[JobRecord, Any], Awaitable[Any]]
+
+
+class HostError(Exception):
+    """A problem the host reports to its operator in one line (and exits)."""
+
+
+def owner_file_name(key: str) -> str:
+    """The file name of ``key``'s database (see the module doc)."""
+    digest = hashlib.sha256(key.encode("utf-8", errors="surrogatepass")).hexdigest()
+    slug = _UNSAFE.sub("_", key[:SLUG_LENGTH]) or "_"
+    return f"{slug}-{digest[:HASH_DIGITS]}.sqlite3"
+
+
+class DataDirLock:
+    """An exclusive, non-blocking flock on ``DIR/.lock`` for the life of the process."""
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / ".lock"
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 64).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise HostError(f"data directory {self.path.parent} is in use by "
+                            f"pid {holder}; one tickwork serve per directory") from None
+        except OSError:
+            os.close(fd)
+            raise
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, 0)
+            os.close(self._fd)  # closing the descriptor drops the flock
+            self._fd = None
+
+
+def _not_alive(job: JobRecord) -> bool:
+    # See the module doc: a claim we do not execute belongs to a dead process.
+    return False
+
+
+class _NoWake:
+    def recompute(self) -> None:
+        pass
+
+
+class _OwnerWake:
+    def __init__(self, store: OwnerStore, key: str) -> None:
+        self._store = store
+        self._key = key
+
+    def recompute(self) -> None:
+        self._store.wake(self._key)
+
+
+class _Owner:
+    """One open owner: its connection, runtime and tick loop."""
+
+    __slots__ = ("again", "connection", "jobs", "key", "last_used", "loop", "path", "retry",
+                 "runtime")
+
+    def __init__(self, key: str, path: Path, connection: sqlite3.Connection,
+                 runtime: OwnerRuntime) -> None:
+        self.key = key
+        self.path = path
+        self.connection = connection
+        self.runtime = runtime
+        self.jobs = OwnerJobs(runtime)
+        self.loop: asyncio.Task[None] | None = None
+        self.retry: asyncio.TimerHandle | None = None
+        self.again = False
+        self.last_used = time.monotonic()
+
+
+class OwnerStore:
+    """The owners of one data directory, opened on demand, each with its tick loop."""
+
+    def __init__(
+        self,
+        directory: Path,
+        execute: Executor,
+        *,
+        progress: Progress | None = None,
+        log: Log | None = None,
+        max_open: int = MAX_OPEN_OWNERS,
+    ) -> None:
+        self.directory = directory
+        self.owners_dir = directory / "owners"
+        self._execute = execute
+        self._progress = progress or Progress()
+        self._log = log or _stderr
+        self._max_open = max_open
+        self._open: dict[str, _Owner] = {}
+        self._stopping = False
+        self._empty: tuple[sqlite3.Connection, OwnerJobs] | None = None
+
+    # ---------------------------------------------------------------- API side
+
+    def service(self, key: str) -> JobService:
+        """The JobService of owner ``key`` (the ``owners`` callable of JobApi)."""
+        return _OwnerScope(self, key)
+
+    def jobs_for(self, key: str, *, create: bool) -> OwnerJobs:
+        """The owner's jobs; without ``create``, an empty stand-in when it has no file."""
+        owner = self._open.get(key)
+        if owner is None:
+            path = self.owners_dir / owner_file_name(key)
+            if not create and not path.exists():
+                return self._empty_jobs()
+            owner = self._open_owner(key, path)
+        owner.last_used = time.monotonic()
+        return owner.jobs
+
+    def _empty_jobs(self) -> OwnerJobs:
+        if self._empty is None:
+            connection = sqlite3.connect(":memory:", isolation_level=None)
+            runtime = OwnerRuntime(Sqlite3Owner(connection), execute=self._execute,
+                                   is_alive=_not_alive, wake=_NoWake())
+            self._empty = connection, OwnerJobs(runtime)
+        return self._empty[1]
+
+    # ------------------------------------------------------------------ start-up
+
+    def recover(self) -> list[str]:
+        """Open every owner file with pending work and start its tick loop.
+
+        Returns the keys of those owners. Files without a recorded key (a
+        creation that never committed) are skipped.
+        """
+        self.owners_dir.mkdir(parents=True, exist_ok=True)
+        started = []
+        for path in sorted(self.owners_dir.glob("*.sqlite3")):
+            key = _recorded_key(path)
+            if key is None:
+                continue
+            if owner_file_name(key) != path.name:
+                self._log(f"tickwork serve: {path.name} holds owner {key!r}, whose file "
+                          "name differs; skipped")
+                continue
+            owner = self._open.get(key) or self._open_owner(key, path)
+            if owner.runtime.has_pending_work():
+                started.append(key)
+                self.wake(key)
+            else:
+                self._close_owner(owner)
+        return started
+
+    # ---------------------------------------------------------------------- wake
+
+    def wake(self, key: str) -> None:
+        """The owner's wake: start its tick loop when it has pending work."""
+        owner = self._open.get(key)
+        if owner is None or self._stopping:
+            return
+        if owner.loop is not None:
+            owner.again = True  # the running loop looks again before it stops
+            return
+        if not owner.runtime.has_pending_work():
+            return
+        if owner.retry is not None:
+            owner.retry.cancel()
+            owner.retry = None
+        owner.loop = asyncio.get_running_loop().create_task(self._tick_loop(owner),
+                                                            name=f"tick {key}")
+
+    async def _tick_loop(self, owner: _Owner) -> None:
+        try:
+            while not self._stopping:
+                owner.again = False
+                result: TickResult = await owner.runtime.tick()
+                self._progress.record(result)
+                if result.status in ("busy", "liveness_unknown"):
+                    # Neither happens here (one loop per owner, a probe that
+                    # never fails); should it, look again later, not at once.
+                    owner.retry = asyncio.get_running_loop().call_later(
+                        RETRY_AFTER_S, self._retry, owner)
+                    break
+                if result.status == "idle" and result.job_id is None and not owner.again:
+                    break
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            self._log(f"tickwork serve: owner {owner.key!r}: tick failed; retrying in "
+                      f"{RETRY_AFTER_S:g} s\n{traceback.format_exc()}")
+            owner.retry = asyncio.get_running_loop().call_later(
+                RETRY_AFTER_S, self._retry, owner)
+        finally:
+            owner.loop = None
+            owner.last_used = time.monotonic()
+
+    def _retry(self, owner: _Owner) -> None:
+        owner.retry = None
+        if self._open.get(owner.key) is owner:
+            self.wake(owner.key)
+
+    def running_loops(self) -> int:
+        return sum(1 for owner in self._open.values() if owner.loop is not None)
+
+    # ------------------------------------------------------------------ shutdown
+
+    def interrupt(self) -> None:
+        """Interrupt every running tick now (a second shutdown signal)."""
+        self._stopping = True
+        for owner in self._open.values():
+            if owner.loop is not None:
+                owner.loop.cancel()
+
+    async def close(self, grace_s: float) -> None:
+        """Stop starting ticks; let running ones settle for ``grace_s``, then
+        interrupt them (the engine settles an interrupted job ``failed`` /
+        ``execution_interrupted``); close every database."""
+        self._stopping = True
+        loops = [owner.loop for owner in self._open.values() if owner.loop is not None]
+        if loops:
+            _, late = await asyncio.wait(loops, timeout=grace_s)
+            for task in late:
+                task.cancel()
+            if late:
+                await asyncio.wait(late, timeout=5.0)
+        for owner in list(self._open.values()):
+            self._close_owner(owner)
+        if self._empty is not None:
+            self._empty[0].close()
+            self._empty = None
+
+    # ---------------------------------------------------------------- internals
+
+    def _open_owner(self, key: str, path: Path) -> _Owner:
+        self.owners_dir.mkdir(parents=True, exist_ok=True)
+        connection = _connect(path)
+        try:
+            _record_key(connection, key, path)
+            runtime = OwnerRuntime(Sqlite3Owner(connection), execute=self._execute,
+                                   is_alive=_not_alive, wake=_OwnerWake(self, key))
+        except BaseException:
+            connection.close()
+            raise
+        owner = _Owner(key, path, connection, runtime)
+        self._open[key] = owner
+        self._close_idle(keep=owner)
+        return owner
+
+    def _close_idle(self, keep: _Owner) -> None:
+        excess = len(self._open) - self._max_open
+        if excess <= 0:
+            return
+        idle = sorted((owner for owner in self._open.values()
+                       if owner.loop is None and owner.retry is None and owner is not keep),
+                      key=lambda owner: owner.last_used)
+        for owner in idle[:excess]:
+            self._close_owner(owner)
+
+    def _close_owner(self, owner: _Owner) -> None:
+        if owner.retry is not None:
+            owner.retry.cancel()
+        if self._open.get(owner.key) is owner:
+            del self._open[owner.key]
+        owner.connection.close()
+
+
+class _OwnerScope:
+    """One owner as a JobService; only ingest creates its file."""
+
+    def __init__(self, store: OwnerStore, key: str) -> None:
+        self._store = store
+        self._key = key
+
+    def _jobs(self, create: bool = False) -> OwnerJobs:
+        return self._store.jobs_for(self._key, create=create)
+
+    async def ingest(self, jobs: Sequence[Job]) -> list[IngestStatus]:
+        validate_jobs(jobs)  # a refused batch must not create the owner's file
+        return await self._jobs(create=True).ingest(jobs)
+
+    async def read(self, job_id: str) -> JobRecord | None:
+        return await self._jobs().read(job_id)
+
+    async def read_queue_head(self, queue: str) -> JobRecord | None:
+        return await self._jobs().read_queue_head(queue)
+
+    async def cancel(self, job_id: str, cancellation_id: str,
+                     only_if_queued: bool) -> CancelResult:
+        return await self._jobs().cancel(job_id, cancellation_id, only_if_queued)
+
+    async def fail_lane(self, lane: str, reason: str) -> FailLaneResult:
+        return await self._jobs().fail_lane(lane, reason)
+
+    async def purge(self, queue: str) -> int:
+        return await self._jobs().purge(queue)
+
+    async def status(self) -> list[QueueStatus]:
+        return await self._jobs().status()
+
+    async def queue_status(self, queue: str) -> QueueStatus:
+        return await self._jobs().queue_status(queue)
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    connection = sqlite3.connect(path, isolation_level=None)
+    try:
+        connection.execute("PRAGMA busy_timeout = 5000")
+        connection.execute("PRAGMA journal_mode = WAL")
+    except BaseException:
+        connection.close()
+        raise
+    return connection
+
+
+def _record_key(connection: sqlite3.Connection, key: str, path: Path) -> None:
+    """Record ``key`` in a new file, or check the one recorded there."""
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        connection.execute(f"CREATE TABLE IF NOT EXISTS {OWNER_KEY_TABLE} "
+                           "(owner_key TEXT NOT NULL)")
+        row = connection.execute(f"SELECT owner_key FROM {OWNER_KEY_TABLE}").fetchone()
+        if row is None:
+            connection.execute(f"INSERT INTO {OWNER_KEY_TABLE} (owner_key) VALUES (?)", (key,))
+        elif row[0] != key:
+            raise HostError(f"{path} belongs to owner {row[0]!r}, not {key!r}")
+    except BaseException:
+        connection.execute("ROLLBACK")
+        raise
+    connection.execute("COMMIT")
+
+
+def _recorded_key(path: Path) -> str | None:
+    """The owner key recorded in ``path``, or None for a file whose creation
+    never committed."""
+    try:
+        connection = sqlite3.connect(path)  # the file exists: nothing is created
+    except sqlite3.Error:
+        return None
+    try:
+        row = connection.execute(f"SELECT owner_key FROM {OWNER_KEY_TABLE}").fetchone()
+    except sqlite3.Error:
+        return None
+    finally:
+        connection.close()
+    return None if row is None else str(row[0])
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
