@@ -36,6 +36,7 @@ lazily), ``_now_ms()`` and ``_is_alive(job)``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any, ClassVar
 
@@ -179,4 +180,7 @@ class JobOwner(JobOwnerRpc, DurableObject):  # type: ignore[misc, unused-ignore]
             last = await self.runtime.tick()
             if last.status in _STOP_STATUSES or self._now_ms() >= deadline:
                 break
+            # Let RPC calls in between ticks: an executor that never awaits
+            # would otherwise keep them waiting for the whole budget.
+            await asyncio.sleep(0)
         return last

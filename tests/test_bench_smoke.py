@@ -20,3 +20,19 @@ def test_owner_local_benchmark_runs_and_prints_every_figure() -> None:
     for label in ("engine ", "raw loop, bare table", "raw loop, engine table",
                   "single-job ingest()", "depth   1,000", "ratio"):
         assert label in result.stdout, label
+
+
+def test_serve_http_benchmark_runs_verifies_and_prints_every_figure() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.serve_http", "--quick"],
+        capture_output=True, text=True, cwd=ROOT, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert result.returncode == 0, result.stderr
+    for label in ("| measure", "tickwork serve", "baseline (same run)", "| ratio",
+                  "enqueue, 1 job/request (keep-alive)", "enqueue, 100 jobs/request",
+                  "tick loop held", "end to end, 1 owner", "end to end, 8 owners",
+                  "verify: enqueue answered 'queued' 300 of 300 times",
+                  "verify: status route: 8 owner(s), completed 300",
+                  "verify: server's tick counter: 300 settlements"):
+        assert label in result.stdout, label

@@ -332,3 +332,25 @@ def test_the_owner_file_records_its_key(server: Serve) -> None:
     finally:
         connection.close()
 
+
+
+def test_requests_are_answered_between_ticks_of_a_backlog(server: Serve) -> None:
+    # The "complete" executor never awaits. Without a yield between ticks the
+    # owner's tick loop would hold the event loop until its backlog is empty,
+    # and the status request below would only be answered after that.
+    client, owner = server.client(), "backlog"
+    for batch in range(5):
+        status, _ = client.enqueue(owner, *[job(f"b{batch}-{n}", queue=f"q{n % 10}")
+                                            for n in range(100)])
+        assert status == 200
+    status, body = client.call("GET", f"{owner_path(owner)}/queues")
+    assert status == 200
+    waiting = sum(queue["queued"] + queue["running"] for queue in body["queues"])
+    assert waiting > 0, "the status request waited for the whole backlog"
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        _, body = client.call("GET", f"{owner_path(owner)}/queues")
+        if sum(queue["outcomes"]["completed"] for queue in body["queues"]) == 500:
+            break
+        time.sleep(0.05)
+    assert sum(queue["outcomes"]["completed"] for queue in body["queues"]) == 500

@@ -260,6 +260,10 @@ class OwnerStore:
                 owner.again = False
                 result: TickResult = await owner.runtime.tick()
                 self._progress.record(result)
+                # Let requests and other owners in between ticks: an executor
+                # that never awaits would otherwise hold the event loop for
+                # the owner's whole backlog (seen: a health check waiting 2 s).
+                await asyncio.sleep(0)
                 if result.status in ("busy", "liveness_unknown"):
                     # Neither happens here (one loop per owner, a probe that
                     # never fails); should it, look again later, not at once.
@@ -318,7 +322,7 @@ class OwnerStore:
 
     def _open_owner(self, key: str, path: Path) -> _Owner:
         self.owners_dir.mkdir(parents=True, exist_ok=True)
-        connection = _connect(path)
+        connection = connect_owner_database(path)
         try:
             _record_key(connection, key, path)
             runtime = OwnerRuntime(Sqlite3Owner(connection), execute=self._execute,
@@ -386,7 +390,7 @@ class _OwnerScope:
         return await self._jobs().queue_status(queue)
 
 
-def _connect(path: Path) -> sqlite3.Connection:
+def connect_owner_database(path: Path) -> sqlite3.Connection:
     connection = sqlite3.connect(path, isolation_level=None)
     try:
         connection.execute("PRAGMA busy_timeout = 5000")
