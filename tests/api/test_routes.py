@@ -161,7 +161,7 @@ async def test_bad_jobs_are_refused_naming_the_field_and_store_nothing(
     assert response.status == 400, response.body
     assert response.body["error"]["field"] == field
     assert field.split("[")[0].split(".")[0] in response.body["error"]["message"]
-    assert owners.total_jobs() == 0
+    assert owners.runtimes == {}  # refused before any owner was opened
 
 
 @pytest.mark.parametrize(("raw", "code"), [
@@ -369,3 +369,68 @@ def test_plain_data_turns_js_values_into_python() -> None:
         converted = plain_data(job)
         assert plain_data(jsnull) is None
     assert converted == {"job_id": "j", "recovery": None, "tags": ["a", None]}
+
+
+@pytest.mark.parametrize("path", [
+    "/v1/owners/" + "o" * 300 + "/jobs",  # a bad owner id
+    "/v1/owners/acme/nothing-here",        # an unknown route
+    "/v1/owners/acme/jobs/%FF",            # a bad path
+])
+async def test_the_token_is_checked_before_the_route(api: JobApi, path: str) -> None:
+    # Without the token, nothing about the API's routes or their checks leaks.
+    response = await call(api, "GET", path, headers={})
+    assert (response.status, response.body["error"]["code"]) == (401, "unauthorized")
+
+
+@pytest.mark.parametrize("path", ["/v1/owners/acme/jobs/..", "/v1/owners/acme/jobs/%2e%2e",
+                                  "/v1/owners/./jobs", "/v1/owners/acme/queues/./head"])
+async def test_dot_segments_are_refused_on_every_host_alike(api: JobApi, path: str) -> None:
+    response = await call(api, "GET", path)
+    assert (response.status, response.body["error"]["code"]) == (400, "bad_path")
+
+
+async def test_dot_ids_cannot_be_enqueued(api: JobApi, owners: Owners) -> None:
+    response = await call(api, "POST", "/v1/owners/acme/jobs", a_job(".."))
+    assert (response.status, response.body["error"]["field"]) == (400, "job_id")
+    assert owners.runtimes == {}
+
+
+async def test_a_conflict_inside_one_request_is_refused_before_any_owner_is_opened(
+        api: JobApi, owners: Owners) -> None:
+    body = {"jobs": [a_job("a"), a_job("a", priority=9)]}
+    response = await call(api, "POST", "/v1/owners/acme/jobs", body)
+    assert response.status == 409
+    assert response.body["error"]["code"] == "ingest_conflict"
+    assert "twice in this request" in response.body["error"]["message"]
+    assert owners.runtimes == {}
+    same_twice = await call(api, "POST", "/v1/owners/acme/jobs", {"jobs": [a_job("a"), a_job("a")]})
+    assert same_twice.body == {"jobs": [{"job_id": "a", "status": "queued"},
+                                        {"job_id": "a", "status": "duplicate"}]}
+
+
+async def test_owner_and_shared_scopes_refuse_the_same_bodies(owners: Owners) -> None:
+    api = JobApi(token=TOKEN, owners=owners, shared=owners("shared"))
+    for body in ({"job_id": "a", "queue": "q", "priority": 1.0},
+                 {"jobs": [a_job("a"), a_job("b", payload={"x": float("nan")})]},
+                 {"job_id": "a", "queue": "q", "lane": ""}):
+        answers = [await call(api, "POST", f"/v1/{scope}/jobs", body)
+                   for scope in ("owners/acme", "shared")]
+        assert answers[0].status == answers[1].status == 400
+        assert answers[0].body == answers[1].body
+    assert list(owners.runtimes) == ["shared"] and owners.total_jobs() == 0
+
+
+def test_refuse_early_answers_from_the_head_alone(api: JobApi, owners: Owners) -> None:
+    assert api.refuse_early("POST", "/v1/owners/acme/jobs", AUTH, 10) is None
+    assert api.refuse_early("GET", "/v1/health", {}, None) is None
+    cases = [
+        (("POST", "/v1/owners/acme/jobs", {}, 10), 401),
+        (("POST", "/v1/owners/acme/jobs", AUTH, api.max_body_bytes + 1), 413),
+        (("GET", "/v1/owners/acme/jobs", AUTH, None), 405),
+        (("GET", "/v1/owners/acme/jobs/..", AUTH, None), 400),
+        (("GET", "/nothing", AUTH, None), 404),
+    ]
+    for args, status in cases:
+        refused = api.refuse_early(*args)
+        assert refused is not None and refused.status == status, (args, refused)
+    assert owners.runtimes == {}

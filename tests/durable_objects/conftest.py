@@ -23,6 +23,7 @@ from tests.fakes.do_namespace import FakeDurableObjectNamespace
 from tests.fakes.pyodide_ffi import JsException, fake_pyodide
 from tests.fakes.workers_module import installed_workers_module
 from tickwork import AbortSignal, Completed, Failed, JobRecord
+from tickwork.jobs import canonical_json
 
 OWNER = "tenant-1"
 STORAGE_ERROR = "SQLITE_IOERR: disk I/O error"
@@ -150,8 +151,10 @@ class Host:
 
 
 def job(job_id: str, queue: str = "q", **fields: Any) -> dict[str, Any]:
-    """A job as it travels over RPC (the wire shape)."""
-    return {"job_id": job_id, "queue": queue, **fields}
+    """A job as it travels over RPC (``tickwork.api.wire.job_to_rpc``'s shape:
+    the payload as canonical JSON text)."""
+    payload = fields.pop("payload", None)
+    return {"job_id": job_id, "queue": queue, "payload_json": canonical_json(payload), **fields}
 
 
 @pytest.fixture(params=["builtin", "external"])

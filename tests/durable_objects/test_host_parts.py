@@ -147,7 +147,7 @@ async def test_the_default_executor_is_the_worker_registry(tmp_path: Path) -> No
 
         namespace = FakeDurableObjectNamespace(JobOwner, SimpleNamespace(), directory=tmp_path)
         stub = namespace.getByName(OWNER)
-        await stub.ingest({"job_id": "a", "queue": "no-such-queue"})
+        await stub.ingest({"job_id": "a", "queue": "no-such-queue", "payload_json": "null"})
         await namespace.instance(OWNER).alarm(None)
         [row] = namespace.storage(OWNER).debug_query(
             "SELECT state, outcome, failure_reason FROM tickwork_jobs")

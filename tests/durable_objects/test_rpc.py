@@ -44,8 +44,11 @@ async def test_an_invalid_job_in_a_list_stores_nothing(host: Host) -> None:
     assert reply["status"] == 400
     assert reply["error"]["code"] == "invalid_job"
     assert reply["error"]["field"] == "jobs[1].priority"
-    reply = await host.stub().ingest({"job_id": "d"})
-    assert (reply["status"], reply["error"]["field"]) == (400, "job.queue")
+    reply = await host.stub().ingest({"job_id": "d", "payload_json": "null"})
+    assert (reply["status"], reply["error"]["field"]) == (400, "jobs[0].queue")
+    # The RPC shape is job_to_rpc's: a payload travels as JSON text.
+    reply = await host.stub().ingest({"job_id": "d", "queue": "q", "payload": {"n": 1}})
+    assert (reply["status"], reply["error"]["field"]) == (400, "jobs[0]")
     assert host.rows() == {}
 
 

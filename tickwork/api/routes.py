@@ -1,9 +1,11 @@
 """The /v1 HTTP API, written once and served by the Worker and the local host.
 
 Sans-I/O: a host turns its request into an ``ApiRequest``, awaits
-``JobApi.handle`` and writes the ``ApiResponse`` back. The routes never see
+``JobApi.handle`` and writes the ``ApiResponse`` back (``refuse_early``
+answers from the head alone, before the body is read). The routes never see
 a socket or a JS object, so the Worker (``worker/entry.py``) and
-``tickwork serve`` answer byte-for-byte the same.
+``tickwork serve`` route, validate and refuse alike; only what a host does
+with an unexpected failure (a 500) is its own.
 
 Scopes: ``/v1/owners/{owner}/...`` addresses one owner's jobs (a
 ``JobOwner`` Durable Object, or one sqlite3 file locally);
@@ -12,8 +14,9 @@ segments are percent-decoded, so ids may hold any text.
 
 Every /v1 route needs ``Authorization: Bearer <token>``: mutations by the
 contract, reads because job payloads are the caller's data. Only
-``GET /v1/health`` is open. A refused request changes nothing: the token,
-the route and the whole body are checked before any service call.
+``GET /v1/health`` is open. A refused request changes nothing: the token
+(first), the route and the whole body, every job validated, are checked
+before any service is called.
 """
 
 from __future__ import annotations
@@ -26,8 +29,16 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
-from ..errors import InvalidArgument
-from ..jobs import MAX_LANE_LENGTH, check_id, check_reason, check_text
+from ..errors import IngestConflict, InvalidArgument, InvalidJob
+from ..jobs import (
+    MAX_LANE_LENGTH,
+    check_id,
+    check_reason,
+    check_text,
+    replay_flags,
+    validate_job,
+    validate_jobs,
+)
 from . import wire
 from .service import JobService
 from .wire import ApiError
@@ -100,22 +111,51 @@ class JobApi:
                 raise
             return ApiResponse(refused.status, refused.to_wire())
 
-    async def _handle(self, request: ApiRequest) -> ApiResponse:
-        segments = _segments(request.path)
-        if segments == [API_VERSION, "health"]:
+    def refuse_early(self, method: str, path: str, headers: Mapping[str, str],
+                     content_length: int | None) -> ApiResponse | None:
+        """The refusal a request gets from its head alone, or None to go on.
+
+        Hosts call this before reading the body: a request with no or a wrong
+        token, an unknown route or a declared body over the limit is answered
+        without the body ever being read. ``handle`` checks all of it again.
+        """
+        head = ApiRequest(method, path, headers)
+        try:
+            self._check_head(head)
+        except ApiError as refused:
+            return ApiResponse(refused.status, refused.to_wire())
+        except Exception as error:
+            mapped = wire.error_for(error)
+            if mapped is None:
+                raise
+            return ApiResponse(mapped.status, mapped.to_wire())
+        if content_length is not None and content_length > self.max_body_bytes:
+            return ApiResponse(413, _too_large(content_length, self.max_body_bytes).to_wire())
+        return None
+
+    def _check_head(self, request: ApiRequest) -> Route | None:
+        """Path, token, route and method; None for the health route."""
+        raw = _raw_segments(request.path)
+        if raw == [API_VERSION, "health"]:
             _allow(request, "GET")
-            return ApiResponse(200, {"ok": True, "api": API_VERSION})
-        if not segments or segments[0] != API_VERSION:
-            raise ApiError(404, "no_route", f"no route for {request.path!r}; the API lives "
-                                            f"under /{API_VERSION}")
-        route = _match(segments[1:])  # unknown routes get 404 before the token check
+            return None
+        if not raw or raw[0] != API_VERSION:
+            raise ApiError(404, "no_route", f"no route for {request.path[:200]!r}; the API "
+                                            f"lives under /{API_VERSION}")
+        # The token first: without it, no route (nor its argument checks)
+        # tells the caller anything about the API.
         self._authorise(request)
+        route = _match(_decoded(raw[1:]))
+        _allow(request, _METHODS[route[1]])
+        return route
+
+    async def _handle(self, request: ApiRequest) -> ApiResponse:
+        route = self._check_head(request)
+        if route is None:
+            return ApiResponse(200, {"ok": True, "api": API_VERSION})
         if len(request.body) > self.max_body_bytes:
-            raise ApiError(413, "body_too_large",
-                           f"request body is {len(request.body)} bytes; "
-                           f"at most {self.max_body_bytes} are accepted")
+            raise _too_large(len(request.body), self.max_body_bytes)
         scope, action, args = route
-        _allow(request, _METHODS[action])
         body = _json_body(request) if _METHODS[action] == "POST" else None
         call = _decode(action, args, body)  # the whole request is valid past here
         service = await self._service(scope)
@@ -166,19 +206,29 @@ _METHODS = {
 Route = tuple[tuple[str, str | None], str, list[str]]
 
 
-def _segments(path: str) -> list[str]:
+def _raw_segments(path: str) -> list[str]:
+    """The path's segments, still percent-encoded (empty ones dropped)."""
     if len(path) > MAX_PATH_LENGTH:
         raise ApiError(414, "path_too_long", f"path is {len(path)} characters; "
                                              f"at most {MAX_PATH_LENGTH} are accepted")
-    raw = path.split("?", 1)[0].strip("/").split("/")
+    return [segment for segment in path.split("?", 1)[0].split("/") if segment != ""]
+
+
+def _decoded(segments: list[str]) -> list[str]:
     try:
-        return [unquote(segment, errors="strict") for segment in raw if segment != ""]
+        return [unquote(segment, errors="strict") for segment in segments]
     except UnicodeDecodeError:
         raise ApiError(400, "bad_path", "path is not valid percent-encoded UTF-8") from None
 
 
 def _match(rest: list[str]) -> Route:
     """(scope, action, path arguments) for the path after /v1."""
+    for segment in rest:
+        if segment in (".", ".."):
+            # URL parsers (WHATWG, so the Workers runtime) resolve these before
+            # any route sees them; refuse them everywhere, alike on every host.
+            raise ApiError(400, "bad_path", f"{segment!r} cannot be a path segment; "
+                                            "ids '.' and '..' cannot be addressed")
     if rest[:1] == ["shared"]:
         scope: tuple[str, str | None] = ("shared", None)
         tail = rest[1:]
@@ -205,6 +255,11 @@ def _match(rest: list[str]) -> Route:
         case ["lanes", lane, "fail"]:
             return scope, "fail_lane", [lane]
     raise _no_route(rest)
+
+
+def _too_large(size: int, limit: int) -> ApiError:
+    return ApiError(413, "body_too_large",
+                    f"request body is {size} bytes; at most {limit} are accepted")
 
 
 def _no_route(rest: list[str]) -> ApiError:
@@ -243,6 +298,18 @@ def _decode(action: str, args: list[str], body: Any) -> Call:
     """Validate the request's arguments and return the service call to make."""
     if action == "enqueue":
         jobs, as_list = wire.jobs_from_wire(body)
+        # Validate everything here, before any service (a Durable Object, a
+        # file) is touched: every host refuses exactly the same bodies.
+        valid = validate_jobs(jobs) if as_list else [validate_job(jobs[0])]
+        for job in valid:
+            if job.job_id in (".", ".."):
+                raise InvalidJob("job_id", f"{job.job_id!r} cannot be addressed in a URL path")
+        try:
+            replay_flags(valid, {})
+        except IngestConflict as conflict:
+            raise ApiError(409, "ingest_conflict",
+                           f"job {conflict.job_id!r} appears twice in this request with a "
+                           f"different {', '.join(conflict.fields)}", "jobs") from None
 
         async def enqueue(service: JobService) -> ApiResponse:
             statuses = await service.ingest(jobs)

@@ -19,7 +19,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from .._pyodide import load_jsnull
-from ..jobs import Job, JobRecord, check_id
+from ..errors import InvalidArgument
+from ..jobs import MAX_INGEST_BATCH, Job, JobRecord, check_id
 from ..outcomes import CancelResult, FailLaneResult, IngestStatus, QueueStatus
 from . import wire
 from .wire import ApiError
@@ -196,7 +197,7 @@ class RpcJobs:
         self.stub = stub
 
     async def ingest(self, jobs: Sequence[Job]) -> list[IngestStatus]:
-        payload = [_job_to_wire(job) for job in jobs]
+        payload = [wire.job_to_rpc(job) for job in jobs]
         statuses: list[IngestStatus] = _unwrap(await self.stub.ingest(payload))
         return statuses
 
@@ -241,9 +242,13 @@ class JobOwnerRpc:
 
     async def ingest(self, jobs: Any) -> dict[str, Any]:
         async def call() -> list[IngestStatus]:
-            data = plain_data(jobs)  # one job object, or a list of them
-            decoded = ([wire.job_from_wire(data)] if isinstance(data, Mapping)
-                       else wire.jobs_from_wire({"jobs": data})[0])
+            data = plain_data(jobs)  # a list of job_to_rpc objects, or one
+            items = [data] if isinstance(data, Mapping) else data
+            if not isinstance(items, list) or not 1 <= len(items) <= MAX_INGEST_BATCH:
+                raise InvalidArgument(
+                    "jobs", f"must be a job or a list of 1 to {MAX_INGEST_BATCH} jobs")
+            decoded = [wire.job_from_rpc(item, f"jobs[{index}]")
+                       for index, item in enumerate(items)]
             return await self._job_service().ingest(decoded)
         return await rpc_reply(call)
 
@@ -286,15 +291,3 @@ class JobOwnerRpc:
         async def call() -> dict[str, Any]:
             return wire.status_to_wire(await self._job_service().queue_status(plain_data(queue)))
         return await rpc_reply(call)
-
-
-def _job_to_wire(job: Job) -> dict[str, Any]:
-    return {
-        "job_id": job.job_id,
-        "queue": job.queue,
-        "lane": job.lane,
-        "priority": job.priority,
-        "payload": job.payload,
-        "recovery": (None if job.recovery is None
-                     else {"max_recoveries": job.recovery.max_recoveries}),
-    }

@@ -8,12 +8,13 @@ field, never coerced.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
 from ..errors import IngestConflict, InvalidArgument, InvalidJob, TickworkError
-from ..jobs import MAX_INGEST_BATCH, Job, JobRecord, Recovery
-from ..outcomes import CancelResult, FailLaneResult, QueueStatus, TickResult
+from ..jobs import MAX_INGEST_BATCH, Job, JobRecord, Recovery, canonical_json
+from ..outcomes import CancelResult, FailLaneResult, QueueStatus
 
 _JOB_KEYS = ("job_id", "queue", "lane", "priority", "payload", "recovery")
 _REQUIRED_JOB_KEYS = ("job_id", "queue")
@@ -35,10 +36,6 @@ class ApiError(TickworkError):
         if self.field is not None:
             error["field"] = self.field
         return {"error": error}
-
-
-def bad_request(field: str, problem: str) -> ApiError:
-    return ApiError(400, "invalid_argument", f"{field}: {problem}", field)
 
 
 def error_for(error: BaseException) -> ApiError | None:
@@ -144,7 +141,8 @@ def _json_type(value: object) -> str:
 # ------------------------------------------------------------------ encoding
 
 
-def record_to_wire(job: JobRecord) -> dict[str, Any]:
+def job_to_wire(job: Job | JobRecord) -> dict[str, Any]:
+    """A job's cargo as the API shows it (what ``job_from_wire`` reads back)."""
     return {
         "job_id": job.job_id,
         "queue": job.queue,
@@ -153,6 +151,34 @@ def record_to_wire(job: JobRecord) -> dict[str, Any]:
         "payload": job.payload,
         "recovery": (None if job.recovery is None
                      else {"max_recoveries": job.recovery.max_recoveries}),
+    }
+
+
+def job_to_rpc(job: Job) -> dict[str, Any]:
+    """A job for ``JobOwner.ingest`` over Workers RPC: the payload travels as its
+    canonical JSON text, because RPC turns a whole float (1.0) into an int (1)
+    and would alter the payload on the way."""
+    cargo = job_to_wire(job)
+    del cargo["payload"]
+    cargo["payload_json"] = canonical_json(job.payload)
+    return cargo
+
+
+def job_from_rpc(value: object, where: str) -> Job:
+    """The inverse of ``job_to_rpc`` (strict, like ``job_from_wire``)."""
+    if not isinstance(value, Mapping) or not isinstance(value.get("payload_json"), str):
+        raise InvalidJob(where, "must be a job object with payload_json text (job_to_rpc)")
+    cargo = dict(value)
+    try:
+        cargo["payload"] = json.loads(cargo.pop("payload_json"))
+    except ValueError as error:
+        raise InvalidJob(f"{where}.payload_json", f"is not JSON: {error}") from None
+    return job_from_wire(cargo, where)
+
+
+def record_to_wire(job: JobRecord) -> dict[str, Any]:
+    return {
+        **job_to_wire(job),
         "state": job.state,
         "outcome": job.outcome,
         "failure_reason": job.failure_reason,
@@ -220,13 +246,3 @@ def fail_lane_to_wire(result: FailLaneResult) -> dict[str, Any]:
 
 def fail_lane_from_wire(value: Mapping[str, Any]) -> FailLaneResult:
     return FailLaneResult(value["settled"], value["more"])
-
-
-def tick_to_wire(result: TickResult) -> dict[str, Any]:
-    return {
-        "status": result.status,
-        "job_id": result.job_id,
-        "outcome": result.outcome,
-        "failure_reason": result.failure_reason,
-        "reason": result.reason,
-    }
