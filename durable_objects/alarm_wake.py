@@ -6,8 +6,9 @@ synchronous code (ingest, cancel, ...) and from its ticks, so ``recompute``
 itself is synchronous: it marks the alarm state stale and, when an event
 loop is running, starts one background drain. ``flush()`` waits for the
 drain (and runs it if none could start); the host awaits it before it
-answers a request, so a committed job never sits without an alarm once the
-caller has its reply.
+answers a request, so once the caller has its reply the alarm matches the
+pending work, except while the wake is held (below): then ``flush()``
+writes nothing and the holder recomputes when it releases.
 
 One drain at a time, and each one re-reads the state when it starts, so the
 last recompute always wins: no interleaving of "arm" and "delete" can leave
@@ -74,10 +75,6 @@ class AlarmWake:
         if self._holds <= 0:
             raise RuntimeError("AlarmWake.release() without hold()")
         self._holds -= 1
-
-    @property
-    def held(self) -> bool:
-        return self._holds > 0
 
     def delay_until(self, epoch_ms: int | None) -> None:
         """Arm no earlier than ``epoch_ms`` while it is in the future (None: no floor)."""

@@ -1,8 +1,8 @@
 """JobOwner: the Durable Object that hosts one owner-local tickwork runtime.
 
 One object per owner (``env.JOB_OWNERS.getByName(owner)``). Its SQLite
-storage holds the jobs; its RPC methods (from ``JobOwnerRpc``) ingest, read,
-cancel, refuse lanes and purge; its alarm runs the ticks.
+storage holds the jobs; its RPC methods (``JobOwnerRpc``'s, each redefined
+here) ingest, read, cancel, refuse lanes and purge; its alarm runs the ticks.
 
 The constructor runs again every time the object wakes up (after an
 eviction, a restart, a deploy), so it holds no state that is not in storage
@@ -20,14 +20,24 @@ Alarm policy (class attributes, override in a subclass):
   runtime retries it with backoff (2 s, 4 s, ...). From retry 3 on it
   re-arms the alarm ``alarm_late_retry_delay_ms`` (60 s) ahead and returns,
   so the runtime's 6 retries do not run out while storage stays down. (If
-  even that ``setAlarm`` fails it raises; should the runtime give up, any
-  mutating RPC re-arms the alarm, a replayed one included.)
+  even that ``setAlarm`` fails it raises; should the runtime give up, the
+  next RPC call of any kind, a read or a replayed mutation included,
+  re-arms the alarm.)
 * ``liveness_unknown`` (a probe that raised) ends the handler and re-arms
   ``alarm_liveness_retry_ms`` (5 s) ahead instead of "now", so an unanswerable
   probe cannot spin the alarm. ``busy`` ends it as well (another handler is
   ticking and will recompute when it ends).
 * Delivering the same alarm twice is harmless: the second one finds the work
   done (idle) and recomputes.
+
+What an RPC reply guarantees about the alarm: every RPC method brings the
+alarm in step before it replies (``_settle_alarm``). Unless an ``alarm()``
+handler of this instance is running, a successful reply means the alarm is
+armed if the owner has pending work (due now, or at the back-off an
+unanswerable liveness probe set) and deleted if it has none. While a
+handler runs it holds the wake: the RPC's flush writes nothing, and the
+handler brings the alarm in step when it ends (or, if that fails, the
+runtime's retry of the handler or its late re-arm covers it, as above).
 
 Hooks for subclasses (underscored, so they are not RPC methods):
 ``_executor()`` (default: ``worker.executors.build_registry(env)``, imported
@@ -117,12 +127,16 @@ class JobOwner(JobOwnerRpc, DurableObject):  # type: ignore[misc, unused-ignore]
         return self.runtime.has_pending_work()
 
     # ------------------------------------------------------------ RPC
-    # JobOwnerRpc implements them; the mutations also bring the alarm in
-    # step before the reply, so an accepted job always has an alarm armed.
-    # Every mutation checks, even one that changed nothing (a replayed
-    # ingest or cancel): a caller's retry then also repairs an alarm that
-    # was lost (the runtime gave up retrying it, or the object died between
-    # a commit and its setAlarm).
+    # Every RPC method is defined here, on the class itself: some workerd
+    # versions list only the functions in the class's own ``__dict__`` as RPC
+    # methods, not inherited ones. Each is a thin override of JobOwnerRpc's
+    # (which decodes, validates and runs it) that then brings the alarm in
+    # step before the reply (see the module doc for what that guarantees
+    # while an alarm handler runs). Every call checks, reads and calls that
+    # changed nothing (a replayed ingest or cancel) included: whatever a
+    # caller does, even only polling, also repairs an alarm that was lost
+    # (the runtime gave up retrying it, or the object died between a commit
+    # and its setAlarm).
 
     async def _settle_alarm(self) -> None:
         self._wake.mark_stale()
@@ -130,6 +144,16 @@ class JobOwner(JobOwnerRpc, DurableObject):  # type: ignore[misc, unused-ignore]
 
     async def ingest(self, jobs: Any) -> dict[str, Any]:
         reply = await super().ingest(jobs)
+        await self._settle_alarm()
+        return reply
+
+    async def read(self, job_id: Any) -> dict[str, Any]:
+        reply = await super().read(job_id)
+        await self._settle_alarm()
+        return reply
+
+    async def read_queue_head(self, queue: Any) -> dict[str, Any]:
+        reply = await super().read_queue_head(queue)
         await self._settle_alarm()
         return reply
 
@@ -146,6 +170,16 @@ class JobOwner(JobOwnerRpc, DurableObject):  # type: ignore[misc, unused-ignore]
 
     async def purge(self, queue: Any) -> dict[str, Any]:
         reply = await super().purge(queue)
+        await self._settle_alarm()
+        return reply
+
+    async def status(self) -> dict[str, Any]:
+        reply = await super().status()
+        await self._settle_alarm()
+        return reply
+
+    async def queue_status(self, queue: Any) -> dict[str, Any]:
+        reply = await super().queue_status(queue)
         await self._settle_alarm()
         return reply
 

@@ -38,23 +38,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if args[:1] == ["demo"] and args[1:2] not in (["-h"], ["--help"]):
-        # Unchanged since before the other commands: the README's main command.
+    if args[:1] == ["demo"] and {"-h", "--help"}.isdisjoint(args[1:]):
+        # Straight to the demo, without importing the host modules: the
+        # README's first command, unchanged since before the other commands.
         from .demo import main as demo
 
         return demo(args[1:])
+    # "demo --help" (or -h) ends here: argparse prints the demo's help and
+    # exits 0, so only serve and inspect get past this line.
     options = build_parser().parse_args(args)
     if options.command == "serve":
         from .host import serve
 
         return serve.main(options)
-    if options.command == "inspect":
-        from .host import inspect_cli
+    assert options.command == "inspect", options.command
+    from .host import inspect_cli
 
-        return inspect_cli.main(options)
-    from .demo import main as demo  # "demo --help" lands here after printing help
-
-    return demo([])
+    return inspect_cli.main(options)
 
 
 if __name__ == "__main__":

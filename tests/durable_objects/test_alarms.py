@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from tests.durable_objects.conftest import OWNER, Host, job
 from tests.fakes.alarms import FIRST_BACKOFF_MS, MAX_RETRIES
 
@@ -253,6 +255,57 @@ async def test_a_wake_up_re_arms_an_alarm_lost_before_it_was_written(host: Host)
     assert await host.alarm() == host.clock()
     await host.scheduler.run_due()
     assert host.rows()["a"][:2] == ("settled", "completed")
+
+
+READS = [
+    ("read", ("a",)),
+    ("read_queue_head", ("q",)),
+    ("status", ()),
+    ("queue_status", ("q",)),
+    ("read", ("",)),  # refused (an error envelope): still re-arms
+]
+
+
+@pytest.mark.parametrize(("method", "args"), READS, ids=[f"{m}{a}" for m, a in READS])
+async def test_a_read_re_arms_an_alarm_that_was_dropped(
+    host: Host, method: str, args: tuple[Any, ...]
+) -> None:
+    await host.stub().ingest(job("a"))
+    await host.namespace.storage(OWNER).deleteAlarm()  # dropped: the runtime gave up on it
+    assert await host.alarm() is None
+    host.clock.advance(1_000)
+    reply = await getattr(host.stub(), method)(*args)
+    assert "ok" in reply
+    assert await host.alarm() == host.clock()  # armed again before the reply
+    await host.scheduler.run_due()
+    assert host.rows()["a"][:2] == ("settled", "completed")
+
+
+async def test_a_read_of_an_idle_owner_arms_nothing(host: Host) -> None:
+    assert (await host.stub().status())["value"] == []
+    assert await host.alarm() is None
+    await host.stub().ingest(job("a"))
+    await host.scheduler.run_due()
+    storage = host.namespace.storage(OWNER)
+    await storage.setAlarm(host.clock() + 60_000)  # a stray alarm with nothing pending
+    assert (await host.stub().read("a"))["value"]["state"] == "settled"
+    assert await host.alarm() is None  # brought in step: deleted
+
+
+async def test_a_read_during_an_alarm_handler_leaves_the_alarm_to_the_handler(
+    host: Host,
+) -> None:
+    await host.stub().ingest([job("first", payload={"do": "block"}), job("second", "other")])
+    delivering = asyncio.create_task(host.scheduler.run_due())
+    await host.executor.blocked.wait()
+    await host.namespace.storage(OWNER).deleteAlarm()
+    assert (await host.stub().status())["ok"] is True
+    assert await host.alarm() is None  # held: the flush writes nothing
+    host.executor.release("first")
+    [delivery] = await delivering
+    assert delivery.outcome == "ok"
+    assert {row[1] for row in host.rows().values()} == {"completed"}
+    assert await host.alarm() is None
 
 
 async def test_an_unanswerable_liveness_probe_backs_off_instead_of_spinning(host: Host) -> None:

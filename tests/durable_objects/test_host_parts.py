@@ -8,7 +8,7 @@ import asyncio
 import itertools
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
+from types import FunctionType, SimpleNamespace
 from typing import Any
 
 import pytest
@@ -19,6 +19,7 @@ from tests.fakes.do_namespace import FakeDurableObjectNamespace, carry, rpc_meth
 from tests.fakes.do_storage import FakeDurableObjectStorage, JsDict
 from tests.fakes.pyodide_ffi import JsException, JsObject, fake_pyodide, jsnull
 from tests.fakes.workers_module import installed_workers_module
+from tickwork.api import JobOwnerRpc
 
 
 @pytest.fixture
@@ -156,10 +157,25 @@ async def test_the_default_executor_is_the_worker_registry(tmp_path: Path) -> No
         namespace.close()
 
 
+RPC_METHODS = ["alarm", "cancel", "fail_lane", "ingest", "purge", "queue_status", "read",
+               "read_queue_head", "status"]
+
+
+def _own_public_functions(cls: type) -> list[str]:
+    return sorted(name for name, value in vars(cls).items()
+                  if not name.startswith("_") and isinstance(value, FunctionType))
+
+
 def test_only_public_functions_are_rpc_methods(glue: Any) -> None:
-    assert rpc_methods(glue.package.JobOwner) == [
-        "alarm", "cancel", "fail_lane", "ingest", "purge", "queue_status", "read",
-        "read_queue_head", "status"]
+    assert rpc_methods(glue.package.JobOwner) == RPC_METHODS
+
+
+def test_every_rpc_method_is_defined_on_the_class_itself(glue: Any) -> None:
+    # The strict reading: some workerd versions list only the functions in
+    # the class's own __dict__, so an inherited RPC method would be missing.
+    assert _own_public_functions(glue.package.JobOwner) == RPC_METHODS
+    # Every RPC method JobOwnerRpc implements is redefined, a new one included.
+    assert set(_own_public_functions(JobOwnerRpc)) | {"alarm"} == set(RPC_METHODS)
 
 
 async def test_one_instance_per_name_rebuilt_from_storage_after_eviction(host: Host) -> None:

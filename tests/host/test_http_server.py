@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import pytest
@@ -145,11 +145,24 @@ def test_encode_response() -> None:
 
 
 class RecordingApi(JobApi):
-    """A JobApi that records what reaches it and answers with an echo."""
+    """A JobApi that records what reaches it and answers with an echo.
+
+    Paths under /v1 get the real head checks (token "t", routes, methods);
+    the other test paths (/x, /boom, /slow, /early-boom) pass them."""
 
     def __init__(self) -> None:
         super().__init__(token="t", max_body_bytes=100)
         self.requests: list[ApiRequest] = []
+        self.heads: list[tuple[str, str]] = []
+
+    def refuse_early(self, method: str, path: str, headers: Mapping[str, str],
+                     content_length: int | None) -> ApiResponse | None:
+        self.heads.append((method, path))
+        if path == "/early-boom":
+            raise RuntimeError("a bug in the head checks")
+        if not path.startswith("/v1/"):
+            return None
+        return super().refuse_early(method, path, headers, content_length)
 
     async def handle(self, request: ApiRequest) -> ApiResponse:
         self.requests.append(request)
@@ -256,3 +269,50 @@ async def test_close_lets_a_request_in_flight_finish(running: Any) -> None:
         await asyncio.open_connection("127.0.0.1", port)
     writer.close()
     idle_writer.close()
+
+
+async def test_a_refusal_from_the_head_never_reads_the_body(running: Any) -> None:
+    _, api, port, _ = running
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    # A wrong token and a declared body that never comes: answered at once
+    # (not after body_timeout_s), and the connection is closed.
+    writer.write(b"POST /v1/owners/o/jobs HTTP/1.1\r\nHost: h\r\n"
+                 b"Authorization: Bearer wrong\r\nContent-Length: 90\r\n\r\n")
+    reply = await asyncio.wait_for(reader.read(), 0.4)
+    assert status_of(reply) == 401 and b'"unauthorized"' in reply
+    assert b"connection: close" in reply
+    writer.close()
+    for request, status in (
+        (b"POST /v1/owners/o/nowhere HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer t\r\n"
+         b"Content-Length: 50\r\n\r\n", 404),
+        (b"GET /v1/owners/o/jobs HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer t\r\n"
+         b"Content-Length: 50\r\n\r\n", 405),
+        (b"POST /v1/owners/o/jobs HTTP/1.1\r\nHost: h\r\nContent-Length: 50\r\n"
+         b"Expect: 100-continue\r\n\r\n", 401),  # no 100 Continue either
+    ):
+        reply = await asyncio.wait_for(exchange(port, request), 0.4)
+        assert status_of(reply) == status, reply
+        assert not reply.startswith(b"HTTP/1.1 100")
+    assert api.requests == []  # handle() never ran
+
+
+async def test_a_refusal_without_a_body_keeps_the_connection(running: Any) -> None:
+    _, api, port, _ = running
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET /v1/owners/o/queues HTTP/1.1\r\nHost: h\r\n\r\n"
+                 b"GET /x HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
+    replies = await asyncio.wait_for(reader.read(), 3)
+    writer.close()
+    assert replies.startswith(b"HTTP/1.1 401 ")
+    assert b"connection: keep-alive" in replies
+    assert b"HTTP/1.1 200 OK" in replies
+    assert [request.path for request in api.requests] == ["/x"]
+
+
+async def test_a_failing_head_check_is_a_500_and_logged(running: Any) -> None:
+    _, api, port, errors = running
+    reply = await exchange(port, b"POST /early-boom HTTP/1.1\r\nHost: h\r\n"
+                                 b"Content-Length: 5\r\n\r\nhello")
+    assert status_of(reply) == 500 and b'"internal_error"' in reply
+    assert api.requests == []
+    assert len(errors) == 1 and "a bug in the head checks" in errors[0]

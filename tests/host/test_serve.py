@@ -204,6 +204,9 @@ BAD_REQUESTS = [
     ("one bad job of many", "POST", "/jobs", json.dumps({"jobs": [
         {"job_id": "good", "queue": "q"}, {"job_id": "", "queue": "q"}]}).encode(), 400,
      "invalid_job"),
+    ("same id twice with different cargo", "POST", "/jobs", json.dumps({"jobs": [
+        {"job_id": "twice", "queue": "q", "priority": 1},
+        {"job_id": "twice", "queue": "q", "priority": 2}]}).encode(), 409, "ingest_conflict"),
     ("unknown route", "POST", "/jobs/a/explode", b"{}", 404, "no_route"),
     ("wrong method", "GET", "/jobs", b"", 405, "method_not_allowed"),
     ("cancel without id", "POST", "/jobs/a/cancel", b"{}", 400, "invalid_argument"),
@@ -235,6 +238,26 @@ def test_an_oversized_body_is_refused_before_it_is_read(server: Serve) -> None:
     status, headers, body = split_reply(raw_exchange(server, head))  # no body sent at all
     assert time.monotonic() - started < 3
     assert (status, body["error"]["code"]) == (413, "body_too_large")
+    assert headers["connection"] == "close"
+    assert not owner_file(server, owner).exists()
+
+
+@pytest.mark.parametrize(("auth", "suffix", "status", "code"), [
+    ("Authorization: Bearer wrong-token\r\n", "/jobs", 401, "unauthorized"),
+    ("", "/jobs", 401, "unauthorized"),
+    (f"Authorization: Bearer {TOKEN}\r\n", "/jobs/a/explode", 404, "no_route"),
+], ids=["wrong-token", "no-token", "unknown-route"])
+def test_a_refusal_from_the_head_does_not_wait_for_the_body(
+        server: Serve, auth: str, suffix: str, status: int, code: str) -> None:
+    owner = f"early-{code}"
+    head = (f"POST {owner_path(owner)}{suffix} HTTP/1.1\r\nHost: x\r\n{auth}"
+            "Content-Type: application/json\r\nContent-Length: 900000\r\n\r\n").encode()
+    started = time.monotonic()
+    # Only the head is sent: a server waiting for the body would answer
+    # after its 30 s body timeout, past this 5 s read timeout.
+    got, headers, body = split_reply(raw_exchange(server, head))
+    assert time.monotonic() - started < 3
+    assert (got, body["error"]["code"]) == (status, code)
     assert headers["connection"] == "close"
     assert not owner_file(server, owner).exists()
 

@@ -9,7 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.host.support import ROOT, Serve, job
+from tickwork.__main__ import COMMANDS, main
 from tickwork.host.owners import owner_file_name
 
 
@@ -162,3 +165,18 @@ def test_help_lists_the_commands() -> None:
     serve_help = subprocess.run([sys.executable, "-m", "tickwork", "serve", "--help"],
                                 cwd=ROOT, capture_output=True, text=True, timeout=30)
     assert "--executors" in serve_help.stdout and "--postgres" in serve_help.stdout
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_demo_help_prints_the_demos_usage_and_does_not_run_it(
+        flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["demo", flag])
+    assert exited.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: tickwork demo")
+    assert COMMANDS["demo"] in out
+    assert "tickwork demo:" not in out  # the demo's first line: it never ran
+    result = subprocess.run([sys.executable, "-m", "tickwork", "demo", flag], cwd=ROOT,
+                            capture_output=True, text=True, timeout=30)
+    assert (result.returncode, result.stdout) == (0, out)

@@ -1,8 +1,12 @@
 """The local CPython host: ``tickwork serve`` and ``tickwork inspect``.
 
 CPython only. These modules import ``sqlite3``, ``ssl``, ``fcntl`` and
-``signal``, so they are never part of the Workers bundle, and no module
-outside this package imports them.
+``signal``, so they are never part of the Workers bundle. Outside this
+package only the other CPython-only entry points use any of them:
+``tickwork/demo.py`` imports ``sqlite3`` and ``signal``, and
+``tickwork/__main__.py`` imports this package. No other tickwork module
+imports them (``tests/unit/test_workers_safety.py`` keeps it so for
+``sqlite3`` and ``ssl``).
 
 * ``serve``: the /v1 HTTP API (``tickwork.api.JobApi``, the same routes the
   Worker serves) on an asyncio HTTP/1.1 server, owner-local jobs in one

@@ -10,8 +10,10 @@ queue ``webhooks``, or      ``tickwork.executors.webhook`` over the CPython tran
 ``kind: "webhook"``         ``tickwork.host.http_client.http_post``: payload
                             ``{"url", "body", "headers"?}``
 ``kind: "long"``            ``tickwork.executors.long_job``: ``{"steps", "step_ms"}``
-``kind: "echo"``            completes at once, or fails with ``payload["fail"]`` (a
-                            reason code) when given; touches nothing
+``kind: "echo"``            completes at once, or, when ``payload["fail"]`` is given
+                            (not null or false), fails with it as the reason if it
+                            is a valid reason code (a string of 1 to 256
+                            characters), else with ``echo_failed``; touches nothing
 ``kind: "sleep"``           sleeps ``payload["ms"]`` (default 1000, at most 3,600,000)
                             and completes; cancelled while asleep: ``Cancelled``
 anything else               ``Failed("no_executor")``
@@ -27,22 +29,32 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
+from ..errors import InvalidArgument
 from ..executors import ExecutorRegistry
 from ..executors.long_job import long_job
 from ..executors.webhook import HttpPost, webhook_executor
-from ..jobs import JobRecord
+from ..jobs import JobRecord, check_reason
 from ..outcomes import Cancelled, Completed, ExecutionResult, Failed
 from .http_client import http_post
 
 MAX_SLEEP_MS = 3_600_000
+#: The reason ``echo`` fails with when ``payload["fail"]`` is no valid reason code.
+ECHO_FAILED = "echo_failed"
 
 
 async def echo(job: JobRecord, signal: Any) -> ExecutionResult:
-    """Completes, or fails with ``payload["fail"]`` when that is a reason code."""
+    """Completes; fails when ``payload["fail"]`` is given (see the module doc)."""
     payload = job.payload
-    if isinstance(payload, Mapping) and isinstance(payload.get("fail"), str):
-        return Failed(payload["fail"])
-    return Completed()
+    fail = payload.get("fail") if isinstance(payload, Mapping) else None
+    if fail is None or fail is False:
+        return Completed()
+    try:
+        reason = check_reason("fail", fail)
+    except InvalidArgument:
+        # Failed() would raise inside the executor (settled execution_failed):
+        # report the requested failure under a fixed reason instead.
+        return Failed(ECHO_FAILED)
+    return Failed(reason)
 
 
 async def sleep(job: JobRecord, signal: Any) -> ExecutionResult:

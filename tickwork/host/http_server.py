@@ -7,8 +7,11 @@ Only what the /v1 API needs, strictly parsed:
   smuggling shape); either way the connection is closed, because the end of
   the refused body cannot be known.
 * a declared body above ``JobApi.max_body_bytes`` is refused with 413 before
-  a byte of it is read (``Expect: 100-continue`` is answered only for bodies
-  that will be read).
+  a byte of it is read. Once the head is parsed, ``JobApi.refuse_early``
+  answers what the head alone decides (no or a wrong token: 401, an unknown
+  route: 404, a wrong method: 405) before the body is read, too; a refused
+  request that declared a body closes the connection. ``Expect:
+  100-continue`` is answered only for bodies that will be read.
 * a malformed request line or header, bare CR/LF, a missing ``Host`` on
   HTTP/1.1, or an unknown ``Expect`` is refused (400, 417), as is a head
   larger than ``head_limit`` (431) and an HTTP version other than 1.0/1.1
@@ -27,13 +30,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-import sys
 import traceback
-from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
 
 from ..api import ApiError, ApiRequest, ApiResponse, JobApi
+from .common import Log, finish_tasks, stderr
 
 #: Largest request head (request line and headers) accepted.
 HEAD_LIMIT = 64 * 1024
@@ -176,13 +178,6 @@ def encode_response(response: ApiResponse, *, keep_alive: bool, head_only: bool 
     return head if head_only else head + body
 
 
-ErrorLog = Callable[[str], None]
-
-
-def _stderr(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
 class ApiServer:
     """Serves ``api`` over HTTP/1.1 on one listening socket."""
 
@@ -193,7 +188,7 @@ class ApiServer:
         head_limit: int = HEAD_LIMIT,
         idle_timeout_s: float = 30.0,
         body_timeout_s: float = 30.0,
-        log_error: ErrorLog = _stderr,
+        log_error: Log = stderr,
     ) -> None:
         self.api = api
         self.head_limit = head_limit
@@ -220,13 +215,7 @@ class ApiServer:
         for task, busy in list(self._connections.items()):
             if not busy:
                 task.cancel()
-        pending = list(self._connections)
-        if pending:
-            _, late = await asyncio.wait(pending, timeout=grace_s)
-            for task in late:
-                task.cancel()
-            if late:
-                await asyncio.wait(late, timeout=1.0)
+        await finish_tasks(list(self._connections), grace_s, cancel_wait_s=1.0)
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 1.0)
@@ -267,6 +256,18 @@ class ApiServer:
             except HttpError as error:
                 await self._refuse(reader, writer, error)
                 return
+            early = self._refuse_early(head)
+            if early is not None:
+                if head.content_length:
+                    # The body is never read, so the connection cannot carry
+                    # another request: answer and close.
+                    await self._close_with(reader, writer, early,
+                                           head_only=head.method == "HEAD")
+                    return
+                if not await self._answer(writer, head, early):
+                    return
+                self._connections[task] = False
+                continue
             body = b""
             if head.content_length:
                 if head.expect_continue:
@@ -277,35 +278,58 @@ class ApiServer:
                 except (asyncio.IncompleteReadError, TimeoutError):
                     return  # an incomplete body is never handed to the API
             response = await self._handle(head, body)
-            keep_alive = head.keep_alive and not self._closing
-            writer.write(encode_response(response, keep_alive=keep_alive,
-                                         head_only=head.method == "HEAD"))
-            await writer.drain()
-            self._connections[task] = False
-            if not keep_alive:
+            if not await self._answer(writer, head, response):
                 return
+            self._connections[task] = False
+
+    async def _answer(self, writer: asyncio.StreamWriter, head: RequestHead,
+                      response: ApiResponse) -> bool:
+        """Write ``response``; True when the connection stays open for another request."""
+        keep_alive = head.keep_alive and not self._closing
+        writer.write(encode_response(response, keep_alive=keep_alive,
+                                     head_only=head.method == "HEAD"))
+        await writer.drain()
+        return keep_alive
+
+    def _refuse_early(self, head: RequestHead) -> ApiResponse | None:
+        """The API's answer from the head alone (a wrong token, an unknown
+        route, a wrong method...), or None to read the body and go on."""
+        try:
+            return self.api.refuse_early(head.method, head.path, head.headers,
+                                         head.content_length)
+        except Exception:
+            return self._failed(head)
 
     async def _handle(self, head: RequestHead, body: bytes) -> ApiResponse:
         request = ApiRequest(head.method, head.path, head.headers, body)
         try:
             return await self.api.handle(request)
         except Exception:
-            self._log_error(f"tickwork serve: {head.method} {head.path} failed:\n"
-                            + traceback.format_exc())
-            return ApiResponse(500, ApiError(
-                500, "internal_error", "the server failed to handle the request; "
-                "see its log").to_wire())
+            return self._failed(head)
+
+    def _failed(self, head: RequestHead) -> ApiResponse:
+        """Log the failure being handled; the 500 the client gets instead."""
+        self._log_error(f"tickwork serve: {head.method} {head.path} failed:\n"
+                        + traceback.format_exc())
+        return ApiResponse(500, ApiError(
+            500, "internal_error", "the server failed to handle the request; "
+            "see its log").to_wire())
 
     async def _refuse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                       error: HttpError) -> None:
-        """Answer a refused request and close, letting the client read the answer.
+        await self._close_with(reader, writer, error.response())
+
+    async def _close_with(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                          response: ApiResponse, *, head_only: bool = False) -> None:
+        """Answer a request whose body is not read and close, letting the
+        client read the answer.
 
         The client may still be sending a body; closing with unread data
         would reset the connection and could destroy the response before the
         client reads it. So: answer, shut down our side, and discard what
         arrives for a short while before closing.
         """
-        writer.write(encode_response(error.response(), keep_alive=False))
+        writer.write(encode_response(response, keep_alive=False, head_only=head_only))
         with contextlib.suppress(Exception):
             await writer.drain()
             if writer.can_write_eof():

@@ -52,18 +52,18 @@ import hashlib
 import os
 import re
 import sqlite3
-import sys
 import time
 import traceback
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from .. import OwnerRuntime
 from ..api import JobService, OwnerJobs
+from ..executors import Executor
 from ..jobs import Job, JobRecord, validate_jobs
 from ..outcomes import CancelResult, FailLaneResult, IngestStatus, QueueStatus, TickResult
 from ..owners import Sqlite3Owner
+from .common import Log, finish_tasks, stderr
 from .progress import Progress
 
 #: Hex digits of the key's SHA-256 in a file name.
@@ -78,9 +78,6 @@ RETRY_AFTER_S = 1.0
 OWNER_KEY_TABLE = "tickwork_host_owner"
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
-
-Log = Callable[[str], None]
-Executor = Callable[[JobRecord, Any], Awaitable[Any]]
 
 
 class HostError(Exception):
@@ -130,7 +127,12 @@ def _not_alive(job: JobRecord) -> bool:
     return False
 
 
-class _NoWake:
+class _NothingToWake:
+    """The wake of the empty in-memory runtime that answers for owners without
+    a file (``OwnerStore._empty_jobs``): it is only read, and its cancels,
+    purges and lane refusals find no job, so it never gets pending work and
+    never needs a tick. A recompute is therefore ignored."""
+
     def recompute(self) -> None:
         pass
 
@@ -179,7 +181,7 @@ class OwnerStore:
         self.owners_dir = directory / "owners"
         self._execute = execute
         self._progress = progress or Progress()
-        self._log = log or _stderr
+        self._log = log or stderr
         self._max_open = max_open
         self._open: dict[str, _Owner] = {}
         self._stopping = False
@@ -206,7 +208,7 @@ class OwnerStore:
         if self._empty is None:
             connection = sqlite3.connect(":memory:", isolation_level=None)
             runtime = OwnerRuntime(Sqlite3Owner(connection), execute=self._execute,
-                                   is_alive=_not_alive, wake=_NoWake())
+                                   is_alive=_not_alive, wake=_NothingToWake())
             self._empty = connection, OwnerJobs(runtime)
         return self._empty[1]
 
@@ -305,13 +307,8 @@ class OwnerStore:
         interrupt them (the engine settles an interrupted job ``failed`` /
         ``execution_interrupted``); close every database."""
         self._stopping = True
-        loops = [owner.loop for owner in self._open.values() if owner.loop is not None]
-        if loops:
-            _, late = await asyncio.wait(loops, timeout=grace_s)
-            for task in late:
-                task.cancel()
-            if late:
-                await asyncio.wait(late, timeout=5.0)
+        await finish_tasks([owner.loop for owner in self._open.values()
+                            if owner.loop is not None], grace_s)
         for owner in list(self._open.values()):
             self._close_owner(owner)
         if self._empty is not None:
@@ -433,6 +430,3 @@ def _recorded_key(path: Path) -> str | None:
         connection.close()
     return None if row is None else str(row[0])
 
-
-def _stderr(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)

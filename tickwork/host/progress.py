@@ -10,11 +10,11 @@ something was settled, recovered or started since the last line.
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 from collections.abc import Callable
 
 from ..outcomes import OUTCOMES, TickResult
+from .common import stderr
 
 
 class Progress:
@@ -67,13 +67,10 @@ class Progress:
 
     async def run(self, every_s: float, write: Callable[[str], None] | None = None) -> None:
         """Print the summary every ``every_s`` seconds when it changed (until cancelled)."""
-        out = write or _stderr
+        out = write or stderr
         while True:
             await asyncio.sleep(every_s)
             line = self.summary()
             if line is not None:
                 out(line)
 
-
-def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)

@@ -32,12 +32,11 @@ import os
 import secrets
 import signal
 import sys
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from ..api import JobApi
-from ..executors import ExecutorRegistry
+from ..executors import Executor, ExecutorRegistry
 from ..jobs import JobRecord
 from ..outcomes import ExecutionResult
 from .http_server import ApiServer
@@ -48,8 +47,6 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8787
 DEFAULT_DATA = "./tickwork-data"
 TOKEN_ENV = "TICKWORK_TOKEN"
-
-Executor = Callable[[JobRecord, Any], Awaitable[ExecutionResult]]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -23,20 +23,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 import traceback
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from ..api import SharedJobs
 from ..errors import SchemaError
-from ..jobs import JobRecord
+from ..executors import Executor
 from ..outcomes import CancelResult, FailLaneResult
+from .common import Log, finish_tasks, stderr
 from .owners import HostError
 from .progress import Progress
-
-Log = Callable[[str], None]
-Executor = Callable[[JobRecord, Any], Awaitable[Any]]
 
 #: Longest drain() before a worker looks whether it should stop.
 DRAIN_BUDGET_MS = 1000
@@ -75,7 +72,7 @@ class SharedWorkers:
         self._worker_count = workers
         self._poll_s = poll_s
         self._progress = progress or Progress()
-        self._log = log or _stderr
+        self._log = log or stderr
         self._pool: Any = None
         self._runtimes: list[Any] = []
         self._events: list[asyncio.Event] = []
@@ -159,12 +156,7 @@ class SharedWorkers:
         """Let running jobs settle for ``grace_s``, interrupt the rest, close the pool."""
         self._stopping = True
         self.poke()
-        if self._tasks:
-            _, late = await asyncio.wait(self._tasks, timeout=grace_s)
-            for task in late:
-                task.cancel()
-            if late:
-                await asyncio.wait(late, timeout=5.0)
+        await finish_tasks(self._tasks, grace_s)
         if self._pool is not None:
             with contextlib.suppress(Exception):
                 await self._pool.close(timeout=5.0)
@@ -210,6 +202,3 @@ def _redact(dsn: str) -> str:
         return f"{scheme}://{user}@{host}"
     return " ".join(part for part in dsn.split() if not part.startswith("password="))
 
-
-def _stderr(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
