@@ -10,13 +10,22 @@ Bindings (see ``wrangler.toml``):
 * ``DB``: the D1 database of the shared queues (``/v1/shared/...``), with
   ``schema/d1`` applied (``wrangler d1 migrations apply DB``).
 
+Requests: the head is checked first (``JobApi.refuse_early``: token, then
+route and method, then a declared content-length over the limit, 413), so a
+refused request's body is never read; only then is the body read (and its
+size checked again).
+
 Shared enqueue commits the jobs together with the deployment's own rows:
 ``worker.executors.domain_statements(env, jobs)`` returns D1 statements, and
-they go into ONE ``db.batch`` with a ``D1Runtime.enqueue(job)`` statement per
-job (one round trip, one transaction): both commit, or neither does. A job
-replayed with other cargo fails the whole batch (409 ``ingest_conflict``,
-none of the domain rows stored); a failing domain statement stores no job
-(500: the error is the deployment's own).
+``D1Runtime.ingest_many(jobs, before=statements)`` sends them first in the
+jobs' ONE ``db.batch`` (one round trip, one transaction): both commit, or
+neither does. A job replayed with other cargo fails the whole batch (409
+``ingest_conflict``, none of the domain rows stored); a failing domain
+statement stores no job (500: the error is the deployment's own).
+
+The API's ``D1Runtime`` is kept per D1 binding for the isolate's life
+(``api_runtime``), so only an isolate's first shared request pays the
+schema-check query.
 
 The cron drain (``run_cron``): every firing ticks the shared D1 queues with
 ``D1Runtime.drain`` under ``JobLock(env.DB)``, one slot per firing, so
@@ -49,25 +58,22 @@ internals, while the traceback goes to the Worker's log.
 from __future__ import annotations
 
 import inspect
-import json
 import math
 import sys
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
 from workers import Response  # type: ignore[import-not-found, unused-ignore]
 
 from tickwork import Job
-from tickwork._pyodide import load_jsnull, load_to_js_for
+from tickwork._pyodide import load_jsnull
 from tickwork.api import ApiRequest, ApiResponse, JobApi, RpcJobs, SharedJobs
 from tickwork.api.wire import ApiError
 from tickwork.d1 import D1Runtime
-from tickwork.d1 import statements as d1_sql
-from tickwork.d1.binding import D1Binding
-from tickwork.errors import IngestConflict
-from tickwork.jobs import ValidJob, replay_flags, validate_jobs
+from tickwork.jobs import replay_flags, validate_jobs
 from tickwork.locks import JobLock, LockLease, LockRun
 from tickwork.outcomes import IngestStatus, TickResult
 
@@ -78,6 +84,7 @@ __all__ = [
     "CRON_LOCK_TTL_MS",
     "CRON_MAX_TICKS",
     "D1SharedJobs",
+    "api_runtime",
     "build_api",
     "cron_slot",
     "handle_fetch",
@@ -156,64 +163,53 @@ def _int_var(env: Any, name: str, default: int) -> int:
 class D1SharedJobs(SharedJobs):
     """The shared queues on D1; ingest commits with the domain statements in one batch."""
 
-    def __init__(self, runtime: D1Runtime, db: Any, env: Any,
+    def __init__(self, runtime: D1Runtime, env: Any,
                  domain_statements: DomainHook | None = None) -> None:
         super().__init__(runtime)
-        self.db = db
         self.env = env
         self.domain_statements = domain_statements
-        self._to_js = load_to_js_for(db)
 
     async def ingest(self, jobs: Sequence[Job]) -> list[IngestStatus]:
-        valid = validate_jobs(list(jobs))
-        replay_flags(valid, {})  # a conflict inside the request: refused before any I/O
-        extra: list[Any] = []
+        before: list[Any] = []
         if self.domain_statements is not None:
+            # Refused before the hook runs: a bad job, or a conflict inside the request.
+            replay_flags(validate_jobs(list(jobs)), {})
             made = self.domain_statements(self.env, list(jobs))
             if inspect.isawaitable(made):
                 made = await made
-            extra = list(made or [])
-        statements = [*extra, *(self.runtime.enqueue(job) for job in jobs)]
-        batch = statements if self._to_js is None else self._to_js(statements)
-        try:
-            results = await self.db.batch(batch)
-        except Exception as error:
-            if "tickwork_ingest_conflict" in str(error):
-                await self._raise_conflict(valid)
-            raise
-        changes = [_changes(result) for result in _plain(results)][len(extra):]
-        return ["queued" if changed else "duplicate" for changed in changes]
-
-    async def _raise_conflict(self, valid: list[ValidJob]) -> None:
-        """The trigger failed the batch (nothing written): name the job and fields."""
-        rows = await D1Binding(self.db).query(
-            d1_sql.SELECT_CARGO_MANY, (_json_list([job.job_id for job in valid]),))
-        replay_flags(valid, {row[0]: ValidJob(*row) for row in rows})  # raises
-        # Purged between the batch and this read: report it as the conflict it was.
-        raise IngestConflict(valid[0].job_id, ("cargo",))
+            before = list(made or [])
+        statuses: list[IngestStatus] = await self.runtime.ingest_many(jobs, before=before)
+        return statuses
 
 
-def _json_list(items: list[str]) -> str:
-    return json.dumps(items)
+#: The API's runtime per D1 binding, for the isolate's life (see api_runtime).
+_API_RUNTIMES: OrderedDict[tuple[str, int], D1Runtime] = OrderedDict()
+#: Bindings remembered at once; an isolate normally sees one.
+_MAX_API_RUNTIMES = 8
 
 
-def _plain(value: Any) -> Any:
-    to_py = getattr(value, "to_py", None)
-    return to_py() if callable(to_py) else value
+def api_runtime(env: Any, db: Any) -> D1Runtime:
+    """The API's ``D1Runtime`` over ``db``, made once per binding in this isolate.
 
+    A runtime checks the schema before its first operation; keeping it saves
+    that query on every later request. The API never runs jobs, so its
+    executors (built from the first request's env) are never called. Keyed
+    by the JS object's identity (``js_id``) where there is one; the runtime
+    holds the binding, so a key is never reused while it is remembered.
+    """
+    js_id = getattr(db, "js_id", None)
+    key = ("js", js_id) if isinstance(js_id, int) else ("py", id(db))
+    runtime = _API_RUNTIMES.get(key)
+    if runtime is not None:
+        _API_RUNTIMES.move_to_end(key)
+        return runtime
+    from worker.executors import build_registry
 
-def _field(value: Any, name: str) -> Any:
-    value = _plain(value)
-    if value is None:
-        return None
-    if isinstance(value, Mapping):
-        return value.get(name)
-    return getattr(value, name, None)
-
-
-def _changes(result: Any) -> int:
-    changes = _field(_field(result, "meta"), "changes")
-    return int(changes) if isinstance(changes, (int, float)) else 0
+    runtime = D1Runtime(db, execute=build_registry(env), wake=NoWake())
+    _API_RUNTIMES[key] = runtime
+    while len(_API_RUNTIMES) > _MAX_API_RUNTIMES:
+        _API_RUNTIMES.popitem(last=False)
+    return runtime
 
 
 # --------------------------------------------------------------------- API
@@ -230,10 +226,7 @@ def build_api(env: Any, *, domain_statements: DomainHook | None = None) -> JobAp
             return RpcJobs(owner_stub(namespace, owner))
     shared = None
     if db is not None:
-        from worker.executors import build_registry
-
-        runtime = D1Runtime(db, execute=build_registry(env), wake=NoWake())
-        shared = D1SharedJobs(runtime, db, env, domain_statements)
+        shared = D1SharedJobs(api_runtime(env, db), env, domain_statements)
     return JobApi(token=api_token(env), owners=owners, shared=shared)
 
 
@@ -243,7 +236,7 @@ async def handle_fetch(env: Any, request: Any) -> Any:
         from worker import executors
 
         api = build_api(env, domain_statements=executors.domain_statements)
-        adapted = await read_request(request, api.max_body_bytes)
+        adapted = await read_request(request, api)
         answer = adapted if isinstance(adapted, ApiResponse) else await api.handle(adapted)
     except Exception:
         log("internal error answering a request:\n" + traceback.format_exc())
@@ -270,25 +263,29 @@ async def _body(request: Any) -> bytes:
     return bytes(data.to_bytes())  # a JS ArrayBuffer / Uint8Array
 
 
-async def read_request(request: Any, max_body_bytes: int) -> ApiRequest | ApiResponse:
+async def read_request(request: Any, api: JobApi) -> ApiRequest | ApiResponse:
     """The Workers ``Request`` (either SDK) as an ``ApiRequest``, or the refusal
-    of a body declared too large (413, before reading it)."""
+    it gets from its head alone: ``api.refuse_early`` runs before the body is
+    read, so a request without the token never has its body read."""
     method = _method(request)
     path = urlsplit(str(request.url)).path or "/"
     headers = {name: value for name in ("authorization", "content-type", "content-length")
                if (value := _header(request, name)) is not None}
-    body = b""
-    if method not in ("GET", "HEAD"):
-        declared = headers.get("content-length")
-        if declared is not None:
-            if not declared.strip().isdigit():
-                return _refusal(ApiError(400, "bad_content_length",
-                                         "content-length is not a number"))
-            if int(declared) > max_body_bytes:
-                return _refusal(ApiError(413, "body_too_large",
-                                         f"request body is {int(declared)} bytes; at most "
-                                         f"{max_body_bytes} are accepted"))
-        body = await _body(request)
+    has_body = method not in ("GET", "HEAD")
+    declared = headers.get("content-length") if has_body else None
+    length = None
+    if declared is not None and declared.strip().isascii() and declared.strip().isdigit():
+        length = int(declared)
+    refused = api.refuse_early(method, path, headers, length)
+    if refused is not None:
+        return refused
+    if declared is not None and length is None:
+        return _refusal(ApiError(400, "bad_content_length", "content-length is not a number"))
+    body = await _body(request) if has_body else b""
+    if len(body) > api.max_body_bytes:  # undeclared or understated (handle checks it too)
+        return _refusal(ApiError(413, "body_too_large",
+                                 f"request body is {len(body)} bytes; at most "
+                                 f"{api.max_body_bytes} are accepted"))
     return ApiRequest(method=method, path=path, headers=headers, body=body)
 
 

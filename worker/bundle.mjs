@@ -8,29 +8,32 @@
 // repository paths (`import tickwork`, `from durable_objects.job_owner import
 // JobOwner` work unchanged):
 //
-//   tickwork/**/*.py      except the CPython-only parts below
+//   tickwork/**/*.py      except the CPython-only parts (worker/bundle-exclude.json)
 //   worker/**/*.py        the Worker (this script is not Python: not staged)
 //   durable_objects/**/*.py
 //
 // Run by `wrangler deploy` / `wrangler dev` through [build] command; runs with
 // the Node that runs wrangler, so it needs nothing else. Usage:
 //   node worker/bundle.mjs [out-dir]       (default dist/worker)
+// The output directory is emptied first, so it must lie inside dist/ (the
+// gitignored build folder); anything else is refused.
 
-import { copyFileSync, mkdirSync, readdirSync, rmSync } from "node:fs";
-import { dirname, join, relative, resolve, sep } from "node:path";
+import { copyFileSync, mkdirSync, readFileSync, readdirSync, rmSync } from "node:fs";
+import { dirname, isAbsolute, join, relative, resolve, sep } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+const DIST = join(ROOT, "dist");
 const OUT = resolve(ROOT, process.argv[2] ?? join("dist", "worker"));
 
 export const PACKAGES = ["tickwork", "worker", "durable_objects"];
 
-// CPython-only code: never imported by the Worker or the Durable Object.
-export const EXCLUDED = [
-  "tickwork/host/", // the local host (sqlite3, ssl, sockets)
-  "tickwork/demo.py", // python -m tickwork demo (sqlite3, subprocess)
-  "tickwork/__main__.py",
-];
+// CPython-only code, never imported by the Worker or the Durable Object: the
+// local host (sqlite3, ssl, sockets) and the command line (demo, __main__).
+// One list, shared with the tests.
+export const EXCLUDED = JSON.parse(
+  readFileSync(join(ROOT, "worker", "bundle-exclude.json"), "utf8"),
+).excluded;
 
 function* pythonFiles(directory) {
   let entries;
@@ -54,8 +57,13 @@ function excluded(name) {
   return EXCLUDED.some((rule) => (rule.endsWith("/") ? name.startsWith(rule) : name === rule));
 }
 
-if (relative(ROOT, OUT).startsWith("..") || OUT === ROOT) {
-  throw new Error(`refusing to stage into ${OUT}: it must be inside ${ROOT}`);
+const inDist = relative(DIST, OUT);
+if (inDist === "" || inDist.startsWith("..") || isAbsolute(inDist)) {
+  console.error(
+    `tickwork: refusing to stage into ${OUT}: the output folder is emptied first, ` +
+      `so it must be a folder inside ${DIST} (e.g. dist/worker)`,
+  );
+  process.exit(2);
 }
 rmSync(OUT, { recursive: true, force: true });
 let staged = 0;

@@ -7,6 +7,7 @@ snapshot memory after import and refuse random() during it).
 from __future__ import annotations
 
 import ast
+import json
 import os
 import subprocess
 import sys
@@ -15,8 +16,13 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "tickwork"
 # CPython-only code, never imported by the Worker or the DO: the command line
 # entry points and the local host package (``tickwork serve`` / ``inspect``).
-# Paths relative to the package; a directory covers everything under it.
-CPYTHON_ONLY = {"demo.py", "__main__.py", "host"}
+# Paths relative to the package; a directory covers everything under it. The
+# one list is worker/bundle-exclude.json (what the Worker bundle leaves out).
+CPYTHON_ONLY = {
+    rule.removeprefix("tickwork/").rstrip("/")
+    for rule in json.loads(
+        (PACKAGE.parent / "worker" / "bundle-exclude.json").read_text())["excluded"]
+}
 FORBIDDEN = {"sqlite3", "_sqlite3", "ssl", "threading", "_thread", "multiprocessing",
              "concurrent", "subprocess"}
 

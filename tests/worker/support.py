@@ -91,6 +91,14 @@ def request(
     return wrapped
 
 
+def body_was_read(request: Any) -> bool:
+    """Whether the Worker read the body of a request made by ``request()``
+    (``arrayBuffer()`` of the raw JS one, ``bytes()`` of the external SDK's)."""
+    if isinstance(request, RawJsRequest):
+        return request.reads > 0
+    return bool(request.body_used)
+
+
 async def send(worker: Any, shape: str, method: str, path: str, body: Any = None,
                **options: Any) -> tuple[int, Any]:
     """``Default.fetch`` one request; (status, decoded JSON body)."""

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.worker.support import RawJsRequest, job, request, send
+from tests.worker.support import body_was_read, job, request, send
 
 pytestmark = pytest.mark.usefixtures("js_module")
 
@@ -113,11 +113,50 @@ async def test_a_declared_oversized_body_is_413_before_it_is_read(
     response = await worker.fetch(req)
     answer = json.loads(response.body)
     assert (response.status, answer["error"]["code"]) == (413, "body_too_large")
-    if isinstance(req, RawJsRequest):
-        assert req.reads == 0
-    else:
-        assert req.body_used is False
+    assert not body_was_read(req)
     assert await nothing_stored(env, query)
+
+
+@pytest.mark.parametrize("scope", SCOPES)
+@pytest.mark.parametrize("declared", [True, False], ids=["declared", "undeclared"])
+@pytest.mark.parametrize("token", [None, "wrong-token"], ids=["missing", "wrong"])
+async def test_a_request_without_the_token_is_401_before_its_body_is_read(
+        worker: Any, env: Any, shape: str, scope: str, declared: bool, token: str | None,
+        query: Any) -> None:
+    """The token is checked first, from the head: a big body (declared over the
+    limit or not) is never read, and the answer is 401, not 413."""
+    from tickwork.api import MAX_BODY_BYTES
+
+    big = json.dumps({"job_id": "a", "queue": "q", "payload": "x" * (2 * MAX_BODY_BYTES)})
+    headers = {"content-length": str(len(big))} if declared else {}
+    req = request(shape, "POST", f"/v1/{scope}/jobs", raw=big.encode(), token=token,
+                  headers=headers)
+    response = await worker.fetch(req)
+    answer = json.loads(response.body)
+    assert (response.status, answer["error"]["code"]) == (401, "unauthorized")
+    assert not body_was_read(req)
+    assert await nothing_stored(env, query)
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "headers", "status", "code"),
+    [
+        ("POST", "/v1/shared/nowhere", {}, 404, "no_route"),
+        ("PUT", "/v1/shared/jobs", {}, 405, "method_not_allowed"),
+        ("POST", "/elsewhere", {}, 404, "no_route"),
+        # the token comes before the content-length checks
+        ("POST", "/v1/shared/jobs", {"content-length": "12; drop table",
+                                     "authorization": "Bearer nope"}, 401, "unauthorized"),
+    ],
+)
+async def test_refusals_from_the_head_never_read_the_body(
+        worker: Any, shape: str, method: str, path: str, headers: dict[str, str],
+        status: int, code: str) -> None:
+    req = request(shape, method, path, job("a"), headers=headers)
+    response = await worker.fetch(req)
+    answer = json.loads(response.body)
+    assert (response.status, answer["error"]["code"]) == (status, code), answer
+    assert not body_was_read(req)
 
 
 @pytest.mark.parametrize("scope", SCOPES)
@@ -133,9 +172,13 @@ async def test_an_undeclared_oversized_body_is_413(
 
 async def test_a_bad_content_length_is_400(worker: Any, env: Any, shape: str,
                                            query: Any) -> None:
-    status, answer = await send(worker, shape, "POST", "/v1/shared/jobs", job("a"),
-                                headers={"content-length": "12; drop table"})
-    assert (status, answer["error"]["code"]) == (400, "bad_content_length")
+    for declared in ("12; drop table", "-5", "\u00b2", ""):
+        req = request(shape, "POST", "/v1/shared/jobs", job("a"),
+                      headers={"content-length": declared})
+        response = await worker.fetch(req)
+        answer = json.loads(response.body)
+        assert (response.status, answer["error"]["code"]) == (400, "bad_content_length"), declared
+        assert not body_was_read(req)
     assert await nothing_stored(env, query)
 
 

@@ -8,6 +8,7 @@ gitignored build directory), as a real deploy does.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -15,9 +16,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 WRANGLER = REPO / "node_modules" / ".bin" / "wrangler"
 
-#: The runtime packages, and their CPython-only parts that must never be uploaded.
+#: The runtime packages, and their CPython-only parts that must never be
+#: uploaded (the list worker/bundle.mjs reads too).
 RUNTIME_PACKAGES = ("tickwork", "worker", "durable_objects")
-CPYTHON_ONLY = ("tickwork/host/", "tickwork/demo.py", "tickwork/__main__.py")
+CPYTHON_ONLY: tuple[str, ...] = tuple(
+    json.loads((REPO / "worker" / "bundle-exclude.json").read_text())["excluded"])
 
 
 def runtime_modules() -> set[str]:

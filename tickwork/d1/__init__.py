@@ -13,8 +13,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import InvalidArgument
-from ..jobs import Job, validate_job
+from ..jobs import Job, ValidJob, validate_job
 from ..leases import DEFAULT_LEASE_MS, DEFAULT_RENEW_EVERY_MS, Clock
+from ..outcomes import IngestStatus
 from ..shared.runtime import Now, SharedExecutor, SharedRuntime, Wake
 from ..shared.schema import SCHEMA_VERSION
 from . import statements as sql
@@ -47,6 +48,31 @@ class D1Runtime(SharedRuntime):
         self._d1_store = D1Store(db)
         super().__init__(self._d1_store, execute=execute, wake=wake, now=now,
                          lease_ms=lease_ms, renew_every_ms=renew_every_ms, clock=clock)
+
+    async def ingest_many(
+        self, jobs: Sequence[Job], *, before: Sequence[Any] = ()
+    ) -> list[IngestStatus]:
+        """``SharedRuntime.ingest_many``, optionally with the producer's own rows.
+
+        ``before``: statements prepared on this database
+        (``db.prepare(...).bind(...)``) that run first in the same
+        ``db.batch``, so they and the jobs commit together in one round trip,
+        or none of them does: a conflicting job (``IngestConflict``) or a
+        failing statement of ``before`` (its D1 error) writes nothing. Their
+        results are not returned. Enqueue jobs through ``jobs``, not through
+        ``before``: a conflict ``jobs`` cannot explain counts as a concurrent
+        purge, and the whole batch is sent again.
+        """
+        if isinstance(before, (str, bytes)):
+            raise InvalidArgument("before", "must be a list of prepared D1 statements")
+        leading = list(before)
+        if not leading:
+            return await super().ingest_many(jobs)
+
+        async def insert(valid: list[ValidJob], now: int | None) -> list[bool] | None:
+            return await self._d1_store.insert_many(valid, now, before=leading)
+
+        return await self._ingest_many(jobs, insert)
 
     def enqueue(self, job: Job) -> Any:
         """A prepared statement that enqueues ``job``, for the producer's own ``db.batch``.

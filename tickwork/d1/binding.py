@@ -54,17 +54,25 @@ class D1Binding:
         return int(self._value(_field(_field(result, "meta"), "changes")) or 0)
 
     async def batch(
-        self, statements: Sequence[tuple[str, Sequence[Any]]], columns: Sequence[Sequence[str]]
+        self, statements: Sequence[Any], columns: Sequence[Sequence[str] | None]
     ) -> list[list[tuple[Any, ...]]]:
         """Run statements as one D1 batch (one round trip, all or nothing).
 
+        Each statement is an ``(sql, values)`` pair, prepared here, or a
+        statement the caller already prepared on this database
+        (``db.prepare(...).bind(...)``), passed through untouched.
         ``columns[i]`` names the result columns of statement i, in the order
-        the rows should have (batch rows come back as objects keyed by name).
+        the rows should have (batch rows come back as objects keyed by name);
+        None leaves that statement's result unread (its rows are ``[]``).
         """
-        prepared = [self.prepare(sql, values) for sql, values in statements]
+        prepared = [self.prepare(*item) if isinstance(item, tuple) else item
+                    for item in statements]
         results = await self.db.batch(self._js_list(prepared))
-        out = []
+        out: list[list[tuple[Any, ...]]] = []
         for result, names in zip(_py(results), columns, strict=True):
+            if names is None:
+                out.append([])
+                continue
             rows = _py(_field(result, "results")) or []
             out.append([tuple(self._value(_field(_py(row), n)) for n in names) for row in rows])
         return out

@@ -44,12 +44,18 @@ class D1Store:
         rows = await self.d1.query(sql.INSERT_JOB, (now, *_job_values(job)))
         return bool(rows)
 
-    async def insert_many(self, jobs: list[ValidJob], now: int | None) -> list[bool] | None:
-        # One batch, one round trip: a statement per job, all or nothing.
+    async def insert_many(
+        self, jobs: list[ValidJob], now: int | None, *, before: Sequence[Any] = ()
+    ) -> list[bool] | None:
+        """``SharedStore.insert_many``; ``before``: statements already prepared
+        on this database that run first in the same batch (their results are
+        ignored), so they commit with the jobs or not at all."""
+        leading = list(before)
+        # One batch, one round trip: the caller's statements, then one per job.
         try:
-            inserted = await self.d1.batch(
-                [(sql.INGEST, (now, *_job_values(job))) for job in jobs],
-                [("sequence",)] * len(jobs),
+            results = await self.d1.batch(
+                [*leading, *((sql.INGEST, (now, *_job_values(job))) for job in jobs)],
+                [*([None] * len(leading)), *([("sequence",)] * len(jobs))],
             )
         except Exception as error:
             if "tickwork_ingest_conflict" not in str(error):
@@ -61,7 +67,7 @@ class D1Store:
                 sql.SELECT_CARGO_MANY, (json.dumps([job.job_id for job in jobs]),))
             replay_flags(jobs, {row[0]: ValidJob(*row) for row in rows})
             return None  # the conflicting job is gone now (purged): try again
-        return [bool(rows) for rows in inserted]
+        return [bool(rows) for rows in results[len(leading):]]
 
     async def find(self, job_id: str) -> JobRecord | None:
         return await self._one_job(sql.SELECT_JOB, (job_id,))

@@ -27,6 +27,7 @@ from ..jobs import (
     MAX_SAFE_INTEGER,
     Job,
     JobRecord,
+    ValidJob,
     cargo_differences,
     check_cancel_args,
     check_id,
@@ -87,6 +88,9 @@ class LeasedSignal(AbortSignal):
 
 
 SharedExecutor = Callable[[JobRecord, LeasedSignal], Awaitable[ExecutionResult]]
+
+#: ``SharedStore.insert_many`` (see port.py).
+InsertMany = Callable[[list[ValidJob], int | None], Awaitable[list[bool] | None]]
 
 
 @dataclass(slots=True)
@@ -203,12 +207,17 @@ class SharedRuntime:
         conflicts (``IngestConflict``), none does. A job_id repeated within
         the call is a "duplicate" when its cargo is identical, else a conflict.
         """
+        return await self._ingest_many(jobs, self._store.insert_many)
+
+    async def _ingest_many(self, jobs: Sequence[Job], insert: InsertMany) -> list[IngestStatus]:
+        """``ingest_many`` over ``insert``: the store's ``insert_many``, or a
+        runtime's own call of it with extra arguments (D1's ``before``)."""
         valid = validate_jobs(jobs)
         await self._ready()
         # The store answers None only when a concurrent change (a purge, a
         # racing insert) kept it from deciding; it wrote nothing then.
         for _ in range(8):
-            inserted = await self._store.insert_many(valid, self._db_now())
+            inserted = await insert(valid, self._db_now())
             if inserted is not None:
                 break
         else:
