@@ -207,6 +207,48 @@ async def test_ingest_many_costs_one_round_trip(db: Any) -> None:
         assert db.stats.since(before).round_trips == 1, name
 
 
+async def test_ingest_many_with_before_is_one_round_trip_and_one_transaction(db: Any) -> None:
+    """The producer's own statements go first in the jobs' batch: one round trip,
+    and they commit with the jobs or not at all."""
+    runtime = await _runtime(db)
+    await runtime.has_pending_work()  # the one-time schema check
+    order = db.prepare("INSERT INTO orders (id, total) VALUES (?1, ?2)")
+    before = db.stats.snapshot()
+    statuses = await runtime.ingest_many([job("a", payload={"v": 1}), job("b")],
+                                         before=[order.bind("o1", 10)])
+    assert statuses == ["queued", "queued"]
+    assert db.stats.since(before).round_trips == 1
+    assert (await _count(db, "orders"), await _count(db)) == (1, 2)
+
+    # A replay reports duplicates (the statement's own result is not a status).
+    before = db.stats.snapshot()
+    statuses = await runtime.ingest_many([job("a", payload={"v": 1}), job("c")],
+                                         before=[order.bind("o2", 20)])
+    assert statuses == ["duplicate", "queued"]
+    assert db.stats.since(before).round_trips == 1
+    assert (await _count(db, "orders"), await _count(db)) == (2, 3)
+
+    # A conflicting job rolls the statement back (and is named)...
+    with pytest.raises(IngestConflict) as conflict:
+        await runtime.ingest_many([job("d"), job("a", payload={"v": 2})],
+                                  before=[order.bind("o3", 30)])
+    assert (conflict.value.job_id, conflict.value.fields) == ("a", ("payload",))
+    # ...and a failing statement stores no job.
+    with pytest.raises(D1Error, match="UNIQUE"):
+        await runtime.ingest_many([job("e")], before=[order.bind("o1", 99)])
+    assert (await _count(db, "orders"), await _count(db)) == (2, 3)
+    assert await runtime.read("d") is None and await runtime.read("e") is None
+    stored = await runtime.read("a")
+    assert stored is not None and stored.payload == {"v": 1}
+
+
+async def test_ingest_many_before_must_be_a_list_of_statements(db: Any) -> None:
+    runtime = await _runtime(db)
+    with pytest.raises(InvalidArgument, match="before"):
+        await runtime.ingest_many([job("a")], before="INSERT INTO orders VALUES ('x', 1)")
+    assert await _count(db) == 0
+
+
 async def test_queue_status_counts_waiting_and_running_jobs_from_indexes(db: Any) -> None:
     """Its settled part reads the table: schema/d1 has no settled-by-queue index."""
     runtime = await _runtime(db)
