@@ -201,7 +201,7 @@ async def test_recheck_executing_stops_what_another_runtime_cancelled_or_refused
     assert (await api.fail_lane("bad", "suspended")).settled == 1
     assert [await r.recheck_executing() for r in (worker, *helpers)] == [1, 1, 0]
     assert shared.executor.signals["a"].reason == "cancelled"
-    assert shared.executor.signals["b"].reason == "lane_refused"
+    assert shared.executor.signals["b"].reason == "lease_lost"
     assert not shared.executor.signals["c"].aborted
     assert (await tasks[0]).outcome == "cancelled"
     assert ((await tasks[1]).outcome, (await api.read("b")).failure_reason) == (  # type: ignore[union-attr]

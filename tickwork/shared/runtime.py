@@ -45,6 +45,7 @@ from ..leases import (
     LeaseKeeper,
     LoopClock,
     StaleLease,
+    StaleReason,
 )
 from ..outcomes import (
     CancelResult,
@@ -488,8 +489,9 @@ class SharedRuntime:
 
     async def recheck_executing(self) -> int:
         """Read the stored state of every job this runtime executes and abort
-        the ones another runtime cancelled or settled (a lane refusal), now
-        instead of at the next lease renewal. For hosts that run several
+        the ones another runtime cancelled (reason ``cancelled``) or settled
+        (``lease_lost``, what the next renewal would report), now instead of
+        at that renewal. For hosts that run several
         runtimes in one process and take cancellations through one of them.
         Returns how many executions were told to stop.
         """
@@ -499,7 +501,9 @@ class SharedRuntime:
             if current is None:
                 continue  # erased by a purge: the next renewal finds the claim gone
             if current.state == "settled":
-                reason = lifecycle.ABORT_LANE_REFUSED
+                # Settled by someone else (a lane refusal, or a recovery after
+                # the lease lapsed): the claim is gone, as a renewal would say.
+                reason = str(StaleReason.LOST)
             elif current.cancellation_id is not None:
                 reason = lifecycle.ABORT_CANCELLED
             else:
