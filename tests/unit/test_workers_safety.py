@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import ast
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
+
+from tests.workers_rules import (
+    assert_imports_under_workers_rules,
+    forbidden_imports,
+    module_names,
+)
 
 PACKAGE = Path(__file__).resolve().parents[2] / "tickwork"
 # CPython-only code, never imported by the Worker or the DO: the command line
@@ -23,8 +26,6 @@ CPYTHON_ONLY = {
     for rule in json.loads(
         (PACKAGE.parent / "worker" / "bundle-exclude.json").read_text())["excluded"]
 }
-FORBIDDEN = {"sqlite3", "_sqlite3", "ssl", "threading", "_thread", "multiprocessing",
-             "concurrent", "subprocess"}
 
 
 def is_cpython_only(path: Path) -> bool:
@@ -70,49 +71,9 @@ def test_worker_modules_never_import_the_cpython_only_code() -> None:
 
 
 def test_worker_modules_import_nothing_pyodide_lacks() -> None:
-    offenders = []
-    for path in worker_modules():
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            names: list[str] = []
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names = [node.module]
-            offenders += [f"{path.relative_to(PACKAGE)}: {name}" for name in names
-                          if name.split(".")[0] in FORBIDDEN]
     assert worker_modules(), "no modules found"
-    assert offenders == []
-
-
-IMPORT_UNDER_WORKERS_RULES = """
-import builtins, importlib, os, random, sys
-blocked = {"sqlite3", "_sqlite3", "ssl", "_ssl"}
-real_import = builtins.__import__
-def guarded_import(name, *args, **kwargs):
-    if name.split(".")[0] in blocked:
-        raise ImportError(f"{name} is not available on Workers")
-    return real_import(name, *args, **kwargs)
-builtins.__import__ = guarded_import
-def no_entropy(*args, **kwargs):
-    raise RuntimeError("randomness at import time")
-os.urandom = no_entropy
-random.random = random.getrandbits = random.randrange = no_entropy
-for name in sys.argv[1:]:
-    importlib.import_module(name)
-print("imported", len(sys.argv) - 1)
-"""
+    assert forbidden_imports(worker_modules()) == []
 
 
 def test_worker_modules_import_without_sqlite3_ssl_or_entropy() -> None:
-    root = PACKAGE.parent
-    names = [
-        ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
-        for path in worker_modules()
-    ]
-    result = subprocess.run(
-        [sys.executable, "-c", IMPORT_UNDER_WORKERS_RULES, *names],
-        capture_output=True, text=True, cwd=root, env={**os.environ, "PYTHONPATH": str(root)},
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == f"imported {len(names)}"
+    assert_imports_under_workers_rules(module_names(worker_modules()))
