@@ -1,4 +1,5 @@
-"""The 0002_job_locks migrations: what they create, and that they fit the tools."""
+"""The 0002_job_locks migrations (and 0003 after them): what they create, and that they
+fit the tools."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ def normalised(statement: str) -> str:
 def test_the_migration_creates_exactly_what_table_ddl_describes(dialect: str,
                                                                 folder: str) -> None:
     names = [migration.name for migration in migrations(folder)]
-    assert names[:2] == ["0001_tickwork_jobs.sql", "0002_job_locks.sql"]
+    assert names == ["0001_tickwork_jobs.sql", "0002_job_locks.sql",
+                     "0003_settled_by_queue.sql"]
     migration = migrations(folder)[1]
     statements = migration.statements()
     assert statements == split_statements(migration.sql)
@@ -28,8 +30,9 @@ def test_the_migration_creates_exactly_what_table_ddl_describes(dialect: str,
     assert statements[-1] == "UPDATE tickwork_meta SET value = '2' WHERE key = 'schema_version'"
 
 
-def test_the_d1_migration_has_no_transaction_statements() -> None:
-    migration = migrations("d1")[1]
+@pytest.mark.parametrize("index", [1, 2], ids=["0002", "0003"])
+def test_the_d1_migration_has_no_transaction_statements(index: int) -> None:
+    migration = migrations("d1")[index]
     for statement in migration.statements():
         first = statement.split()[0].upper()
         assert first in ("CREATE", "UPDATE"), statement
@@ -38,8 +41,15 @@ def test_the_d1_migration_has_no_transaction_statements() -> None:
 
 
 @pytest.mark.parametrize("locks", ["postgres", "d1-external", "d1-builtin"], indirect=True)
-async def test_a_migrated_database_is_at_schema_version_2(locks: LockHarness) -> None:
+async def test_a_migrated_database_is_at_schema_version_3(locks: LockHarness) -> None:
+    """Every migration ran (0003 after the locks' 0002), and the lock tables are there."""
     rows = await locks.query("SELECT value FROM tickwork_meta WHERE key = 'schema_version'")
-    assert rows == [("2",)]
+    assert rows == [("3",)]
     for table in ("tickwork_job_locks", "tickwork_job_locks_slots"):
         assert await locks.table_exists(table)
+    if locks.kind == "postgres":
+        rows = await locks.query("SELECT to_regclass('tickwork_jobs_queue_settled') IS NOT NULL")
+    else:
+        rows = await locks.query("SELECT count(*) FROM sqlite_master WHERE type = 'index'"
+                                 " AND name = 'tickwork_jobs_queue_settled'")
+    assert bool(rows[0][0])

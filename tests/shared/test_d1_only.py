@@ -249,11 +249,42 @@ async def test_ingest_many_before_must_be_a_list_of_statements(db: Any) -> None:
     assert await _count(db) == 0
 
 
-async def test_queue_status_counts_waiting_and_running_jobs_from_indexes(db: Any) -> None:
-    """Its settled part reads the table: schema/d1 has no settled-by-queue index."""
+async def test_queue_status_counts_every_state_from_indexes_only(db: Any) -> None:
+    """Queued, running and settled counts each come from a covering index
+    (settled ones from 0003's queue_settled): no statement scans the table."""
     runtime = await _runtime(db)
     await runtime.ingest_many([job(f"j{n}", queue=f"q{n % 3}") for n in range(30)])
+    await db.prepare("""
+        WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c WHERE n < 3000)
+        INSERT INTO tickwork_jobs (job_id, queue, lane, priority, payload_json, state,
+                                   outcome, enqueued_at, started_at, settled_at)
+        SELECT 'old-' || n, 'q' || (n % 300), 'lane', 0, '{}', 'settled',
+               CASE WHEN n % 3 = 0 THEN 'failed' ELSE 'completed' END, n, n, n FROM c
+    """).run()
     plan = await D1Binding(db).query("EXPLAIN QUERY PLAN " + d1_sql.QUEUE_STATUS, ["q1"])
     text = "\n".join(str(row[-1]) for row in plan)
     assert "tickwork_jobs_queue_waiting (queue=?)" in text, text
     assert "tickwork_jobs_running (queue=?)" in text, text
+    assert "USING COVERING INDEX tickwork_jobs_queue_settled (queue=?)" in text, text
+    assert "SCAN tickwork_jobs" not in text, text
+    status = await runtime.queue_status("q1")
+    assert (status.queued, status.running, status.settled) == (10, 0, 10)
+    assert (status.outcomes["completed"], status.outcomes["failed"]) == (10, 0)
+    status = await runtime.queue_status("q3")
+    assert (status.queued, status.settled, status.outcomes["failed"]) == (0, 10, 10)
+
+
+async def test_a_database_without_0003_is_refused_until_it_is_applied(db: Any) -> None:
+    from tickwork.schemas import migrations
+
+    for migration in migrations("d1")[:2]:
+        for statement in migration.statements():
+            await db.prepare(statement).run()
+    runtime = D1Runtime(db, execute=_complete, wake=CountingWake())
+    with pytest.raises(SchemaError, match=r"version 2, this package needs 3: "
+                                          r"apply 0003_settled_by_queue\.sql from schema/d1"):
+        await runtime.ingest(job("a"))
+    assert await _count(db) == 0
+    for statement in migrations("d1")[2].statements():
+        await db.prepare(statement).run()
+    assert await runtime.ingest(job("a")) == "queued"

@@ -286,8 +286,9 @@ async def test_drain_shares_one_commit_between_a_settlement_and_the_next_claim(
     assert commits.flushes - before == 52
 
 
-async def test_queue_status_counts_waiting_and_running_jobs_from_indexes(pool: Pool) -> None:
-    """Its settled part is a sequential scan: schema/postgres has no settled-by-queue index."""
+async def test_queue_status_counts_every_state_from_indexes_only(pool: Pool) -> None:
+    """Queued, running and settled counts each come from a partial index (settled
+    ones from 0003's queue_settled): no sequential scan, before or after VACUUM."""
     async with pool.connection() as conn:
         await conn.execute("""
             INSERT INTO tickwork_jobs (job_id, queue, lane, priority, payload_json, state,
@@ -299,17 +300,57 @@ async def test_queue_status_counts_waiting_and_running_jobs_from_indexes(pool: P
                    n, n, n, 't', n
             FROM generate_series(1, 50000) AS n""")
         await conn.execute("ANALYZE tickwork_jobs")
+        await conn.commit()
     from tickwork.postgres import statements as sql
 
-    async with pool.connection() as conn:
-        plans = await plans_of(conn, sql.QUEUE_STATUS, {"queue": "q10"})
-    text = "\n".join(plans)
-    assert "tickwork_jobs_queue_waiting" in text, text
-    # Running jobs come from an index of running jobs only (either partial one).
-    assert "tickwork_jobs_running" in text or "tickwork_jobs_lease" in text, text
-    assert text.count("Seq Scan") <= 1, text  # at most the settled part
+    for prepare in (None, "VACUUM ANALYZE tickwork_jobs"):
+        async with pool.connection() as conn:
+            if prepare:
+                await conn.set_autocommit(True)
+                await conn.execute(prepare)
+                await conn.set_autocommit(False)
+            plans = await plans_of(conn, sql.QUEUE_STATUS, {"queue": "q10"})
+        text = "\n".join(plans)
+        assert "tickwork_jobs_queue_waiting" in text, text
+        # Running jobs come from an index of running jobs only (either partial one).
+        assert "tickwork_jobs_running" in text or "tickwork_jobs_lease" in text, text
+        # Settled ones from the settled-by-queue index: index-only once VACUUM has
+        # set the visibility map, an index or bitmap scan of the queue's rows before.
+        assert any(f"{scan} {on} tickwork_jobs_queue_settled" in text
+                   for scan, on in (("Index Only Scan", "using"), ("Index Scan", "using"),
+                                    ("Bitmap Index Scan", "on"))), text
+        assert "Seq Scan" not in text, text
+        if prepare:
+            assert "Index Only Scan using tickwork_jobs_queue_settled" in text, text
     runtime = _runtime(pool)
     status = await runtime.queue_status("q10")
     assert (status.queued, status.running, status.settled) == (50, 0, 0)
     status = await runtime.queue_status("q11")
     assert (status.queued, status.settled, status.outcomes["completed"]) == (0, 50, 50)
+
+
+async def test_a_database_without_0003_is_refused_until_it_is_applied(
+    postgres_server: Any, postgres_templates: Any
+) -> None:
+    from tests.pg.server import unique_database_name
+    from tickwork.schemas import migrations
+
+    name = unique_database_name("tickwork_v2")
+    dsn = postgres_server.create_database(name)
+    try:
+        async with open_pool(dsn) as pool:
+            async with pool.connection() as conn:
+                for migration in migrations("postgres")[:2]:
+                    await conn.execute(migration.sql.encode())
+                await conn.commit()
+            runtime = _runtime(pool)
+            with pytest.raises(SchemaError, match=r"version 2, this package needs 3: apply "
+                                                  r"0003_settled_by_queue\.sql from schema/"
+                                                  r"postgres"):
+                await runtime.ingest(job("a"))
+            assert await _count(pool) == 0
+            async with pool.connection() as conn:
+                await conn.execute(migrations("postgres")[2].sql.encode())
+            assert await runtime.ingest(job("a")) == "queued"
+    finally:
+        postgres_server.drop_database(name)

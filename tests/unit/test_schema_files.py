@@ -44,11 +44,33 @@ def test_statements_split_on_top_level_semicolons_only() -> None:
     assert statements[1].endswith("SELECT 1; END")
 
 
+def test_the_migration_list_is_pinned() -> None:
+    assert MIGRATIONS == ("0001_tickwork_jobs.sql", "0002_job_locks.sql",
+                          "0003_settled_by_queue.sql")
+    assert SCHEMA_VERSION == 3
+
+
+@pytest.mark.parametrize("dialect", ["d1", "postgres"])
+def test_0003_adds_only_the_settled_by_queue_index(dialect: str) -> None:
+    migration = migrations(dialect)[2]  # type: ignore[arg-type]
+    assert migration.name == "0003_settled_by_queue.sql"
+    assert [" ".join(s.split()) for s in migration.statements()] == [
+        "CREATE INDEX tickwork_jobs_queue_settled ON tickwork_jobs (queue, outcome)"
+        " WHERE state = 'settled'",
+        "UPDATE tickwork_meta SET value = '3' WHERE key = 'schema_version'",
+    ]
+
+
 def test_schema_errors_name_the_missing_migrations() -> None:
-    with pytest.raises(SchemaError, match=r"apply 0001_tickwork_jobs\.sql, 0002_job_locks\.sql"):
+    with pytest.raises(SchemaError, match=r"apply 0001_tickwork_jobs\.sql, 0002_job_locks\.sql, "
+                                          r"0003_settled_by_queue\.sql"):
         check_schema_version(0, database="D1", folder="schema/d1", apply_with="wrangler")
-    with pytest.raises(SchemaError, match=r"apply 0002_job_locks\.sql from schema/d1"):
+    with pytest.raises(SchemaError, match=r"apply 0002_job_locks\.sql, 0003_settled_by_queue"
+                                          r"\.sql from schema/d1"):
         check_schema_version(1, database="D1", folder="schema/d1", apply_with="wrangler")
+    with pytest.raises(SchemaError, match=r"version 2, this package needs 3: "
+                                          r"apply 0003_settled_by_queue\.sql from schema/d1"):
+        check_schema_version(2, database="D1", folder="schema/d1", apply_with="wrangler")
     check_schema_version(SCHEMA_VERSION, database="D1", folder="schema/d1", apply_with="x")
     with pytest.raises(SchemaError, match="upgrade tickwork"):
         check_schema_version(SCHEMA_VERSION + 1, database="D1", folder="x", apply_with="x")

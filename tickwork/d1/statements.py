@@ -104,14 +104,12 @@ SELECT queue, state, outcome, count(*) AS n FROM tickwork_jobs
 GROUP BY queue, state, outcome
 """
 
-# Status of one queue, one row: queued and running counts from the
-# queue_waiting and running indexes (counted from the index alone); then its
-# settled jobs per outcome. The D1 schema has no index of settled jobs by
-# queue (schema/d1/0001 has none; the owner-local schema does), so that part
-# scans the table: it costs a read of every stored row. An index
-# ON tickwork_jobs (queue, outcome) WHERE state = 'settled' would make it an
-# index-only count of the queue's own settled jobs, with no change here.
-# Columns: queued, running, then one count per outcome in OUTCOMES order.
+# Status of one queue, one row, from indexes only: queued and running counts
+# from the queue_waiting and running indexes, then its settled jobs per
+# outcome from queue_settled (schema/d1/0003_settled_by_queue.sql), each
+# counted from the index alone. The reads are the queue's own index entries,
+# not the table's rows. Columns: queued, running, then one count per outcome
+# in OUTCOMES order.
 QUEUE_STATUS = """
 SELECT
     (SELECT count(*) FROM tickwork_jobs INDEXED BY tickwork_jobs_queue_waiting
@@ -123,7 +121,7 @@ SELECT
     count(CASE WHEN outcome = 'cancelled' THEN 1 END) AS cancelled,
     count(CASE WHEN outcome = 'outcome_unknown' THEN 1 END) AS outcome_unknown,
     count(CASE WHEN outcome = 'interrupted' THEN 1 END) AS interrupted
-FROM tickwork_jobs
+FROM tickwork_jobs INDEXED BY tickwork_jobs_queue_settled
 WHERE queue = ?1 AND state = 'settled'
 """
 

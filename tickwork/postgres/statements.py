@@ -102,15 +102,13 @@ SELECT queue, state, outcome, count(*) FROM tickwork_jobs
 GROUP BY queue, state, outcome
 """
 
-# Status of one queue, one row: queued and running counts from partial
-# indexes of waiting jobs (queue_waiting) and of running jobs (the planner
-# may take running or lease, both small); then its settled jobs per
-# outcome. schema/postgres has no index of settled jobs by queue (the
-# owner-local schema does), so that part is a sequential scan of the table.
-# An index ON tickwork_jobs (queue, outcome) WHERE state = 'settled' would
-# make it an index-only count of the queue's own settled jobs, with no
-# change here. Columns: queued, running, then one count per outcome in
-# tickwork.outcomes.OUTCOMES order.
+# Status of one queue, one row, from indexes only: queued and running counts
+# from partial indexes of waiting jobs (queue_waiting) and of running jobs
+# (the planner may take running or lease, both small); then its settled jobs
+# per outcome from queue_settled (schema/postgres/0003_settled_by_queue.sql):
+# an index-only scan of the queue's own entries once VACUUM has set the
+# visibility map, an index or bitmap scan of them before. Columns: queued,
+# running, then one count per outcome in tickwork.outcomes.OUTCOMES order.
 QUEUE_STATUS = """
 SELECT
     (SELECT count(*) FROM tickwork_jobs WHERE queue = %(queue)s AND state = 'queued'),
