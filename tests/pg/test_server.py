@@ -48,10 +48,11 @@ async def test_server_runs_as_a_non_root_user(
     async with await psycopg.AsyncConnection.connect(postgres_dsn) as connection:
         cursor = await connection.execute("SELECT pg_backend_pid()")
         row = await cursor.fetchone()
-    assert row is not None
-    # The backend serving this very connection, and the postmaster.
-    for pid in (row[0], postgres_server.pid):
-        assert os.stat(f"/proc/{pid}").st_uid != 0, pid
+        assert row is not None
+        # The backend serving this very connection (looked at while the
+        # connection is open: the backend exits with it), and the postmaster.
+        for pid in (row[0], postgres_server.pid):
+            assert os.stat(f"/proc/{pid}").st_uid != 0, pid
     assert postgres_server.os_user != "root"
     assert postgres_server.host == "127.0.0.1"
 
