@@ -280,17 +280,11 @@ async def read_request(request: Any, api: JobApi) -> ApiRequest | ApiResponse:
     if refused is not None:
         return refused
     if declared is not None and length is None:
-        return _refusal(ApiError(400, "bad_content_length", "content-length is not a number"))
+        return ApiResponse(400, ApiError(400, "bad_content_length",
+                                         "content-length is not a number").to_wire())
+    # An undeclared or understated body over the limit is refused by api.handle.
     body = await _body(request) if has_body else b""
-    if len(body) > api.max_body_bytes:  # undeclared or understated (handle checks it too)
-        return _refusal(ApiError(413, "body_too_large",
-                                 f"request body is {len(body)} bytes; at most "
-                                 f"{api.max_body_bytes} are accepted"))
     return ApiRequest(method=method, path=path, headers=headers, body=body)
-
-
-def _refusal(error: ApiError) -> ApiResponse:
-    return ApiResponse(error.status, error.to_wire())
 
 
 def to_response(answer: ApiResponse) -> Any:

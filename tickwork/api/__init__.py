@@ -6,7 +6,7 @@ served by the Worker, the ``JobOwner`` Durable Object and ``tickwork serve``.
 
 from __future__ import annotations
 
-from .routes import API_VERSION, MAX_BODY_BYTES, ApiRequest, ApiResponse, JobApi
+from .routes import API_VERSION, MAX_BODY_BYTES, ApiRequest, ApiResponse, JobApi, refusal
 from .service import JobOwnerRpc, JobService, OwnerJobs, RpcJobs, SharedJobs, plain_data
 from .wire import ApiError
 
@@ -23,4 +23,5 @@ __all__ = [
     "RpcJobs",
     "SharedJobs",
     "plain_data",
+    "refusal",
 ]

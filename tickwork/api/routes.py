@@ -80,6 +80,13 @@ class ApiResponse:
                 "cache-control": "no-store", **self.headers}
 
 
+def refusal(error: BaseException) -> ApiResponse | None:
+    """The response refusing a request that raised ``error`` (an ``ApiError`` or
+    the engine's bad-input errors), or None when ``error`` is no refusal."""
+    refused = wire.error_for(error)
+    return None if refused is None else ApiResponse(refused.status, refused.to_wire())
+
+
 class JobApi:
     """Routes /v1 requests to a scope's ``JobService``.
 
@@ -106,10 +113,10 @@ class JobApi:
         try:
             return await self._handle(request)
         except Exception as error:
-            refused = wire.error_for(error)
-            if refused is None:
+            answer = refusal(error)
+            if answer is None:
                 raise
-            return ApiResponse(refused.status, refused.to_wire())
+            return answer
 
     def refuse_early(self, method: str, path: str, headers: Mapping[str, str],
                      content_length: int | None) -> ApiResponse | None:
@@ -119,18 +126,15 @@ class JobApi:
         token, an unknown route or a declared body over the limit is answered
         without the body ever being read. ``handle`` checks all of it again.
         """
-        head = ApiRequest(method, path, headers)
         try:
-            self._check_head(head)
-        except ApiError as refused:
-            return ApiResponse(refused.status, refused.to_wire())
+            self._check_head(ApiRequest(method, path, headers))
+            if content_length is not None and content_length > self.max_body_bytes:
+                raise _too_large(content_length, self.max_body_bytes)
         except Exception as error:
-            mapped = wire.error_for(error)
-            if mapped is None:
+            answer = refusal(error)
+            if answer is None:
                 raise
-            return ApiResponse(mapped.status, mapped.to_wire())
-        if content_length is not None and content_length > self.max_body_bytes:
-            return ApiResponse(413, _too_large(content_length, self.max_body_bytes).to_wire())
+            return answer
         return None
 
     def _check_head(self, request: ApiRequest) -> Route | None:

@@ -9,7 +9,7 @@ from typing import Any
 from ..jobs import JobRecord, ValidJob, replay_flags
 from ..lifecycle import Settlement
 from ..local.store import decode_job
-from ..shared.port import CancelWrite, ClaimView, ExpiredClaim, RenewAnswer
+from ..shared.port import CancelWrite, ClaimView, ExpiredClaim, RenewAnswer, probe_from_row
 from ..shared.schema import MIGRATIONS, check_schema_version
 from . import statements as sql
 from .binding import D1Binding
@@ -96,14 +96,7 @@ class D1Store:
         return await self._one_job(statement, (now, token, lease_ms))
 
     async def probe(self, now: int | None) -> tuple[ExpiredClaim | None, bool]:
-        return self._probe_row((await self.d1.query(sql.PROBE, (now,)))[0])
-
-    @staticmethod
-    def _probe_row(row: tuple[Any, ...]) -> tuple[ExpiredClaim | None, bool]:
-        cancelled_waiting = bool(row[-1])
-        if row[0] is None:
-            return None, cancelled_waiting
-        return ExpiredClaim(decode_job(row[:-2]), row[-2]), cancelled_waiting
+        return probe_from_row((await self.d1.query(sql.PROBE, (now,)))[0])
 
     async def claim_or_probe(
         self, token: str, lease_ms: int, now: int | None
@@ -115,7 +108,7 @@ class D1Store:
         )
         if claimed:
             return decode_job(claimed[0]), (None, False)
-        return None, self._probe_row(probed[0])
+        return None, probe_from_row(probed[0])
 
     async def requeue_expired(self, sequence: int, token: str, now: int | None) -> bool:
         return bool(await self.d1.query(sql.REQUEUE_EXPIRED, (now, sequence, token)))
@@ -153,8 +146,7 @@ class D1Store:
         rows = await self.d1.query(sql.SELECT_CLAIM, (now, sequence))
         if not rows:
             return None
-        row = rows[0]
-        return ClaimView(decode_job(row[:-2]), row[-2], bool(row[-1]))
+        return ClaimView.from_row(rows[0])
 
     async def renew(
         self, sequence: int, token: str, lease_ms: int, now: int | None

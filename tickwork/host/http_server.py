@@ -49,7 +49,7 @@ _DIGITS = re.compile(r"[0-9]+")
 _BAD_VALUE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 
-class HttpError(Exception):
+class HttpError(ApiError):
     """A request refused by the transport, before the API sees it.
 
     The connection is always closed after such a refusal: past a malformed
@@ -57,13 +57,10 @@ class HttpError(Exception):
     """
 
     def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
+        super().__init__(status, code, message)
 
     def response(self) -> ApiResponse:
-        return ApiResponse(self.status, ApiError(self.status, self.code, self.message).to_wire())
+        return ApiResponse(self.status, self.to_wire())
 
 
 @dataclass(frozen=True, slots=True)

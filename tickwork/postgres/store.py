@@ -17,7 +17,7 @@ from typing import Any, cast
 from ..jobs import JobRecord, ValidJob, replay_flags
 from ..lifecycle import Settlement
 from ..local.store import decode_job
-from ..shared.port import CancelWrite, ClaimView, ExpiredClaim, RenewAnswer
+from ..shared.port import CancelWrite, ClaimView, ExpiredClaim, RenewAnswer, probe_from_row
 from ..shared.schema import MIGRATIONS, check_schema_version
 from . import statements as sql
 from .batching import Coalescer
@@ -221,11 +221,7 @@ class PostgresStore:
             claimed[index] = found.get(position)
 
     async def probe(self, now: int | None) -> tuple[ExpiredClaim | None, bool]:
-        row = (await self._rows(sql.PROBE, {"now": now}))[0]
-        cancelled_waiting = bool(row[-1])
-        if row[0] is None:
-            return None, cancelled_waiting
-        return ExpiredClaim(decode_job(row[:-2]), row[-2]), cancelled_waiting
+        return probe_from_row((await self._rows(sql.PROBE, {"now": now}))[0])
 
     async def claim_or_probe(
         self, token: str, lease_ms: int, now: int | None
@@ -272,8 +268,7 @@ class PostgresStore:
         rows = await self._rows(sql.SELECT_CLAIM, {"sequence": sequence, "now": now})
         if not rows:
             return None
-        row = rows[0]
-        return ClaimView(decode_job(row[:-2]), row[-2], bool(row[-1]))
+        return ClaimView.from_row(rows[0])
 
     async def renew(
         self, sequence: int, token: str, lease_ms: int, now: int | None

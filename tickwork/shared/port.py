@@ -14,6 +14,7 @@ from typing import Any, Literal, Protocol, TypeAlias
 
 from ..jobs import JobRecord, ValidJob
 from ..lifecycle import Settlement
+from ..local.store import decode_job
 
 RenewAnswer: TypeAlias = Literal["held", "cancelled", "lost"]
 """``held``: the lease was extended; ``cancelled``: extended, and a cancellation
@@ -30,6 +31,11 @@ class ClaimView:
     token: str | None
     lease_live: bool  # state is running and its lease has not expired (database time)
 
+    @classmethod
+    def from_row(cls, row: tuple[Any, ...]) -> ClaimView:
+        """From a SELECT_CLAIM row (both dialects): job columns, token, lease_live."""
+        return cls(decode_job(row[:-2]), row[-2], bool(row[-1]))
+
 
 @dataclass(frozen=True, slots=True)
 class ExpiredClaim:
@@ -37,6 +43,15 @@ class ExpiredClaim:
 
     job: JobRecord
     token: str
+
+
+def probe_from_row(row: tuple[Any, ...]) -> tuple[ExpiredClaim | None, bool]:
+    """From a PROBE row (both dialects): the oldest expired claim's job columns
+    and token (NULLs when there is none), then whether a cancelled job waits."""
+    cancelled_waiting = bool(row[-1])
+    if row[0] is None:
+        return None, cancelled_waiting
+    return ExpiredClaim(decode_job(row[:-2]), row[-2]), cancelled_waiting
 
 
 class SharedStore(Protocol):
