@@ -82,7 +82,8 @@ class FlakyStorage:
 
 @dataclass
 class Script:
-    """The test executor. ``payload["do"]``: ``complete`` (default), ``fail``,
+    """The test executor. ``payload["do"]``: ``complete`` (default), ``sync``
+    (completes without ever awaiting), ``fail``,
     ``raise``, ``block`` (until released or aborted), ``block_first`` (block on
     the first attempt only), ``slow`` (advance the clock by ``payload["ms"]``)."""
 
@@ -99,6 +100,8 @@ class Script:
         self.signals[job.job_id] = signal
         payload = job.payload if isinstance(job.payload, dict) else {}
         action = payload.get("do", "complete")
+        if action == "sync":
+            return Completed()
         await asyncio.sleep(0)
         if action == "fail":
             return Failed("declined")

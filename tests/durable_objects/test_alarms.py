@@ -348,3 +348,18 @@ async def test_a_settlement_lost_to_a_storage_error_is_recovered_on_the_retry(
     assert host.namespace.incarnation(OWNER) == 1  # same instance: its claim was not executing
     assert host.executor.attempts["j"] == 2
     assert host.rows()["j"] == ("settled", "completed", None, 1, None)
+
+
+async def test_rpc_calls_are_answered_between_the_ticks_of_an_alarm(host: Host) -> None:
+    # "sync" jobs never await: without a yield between ticks, alarm() would hold
+    # the event loop, and the status call below, for the whole backlog.
+    for batch in range(3):
+        reply = await host.stub().ingest([job(f"j{batch}-{n}", payload={"do": "sync"})
+                                          for n in range(100)])
+        assert reply["ok"]
+    running = asyncio.create_task(host.instance().alarm(None))
+    await asyncio.sleep(0)  # the alarm starts ticking
+    status = await host.stub().queue_status("q")
+    assert status["value"]["queued"] > 0, "the RPC waited for the whole backlog"
+    await running
+    assert [row[:2] for row in host.rows().values()] == [("settled", "completed")] * 300
