@@ -73,7 +73,6 @@ from tickwork._pyodide import load_jsnull
 from tickwork.api import ApiRequest, ApiResponse, JobApi, RpcJobs, SharedJobs
 from tickwork.api.wire import ApiError
 from tickwork.d1 import D1Runtime
-from tickwork.jobs import replay_flags, validate_jobs
 from tickwork.locks import JobLock, LockLease, LockRun
 from tickwork.outcomes import IngestStatus, TickResult
 
@@ -172,8 +171,8 @@ class D1SharedJobs(SharedJobs):
     async def ingest(self, jobs: Sequence[Job]) -> list[IngestStatus]:
         before: list[Any] = []
         if self.domain_statements is not None:
-            # Refused before the hook runs: a bad job, or a conflict inside the request.
-            replay_flags(validate_jobs(list(jobs)), {})
+            # JobApi has validated every job, and refused a conflict inside the
+            # request, before any service is called: the hook sees valid jobs.
             made = self.domain_statements(self.env, list(jobs))
             if inspect.isawaitable(made):
                 made = await made
