@@ -1,22 +1,29 @@
 """Every SQL statement the D1 runtime runs (SQLite dialect, ``?NNN`` parameters).
 
 One statement per transition; each is atomic on its own because D1 runs one
-statement (or one batch) at a time against a single SQLite database. ``?1`` is
-always the test clock override: NULL means database time, so every lease is
-judged by one clock whatever the workers' clocks say. No statement binds more
+statement (or one batch) at a time against a single SQLite database. In
+every statement that reads the clock, ``?1`` is the test clock override: NULL
+means database time, so every lease is judged by one clock whatever the
+workers' clocks say. No statement binds more
 than 8 values, far inside D1's limit of 100.
 """
 
 from __future__ import annotations
 
+# Reads whose SQLite text is the owner-local store's, on the same columns and
+# indexes (see tickwork.local.statements): job columns, a queue's head, the
+# status counts (QUEUE_STATUS reads schema 0003's covering index here) and
+# the pending-work probe.
+from ..local.statements import HAS_PENDING_WORK as HAS_PENDING_WORK
+from ..local.statements import JOB_COLUMNS as JOB_COLUMNS
+from ..local.statements import QUEUE_STATUS as QUEUE_STATUS
+from ..local.statements import SELECT_QUEUE_HEAD as SELECT_QUEUE_HEAD
+from ..local.statements import STATUS as STATUS
+
 # Database time in epoch milliseconds, unless ?1 overrides it. SQLite keeps
 # 'now' fixed within one statement, so every use in a statement agrees.
 NOW = "coalesce(?1, CAST(round((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER))"
 
-JOB_COLUMNS = (
-    "job_id, queue, lane, priority, payload_json, max_recoveries, state, outcome, "
-    "failure_reason, sequence, recoveries, enqueued_at, started_at, settled_at, cancellation_id"
-)
 
 SCHEMA_VERSION = "SELECT value FROM tickwork_meta WHERE key = 'schema_version'"
 
@@ -82,52 +89,6 @@ SELECT_JOB = f"SELECT {JOB_COLUMNS} FROM tickwork_jobs WHERE job_id = ?1"
 SELECT_CARGO = """
 SELECT job_id, queue, lane, priority, payload_json, max_recoveries
 FROM tickwork_jobs WHERE job_id = ?1
-"""
-
-# A queue's head: its running job if any, else its best waiting job.
-SELECT_QUEUE_HEAD = f"""
-SELECT * FROM (
-    SELECT {JOB_COLUMNS} FROM tickwork_jobs WHERE queue = ?1 AND state = 'running' LIMIT 1)
-UNION ALL
-SELECT * FROM (
-    SELECT {JOB_COLUMNS} FROM tickwork_jobs WHERE queue = ?1 AND state = 'queued'
-    ORDER BY priority DESC, sequence LIMIT 1)
-LIMIT 1
-"""
-
-# Status of every queue: job counts by (queue, state, outcome). It reads
-# every row of the table (no index holds every job's queue and outcome), the
-# whole settled history included, so its cost, and its D1 rows-read bill,
-# grow with every job ever kept.
-STATUS = """
-SELECT queue, state, outcome, count(*) AS n FROM tickwork_jobs
-GROUP BY queue, state, outcome
-"""
-
-# Status of one queue, one row, from indexes only: queued and running counts
-# from the queue_waiting and running indexes, then its settled jobs per
-# outcome from queue_settled (schema/d1/0003_settled_by_queue.sql), each
-# counted from the index alone. The reads are the queue's own index entries,
-# not the table's rows. Columns: queued, running, then one count per outcome
-# in OUTCOMES order.
-QUEUE_STATUS = """
-SELECT
-    (SELECT count(*) FROM tickwork_jobs INDEXED BY tickwork_jobs_queue_waiting
-     WHERE queue = ?1 AND state = 'queued') AS queued,
-    (SELECT count(*) FROM tickwork_jobs INDEXED BY tickwork_jobs_running
-     WHERE queue = ?1 AND state = 'running') AS running,
-    count(CASE WHEN outcome = 'completed' THEN 1 END) AS completed,
-    count(CASE WHEN outcome = 'failed' THEN 1 END) AS failed,
-    count(CASE WHEN outcome = 'cancelled' THEN 1 END) AS cancelled,
-    count(CASE WHEN outcome = 'outcome_unknown' THEN 1 END) AS outcome_unknown,
-    count(CASE WHEN outcome = 'interrupted' THEN 1 END) AS interrupted
-FROM tickwork_jobs INDEXED BY tickwork_jobs_queue_settled
-WHERE queue = ?1 AND state = 'settled'
-"""
-
-HAS_PENDING_WORK = """
-SELECT EXISTS (SELECT 1 FROM tickwork_jobs WHERE state = 'queued')
-    OR EXISTS (SELECT 1 FROM tickwork_jobs WHERE state = 'running')
 """
 
 # Claim: the first runnable job in global order (priority desc, oldest first)

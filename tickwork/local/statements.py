@@ -199,34 +199,41 @@ DELETE FROM tickwork_jobs WHERE queue = ? AND state = 'queued'
 RETURNING sequence
 """
 
+# The read statements below (and JOB_COLUMNS, SELECT_QUEUE_HEAD) serve D1 as
+# well (tickwork.d1.statements imports them): D1 is SQLite, and both schemas
+# have these columns and indexes. Columns are named (AS ...) because D1 and
+# Durable Object results are objects keyed by column name.
+
 # Status of every queue: job counts by (queue, state, outcome). Costly on
 # purpose and said so: no index holds every row's queue and outcome, so this
 # reads every row of the table, the whole settled history included (and
 # sorts the groups), O(all jobs ever kept). For a dashboard now and then,
 # not for a hot path; QUEUE_STATUS reads one queue from the indexes.
 STATUS = """
-SELECT queue, state, outcome, count(*) FROM tickwork_jobs
+SELECT queue, state, outcome, count(*) AS n FROM tickwork_jobs
 GROUP BY queue, state, outcome
 """
 
 # Status of one queue, one row: queued and running counts from the
 # queue_waiting and running indexes (counted from the index alone), then the
-# queue's settled jobs by outcome, found through the queue_settled index
-# (outcome is not in that index, so each settled row of the queue is looked
-# up: the cost grows with the queue's own settled history, never with other
-# queues'). Columns: queued, running, then one count per outcome in
+# queue's settled jobs by outcome, found through the queue_settled index.
+# Owner-local, outcome is not in that index, so each settled row of the queue
+# is looked up: the cost grows with the queue's own settled history, never
+# with other queues'. On D1 the index is (queue, outcome)
+# (schema/d1/0003_settled_by_queue.sql): counted from the index alone.
+# Columns: queued, running, then one count per outcome in
 # tickwork.outcomes.OUTCOMES order.
 QUEUE_STATUS = """
 SELECT
     (SELECT count(*) FROM tickwork_jobs INDEXED BY tickwork_jobs_queue_waiting
-     WHERE queue = ?1 AND state = 'queued'),
+     WHERE queue = ?1 AND state = 'queued') AS queued,
     (SELECT count(*) FROM tickwork_jobs INDEXED BY tickwork_jobs_running
-     WHERE queue = ?1 AND state = 'running'),
-    count(CASE WHEN outcome = 'completed' THEN 1 END),
-    count(CASE WHEN outcome = 'failed' THEN 1 END),
-    count(CASE WHEN outcome = 'cancelled' THEN 1 END),
-    count(CASE WHEN outcome = 'outcome_unknown' THEN 1 END),
-    count(CASE WHEN outcome = 'interrupted' THEN 1 END)
+     WHERE queue = ?1 AND state = 'running') AS running,
+    count(CASE WHEN outcome = 'completed' THEN 1 END) AS completed,
+    count(CASE WHEN outcome = 'failed' THEN 1 END) AS failed,
+    count(CASE WHEN outcome = 'cancelled' THEN 1 END) AS cancelled,
+    count(CASE WHEN outcome = 'outcome_unknown' THEN 1 END) AS outcome_unknown,
+    count(CASE WHEN outcome = 'interrupted' THEN 1 END) AS interrupted
 FROM tickwork_jobs INDEXED BY tickwork_jobs_queue_settled
 WHERE queue = ?1 AND state = 'settled'
 """
