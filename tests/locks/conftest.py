@@ -30,26 +30,10 @@ from tests.pg.fixtures import (  # noqa: F401  (pytest finds fixtures by name)
     postgres_templates,
     schema_files,
 )
+from tests.shared.support import ManualNow, d1_query, pool_query
 from tickwork.locks import JobLock
 
 LOCK_KINDS = ("sqlite3", "postgres", "d1-external", "d1-builtin")
-
-#: The fixed start of the test clock (2026-11-30T00:00:00Z), epoch ms.
-EPOCH_MS = 1_796_000_000_000
-
-
-class ManualNow:
-    """A database-clock override the test moves by hand (epoch milliseconds)."""
-
-    def __init__(self) -> None:
-        self.ms = EPOCH_MS
-
-    def __call__(self) -> int:
-        return self.ms
-
-    def advance(self, ms: int) -> None:
-        self.ms += ms
-
 
 class Notes:
     """Collects on_info / on_error messages."""
@@ -118,25 +102,13 @@ async def locks(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         dsn = request.getfixturevalue("postgres_dsn")
         async with open_pool(dsn, max_size=24) as pool:
 
-            async def pg_query(statement: str) -> list[tuple[Any, ...]]:
-                async with pool.connection() as conn:
-                    cursor = await conn.execute(statement)
-                    return await cursor.fetchall() if cursor.description else []
-
-            yield LockHarness(kind, lambda: pool, pg_query)
+            yield LockHarness(kind, lambda: pool, pool_query(pool))
         return
     bridge = request.getfixturevalue("d1_bridge")
     shape = kind.removeprefix("d1-")
     with d1_binding(bridge, shape, yield_to_loop=True) as db:
-        from tickwork.d1.binding import D1Binding
-
         await apply_d1_schema(db)
-        raw = D1Binding(db)
-
-        async def d1_query(statement: str) -> list[tuple[Any, ...]]:
-            return await raw.query(statement)
-
-        yield LockHarness(kind, lambda: db, d1_query)
+        yield LockHarness(kind, lambda: db, d1_query(db))
 
 
 class SqliteFile:

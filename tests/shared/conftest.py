@@ -18,7 +18,7 @@ from tests.pg.fixtures import (  # noqa: F401  (pytest finds fixtures by name)
     postgres_templates,
     schema_files,
 )
-from tests.shared.support import STORE_KINDS, SharedHarness
+from tests.shared.support import STORE_KINDS, SharedHarness, d1_query, pool_query
 
 
 @pytest.fixture
@@ -34,12 +34,8 @@ async def shared(request: pytest.FixtureRequest) -> AsyncIterator[SharedHarness]
         async with open_pool(dsn, max_size=20) as pool:
             from tickwork.postgres import PostgresRuntime
 
-            async def query(statement: str) -> list[tuple[Any, ...]]:
-                async with pool.connection() as conn:
-                    cursor = await conn.execute(statement)
-                    return await cursor.fetchall() if cursor.description else []
-
-            harness = SharedHarness(kind, lambda **kw: PostgresRuntime(pool, **kw), query)
+            harness = SharedHarness(kind, lambda **kw: PostgresRuntime(pool, **kw),
+                                    pool_query(pool))
             yield harness
             await _stop(harness)
         return
@@ -47,15 +43,9 @@ async def shared(request: pytest.FixtureRequest) -> AsyncIterator[SharedHarness]
     shape = kind.removeprefix("d1-")
     with d1_binding(bridge, shape, yield_to_loop=True) as db:
         from tickwork.d1 import D1Runtime
-        from tickwork.d1.binding import D1Binding
 
         await apply_d1_schema(db)
-        raw = D1Binding(db)
-
-        async def d1_query(statement: str) -> list[tuple[Any, ...]]:
-            return await raw.query(statement)
-
-        harness = SharedHarness(kind, lambda **kw: D1Runtime(db, **kw), d1_query)
+        harness = SharedHarness(kind, lambda **kw: D1Runtime(db, **kw), d1_query(db))
         yield harness
         await _stop(harness)
 

@@ -33,6 +33,25 @@ class ManualNow:
         self.ms += ms
 
 
+Query = Callable[[str], Awaitable[list[tuple[Any, ...]]]]
+
+
+def pool_query(pool: Any) -> Query:
+    """A raw SELECT (or statement) on a psycopg pool, for test assertions."""
+    async def query(statement: str) -> list[tuple[Any, ...]]:
+        async with pool.connection() as conn:
+            cursor = await conn.execute(statement)
+            return await cursor.fetchall() if cursor.description else []
+    return query
+
+
+def d1_query(db: Any) -> Query:
+    """A raw SELECT (or statement) on a D1 binding, for test assertions."""
+    from tickwork.d1.binding import D1Binding
+
+    return D1Binding(db).query
+
+
 class WorkerDied(ConnectionError):
     """What a killed worker's store calls raise: nothing it does reaches the database."""
 
