@@ -31,7 +31,7 @@ Alarm policy (class attributes, override in a subclass):
   done (idle) and recomputes.
 
 What an RPC reply guarantees about the alarm: every RPC method brings the
-alarm in step before it replies (``_settle_alarm``). Unless an ``alarm()``
+alarm in step before it replies (``_after_call``). Unless an ``alarm()``
 handler of this instance is running, a successful reply means the alarm is
 armed if the owner has pending work (due now, or at the back-off an
 unanswerable liveness probe set) and deleted if it has none. While a
@@ -129,59 +129,43 @@ class JobOwner(JobOwnerRpc, DurableObject):  # type: ignore[misc, unused-ignore]
     # ------------------------------------------------------------ RPC
     # Every RPC method is defined here, on the class itself: some workerd
     # versions list only the functions in the class's own ``__dict__`` as RPC
-    # methods, not inherited ones. Each is a thin override of JobOwnerRpc's
-    # (which decodes, validates and runs it) that then brings the alarm in
-    # step before the reply (see the module doc for what that guarantees
-    # while an alarm handler runs). Every call checks, reads and calls that
+    # methods, not inherited ones. Each is a plain delegation to JobOwnerRpc's
+    # (which decodes, validates and runs it, then calls ``_after_call``): that
+    # hook brings the alarm in step before the reply (see the module doc for
+    # what that guarantees while an alarm handler runs). Every call checks, reads and calls that
     # changed nothing (a replayed ingest or cancel) included: whatever a
     # caller does, even only polling, also repairs an alarm that was lost
     # (the runtime gave up retrying it, or the object died between a commit
     # and its setAlarm).
 
-    async def _settle_alarm(self) -> None:
+    async def _after_call(self) -> None:
         self._wake.mark_stale()
         await self._wake.flush()
 
     async def ingest(self, jobs: Any) -> dict[str, Any]:
-        reply = await super().ingest(jobs)
-        await self._settle_alarm()
-        return reply
+        return await super().ingest(jobs)
 
     async def read(self, job_id: Any) -> dict[str, Any]:
-        reply = await super().read(job_id)
-        await self._settle_alarm()
-        return reply
+        return await super().read(job_id)
 
     async def read_queue_head(self, queue: Any) -> dict[str, Any]:
-        reply = await super().read_queue_head(queue)
-        await self._settle_alarm()
-        return reply
+        return await super().read_queue_head(queue)
 
     async def cancel(self, job_id: Any, cancellation_id: Any,
                      only_if_queued: Any = False) -> dict[str, Any]:
-        reply = await super().cancel(job_id, cancellation_id, only_if_queued)
-        await self._settle_alarm()
-        return reply
+        return await super().cancel(job_id, cancellation_id, only_if_queued)
 
     async def fail_lane(self, lane: Any, reason: Any) -> dict[str, Any]:
-        reply = await super().fail_lane(lane, reason)
-        await self._settle_alarm()
-        return reply
+        return await super().fail_lane(lane, reason)
 
     async def purge(self, queue: Any) -> dict[str, Any]:
-        reply = await super().purge(queue)
-        await self._settle_alarm()
-        return reply
+        return await super().purge(queue)
 
     async def status(self) -> dict[str, Any]:
-        reply = await super().status()
-        await self._settle_alarm()
-        return reply
+        return await super().status()
 
     async def queue_status(self, queue: Any) -> dict[str, Any]:
-        reply = await super().queue_status(queue)
-        await self._settle_alarm()
-        return reply
+        return await super().queue_status(queue)
 
     # ------------------------------------------------------------ alarm
 

@@ -240,6 +240,15 @@ class JobOwnerRpc:
     def _job_service(self) -> JobService:
         raise NotImplementedError
 
+    async def _after_call(self) -> None:
+        """Runs after every call that produced a reply, refusals included
+        (``JobOwner`` brings its alarm in step here). Default: nothing."""
+
+    async def _reply(self, call: Callable[[], Awaitable[Any] | Any]) -> dict[str, Any]:
+        reply = await rpc_reply(call)
+        await self._after_call()
+        return reply
+
     async def ingest(self, jobs: Any) -> dict[str, Any]:
         async def call() -> list[IngestStatus]:
             data = plain_data(jobs)  # a list of job_to_rpc objects, or one
@@ -250,20 +259,20 @@ class JobOwnerRpc:
             decoded = [wire.job_from_rpc(item, f"jobs[{index}]")
                        for index, item in enumerate(items)]
             return await self._job_service().ingest(decoded)
-        return await rpc_reply(call)
+        return await self._reply(call)
 
     async def read(self, job_id: Any) -> dict[str, Any]:
         async def call() -> dict[str, Any] | None:
             record = await self._job_service().read(check_id("job_id", plain_data(job_id)))
             return None if record is None else wire.record_to_wire(record)
-        return await rpc_reply(call)
+        return await self._reply(call)
 
     async def read_queue_head(self, queue: Any) -> dict[str, Any]:
         async def call() -> dict[str, Any] | None:
             record = await self._job_service().read_queue_head(
                 check_id("queue", plain_data(queue)))
             return None if record is None else wire.record_to_wire(record)
-        return await rpc_reply(call)
+        return await self._reply(call)
 
     async def cancel(self, job_id: Any, cancellation_id: Any,
                      only_if_queued: Any = False) -> dict[str, Any]:
@@ -271,23 +280,23 @@ class JobOwnerRpc:
             result = await self._job_service().cancel(
                 plain_data(job_id), plain_data(cancellation_id), plain_data(only_if_queued))
             return wire.cancel_to_wire(result)
-        return await rpc_reply(call)
+        return await self._reply(call)
 
     async def fail_lane(self, lane: Any, reason: Any) -> dict[str, Any]:
         async def call() -> dict[str, Any]:
             result = await self._job_service().fail_lane(plain_data(lane), plain_data(reason))
             return wire.fail_lane_to_wire(result)
-        return await rpc_reply(call)
+        return await self._reply(call)
 
     async def purge(self, queue: Any) -> dict[str, Any]:
-        return await rpc_reply(lambda: self._job_service().purge(plain_data(queue)))
+        return await self._reply(lambda: self._job_service().purge(plain_data(queue)))
 
     async def status(self) -> dict[str, Any]:
         async def call() -> list[dict[str, Any]]:
             return [wire.status_to_wire(item) for item in await self._job_service().status()]
-        return await rpc_reply(call)
+        return await self._reply(call)
 
     async def queue_status(self, queue: Any) -> dict[str, Any]:
         async def call() -> dict[str, Any]:
             return wire.status_to_wire(await self._job_service().queue_status(plain_data(queue)))
-        return await rpc_reply(call)
+        return await self._reply(call)
