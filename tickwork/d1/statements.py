@@ -4,8 +4,8 @@ One statement per transition; each is atomic on its own because D1 runs one
 statement (or one batch) at a time against a single SQLite database. In
 every statement that reads the clock, ``?1`` is the test clock override: NULL
 means database time, so every lease is judged by one clock whatever the
-workers' clocks say. No statement binds more
-than 8 values, far inside D1's limit of 100.
+workers' clocks say. No statement binds more than 8 values, far inside D1's
+limit of 100.
 """
 
 from __future__ import annotations
