@@ -1,28 +1,39 @@
-"""What the model-based tests of the owner runtimes share.
+"""What the model-based tests share.
 
 test_owner_model.py (an OwnerRuntime: one tick slot) and
 test_concurrent_model.py (a ConcurrentOwnerRuntime: a serial and a
 concurrent slot) drive a real runtime and a small pure-Python model of the
-spec with the same operations and compare them after every step. This module
-holds what the two have in common:
+spec with the same operations and compare them after every step.
+test_shared_model.py does the same for the shared runtimes (D1, PostgreSQL)
+with two workers, leases and kills; its model, executor and scenario differ
+too much to subclass these (see the comments there), so it takes only the
+pieces marked "(all three)" below. This module holds:
 
-* the world's constants, the job ``Spec``, the operations both draw and the
-  strategy helpers;
-* the model's shared part (``Model``): settling, queue heads, cancel,
-  fail_lane, purge, releases, the probe of an orphan and its recovery, and
-  the settle-or-claim step of a tick. A subclass says which slot a lane's
-  jobs run in (``slot_of``), which of a slot's queued jobs it may claim
+* the world's constants, the job ``Spec`` (and ``ReplaySpec``, whose payload
+  replays reorder: the owner and the shared model), the operations the owner
+  tests both draw and the strategy helpers (``weighted``: all three);
+* the spec's rules over any model's jobs (all three): ``queue_head``,
+  ``has_pending``, ``cancel_refusal``, ``lane_refusal``, ``purge_queue``,
+  ``ingest_answer`` and ``recovery_of``;
+* the owner models' shared part (``Model``): settling, cancel, fail_lane,
+  purge, releases, the probe of an orphan and its recovery, and the
+  settle-or-claim step of a tick. A subclass says which slot a lane's jobs
+  run in (``slot_of``), which of a slot's queued jobs it may claim
   (``ready``) and what an immediate action settles as (``immediate``);
 * the ``GatedExecutor`` (blocking executors park on a gate per job until the
-  test releases them, the signal aborts them or the "process" crashes) and
-  ``released()``;
+  test releases them, the signal aborts them or the "process" crashes),
+  ``park()`` and ``released()`` (all three);
 * ``ModelScenario``: the runtime's construction, the liveness probe, the loop
   spinning that keeps concurrency deterministic (after every step each
   in-flight tick has either finished or parked on its gate again), the step
   and drain machinery, crash-and-rebuild and the invariant checks both make.
   A subclass names its slots and loop budgets and adds its own operations
   and checks;
-* ``harness_of`` and the example count (TICKWORK_MODEL_EXAMPLES).
+* the comparisons (all three, or the owner and the shared model):
+  ``RecordLedger`` (every job's record against the model, step after step),
+  ``compare_heads`` and ``check_runs``;
+* ``harness_of``, ``owner_model_test`` (the owner tests' draws),
+  ``run_model`` and the example count (TICKWORK_MODEL_EXAMPLES, all three).
 
 Time is a counter (``clock``), so claim order is started_at order.
 """
@@ -33,15 +44,16 @@ import asyncio
 import contextlib
 import os
 import tempfile
-from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Generic, Literal, TypeAlias, TypeVar
+from typing import Any, ClassVar, Generic, Literal, Protocol, TypeAlias, TypeVar
 
-from hypothesis import event
+import pytest
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from tests.support import Harness
+from tests.support import IMMEDIATE_ACTIONS, OWNER_KINDS, Harness
 from tickwork import (
     AbortSignal,
     Cancelled,
@@ -87,6 +99,22 @@ RELEASED: dict[Release, tuple[str, str | None]] = {
     "cancelled": ("cancelled", None),
     "invalid": ("failed", "invalid_outcome"),
 }
+#: Every release, in RELEASED's order (the owner and the shared model draw
+#: them all, the concurrent model its own few).
+RELEASES: tuple[Release, ...] = tuple(RELEASED)
+#: What each of tests.support's IMMEDIATE_ACTIONS (run by immediate_result)
+#: settles as: the owner and the shared model's executors script these (the
+#: concurrent model's its own few).
+IMMEDIATE_OUTCOMES: dict[str, tuple[str, str | None]] = {
+    "complete": ("completed", None),
+    "fail": ("failed", None),
+    "fail_reason": ("failed", EXECUTOR_REASON),
+    "raise": ("failed", "execution_failed"),
+    "unknown": ("outcome_unknown", None),
+    "cancel": ("cancelled", None),
+    "invalid": ("failed", "invalid_outcome"),
+}
+assert set(IMMEDIATE_OUTCOMES) == set(IMMEDIATE_ACTIONS)
 
 
 @dataclass(frozen=True)
@@ -111,6 +139,23 @@ class Spec:
 
     def job_with(self, payload: dict[str, Any]) -> Job:
         return Job(self.job_id, self.queue, self.lane, self.priority, payload, self.recovery())
+
+
+@dataclass(frozen=True)
+class ReplaySpec(Spec):
+    """A job whose payload carries a version key (and the executor's reason
+    for "fail_reason"), in either key order: replays reorder it."""
+
+    def payload(self, *, reverse: bool = False) -> dict[str, Any]:
+        items: list[tuple[str, Any]] = [("do", self.action), ("v", 1)]
+        if self.action == "fail_reason":
+            items.append(("reason", EXECUTOR_REASON))
+        if reverse:
+            items.reverse()
+        return dict(items)
+
+    def job(self, *, reverse: bool = False) -> Job:
+        return self.job_with(self.payload(reverse=reverse))
 
 
 # ---------------------------------------------------------------- operations
@@ -179,6 +224,102 @@ def weighted(
     return st.sampled_from(pool).flatmap(lambda strategy: strategy)
 
 
+# ---------------------------------------------------------- the spec's rules
+# Over any model's jobs: the owner models' ModelJob and the shared model's
+# MJob alike.
+
+
+class SpecJob(Protocol):
+    """A model's job, as the rules below read it."""
+
+    @property
+    def spec(self) -> Spec: ...
+    @property
+    def sequence(self) -> int: ...  # enqueue order
+    @property
+    def state(self) -> Literal["queued", "running", "settled"]: ...
+    @property
+    def recoveries(self) -> int: ...
+    @property
+    def cancellation_id(self) -> str | None: ...
+
+
+J = TypeVar("J", bound=SpecJob)
+
+
+def queue_head(jobs: Iterable[J], queue: str) -> J | None:
+    """What read_queue_head reports: running first, then priority, then age."""
+    mine = [j for j in jobs if j.spec.queue == queue]
+    running = [j for j in mine if j.state == "running"]
+    assert len(running) <= 1
+    if running:
+        return running[0]
+    return min((j for j in mine if j.state == "queued"),
+               key=lambda j: (-j.spec.priority, j.sequence), default=None)
+
+
+def has_pending(jobs: Iterable[SpecJob]) -> bool:
+    return any(job.state != "settled" for job in jobs)
+
+
+def cancel_refusal(
+    job: SpecJob | None, cancellation_id: str, only_if_queued: bool
+) -> str | None:
+    """What cancel answers without recording anything; None when it records
+    ``cancellation_id`` (and answers "recorded")."""
+    if job is None:
+        return "not_found"
+    if job.cancellation_id is not None:
+        return "replayed" if job.cancellation_id == cancellation_id else "conflict"
+    if job.state == "settled":
+        return "already_settled"
+    if only_if_queued and job.state == "running":
+        return "refused"
+    return None
+
+
+def lane_refusal(jobs: Iterable[J], lane: str) -> tuple[list[J], bool]:
+    """What fail_lane settles: the lane's running jobs, then its waiting
+    ones, each oldest first, 256 at most; and whether any stay unsettled."""
+    pending = [j for j in jobs if j.spec.lane == lane and j.state != "settled"]
+    running = sorted((j for j in pending if j.state == "running"), key=lambda j: j.sequence)
+    queued = sorted((j for j in pending if j.state == "queued"), key=lambda j: j.sequence)
+    return (running + queued)[:256], len(pending) > 256
+
+
+def purge_queue(jobs: dict[str, J], queue: str) -> int:
+    """Delete ``queue``'s waiting jobs; how many."""
+    doomed = [i for i, j in jobs.items() if j.spec.queue == queue and j.state == "queued"]
+    for job_id in doomed:
+        del jobs[job_id]
+    return len(doomed)
+
+
+def ingest_answer(spec: Spec, old: Spec) -> str | tuple[str, ...]:
+    """Ingest of ``spec`` over an existing job ``old``: "duplicate", or the
+    fields in conflict."""
+    differences = [name for name, new_value, old_value in (
+        ("queue", spec.queue, old.queue),
+        ("lane", spec.lane, old.lane),
+        ("priority", spec.priority, old.priority),
+        ("payload", spec.payload(), old.payload()),
+        ("recovery", spec.max_recoveries, old.max_recoveries),
+    ) if new_value != old_value]
+    return tuple(differences) if differences else "duplicate"
+
+
+def recovery_of(job: SpecJob) -> Literal["cancelled", "requeued", "interrupted"]:
+    """How the recovery of a running ``job`` nobody executes ends: settled
+    cancelled once a cancellation is recorded, requeued while its recovery
+    budget lasts, else settled interrupted."""
+    if job.cancellation_id is not None:
+        return "cancelled"
+    budget = job.spec.max_recoveries
+    if budget is not None and job.recoveries < budget:
+        return "requeued"
+    return "interrupted"
+
+
 # --------------------------------------------------------------------- model
 
 
@@ -241,16 +382,10 @@ class Model:
         return [j for j in self.jobs.values() if j.spec.queue == queue and j.state == state]
 
     def queue_head(self, queue: str) -> ModelJob | None:
-        """What read_queue_head reports: running first, then priority, then age."""
-        running = self.in_queue(queue, "running")
-        assert len(running) <= 1
-        if running:
-            return running[0]
-        return min(self.in_queue(queue, "queued"),
-                   key=lambda j: (-j.spec.priority, j.sequence), default=None)
+        return queue_head(self.jobs.values(), queue)
 
     def has_pending_work(self) -> bool:
-        return any(job.state != "settled" for job in self.jobs.values())
+        return has_pending(self.jobs.values())
 
     def flight_of(self, job_id: str) -> Flight | None:
         return next((f for f in self.flights.values() if f.job_id == job_id), None)
@@ -258,14 +393,10 @@ class Model:
     # -- operations
     def cancel(self, job_id: str, cancellation_id: str, only_if_queued: bool) -> str:
         job = self.jobs.get(job_id)
-        if job is None:
-            return "not_found"
-        if job.cancellation_id is not None:
-            return "replayed" if job.cancellation_id == cancellation_id else "conflict"
-        if job.state == "settled":
-            return "already_settled"
-        if only_if_queued and job.state == "running":
-            return "refused"
+        refusal = cancel_refusal(job, cancellation_id, only_if_queued)
+        if refusal is not None:
+            return refusal
+        assert job is not None
         job.cancellation_id = cancellation_id
         flight = self.flight_of(job_id)
         if flight is not None and flight.honours_signal:
@@ -276,22 +407,16 @@ class Model:
         return "recorded"
 
     def fail_lane(self, lane: str, reason: str) -> FailLaneResult:
-        pending = [j for j in self.jobs.values() if j.spec.lane == lane and j.state != "settled"]
-        running = sorted((j for j in pending if j.state == "running"), key=lambda j: j.sequence)
-        queued = sorted((j for j in pending if j.state == "queued"), key=lambda j: j.sequence)
-        refused = (running + queued)[:256]
+        refused, more = lane_refusal(self.jobs.values(), lane)
         for job in refused:
             self.settle(job, "failed", reason)
             flight = self.flight_of(job.spec.job_id)
             if flight is not None and flight.honours_signal:
                 flight.finished = True  # it stops and reports the committed refusal
-        return FailLaneResult(len(refused), len(pending) > 256)
+        return FailLaneResult(len(refused), more)
 
     def purge(self, queue: str) -> int:
-        doomed = [i for i, j in self.jobs.items() if j.spec.queue == queue and j.state == "queued"]
-        for job_id in doomed:
-            del self.jobs[job_id]
-        return len(doomed)
+        return purge_queue(self.jobs, queue)
 
     def release(self, slot: str, result: Release) -> None:
         flight = self.flights[slot]
@@ -340,16 +465,13 @@ class Model:
 
     def recover(self, orphan: ModelJob) -> TickResult:
         job_id = orphan.spec.job_id
-        if orphan.cancellation_id is not None:
-            self.settle(orphan, "cancelled")
-            return TickResult("settled", job_id=job_id, outcome="cancelled")
-        budget = orphan.spec.max_recoveries
-        if budget is not None and orphan.recoveries < budget:
+        ending = recovery_of(orphan)
+        if ending == "requeued":
             orphan.state = "queued"
             orphan.recoveries += 1
             return TickResult("requeued", job_id=job_id)
-        self.settle(orphan, "interrupted")
-        return TickResult("settled", job_id=job_id, outcome="interrupted")
+        self.settle(orphan, ending)
+        return TickResult("settled", job_id=job_id, outcome=ending)
 
     def settle_or_claim(self, slot: str, unknown: ModelJob | None) -> TickResult | None:
         """Settle the slot's oldest cancelled waiting job, else claim and run
@@ -437,18 +559,10 @@ class GatedExecutor:
             gate: asyncio.Future[Release] = asyncio.get_running_loop().create_future()
             self.gates[job.job_id], self.signals[job.job_id] = gate, signal
             self.honours[job.job_id] = action == "block"
-            aborted: asyncio.Future[Any] = asyncio.ensure_future(signal.wait())
             try:
-                if action == "block":
-                    await asyncio.wait({gate, aborted}, return_when=asyncio.FIRST_COMPLETED)
-                    if not gate.done():
-                        return Failed(STOPPED)
-                else:
-                    await gate
+                return await park(gate, signal, honours=action == "block")
             finally:
-                aborted.cancel()
                 del self.gates[job.job_id]
-            return released(gate.result())
         finally:
             del self.active[job.job_id]
 
@@ -458,6 +572,23 @@ class GatedExecutor:
         if gate is None or gate.done():
             return False
         return not (self.honours[job_id] and self.signals[job_id].aborted)
+
+
+async def park(gate: asyncio.Future[Release], signal: AbortSignal, *, honours: bool) -> Any:
+    """Wait on ``gate`` until the test releases it (an executor that
+    ``honours`` its signal also until the signal aborts it): what the
+    executor then returns (or raises), Failed(STOPPED) once aborted."""
+    aborted: asyncio.Future[Any] = asyncio.ensure_future(signal.wait())
+    try:
+        if honours:
+            await asyncio.wait({gate, aborted}, return_when=asyncio.FIRST_COMPLETED)
+            if not gate.done():
+                return Failed(STOPPED)
+        else:
+            await gate
+    finally:
+        aborted.cancel()
+    return released(gate.result())
 
 
 def released(result: Release) -> Any:
@@ -705,13 +836,9 @@ class ModelScenario(Generic[M, R]):
 
     # -- the comparisons both tests make
     def check_heads(self, queues: Collection[str]) -> None:
-        runtime, model = self.runtime, self.model
-        for queue in queues:
-            head = runtime.read_queue_head(queue)
-            wanted_head = model.queue_head(queue)
-            assert (None if head is None else head.job_id) == (
-                None if wanted_head is None else wanted_head.spec.job_id), queue
-        assert runtime.has_pending_work() == model.has_pending_work()
+        runtime = self.runtime
+        compare_heads({queue: runtime.read_queue_head(queue) for queue in queues},
+                      runtime.has_pending_work(), self.model.jobs.values())
 
     def check_executions(self) -> None:
         """At most one execution per slot, and exactly the model's in-flight
@@ -722,11 +849,7 @@ class ModelScenario(Generic[M, R]):
         assert sorted(active) == sorted(f.job_id for f in model.flights.values())
         for slot in self.slots:
             assert sum(model.slot_of(lane) == slot for lane in active.values()) <= 1
-        executed: dict[str, int] = {}
-        for job_id, _started_at in executor.claims:
-            executed[job_id] = executed.get(job_id, 0) + 1
-        assert executed == model.executions
-        assert len(set(executor.claims)) == len(executor.claims)
+        check_runs(executor.claims, model.executions)
 
     # -- a whole example
     async def run(self, ops: list[Any]) -> None:
@@ -758,12 +881,84 @@ class ModelScenario(Generic[M, R]):
             await asyncio.gather(*self.tasks.values(), return_exceptions=True)
 
 
+# ------------------------------------------------------------- comparisons
+# Each reads nothing itself: the owner runtimes answer at once, the shared
+# ones are awaited (and read in a batch), so the caller reads and hands over.
+
+
+class RecordLedger:
+    """Every job's record against the model, after every step (the owner and
+    the shared model), and what that remembers from step to step: every id
+    ever ingested (``touched``: purged ones must read as gone) and one that
+    never was, each job's enqueue sequence and each settled job's record."""
+
+    def __init__(self) -> None:
+        self.touched: set[str] = {GHOST}
+        self.settled: dict[str, JobRecord] = {}
+        self.sequences: dict[str, int] = {}
+
+    def compare(
+        self, job_id: str, record: JobRecord | None, expected: SpecJob | None, *also: str
+    ) -> bool:
+        """Compare ``record`` (what ``read`` says of ``job_id``) with the
+        model's ``expected`` job: the cargo, and the state, outcome, reason,
+        recoveries, cancellation and the fields named ``also``. A settled job
+        never changes again, and its enqueue sequence is stable for the
+        job's life. Whether the job exists."""
+        if expected is None:
+            assert record is None, f"{job_id} should not exist: {record}"
+            self.sequences.pop(job_id, None)
+            return False
+        assert record is not None, f"{job_id} is missing"
+        spec = expected.spec
+        assert (record.queue, record.lane, record.priority, record.payload) == (
+            spec.queue, spec.lane, spec.priority, spec.payload())
+        assert record.recovery == spec.recovery()
+        names = ("state", "outcome", "failure_reason", "recoveries", "cancellation_id", *also)
+        actual = tuple(getattr(record, name) for name in names)
+        wanted = tuple(getattr(expected, name) for name in names)
+        assert actual == wanted, f"{job_id}: engine {actual} != model {wanted}"
+        if record.state == "settled":
+            before = self.settled.setdefault(job_id, record)
+            assert record == before, f"settled {job_id} changed: {before} -> {record}"
+        assert self.sequences.setdefault(job_id, record.sequence) == record.sequence
+        return True
+
+    def check_order(self, jobs: Mapping[str, SpecJob]) -> None:
+        """Enqueue sequences follow ingest order."""
+        by_model = sorted(jobs, key=lambda i: jobs[i].sequence)
+        assert by_model == sorted(jobs, key=lambda i: self.sequences[i])
+
+
+def compare_heads(
+    heads: Mapping[str, JobRecord | None], pending: bool, jobs: Collection[SpecJob]
+) -> None:
+    """Each queue's head (what read_queue_head said of it) and
+    has_pending_work (``pending``) as the model's ``jobs`` have them."""
+    for queue, head in heads.items():
+        wanted_head = queue_head(jobs, queue)
+        assert (None if head is None else head.job_id) == (
+            None if wanted_head is None else wanted_head.spec.job_id), queue
+    assert pending == has_pending(jobs)
+
+
+def check_runs(runs: Sequence[tuple[str, int | None]], executions: Mapping[str, int]) -> None:
+    """``runs``, every execution's (job_id, started_at): exactly the claims
+    the model made (``executions``, per job) were executed, each once."""
+    executed: dict[str, int] = {}
+    for job_id, _started_at in runs:
+        executed[job_id] = executed.get(job_id, 0) + 1
+    assert executed == executions
+    assert len(set(runs)) == len(runs), "a claim was executed twice"
+
+
 # ----------------------------------------------------------------- plumbing
 
 
 def model_examples(default: int) -> int:
-    """Examples per owner kind: TICKWORK_MODEL_EXAMPLES if set, else ``default``."""
-    return int(os.environ.get("TICKWORK_MODEL_EXAMPLES", str(default)))
+    """Examples per owner kind or store: TICKWORK_MODEL_EXAMPLES if set (and
+    not empty), else ``default``."""
+    return int(os.environ.get("TICKWORK_MODEL_EXAMPLES") or default)
 
 
 @contextlib.contextmanager
@@ -780,3 +975,36 @@ def harness_of(kind: str) -> Iterator[Harness]:
             yield built
         finally:
             built.close()
+
+
+Test = TypeVar("Test", bound=Callable[..., None])
+
+
+def owner_model_test(
+    specs: st.SearchStrategy[Spec], operations: st.SearchStrategy[Any], *, max_ops: int,
+    examples: int,
+) -> Callable[[Test], Test]:
+    """A model test over every owner kind (``kind``), ``examples`` times:
+    ``first``, one to six Ingests of ``specs``; ``ops``, 20 to ``max_ops``
+    ``operations``; ``project``, with or without a projector."""
+
+    def decorate(test: Test) -> Test:
+        kinds = pytest.mark.parametrize("kind", OWNER_KINDS)
+        examples_of = settings(max_examples=examples, deadline=None)
+        drawn = given(
+            first=st.lists(st.builds(Ingest, specs), min_size=1, max_size=6),
+            ops=st.lists(operations, min_size=20, max_size=max_ops),
+            project=st.booleans(),
+        )
+        return kinds(examples_of(drawn(test)))  # type: ignore[no-any-return]
+
+    return decorate
+
+
+def run_model(
+    scenario: Callable[..., ModelScenario[Any, Any]], kind: str, ops: list[Any], *, project: bool
+) -> None:
+    """One example: ``ops`` through ``scenario(harness, project=project)``
+    over a fresh store of owner kind ``kind``."""
+    with harness_of(kind) as harness:
+        asyncio.run(scenario(harness, project=project).run(ops))

@@ -32,7 +32,6 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, TypeAlias, cast
 
-import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
@@ -55,9 +54,11 @@ from tests.property.model_support import (
     harness_of,
     liveness,
     model_examples,
+    owner_model_test,
+    run_model,
     weighted,
 )
-from tests.support import OWNER_KINDS, Harness
+from tests.support import Harness
 from tickwork import Cancelled, Completed, Failed, TickResult
 from tickwork.jobs import MAX_SAFE_INTEGER
 from tickwork.local import ConcurrentOwnerRuntime
@@ -340,10 +341,6 @@ class Scenario(ModelScenario[ConcurrentModel, ConcurrentOwnerRuntime]):
         assert feed == [j.spec.job_id for j in serial_jobs]
 
 
-async def run_scenario(harness: Harness, ops: list[Operation], *, project: bool) -> None:
-    await Scenario(harness, project=project).run(ops)
-
-
 #: Examples per owner kind. TICKWORK_MODEL_EXAMPLES sets it for this test and
 #: test_owner_model.py alike; raise it for a deeper local search, e.g.
 #: TICKWORK_MODEL_EXAMPLES=2000 pytest tests/property. The default keeps this
@@ -419,15 +416,8 @@ def test_deep_backlogs_pick_the_same_heads_as_the_model(
         asyncio.run(drain_backlog(harness, backlog, order))
 
 
-@pytest.mark.parametrize("kind", OWNER_KINDS)
-@settings(max_examples=EXAMPLES, deadline=None)
-@given(
-    first=st.lists(st.builds(Ingest, specs), min_size=1, max_size=6),
-    ops=st.lists(operations, min_size=20, max_size=60),
-    project=st.booleans(),
-)
+@owner_model_test(specs, operations, max_ops=60, examples=EXAMPLES)
 def test_concurrent_runtime_matches_the_model(
     kind: str, first: list[Operation], ops: list[Operation], project: bool
 ) -> None:
-    with harness_of(kind) as harness:
-        asyncio.run(run_scenario(harness, first + ops, project=project))
+    run_model(Scenario, kind, first + ops, project=project)

@@ -23,19 +23,18 @@ The machinery shared with test_concurrent_model.py is in model_support.py.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, TypeAlias
 
 import pytest
-from hypothesis import event, given, settings
+from hypothesis import event
 from hypothesis import strategies as st
 
 from tests.property.model_support import (
     BLOCKING,
-    EXECUTOR_REASON,
-    GHOST,
+    IMMEDIATE_OUTCOMES,
+    RELEASES,
     SERIAL,
     Cancel,
     Crash,
@@ -46,15 +45,19 @@ from tests.property.model_support import (
     ModelJob,
     ModelScenario,
     Purge,
+    RecordLedger,
     Release,
+    ReplaySpec,
     SetLiveness,
     Spec,
-    harness_of,
+    ingest_answer,
     liveness,
     model_examples,
+    owner_model_test,
+    run_model,
     weighted,
 )
-from tests.support import IMMEDIATE_ACTIONS, OWNER_KINDS, Harness, immediate_result
+from tests.support import IMMEDIATE_ACTIONS, Harness, immediate_result
 from tickwork import (
     CancelResult,
     IngestConflict,
@@ -72,26 +75,9 @@ QUEUES = ("qa", "qb", "qc")
 LANES = ("la", "lb")
 PRIORITIES = (-MAX_SAFE_INTEGER, -1, 0, 1, MAX_SAFE_INTEGER)
 # What the executor does, chosen by payload["do"]: IMMEDIATE_ACTIONS (run by
-# tests.support.immediate_result) or one of BLOCKING.
-Action: TypeAlias = Literal[
-    "complete", "fail", "fail_reason", "raise", "unknown", "cancel", "invalid",
-    "block", "stubborn",
-]
-ACTIONS: tuple[Action, ...] = (
-    "complete", "fail", "fail_reason", "raise", "unknown", "cancel", "invalid",
-    "block", "stubborn",
-)
-# What each immediate action settles as.
-IMMEDIATE: dict[str, tuple[str, str | None]] = {
-    "complete": ("completed", None),
-    "fail": ("failed", None),
-    "fail_reason": ("failed", EXECUTOR_REASON),
-    "raise": ("failed", "execution_failed"),
-    "unknown": ("outcome_unknown", None),
-    "cancel": ("cancelled", None),
-    "invalid": ("failed", "invalid_outcome"),
-}
-RELEASES: tuple[Release, ...] = ("completed", "failed", "raise", "unknown", "cancelled", "invalid")
+# tests.support.immediate_result; model_support's IMMEDIATE_OUTCOMES says what
+# each settles as) or one of BLOCKING. Releases: any of model_support's RELEASES.
+ACTIONS: tuple[str, ...] = (*IMMEDIATE_OUTCOMES, *BLOCKING)
 RaceKind: TypeAlias = Literal["cancel", "fail_lane", "purge"]
 RACE_CANCELLATION = "race"
 RACE_REASON = "raced"
@@ -100,23 +86,6 @@ RACE_REASON = "raced"
 def slot_of(lane: str) -> str:
     """An OwnerRuntime has one slot: every lane runs in tick()."""
     return SERIAL
-
-
-@dataclass(frozen=True)
-class OwnerSpec(Spec):
-    """A job whose payload carries a version key (and the executor's reason
-    for "fail_reason"), in either key order: replays reorder it."""
-
-    def payload(self, *, reverse: bool = False) -> dict[str, Any]:
-        items: list[tuple[str, Any]] = [("do", self.action), ("v", 1)]
-        if self.action == "fail_reason":
-            items.append(("reason", EXECUTOR_REASON))
-        if reverse:
-            items.reverse()
-        return dict(items)
-
-    def job(self, *, reverse: bool = False) -> Job:
-        return self.job_with(self.payload(reverse=reverse))
 
 
 # ---------------------------------------------------------------- operations
@@ -166,7 +135,7 @@ Operation: TypeAlias = (
 )
 
 specs = st.builds(
-    OwnerSpec,
+    ReplaySpec,
     job_id=st.sampled_from(JOB_IDS),
     queue=st.sampled_from(QUEUES),
     lane=st.sampled_from(LANES),
@@ -206,7 +175,7 @@ class OwnerModel(Model):
     """model_support's Model with one slot, ingest conflicts per field, and
     races during the probe."""
 
-    immediate: ClassVar[dict[str, tuple[str, str | None]]] = IMMEDIATE
+    immediate: ClassVar[dict[str, tuple[str, str | None]]] = IMMEDIATE_OUTCOMES
 
     next_sequence: int = 0
 
@@ -225,18 +194,7 @@ class OwnerModel(Model):
             self.jobs[spec.job_id] = ModelJob(spec, self.next_sequence)
             self.next_sequence += 1
             return "queued"
-        old, differences = existing.spec, []
-        if spec.queue != old.queue:
-            differences.append("queue")
-        if spec.lane != old.lane:
-            differences.append("lane")
-        if spec.priority != old.priority:
-            differences.append("priority")
-        if spec.payload() != old.payload():
-            differences.append("payload")
-        if spec.max_recoveries != old.max_recoveries:
-            differences.append("recovery")
-        return tuple(differences) if differences else "duplicate"
+        return ingest_answer(spec, existing.spec)
 
     def race(self, kind: RaceKind, job: ModelJob) -> object:
         """What ``kind`` does to ``job`` (and returns) when it lands mid-probe."""
@@ -274,9 +232,7 @@ class Scenario(ModelScenario[OwnerModel, OwnerRuntime]):
         # A race to run inside the next liveness probe, with what it must return.
         self.race: tuple[RaceKind, object] | None = None
         self.raced: tuple[object, object] | None = None  # (what it returned, expected)
-        self.settled: dict[str, JobRecord] = {}
-        self.sequences: dict[str, int] = {}
-        self.touched: set[str] = {GHOST}
+        self.ledger = RecordLedger()
 
     def open_runtime(self, **options: Any) -> OwnerRuntime:
         return self.harness.runtime(**options)
@@ -339,7 +295,7 @@ class Scenario(ModelScenario[OwnerModel, OwnerRuntime]):
                 return
             existing = sorted(model.jobs)[op.index % len(model.jobs)]
             spec = model.jobs[existing].spec
-            assert isinstance(spec, OwnerSpec)
+            assert isinstance(spec, ReplaySpec)
             expected = model.ingest(spec)
             assert expected == "duplicate"
             self.ingest(spec.job(reverse=True), expected)
@@ -398,24 +354,13 @@ class Scenario(ModelScenario[OwnerModel, OwnerRuntime]):
         running_per_queue: dict[str, int] = {}
         # Every id ever ingested (purged ones must read as gone) and one that
         # never was; the raw-table check below covers the rest.
-        self.touched.update(model.jobs)
-        for job_id in sorted(self.touched):
+        ledger = self.ledger
+        ledger.touched.update(model.jobs)
+        for job_id in sorted(ledger.touched):
             record = runtime.read(job_id)
-            expected = model.jobs.get(job_id)
-            if expected is None:
-                assert record is None, f"{job_id} should not exist: {record}"
-                self.sequences.pop(job_id, None)
+            if not ledger.compare(job_id, record, model.jobs.get(job_id)):
                 continue
-            assert record is not None, f"{job_id} is missing"
-            spec = expected.spec
-            assert (record.queue, record.lane, record.priority, record.payload) == (
-                spec.queue, spec.lane, spec.priority, spec.payload())
-            assert record.recovery == spec.recovery()
-            actual = (record.state, record.outcome, record.failure_reason, record.recoveries,
-                      record.cancellation_id)
-            wanted = (expected.state, expected.outcome, expected.failure_reason,
-                      expected.recoveries, expected.cancellation_id)
-            assert actual == wanted, f"{job_id}: engine {actual} != model {wanted}"
+            assert record is not None
             # Record consistency.
             assert (record.outcome is not None) == (record.state == "settled")
             assert (record.settled_at is not None) == (record.state == "settled")
@@ -424,16 +369,8 @@ class Scenario(ModelScenario[OwnerModel, OwnerRuntime]):
                 record.state == "settled")
             if record.state == "running":
                 running_per_queue[record.queue] = running_per_queue.get(record.queue, 0) + 1
-            # A settled job never changes again.
-            if record.state == "settled":
-                before = self.settled.setdefault(job_id, record)
-                assert record == before, f"settled {job_id} changed: {before} -> {record}"
-            # Enqueue sequence is stable for the job's life.
-            assert self.sequences.setdefault(job_id, record.sequence) == record.sequence
         assert all(count <= 1 for count in running_per_queue.values()), running_per_queue
-        # Enqueue sequences follow ingest order.
-        by_model = sorted(model.jobs, key=lambda i: model.jobs[i].sequence)
-        assert by_model == sorted(model.jobs, key=lambda i: self.sequences[i])
+        ledger.check_order(model.jobs)
         self.check_heads(QUEUES)
         # The raw table: nothing beyond the model, one running job per queue.
         rows = self.harness.host_query("SELECT job_id, state, queue FROM tickwork_jobs")
@@ -443,26 +380,15 @@ class Scenario(ModelScenario[OwnerModel, OwnerRuntime]):
         self.check_executions()
 
 
-async def run_scenario(harness: Harness, ops: list[Operation], *, project: bool) -> None:
-    await Scenario(harness, project=project).run(ops)
-
-
 #: Examples per owner kind; raise it for a deeper local search, e.g.
 #: TICKWORK_MODEL_EXAMPLES=2000 pytest tests/property
 EXAMPLES = model_examples(60)
 
 
-@pytest.mark.parametrize("kind", OWNER_KINDS)
-@settings(max_examples=EXAMPLES, deadline=None)
-@given(
-    first=st.lists(st.builds(Ingest, specs), min_size=1, max_size=6),
-    ops=st.lists(operations, min_size=20, max_size=50),
-    project=st.booleans(),
-)
+@owner_model_test(specs, operations, max_ops=50, examples=EXAMPLES)
 def test_runtime_matches_the_model(
     kind: str, first: list[Operation], ops: list[Operation], project: bool
 ) -> None:
     """With ``project``, the runtime has a projector, which moves every
     transition into an owner transaction (a different write path)."""
-    with harness_of(kind) as harness:
-        asyncio.run(run_scenario(harness, first + ops, project=project))
+    run_model(Scenario, kind, first + ops, project=project)

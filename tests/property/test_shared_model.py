@@ -33,6 +33,12 @@ the local watchdog are part of the model instead of racing it.
 
 The model found one bug (fixed: recovery now clears the claim token), pinned
 by ``test_a_recovered_claim_is_not_reported_settled_by_its_stale_tick``.
+
+The pieces shared with the owner models (the world's constants, the job
+spec, the spec's rules over a model's jobs, the executor's gate, the record,
+head and execution comparisons, the example count) are in model_support.py;
+what is this test's own (leases and their timers, claims, two workers,
+kills, drains) stays here.
 """
 
 from __future__ import annotations
@@ -40,10 +46,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, TypeVar
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
@@ -58,20 +63,39 @@ from tests.pg.fixtures import (  # noqa: F401
     schema_files,
 )
 from tests.pg.server import unique_database_name
+from tests.property.model_support import (
+    BLOCKING,
+    GHOST,
+    IMMEDIATE_OUTCOMES,
+    RELEASED,
+    RELEASES,
+    STOPPED,
+    RecordLedger,
+    Release,
+    ReplaySpec,
+    cancel_refusal,
+    check_runs,
+    compare_heads,
+    has_pending,
+    ingest_answer,
+    lane_refusal,
+    model_examples,
+    park,
+    purge_queue,
+    queue_head,
+    recovery_of,
+    weighted,
+)
 from tests.shared.support import ManualNow, SharedHarness
 from tests.support import IMMEDIATE_ACTIONS, CountingWake, immediate_result
 from tickwork import (
     AbortSignal,
-    Cancelled,
     CancelResult,
     Completed,
-    Failed,
     FailLaneResult,
     IngestConflict,
     Job,
     JobRecord,
-    OutcomeUnknown,
-    Recovery,
     TickResult,
 )
 from tickwork.jobs import MAX_SAFE_INTEGER
@@ -84,66 +108,29 @@ LEASE = 120_000  # DEFAULT_LEASE_MS, the runtimes' lease
 RENEW_EVERY = 60_000  # the periodic renewer's interval (fires only when the test fires it)
 WORKERS = ("A", "B")
 JOB_IDS = tuple(f"j{index}" for index in range(10))
-GHOST = "ghost"  # never ingested
 QUEUES = ("qa", "qb", "qc")
 LANES = ("la", "lb")
 PRIORITIES = (-MAX_SAFE_INTEGER, 0, 1, MAX_SAFE_INTEGER)
-# payload["do"]: an immediate outcome, or "block" (parks on a gate, honours its
-# signal: returns Failed("stopped") once aborted) or "stubborn" (parks on a
-# gate and ignores its signal).
-Action: TypeAlias = Literal[
-    "complete", "fail", "fail_reason", "raise", "unknown", "cancel", "invalid",
-    "block", "stubborn",
-]
-IMMEDIATE: tuple[Action, ...] = (
-    "complete", "fail", "fail_reason", "raise", "unknown", "cancel", "invalid")
-BLOCKING: tuple[Action, ...] = ("block", "stubborn")
-Release: TypeAlias = Literal["completed", "failed", "raise", "unknown", "cancelled", "invalid"]
-RELEASES: tuple[Release, ...] = ("completed", "failed", "raise", "unknown", "cancelled", "invalid")
-EXECUTOR_REASON = "exec_reason"
-RELEASE_REASON = "late_reason"
-STOPPED = "stopped"
+# payload["do"]: an immediate outcome (tests.support's IMMEDIATE_ACTIONS), or
+# "block" (parks on a gate, honours its signal: returns Failed("stopped") once
+# aborted) or "stubborn" (parks on a gate and ignores its signal): BLOCKING.
+IMMEDIATE: tuple[str, ...] = tuple(IMMEDIATE_OUTCOMES)
 CLAIM_REPLACED = "claim_replaced"
 LEASE_EXPIRED = "lease_expired"
 TimerKind: TypeAlias = Literal["watchdog", "periodic"]
 Race: TypeAlias = Literal["recover", "late", "cancel", "none"]
 RENEWAL_TASK = "tickwork-lease-renewal"  # the name of a lease keeper's write pump
 
-assert set(IMMEDIATE) == set(IMMEDIATE_ACTIONS)
-
-
-@dataclass(frozen=True)
-class Spec:
-    """A job as the test ingests it."""
-
-    job_id: str
-    queue: str
-    lane: str
-    priority: int
-    action: Action
-    max_recoveries: int | None
-
-    def payload(self, *, reverse: bool = False) -> dict[str, Any]:
-        items: list[tuple[str, Any]] = [("do", self.action), ("v", 1)]
-        if self.action == "fail_reason":
-            items.append(("reason", EXECUTOR_REASON))
-        if reverse:
-            items.reverse()
-        return dict(items)
-
-    def job(self, *, reverse: bool = False) -> Job:
-        recovery = None if self.max_recoveries is None else Recovery(self.max_recoveries)
-        return Job(self.job_id, self.queue, self.lane, self.priority,
-                   self.payload(reverse=reverse), recovery)
-
 
 # ---------------------------------------------------------------- operations
+# Each names the worker it goes through (Advance moves both): model_support's
+# operations, which name none, do not fit.
 
 
 @dataclass(frozen=True)
 class Ingest:
     worker: str
-    spec: Spec
+    spec: ReplaySpec
 
 
 @dataclass(frozen=True)
@@ -246,7 +233,7 @@ Operation: TypeAlias = (
 
 workers = st.sampled_from(WORKERS)
 specs = st.builds(
-    Spec,
+    ReplaySpec,
     job_id=st.sampled_from(JOB_IDS),
     queue=st.sampled_from(QUEUES),
     lane=st.sampled_from(LANES),
@@ -258,16 +245,10 @@ specs = st.builds(
 )
 
 
-def weighted(*choices: tuple[int, st.SearchStrategy[Operation]]) -> st.SearchStrategy[Operation]:
-    """one_of with weights (one_of itself draws its distinct branches about evenly)."""
-    pool = [strategy for weight, strategy in choices for _ in range(weight)]
-    return st.sampled_from(pool).flatmap(lambda strategy: strategy)
-
-
 # Work-creating steps and ticks outweigh the destructive ones, and cancel and
 # fail_lane often aim at a parked job: the interleavings worth testing need
 # a job in flight on one worker while the other acts.
-operations = weighted(
+operations: st.SearchStrategy[Operation] = weighted(
     (5, st.builds(Ingest, workers, specs)),
     (1, st.builds(Replay, workers, st.integers(0, 7))),
     (8, st.builds(Tick, workers)),
@@ -297,28 +278,18 @@ class Settlement:
 
 
 IMMEDIATE_SETTLEMENTS: dict[str, Settlement] = {
-    "complete": Settlement("completed"),
-    "fail": Settlement("failed"),
-    "fail_reason": Settlement("failed", EXECUTOR_REASON),
-    "raise": Settlement("failed", "execution_failed"),
-    "unknown": Settlement("outcome_unknown"),
-    "cancel": Settlement("cancelled"),
-    "invalid": Settlement("failed", "invalid_outcome"),
-}
+    action: Settlement(*settled) for action, settled in IMMEDIATE_OUTCOMES.items()}
 RELEASE_SETTLEMENTS: dict[str, Settlement] = {
-    "completed": Settlement("completed"),
-    "failed": Settlement("failed", RELEASE_REASON),
-    "raise": Settlement("failed", "execution_failed"),
-    "unknown": Settlement("outcome_unknown"),
-    "cancelled": Settlement("cancelled"),
-    "invalid": Settlement("failed", "invalid_outcome"),
-}
+    result: Settlement(*settled) for result, settled in RELEASED.items()}
 STOPPED_SETTLEMENT = Settlement("failed", STOPPED)
 
 
 @dataclass
 class MJob:
-    spec: Spec
+    """A job: model_support's rules read it (as its SpecJob); the claim,
+    lease and times are this model's own."""
+
+    spec: ReplaySpec
     sequence: int
     enqueued_at: int
     state: Literal["queued", "running", "settled"] = "queued"
@@ -370,7 +341,15 @@ def settled_result(job: MJob) -> TickResult:
 
 @dataclass
 class Model:
-    """The spec, as plain Python over a dict of jobs."""
+    """The spec, as plain Python over a dict of jobs.
+
+    The rules that read no lease (queue heads, cancel's answers, which jobs a
+    lane refusal settles, purge, ingest conflicts, how a recovery ends) are
+    model_support's. The rest is not model_support's Model: claims are
+    fenced on a token and a lease, a tick recovers by lease expiry (no
+    liveness probe) on any worker, a drain carries its next claim in the
+    settlement, and a worker's flight can be killed.
+    """
 
     now: int
     jobs: dict[str, MJob] = field(default_factory=dict)
@@ -388,16 +367,10 @@ class Model:
         return next((job for job in self.jobs.values() if job.sequence == sequence), None)
 
     def queue_head(self, queue: str) -> MJob | None:
-        mine = [job for job in self.jobs.values() if job.spec.queue == queue]
-        running = [job for job in mine if job.state == "running"]
-        assert len(running) <= 1
-        if running:
-            return running[0]
-        waiting = [job for job in mine if job.state == "queued"]
-        return min(waiting, key=lambda job: (-job.spec.priority, job.sequence), default=None)
+        return queue_head(self.jobs.values(), queue)
 
     def has_pending_work(self) -> bool:
-        return any(job.state != "settled" for job in self.jobs.values())
+        return has_pending(self.jobs.values())
 
     def live(self, job: MJob | None, claim: int) -> bool:
         return (job is not None and job.state == "running" and job.claim == claim
@@ -430,57 +403,37 @@ class Model:
         job.state, job.outcome = "settled", settlement.outcome
         job.failure_reason, job.settled_at = settlement.failure_reason, self.now
 
-    def ingest(self, spec: Spec) -> str | tuple[str, ...]:
+    def ingest(self, spec: ReplaySpec) -> str | tuple[str, ...]:
         existing = self.jobs.get(spec.job_id)
         if existing is None:
             self.jobs[spec.job_id] = MJob(spec, self.next_sequence, self.now)
             self.next_sequence += 1
             return "queued"
-        old = existing.spec
-        differences = [name for name, new_value, old_value in (
-            ("queue", spec.queue, old.queue),
-            ("lane", spec.lane, old.lane),
-            ("priority", spec.priority, old.priority),
-            ("payload", spec.payload(), old.payload()),
-            ("recovery", spec.max_recoveries, old.max_recoveries),
-        ) if new_value != old_value]
-        return tuple(differences) if differences else "duplicate"
+        return ingest_answer(spec, existing.spec)
 
     def cancel(self, worker: str, job_id: str, cancellation_id: str,
                only_if_queued: bool) -> str:
         job = self.jobs.get(job_id)
-        if job is None:
-            return "not_found"
-        if job.cancellation_id is not None:
-            return "replayed" if job.cancellation_id == cancellation_id else "conflict"
-        if job.state == "settled":
-            return "already_settled"
-        if only_if_queued and job.state == "running":
-            return "refused"
+        refusal = cancel_refusal(job, cancellation_id, only_if_queued)
+        if refusal is not None:
+            return refusal
+        assert job is not None
         job.cancellation_id = cancellation_id
         self.abort_local(worker, job_id, "cancelled")
         return "recorded"
 
     def fail_lane(self, worker: str, lane: str, reason: str) -> FailLaneResult:
-        pending = [job for job in self.jobs.values()
-                   if job.spec.lane == lane and job.state != "settled"]
-        running = sorted((j for j in pending if j.state == "running"), key=lambda j: j.sequence)
-        queued = sorted((j for j in pending if j.state == "queued"), key=lambda j: j.sequence)
-        refused = (running + queued)[:256]
+        refused, more = lane_refusal(self.jobs.values(), lane)
         for job in refused:
             if job.state == "running":
                 job.refused_claim = job.claim
             self.settle(job, Settlement("failed", reason))
         for job in refused:  # aborted once the refusal is durable
             self.abort_local(worker, job.spec.job_id, "lane_refused")
-        return FailLaneResult(len(refused), len(pending) > 256)
+        return FailLaneResult(len(refused), more)
 
     def purge(self, queue: str) -> int:
-        doomed = [job_id for job_id, job in self.jobs.items()
-                  if job.spec.queue == queue and job.state == "queued"]
-        for job_id in doomed:
-            del self.jobs[job_id]
-        return len(doomed)
+        return purge_queue(self.jobs, queue)
 
     def abort_local(self, worker: str, job_id: str, reason: str) -> None:
         """The runtime of ``worker`` aborts its execution of ``job_id``, if any
@@ -604,15 +557,12 @@ class Model:
     def recover(self, job: MJob) -> TickResult:
         # Recovery clears the claim token: the stale execution no longer holds it.
         job.claim = None
-        if job.cancellation_id is not None:
-            self.settle(job, Settlement("cancelled"))
-            return settled_result(job)
-        budget = job.spec.max_recoveries
-        if budget is not None and job.recoveries < budget:
+        ending = recovery_of(job)
+        if ending == "requeued":
             job.state, job.recoveries = "queued", job.recoveries + 1
             job.lease = job.started_at = None
             return TickResult("requeued", job_id=job.spec.job_id)
-        self.settle(job, Settlement("interrupted"))
+        self.settle(job, Settlement(ending))
         return settled_result(job)
 
     def claim(self, job: MJob) -> int:
@@ -731,7 +681,11 @@ class Timer:
 
 
 class GatedExecutor:
-    """One worker's executor, driven by payload["do"]."""
+    """One worker's executor, driven by payload["do"]. Not model_support's
+    GatedExecutor (one per process, a gate per job, checks of its own per
+    slot): a worker runs one job at a time, every worker's executions go to
+    one log, and a killed worker's executor is replaced. The gate itself is
+    model_support's ``park``."""
 
     def __init__(self, worker: str, log: list[tuple[str, str, int | None]]) -> None:
         self.worker = worker
@@ -751,38 +705,16 @@ class GatedExecutor:
         gate: asyncio.Future[Release] = asyncio.get_running_loop().create_future()
         self.gate, self.signal, self.honours = gate, signal, action == "block"
         self.waiting = job.job_id
-        aborted: asyncio.Future[Any] = asyncio.ensure_future(signal.wait())
         try:
-            if self.honours:
-                await asyncio.wait({gate, aborted}, return_when=asyncio.FIRST_COMPLETED)
-                if not gate.done():
-                    return Failed(STOPPED)
-            else:
-                await gate
+            return await park(gate, signal, honours=self.honours)
         finally:
-            aborted.cancel()
             self.waiting = self.gate = None
-        return released(gate.result())
 
     def parked(self) -> bool:
         """Waiting on a gate, and nothing will wake it by itself."""
         if self.waiting is None or self.gate is None or self.gate.done():
             return False
         return not (self.honours and self.signal is not None and self.signal.aborted)
-
-
-def released(result: Release) -> Any:
-    if result == "completed":
-        return Completed()
-    if result == "failed":
-        return Failed(RELEASE_REASON)
-    if result == "raise":
-        raise RuntimeError("released into an explosion")
-    if result == "unknown":
-        return OutcomeUnknown()
-    if result == "cancelled":
-        return Cancelled()
-    return {"not": "an outcome"}
 
 
 Query = Callable[[str], Awaitable[list[tuple[Any, ...]]]]
@@ -803,7 +735,13 @@ class Worker:
 
 
 class Scenario:
-    """Runs operations on two real workers and on the model, comparing after each."""
+    """Runs operations on two real workers and on the model, comparing after each.
+
+    Not a model_support ModelScenario: the runtimes are awaited, two workers
+    each have a tick or drain in flight, the loop comes to rest when no lease
+    renewal is pending either, and time, timers and kills are this test's
+    own. The record, head and execution comparisons are model_support's.
+    """
 
     def __init__(self, factory: Factory, query: Query) -> None:
         self.factory = factory
@@ -814,9 +752,7 @@ class Scenario:
         self.log: list[tuple[str, str, int | None]] = []
         self.workers = {name: self.open(name) for name in WORKERS}
         self.tokens: dict[int, str] = {}  # model claim -> the runtime's private token
-        self.settled: dict[str, JobRecord] = {}
-        self.sequences: dict[str, int] = {}
-        self.touched: set[str] = {GHOST}
+        self.ledger = RecordLedger()
         self.reported: dict[str, int] = {}  # "settled" tick results per job, as observed
         self.reads = 0
         # job_id -> (its raw row, what ``read`` returned for that row)
@@ -941,7 +877,7 @@ class Scenario:
 
     async def ingest(self, name: str, job: Job, expected: str | tuple[str, ...]) -> None:
         runtime = self.workers[name].runtime
-        self.touched.add(job.job_id)
+        self.ledger.touched.add(job.job_id)
         if isinstance(expected, tuple):
             with pytest.raises(IngestConflict) as caught:
                 await runtime.ingest(job)
@@ -1059,14 +995,15 @@ class Scenario:
         model = self.model
         self.reads += 1
         reader = self.workers[WORKERS[self.reads % 2]].runtime
-        self.touched.update(model.jobs)
+        ledger = self.ledger
+        ledger.touched.update(model.jobs)
         rows = await self.query(RAW_ROWS)
         table = {row[0]: row for row in rows}
         # ``read`` is a pure function of the job's row, so a job is read again
         # only when its raw row changed; every job is compared with the model
         # after every step all the same. Reads change nothing, so they may all
         # be in flight at once.
-        stale = sorted(job_id for job_id in self.touched
+        stale = sorted(job_id for job_id in ledger.touched
                        if job_id not in self.records
                        or self.records[job_id][0] != table.get(job_id))
         records, heads, pending = await asyncio.gather(
@@ -1075,46 +1012,16 @@ class Scenario:
             reader.has_pending_work())
         for job_id, answer in zip(stale, records, strict=True):
             self.records[job_id] = (table.get(job_id), answer)
-        for job_id in sorted(self.touched):
-            record = self.records[job_id][1]
-            expected = model.jobs.get(job_id)
-            if expected is None:
-                assert record is None, f"{job_id} should not exist: {record}"
-                self.sequences.pop(job_id, None)
-                continue
-            assert record is not None, f"{job_id} is missing"
-            spec = expected.spec
-            assert (record.queue, record.lane, record.priority, record.payload) == (
-                spec.queue, spec.lane, spec.priority, spec.payload())
-            assert record.recovery == (
-                None if spec.max_recoveries is None else Recovery(spec.max_recoveries))
-            actual = (record.state, record.outcome, record.failure_reason, record.recoveries,
-                      record.cancellation_id, record.enqueued_at, record.started_at,
-                      record.settled_at)
-            wanted = (expected.state, expected.outcome, expected.failure_reason,
-                      expected.recoveries, expected.cancellation_id, expected.enqueued_at,
-                      expected.started_at, expected.settled_at)
-            assert actual == wanted, f"{job_id}: engine {actual} != model {wanted}"
-            if record.state == "settled":  # a settled job never changes again
-                before = self.settled.setdefault(job_id, record)
-                assert record == before, f"settled {job_id} changed: {before} -> {record}"
-            assert self.sequences.setdefault(job_id, record.sequence) == record.sequence
-        by_model = sorted(model.jobs, key=lambda i: model.jobs[i].sequence)
-        assert by_model == sorted(model.jobs, key=lambda i: self.sequences[i])
-        for queue, head in zip(QUEUES, heads, strict=True):
-            wanted_head = model.queue_head(queue)
-            assert (None if head is None else head.job_id) == (
-                None if wanted_head is None else wanted_head.spec.job_id), queue
-        assert pending == model.has_pending_work()
+        for job_id in sorted(ledger.touched):
+            ledger.compare(job_id, self.records[job_id][1], model.jobs.get(job_id),
+                           "enqueued_at", "started_at", "settled_at")
+        ledger.check_order(model.jobs)
+        compare_heads(dict(zip(QUEUES, heads, strict=True)), pending, model.jobs.values())
         self.check_claims(rows)
         self.check_timers()
         # Executions: exactly the claims the model made ran, each once.
-        executed: dict[str, int] = {}
-        for _, job_id, _started_at in self.log:
-            executed[job_id] = executed.get(job_id, 0) + 1
-        assert executed == model.executions
-        runs = [(job_id, started_at) for _, job_id, started_at in self.log]
-        assert len(set(runs)) == len(runs), "a claim was executed twice"
+        check_runs([(job_id, started_at) for _, job_id, started_at in self.log],
+                   model.executions)
         # Every job is reported settled by at most one tick.
         assert self.reported == model.reports
         assert all(count <= 1 for count in self.reported.values()), self.reported
@@ -1229,16 +1136,11 @@ async def run_scenario(
 
 #: Examples per store; raise it for a deeper local search, e.g.
 #: TICKWORK_MODEL_EXAMPLES=500 pytest tests/property/test_shared_model.py
-_OVERRIDE = os.environ.get("TICKWORK_MODEL_EXAMPLES")
 STORES = {  # store -> examples by default (the whole file runs in about half a minute)
     "d1-external": 35,
     "d1-builtin": 10,
     "postgres": 25,
 }
-
-
-def examples(kind: str) -> int:
-    return int(_OVERRIDE) if _OVERRIDE else STORES[kind]
 
 
 #: Opens a fresh database for one example (inside the example's event loop)
@@ -1317,8 +1219,9 @@ def store(request: pytest.FixtureRequest) -> Iterator[Store]:
 FIRST = st.lists(st.builds(Ingest, workers, specs), min_size=1, max_size=4)
 OPS = st.lists(operations, min_size=10, max_size=20)
 RACES = st.sampled_from(("recover", "late", "cancel", "none"))
-SETTINGS = {"deadline": None,
-            "suppress_health_check": [HealthCheck.function_scoped_fixture, HealthCheck.too_slow]}
+SETTINGS: dict[str, Any] = {
+    "deadline": None,
+    "suppress_health_check": [HealthCheck.function_scoped_fixture, HealthCheck.too_slow]}
 
 
 def run_example(store: Store, ops: list[Operation], race: Race) -> None:
@@ -1329,18 +1232,30 @@ def run_example(store: Store, ops: list[Operation], race: Race) -> None:
     asyncio.run(main())
 
 
-@pytest.mark.parametrize("store", ["d1-external"], indirect=True)
-@settings(max_examples=examples("d1-external"), **SETTINGS)  # type: ignore[arg-type]
-@given(first=FIRST, ops=OPS, race=RACES)
+Test = TypeVar("Test", bound=Callable[..., None])
+
+
+def model_test(kind: str) -> Callable[[Test], Test]:
+    """A test of the model over store ``kind``: the store's parameter, its
+    example count (STORES, or TICKWORK_MODEL_EXAMPLES) and the examples."""
+
+    def decorate(test: Test) -> Test:
+        examples = settings(max_examples=model_examples(STORES[kind]), **SETTINGS)
+        given_examples = given(first=FIRST, ops=OPS, race=RACES)
+        store = pytest.mark.parametrize("store", [kind], indirect=True)
+        return store(examples(given_examples(test)))  # type: ignore[no-any-return]
+
+    return decorate
+
+
+@model_test("d1-external")
 def test_d1_runtime_matches_the_model(
     store: Store, first: list[Operation], ops: list[Operation], race: Race
 ) -> None:
     run_example(store, first + ops, race)
 
 
-@pytest.mark.parametrize("store", ["d1-builtin"], indirect=True)
-@settings(max_examples=examples("d1-builtin"), **SETTINGS)  # type: ignore[arg-type]
-@given(first=FIRST, ops=OPS, race=RACES)
+@model_test("d1-builtin")
 def test_d1_builtin_runtime_matches_the_model(
     store: Store, first: list[Operation], ops: list[Operation], race: Race
 ) -> None:
@@ -1348,9 +1263,7 @@ def test_d1_builtin_runtime_matches_the_model(
     run_example(store, first + ops, race)
 
 
-@pytest.mark.parametrize("store", ["postgres"], indirect=True)
-@settings(max_examples=examples("postgres"), **SETTINGS)  # type: ignore[arg-type]
-@given(first=FIRST, ops=OPS, race=RACES)
+@model_test("postgres")
 def test_postgres_runtime_matches_the_model(
     store: Store, first: list[Operation], ops: list[Operation], race: Race
 ) -> None:
