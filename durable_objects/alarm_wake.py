@@ -28,7 +28,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tickwork._pyodide import load_jsnull
+from tickwork._pyodide import js_number, load_jsnull
 
 
 class AlarmWake:
@@ -123,7 +123,7 @@ class AlarmWake:
         armed = await self._armed()
         if armed is not None and (armed <= now if target == now else armed == target):
             return  # already fires when it should: skip the write
-        await storage.setAlarm(target)
+        await storage.setAlarm(js_number(target, "alarm time"))
 
     async def _armed(self) -> int | None:
         """The alarm's epoch ms, or None when unset (JS null, None, or no number)."""

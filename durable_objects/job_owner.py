@@ -53,6 +53,7 @@ from typing import Any, ClassVar
 from workers import DurableObject  # type: ignore[import-not-found, unused-ignore]
 
 from tickwork import JobRecord, OwnerRuntime, TickResult
+from tickwork._pyodide import js_number
 from tickwork.api import JobOwnerRpc, OwnerJobs
 from tickwork.api.service import JobService
 from tickwork.local.runtime import Executor, wall_clock_ms
@@ -142,29 +143,29 @@ class JobOwner(JobOwnerRpc, DurableObject):  # type: ignore[misc, unused-ignore]
         self._wake.mark_stale()
         await self._wake.flush()
 
-    async def ingest(self, jobs: Any) -> dict[str, Any]:
-        return await super().ingest(jobs)
+    async def ingest(self, jobs_json: Any) -> str:
+        return await super().ingest(jobs_json)
 
-    async def read(self, job_id: Any) -> dict[str, Any]:
+    async def read(self, job_id: Any) -> str:
         return await super().read(job_id)
 
-    async def read_queue_head(self, queue: Any) -> dict[str, Any]:
+    async def read_queue_head(self, queue: Any) -> str:
         return await super().read_queue_head(queue)
 
     async def cancel(self, job_id: Any, cancellation_id: Any,
-                     only_if_queued: Any = False) -> dict[str, Any]:
+                     only_if_queued: Any = False) -> str:
         return await super().cancel(job_id, cancellation_id, only_if_queued)
 
-    async def fail_lane(self, lane: Any, reason: Any) -> dict[str, Any]:
+    async def fail_lane(self, lane: Any, reason: Any) -> str:
         return await super().fail_lane(lane, reason)
 
-    async def purge(self, queue: Any) -> dict[str, Any]:
+    async def purge(self, queue: Any) -> str:
         return await super().purge(queue)
 
-    async def status(self) -> dict[str, Any]:
+    async def status(self) -> str:
         return await super().status()
 
-    async def queue_status(self, queue: Any) -> dict[str, Any]:
+    async def queue_status(self, queue: Any) -> str:
         return await super().queue_status(queue)
 
     # ------------------------------------------------------------ alarm
@@ -189,7 +190,7 @@ class JobOwner(JobOwnerRpc, DurableObject):  # type: ignore[misc, unused-ignore]
             when = self._now_ms() + self.alarm_late_retry_delay_ms
             logger.warning("tickwork alarm failed on retry %d (%s: %s); re-armed for %d",
                            retry, type(error).__name__, error, when)
-            await self.ctx.storage.setAlarm(when)
+            await self.ctx.storage.setAlarm(js_number(when, "alarm time"))
 
     async def _run_ticks(self) -> TickResult | None:
         deadline = self._now_ms() + self.alarm_budget_ms

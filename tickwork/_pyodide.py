@@ -1,12 +1,37 @@
-"""Pyodide's FFI values, looked up when a store is built, never at import.
+"""The edge between tickwork's values and JavaScript (Pyodide's FFI).
 
-CPython hosts have no ``pyodide``; tests install a stand-in in ``sys.modules``
-before building a store, so the lookup must happen then, not at import.
+Everything tickwork hands to a JS API on the Workers runtime (a Durable
+Object's ``sql.exec``, a D1 ``bind``, ``setAlarm``) goes through
+``js_number`` / ``to_sql_bindings`` here, so one place decides how a value
+crosses.
+
+Integers: Pyodide 0.28.2 (what workerd runs for tickwork's compatibility
+date) converts a Python int to a JS Number only when it lies strictly
+between ``-(2**53 - 1)`` and ``2**53 - 1``; the two bounds themselves, and
+everything beyond, cross as BigInt, which DO SQL and D1 both refuse
+("Cannot convert a BigInt value to a number", ``D1_TYPE_ERROR``).
+tickwork accepts integers up to and including ``+-(2**53 - 1)`` everywhere
+(priorities, recovery budgets, cursors), so the bounds are bound as the equal
+float: a double holds them exactly and crosses as a Number, the same JS
+value a smaller int would give. Anything beyond is refused here, before JS
+sees it.
+
+Booleans bind as 1/0 (SQLite has no booleans; a DO would store ``True`` as
+the TEXT ``'true'``), and None as ``pyodide.ffi.jsnull`` (Python None crosses
+as JS undefined, which D1 rejects).
+
+``pyodide`` is looked up when a store is built, never at import: CPython
+hosts have no ``pyodide``, and tests install a stand-in in ``sys.modules``
+first.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
+
+#: Pyodide hands an int to JS as a Number only strictly inside +-this bound.
+JS_NUMBER_BOUND = 2**53 - 1
 
 
 def load_jsnull() -> object | None:
@@ -27,15 +52,40 @@ def load_to_js_for(value: Any) -> Any:
     return to_js if isinstance(value, JsProxy) else None
 
 
-def to_sql_bindings(values: Any, jsnull: object | None) -> Any:
-    """``values`` with None bound as SQL NULL: ``jsnull`` under Pyodide.
+def js_number(value: int, what: str = "integer") -> int | float:
+    """``value`` as something Pyodide hands to JS as a Number, equal to it.
 
-    Python None crosses Pyodide's raw FFI as JS undefined, which D1 rejects
-    and which is ambiguous anywhere else.
+    Integers strictly inside +-(2**53 - 1) stay ints; the bounds become the
+    equal float; anything beyond cannot be a JS Number exactly and raises
+    ``ValueError`` naming ``what``.
     """
-    if jsnull is None:
-        return values
-    return [jsnull if value is None else value for value in values]
+    if -JS_NUMBER_BOUND < value < JS_NUMBER_BOUND:
+        return value
+    if value in (JS_NUMBER_BOUND, -JS_NUMBER_BOUND):
+        return float(value)
+    raise ValueError(
+        f"{what} {value} is beyond +-(2**53 - 1): a JS Number cannot hold it exactly")
+
+
+def to_sql_bindings(values: Sequence[Any], jsnull: object | None) -> list[Any]:
+    """``values`` as SQL bindings every JS database API takes (see the module doc).
+
+    None becomes ``jsnull`` (when Pyodide is present), a bool 1 or 0, an int
+    a value that crosses as a JS Number (``js_number``); str, float and
+    bytes-like values pass unchanged.
+    """
+    bound: list[Any] = []
+    for index, value in enumerate(values):
+        kind = type(value)
+        if kind is int:
+            if not -JS_NUMBER_BOUND < value < JS_NUMBER_BOUND:
+                value = js_number(value, f"binding {index}: the integer")
+        elif kind is bool:
+            value = int(value)
+        elif value is None and jsnull is not None:
+            value = jsnull
+        bound.append(value)
+    return bound
 
 
 def plain_value(value: Any, jsnull: object | None) -> Any:

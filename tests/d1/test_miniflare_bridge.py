@@ -387,16 +387,24 @@ async def test_values_d1_accepts(d1_database: Any) -> None:
     }
 
 
-async def test_integers_are_js_numbers(d1_database: Any) -> None:
+async def test_integers_are_js_numbers_strictly_inside_the_safe_range(d1_database: Any) -> None:
     db = d1_database
-    safe = 2**53 - 1
-    assert await db.prepare("SELECT ?1 AS v").bind(safe).first("v") == safe
+    inside = 2**53 - 2
+    assert await db.prepare("SELECT ?1 AS v").bind(inside).first("v") == inside
+    assert await db.prepare("SELECT ?1 AS v").bind(-inside).first("v") == -inside
+    # Measured in real workerd (Pyodide 0.28.2): +-(2**53 - 1) themselves cross
+    # as BigInts, and D1's bind() refuses them, as it refuses everything larger.
+    for edge in (2**53 - 1, -(2**53 - 1), 2**53 + 10):
+        with pytest.raises(D1Error) as refused:
+            db.prepare("SELECT ?1").bind(edge)
+        assert refused.value.message == (
+            f"D1_TYPE_ERROR: Type 'bigint' not supported for value '{edge}'")
+    # The same value as a float is a Number, and reads back as the int.
+    edge = 2**53 - 1
+    assert await db.prepare("SELECT ?1 AS v").bind(float(edge)).first("v") == edge
     # Read back, an INTEGER past 2**53 is a double that has lost precision.
     value = await db.prepare("SELECT 9007199254740993 AS v").first("v")
     assert value == 2**53 and isinstance(value, float)
-    # Pyodide sends an int past 2**53 as a BigInt, which D1's bind() refuses.
-    with pytest.raises(D1Error, match="D1_TYPE_ERROR: Type 'bigint' not supported"):
-        db.prepare("SELECT ?1").bind(2**53 + 10)
 
 
 async def test_python_objects_d1_cannot_bind(d1_bridge: D1Bridge) -> None:

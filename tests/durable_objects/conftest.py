@@ -9,6 +9,7 @@ clock come from ``env``, and its storage can be made to fail (``host.faults``).
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -23,7 +24,6 @@ from tests.fakes.do_namespace import FakeDurableObjectNamespace
 from tests.fakes.pyodide_ffi import JsException, fake_pyodide
 from tests.fakes.workers_module import installed_workers_module
 from tickwork import AbortSignal, Completed, Failed, JobRecord
-from tickwork.jobs import canonical_json
 
 OWNER = "tenant-1"
 STORAGE_ERROR = "SQLITE_IOERR: disk I/O error"
@@ -136,7 +136,13 @@ class Host:
     faults: Faults
     owner_class: Any  # the JobOwner subclass (built under the stand-in workers module)
 
-    def stub(self, name: str = OWNER) -> Any:
+    def stub(self, name: str = OWNER) -> DecodingStub:
+        """The object's stub for tests: jobs given as dicts are sent as RPC
+        text and every reply's JSON text is decoded (see ``DecodingStub``)."""
+        return DecodingStub(self.namespace.getByName(name))
+
+    def raw_stub(self, name: str = OWNER) -> Any:
+        """The object's stub as the Worker has it: text in, text out."""
         return self.namespace.getByName(name)
 
     def instance(self, name: str = OWNER) -> Any:
@@ -153,11 +159,35 @@ class Host:
         return await self.scheduler.alarm_of(name)
 
 
+class DecodingStub:
+    """A ``JobOwner`` stub that speaks dicts to the test and text over RPC.
+
+    ``ingest(job_or_jobs)`` sends the JSON text of the job list (one job
+    dict is sent as a list of one); a str argument is sent as it is. Every
+    reply (JSON text of an envelope) comes back decoded, so tests read
+    ``reply["value"]``. What crosses the stand-in's RPC boundary is exactly
+    what ``RpcJobs`` sends: text, str and bool.
+    """
+
+    def __init__(self, stub: Any) -> None:
+        self._stub = stub
+
+    def __getattr__(self, method: str) -> Any:
+        remote = getattr(self._stub, method)
+
+        async def call(*args: Any) -> Any:
+            if method == "ingest" and args and not isinstance(args[0], str):
+                items = args[0] if isinstance(args[0], list) else [args[0]]
+                args = (json.dumps(items), *args[1:])
+            reply = await remote(*args)
+            return json.loads(reply) if isinstance(reply, str) else reply
+
+        return call
+
+
 def job(job_id: str, queue: str = "q", **fields: Any) -> dict[str, Any]:
-    """A job as it travels over RPC (``tickwork.api.wire.job_to_rpc``'s shape:
-    the payload as canonical JSON text)."""
-    payload = fields.pop("payload", None)
-    return {"job_id": job_id, "queue": queue, "payload_json": canonical_json(payload), **fields}
+    """A job in the wire shape (``tickwork.api.wire.job_to_wire``)."""
+    return {"job_id": job_id, "queue": queue, **fields}
 
 
 @pytest.fixture(params=["builtin", "external"])

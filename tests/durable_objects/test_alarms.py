@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.durable_objects.conftest import OWNER, Host, job
-from tests.fakes.alarms import FIRST_BACKOFF_MS, MAX_RETRIES
+from tests.fakes.alarms import MAX_RETRIES, RETRY_OFFSETS_MS
 
 
 async def test_ingest_arms_the_alarm_for_now_and_an_idle_run_deletes_it(host: Host) -> None:
@@ -82,7 +82,7 @@ async def test_a_storage_error_on_an_early_try_raises_and_the_retry_finishes(hos
     [failed] = await host.scheduler.run_due()
     assert failed.outcome == "raised"
     assert "SQLITE_IOERR" in str(failed.error)
-    assert failed.retry_at == host.clock() + FIRST_BACKOFF_MS
+    assert failed.retry_at == host.clock() + RETRY_OFFSETS_MS[0]
     assert await host.alarm() == failed.retry_at
     host.faults.sql = False
     [retried] = await host.scheduler.run_due(failed.retry_at)

@@ -5,7 +5,6 @@ stand-ins' own rules (namespace identity, RPC shapes, retry schedule)."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 from collections.abc import Iterator
 from pathlib import Path
 from types import FunctionType, SimpleNamespace
@@ -13,8 +12,16 @@ from typing import Any
 
 import pytest
 
-from tests.durable_objects.conftest import OWNER, STORAGE_ERROR, Faults, FlakyStorage, Host, job
-from tests.fakes.alarms import FIRST_BACKOFF_MS, MAX_RETRIES
+from tests.durable_objects.conftest import (
+    OWNER,
+    STORAGE_ERROR,
+    DecodingStub,
+    Faults,
+    FlakyStorage,
+    Host,
+    job,
+)
+from tests.fakes.alarms import MAX_RETRIES, RETRY_OFFSETS_MS
 from tests.fakes.do_namespace import FakeDurableObjectNamespace, carry, rpc_methods
 from tests.fakes.do_storage import FakeDurableObjectStorage, JsDict
 from tests.fakes.pyodide_ffi import JsException, JsObject, fake_pyodide, jsnull
@@ -148,7 +155,7 @@ async def test_the_default_executor_is_the_worker_registry(tmp_path: Path) -> No
 
         namespace = FakeDurableObjectNamespace(JobOwner, SimpleNamespace(), directory=tmp_path)
         stub = namespace.getByName(OWNER)
-        await stub.ingest({"job_id": "a", "queue": "no-such-queue", "payload_json": "null"})
+        await stub.ingest('[{"job_id": "a", "queue": "no-such-queue"}]')
         await namespace.instance(OWNER).alarm(None)
         [row] = namespace.storage(OWNER).debug_query(
             "SELECT state, outcome, failure_reason FROM tickwork_jobs")
@@ -180,9 +187,11 @@ def test_every_rpc_method_is_defined_on_the_class_itself(glue: Any) -> None:
 
 async def test_one_instance_per_name_rebuilt_from_storage_after_eviction(host: Host) -> None:
     namespace = host.namespace
-    by_name = namespace.getByName(OWNER)
-    by_id = namespace.get(namespace.idFromName(OWNER))
-    assert by_id.id.equals(by_name.id) and by_id.id.toString() == by_name.id.toString()
+    by_name = DecodingStub(namespace.getByName(OWNER))
+    by_id = DecodingStub(namespace.get(namespace.idFromName(OWNER)))
+    id_by_name, id_by_id = namespace.getByName(OWNER).id, namespace.get(
+        namespace.idFromName(OWNER)).id
+    assert id_by_id.equals(id_by_name) and id_by_id.toString() == id_by_name.toString()
     await by_name.ingest(job("a"))
     first = namespace.instance(OWNER)
     assert (await by_id.read("a"))["value"]["job_id"] == "a"
@@ -191,7 +200,7 @@ async def test_one_instance_per_name_rebuilt_from_storage_after_eviction(host: H
     assert first.ctx.storage._storage.evicted
     assert (await by_id.read("a"))["value"]["state"] == "queued"
     assert namespace.instance(OWNER) is not first and namespace.incarnation(OWNER) == 2
-    other = namespace.getByName("tenant-2")
+    other = DecodingStub(namespace.getByName("tenant-2"))
     assert (await other.read("a"))["value"] is None
 
 
@@ -213,9 +222,9 @@ async def test_failed_alarms_are_retried_with_backoff_then_dropped(host: Host) -
         (count, "raised") for count in range(MAX_RETRIES + 1)]
     retry_times = [d.retry_at for d in deliveries[:-1] if d.retry_at is not None]
     assert len(retry_times) == MAX_RETRIES
-    assert retry_times[0] == deliveries[0].retry_at
-    gaps = [later - earlier for earlier, later in itertools.pairwise(retry_times)]
-    assert gaps == [FIRST_BACKOFF_MS * 2**count for count in range(1, MAX_RETRIES)]
+    # As measured in real workerd: retries 1-6 at about +2.2 ... +136.5 s after the first.
+    first = deliveries[0].retry_at - RETRY_OFFSETS_MS[0]  # type: ignore[operator]
+    assert [when - first for when in retry_times] == list(RETRY_OFFSETS_MS)
     assert deliveries[-1].retry_at is None  # the 6th retry failed: given up
     assert STORAGE_ERROR in str(deliveries[-1].error)
     host.faults.sql = host.faults.alarms = False

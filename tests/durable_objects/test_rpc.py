@@ -5,13 +5,15 @@ back from the object's SQLite file."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
-from tests.durable_objects.conftest import OWNER, Host, job
+from tests.durable_objects.conftest import OWNER, STORAGE_ERROR, Host, job
 from tests.fakes.pyodide_ffi import JsException
 from tickwork import Job, Recovery
-from tickwork.api import ApiError, RpcJobs
+from tickwork.api import ApiError, RpcJobs, wire
+from tickwork.jobs import MAX_SAFE_INTEGER, canonical_json
 
 
 async def test_ingest_one_job(host: Host) -> None:
@@ -44,18 +46,49 @@ async def test_an_invalid_job_in_a_list_stores_nothing(host: Host) -> None:
     assert reply["status"] == 400
     assert reply["error"]["code"] == "invalid_job"
     assert reply["error"]["field"] == "jobs[1].priority"
-    reply = await host.stub().ingest({"job_id": "d", "payload_json": "null"})
+    reply = await host.stub().ingest({"job_id": "d", "payload": None})
     assert (reply["status"], reply["error"]["field"]) == (400, "jobs[0].queue")
-    # The RPC shape is job_to_rpc's: a payload travels as JSON text.
-    reply = await host.stub().ingest({"job_id": "d", "queue": "q", "payload": {"n": 1}})
-    assert (reply["status"], reply["error"]["field"]) == (400, "jobs[0]")
     assert host.rows() == {}
+
+
+@pytest.mark.parametrize("argument", [
+    [{"job_id": "d", "queue": "q"}],  # a list, not its JSON text
+    '{"job_id": "d", "queue": "q"}',  # one job, not a list
+    "[]",
+    "[{",
+    7,
+])
+async def test_ingest_takes_only_the_json_text_of_a_job_list(host: Host, argument: object) -> None:
+    reply = json.loads(await host.raw_stub().ingest(argument))
+    assert (reply["ok"], reply["status"], reply["error"]["field"]) == (False, 400, "jobs")
+    assert host.rows() == {}
+
+
+async def test_replies_are_json_text_and_carry_floats_and_edge_integers_unchanged(
+    host: Host,
+) -> None:
+    # Over RPC a whole float arrives as an int, and +-(2**53 - 1) as a BigInt;
+    # as JSON text both arrive exactly as sent, in both directions.
+    edge = MAX_SAFE_INTEGER
+    payload = {"f": 1.0, "big": edge, "small": -edge, "nested": [2.0, {"z": 0.5}]}
+    sent = wire.to_json_text([{"job_id": "a", "queue": "q", "priority": edge,
+                               "payload": payload, "recovery": {"max_recoveries": edge}}])
+    reply = await host.raw_stub().ingest(sent)
+    assert isinstance(reply, str) and json.loads(reply) == {"ok": True, "value": ["queued"]}
+    text = await host.raw_stub().read("a")
+    assert isinstance(text, str)
+    record = json.loads(text)["value"]
+    assert record["payload"] == payload and type(record["payload"]["f"]) is float
+    assert (record["priority"], record["recovery"]) == (edge, {"max_recoveries": edge})
+    stored = host.namespace.storage(OWNER).debug_query(
+        "SELECT payload_json FROM tickwork_jobs")
+    assert stored == [(canonical_json(payload),)]
 
 
 async def test_every_operation_through_the_worker_side_client(host: Host) -> None:
     # RpcJobs is what the Worker uses: if it sent anything Workers RPC cannot
     # carry, the stub would raise before the object saw the call.
-    jobs = RpcJobs(host.stub())
+    jobs = RpcJobs(host.raw_stub())
     statuses = await jobs.ingest([
         Job("a", "q", "lane-1", 5, {"x": [1, None, "y"]}, Recovery(2)),
         Job("b", "q", "lane-2", 1, None),
@@ -118,24 +151,23 @@ async def test_bad_arguments_come_back_as_envelopes(host: Host) -> None:
 ])
 async def test_the_stand_in_refuses_what_rpc_cannot_carry(host: Host, argument: object) -> None:
     with pytest.raises(TypeError, match="cannot be sent over RPC"):
-        await host.stub().ingest(argument)
+        await host.raw_stub().ingest(argument)
     assert host.namespace.calls == []
 
 
 @pytest.mark.parametrize("argument", [
     Job("a", "q", "q", 0, {}),     # a custom class
     lambda: None,                  # a callable
-    {"job": {1, 2}},               # a set, nested
 ])
 async def test_python_objects_fail_the_structured_clone(host: Host, argument: object) -> None:
     with pytest.raises(JsException) as refused:
-        await host.stub().ingest(argument)
+        await host.raw_stub().ingest(argument)
     assert refused.value.name == "DataCloneError"
     assert host.namespace.calls == []
 
 
 async def test_only_public_rpc_methods_are_callable(host: Host) -> None:
-    stub = host.stub()
+    stub = host.raw_stub()
     for method in ("_job_service", "_executor", "alarm", "runtime", "no_such_method"):
         with pytest.raises(TypeError, match="does not implement"):
             await getattr(stub, method)()
@@ -149,7 +181,9 @@ async def test_a_storage_failure_reaches_the_caller_as_a_bare_error(host: Host) 
     host.faults.sql = True
     with pytest.raises(JsException) as failed:
         await host.stub().ingest(job("b"))
-    assert failed.value.name == "Error"
+    # As measured: the caller sees only the remote traceback, as text.
+    assert str(failed.value).startswith("Error: PythonError: Traceback (most recent call last):")
+    assert STORAGE_ERROR in failed.value.message
     host.faults.sql = False
     assert list(host.rows()) == ["a"]
 

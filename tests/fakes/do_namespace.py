@@ -31,9 +31,16 @@ Rules reproduced (C = confirmed in source/docs/facts file, A = assumption):
   name); the DO handlers ``alarm`` and ``webSocket*`` and ``fetch`` are
   refused here too (stricter), and keyword arguments are refused (Pyodide
   would pass them as one trailing JS object).
-* A An exception raised by the method reaches the caller as a bare JS
-  ``Error`` carrying only its message (its Python type and fields are lost);
-  it is raised here as ``JsException("Error", "<Type>: <message>")``.
+* M (measured in real workerd, Python Durable Object, built-in SDK) The
+  object receives plain Python dicts and lists with None; a whole float
+  becomes an int in both directions (``{"f": 1.0}`` arrives as
+  ``{"f": 1}``); a set arrives as a set; a tuple raises ``TypeError: <class
+  'tuple'> cannot be sent over RPC.``; bytes arrive as a memoryview; an int
+  at +-(2**53 - 1) or beyond travels as a BigInt and arrives as an int.
+* M An exception raised by the method reaches the caller as a
+  ``JsException`` whose ``str()`` is ``Error: PythonError: Traceback (most
+  recent call last): ...`` with the whole remote traceback (its Python type
+  and fields are lost; only the text names them).
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import os
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from types import FunctionType
@@ -57,6 +65,7 @@ from .pyodide_ffi import (
     JsMap,
     JsNull,
     JsObject,
+    JsSet,
     PyProxy,
 )
 
@@ -112,9 +121,19 @@ def _check_clonable(value: Any, where: str) -> None:
         for key, item in value._entries.items():
             _check_clonable(item, f"{where}[{key!r}]")
         return
+    if isinstance(value, JsSet):
+        for item in value._items:
+            _check_clonable(item, f"{where} item")
+        return
     if isinstance(value, (JsBuffer, JsDate)):
         return
     raise JsException("DataCloneError", f"{where}: {value!r} could not be cloned")
+
+
+def remote_error(error: BaseException) -> JsException:
+    """What the caller of an RPC method sees when the method raised ``error``."""
+    trace = "".join(traceback.format_exception(error))
+    return JsException("Error", f"PythonError: {trace}")
 
 
 class FakeDurableObjectId:
@@ -261,11 +280,6 @@ class FakeDurableObjectNamespace:
             result = getattr(instance, method)(*args)
             if inspect.isawaitable(result):
                 result = await result
-            reply = carry(result, f"{method}() result")
-        except JsException as error:
-            if error.name == "DataCloneError":
-                raise  # the clone of the result failed in the runtime, not in the method
-            raise JsException("Error", error.message) from None
         except Exception as error:
-            raise JsException("Error", f"{type(error).__name__}: {error}") from None
-        return reply
+            raise remote_error(error) from None
+        return carry(result, f"{method}() result")

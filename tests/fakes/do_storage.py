@@ -33,7 +33,10 @@ Two result shapes, chosen per instance with ``sdk=``:
     ``cursor.rowsRead`` read before the cursor is consumed stays stale, and
     ``storage.sql.databaseSize`` is frozen after its first read.
 
-Rules reproduced (C = confirmed in source/docs via the search tool, A = assumption):
+Rules reproduced (M = measured in a real workerd, see "Measured in real workerd"
+in ``python-workers-facts.md``; C = confirmed in source/docs via the search
+tool; A = assumption). Where a measurement and anything else here disagree,
+the measurement wins.
 
 * C ``sql.exec(query, *bindings)`` runs at once and returns a cursor;
   ``toArray()``, ``one()``, ``raw()``, ``next()``, iteration, ``columnNames``,
@@ -54,17 +57,20 @@ Rules reproduced (C = confirmed in source/docs via the search tool, A = assumpti
 * C/A ``PRAGMA user_version`` is refused (facts file; old workerd denied every
   PRAGMA). A: the allow-list :data:`ALLOWED_PRAGMAS` of read-only/harmless
   pragmas is a guess at workerd's current one.
-* C At most 100 bound parameters (``SQLITE_LIMIT_VARIABLE_NUMBER`` = 100;
-  SQLite's ``too many SQL variables``). A: the other limits in
-  :data:`SQLITE_LIMITS` follow the facts file (100 KB statement, 2 MB value
-  or row, 100 columns, compound SELECT of 5).
-* C Bindings are ``kj::Maybe<OneOf<bytes, String, double>>``: JS null (and
-  undefined, see below) binds NULL, an ArrayBuffer/TypedArray binds a BLOB, a
-  string TEXT, a number a *double* -- so every integer is bound as REAL
-  (``typeof(?)`` is ``'real'``; into a TEXT column 5 is stored as ``'5.0'``).
-  A BigInt (Python int beyond +-(2**53 - 1)) makes V8's ToNumber throw
-  ``TypeError: Cannot convert a BigInt value to a number``
-  (workerd ``jsg/value.h`` PrimitiveWrapper/OneOfWrapper, sql.c++ ``mapBindings``).
+* C At most 100 bound parameters (``SQLITE_LIMIT_VARIABLE_NUMBER`` = 100). M:
+  the error names SQLite's error offset, ``too many SQL variables at offset
+  207: SQLITE_ERROR`` (found here by :func:`first_variable_beyond`). A: the
+  other limits in :data:`SQLITE_LIMITS` follow the facts file (100 KB
+  statement, 2 MB value or row, 100 columns, compound SELECT of 5).
+* C Bindings are ``kj::Maybe<OneOf<bytes, String, double>>``: JS null and
+  undefined bind NULL (M: binding Python None, which crosses as undefined,
+  stores NULL), an ArrayBuffer/TypedArray binds a BLOB, a string TEXT, a
+  number a *double* -- so every integer is bound as REAL (``typeof(?)`` is
+  ``'real'``; into a TEXT column 5 is stored as ``'5.0'``). M: a bool becomes
+  a string (``True`` stores the TEXT ``'true'``). M: a BigInt -- every Python
+  int outside the strict bounds ``-(2**53 - 1) < n < 2**53 - 1``, the bounds
+  included -- makes the call throw ``TypeError: Cannot convert a BigInt value
+  to a number`` (workerd ``jsg/value.h`` OneOfWrapper, sql.c++ ``mapBindings``).
 * C Results: INTEGER is cast to double, so reads lose precision beyond 2**53;
   Pyodide then turns a number into ``int`` when ``Number.isSafeInteger`` and
   ``float`` otherwise. So INTEGER columns read back as Python ``int`` (not
@@ -84,26 +90,23 @@ Rules reproduced (C = confirmed in source/docs via the search tool, A = assumpti
 * C ``databaseSize`` = (page_count - freelist_count) * page_size (sql.c++).
 
 Deliberate deviations (the stand-in is stricter; all raise
-:class:`StricterThanWorkersError`, a ``TypeError``):
+:class:`StricterThanWorkersError`, a ``TypeError``). Only for what was not
+measured: where the runtime was measured to accept something (None, a bool),
+the stand-in accepts it too, and tickwork's own rules (bind JS null, bind
+booleans as 1/0) are checked by the tests that watch what tickwork binds.
 
-* Binding Python ``None`` with the built-in SDK. Pyodide passes it as JS
-  ``undefined``; workerd's ``kj::Maybe`` binding accepts undefined as NULL
-  (jsg README: "``kj::Maybe<T>`` allows ``null`` or ``undefined``"), so the
-  real runtime would store NULL. The project's issue asks for an error (D1,
-  unlike DO SQL, rejects undefined), so that is the default; pass
-  ``reject_undefined_binding=False`` for the runtime's own behaviour.
-* Binding ``bool``, raw ``bytes`` (built-in SDK), or any other object. The
-  runtime coerces these to *strings* (WebIDL union conversion falls back to
-  String): ``True`` -> ``'true'``, ``b'ab'`` (a PyProxy) -> ``"b'ab'"``,
-  a list -> ``'1,2'``. With the built-in SDK pass ``pyodide.ffi.to_js(b)``
-  (a Uint8Array) for a BLOB; the external SDK converts ``bytes`` itself.
+* Binding raw ``bytes`` (built-in SDK) or any other object. The runtime
+  coerces these to *strings* (WebIDL union conversion falls back to String):
+  ``b'ab'`` (a PyProxy) -> ``"b'ab'"``, a list -> ``'1,2'``. With the built-in
+  SDK pass ``pyodide.ffi.to_js(b)`` (a Uint8Array) for a BLOB; the external
+  SDK converts ``bytes`` itself.
 * An ``async`` fn, or any awaitable result, in ``transactionSync``. The
   runtime would return the un-run coroutine after committing an empty
   savepoint, so nothing the coroutine writes would be inside the transaction.
 * ``exec`` with keyword arguments (Pyodide would pass them as one trailing JS
   object, which would be coerced to ``'[object Object]'``), or a non-``str`` query.
-* Python ints of exactly +-2**53: Pyodide sends them as Numbers (accepted by
-  the runtime); here they count as BigInts and are refused.
+* ``reject_undefined_binding=True`` (not the default) refuses Python None, for
+  a test that wants to see an accidental undefined.
 
 Not modelled (lenient): rows are fetched eagerly, so a cursor is a snapshot
 (the real cursor steps lazily, and an unconsumed one can block ``DROP TABLE``
@@ -292,17 +295,19 @@ class _Database:
         if not statements:
             raise JsException("Error", NO_STATEMENT)
         cursor = self.connection.cursor()
+        statement = statements[0]
         try:
             for statement in statements[:-1]:
                 self._execute(cursor, statement, [])
                 cursor.fetchall()
+            statement = statements[-1]
             before = self.connection.total_changes
-            self._execute(cursor, statements[-1], values)
+            self._execute(cursor, statement, values)
             columns = [column[0] for column in cursor.description or ()]
             rows = [tuple(_sqlite_to_js(value) for value in row) for row in cursor.fetchall()]
             written = self.connection.total_changes - before
         except sqlite3.Error as error:
-            raise self._translate(error) from None
+            raise self._translate(error, statement) from None
         finally:
             cursor.close()
         return _JsCursor(columns, rows, written)
@@ -311,13 +316,20 @@ class _Database:
         self.denied_transaction = False
         cursor.execute(statement, values)
 
-    def _translate(self, error: sqlite3.Error) -> JsException:
+    def _translate(self, error: sqlite3.Error, statement: str) -> JsException:
         if self.denied_transaction:
             return JsException("Error", TRANSACTION_ERROR_MESSAGE)
         text = str(error)
         if isinstance(error, sqlite3.ProgrammingError) and "number of bindings" in text:
             return JsException("Error", WRONG_BINDING_COUNT)
         code = getattr(error, "sqlite_errorname", None) or "SQLITE_ERROR"
+        if text == "too many SQL variables":
+            # workerd appends SQLite's error offset (measured: "too many SQL
+            # variables at offset 207: SQLITE_ERROR"); Python's sqlite3 does
+            # not expose it, so it is found the way SQLite's parser finds it.
+            offset = first_variable_beyond(statement, MAX_BOUND_PARAMETERS)
+            if offset is not None:
+                text = f"{text} at offset {offset}"
         return JsException("Error", f"{text}: {code}")
 
     # -- savepoints for transactionSync ---------------------------------------------
@@ -402,6 +414,54 @@ def split_statements(query: str) -> list[str]:
         search = semicolon + 1
     pieces.append(query[start:])
     return [piece for piece in pieces if _skip_space_and_comments(piece) not in ("", ";")]
+
+
+def first_variable_beyond(statement: str, limit: int) -> int | None:
+    """The UTF-8 byte offset of the first parameter of ``statement`` whose
+    number exceeds ``limit`` (where SQLite reports "too many SQL variables"),
+    or None. ``?`` takes the next number after the largest so far, ``?NNN``
+    its own, and each distinct ``:name``/``@name``/``$name`` the next one;
+    string literals, quoted identifiers and comments are skipped."""
+    data = statement.encode("utf-8")
+    position, largest, named = 0, 0, set()
+    length = len(data)
+    while position < length:
+        char = data[position:position + 1]
+        if char in (b"'", b'"', b"`", b"["):
+            closing = b"]" if char == b"[" else char
+            end = data.find(closing, position + 1)
+            while closing != b"]" and end != -1 and data[end + 1:end + 2] == closing:
+                end = data.find(closing, end + 2)  # a doubled quote escapes itself
+            position = length if end == -1 else end + 1
+            continue
+        if data.startswith(b"--", position):
+            end = data.find(b"\n", position)
+            position = length if end == -1 else end + 1
+            continue
+        if data.startswith(b"/*", position):
+            end = data.find(b"*/", position + 2)
+            position = length if end == -1 else end + 2
+            continue
+        if char in (b"?", b":", b"@", b"$"):
+            start = position
+            position += 1
+            while position < length and (data[position:position + 1].isalnum()
+                                         or data[position:position + 1] == b"_"):
+                position += 1
+            token = data[start + 1:position]
+            if char == b"?":
+                number = int(token) if token.isdigit() else largest + 1
+            elif token and token not in named:
+                named.add(token)
+                number = largest + 1
+            else:
+                continue
+            largest = max(largest, number)
+            if number > limit:
+                return start
+            continue
+        position += 1
+    return None
 
 
 # ---------------------------------------------------------------------------
@@ -532,19 +592,14 @@ class _JsSqlStorage(JsProxy):
             if self._handle.reject_undefined_binding:
                 raise StricterThanWorkersError(
                     f"binding {index} is Python None, which Pyodide passes as JS undefined. "
-                    "Bind pyodide.ffi.jsnull for NULL (install the fake with "
-                    "tests.fakes.pyodide_ffi.install_fake_pyodide() so code can import it). "
-                    "(workerd itself would bind undefined as NULL; this stand-in refuses it "
-                    "unless built with reject_undefined_binding=False.)"
+                    "(workerd binds undefined as NULL, as it does by default here; this "
+                    "storage was built with reject_undefined_binding=True.)"
                 )
-            return None
+            return None  # measured: binding None stores NULL
         if value is jsnull:
             return None
         if isinstance(value, bool):
-            raise StricterThanWorkersError(
-                f"binding {index} is a bool; the runtime would store the TEXT "
-                f"{'true' if value else 'false'!r}. Bind 1/0 instead."
-            )
+            return "true" if value else "false"  # measured: True stores the TEXT 'true'
         if isinstance(value, (float, str)):
             return value
         if isinstance(value, JsBigInt):
@@ -873,7 +928,7 @@ class FakeDurableObjectStorage:
         path: str | os.PathLike[str] = ":memory:",
         *,
         sdk: Sdk = "builtin",
-        reject_undefined_binding: bool = True,
+        reject_undefined_binding: bool = False,
         _database: _Database | None = None,
     ) -> None:
         if sdk not in ("builtin", "external"):

@@ -24,9 +24,11 @@ any object         a :class:`JsProxy` subclass instance
 Sources for the conversion rules (checked with the search tool):
 
 * Python -> JS, implicit: ``None`` -> ``undefined``, ``bool``/``float``/``str``
-  as themselves, ``int`` -> Number or BigInt, everything else (including
-  ``bytes`` and ``tuple``) -> a PyProxy.  [pyodide docs/usage/type-conversions.md;
-  src/core/python2js.c]
+  as themselves, ``int`` -> a Number only when ``-(2**53 - 1) < x < 2**53 - 1``
+  (strict: MEASURED in workerd with Pyodide 0.28.2, and in npm ``pyodide@0.28.2``
+  under Node), a BigInt otherwise -- so ``+-(2**53 - 1)`` themselves are
+  BigInts; everything else (including ``bytes`` and ``tuple``) -> a PyProxy.
+  [pyodide docs/usage/type-conversions.md; src/core/python2js.c]
 * JS -> Python, implicit: a number becomes ``int`` when
   ``Number.isSafeInteger(x)``, else ``float``; a bigint becomes ``int``;
   ``undefined`` -> ``None``; ``null`` -> ``jsnull`` (Pyodide >= 0.28, PR
@@ -416,6 +418,31 @@ class JsDoubleProxy(JsProxy):
         return str(self._obj)
 
 
+class JsSet(JsProxy):
+    """A JavaScript Set (what ``to_js(set)`` gives); ``to_py()`` gives a Python set."""
+
+    _js_class = "Set"
+
+    def __init__(self, items: Iterable[Any] = ()) -> None:
+        self._items = list(dict.fromkeys(items))
+
+    @property
+    def size(self) -> int:
+        return len(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __iter__(self) -> Iterator[Any]:
+        return (js_to_py(item) for item in list(self._items))
+
+    def __repr__(self) -> str:
+        return "[object Set]"
+
+    def _to_py_shallow(self, convert: Callable[[Any], Any]) -> Any:
+        return {convert(item) for item in self._items}
+
+
 class JsMap(JsProxy):
     """A JavaScript Map (what ``to_js(dict)`` gives without ``dict_converter``)."""
 
@@ -469,15 +496,15 @@ def py_to_js(value: Any) -> Any:
     """Implicit Python -> JS conversion (an argument to a JS function, or a
     Python callback's return value).
 
-    Pyodide sends an ``int`` as a Number when ``-2**53 <= x <= 2**53`` and as a
-    BigInt otherwise. Here the boundary is ``MAX_SAFE_INTEGER`` (2**53 - 1):
-    stricter by exactly one value on each side, so that every integer that
-    reaches JS as a Number is one that JS represents exactly.
+    Pyodide 0.28.2 sends an ``int`` as a Number only when
+    ``-(2**53 - 1) < x < 2**53 - 1`` and as a BigInt otherwise: the bounds
+    themselves are BigInts (measured in real workerd; see
+    ``python-workers-facts.md``, "Measured in real workerd").
     """
     if value is None or isinstance(value, (bool, str, JsNull, JsProxy)):
         return value
     if isinstance(value, int):
-        if abs(value) <= MAX_SAFE_INTEGER:
+        if -MAX_SAFE_INTEGER < value < MAX_SAFE_INTEGER:
             return float(value)
         return JsBigInt(value)
     if isinstance(value, float):
@@ -563,8 +590,8 @@ def to_js(
     """``pyodide.ffi.to_js``: deep Python -> JS conversion.
 
     Immutables and JsProxies come back unchanged; list/tuple -> Array,
-    dict -> Map (or ``dict_converter(entries)``), buffers (bytes, bytearray,
-    memoryview) -> Uint8Array; anything else -> ``default_converter(obj, ...)``
+    dict -> Map (or ``dict_converter(entries)``), set -> Set, buffers (bytes,
+    bytearray, memoryview) -> Uint8Array; anything else -> ``default_converter(obj, ...)``
     or, without one, a JsProxy of a PyProxy.
     """
     del pyproxies, eager_converter
@@ -600,6 +627,8 @@ def _to_js_value(
         return JsMap((py_to_js(key), convert(value)) for key, value in obj.items())
     if isinstance(obj, (bytes, bytearray, memoryview)):
         return JsBuffer(bytes(obj), kind="Uint8Array")
+    if isinstance(obj, (set, frozenset)):
+        return JsSet(convert(item) for item in obj)
     if default_converter is not None:
         result = default_converter(
             obj, lambda child: _python_view(convert(child)), lambda _source, _result: None
@@ -655,6 +684,7 @@ _FFI_EXPORTS = (
     "JsNull",
     "JsPromise",
     "JsProxy",
+    "JsSet",
     "create_proxy",
     "destroy_proxies",
     "jsnull",

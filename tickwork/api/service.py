@@ -8,19 +8,19 @@ async port, so the routes in ``tickwork.api.routes`` are written once:
   ``JobOwner`` inside the Durable Object);
 * ``SharedJobs`` wraps a ``SharedRuntime`` (D1, PostgreSQL);
 * ``RpcJobs`` is the Worker's view of a ``JobOwner`` stub: it calls the
-  object's RPC methods with wire dicts (see ``rpc_reply`` for the object's
-  side), because only plain JSON-like values cross Workers RPC.
+  object's RPC methods (``JobOwnerRpc``) with text and reads their JSON text
+  replies, so every value arrives exactly as it was sent (see "RPC" below).
 """
 
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from .._pyodide import load_jsnull
-from ..errors import InvalidArgument
-from ..jobs import MAX_INGEST_BATCH, Job, JobRecord, check_id
+from ..jobs import Job, JobRecord, check_id
 from ..outcomes import CancelResult, FailLaneResult, IngestStatus, QueueStatus
 from . import wire
 from .wire import ApiError
@@ -135,14 +135,19 @@ class SharedJobs:
 
 # ---------------------------------------------------------------- RPC (DO)
 #
-# A JobOwner's RPC methods take and return only JSON-like values. Each reply
-# is an envelope: {"ok": true, "value": ...} or {"ok": false, "error": {...}}.
-# Refusals travel as data because an exception thrown across Workers RPC
-# reaches the caller as a bare JS Error: its type, status and field are lost.
+# What crosses Workers RPC between the Worker and a JobOwner is text: every
+# argument is a str or a bool (ids, names, a flag) or JSON text (the jobs of
+# an ingest), and every reply is the JSON text of an envelope,
+# {"ok": true, "value": ...} or {"ok": false, "status": N, "error": {...}}.
+# RPC converts structured values on the way (a whole float 1.0 arrives as 1,
+# so a payload would change; an int at +-(2**53 - 1) crosses as a BigInt),
+# while a string arrives as it was sent. Refusals travel as data because an
+# exception raised in the object reaches the caller as a bare JsException
+# whose message is only the remote traceback text.
 
 
-async def rpc_reply(call: Callable[[], Awaitable[Any] | Any]) -> dict[str, Any]:
-    """Run one RPC method body on the object's side and wrap its result.
+async def rpc_reply(call: Callable[[], Awaitable[Any] | Any]) -> str:
+    """Run one RPC method body on the object's side; its reply envelope as JSON text.
 
     Bad input and conflicts become error envelopes; anything else (a bug, a
     storage failure) propagates, so the caller sees a 5xx and nothing is
@@ -156,24 +161,28 @@ async def rpc_reply(call: Callable[[], Awaitable[Any] | Any]) -> dict[str, Any]:
         refused = wire.error_for(error)
         if refused is None:
             raise
-        return {"ok": False, "status": refused.status, **refused.to_wire()}
-    return {"ok": True, "value": value}
+        return wire.to_json_text({"ok": False, "status": refused.status, **refused.to_wire()})
+    return wire.to_json_text({"ok": True, "value": value})
 
 
 def _unwrap(reply: Any) -> Any:
-    reply = plain_data(reply)
-    if not isinstance(reply, Mapping) or "ok" not in reply:
-        raise RuntimeError(f"JobOwner replied with {type(reply).__name__}, not an RPC envelope")
-    if reply["ok"]:
-        return reply.get("value")
-    error = reply["error"]
-    raise ApiError(int(reply["status"]), error["code"], error["message"], error.get("field"))
+    """The value of a JobOwner's reply envelope (JSON text); refusals raise ApiError."""
+    if not isinstance(reply, str):
+        raise RuntimeError(f"JobOwner replied with {type(reply).__name__}, "
+                           "not the JSON text of an RPC envelope")
+    envelope = json.loads(reply)
+    if not isinstance(envelope, Mapping) or "ok" not in envelope:
+        raise RuntimeError("JobOwner's reply is not an RPC envelope")
+    if envelope["ok"]:
+        return envelope.get("value")
+    error = envelope["error"]
+    raise ApiError(int(envelope["status"]), error["code"], error["message"], error.get("field"))
 
 
 def plain_data(value: Any) -> Any:
-    """JSON-like data from RPC: a JS proxy (the built-in SDK hands dicts over
-    as JS objects or Maps) becomes plain Python, recursively, and JS null
-    (``pyodide.ffi.jsnull``, truthy) becomes None."""
+    """JSON-like data from JS as plain Python: a JS proxy (a JS object, Array or
+    Map) becomes plain Python, recursively, and JS null (``pyodide.ffi.jsnull``,
+    truthy) becomes None."""
     return _plain(value, load_jsnull())
 
 
@@ -197,8 +206,8 @@ class RpcJobs:
         self.stub = stub
 
     async def ingest(self, jobs: Sequence[Job]) -> list[IngestStatus]:
-        payload = [wire.job_to_rpc(job) for job in jobs]
-        statuses: list[IngestStatus] = _unwrap(await self.stub.ingest(payload))
+        text = wire.to_json_text([wire.job_to_wire(job) for job in jobs])
+        statuses: list[IngestStatus] = _unwrap(await self.stub.ingest(text))
         return statuses
 
     async def read(self, job_id: str) -> JobRecord | None:
@@ -233,8 +242,8 @@ class JobOwnerRpc:
 
     ``JobOwner`` inherits these; ``_job_service()`` returns the object's
     ``OwnerJobs`` (underscored, so the runtime does not list it as an RPC
-    method). Arguments arrive as JSON-like values (possibly JS proxies) and
-    are decoded and validated here, once.
+    method). Arguments are decoded and validated here, once; every method
+    replies with the JSON text of an envelope (see ``rpc_reply``).
     """
 
     def _job_service(self) -> JobService:
@@ -244,59 +253,51 @@ class JobOwnerRpc:
         """Runs after every call that produced a reply, refusals included
         (``JobOwner`` brings its alarm in step here). Default: nothing."""
 
-    async def _reply(self, call: Callable[[], Awaitable[Any] | Any]) -> dict[str, Any]:
+    async def _reply(self, call: Callable[[], Awaitable[Any] | Any]) -> str:
         reply = await rpc_reply(call)
         await self._after_call()
         return reply
 
-    async def ingest(self, jobs: Any) -> dict[str, Any]:
+    async def ingest(self, jobs_json: Any) -> str:
         async def call() -> list[IngestStatus]:
-            data = plain_data(jobs)  # a list of job_to_rpc objects, or one
-            items = [data] if isinstance(data, Mapping) else data
-            if not isinstance(items, list) or not 1 <= len(items) <= MAX_INGEST_BATCH:
-                raise InvalidArgument(
-                    "jobs", f"must be a job or a list of 1 to {MAX_INGEST_BATCH} jobs")
-            decoded = [wire.job_from_rpc(item, f"jobs[{index}]")
-                       for index, item in enumerate(items)]
-            return await self._job_service().ingest(decoded)
+            return await self._job_service().ingest(wire.jobs_from_rpc(plain_data(jobs_json)))
         return await self._reply(call)
 
-    async def read(self, job_id: Any) -> dict[str, Any]:
+    async def read(self, job_id: Any) -> str:
         async def call() -> dict[str, Any] | None:
             record = await self._job_service().read(check_id("job_id", plain_data(job_id)))
             return None if record is None else wire.record_to_wire(record)
         return await self._reply(call)
 
-    async def read_queue_head(self, queue: Any) -> dict[str, Any]:
+    async def read_queue_head(self, queue: Any) -> str:
         async def call() -> dict[str, Any] | None:
             record = await self._job_service().read_queue_head(
                 check_id("queue", plain_data(queue)))
             return None if record is None else wire.record_to_wire(record)
         return await self._reply(call)
 
-    async def cancel(self, job_id: Any, cancellation_id: Any,
-                     only_if_queued: Any = False) -> dict[str, Any]:
+    async def cancel(self, job_id: Any, cancellation_id: Any, only_if_queued: Any = False) -> str:
         async def call() -> dict[str, Any]:
             result = await self._job_service().cancel(
                 plain_data(job_id), plain_data(cancellation_id), plain_data(only_if_queued))
             return wire.cancel_to_wire(result)
         return await self._reply(call)
 
-    async def fail_lane(self, lane: Any, reason: Any) -> dict[str, Any]:
+    async def fail_lane(self, lane: Any, reason: Any) -> str:
         async def call() -> dict[str, Any]:
             result = await self._job_service().fail_lane(plain_data(lane), plain_data(reason))
             return wire.fail_lane_to_wire(result)
         return await self._reply(call)
 
-    async def purge(self, queue: Any) -> dict[str, Any]:
+    async def purge(self, queue: Any) -> str:
         return await self._reply(lambda: self._job_service().purge(plain_data(queue)))
 
-    async def status(self) -> dict[str, Any]:
+    async def status(self) -> str:
         async def call() -> list[dict[str, Any]]:
             return [wire.status_to_wire(item) for item in await self._job_service().status()]
         return await self._reply(call)
 
-    async def queue_status(self, queue: Any) -> dict[str, Any]:
+    async def queue_status(self, queue: Any) -> str:
         async def call() -> dict[str, Any]:
             return wire.status_to_wire(await self._job_service().queue_status(plain_data(queue)))
         return await self._reply(call)

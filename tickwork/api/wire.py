@@ -1,7 +1,9 @@
 """The JSON shapes of the HTTP API and of the Durable Object RPC.
 
 One codec for both: the Worker, the local host and ``JobOwner`` all speak
-these shapes, so a job read through any of them looks the same. Decoding is
+these shapes, so a job read through any of them looks the same. Over RPC
+the same shapes travel as JSON text (``to_json_text``), so nothing is
+converted on the way. Decoding is
 strict: unknown keys and wrong types are refused with an error naming the
 field, never coerced.
 """
@@ -13,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import IngestConflict, InvalidArgument, InvalidJob, TickworkError
-from ..jobs import MAX_INGEST_BATCH, Job, JobRecord, Recovery, canonical_json
+from ..jobs import MAX_INGEST_BATCH, Job, JobRecord, Recovery
 from ..outcomes import CancelResult, FailLaneResult, QueueStatus
 
 _JOB_KEYS = ("job_id", "queue", "lane", "priority", "payload", "recovery")
@@ -154,26 +156,26 @@ def job_to_wire(job: Job | JobRecord) -> dict[str, Any]:
     }
 
 
-def job_to_rpc(job: Job) -> dict[str, Any]:
-    """A job for ``JobOwner.ingest`` over Workers RPC: the payload travels as its
-    canonical JSON text, because RPC turns a whole float (1.0) into an int (1)
-    and would alter the payload on the way."""
-    cargo = job_to_wire(job)
-    del cargo["payload"]
-    cargo["payload_json"] = canonical_json(job.payload)
-    return cargo
+def to_json_text(value: Any) -> str:
+    """``value`` as compact JSON text (what crosses Durable Object RPC)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-def job_from_rpc(value: object, where: str) -> Job:
-    """The inverse of ``job_to_rpc`` (strict, like ``job_from_wire``)."""
-    if not isinstance(value, Mapping) or not isinstance(value.get("payload_json"), str):
-        raise InvalidJob(where, "must be a job object with payload_json text (job_to_rpc)")
-    cargo = dict(value)
+def jobs_from_rpc(text: object) -> list[Job]:
+    """The jobs of ``JobOwner.ingest``: the JSON text of a list of 1 to
+    ``MAX_INGEST_BATCH`` job objects (``job_to_wire``'s shape), decoded as
+    strictly as an HTTP body (``job_from_wire``)."""
+    if not isinstance(text, str):
+        raise InvalidArgument("jobs", f"must be the JSON text of a list of jobs, "
+                                      f"got {type(text).__name__}")
     try:
-        cargo["payload"] = json.loads(cargo.pop("payload_json"))
+        items = json.loads(text)
     except ValueError as error:
-        raise InvalidJob(f"{where}.payload_json", f"is not JSON: {error}") from None
-    return job_from_wire(cargo, where)
+        raise InvalidArgument("jobs", f"is not JSON: {error}") from None
+    if not isinstance(items, list) or not 1 <= len(items) <= MAX_INGEST_BATCH:
+        raise InvalidArgument(
+            "jobs", f"must be a JSON list of 1 to {MAX_INGEST_BATCH} jobs")
+    return [job_from_wire(item, f"jobs[{index}]") for index, item in enumerate(items)]
 
 
 def record_to_wire(job: JobRecord) -> dict[str, Any]:
