@@ -12,8 +12,10 @@ Bindings (see ``wrangler.toml``):
 
 Requests: the head is checked first (``JobApi.refuse_early``: token, then
 route and method, then a declared content-length over the limit, 413), so a
-refused request's body is never read; only then is the body read (and its
-size checked again).
+refused request's body is never buffered or parsed: it is drained (up to
+``REFUSED_BODY_DRAIN_BYTES``) or cancelled, so its 4xx reaches the client
+and a keep-alive connection stays usable (``discard_body``). Only an
+accepted request's body is read (and its size checked again).
 
 Shared enqueue commits the jobs together with the deployment's own rows:
 ``worker.executors.domain_statements(env, jobs)`` returns D1 statements, and
@@ -70,7 +72,7 @@ from workers import Response  # type: ignore[import-not-found, unused-ignore]
 
 from tickwork import Job
 from tickwork._pyodide import load_jsnull
-from tickwork.api import ApiRequest, ApiResponse, JobApi, RpcJobs, SharedJobs
+from tickwork.api import MAX_BODY_BYTES, ApiRequest, ApiResponse, JobApi, RpcJobs, SharedJobs
 from tickwork.api.wire import ApiError
 from tickwork.d1 import D1Runtime
 from tickwork.locks import JobLock, LockLease, LockRun
@@ -82,10 +84,12 @@ __all__ = [
     "CRON_LOCK_RENEW_MS",
     "CRON_LOCK_TTL_MS",
     "CRON_MAX_TICKS",
+    "REFUSED_BODY_DRAIN_BYTES",
     "D1SharedJobs",
     "api_runtime",
     "build_api",
     "cron_slot",
+    "discard_body",
     "handle_fetch",
     "read_request",
     "run_cron",
@@ -100,6 +104,10 @@ CRON_BUDGET_MS = 20_000
 CRON_LOCK_NAME = "tickwork-cron-drain"
 CRON_LOCK_TTL_MS = 120_000
 CRON_LOCK_RENEW_MS = 30_000
+
+#: A refused request's body is drained up to this many bytes, else cancelled
+#: (see ``discard_body``): every body the API could take, and then some.
+REFUSED_BODY_DRAIN_BYTES = 4 * MAX_BODY_BYTES
 
 #: The 500 body: nothing about what failed inside.
 INTERNAL_ERROR = ApiResponse(500, {"error": {"code": "internal_error",
@@ -116,6 +124,13 @@ class NoWake:
 
 
 def log(message: str) -> None:
+    """An informational line: stdout, which Workers logs show at level "log"
+    (wrangler prints every stderr line as an [ERROR])."""
+    print(f"tickwork: {message}")
+
+
+def log_error(message: str) -> None:
+    """A line about a failure: stderr (shown as an error)."""
     print(f"tickwork: {message}", file=sys.stderr)
 
 
@@ -238,7 +253,7 @@ async def handle_fetch(env: Any, request: Any) -> Any:
         adapted = await read_request(request, api)
         answer = adapted if isinstance(adapted, ApiResponse) else await api.handle(adapted)
     except Exception:
-        log("internal error answering a request:\n" + traceback.format_exc())
+        log_error("internal error answering a request:\n" + traceback.format_exc())
         answer = INTERNAL_ERROR
     return to_response(answer)
 
@@ -262,10 +277,46 @@ async def _body(request: Any) -> bytes:
     return bytes(data.to_bytes())  # a JS ArrayBuffer / Uint8Array
 
 
+async def discard_body(request: Any, declared: int | None) -> None:
+    """Drop the body of a request answered from its head (a refusal).
+
+    Workers do not discard an unread body for us: after a reply, the runtime
+    reads on only a little of what is left (64 KiB, for a second) and
+    otherwise closes the connection, so the client may see a reset instead
+    of its 4xx, and a keep-alive client's next request fails (in
+    ``wrangler dev`` a 503 "worker restarted mid-request"). workerd's
+    maintainers found that draining the body avoids this and that
+    ``body.cancel()`` alone does not. So a body of up to
+    ``REFUSED_BODY_DRAIN_BYTES`` is read to its end chunk by chunk and
+    dropped (never buffered, never parsed); a longer one (declared, or found
+    while draining) is cancelled, and the runtime may close that connection.
+    Best effort: a client that went away is not an error.
+    """
+    stream = getattr(request, "body", None)
+    if stream is None or stream is load_jsnull():
+        return
+    try:
+        if declared is not None and declared > REFUSED_BODY_DRAIN_BYTES:
+            await stream.cancel()
+            return
+        reader = stream.getReader()
+        seen = 0
+        while not (chunk := await reader.read()).done:
+            value = chunk.value
+            size = getattr(value, "byteLength", None)
+            seen += int(size) if isinstance(size, (int, float)) else len(value)
+            if seen > REFUSED_BODY_DRAIN_BYTES:
+                await reader.cancel()
+                return
+    except Exception as error:
+        log(f"could not discard a refused request's body ({type(error).__name__}: {error})")
+
+
 async def read_request(request: Any, api: JobApi) -> ApiRequest | ApiResponse:
     """The Workers ``Request`` (either SDK) as an ``ApiRequest``, or the refusal
     it gets from its head alone: ``api.refuse_early`` runs before the body is
-    read, so a request without the token never has its body read."""
+    read, so a request without the token never has its body parsed or
+    buffered (``discard_body`` drops it)."""
     method = _method(request)
     path = urlsplit(str(request.url)).path or "/"
     headers = {name: value for name in ("authorization", "content-type", "content-length")
@@ -276,11 +327,13 @@ async def read_request(request: Any, api: JobApi) -> ApiRequest | ApiResponse:
     if declared is not None and declared.strip().isascii() and declared.strip().isdigit():
         length = int(declared)
     refused = api.refuse_early(method, path, headers, length)
+    if refused is None and declared is not None and length is None:
+        refused = ApiResponse(400, ApiError(400, "bad_content_length",
+                                            "content-length is not a number").to_wire())
     if refused is not None:
+        if has_body:
+            await discard_body(request, length)
         return refused
-    if declared is not None and length is None:
-        return ApiResponse(400, ApiError(400, "bad_content_length",
-                                         "content-length is not a number").to_wire())
     # An undeclared or understated body over the limit is refused by api.handle.
     body = await _body(request) if has_body else b""
     return ApiRequest(method=method, path=path, headers=headers, body=body)
@@ -326,14 +379,17 @@ async def run_cron(env: Any, controller: Any, *, now: Callable[[], int] | None =
     async def drain(lease: LockLease) -> list[TickResult]:
         return await runtime.drain(max_ticks=max_ticks, budget_ms=budget_ms)
 
-    lock = JobLock(db, on_info=log, on_error=log, now=now)
+    lock = JobLock(db, on_info=log, on_error=log_error, now=now)
     run = await lock.run(CRON_LOCK_NAME, CRON_LOCK_TTL_MS, drain,
                          renew_every_ms=CRON_LOCK_RENEW_MS, slot=cron_slot(controller))
     if run.ran:
         ticks = run.result or []
         settled = sum(1 for tick in ticks if tick.status == "settled")
-        log(f"cron: {len(ticks)} tick(s), {settled} job(s) settled"
-            + (f"; lock lost: {run.lost}" if run.lost else ""))
+        summary = f"cron: {len(ticks)} tick(s), {settled} job(s) settled"
+        if run.lost:
+            log_error(f"{summary}; lock lost: {run.lost}")
+        else:
+            log(summary)
     else:
         log(f"cron: skipped ({run.reason})")
     return run

@@ -26,5 +26,7 @@ class Default(WorkerEntrypoint):  # type: ignore[misc, unused-ignore]
     async def fetch(self, request: Any) -> Any:
         return await app.handle_fetch(self.env, request)
 
-    async def scheduled(self, controller: Any, env: Any, ctx: Any) -> None:
+    async def scheduled(self, controller: Any, env: Any = None, ctx: Any = None) -> None:
+        # The runtime passes (controller) or (controller, env, ctx), depending
+        # on the SDK and the compatibility date; self.env is the same env.
         await app.run_cron(env if env is not None else self.env, controller)

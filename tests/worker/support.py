@@ -3,11 +3,8 @@
 * ``make_env``: ``env.JOB_OWNERS`` is ``tests.fakes.do_namespace``'s
   namespace over the real ``JobOwner`` (Workers RPC rules applied to every
   argument and reply), ``env.DB`` the test's D1 binding.
-* ``request(shape, ...)``: the incoming request as ``Default.fetch`` sees it:
-  ``"external"`` is the external SDK's wrapper (``workers.Request`` of the
-  stand-in module: an ``http.HTTPMethod`` method, ``await bytes()``),
-  ``"builtin"`` the raw JS Request (``headers.get`` answers ``jsnull`` for a
-  missing header, the body comes from ``await arrayBuffer()``).
+* ``request(...)``: the incoming request as ``Default.fetch`` sees it, the
+  SDK's ``workers.Request`` wrapper (the same in both SDK shapes).
 """
 
 from __future__ import annotations
@@ -15,7 +12,6 @@ from __future__ import annotations
 import json
 import types
 from collections.abc import Mapping
-from http import HTTPMethod
 from typing import Any
 
 from tests.fakes.do_namespace import FakeDurableObjectNamespace
@@ -36,33 +32,6 @@ def make_env(db: Any, sdk: str, *, token: str | None = TOKEN) -> types.SimpleNam
     return env
 
 
-class _JsHeaders:
-    def __init__(self, values: Mapping[str, str]) -> None:
-        self._values = {name.lower(): value for name, value in values.items()}
-
-    def get(self, name: str) -> Any:
-        from pyodide.ffi import jsnull  # type: ignore[import-not-found]
-
-        return self._values.get(name.lower(), jsnull)
-
-
-class RawJsRequest:
-    """The built-in SDK's view: a raw JS Request proxy (no ``bytes()``)."""
-
-    def __init__(self, url: str, method: str, headers: Mapping[str, str], body: bytes) -> None:
-        self.url = url
-        self.method = method
-        self.headers = _JsHeaders(headers)
-        self._body = body
-        self.reads = 0
-
-    async def arrayBuffer(self) -> Any:
-        from pyodide.ffi import JsBuffer  # type: ignore[import-not-found]
-
-        self.reads += 1
-        return JsBuffer(self._body)
-
-
 def request(
     shape: str,
     method: str,
@@ -73,30 +42,28 @@ def request(
     headers: Mapping[str, str] | None = None,
     raw: bytes | None = None,
 ) -> Any:
-    """A request of ``shape`` (see the module doc). ``body`` is JSON-encoded
-    unless ``raw`` bytes are given."""
+    """A request as ``Default.fetch`` receives it: the SDK's ``workers.Request``
+    (the stand-in module's), which both SDK shapes hand over alike (measured:
+    an ``http.HTTPMethod`` method, ``headers.get`` None for a missing header,
+    dot segments already resolved). ``body`` is JSON-encoded unless ``raw``
+    bytes are given. ``shape`` only picks the bindings (see ``make_env``)."""
     import workers  # the stand-in module, installed by the test
 
+    del shape
     all_headers = dict(headers or {})
     if token is not None:
         all_headers.setdefault("authorization", f"Bearer {token}")
     data = raw if raw is not None else (b"" if body is None else json.dumps(body).encode())
     if data:
         all_headers.setdefault("content-type", "application/json")
-    url = BASE_URL + path
-    if shape == "builtin":
-        return RawJsRequest(url, method, all_headers, data)
-    wrapped = workers.Request(url, method="GET", headers=all_headers, body=data)
-    wrapped.method = HTTPMethod(method)
-    return wrapped
+    return workers.Request(BASE_URL + path, method=method, headers=all_headers, body=data)
 
 
-def body_was_read(request: Any) -> bool:
-    """Whether the Worker read the body of a request made by ``request()``
-    (``arrayBuffer()`` of the raw JS one, ``bytes()`` of the external SDK's)."""
-    if isinstance(request, RawJsRequest):
-        return request.reads > 0
-    return bool(request.body_used)
+def body_state(request: Any) -> str:
+    """What the Worker did with the body of a request made by ``request()``:
+    ``"none"`` (no body), ``"unread"``, ``"drained"`` or ``"cancelled"``."""
+    stream = request.body
+    return "none" if stream is None else str(stream.state)
 
 
 async def send(worker: Any, shape: str, method: str, path: str, body: Any = None,

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.worker.support import body_was_read, job, request, send
+from tests.worker.support import body_state, job, request, send
 
 pytestmark = pytest.mark.usefixtures("js_module")
 
@@ -103,7 +103,7 @@ async def test_other_refusals(worker: Any, env: Any, shape: str, query: Any) -> 
 
 
 @pytest.mark.parametrize("scope", SCOPES)
-async def test_a_declared_oversized_body_is_413_before_it_is_read(
+async def test_a_declared_oversized_body_is_413_and_only_drained(
         worker: Any, env: Any, shape: str, scope: str, query: Any) -> None:
     from tickwork.api import MAX_BODY_BYTES
 
@@ -113,18 +113,18 @@ async def test_a_declared_oversized_body_is_413_before_it_is_read(
     response = await worker.fetch(req)
     answer = json.loads(response.body)
     assert (response.status, answer["error"]["code"]) == (413, "body_too_large")
-    assert not body_was_read(req)
+    assert body_state(req) == "drained"  # dropped chunk by chunk, never parsed
     assert await nothing_stored(env, query)
 
 
 @pytest.mark.parametrize("scope", SCOPES)
 @pytest.mark.parametrize("declared", [True, False], ids=["declared", "undeclared"])
 @pytest.mark.parametrize("token", [None, "wrong-token"], ids=["missing", "wrong"])
-async def test_a_request_without_the_token_is_401_before_its_body_is_read(
+async def test_a_request_without_the_token_is_401_and_its_body_is_only_drained(
         worker: Any, env: Any, shape: str, scope: str, declared: bool, token: str | None,
         query: Any) -> None:
     """The token is checked first, from the head: a big body (declared over the
-    limit or not) is never read, and the answer is 401, not 413."""
+    limit or not) is never parsed, only drained, and the answer is 401, not 413."""
     from tickwork.api import MAX_BODY_BYTES
 
     big = json.dumps({"job_id": "a", "queue": "q", "payload": "x" * (2 * MAX_BODY_BYTES)})
@@ -134,8 +134,31 @@ async def test_a_request_without_the_token_is_401_before_its_body_is_read(
     response = await worker.fetch(req)
     answer = json.loads(response.body)
     assert (response.status, answer["error"]["code"]) == (401, "unauthorized")
-    assert not body_was_read(req)
+    assert body_state(req) == "drained"  # dropped chunk by chunk, never parsed
     assert await nothing_stored(env, query)
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["declared", "undeclared"])
+async def test_a_refused_body_beyond_the_drain_limit_is_cancelled(
+        worker: Any, env: Any, shape: str, declared: bool, query: Any) -> None:
+    from worker.app import REFUSED_BODY_DRAIN_BYTES
+
+    big = b"x" * (REFUSED_BODY_DRAIN_BYTES + 1)
+    headers = {"content-length": str(len(big))} if declared else {}
+    req = request(shape, "POST", "/v1/shared/jobs", raw=big, token="wrong", headers=headers)
+    response = await worker.fetch(req)
+    assert response.status == 401
+    assert body_state(req) == "cancelled"
+    # Declared too long: cancelled unread. Undeclared: read no further than the limit.
+    expected_read = 0 if declared else REFUSED_BODY_DRAIN_BYTES
+    assert expected_read <= req.body.bytes_read <= expected_read + 65_536
+    assert await nothing_stored(env, query)
+
+
+async def test_an_accepted_body_is_read_whole(worker: Any, shape: str) -> None:
+    req = request(shape, "POST", "/v1/shared/jobs", job("a"))
+    assert (await worker.fetch(req)).status == 201
+    assert body_state(req) == "drained" and req.body.bytes_read == len(json.dumps(job("a")))
 
 
 @pytest.mark.parametrize(
@@ -149,14 +172,14 @@ async def test_a_request_without_the_token_is_401_before_its_body_is_read(
                                      "authorization": "Bearer nope"}, 401, "unauthorized"),
     ],
 )
-async def test_refusals_from_the_head_never_read_the_body(
+async def test_refusals_from_the_head_drain_the_body_unparsed(
         worker: Any, shape: str, method: str, path: str, headers: dict[str, str],
         status: int, code: str) -> None:
     req = request(shape, method, path, job("a"), headers=headers)
     response = await worker.fetch(req)
     answer = json.loads(response.body)
     assert (response.status, answer["error"]["code"]) == (status, code), answer
-    assert not body_was_read(req)
+    assert body_state(req) == "drained"  # dropped chunk by chunk, never parsed
 
 
 @pytest.mark.parametrize("scope", SCOPES)
@@ -178,7 +201,7 @@ async def test_a_bad_content_length_is_400(worker: Any, env: Any, shape: str,
         response = await worker.fetch(req)
         answer = json.loads(response.body)
         assert (response.status, answer["error"]["code"]) == (400, "bad_content_length"), declared
-        assert not body_was_read(req)
+        assert body_state(req) == "drained"  # dropped chunk by chunk, never parsed
     assert await nothing_stored(env, query)
 
 
@@ -211,3 +234,17 @@ async def test_internal_errors_are_500_without_internals(
         assert response.headers.get("content-type") == "application/json; charset=utf-8"
     # ...while the log has the whole story.
     assert "secret internals" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("sent", "seen"), [
+    ("/v1/owners/%2E%2E/queues", "/v1/queues"),
+    ("/v1/shared/jobs/%2e%2E/x", "/v1/shared/x"),
+    ("/v1/owners/acme/./queues", "/v1/owners/acme/queues"),
+])
+async def test_the_runtime_resolves_dot_segments_before_the_worker_sees_the_path(
+        worker: Any, shape: str, sent: str, seen: str) -> None:
+    # Measured in real workerd: a %2E%2E segment is resolved by the URL parser,
+    # so the Worker never sees it; the route it reaches is the resolved one.
+    req = request(shape, "GET", sent)
+    assert req.url == "https://tickwork.example" + seen
+    assert await send(worker, shape, "GET", sent) == await send(worker, shape, "GET", seen)

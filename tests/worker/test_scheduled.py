@@ -63,11 +63,25 @@ async def test_overlapping_firings_run_every_job_once(
                          worker.scheduled(controller(), env, ctx))
     assert executed == Counter(dict.fromkeys(ids, 1))
     assert await states(query) == dict.fromkeys(ids, ("settled", "completed"))
-    log = capsys.readouterr().err
-    assert log.count("cron: 8 tick(s), 8 job(s) settled") == 1
-    assert log.count("cron: skipped (") == 1
+    logged = capsys.readouterr()
+    # Informational lines go to stdout: wrangler shows every stderr line as an [ERROR].
+    assert logged.out.count("cron: 8 tick(s), 8 job(s) settled") == 1
+    assert "cron:" not in logged.err
+    assert logged.out.count("cron: skipped (") == 1
     assert await query("SELECT name, slot FROM tickwork_job_locks_slots") == [
         ("tickwork-cron-drain", f"{CRON}@{int(FIRST_FIRING)}")]
+
+
+async def test_scheduled_takes_the_controller_alone_or_with_env_and_ctx(
+        worker: Any, env: Any, shape: str, executed: Counter[str], query: Any) -> None:
+    # Cloudflare's current examples declare scheduled(self, controller); older
+    # runtimes pass (controller, env, ctx). Both must drain (self.env is the env).
+    await enqueue(worker, shape, "alone")
+    await worker.scheduled(controller())
+    await enqueue(worker, shape, "with-env")
+    await worker.scheduled(controller(FIRST_FIRING + 60_000), env, types.SimpleNamespace())
+    assert executed == Counter({"alone": 1, "with-env": 1})
+    assert await states(query) == dict.fromkeys(["alone", "with-env"], ("settled", "completed"))
 
 
 async def test_a_repeated_firing_of_the_same_slot_does_not_drain_again(
