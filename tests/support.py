@@ -8,10 +8,9 @@ the tests simulate a process that died and came back.
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tickwork import (
     AbortSignal,
@@ -27,6 +26,9 @@ from tickwork import (
 )
 from tickwork.local import ConcurrentOwnerRuntime
 from tickwork.owners import DurableObjectOwner, Owner, Sqlite3Owner
+
+if TYPE_CHECKING:
+    import sqlite3  # imported where used: the real-Pyodide tier has no sqlite3
 
 OWNER_KINDS = ("sqlite3", "do-builtin", "do-external")
 
@@ -145,6 +147,8 @@ class Harness:
         # Earlier connections stay open: a runtime built on them may still be
         # running (the "process" that a test pretends has died).
         if self.kind == "sqlite3":
+            import sqlite3
+
             self._connection = sqlite3.connect(self.path)
             self._opened.append(self._connection)
         else:

@@ -92,7 +92,7 @@ def plain_value(value: Any, jsnull: object | None) -> Any:
     """A SQLite value from JS as plain Python: NULL as None, integers as int.
 
     SQLite INTEGERs travel as JS doubles; tickwork stores no REALs and keeps
-    every integer within 2**53, so an integral float is an int.
+    every integer within +-(2**53 - 1), so an integral float is an int.
     """
     if value is None or value is jsnull:
         return None

@@ -266,7 +266,9 @@ def _method(request: Any) -> str:
 
 def _header(request: Any, name: str) -> str | None:
     value = request.headers.get(name)
-    return value if isinstance(value, str) else None  # JS null (jsnull) when missing
+    # Both SDKs wrap the request: a missing header is None (measured); anything
+    # but a str (a raw JS request's jsnull) counts as missing too.
+    return value if isinstance(value, str) else None
 
 
 async def _body(request: Any) -> bytes:

@@ -46,7 +46,7 @@ message (``"D1_ERROR: UNIQUE constraint failed: ..."``, ``"D1_TYPE_ERROR:
 Values: every Python number reaches D1 as a JS double, so a bound ``5`` is
 REAL to SQLite (``typeof(?1)`` is ``'real'``) until a column's INTEGER
 affinity converts it; NaN and infinities bind as NULL; booleans as 1/0; an
-int beyond +-(2**53 - 1) crosses as a BigInt, which D1 refuses. Keyword
+int at or beyond +-(2**53 - 1) crosses as a BigInt (measured), which D1 refuses. Keyword
 arguments follow Pyodide: they become one trailing JS object, so pass the
 column of ``first("col")`` positionally (``raw(columnNames=True)`` works as
 in the real SDKs). With the external shape ``first(None)`` sends ``null``,

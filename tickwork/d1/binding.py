@@ -1,16 +1,18 @@
 """The edge between Python and a D1 binding (``env.DB``): values in, rows out.
 
 A D1 binding answers in one of two shapes. The built-in Workers SDK hands
-back raw JS proxies (``.to_py()``, SQL NULL as ``pyodide.ffi.jsnull``, numbers
-as floats); the external SDK (``workers-runtime-sdk``) hands back dict-like
-rows. Both are normalised here, once, so the store sees plain Python: lists
-of rows, ``None`` for NULL, ``int`` for every integral number (tickwork stores
-no REALs, and keeps every integer within +-(2**53 - 1)).
+back raw JS proxies (``.to_py()``, SQL NULL as ``pyodide.ffi.jsnull``, whole
+numbers as ints); the external SDK (``workers-runtime-sdk``) hands back
+dict-like rows. Both are normalised here, once, so the store sees plain
+Python: lists of rows, ``None`` for NULL, ``int`` for every integral number
+(tickwork stores no REALs, and keeps every integer within +-(2**53 - 1)).
 
-Binding: D1 rejects JS ``undefined``, which is what Python ``None`` becomes
-through Pyodide's raw FFI, so NULL is bound as ``jsnull`` whenever Pyodide is
-present (looked up per instance, not at import, so CPython hosts and tests
-with a stand-in both work).
+Binding goes through ``tickwork._pyodide.to_sql_bindings``: D1 rejects JS
+``undefined`` (what Python ``None`` becomes through Pyodide's raw FFI), so
+NULL is bound as ``jsnull`` whenever Pyodide is present, and it rejects
+BigInts, so every integer crosses as a JS Number (the bounds +-(2**53 - 1)
+as the equal float). ``pyodide`` is looked up per instance, not at import,
+so CPython hosts and tests with a stand-in both work.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from typing import Any, Protocol, TypeAlias, TypeVar
 #: Values tickwork binds: TEXT, INTEGER (within +-(2**53 - 1)), REAL, BLOB, NULL.
 SqlValue: TypeAlias = str | int | float | bytes | None
 #: A result row, columns in the order the statement selected them. Integers may
-#: arrive as floats (Durable Objects return JS doubles); NULL is always None.
+#: arrive as floats (JS numbers); NULL is always None.
 Row: TypeAlias = tuple[Any, ...]
 
 T = TypeVar("T")

@@ -8,9 +8,11 @@ Runs under Pyodide with either Python Workers SDK:
 
 Both are normalised here, once, to tuples of plain Python values. The
 storage refuses BEGIN/COMMIT/SAVEPOINT, so atomicity comes only from
-``transactionSync``, which nests. Integers may come back as JS doubles; they
-are turned back into ints here (every stored integer is kept within
-+-(2**53 - 1), so none loses precision).
+``transactionSync``, which nests. INTEGER columns read back as ints (Pyodide
+turns a whole JS number into an int; an integral float left over is turned
+into an int here; every stored integer is kept within +-(2**53 - 1), so none
+loses precision). Bindings cross as ``tickwork._pyodide.to_sql_bindings``
+makes them: every integer a JS Number, None as JS null, a bool as 1/0.
 """
 
 from __future__ import annotations

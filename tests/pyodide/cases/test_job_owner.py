@@ -1,0 +1,149 @@
+"""JobOwner, the Durable Object hosting an owner-local runtime, under real Pyodide:
+its RPC methods through the tier's namespace (real FFI, real structured
+clone) and its alarm, on a JS ``ctx.storage`` (runs inside Pyodide).
+
+The first tests are the failures real workerd showed before the integer
+fix: a cancelled queued job never settled, claims of an evicted object were
+never recovered, and every alarm ended in an exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+EDGE = 2**53 - 1
+
+
+def jobs_text(*jobs: dict[str, Any]) -> str:
+    return json.dumps(list(jobs))
+
+
+def job(job_id: str, queue: str = "q", **fields: Any) -> dict[str, Any]:
+    return {"job_id": job_id, "queue": queue, **fields}
+
+
+async def call(deployment: Any, method: str, *args: Any) -> Any:
+    """One RPC call; the decoded envelope (every reply is JSON text)."""
+    reply = await getattr(deployment.stub(), method)(*args)
+    assert isinstance(reply, str), f"{method} replied with {type(reply).__name__}, not text"
+    return json.loads(reply)
+
+
+async def test_an_alarm_runs_the_work_then_returns_without_raising(deployment: Any) -> None:
+    await call(deployment, "ingest", jobs_text(job("a"), job("b", "other")))
+    assert await deployment.armed() is not None  # pending work arms the alarm
+    await deployment.alarm()  # work, then the idle tick that takes the probe path
+    assert deployment.rows() == {"a": ("settled", "completed", None, 0, None),
+                                 "b": ("settled", "completed", None, 0, None)}
+    assert await deployment.armed() is None  # nothing pending: no alarm
+    await deployment.alarm()  # an idle delivery (a repeat) returns cleanly too
+
+
+async def test_a_cancelled_queued_job_settles_cancelled_at_the_next_alarm(
+    deployment: Any,
+) -> None:
+    await call(deployment, "ingest", jobs_text(job("a"), job("b")))
+    reply = await call(deployment, "cancel", "b", "cancel-b", False)
+    assert reply == {"ok": True, "value": {"job_id": "b", "status": "recorded"}}
+    await deployment.alarm()
+    assert deployment.rows()["b"][:2] == ("settled", "cancelled")
+    assert deployment.executor.started == ["a"]
+    assert await deployment.armed() is None
+
+
+async def _evict_while_running(deployment: Any, job_id: str) -> None:
+    """Deliver the alarm, and while ``job_id`` runs, restart the object: the
+    instance and its executions die, its storage stays."""
+    delivery = asyncio.ensure_future(deployment.alarm())
+    while job_id not in deployment.executor.started:
+        await asyncio.sleep(0)
+    deployment.namespace.evict("tenant")
+    delivery.cancel()
+    await asyncio.gather(delivery, return_exceptions=True)
+    assert deployment.rows()[job_id][0] == "running"
+
+
+@pytest.mark.parametrize(("recovery", "settled"), [
+    ({"max_recoveries": 1}, ("settled", "completed", None, 1, None)),  # requeued, run again
+    (None, ("settled", "interrupted", None, 0, None)),  # no budget left
+])
+async def test_claims_of_an_evicted_object_are_recovered_and_the_queue_moves_on(
+    deployment: Any, recovery: Any, settled: tuple[Any, ...],
+) -> None:
+    await call(deployment, "ingest", jobs_text(
+        job("held", payload={"do": "block"}, recovery=recovery), job("behind", "q")))
+    await _evict_while_running(deployment, "held")
+    deployment.executor.release("held")  # a second run completes at once
+    await deployment.alarm()  # the new incarnation recovers the claim, then runs the queue
+    assert deployment.rows() == {"held": settled,
+                                 "behind": ("settled", "completed", None, 0, None)}
+    assert await deployment.armed() is None
+
+
+async def test_priorities_and_budgets_at_the_integer_bounds(deployment: Any) -> None:
+    reply = await call(deployment, "ingest", jobs_text(
+        job("low", "q1", priority=-EDGE),
+        job("high", "q2", priority=EDGE, recovery={"max_recoveries": EDGE}),
+        job("mid", "q3")))
+    assert reply == {"ok": True, "value": ["queued"] * 3}
+    high = (await call(deployment, "read", "high"))["value"]
+    assert (high["priority"], high["recovery"]) == (EDGE, {"max_recoveries": EDGE})
+    assert (await call(deployment, "read", "low"))["value"]["priority"] == -EDGE
+    await deployment.alarm()
+    assert deployment.executor.started == ["high", "mid", "low"]
+    status = (await call(deployment, "status"))["value"]
+    assert [(s["queue"], s["settled"]) for s in status] == [("q1", 1), ("q2", 1), ("q3", 1)]
+
+
+async def test_payloads_cross_rpc_unchanged(deployment: Any) -> None:
+    from tests.pyodide.inside.rpc import carry
+
+    payload = {"f": 1.0, "nested": [2.0, {"g": 0.5}], "big": EDGE, "text": "é"}
+    # What RPC does to a structured value (measured in workerd): 1.0 arrives as 1.
+    assert carry({"f": 1.0}) == {"f": 1} and type(carry({"f": 1.0})["f"]) is int
+    await call(deployment, "ingest", jobs_text(job("a", payload=payload)))
+    text = await deployment.stub().read("a")
+    record = json.loads(text)["value"]
+    assert record["payload"] == payload and type(record["payload"]["f"]) is float
+    assert '"f":1.0' in text and '"big":9007199254740991' in text
+
+
+async def test_rpc_carries_what_workerd_carries(deployment: Any) -> None:
+    from tests.pyodide.inside.rpc import carry
+
+    assert carry({1, 2}) == {1, 2}
+    assert bytes(carry(b"xy")) == b"xy" and isinstance(carry(b"xy"), memoryview)
+    assert carry({"a": None, "b": [None]}) == {"a": None, "b": [None]}
+    with pytest.raises(TypeError, match=r"<class 'tuple'> cannot be sent over RPC\."):
+        await deployment.stub().read(("a",))
+
+
+async def test_a_storage_failure_reaches_the_caller_as_the_remote_traceback(
+    deployment: Any,
+) -> None:
+    from pyodide.ffi import JsException  # type: ignore[import-not-found]
+
+    await call(deployment, "ingest", jobs_text(job("a")))
+    deployment.instance()  # the live instance keeps the storage it was built with
+    storage = deployment.namespace.storage("tenant")
+    storage.evicted = True  # ...which now fails every call
+    try:
+        with pytest.raises(JsException) as failed:
+            await call(deployment, "ingest", jobs_text(job("b")))
+    finally:
+        storage.evicted = False
+    assert str(failed.value).startswith("Error: PythonError: Traceback (most recent call last):")
+    assert "evicted" in failed.value.message
+    assert list(deployment.rows()) == ["a"]
+
+
+async def test_refusals_come_back_as_envelopes(deployment: Any) -> None:
+    bad = await call(deployment, "ingest", jobs_text(job("a", priority=EDGE + 1)))
+    assert (bad["ok"], bad["status"], bad["error"]["field"]) == (False, 400, "jobs[0].priority")
+    not_text = await call(deployment, "ingest", [job("a")])
+    assert (not_text["status"], not_text["error"]["field"]) == (400, "jobs")
+    assert deployment.rows() == {}

@@ -1,0 +1,130 @@
+"""The Worker's fetch and scheduled handlers under real Pyodide: real JS
+Requests in, JS Responses out, the owners behind RPC and the shared queues on
+Miniflare's real D1 (runs inside Pyodide)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+EDGE = 2**53 - 1
+SCOPES = ("owners/tenant", "shared")
+
+
+def job(job_id: str, queue: str = "q", **fields: Any) -> dict[str, Any]:
+    return {"job_id": job_id, "queue": queue, **fields}
+
+
+async def test_health_is_open(deployment: Any) -> None:
+    status, text = await deployment.send("GET", "/v1/health", token=None)
+    assert (status, json.loads(text)) == (200, {"ok": True, "api": "v1"})
+
+
+@pytest.mark.parametrize("scope", SCOPES)
+async def test_jobs_at_the_integer_bounds_are_served_on_every_route(
+    deployment: Any, scope: str,
+) -> None:
+    jobs = [job("high", "q1", priority=EDGE, recovery={"max_recoveries": EDGE}),
+            job("low", "q2", priority=-EDGE)]
+    status, text = await deployment.send("POST", f"/v1/{scope}/jobs", {"jobs": jobs})
+    assert status == 200, text
+    assert [item["status"] for item in json.loads(text)["jobs"]] == ["queued", "queued"]
+    status, text = await deployment.send("GET", f"/v1/{scope}/jobs/high")
+    assert status == 200, text
+    record = json.loads(text)["job"]
+    assert (record["priority"], record["recovery"]) == (EDGE, {"max_recoveries": EDGE})
+    status, text = await deployment.send("GET", f"/v1/{scope}/queues/q2/head")
+    assert status == 200 and json.loads(text)["head"]["priority"] == -EDGE
+    status, text = await deployment.send("GET", f"/v1/{scope}/queues")
+    assert status == 200 and [s["queue"] for s in json.loads(text)["queues"]] == ["q1", "q2"]
+
+
+async def test_a_payload_reads_back_byte_for_byte_from_either_scope(deployment: Any) -> None:
+    from tickwork.jobs import canonical_json
+
+    payload = {"b": [1.0, 2.5, -0.0], "a": {"f": 1.0, "big": EDGE}, "s": "é\u2028"}
+    texts = []
+    for scope in SCOPES:
+        status, _ = await deployment.send("POST", f"/v1/{scope}/jobs", job("p", payload=payload))
+        assert status == 201
+        status, text = await deployment.send("GET", f"/v1/{scope}/jobs/p")
+        assert status == 200
+        texts.append(text)
+        assert canonical_json(payload) in text  # the stored canonical text, verbatim
+        assert json.loads(text)["job"]["payload"] == payload
+    owner_payload, shared_payload = (json.loads(text)["job"]["payload"] for text in texts)
+    assert type(owner_payload["a"]["f"]) is float and type(shared_payload["a"]["f"]) is float
+
+
+async def test_a_cancelled_queued_owner_job_settles_cancelled(deployment: Any) -> None:
+    await deployment.send("POST", "/v1/owners/tenant/jobs", {"jobs": [job("a"), job("b")]})
+    status, text = await deployment.send("POST", "/v1/owners/tenant/jobs/b/cancel",
+                                         {"cancellation_id": "c1"})
+    assert (status, json.loads(text)["status"]) == (200, "recorded"), text
+    await deployment.alarm()
+    status, text = await deployment.send("GET", "/v1/owners/tenant/jobs/b")
+    record = json.loads(text)["job"]
+    assert (record["state"], record["outcome"]) == ("settled", "cancelled")
+
+
+@pytest.mark.parametrize(("method", "path", "headers", "token", "status"), [
+    ("POST", "/v1/shared/jobs", {}, "wrong", 401),
+    ("POST", "/v1/shared/nowhere", {}, "tier-token", 404),
+    ("PUT", "/v1/shared/jobs", {}, "tier-token", 405),
+])
+async def test_a_request_refused_from_its_head_has_its_body_drained(
+    deployment: Any, method: str, path: str, headers: dict[str, str], token: str,
+    status: int,
+) -> None:
+    import workers  # type: ignore[import-not-found]  # the tier's SDK module
+
+    body = json.dumps(job("a", payload="x" * 200_000)).encode()
+    request = workers.Request.new("https://tickwork.example" + path, method=method,
+                                  headers={"authorization": f"Bearer {token}", **headers},
+                                  body=body)
+    response = await deployment.worker().fetch(request)
+    assert response.status == status
+    # Drained: read to its end (so the runtime can reuse the connection), never parsed.
+    assert request.body_used
+    assert request.js_object.body.locked
+
+
+async def test_the_url_parser_resolves_dot_segments_before_the_worker(deployment: Any) -> None:
+    import workers  # type: ignore[import-not-found]
+
+    request = workers.Request.new("https://tickwork.example/v1/owners/%2E%2E/queues")
+    assert request.url == "https://tickwork.example/v1/queues"
+    status, text = await deployment.send("GET", "/v1/owners/%2E%2E/queues")
+    assert (status, json.loads(text)["error"]["code"]) == (404, "no_route")
+
+
+def _controller(scheduled_ms: int) -> Any:
+    import js  # type: ignore[import-not-found]
+    from pyodide.ffi import to_js  # type: ignore[import-not-found]
+
+    return to_js({"cron": "* * * * *", "scheduledTime": scheduled_ms},
+                 dict_converter=js.Object.fromEntries)
+
+
+async def test_scheduled_drains_with_the_controller_alone_or_with_env_and_ctx(
+    deployment: Any, capsys: Any,
+) -> None:
+    from types import SimpleNamespace
+
+    worker = deployment.worker()
+    assert (await deployment.send("POST", "/v1/shared/jobs", job("alone")))[0] == 201
+    await worker.scheduled(_controller(1_796_000_000_000))
+    assert (await deployment.send("POST", "/v1/shared/jobs", job("with-env")))[0] == 201
+    await worker.scheduled(_controller(1_796_000_060_000), deployment.env, SimpleNamespace())
+    for name in ("alone", "with-env"):
+        status, text = await deployment.send("GET", f"/v1/shared/jobs/{name}")
+        assert status == 200, text
+        record = json.loads(text)["job"]
+        # The deployment's own registry runs shared jobs: queue "q" has no executor.
+        assert (record["state"], record["outcome"], record["failure_reason"]) == (
+            "settled", "failed", "no_executor")
+    logged = capsys.readouterr()
+    assert logged.out.count("1 job(s) settled") == 2, logged
+    assert "cron" not in logged.err  # informational lines are not errors

@@ -1,0 +1,138 @@
+"""Which tests the real-Pyodide tier runs, and their ids: the same on both sides.
+
+The tier runs test modules written for pytest inside Pyodide (npm
+``pyodide@0.28.2``, the build workerd runs for tickwork's compatibility
+date) under Node, where pytest itself cannot drive them. This module turns a
+suite of modules into cases (one per test function and parametrisation, ids
+as ``module::test[params]``). CPython (``test_real_pyodide.py``) collects the
+cases to name one pytest test each; Pyodide (``inside/run.py``) collects the
+same cases and runs them. Both import the modules, so a case that exists on
+one side only is reported, never silently dropped.
+
+Only what the suites use is understood: module-level ``test_*`` functions
+(sync or async), ``pytest.mark.parametrize`` (stacked, with ``ids`` and
+``pytest.param``), ``pytest.mark.skipif``, and fixtures by argument name,
+which the Pyodide side provides (``inside/fixtures.py``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import itertools
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+#: The suites the tier runs. The fixtures each needs come from inside/fixtures.py.
+SUITES: dict[str, tuple[str, ...]] = {
+    # The owner-local behaviour suite, on a Durable Object whose ctx.storage is
+    # a JS object (tests/pyodide/js/do_storage.mjs) with the measured DO rules.
+    "conformance": tuple(f"tests.conformance.{name}" for name in (
+        "test_cancel", "test_concurrent_lane", "test_fail_lane", "test_ingest",
+        "test_ingest_many", "test_projection", "test_recovery", "test_status",
+        "test_tick", "test_transactional")),
+    # The shared-runtime suite, on Miniflare's real D1 handed to Pyodide as a JS object.
+    "shared-d1": tuple(f"tests.shared.{name}" for name in (
+        "test_drain", "test_edge_values", "test_ingest_and_reads", "test_leases",
+        "test_status_and_ingest_many", "test_tick")),
+    # The Worker, the JobOwner Durable Object and the FFI facts, Pyodide-only.
+    "workers": tuple(f"tests.pyodide.cases.{name}" for name in (
+        "test_ffi_facts", "test_do_storage_facts", "test_d1_facts", "test_job_owner",
+        "test_worker")),
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One test to run: ``function(**fixtures, **params)``."""
+
+    id: str
+    suite: str
+    function: Callable[..., Any]
+    params: dict[str, Any] = field(default_factory=dict)
+    skip: str | None = None
+
+    @property
+    def fixtures(self) -> list[str]:
+        """Argument names not given by a parametrisation: fixtures, by name."""
+        return [name for name in inspect.signature(self.function).parameters
+                if name not in self.params]
+
+
+def cases(suites: Sequence[str] | None = None) -> list[Case]:
+    """Every case of ``suites`` (all by default), in a stable order."""
+    found: list[Case] = []
+    for suite in suites or SUITES:
+        for module_name in SUITES[suite]:
+            module = importlib.import_module(module_name)
+            short = module_name.rsplit(".", 1)[1]
+            for name, function in vars(module).items():
+                if name.startswith("test_") and inspect.isfunction(function) \
+                        and function.__module__ == module.__name__:
+                    found.extend(_expand(suite, f"{suite}/{short}::{name}", function))
+    ids = [case.id for case in found]
+    duplicates = sorted({case_id for case_id in ids if ids.count(case_id) > 1})
+    if duplicates:
+        raise RuntimeError(f"real-Pyodide tier: duplicate case ids {duplicates}")
+    return found
+
+
+def _marks(function: Callable[..., Any]) -> list[Any]:
+    return list(getattr(function, "pytestmark", []))
+
+
+def _expand(suite: str, base: str, function: Callable[..., Any]) -> Iterator[Case]:
+    marks = _marks(function)
+    skip = None
+    for mark in marks:
+        if mark.name == "skipif" and mark.args and bool(mark.args[0]):
+            skip = str(mark.kwargs.get("reason", "skipif"))
+        if mark.name == "skip":
+            skip = str(mark.kwargs.get("reason", mark.args[0] if mark.args else "skip"))
+    # Decorators apply bottom-up, so pytestmark lists the bottom one first;
+    # expand top-down, as pytest numbers them.
+    grids = [_grid(mark) for mark in reversed(marks) if mark.name == "parametrize"]
+    for combination in itertools.product(*grids):
+        params: dict[str, Any] = {}
+        labels: list[str] = []
+        for label, values in combination:
+            params.update(values)
+            labels.append(label)
+        case_id = base + (f"[{'-'.join(labels)}]" if labels else "")
+        yield Case(case_id, suite, function, params, skip)
+
+
+def _grid(mark: Any) -> list[tuple[str, dict[str, Any]]]:
+    argnames, argvalues = mark.args[0], mark.args[1]
+    names = [n.strip() for n in argnames.split(",")] if isinstance(argnames, str) \
+        else list(argnames)
+    ids = mark.kwargs.get("ids")
+    grid: list[tuple[str, dict[str, Any]]] = []
+    for index, raw in enumerate(argvalues):
+        given_id = getattr(raw, "id", None) if _is_param_set(raw) else None
+        values = raw.values if _is_param_set(raw) else (raw if len(names) > 1 else (raw,))
+        if ids is not None and not callable(ids):
+            label = str(ids[index])
+        elif given_id is not None:
+            label = str(given_id)
+        else:
+            label = "-".join(_label(value, name, index) for name, value in zip(names, values,
+                                                                            strict=True))
+        grid.append((label, dict(zip(names, values, strict=True))))
+    labels = [label for label, _ in grid]
+    if len(set(labels)) < len(labels) or "" in labels:
+        grid = [(f"{label}{index}", values) for index, (label, values) in enumerate(grid)]
+    return grid
+
+
+def _is_param_set(value: Any) -> bool:
+    return type(value).__name__ == "ParameterSet"
+
+
+def _label(value: Any, name: str, index: int) -> str:
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        text = str(value)
+        if text.isascii() and text.isprintable() and len(text) <= 40:
+            return text
+    return f"{name}{index}"

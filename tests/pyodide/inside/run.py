@@ -1,0 +1,83 @@
+"""Runs the real-Pyodide tier's cases inside Pyodide (started by ``runner.mjs``).
+
+Each case runs on Pyodide's own event loop (the WebLoop, as in a Worker):
+its fixtures are entered, the test is awaited with a time limit, tasks it
+left behind are cancelled, and one JSON line is written per case:
+``{"id", "status": "passed" | "failed" | "skipped", "seconds", "detail"}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import json
+import time
+import traceback
+from typing import Any
+
+from tests.pyodide import collect
+from tests.pyodide.inside.fixtures import FIXTURES
+
+#: Seconds one case may take (its fixtures included).
+CASE_TIMEOUT_S = 120.0
+
+
+async def main(out_path: str, suites: list[str]) -> int:
+    """Run every case of ``suites`` (all when empty); the number that failed."""
+    failed = 0
+    with open(out_path, "w", encoding="utf-8") as out:
+        try:
+            cases = collect.cases(suites or None)
+        except Exception:
+            out.write(json.dumps({"id": "<collection>", "status": "failed", "seconds": 0,
+                                  "detail": traceback.format_exc()}) + "\n")
+            return 1
+        for case in cases:
+            result = await run_case(case)
+            failed += result["status"] == "failed"
+            out.write(json.dumps(result) + "\n")
+            out.flush()
+    return failed
+
+
+async def run_case(case: collect.Case) -> dict[str, Any]:
+    if case.skip is not None:
+        return {"id": case.id, "status": "skipped", "seconds": 0, "detail": case.skip}
+    started = time.perf_counter()
+    before = asyncio.all_tasks()
+    status, detail = "passed", ""
+    try:
+        await asyncio.wait_for(_run(case), CASE_TIMEOUT_S)
+    except BaseException as error:  # a test's failure of any kind is its result
+        if type(error).__name__ == "Skipped":  # pytest.skip() inside the test
+            status, detail = "skipped", str(error)
+        else:
+            status, detail = "failed", "".join(traceback.format_exception(error))
+    finally:
+        await _cancel_leftovers(before)
+    return {"id": case.id, "status": status, "seconds": round(time.perf_counter() - started, 4),
+            "detail": detail}
+
+
+async def _run(case: collect.Case) -> None:
+    async with contextlib.AsyncExitStack() as stack:
+        arguments = dict(case.params)
+        for name in case.fixtures:
+            factory = FIXTURES.get(name)
+            if factory is None:
+                raise LookupError(f"the real-Pyodide tier provides no fixture {name!r} "
+                                  f"(add it to tests/pyodide/inside/fixtures.py)")
+            arguments[name] = await stack.enter_async_context(factory())
+        result = case.function(**arguments)
+        if inspect.isawaitable(result):
+            await result
+
+
+async def _cancel_leftovers(before: set[asyncio.Task[Any]]) -> None:
+    current = asyncio.current_task()
+    leftovers = [task for task in asyncio.all_tasks() - before if task is not current]
+    for task in leftovers:
+        task.cancel()
+    if leftovers:
+        await asyncio.gather(*leftovers, return_exceptions=True)

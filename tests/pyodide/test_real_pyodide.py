@@ -1,0 +1,71 @@
+"""The real-Pyodide tier as pytest tests: one per case, all run in one Node process.
+
+The cases (``collect.py``) are the owner-local conformance suite on a
+Durable Object whose ``ctx.storage`` is a JS object, the shared suite on
+Miniflare's real D1, and the Worker and ``JobOwner`` cases in ``cases/``,
+all inside npm ``pyodide@0.28.2`` under Node (``runner.mjs``). Each pytest
+test here reports one case's result; a case the runner did not report fails.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.d1.miniflare import REPO_ROOT, check_node_setup
+from tests.pyodide import collect
+
+RUNNER = Path(__file__).with_name("runner.mjs")
+#: The whole tier's time limit (it takes about a minute on a 2-core machine).
+TIER_TIMEOUT_S = 900
+
+CASES = collect.cases()
+
+
+def _check_pyodide_installed() -> None:
+    wanted = json.loads((REPO_ROOT / "package.json").read_text())["devDependencies"]["pyodide"]
+    installed = REPO_ROOT / "node_modules" / "pyodide" / "package.json"
+    if not installed.is_file():
+        raise RuntimeError(f"pyodide is not installed ({installed} is missing): run `npm ci`")
+    have = json.loads(installed.read_text())["version"]
+    if have != wanted:
+        raise RuntimeError(f"node_modules has pyodide {have}, package.json pins {wanted}: "
+                           "run `npm ci`")
+
+
+@pytest.fixture(scope="session")
+def pyodide_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    node = check_node_setup()
+    _check_pyodide_installed()
+    out = tmp_path_factory.mktemp("pyodide-tier") / "results.jsonl"
+    finished = subprocess.run([node, str(RUNNER), "--out", str(out)], cwd=REPO_ROOT,
+                              capture_output=True, text=True, timeout=TIER_TIMEOUT_S,
+                              check=False)
+    if finished.returncode != 0:
+        raise RuntimeError("the real-Pyodide tier did not run (exit code "
+                           f"{finished.returncode}):\n{finished.stderr[-4000:]}")
+    return {result["id"]: result
+            for result in map(json.loads, out.read_text(encoding="utf-8").splitlines())}
+
+
+@pytest.mark.parametrize("case_id", [case.id for case in CASES])
+def test_in_real_pyodide(case_id: str, pyodide_results: dict[str, dict[str, Any]]) -> None:
+    result = pyodide_results.get(case_id)
+    if result is None:
+        collection = pyodide_results.get("<collection>")
+        detail = collection["detail"] if collection else "the runner never reported it"
+        pytest.fail(f"{case_id} did not run inside Pyodide: {detail}", pytrace=False)
+    if result["status"] == "skipped":
+        pytest.skip(f"inside Pyodide: {result['detail']}")
+    if result["status"] != "passed":
+        pytest.fail(f"failed inside Pyodide:\n{result['detail']}", pytrace=False)
+
+
+def test_the_runner_ran_exactly_the_cases_collected_here(
+    pyodide_results: dict[str, dict[str, Any]],
+) -> None:
+    assert set(pyodide_results) == {case.id for case in CASES}
