@@ -1,6 +1,13 @@
 """tickwork: a durable job engine for Cloudflare Workers Python and any SQLite owner."""
 
-from .errors import IngestConflict, InvalidArgument, InvalidJob, SchemaError, TickworkError
+from .errors import (
+    IngestConflict,
+    InvalidArgument,
+    InvalidJob,
+    OwnerUnusable,
+    SchemaError,
+    TickworkError,
+)
 from .jobs import Job, JobRecord, Recovery
 from .leases import (
     DEFAULT_LEASE_MS,
@@ -45,6 +52,7 @@ __all__ = [
     "LeaseKeeper",
     "OutcomeUnknown",
     "OwnerRuntime",
+    "OwnerUnusable",
     "QueueStatus",
     "QueueTransition",
     "Recovery",

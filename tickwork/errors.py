@@ -40,3 +40,10 @@ class IngestConflict(TickworkError):
 
 class SchemaError(TickworkError):
     """The stored tickwork schema cannot be used by this version of the package."""
+
+
+class OwnerUnusable(TickworkError):
+    """A transaction tickwork began on an owner could not be ended: its COMMIT
+    failed and so did every ROLLBACK since. Nothing tickwork reported as
+    written is in it; the owner refuses all work until the connection is out
+    of that transaction."""
