@@ -59,6 +59,10 @@ RenewPort = Callable[[ClaimT, int], Awaitable[bool]]
 
 Returns True when the write matched our claim, False when the claim is no
 longer ours (replaced or expired).  Raising means the outcome is unknown.
+The write sets the lease to the later of its current end and ``now +
+extra_ms``: a short renewal never shortens a longer lease (every tickwork
+store renews that way, in one statement), so the keeper's watchdog never
+moves earlier either.
 """
 
 
@@ -411,7 +415,13 @@ class LeaseKeeper(Generic[ClaimT]):
         if not matched:
             self._become_stale(StaleReason.LOST)
             return False
+        # The store kept the later of the lease it held and this write's end
+        # (RenewPort), so the lease ends no earlier than the deadline already
+        # watched: a short renewal must not bring the watchdog forward and
+        # abort an execution whose lease is still live.
         deadline = lease_deadline_ms(started_at, extra_ms)
+        if self._deadline_ms is not None and self._deadline_ms > deadline:
+            deadline = self._deadline_ms
         in_time = watchdog_delay_ms(deadline, self._clock.now_ms()) > 0
         # No await between the write's response and this decision, and
         # _arm_watchdog does nothing once the keeper is cleared or stale.

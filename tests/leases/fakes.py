@@ -8,9 +8,10 @@ moment, and the largest number that was ever live at once.
 
 ``FakeStore`` provides the ``renew`` port.  Each call blocks on a future that
 either the test resolves by hand or a reply plan resolves after a virtual
-latency.  It models the stored lease the way the keeper derives it
-(``started + extra``, applied when the write completes) and counts how many
-writes were in flight at once.
+latency.  It models the stored lease the way the stores' renewal statements
+keep it (the later of the held lease and ``started + extra``, applied when
+the write completes; ``keeps_longer=False`` overwrites it instead) and
+counts how many writes were in flight at once.
 """
 
 from __future__ import annotations
@@ -267,6 +268,10 @@ class FakeStore:
     clock: FakeClock
     replies: Iterable[Reply] | Callable[[int], Reply] | None = None
     default_reply: Reply | None = None
+    #: True: a renewal keeps the later of the held lease and its own end, as
+    #: tickwork's stores do. False: it overwrites the lease (the store of the
+    #: lock-heartbeat-renewal spec's story), so a late older write shortens it.
+    keeps_longer: bool = True
     calls: list[RenewCall] = field(default_factory=list)
     in_flight: int = 0
     max_in_flight: int = 0
@@ -315,7 +320,13 @@ class FakeStore:
             raise
         self._finish(call, matched)
         if matched:
+            # As the stores' renewal SQL does: the later of the held lease and
+            # this write's end (measured, as the keeper measures it, from the
+            # moment the write started).
             value = call.started_ms + extra_ms
+            held = self.latest_success_deadline_ms
+            if self.keeps_longer and held is not None and held > value:
+                value = held
             self.stored_lease_ms = value
             self.stored_history.append((self.clock.now_ms(), value))
             self.latest_success_deadline_ms = value

@@ -142,9 +142,12 @@ async def test_heartbeat_is_the_executor_view_of_the_keeper() -> None:
     await h.clock.advance(200)
     assert [b.result() for b in beats] == [True] * 5
     assert [c.extra_ms for c in h.store.calls] == [45_000]
-    assert h.keeper.deadline_ms == 45_000
+    # The store keeps the claim's longer lease (120 s): the watchdog stays there.
+    assert h.keeper.deadline_ms == 120_000 == h.store.stored_lease_ms
 
-    await h.clock.advance_to(45_000)
+    await h.clock.advance_to(119_999)
+    assert heartbeat.alive
+    await h.clock.advance_to(120_000)
     assert not heartbeat.alive
     assert heartbeat.stale is not None and heartbeat.stale.reason is StaleReason.EXPIRED
     assert await immediately(heartbeat.beat()) is False

@@ -15,6 +15,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import pytest
+
 from tickwork.leases import LeaseKeeper, StaleLease
 
 from .fakes import FakeClock, FakeStore, FakeTimer, Reply, StaleLog
@@ -101,9 +103,11 @@ class AppHeartbeat:
         self.timer.cancel()
 
 
-async def run_spec_scenario(make_keeper: MakeKeeper) -> Report:
+async def run_spec_scenario(make_keeper: MakeKeeper, *, keeps_longer: bool = True) -> Report:
     clock = FakeClock()
-    store = FakeStore(clock, replies=lambda i: Reply(LATENCIES_MS[i % len(LATENCIES_MS)]))
+    store = FakeStore(clock, replies=lambda i: Reply(LATENCIES_MS[i % len(LATENCIES_MS)]),
+                      keeps_longer=keeps_longer)
+    store.latest_success_deadline_ms = EXTEND_MS  # the claim's own lease
     log = StaleLog(clock)
     keeper = make_keeper(clock, store, log)
     report = Report()
@@ -156,8 +160,11 @@ def make_naive(clock: FakeClock, store: FakeStore, log: StaleLog) -> KeeperLike:
     return NaiveKeeper(clock, store.renew, log, lease_ms=EXTEND_MS)
 
 
-async def test_overlapping_heartbeats_never_make_a_healthy_execution_stale() -> None:
-    report = await run_spec_scenario(make_keeper)
+@pytest.mark.parametrize("keeps_longer", [True, False], ids=["keeps-longer", "overwrites"])
+async def test_overlapping_heartbeats_never_make_a_healthy_execution_stale(
+    keeps_longer: bool,
+) -> None:
+    report = await run_spec_scenario(make_keeper, keeps_longer=keeps_longer)
     assert report.finished
     assert report.stale_events == 0
     assert report.peak_watchdogs == 1
@@ -168,8 +175,9 @@ async def test_overlapping_heartbeats_never_make_a_healthy_execution_stale() -> 
 
 
 async def test_scenario_detects_the_original_race() -> None:
-    """The same scenario fails loudly on the pre-fix design."""
-    report = await run_spec_scenario(make_naive)
+    """The same scenario fails loudly on the pre-fix design, with the spec's
+    store (a renewal overwrites the lease)."""
+    report = await run_spec_scenario(make_naive, keeps_longer=False)
     assert report.stale_events == 1  # a healthy execution marked stale
     assert report.peak_watchdogs >= 2  # an orphaned timer existed
     assert report.watchdogs_at_idle_steps != {1}
@@ -181,6 +189,7 @@ async def test_runtime_scenario_with_periodic_renewer_and_executor_heartbeat() -
     """The same race, wired as the shared runtimes will wire it."""
     clock = FakeClock()
     store = FakeStore(clock, replies=lambda i: Reply(LATENCIES_MS[i % len(LATENCIES_MS)]))
+    store.latest_success_deadline_ms = 120_000  # the claim's own lease
     log = StaleLog(clock)
     keeper: LeaseKeeper[str] = LeaseKeeper(
         "claim-token", store.renew, on_stale=log, clock=clock, deadline_ms=120_000

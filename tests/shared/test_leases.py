@@ -208,3 +208,22 @@ async def test_recheck_executing_stops_what_another_runtime_cancelled_or_refused
         "failed", "suspended")
     shared.executor.release("c")
     assert (await tasks[2]).outcome == "completed"
+
+
+async def test_a_short_heartbeat_does_not_abort_a_job_whose_lease_is_live(
+    shared: SharedHarness,
+) -> None:
+    """The renewal statement keeps the longer of the stored lease and now + 50
+    ms, so the lease stays two minutes ahead: the local watchdog must not go
+    off 50 ms later (it did, before the keeper stopped shortening its
+    deadline) and report a healthy job stale."""
+    worker = shared.runtime()
+    await worker.ingest(job("a", payload={"do": "block"}))
+    task = await _start_blocked(shared, worker, "a")
+    signal = shared.executor.signals["a"]
+    assert await signal.heartbeat.beat(50) is True  # type: ignore[attr-defined]
+    await asyncio.sleep(0.5)  # real time: the keeper's watchdog runs on the loop's clock
+    assert not signal.aborted, signal.reason
+    shared.executor.release("a")
+    result = await task
+    assert (result.status, result.outcome) == ("settled", "completed")
