@@ -18,6 +18,9 @@ from .outcomes import Cancelled, CancelStatus, Completed, Failed, OutcomeUnknown
 EXECUTION_FAILED = "execution_failed"
 EXECUTION_INTERRUPTED = "execution_interrupted"
 INVALID_OUTCOME = "invalid_outcome"
+#: On a ``cancelled`` job: the executor reported completion (its effects may
+#: have happened) after the cancellation was durably recorded.
+EXECUTOR_COMPLETED = "executor_completed"
 
 # Reasons an AbortSignal carries.
 ABORT_CANCELLED = "cancelled"
@@ -55,14 +58,16 @@ def settlement_for_exception(error: BaseException) -> Settlement:
 
 
 def settlement_under_cancellation(settlement: Settlement) -> Settlement:
-    """A durably cancelled job settles ``cancelled`` unless it really completed.
+    """A job whose cancellation was durably recorded while it ran settles ``cancelled``.
 
-    The executor was asked to stop; whatever it reports while stopping
-    (a raise, an interruption, a failure) is the cancellation's doing. Work
-    that completed anyway is reported as completed, which is what happened.
+    The spec's rule: a job the runtime is executing when it is cancelled is
+    interrupted and settles as cancelled, whatever its executor then reports
+    (a raise, an interruption, a failure, or a completion). The record keeps
+    the truth where it matters: when the executor reported completion, the
+    reason is ``executor_completed``, since its effects may have happened.
     """
     if settlement.outcome == "completed":
-        return settlement
+        return Settlement("cancelled", EXECUTOR_COMPLETED)
     return Settlement("cancelled")
 
 

@@ -81,19 +81,25 @@ async def test_raise_after_cancellation_still_settles_cancelled(harness: Harness
     assert (await tick).outcome == "cancelled"
 
 
-async def test_work_that_completed_despite_cancellation_reports_completed(
+async def test_work_that_completed_despite_cancellation_settles_cancelled_and_says_so(
     harness: Harness,
 ) -> None:
+    """The spec: a job this runtime is executing when it is cancelled settles as
+    cancelled. Its executor reporting completion is kept as the reason."""
     async def stubborn(job, signal):  # type: ignore[no-untyped-def]
         await signal.wait()
-        return Completed()  # it finished anyway: that is what happened
+        return Completed()  # it finished anyway
 
     runtime = harness.runtime(execute=stubborn)
     runtime.ingest(job("a"))
     tick = asyncio.create_task(runtime.tick())
     await asyncio.sleep(0.01)
     runtime.cancel("a", "c1")
-    assert (await tick).outcome == "completed"
+    assert await tick == TickResult("settled", job_id="a", outcome="cancelled",
+                                    failure_reason="executor_completed")
+    record = runtime.read("a")
+    assert record is not None
+    assert (record.outcome, record.failure_reason) == ("cancelled", "executor_completed")
 
 
 async def test_replay_conflict_and_not_found(harness: Harness) -> None:
@@ -171,10 +177,12 @@ async def test_cancellation_recorded_elsewhere_still_decides_the_outcome(
         assert not harness.executor.signals[job_id].aborted  # nobody told the executor
         result = Failed("boom") if job_id == "failing" else Completed()
         harness.executor.release(job_id, result)
-        expected = "cancelled" if job_id == "failing" else "completed"
-        assert (await tick).outcome == expected
+        reason = None if job_id == "failing" else "executor_completed"
+        settled = await tick
+        assert (settled.outcome, settled.failure_reason) == ("cancelled", reason)
         record = runtime.read(job_id)
-        assert record is not None and record.outcome == expected
+        assert record is not None and (record.outcome, record.failure_reason) == (
+            "cancelled", reason)
 
 
 async def test_transactional_cancellation_racing_the_executors_return(harness: Harness) -> None:

@@ -425,8 +425,11 @@ class Model:
         if job.state == "settled":
             return  # refused while it ran: the committed failure is reported
         outcome, reason = RELEASED[result]
-        if job.cancellation_id is not None and outcome != "completed":
-            outcome, reason = "cancelled", None
+        if job.cancellation_id is not None:
+            # The spec: cancelled while it ran settles cancelled, whatever the
+            # executor says; a completion is kept as the reason.
+            outcome, reason = "cancelled", ("executor_completed" if outcome == "completed"
+                                            else None)
         self.settle(job, outcome, reason)
 
     # -- a tick of ``slot``: probe one orphan, then recover it or go on

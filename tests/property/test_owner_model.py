@@ -364,7 +364,9 @@ class Scenario(ModelScenario[OwnerModel, OwnerRuntime]):
             # Record consistency.
             assert (record.outcome is not None) == (record.state == "settled")
             assert (record.settled_at is not None) == (record.state == "settled")
-            assert record.failure_reason is None or record.outcome == "failed"
+            # A reason goes with a failure, or says a cancelled job's executor completed.
+            assert record.failure_reason is None or record.outcome == "failed" or (
+                record.outcome, record.failure_reason) == ("cancelled", "executor_completed")
             assert (record.started_at is None) == (record.state == "queued") or (
                 record.state == "settled")
             if record.state == "running":

@@ -457,7 +457,9 @@ class Model:
         if job is not None and self.live(job, execution.claim):
             assert job.lease is not None
             job.lease = max(job.lease, self.now + extra_ms)
-            execution.watchdog = self.now + extra_ms  # measured from the write's start
+            # Measured from the write's start, and never earlier than the
+            # deadline already watched: the store kept the longer lease.
+            execution.watchdog = max(execution.watchdog or 0, self.now + extra_ms)
             self.events.append(f"renewal: held, cancelled: {job.cancellation_id is not None}")
             if job.cancellation_id is not None:
                 self.abort(execution, "cancelled")
@@ -624,8 +626,9 @@ class Model:
         if not self.live(job, execution.claim):
             return TickResult("idle", job_id=job_id, reason=LEASE_EXPIRED)
         assert job.cancellation_id is not None
-        self.settle(job, settlement if settlement.outcome == "completed"
-                    else Settlement("cancelled"))
+        # Cancelled while it ran: cancelled, whatever the executor reported.
+        self.settle(job, Settlement("cancelled", "executor_completed")
+                    if settlement.outcome == "completed" else Settlement("cancelled"))
         return settled_result(job)
 
     def kill(self, worker: str) -> None:

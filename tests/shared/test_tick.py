@@ -123,7 +123,7 @@ async def test_cancel_of_a_job_another_worker_runs_reaches_it_at_renewal(
     assert (result.status, result.job_id, result.outcome) == ("settled", "a", "cancelled")
 
 
-async def test_completed_work_is_reported_even_if_cancelled_meanwhile(
+async def test_a_job_cancelled_while_it_runs_settles_cancelled_whatever_it_returns(
     shared: SharedHarness,
 ) -> None:
     worker, admin = shared.runtime(), shared.runtime()
@@ -131,9 +131,13 @@ async def test_completed_work_is_reported_even_if_cancelled_meanwhile(
     task = asyncio.create_task(worker.tick())
     await until(lambda: "a" in shared.executor.started)
     await admin.cancel("a", "c")  # the worker only learns at its next renewal
-    shared.executor.release("a")  # ...but the work completed anyway
+    shared.executor.release("a")  # ...and the executor reports completion anyway
     result = await task
-    assert (result.status, result.outcome) == ("settled", "completed")
+    assert (result.status, result.outcome, result.failure_reason) == (
+        "settled", "cancelled", "executor_completed")
+    stored = await admin.read("a")
+    assert stored is not None
+    assert (stored.outcome, stored.failure_reason) == ("cancelled", "executor_completed")
     shared_failed = shared.runtime()
     await shared_failed.ingest(job("b", payload={"do": "block"}))
     task = asyncio.create_task(worker.tick())

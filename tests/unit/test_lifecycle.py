@@ -191,9 +191,9 @@ def test_settlement_for_an_interruption_is_execution_interrupted() -> None:
     )
 
 
-def test_completed_survives_a_cancellation() -> None:
-    completed = Settlement("completed")
-    assert lifecycle.settlement_under_cancellation(completed) == completed
+def test_a_completion_under_cancellation_settles_cancelled_and_says_so() -> None:
+    assert lifecycle.settlement_under_cancellation(Settlement("completed")) == Settlement(
+        "cancelled", "executor_completed")
 
 
 @pytest.mark.parametrize(
