@@ -200,6 +200,22 @@ _CARGO_FIELDS = (
 )
 
 
+def stored_cargo(job_id: str, queue: str, lane: str, priority: int, payload_json: str,
+                 max_recoveries: int | None) -> ValidJob:
+    """A stored job's cargo as ``validate_job`` would produce it, for replay checks.
+
+    Jobs tickwork stores itself hold canonical payload text already; a row a
+    producer's SQL inserted (D1 ``enqueue_from_select``) holds its own text,
+    with its own key order, so it is made canonical here: a replay compares
+    equal whatever key order either side used.
+    """
+    try:
+        canonical = canonical_json(json.loads(payload_json))
+    except (ValueError, InvalidJob):  # not something ingest could have stored
+        canonical = payload_json
+    return ValidJob(job_id, queue, lane, priority, canonical, max_recoveries)
+
+
 def cargo_differences(new: ValidJob, stored: ValidJob) -> tuple[str, ...]:
     """Names of the fields in which a replayed job differs from the stored one."""
     return tuple(name for field, name in _CARGO_FIELDS

@@ -288,3 +288,75 @@ async def test_a_database_without_0003_is_refused_until_it_is_applied(db: Any) -
     for statement in migrations("d1")[2].statements():
         await db.prepare(statement).run()
     assert await runtime.ingest(job("a")) == "queued"
+
+
+async def test_replays_across_ingest_and_enqueue_from_select_ignore_key_order(db: Any) -> None:
+    """enqueue_from_select keeps the producer's JSON text ({"b":..,"a":..});
+    ingest stores sorted keys. A replay through the other path is the same job."""
+    from tickwork import Job
+
+    runtime = await _runtime(db)
+    select = """SELECT ?1 AS job_id, 'q' AS queue_name, 'l' AS lane, 0 AS priority,
+                       json_object('b', 1, 'a', json_array(2.5, json_object('y', 1, 'x', 'é')))
+                       AS payload_json, NULL AS recovery_max"""
+    payload = {"a": [2.5, {"x": "é", "y": 1}], "b": 1}
+    # enqueue_from_select first, then ingest / ingest_many / enqueue of the same job.
+    await db.batch([runtime.enqueue_from_select(select, ["sel-first"])])
+    assert await runtime.ingest(Job("sel-first", "q", "l", 0, payload)) == "duplicate"
+    assert await runtime.ingest_many([Job("sel-first", "q", "l", 0, payload)]) == ["duplicate"]
+    await db.batch([runtime.enqueue(Job("sel-first", "q", "l", 0, payload))])
+    # ingest first, then the producer's batch replays it in its own key order.
+    assert await runtime.ingest(Job("ingest-first", "q", "l", 0, payload)) == "queued"
+    await db.batch([runtime.enqueue_from_select(select, ["ingest-first"])])
+    assert await _count(db) == 2
+    for job_id in ("sel-first", "ingest-first"):
+        record = await runtime.read(job_id)
+        assert record is not None and record.payload == payload
+
+
+@pytest.mark.parametrize("other", [
+    {"a": [2.5, {"x": "é", "y": 2}], "b": 1},    # a value differs
+    {"a": [2.5, {"x": "é", "y": 1.0}], "b": 1},  # 1 is not 1.0
+    {"a": [{"x": "é", "y": 1}, 2.5], "b": 1},    # array order matters
+    {"a": [2.5, {"x": "é", "y": 1}], "b": 1, "c": None},
+])
+async def test_a_different_payload_still_conflicts_across_both_paths(
+    db: Any, other: dict[str, Any],
+) -> None:
+    from tickwork import Job
+
+    runtime = await _runtime(db)
+    select = """SELECT 'j' AS job_id, 'q' AS queue_name, 'l' AS lane, 0 AS priority,
+                       json_object('b', 1, 'a', json_array(2.5, json_object('y', 1, 'x', 'é')))
+                       AS payload_json, NULL AS recovery_max"""
+    await db.batch([runtime.enqueue_from_select(select, [])])
+    with pytest.raises(IngestConflict) as conflict:
+        await runtime.ingest(Job("j", "q", "l", 0, other))
+    assert conflict.value.fields == ("payload",)
+    with pytest.raises(D1Error, match="tickwork_ingest_conflict"):
+        await db.batch([runtime.enqueue(Job("j", "q", "l", 0, other))])
+    # and the other way round: the producer's replay conflicts with an ingested job
+    await runtime.ingest(Job("k", "q", "l", 0, other))
+    with pytest.raises(D1Error, match="tickwork_ingest_conflict"):
+        await db.batch([runtime.enqueue_from_select(select.replace("'j'", "'k'"), [])])
+
+
+async def test_enqueue_from_select_takes_anonymous_placeholders(db: Any) -> None:
+    runtime = await _runtime(db)
+    await db.prepare("INSERT INTO orders (id, total) VALUES ('o-1', 70), ('o-2', 5)").run()
+    # A "?" inside a string literal, a quoted identifier or a comment is text.
+    select = """SELECT 'ship-' || id AS job_id, 'shipping?' AS queue_name, ? AS lane,
+                       total AS priority, json_object('order', id, "?", 1) AS payload_json,
+                       ? AS recovery_max -- why? because
+                FROM orders WHERE total > ?"""
+    await db.batch([runtime.enqueue_from_select(select, ["tenant-1", 2, 10])])
+    record = await runtime.read("ship-o-1")
+    assert record is not None
+    assert (record.queue, record.lane, record.priority) == ("shipping?", "tenant-1", 70)
+    assert record.recovery is not None and record.recovery.max_recoveries == 2
+    assert await runtime.read("ship-o-2") is None
+    with pytest.raises(InvalidArgument, match="values"):
+        runtime.enqueue_from_select("SELECT ?, ? FROM orders", [1])
+    # Erasure takes them too.
+    await db.batch([purge_d1_queues(db, "SELECT ? AS q", ["shipping?"])])
+    assert await _count(db) == 0

@@ -24,8 +24,6 @@ from .store import LATEST_MIGRATION, D1Store
 
 __all__ = ["LATEST_MIGRATION", "SCHEMA_VERSION", "D1Runtime", "purge_d1_queues"]
 
-_PARAMETER = re.compile(r"\?(\d*)")
-
 
 class D1Runtime(SharedRuntime):
     """The shared runtime over a D1 binding (``env.DB``).
@@ -87,13 +85,16 @@ class D1Runtime(SharedRuntime):
     def enqueue_from_select(self, text: str, values: Sequence[Any] = ()) -> Any:
         """A statement inserting the rows of a trusted SELECT, for the producer's batch.
 
-        ``text`` is a SQLite SELECT bound with ``?NNN`` (or ``?``) placeholders
-        producing columns job_id, queue_name, lane, priority, payload_json and
-        recovery_max (nullable). Each row is checked by the table's constraints
-        and replayed like ``enqueue``: identical rows are no-ops, conflicting
-        ones fail the batch.
+        ``text`` is a SQLite SELECT bound with ``?NNN`` placeholders, or with
+        anonymous ``?`` ones (numbered here, in order, before the statement is
+        built: tickwork's clock takes the next number), producing columns
+        job_id, queue_name, lane, priority, payload_json and recovery_max
+        (nullable). Each row is checked by the table's constraints and
+        replayed like ``enqueue``: identical rows are no-ops (a payload whose
+        keys are in another order is identical), conflicting ones fail the
+        batch.
         """
-        count = _parameter_count(text, values)
+        text, count = _numbered_placeholders(text, values)
         clock = f"?{count + 1}"
         statement = sql.ENQUEUE_FROM_SELECT.format(
             now=sql.NOW.replace("?1", clock), select=text, on_replay=sql._ON_REPLAY
@@ -105,21 +106,42 @@ def purge_d1_queues(db: Any, select_text: str, values: Sequence[Any] = ()) -> An
     """A statement erasing every job (any state) of the queues ``select_text`` names.
 
     ``select_text`` is a trusted one-column SELECT of queue names with ``?NNN``
-    placeholders; the statement goes into the caller's own ``db.batch``.
+    placeholders (or anonymous ``?``); the statement goes into the caller's own
+    ``db.batch``.
     """
-    _parameter_count(select_text, values)
+    select_text, _ = _numbered_placeholders(select_text, values)
     return D1Binding(db).prepare(sql.PURGE_QUEUES.format(select=select_text), values)
 
 
-def _parameter_count(text: str, values: Sequence[Any]) -> int:
+#: What SQLite's tokenizer skips when it looks for parameters: string
+#: literals, quoted identifiers and comments (a "?" inside them is text).
+_SKIPPED = re.compile(r"""'(?:[^']|'')*'|"(?:[^"]|"")*"|`(?:[^`]|``)*`|\[[^\]]*\]"""
+                      r"""|--[^\n]*|/\*.*?(?:\*/|$)|(\?)(\d*)""", re.DOTALL)
+
+
+def _numbered_placeholders(text: str, values: Sequence[Any]) -> tuple[str, int]:
+    """``text`` with every anonymous ``?`` numbered ``?1``, ``?2``... in order,
+    and the number of parameters; refuses a mix of ``?`` and ``?NNN``."""
     if not isinstance(text, str) or not text.strip():
         raise InvalidArgument("text", "must be a non-empty SQL SELECT")
     if not isinstance(values, Sequence) or isinstance(values, str):
         raise InvalidArgument("values", "must be a sequence of bound values")
-    numbered = [int(n) for n in _PARAMETER.findall(text) if n]
-    anonymous = sum(1 for n in _PARAMETER.findall(text) if not n)
+    numbered: list[int] = []
+    anonymous = 0
+
+    def number(match: re.Match[str]) -> str:
+        nonlocal anonymous
+        if match.group(1) is None:
+            return match.group(0)  # a literal, identifier or comment: left as it is
+        if match.group(2):
+            numbered.append(int(match.group(2)))
+            return match.group(0)
+        anonymous += 1
+        return f"?{anonymous}"
+
+    rewritten = _SKIPPED.sub(number, text)
     if anonymous and numbered:
-        raise InvalidArgument("text", "mixes ? and ?NNN placeholders; use ?NNN")
+        raise InvalidArgument("text", "mixes ? and ?NNN placeholders; use one kind")
     count = max(numbered, default=anonymous)
     if count != len(values):
         raise InvalidArgument("values", f"{len(values)} values for {count} placeholders")
@@ -127,4 +149,4 @@ def _parameter_count(text: str, values: Sequence[Any]) -> int:
         raise InvalidArgument(
             "values", f"{count} values; D1 allows {MAX_BOUND_PARAMETERS - 1} here "
             "(one parameter is tickwork's clock)")
-    return count
+    return rewritten, count

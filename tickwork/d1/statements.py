@@ -37,16 +37,28 @@ ON CONFLICT (job_id) DO NOTHING
 RETURNING sequence
 """
 
+# Two payload texts that differ only in key order (enqueue_from_select keeps
+# the producer's; tickwork stores sorted keys) are the same payload: every
+# node of one, by path, type and scalar value, is a node of the other. Only
+# evaluated when the texts differ (a replay of a job of the other path).
+_PAYLOADS_DIFFER = """(
+       EXISTS (SELECT fullkey, type, atom FROM json_tree(tickwork_jobs.payload_json)
+               EXCEPT SELECT fullkey, type, atom FROM json_tree(excluded.payload_json))
+    OR EXISTS (SELECT fullkey, type, atom FROM json_tree(excluded.payload_json)
+               EXCEPT SELECT fullkey, type, atom FROM json_tree(tickwork_jobs.payload_json)))"""
+
 # Enqueue inside a producer's batch: an identical replay matches the upsert's
 # WHERE nothing and writes nothing; a replay with other cargo becomes an UPDATE
 # of the cargo columns, which the tickwork_jobs_cargo_is_immutable trigger
-# aborts, failing the producer's whole batch.
-_ON_REPLAY = """
+# aborts, failing the producer's whole batch. A payload whose text differs
+# only in key order is the same cargo: no UPDATE, no abort.
+_ON_REPLAY = f"""
 ON CONFLICT (job_id) DO UPDATE SET
     queue = excluded.queue, lane = excluded.lane, priority = excluded.priority,
     payload_json = excluded.payload_json, max_recoveries = excluded.max_recoveries
 WHERE queue IS NOT excluded.queue OR lane IS NOT excluded.lane
-   OR priority IS NOT excluded.priority OR payload_json IS NOT excluded.payload_json
+   OR priority IS NOT excluded.priority
+   OR (payload_json IS NOT excluded.payload_json AND {_PAYLOADS_DIFFER})
    OR max_recoveries IS NOT excluded.max_recoveries
 """
 

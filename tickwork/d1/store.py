@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from ..jobs import JobRecord, ValidJob, replay_flags
+from ..jobs import JobRecord, ValidJob, replay_flags, stored_cargo
 from ..lifecycle import Settlement
 from ..local.store import decode_job
 from ..shared.port import CancelWrite, ClaimView, ExpiredClaim, RenewAnswer, probe_from_row
@@ -65,7 +65,7 @@ class D1Store:
             # conflict path only): replay_flags raises the IngestConflict.
             rows = await self.d1.query(
                 sql.SELECT_CARGO_MANY, (json.dumps([job.job_id for job in jobs]),))
-            replay_flags(jobs, {row[0]: ValidJob(*row) for row in rows})
+            replay_flags(jobs, {row[0]: stored_cargo(*row) for row in rows})
             return None  # the conflicting job is gone now (purged): try again
         return [bool(rows) for rows in results[len(leading):]]
 
@@ -74,7 +74,7 @@ class D1Store:
 
     async def find_cargo(self, job_id: str) -> ValidJob | None:
         rows = await self.d1.query(sql.SELECT_CARGO, (job_id,))
-        return ValidJob(*rows[0]) if rows else None
+        return stored_cargo(*rows[0]) if rows else None
 
     async def queue_head(self, queue: str) -> JobRecord | None:
         return await self._one_job(sql.SELECT_QUEUE_HEAD, (queue,))
