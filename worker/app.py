@@ -260,8 +260,9 @@ async def handle_fetch(env: Any, request: Any) -> Any:
 
 def _method(request: Any) -> str:
     method = getattr(request, "method", "GET")
-    method = getattr(method, "value", method)  # the external SDK's HTTPMethod
-    return str(method).upper()
+    method = getattr(method, "value", method)  # the SDKs' HTTPMethod
+    # As the runtime gives it: method names are case-sensitive.
+    return str(method)
 
 
 def _header(request: Any, name: str) -> str | None:

@@ -331,6 +331,20 @@ async def test_unknown_routes_and_methods(api: JobApi, method: str, path: str, s
     assert (response.status, response.body["error"]["code"]) == (status, code)
 
 
+@pytest.mark.parametrize(("method", "path", "allowed"), [
+    ("get", "/v1/owners/acme/jobs/j1", "GET"),
+    ("Post", "/v1/owners/acme/jobs", "POST"),
+    ("get", "/v1/health", "GET"),
+])
+async def test_method_names_are_case_sensitive(api: JobApi, owners: Owners, method: str,
+                                               path: str, allowed: str) -> None:
+    """RFC 9110: "get" is another method than GET, so it is not answered as GET."""
+    response = await call(api, method, path, {"job_id": "a", "queue": "q"})
+    assert (response.status, response.body["error"]["code"]) == (405, "method_not_allowed")
+    assert response.headers["allow"] == allowed
+    assert "acme" not in owners.runtimes or owners.runtimes["acme"].read("a") is None
+
+
 async def test_unexpected_errors_propagate_to_the_host(owners: Owners) -> None:
     class Broken(OwnerJobs):
         async def status(self) -> Any:

@@ -26,8 +26,10 @@ class Serve:
 
     def __init__(self, data: Path, *extra: str, token: str | None = TOKEN,
                  executors: str | None = EXECUTORS, env: Mapping[str, str] | None = None,
-                 logs: Path | None = None) -> None:
+                 logs: Path | None = None, max_descriptors: int | None = None) -> None:
         self.data = data
+        #: The process's RLIMIT_NOFILE (soft and hard), if it is to be lowered.
+        self.max_descriptors = max_descriptors
         self.logs = logs or data.parent / f"{data.name}-logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         self.args = [sys.executable, "-m", "tickwork", "serve", "--data", str(data),
@@ -55,7 +57,8 @@ class Serve:
         self.runs += 1
         with self.stdout_path.open("wb") as out, self.stderr_path.open("wb") as err:
             self.process = subprocess.Popen(self.args, cwd=ROOT, env=self.env, stdout=out,
-                                            stderr=err, stdin=subprocess.DEVNULL)
+                                            stderr=err, stdin=subprocess.DEVNULL,
+                                            preexec_fn=self._limits)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             match = _LISTENING.search(self.stdout())
@@ -67,6 +70,13 @@ class Serve:
                                    f"{self.stderr()}")
             time.sleep(0.02)
         raise RuntimeError(f"serve did not print its URL in time:\n{self.stderr()}")
+
+    def _limits(self) -> None:
+        if self.max_descriptors is not None:
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_NOFILE,
+                               (self.max_descriptors, self.max_descriptors))
 
     def stdout(self) -> str:
         return self.stdout_path.read_text(errors="replace")

@@ -84,7 +84,9 @@ def refusal(error: BaseException) -> ApiResponse | None:
     """The response refusing a request that raised ``error`` (an ``ApiError`` or
     the engine's bad-input errors), or None when ``error`` is no refusal."""
     refused = wire.error_for(error)
-    return None if refused is None else ApiResponse(refused.status, refused.to_wire())
+    if refused is None:
+        return None
+    return ApiResponse(refused.status, refused.to_wire(), refused.headers)
 
 
 class JobApi:
@@ -271,9 +273,11 @@ def _no_route(rest: list[str]) -> ApiError:
 
 
 def _allow(request: ApiRequest, method: str) -> None:
-    if request.method.upper() != method:
+    # Method names are case-sensitive (RFC 9110, 9.1): "get" is not GET.
+    if request.method != method:
         raise ApiError(405, "method_not_allowed",
-                       f"{request.method} is not allowed here; use {method}")
+                       f"{request.method[:40]} is not allowed here; use {method}",
+                       headers={"allow": method})
 
 
 def _json_body(request: ApiRequest) -> Any:

@@ -24,14 +24,18 @@ _REQUIRED_JOB_KEYS = ("job_id", "queue")
 
 class ApiError(TickworkError):
     """A request the API refuses: ``status`` is the HTTP status, ``code`` a
-    stable machine-readable name, ``field`` the offending input if any."""
+    stable machine-readable name, ``field`` the offending input if any, and
+    ``headers`` any the answer needs (``retry-after`` on a 503, ``allow`` on
+    a 405)."""
 
-    def __init__(self, status: int, code: str, message: str, field: str | None = None) -> None:
+    def __init__(self, status: int, code: str, message: str, field: str | None = None,
+                 headers: Mapping[str, str] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
         self.field = field
+        self.headers = dict(headers or {})
 
     def to_wire(self) -> dict[str, Any]:
         error: dict[str, Any] = {"code": self.code, "message": self.message}

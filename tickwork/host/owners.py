@@ -41,16 +41,30 @@ durable change) starts it, at once, when the owner has pending work, or
 tells a running loop to look again. At start-up every file is scanned and
 owners with pending work get a tick loop, which recovers jobs a crashed
 process left running.
+
+**Open owners are bounded** (``--max-open-owners``; by default what the
+process's descriptor limit allows, at most 256). An open owner holds up to
+three descriptors (the database and its -wal and -shm files). Before another
+owner is opened, idle ones (no tick loop running or due) are closed, least
+recently used first; an owner with a running job is never closed. When every
+open owner is busy, a request for another one is answered 503 with
+``retry-after`` (``OwnersAtCapacity``), never a 500, and nothing of it is
+written; so is a request that finds the process out of descriptors. As jobs
+finish their owners become idle and room frees up by itself: owners with
+pending work that could not be opened (at start-up, or when their wake came
+while the store was full) are opened as soon as there is room.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import fcntl
 import hashlib
 import os
 import re
+import resource
 import sqlite3
 import time
 import traceback
@@ -58,7 +72,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .. import OwnerRuntime
-from ..api import JobService, OwnerJobs
+from ..api import ApiError, JobService, OwnerJobs
 from ..executors import Executor
 from ..jobs import Job, JobRecord, validate_jobs
 from ..outcomes import CancelResult, FailLaneResult, IngestStatus, QueueStatus, TickResult
@@ -70,8 +84,14 @@ from .progress import Progress
 HASH_DIGITS = 16
 #: Characters of the key kept (sanitised) in a file name.
 SLUG_LENGTH = 32
-#: Owner files kept open while idle; beyond this the least recently used idle ones close.
+#: The most owners open at once by default; fewer when descriptors are scarce.
 MAX_OPEN_OWNERS = 256
+#: Descriptors one open owner can hold: its database, -wal and -shm files.
+DESCRIPTORS_PER_OWNER = 3
+#: Descriptors kept back for everything else: HTTP connections, PostgreSQL, logs.
+RESERVED_DESCRIPTORS = 128
+#: Seconds a client is told to wait when every open owner is busy.
+CAPACITY_RETRY_AFTER_S = 1
 #: A tick loop that failed (a storage error) is started again after this long.
 RETRY_AFTER_S = 1.0
 
@@ -82,6 +102,24 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 class HostError(Exception):
     """A problem the host reports to its operator in one line (and exits)."""
+
+
+class OwnersAtCapacity(ApiError):
+    """Every owner the host may keep open is busy: come back shortly (503)."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(503, "owners_at_capacity",
+                         f"every owner this server may keep open is busy ({detail}); "
+                         f"retry in {CAPACITY_RETRY_AFTER_S} s",
+                         headers={"retry-after": str(CAPACITY_RETRY_AFTER_S)})
+
+
+def default_max_open_owners() -> int:
+    """``MAX_OPEN_OWNERS``, or fewer when the descriptor limit is too low for it."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return MAX_OPEN_OWNERS
+    return max(1, min(MAX_OPEN_OWNERS, (soft - RESERVED_DESCRIPTORS) // DESCRIPTORS_PER_OWNER))
 
 
 def owner_file_name(key: str) -> str:
@@ -175,15 +213,20 @@ class OwnerStore:
         *,
         progress: Progress | None = None,
         log: Log | None = None,
-        max_open: int = MAX_OPEN_OWNERS,
+        max_open: int | None = None,
     ) -> None:
         self.directory = directory
         self.owners_dir = directory / "owners"
         self._execute = execute
         self._progress = progress or Progress()
         self._log = log or stderr
-        self._max_open = max_open
+        self.max_open = default_max_open_owners() if max_open is None else max_open
+        if self.max_open < 1:
+            raise HostError(f"--max-open-owners {self.max_open}: must be 1 or more")
         self._open: dict[str, _Owner] = {}
+        # Owners known to have pending work that could not be opened yet (the
+        # store was full): opened, in order, as soon as there is room.
+        self._waiting: dict[str, Path] = {}
         self._stopping = False
         self._empty: tuple[sqlite3.Connection, OwnerJobs] | None = None
 
@@ -230,7 +273,15 @@ class OwnerStore:
                 self._log(f"tickwork serve: {path.name} holds owner {key!r}, whose file "
                           "name differs; skipped")
                 continue
-            owner = self._open.get(key) or self._open_owner(key, path)
+            owner = self._open.get(key)
+            if owner is None:
+                try:
+                    owner = self._open_owner(key, path)
+                except OwnersAtCapacity:
+                    # More owners with work than may be open: this one is
+                    # opened (and looked at) when an open one goes idle.
+                    self._waiting[key] = path
+                    continue
             if owner.runtime.has_pending_work():
                 started.append(key)
                 self.wake(key)
@@ -284,6 +335,27 @@ class OwnerStore:
         finally:
             owner.loop = None
             owner.last_used = time.monotonic()
+            if self._waiting and not self._stopping:
+                self._admit_waiting()
+
+    def _admit_waiting(self) -> None:
+        """Open owners with pending work that found the store full, while there is room."""
+        while self._waiting:
+            key, path = next(iter(self._waiting.items()))
+            if key in self._open:
+                del self._waiting[key]
+                continue
+            try:
+                self._open_owner(key, path)
+            except OwnersAtCapacity:
+                return  # still full: the next owner to go idle tries again
+            except Exception:
+                del self._waiting[key]
+                self._log(f"tickwork serve: owner {key!r} could not be opened:\n"
+                          f"{traceback.format_exc()}")
+                continue
+            del self._waiting[key]
+            self.wake(key)
 
     def _retry(self, owner: _Owner) -> None:
         owner.retry = None
@@ -318,8 +390,25 @@ class OwnerStore:
     # ---------------------------------------------------------------- internals
 
     def _open_owner(self, key: str, path: Path) -> _Owner:
+        """Open ``key``'s file, first closing idle owners to stay within ``max_open``."""
+        self._make_room(len(self._open) + 1 - self.max_open)
         self.owners_dir.mkdir(parents=True, exist_ok=True)
-        connection = connect_owner_database(path)
+        try:
+            connection = connect_owner_database(path)
+        except (OSError, sqlite3.OperationalError) as error:
+            if not _out_of_descriptors():
+                raise
+            # Something else holds the descriptors (connections, say): one
+            # idle owner less, one more try, else "come back later".
+            if not self._make_room(1):
+                raise OwnersAtCapacity("the process is out of file descriptors") from error
+            try:
+                connection = connect_owner_database(path)
+            except (OSError, sqlite3.OperationalError) as again:
+                if _out_of_descriptors():
+                    raise OwnersAtCapacity(
+                        "the process is out of file descriptors") from again
+                raise
         try:
             _record_key(connection, key, path)
             runtime = OwnerRuntime(Sqlite3Owner(connection), execute=self._execute,
@@ -329,18 +418,24 @@ class OwnerStore:
             raise
         owner = _Owner(key, path, connection, runtime)
         self._open[key] = owner
-        self._close_idle(keep=owner)
         return owner
 
-    def _close_idle(self, keep: _Owner) -> None:
-        excess = len(self._open) - self._max_open
-        if excess <= 0:
-            return
+    def _make_room(self, count: int) -> bool:
+        """Close ``count`` idle owners, least recently used first. False when
+        there are not that many (nothing is closed then); raises
+        ``OwnersAtCapacity`` when the store is full and none is idle."""
+        if count <= 0:
+            return True
         idle = sorted((owner for owner in self._open.values()
-                       if owner.loop is None and owner.retry is None and owner is not keep),
+                       if owner.loop is None and owner.retry is None),
                       key=lambda owner: owner.last_used)
-        for owner in idle[:excess]:
+        if len(idle) < count:
+            if len(self._open) >= self.max_open:
+                raise OwnersAtCapacity(f"{len(self._open)} owners open, each running a job")
+            return False
+        for owner in idle[:count]:
             self._close_owner(owner)
+        return True
 
     def _close_owner(self, owner: _Owner) -> None:
         if owner.retry is not None:
@@ -385,6 +480,16 @@ class _OwnerScope:
 
     async def queue_status(self, queue: str) -> QueueStatus:
         return await self._jobs().queue_status(queue)
+
+
+def _out_of_descriptors() -> bool:
+    """Whether this process cannot open one more file descriptor right now."""
+    try:
+        descriptor = os.open(os.devnull, os.O_RDONLY)
+    except OSError as error:
+        return error.errno in (errno.EMFILE, errno.ENFILE)
+    os.close(descriptor)
+    return False
 
 
 def connect_owner_database(path: Path) -> sqlite3.Connection:

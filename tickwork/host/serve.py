@@ -1,7 +1,8 @@
 """``tickwork serve``: the /v1 job API on this machine.
 
     tickwork serve [--data DIR] [--host HOST] [--port PORT] [--token TOKEN]
-                   [--executors MODULE:ATTR] [--postgres DSN] [--quiet]
+                   [--executors MODULE:ATTR] [--postgres DSN] [--max-open-owners N]
+                   [--quiet]
 
 Serves the same routes as the Worker (``tickwork.api.JobApi``) over HTTP/1.1
 on ``127.0.0.1:8787`` by default (``--port 0`` picks a free port; the bound
@@ -72,6 +73,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="on shutdown, how long running jobs may take to settle (default 10)")
     parser.add_argument("--progress-every", type=float, default=5.0, metavar="SECONDS",
                         help="interval of the progress line on stderr (default 5)")
+    parser.add_argument("--max-open-owners", type=int, default=None, metavar="N",
+                        help="owners kept open at once (each holds up to 3 file descriptors); "
+                             "idle ones close first, and a new owner beyond this while all "
+                             "are busy gets 503 with retry-after (default: what the "
+                             "descriptor limit allows, at most 256)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
@@ -176,7 +182,8 @@ async def serve(options: argparse.Namespace) -> int:
     lock.acquire()
     progress = Progress()
     execute = counted(executor, progress)
-    store = OwnerStore(directory, execute, progress=progress)
+    store = OwnerStore(directory, execute, progress=progress,
+                       max_open=options.max_open_owners)
     shared = None
     server: ApiServer | None = None
     reporter: asyncio.Task[None] | None = None
