@@ -10,7 +10,11 @@ a deployment plugs in its own work. Two functions:
 
     * queue ``webhooks``, or payload ``"kind": "webhook"`` -> webhook delivery
       (``tickwork.executors.webhook``) over the Workers ``fetch``
-      (``worker/http.py``), 30 s per request;
+      (``worker/http.py``), 30 s per request. Payloads may not set credential
+      headers (``authorization``, ``cookie``): pass ``allow_credentials=True``
+      to ``webhook_executor`` if yours must. Where a request can go is the
+      platform's rule: ``fetch`` runs on Cloudflare's network, with no route
+      to your own loopback or private networks;
     * payload ``"kind": "long"`` -> ``tickwork.executors.long_job``;
     * anything else fails with ``no_executor`` (recorded, never retried blindly).
 

@@ -17,13 +17,21 @@ from __future__ import annotations
 
 from .long_job import long_job
 from .registry import NO_EXECUTOR, Executor, ExecutorRegistry
-from .webhook import HttpPost, HttpReply, HttpTimeout, HttpUnreachable, webhook_executor
+from .webhook import (
+    HttpPost,
+    HttpRefused,
+    HttpReply,
+    HttpTimeout,
+    HttpUnreachable,
+    webhook_executor,
+)
 
 __all__ = [
     "NO_EXECUTOR",
     "Executor",
     "ExecutorRegistry",
     "HttpPost",
+    "HttpRefused",
     "HttpReply",
     "HttpTimeout",
     "HttpUnreachable",

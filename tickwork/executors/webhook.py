@@ -19,7 +19,16 @@ headers given, plus ``content-type: application/json`` and
 ``idempotency-key: <job_id>`` (the id percent-encoded when it holds anything
 but printable ASCII), so a receiver can drop a repeated delivery. The payload
 may not set ``content-type``, ``idempotency-key``, ``content-length``,
-``host``, ``transfer-encoding`` or ``connection`` itself.
+``host``, ``transfer-encoding`` or ``connection`` itself, nor credentials
+(``authorization``, ``cookie``, ``proxy-authorization``) unless the
+executor was built with ``allow_credentials=True``: whoever may enqueue a
+job must not be able to make the host send credentials they chose.
+
+Where a request may go is the transport's rule: ``tickwork serve``'s
+(``tickwork.host``) refuses every non-public destination unless allowed
+(``HttpRefused``: nothing was sent); on Workers, ``fetch`` runs on
+Cloudflare's network, which has no route to your machines' loopback or
+private networks.
 
 Outcomes (exact; the engine records what the executor returns):
 
@@ -34,6 +43,8 @@ including 408 and 429                                  e.g. ``http_429``
 reply 5xx, or any status outside 200-599               ``OutcomeUnknown()``
 ``HttpTimeout``: no reply in time                      ``OutcomeUnknown()``
 ``HttpUnreachable``: connection failed before sending  ``Failed("unreachable")``
+``HttpRefused``: destination not allowed (not sent)    ``Failed("destination_refused")``
+a credential header without ``allow_credentials``      ``Failed("credentials_refused")``
 any other error from ``post``                          ``OutcomeUnknown()``
 signal aborted while the request is in flight          ``OutcomeUnknown()``
 ``post`` overran ``timeout_s`` by ``OVERRUN_GRACE_S``  ``OutcomeUnknown()``
@@ -75,10 +86,14 @@ from .registry import Executor
 
 __all__ = [
     "BAD_PAYLOAD",
+    "CREDENTIALS_REFUSED",
+    "CREDENTIAL_HEADERS",
+    "DESTINATION_REFUSED",
     "OVERRUN_GRACE_S",
     "RESERVED_HEADERS",
     "UNREACHABLE",
     "HttpPost",
+    "HttpRefused",
     "HttpReply",
     "HttpTimeout",
     "HttpUnreachable",
@@ -90,6 +105,10 @@ __all__ = [
 BAD_PAYLOAD = "bad_payload"
 #: Failure reason when the connection failed before the request was sent.
 UNREACHABLE = "unreachable"
+#: Failure reason when the transport refused the destination (nothing sent).
+DESTINATION_REFUSED = "destination_refused"
+#: Failure reason of a payload setting credentials the executor may not send.
+CREDENTIALS_REFUSED = "credentials_refused"
 
 #: How long past ``timeout_s`` the executor waits for a ``post`` that does not
 #: honour its timeout before giving up on it (``OutcomeUnknown``).
@@ -100,6 +119,9 @@ RESERVED_HEADERS = frozenset({
     "content-type", "idempotency-key", "content-length", "host", "transfer-encoding",
     "connection",
 })
+
+#: Credentials a payload may set only with ``allow_credentials=True``.
+CREDENTIAL_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization"})
 
 MAX_URL_LENGTH = 8192
 MAX_HEADERS = 64
@@ -123,6 +145,10 @@ class HttpTimeout(Exception):
 
 class HttpUnreachable(Exception):
     """The connection failed before the request was sent: nothing reached the receiver."""
+
+
+class HttpRefused(Exception):
+    """The transport may not send to this destination; nothing was sent."""
 
 
 class HttpPost(Protocol):
@@ -164,8 +190,17 @@ class _BadPayload(Exception):
     pass
 
 
-def webhook_executor(post: HttpPost, *, timeout_s: float = 30.0) -> Executor:
-    """An executor delivering webhook jobs through ``post`` (see the module doc)."""
+class _CredentialsRefused(Exception):
+    pass
+
+
+def webhook_executor(post: HttpPost, *, timeout_s: float = 30.0,
+                     allow_credentials: bool = False) -> Executor:
+    """An executor delivering webhook jobs through ``post`` (see the module doc).
+
+    ``allow_credentials``: let payloads set ``authorization``, ``cookie`` and
+    ``proxy-authorization`` (off by default).
+    """
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) \
             or not 0 < timeout_s <= 3600:
         raise ValueError(f"timeout_s must be a number of seconds in (0, 3600], got {timeout_s!r}")
@@ -175,9 +210,11 @@ def webhook_executor(post: HttpPost, *, timeout_s: float = 30.0) -> Executor:
 
     async def deliver_webhook(job: JobRecord, signal: Any) -> ExecutionResult:
         try:
-            request = _request_for(job)
+            request = _request_for(job, allow_credentials)
         except _BadPayload:
             return Failed(BAD_PAYLOAD)
+        except _CredentialsRefused:
+            return Failed(CREDENTIALS_REFUSED)
         if signal.aborted:
             return Cancelled()
         return await _send(post, request, limit, signal)
@@ -210,6 +247,8 @@ async def _send(post: HttpPost, request: _Request, timeout_s: float,
         return outcome_for_status(status)
     if isinstance(error, HttpUnreachable):
         return Failed(UNREACHABLE)
+    if isinstance(error, HttpRefused):
+        return Failed(DESTINATION_REFUSED)
     # HttpTimeout, an abort surfacing as an error, or anything else: the
     # request may have been sent.
     return OutcomeUnknown()
@@ -222,7 +261,7 @@ def _retrieve(task: asyncio.Future[Any]) -> None:
             task.exception()
 
 
-def _request_for(job: JobRecord) -> _Request:
+def _request_for(job: JobRecord, allow_credentials: bool) -> _Request:
     payload = job.payload
     if not isinstance(payload, Mapping):
         raise _BadPayload
@@ -256,6 +295,8 @@ def _request_for(job: JobRecord) -> _Request:
         if not isinstance(value, str) or len(value) > MAX_HEADER_VALUE_LENGTH \
                 or not _PRINTABLE_ASCII.fullmatch(value):
             raise _BadPayload
+        if not allow_credentials and name.lower() in CREDENTIAL_HEADERS:
+            raise _CredentialsRefused
         headers[name.lower()] = value
     headers["content-type"] = "application/json"
     headers["idempotency-key"] = idempotency_key(job.job_id)

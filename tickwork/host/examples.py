@@ -7,8 +7,10 @@ else by queue:
 Job                         Executor
 ==========================  ===========================================================
 queue ``webhooks``, or      ``tickwork.executors.webhook`` over the CPython transport
-``kind: "webhook"``         ``tickwork.host.http_client.http_post``: payload
-                            ``{"url", "body", "headers"?}``
+``kind: "webhook"``         ``tickwork.host.http_client.guarded_http_post``: payload
+                            ``{"url", "body", "headers"?}``; public destinations
+                            only unless allowed, no credential headers unless
+                            allowed (``--webhook-allow``, ``--webhook-credentials``)
 ``kind: "long"``            ``tickwork.executors.long_job``: ``{"steps", "step_ms"}``
 ``kind: "echo"``            completes at once, or, when ``payload["fail"]`` is given
                             (not null or false), fails with it as the reason if it
@@ -26,7 +28,7 @@ an executor, or a factory taking no arguments that returns either.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import InvalidArgument
@@ -35,7 +37,8 @@ from ..executors.long_job import long_job
 from ..executors.webhook import HttpPost, webhook_executor
 from ..jobs import JobRecord, check_reason
 from ..outcomes import Cancelled, Completed, ExecutionResult, Failed
-from .http_client import http_post
+from .destinations import DestinationPolicy
+from .http_client import guarded_http_post
 
 MAX_SLEEP_MS = 3_600_000
 #: The reason ``echo`` fails with when ``payload["fail"]`` is no valid reason code.
@@ -71,10 +74,18 @@ async def sleep(job: JobRecord, signal: Any) -> ExecutionResult:
     return Cancelled() if signal.aborted else Completed()
 
 
-def example_registry(post: HttpPost = http_post, *, timeout_s: float = 30.0) -> ExecutorRegistry:
-    """The default executors of ``tickwork serve`` (see the module doc)."""
+def example_registry(post: HttpPost | None = None, *, timeout_s: float = 30.0,
+                     allow: Sequence[str] = (), allow_credentials: bool = False,
+                     ) -> ExecutorRegistry:
+    """The default executors of ``tickwork serve`` (see the module doc).
+
+    Webhooks go through ``post``, by default ``guarded_http_post`` with a
+    ``DestinationPolicy(allow)``: public addresses, and ``allow``'s entries.
+    """
     registry = ExecutorRegistry(field="kind")
-    webhook = webhook_executor(post, timeout_s=timeout_s)
+    transport = post if post is not None else guarded_http_post(DestinationPolicy(allow))
+    webhook = webhook_executor(transport, timeout_s=timeout_s,
+                               allow_credentials=allow_credentials)
     registry.on_queue("webhooks", webhook)
     registry.on_field("webhook", webhook)
     registry.on_field("long", long_job)

@@ -4,7 +4,9 @@
     response = await request("GET", url, headers=..., timeout_s=5.0)
 
 ``http_post`` is the transport of ``tickwork.executors.webhook`` on CPython
-and keeps its contract:
+(``guarded_http_post(policy)`` is the one ``tickwork serve`` uses: every
+destination is checked by a ``DestinationPolicy`` and the connection goes to
+exactly the addresses checked) and keeps its contract:
 
 * one connection per request (``Connection: close``), redirects are not
   followed (a 3xx is returned as it is);
@@ -33,8 +35,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..executors.webhook import HttpReply, HttpTimeout, HttpUnreachable
+from ..executors.webhook import HttpPost, HttpReply, HttpTimeout, HttpUnreachable
 from ..signals import AbortSignal
+from .destinations import DestinationPolicy
 
 __all__ = [
     "HttpProtocolError",
@@ -42,6 +45,7 @@ __all__ = [
     "HttpResponse",
     "HttpTimeout",
     "HttpUnreachable",
+    "guarded_http_post",
     "http_post",
     "request",
 ]
@@ -109,10 +113,24 @@ async def http_post(
     timeout_s: float,
     signal: AbortSignal,
 ) -> HttpReply:
-    """POST ``body`` to ``url``: the ``HttpPost`` of the webhook executor on CPython."""
+    """POST ``body`` to ``url``: the ``HttpPost`` of the webhook executor on CPython,
+    to any destination (see ``guarded_http_post`` for one that checks)."""
     response = await request("POST", url, body=body, headers=headers, timeout_s=timeout_s,
                              signal=signal)
     return HttpReply(response.status, response.body.decode("utf-8", errors="replace"))
+
+
+def guarded_http_post(policy: DestinationPolicy) -> HttpPost:
+    """``http_post`` to the destinations ``policy`` allows only (``HttpRefused``
+    for the others, before anything is sent)."""
+
+    async def post(url: str, body: bytes, headers: Mapping[str, str], timeout_s: float,
+                   signal: AbortSignal) -> HttpReply:
+        response = await request("POST", url, body=body, headers=headers,
+                                 timeout_s=timeout_s, signal=signal, destinations=policy)
+        return HttpReply(response.status, response.body.decode("utf-8", errors="replace"))
+
+    return post
 
 
 async def request(
@@ -125,13 +143,18 @@ async def request(
     signal: AbortSignal | None = None,
     max_body_bytes: int = MAX_REPLY_BODY,
     ssl_context: ssl.SSLContext | None = None,
+    destinations: DestinationPolicy | None = None,
 ) -> HttpResponse:
-    """Send one request and read its reply (see the module doc for the errors)."""
+    """Send one request and read its reply (see the module doc for the errors).
+
+    With ``destinations``, the host is resolved and checked first and the
+    connection goes to the checked addresses only."""
     target = _Target.parse(url)
     head = _request_head(method, target, body, headers or {})
     progress = _Progress()
     work = asyncio.ensure_future(
-        _exchange(target, head, body, method, progress, max_body_bytes, ssl_context))
+        _exchange(target, head, body, method, progress, max_body_bytes, ssl_context,
+                  destinations))
     waiting: set[asyncio.Future[Any]] = {work}
     aborted: asyncio.Future[str] | None = None
     if signal is not None:
@@ -173,19 +196,36 @@ def _request_head(method: str, target: _Target, body: bytes,
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
+async def _connect(target: _Target, context: ssl.SSLContext | None,
+                   destinations: DestinationPolicy | None,
+                   ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    # Without a policy the name is resolved by the connection itself; with
+    # one, only the addresses the policy checked are tried, in order, so the
+    # name cannot resolve to something else in between (the name still goes
+    # to TLS as the server name, and the certificate is checked against it).
+    addresses = [target.host] if destinations is None \
+        else await destinations.resolve(target.host, target.port)
+    server_hostname = target.host if context is not None else None
+    failure: BaseException | None = None
+    for address in addresses:
+        try:
+            return await asyncio.open_connection(address, target.port, ssl=context,
+                                                 server_hostname=server_hostname,
+                                                 limit=LINE_LIMIT)
+        except (OSError, ssl.SSLError) as error:  # refused, no route, DNS, TLS handshake
+            failure = error
+    raise HttpUnreachable(f"could not connect to {target.host}:{target.port}: "
+                          f"{failure}") from failure
+
+
 async def _exchange(target: _Target, head: bytes, body: bytes, method: str,
                     progress: _Progress, max_body_bytes: int,
-                    ssl_context: ssl.SSLContext | None) -> HttpResponse:
+                    ssl_context: ssl.SSLContext | None,
+                    destinations: DestinationPolicy | None) -> HttpResponse:
     context = None
     if target.scheme == "https":
         context = ssl_context or ssl.create_default_context()
-    try:
-        reader, writer = await asyncio.open_connection(
-            target.host, target.port, ssl=context,
-            server_hostname=target.host if context is not None else None, limit=LINE_LIMIT)
-    except (OSError, ssl.SSLError) as error:  # refused, no route, DNS, TLS handshake
-        raise HttpUnreachable(f"could not connect to {target.host}:{target.port}: "
-                              f"{error}") from error
+    reader, writer = await _connect(target, context, destinations)
     progress.writer = writer
     try:
         progress.sent = True  # from here on the request may reach the receiver

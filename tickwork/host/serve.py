@@ -33,6 +33,7 @@ import os
 import secrets
 import signal
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="on shutdown, how long running jobs may take to settle (default 10)")
     parser.add_argument("--progress-every", type=float, default=5.0, metavar="SECONDS",
                         help="interval of the progress line on stderr (default 5)")
+    parser.add_argument("--webhook-allow", action="append", default=[], metavar="ENTRY",
+                        help="let the default webhook executor reach ENTRY although it is not "
+                             "a public address: an IP, a network (10.0.0.0/8) or a host name "
+                             "(repeatable; by default loopback, private, link-local, "
+                             "multicast and unspecified destinations are refused)")
+    parser.add_argument("--webhook-credentials", action="store_true",
+                        help="let webhook payloads set authorization, cookie and "
+                             "proxy-authorization headers (refused by default)")
     parser.add_argument("--max-open-owners", type=int, default=None, metavar="N",
                         help="owners kept open at once (each holds up to 3 file descriptors); "
                              "idle ones close first, and a new owner beyond this while all "
@@ -138,10 +147,10 @@ def _takes_no_arguments(function: Any) -> bool:
     return True
 
 
-def default_executor() -> Executor:
+def default_executor(allow: Sequence[str] = (), allow_credentials: bool = False) -> Executor:
     from .examples import example_registry
 
-    return example_registry()
+    return example_registry(allow=allow, allow_credentials=allow_credentials)
 
 
 def counted(execute: Executor, progress: Progress) -> Executor:
@@ -172,7 +181,14 @@ async def serve(options: argparse.Namespace) -> int:
             raise HostError(f"--{name.replace('_', '-')} must be a positive number of seconds")
     if options.grace < 0:
         raise HostError("--grace must be 0 or more seconds")
-    executor = load_executor(options.executors) if options.executors else default_executor()
+    if options.executors and (options.webhook_allow or options.webhook_credentials):
+        raise HostError("--webhook-allow and --webhook-credentials configure the default "
+                        "executors; with --executors, your registry decides")
+    try:
+        executor = load_executor(options.executors) if options.executors else \
+            default_executor(options.webhook_allow, options.webhook_credentials)
+    except ValueError as error:
+        raise HostError(str(error)) from None
     directory = Path(options.data).expanduser().resolve()
     try:
         directory.mkdir(parents=True, exist_ok=True)
