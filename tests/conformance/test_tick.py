@@ -133,7 +133,9 @@ async def test_interrupted_tick_settles_failed_interrupted_and_reraises(harness:
 
 
 async def test_a_stale_claim_can_never_settle(harness: Harness) -> None:
-    """The settle write matches the exact claim token: a replaced claim writes nothing."""
+    """The settle write matches the exact claim token: a replaced claim writes
+    nothing, and its tick does not report the other runtime's settlement as
+    its own (claim_replaced, as the shared runtimes say)."""
     first = harness.runtime()
     first.ingest(job("a", payload={"do": "block"}, recovery=None))
     tick = asyncio.create_task(first.tick())
@@ -147,7 +149,7 @@ async def test_a_stale_claim_can_never_settle(harness: Harness) -> None:
     result = await tick
     record = second.read("a")
     assert record is not None and record.outcome == "interrupted"
-    assert result.outcome == "interrupted"
+    assert result == TickResult("idle", job_id="a", reason="claim_replaced")
 
 
 async def test_sync_executor_result_is_accepted(harness: Harness) -> None:
@@ -171,3 +173,4 @@ async def test_a_claim_requeued_elsewhere_reports_claim_replaced(harness: Harnes
     record = second.read("a")
     assert record is not None and (record.state, record.recoveries) == ("queued", 1)
     assert (await second.tick()).outcome == "completed"
+

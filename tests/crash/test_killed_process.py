@@ -197,3 +197,48 @@ def test_a_locked_database_fails_loudly_and_loses_nothing(tmp_path: Path) -> Non
     asyncio.run(runtime.tick())
     record = runtime.read("a")
     assert record is not None and record.outcome == "completed"
+
+
+class FailingReadOwner(Sqlite3Owner):
+    """A sqlite3 owner whose reads containing ``fail_on`` fail (an I/O error)."""
+
+    fail_on: str | None = None
+
+    def query(self, sql: str, params: Any = ()) -> Any:
+        if self.fail_on is not None and self.fail_on in sql:
+            raise sqlite3.OperationalError("disk I/O error (injected)")
+        return super().query(sql, params)
+
+
+async def test_a_failing_read_after_a_committed_lane_refusal_changes_nothing_it_reported(
+    tmp_path: Path,
+) -> None:
+    """Without a projector the refusal commits on its own; a read that fails
+    afterwards must not turn it into an error, nor keep the refused job's
+    executor running."""
+    from tickwork import FailLaneResult
+    from tickwork.local import statements as local_sql
+    from tickwork.local.runtime import FAIL_LANE_BATCH
+
+    owner = FailingReadOwner(sqlite3.connect(tmp_path / "jobs.sqlite3", isolation_level=None))
+    executor = ScriptedExecutor()
+    runtime = OwnerRuntime(owner, execute=executor, is_alive=lambda job: False, wake=Wake())
+    runtime.ingest(job("running", queue="r", lane="bad", payload={"do": "block"}))
+    tick = asyncio.create_task(runtime.tick())
+    await asyncio.sleep(0.01)
+    for number in range(FAIL_LANE_BATCH):
+        runtime.ingest(job(f"q{number}", queue=f"q{number}", lane="bad"))
+    owner.fail_on = local_sql.LANE_HAS_PENDING
+    result = runtime.fail_lane("bad", "tenant_gone")
+    # Durable, reported, and the running executor stopped at once.
+    assert (result.settled, result.more) == (FAIL_LANE_BATCH, True)
+    assert executor.signals["running"].aborted
+    assert (await tick).failure_reason == "tenant_gone"
+    owner.fail_on = None
+    rest = runtime.fail_lane("bad", "tenant_gone")
+    assert (rest.settled, rest.more) == (1, False)
+    assert runtime.fail_lane("bad", "tenant_gone") == FailLaneResult(0, False)
+    # A short batch needs no read at all: it took every unsettled job.
+    runtime.ingest(job("late", lane="late"))
+    owner.fail_on = local_sql.LANE_HAS_PENDING
+    assert runtime.fail_lane("late", "x") == FailLaneResult(1, False)

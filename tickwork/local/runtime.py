@@ -251,22 +251,32 @@ class _LocalRuntime:
         check_text("lane", lane, MAX_LANE_LENGTH, InvalidArgument)
         check_reason("reason", reason)
 
-        def refuse() -> tuple[list[JobRecord], bool]:
+        def refuse() -> list[JobRecord]:
             refused = self._store.refuse_lane_batch(lane, reason, FAIL_LANE_BATCH, self._clock())
-            if not refused:
-                return refused, False
             for job in refused:
                 self._project_queue(job.queue, settled=job)
-            return refused, self._store.lane_has_pending(lane)
+            return refused
 
-        refused, more = self._transition(refuse)
+        refused = self._transition(refuse)
         # The refusal is durable now; only then stop local executors. Their
         # ticks find the claim replaced and report the committed failure.
         for job in refused:
             self._abort(job.job_id, lifecycle.ABORT_LANE_REFUSED)
         if refused:
             self._wake_soon()
-        return FailLaneResult(len(refused), more)
+        return FailLaneResult(len(refused), self._lane_may_have_more(lane, len(refused)))
+
+    def _lane_may_have_more(self, lane: str, refused: int) -> bool:
+        """FailLaneResult.more, after the refusal committed: a short batch took
+        every unsettled job of the lane; a full one asks the store. Nothing
+        after the commit may turn the committed refusal into an error, so a
+        failing read answers True: one more call settles 0 and says False."""
+        if refused < FAIL_LANE_BATCH:
+            return False
+        try:
+            return self._store.lane_has_pending(lane)
+        except Exception:
+            return True
 
     def purge(self, queue: str) -> int:
         """Delete the queue's queued jobs; running and settled jobs stay."""
@@ -441,9 +451,8 @@ class _LocalRuntime:
             self._project_queue(job.queue)
             return TickResult("requeued", job_id=job_id)
         settlement = lifecycle.recovery_settlement(action)
-        settled = self._store.settle_claim_record(
-            job.sequence, token, settlement, self._clock(), unless_cancelled=False
-        )
+        settled = self._store.settle_recovered_claim(job.sequence, token, settlement,
+                                                     self._clock())
         if settled is None:
             return None
         self._project_queue(job.queue, settled=settled)
@@ -475,9 +484,10 @@ class _LocalRuntime:
                 settled = self._write_settlement(execution, cancelled, unless_cancelled=False)
                 assert settled is not None  # same transaction as the read above
                 return settled
-            if record.state == "settled":
-                # Our claim was replaced: a lane refusal settled the job while
-                # it ran. Report what is committed; it was projected then.
+            if record.state == "settled" and token == execution.token:
+                # Settled under our own claim: a lane refusal, while it ran.
+                # Report what is committed; it was projected then. (Recovery
+                # elsewhere releases the token: that is claim_replaced.)
                 return _settled(record)
         return TickResult("idle", job_id=job.job_id, reason="claim_replaced")
 

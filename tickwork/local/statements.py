@@ -112,11 +112,23 @@ SETTLE_CLAIM_UNLESS_CANCELLED = _SETTLE.format(guard=_UNLESS_CANCELLED, returnin
 SETTLE_CLAIM_RECORD_UNLESS_CANCELLED = _SETTLE.format(
     guard=_UNLESS_CANCELLED, returning=JOB_COLUMNS)
 
-# Recovery: put a disappeared claim back in its queue, counting the recovery.
-# Fenced like SETTLE_CLAIM.
+# Recovery settles a disappeared claim (interrupted, or cancelled) and
+# releases its token, fenced like SETTLE_CLAIM: should the claim's executor
+# still finish somewhere, its tick finds the claim no longer its own and
+# reports claim_replaced instead of this settlement. (A lane refusal keeps
+# the token: that executor's tick reports the refusal it was stopped by.)
+SETTLE_RECOVERED_CLAIM = f"""
+UPDATE tickwork_jobs
+SET state = 'settled', outcome = ?, failure_reason = ?, settled_at = ?, claim_token = NULL
+WHERE sequence = ? AND state = 'running' AND claim_token = ?
+RETURNING {JOB_COLUMNS}
+"""
+
+# Recovery: put a disappeared claim back in its queue, counting the recovery
+# and releasing the token (as above). Fenced like SETTLE_CLAIM.
 REQUEUE_CLAIM = f"""
 UPDATE tickwork_jobs
-SET state = 'queued', started_at = NULL, recoveries = recoveries + 1
+SET state = 'queued', started_at = NULL, claim_token = NULL, recoveries = recoveries + 1
 WHERE sequence = ? AND state = 'running' AND claim_token = ?
 RETURNING {JOB_COLUMNS}
 """

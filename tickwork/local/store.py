@@ -133,6 +133,13 @@ class LocalJobStore:
         params = (settlement.outcome, settlement.failure_reason, now, sequence, token)
         return self._write_one(statement, params)
 
+    def settle_recovered_claim(
+        self, sequence: int, token: str, settlement: Settlement, now: int
+    ) -> JobRecord | None:
+        """Settle a claim whose execution is gone, releasing its token."""
+        params = (settlement.outcome, settlement.failure_reason, now, sequence, token)
+        return self._write_one(sql.SETTLE_RECOVERED_CLAIM, params)
+
     def requeue_claim(self, sequence: int, token: str) -> JobRecord | None:
         return self._write_one(sql.REQUEUE_CLAIM, (sequence, token))
 
