@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from tickwork import Completed, Job, OwnerRuntime
-from tickwork.owners import Sqlite3Owner
+from tickwork.stores import Sqlite3Database
 
 
 class NoWake:
@@ -40,7 +40,7 @@ async def noop(job: Any, signal: Any) -> Completed:
 
 
 def connect(target: str) -> sqlite3.Connection:
-    # Autocommit, as the README recommends for Sqlite3Owner: a lone statement
+    # Autocommit, as the README recommends for Sqlite3Database: a lone statement
     # is its own transaction; the engine opens explicit ones where it needs them.
     connection = sqlite3.connect(target, isolation_level=None)
     if target != ":memory:":
@@ -50,7 +50,7 @@ def connect(target: str) -> sqlite3.Connection:
 
 
 def runtime_over(connection: sqlite3.Connection) -> OwnerRuntime:
-    return OwnerRuntime(Sqlite3Owner(connection), execute=noop, is_alive=lambda job: False,
+    return OwnerRuntime(Sqlite3Database(connection), execute=noop, is_alive=lambda job: False,
                         wake=NoWake())
 
 

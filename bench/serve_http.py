@@ -6,7 +6,7 @@
 The server is ``python -m tickwork serve`` as a subprocess on loopback (port
 0, a fresh temporary data directory and a fixed token for every run, the
 default executors: payload ``{"kind": "echo"}`` runs ``echo`` from
-``tickwork/host/examples.py``, which completes at once). The client is the
+``tickwork/hosts/cpython/examples.py``, which completes at once). The client is the
 standard library's ``http.client`` on one persistent connection for the
 enqueues (the server keeps HTTP/1.1 connections alive; the run counts the
 connections it opened and prints the count) and a second one for the polls.
@@ -62,9 +62,9 @@ from typing import Any
 from urllib.parse import quote
 
 from tickwork import Job, OwnerRuntime
-from tickwork.host.examples import example_registry
-from tickwork.host.owners import connect_owner_database  # the server's own settings
-from tickwork.owners import Sqlite3Owner
+from tickwork.hosts.cpython.examples import example_registry
+from tickwork.hosts.cpython.owners import connect_owner_database  # the server's own settings
+from tickwork.stores import Sqlite3Database
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "bench-serve-token"
@@ -346,7 +346,7 @@ def owner_counts(queues: list[Wire]) -> dict[str, int]:
 
 def open_runtime(path: Path) -> tuple[sqlite3.Connection, OwnerRuntime]:
     connection = connect_owner_database(path)
-    runtime = OwnerRuntime(Sqlite3Owner(connection), execute=example_registry(),
+    runtime = OwnerRuntime(Sqlite3Database(connection), execute=example_registry(),
                            is_alive=lambda job: False, wake=NoWake())
     return connection, runtime
 

@@ -24,8 +24,8 @@ from typing import Any
 from tests.d1.miniflare import D1Bridge
 from tests.shared.conftest import apply_d1_schema
 from tickwork import Completed, Job, JobRecord
-from tickwork.d1 import D1Runtime
-from tickwork.shared import LeasedSignal
+from tickwork.runtimes.d1 import D1Runtime
+from tickwork.runtimes.shared import LeasedSignal
 
 RAW_SCHEMA = (
     "CREATE TABLE raw_jobs (id INTEGER PRIMARY KEY, payload TEXT NOT NULL,"

@@ -35,9 +35,9 @@ from psycopg_pool import AsyncConnectionPool
 from bench.postgres_baselines import BenchmarkError, Contender, ContenderFactory, main
 from tests.pg.server import fresh_database, start_postgres
 from tickwork import Completed, JobRecord
-from tickwork.postgres import PostgresRuntime
+from tickwork.runtimes.postgres import PostgresRuntime
+from tickwork.runtimes.shared import LeasedSignal
 from tickwork.schemas import migrations
-from tickwork.shared import LeasedSignal
 
 DEFAULT_SLOTS = 10
 
@@ -126,7 +126,7 @@ def tickwork_contenders(slots: Sequence[int]) -> list[ContenderFactory]:
 
 async def _history(dsn: str, settled_rows: int, jobs: int) -> list[str]:
     """Mean tick time with ``settled_rows`` of history beside none, and the claim's plan."""
-    from tickwork.postgres import statements as sql
+    from tickwork.stores.sql import postgres as sql
 
     lines = []
     contender = TickworkContender(1)

@@ -56,8 +56,8 @@ from tickwork import JobRecord, OwnerRuntime, TickResult
 from tickwork._pyodide import js_number
 from tickwork.api import JobOwnerRpc, OwnerJobs
 from tickwork.api.service import JobService
-from tickwork.local.runtime import Executor, wall_clock_ms
-from tickwork.owners import DurableObjectOwner
+from tickwork.runtimes.owner_local import Executor, wall_clock_ms
+from tickwork.stores import DurableObjectDatabase
 
 from .alarm_wake import AlarmWake, alarm_retry_count
 
@@ -86,7 +86,7 @@ class JobOwner(JobOwnerRpc, DurableObject):  # type: ignore[misc, unused-ignore]
         storage = self.ctx.storage
         self._wake = AlarmWake(storage, pending=self._has_pending_work, clock=self._now_ms)
         self.runtime = OwnerRuntime(
-            DurableObjectOwner(storage),
+            DurableObjectDatabase(storage),
             execute=self._executor(),
             is_alive=self._is_alive,
             wake=self._wake,

@@ -24,8 +24,9 @@ from tickwork import (
     QueueTransition,
     Recovery,
 )
-from tickwork.local import ConcurrentOwnerRuntime
-from tickwork.owners import DurableObjectOwner, Owner, Sqlite3Owner
+from tickwork.ports.database import SyncDatabase
+from tickwork.runtimes.owner_local import ConcurrentOwnerRuntime
+from tickwork.stores import DurableObjectDatabase, Sqlite3Database
 
 if TYPE_CHECKING:
     import sqlite3  # imported where used: the real-Pyodide tier has no sqlite3
@@ -157,10 +158,10 @@ class Harness:
             sdk = "builtin" if self.kind == "do-builtin" else "external"
             self._storage = FakeDurableObjectStorage(str(self.path), sdk=sdk)
 
-    def owner(self) -> Owner:
+    def owner(self) -> SyncDatabase:
         if self.kind == "sqlite3":
-            return Sqlite3Owner(self._connection)
-        return DurableObjectOwner(self._storage)
+            return Sqlite3Database(self._connection)
+        return DurableObjectDatabase(self._storage)
 
     def runtime(self, **overrides: Any) -> OwnerRuntime:
         options: dict[str, Any] = {
@@ -190,13 +191,13 @@ class Harness:
             self._connection.execute(statement, params)
         else:
             # As a host would: None must travel as JS null, not undefined.
-            DurableObjectOwner(self._storage).execute(statement, params)
+            DurableObjectDatabase(self._storage).execute(statement, params)
 
     def host_query(self, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         if self.kind == "sqlite3":
             assert self._connection is not None
             return [tuple(row) for row in self._connection.execute(statement, params)]
-        return DurableObjectOwner(self._storage).query(statement, params)
+        return DurableObjectDatabase(self._storage).query(statement, params)
 
     def host_transaction(self, fn: Callable[[], Any]) -> Any:
         """Run fn inside a transaction the host opened (and commit it)."""

@@ -1,15 +1,6 @@
 """tickwork: a durable job engine for Cloudflare Workers Python and any SQLite owner."""
 
-from .errors import (
-    IngestConflict,
-    InvalidArgument,
-    InvalidJob,
-    OwnerUnusable,
-    SchemaError,
-    TickworkError,
-)
-from .jobs import Job, JobRecord, Recovery
-from .leases import (
+from tickwork.leases import (
     DEFAULT_LEASE_MS,
     DEFAULT_RENEW_EVERY_MS,
     Heartbeat,
@@ -17,8 +8,16 @@ from .leases import (
     StaleLease,
     StaleReason,
 )
-from .local import ConcurrentOwnerRuntime, OwnerRuntime
-from .outcomes import (
+from tickwork.model.errors import (
+    DatabaseUnusable,
+    IngestConflict,
+    InvalidArgument,
+    InvalidJob,
+    SchemaError,
+    TickworkError,
+)
+from tickwork.model.jobs import Job, JobRecord, Recovery
+from tickwork.model.outcomes import (
     Cancelled,
     CancelResult,
     Completed,
@@ -30,7 +29,8 @@ from .outcomes import (
     QueueTransition,
     TickResult,
 )
-from .signals import AbortSignal
+from tickwork.model.signals import AbortSignal
+from tickwork.runtimes.owner_local import ConcurrentOwnerRuntime, OwnerRuntime
 
 __all__ = [
     "DEFAULT_LEASE_MS",
@@ -40,6 +40,7 @@ __all__ = [
     "Cancelled",
     "Completed",
     "ConcurrentOwnerRuntime",
+    "DatabaseUnusable",
     "ExecutionResult",
     "FailLaneResult",
     "Failed",
@@ -52,7 +53,6 @@ __all__ = [
     "LeaseKeeper",
     "OutcomeUnknown",
     "OwnerRuntime",
-    "OwnerUnusable",
     "QueueStatus",
     "QueueTransition",
     "Recovery",

@@ -20,7 +20,7 @@ COMMANDS = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .host import inspect_cli, serve
+    from tickwork.hosts.cpython import inspect_cli, serve
 
     parser = argparse.ArgumentParser(
         prog="tickwork", description="tickwork: a durable job engine.",
@@ -41,18 +41,18 @@ def main(argv: list[str] | None = None) -> int:
     if args[:1] == ["demo"] and {"-h", "--help"}.isdisjoint(args[1:]):
         # Straight to the demo, without importing the host modules: the
         # README's first command, unchanged since before the other commands.
-        from .demo import main as demo
+        from tickwork.demo import main as demo
 
         return demo(args[1:])
     # "demo --help" (or -h) ends here: argparse prints the demo's help and
     # exits 0, so only serve and inspect get past this line.
     options = build_parser().parse_args(args)
     if options.command == "serve":
-        from .host import serve
+        from tickwork.hosts.cpython import serve
 
         return serve.main(options)
     assert options.command == "inspect", options.command
-    from .host import inspect_cli
+    from tickwork.hosts.cpython import inspect_cli
 
     return inspect_cli.main(options)
 

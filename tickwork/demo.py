@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from . import (
+from tickwork import (
     AbortSignal,
     Completed,
     ExecutionResult,
@@ -29,7 +29,7 @@ from . import (
     Recovery,
     TickResult,
 )
-from .owners import Sqlite3Owner
+from tickwork.stores import Sqlite3Database
 
 DEMO_JOBS = (
     # job_id, queue, lane, priority, payload
@@ -65,7 +65,7 @@ def open_runtime(path: Path, executor: Any = execute, is_alive: Any = None) -> O
     connection = sqlite3.connect(path, isolation_level=None)
     connection.execute("PRAGMA journal_mode = WAL")
     return OwnerRuntime(
-        Sqlite3Owner(connection),
+        Sqlite3Database(connection),
         execute=executor,
         # The worker that ran a claim is gone when its process is: in this
         # demo every claim found at start-up belongs to a dead process.

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Literal
 
-from .errors import InvalidArgument
+from tickwork.model.errors import InvalidArgument
 
 Dialect = Literal["d1", "postgres"]
 

@@ -74,9 +74,9 @@ from tickwork import Job
 from tickwork._pyodide import load_jsnull
 from tickwork.api import MAX_BODY_BYTES, ApiRequest, ApiResponse, JobApi, RpcJobs, SharedJobs
 from tickwork.api.wire import ApiError
-from tickwork.d1 import D1Runtime
 from tickwork.locks import JobLock, LockLease, LockRun
-from tickwork.outcomes import IngestStatus, TickResult
+from tickwork.model.outcomes import IngestStatus, TickResult
+from tickwork.runtimes.d1 import D1Runtime
 
 __all__ = [
     "CRON_BUDGET_MS",

@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tickwork.executors.webhook import HttpReply, HttpTimeout, HttpUnreachable
-from tickwork.signals import AbortSignal
+from tickwork.model.signals import AbortSignal
 
 __all__ = ["workers_fetch_post"]
 

@@ -3,7 +3,7 @@
 -- The runtime never migrates; it refuses to open until this file has run.
 --
 -- Times are integer milliseconds since the epoch, taken from the database
--- clock by the statements themselves (tickwork/d1/statements.py).
+-- clock by the statements themselves (tickwork/stores/sql/sqlite.py).
 
 CREATE TABLE tickwork_meta (
     key TEXT PRIMARY KEY,

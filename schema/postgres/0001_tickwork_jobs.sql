@@ -72,7 +72,7 @@ CREATE INDEX tickwork_jobs_lane_pending
     ON tickwork_jobs (lane, sequence)
     WHERE state IN ('queued', 'running');
 
--- Group commit (tickwork/postgres/batching.py): the settlements and claims of
+-- Group commit (tickwork/stores/postgres/batching.py): the settlements and claims of
 -- concurrent ticks in one statement, hence one round trip and one commit.
 --
 -- 1. Settle every (sequence, token) pair whose claim is still current: state

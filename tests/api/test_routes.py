@@ -16,8 +16,8 @@ import pytest
 from tests.support import CountingWake, ScriptedExecutor
 from tickwork import OwnerRuntime
 from tickwork.api import ApiRequest, ApiResponse, JobApi, OwnerJobs
-from tickwork.jobs import MAX_INGEST_BATCH
-from tickwork.owners import Sqlite3Owner
+from tickwork.model.jobs import MAX_INGEST_BATCH
+from tickwork.stores import Sqlite3Database
 
 TOKEN = "s3cret-token"
 AUTH = {"authorization": f"Bearer {TOKEN}"}
@@ -33,7 +33,7 @@ class Owners:
     def __call__(self, key: str) -> OwnerJobs:
         if key not in self.runtimes:
             self.runtimes[key] = OwnerRuntime(
-                Sqlite3Owner(sqlite3.connect(":memory:")), execute=self.executor,
+                Sqlite3Database(sqlite3.connect(":memory:")), execute=self.executor,
                 is_alive=lambda job: False, wake=CountingWake())
         return OwnerJobs(self.runtimes[key])
 

@@ -11,9 +11,8 @@ import pytest
 
 from tests.support import Harness, job
 from tickwork import Completed, Failed, InvalidArgument, JobRecord, OwnerRuntime, TickResult
-from tickwork.jobs import MAX_SAFE_INTEGER
-from tickwork.local import ConcurrentOwnerRuntime
-from tickwork.local.runtime import READ_SETTLED_MAX_LIMIT
+from tickwork.model.jobs import MAX_SAFE_INTEGER
+from tickwork.runtimes.owner_local import READ_SETTLED_MAX_LIMIT, ConcurrentOwnerRuntime
 
 FAST = "fast"  # the concurrent lane in these tests
 SLOW = "slow"  # an ordinary (serial) lane

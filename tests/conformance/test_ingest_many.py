@@ -8,7 +8,7 @@ import pytest
 
 from tests.support import Harness, job
 from tickwork import IngestConflict, InvalidArgument, InvalidJob, Job, QueueTransition, Recovery
-from tickwork.jobs import MAX_INGEST_BATCH
+from tickwork.model.jobs import MAX_INGEST_BATCH
 
 
 def table_rows(harness: Harness) -> list[tuple[Any, ...]]:

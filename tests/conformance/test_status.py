@@ -11,7 +11,7 @@ import pytest
 
 from tests.support import Harness, job
 from tickwork import InvalidArgument, QueueStatus, Recovery
-from tickwork.local import statements as sql
+from tickwork.stores.sql import sqlite as sql
 
 NO_OUTCOMES = {"completed": 0, "failed": 0, "cancelled": 0, "outcome_unknown": 0,
                "interrupted": 0}

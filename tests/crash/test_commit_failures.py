@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from tests.support import ScriptedExecutor, job
-from tickwork import OwnerRuntime, OwnerUnusable, QueueTransition
-from tickwork.owners import Sqlite3Owner
+from tickwork import DatabaseUnusable, OwnerRuntime, QueueTransition
+from tickwork.stores import Sqlite3Database
 
 
 class Wake:
@@ -106,7 +106,7 @@ def setup(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, 
     path = tmp_path / "jobs.sqlite3"
     connection = FaultyConnection(connect(path, journal, isolation))
     projected: list[QueueTransition] = []
-    runtime = OwnerRuntime(Sqlite3Owner(connection), execute=ScriptedExecutor(),
+    runtime = OwnerRuntime(Sqlite3Database(connection), execute=ScriptedExecutor(),
                            is_alive=lambda job: False, wake=Wake(),
                            project=projected.append if projector else None)
     yield {"path": path, "connection": connection, "runtime": runtime, "journal": journal,
@@ -173,7 +173,7 @@ def test_a_failed_commit_writes_nothing_and_later_writes_are_durable(
 def test_a_rollback_that_keeps_failing_makes_the_owner_refuse_work(tmp_path: Path) -> None:
     path = tmp_path / "jobs.sqlite3"
     connection = FaultyConnection(connect(path, "delete", None))
-    runtime = OwnerRuntime(Sqlite3Owner(connection), execute=ScriptedExecutor(),
+    runtime = OwnerRuntime(Sqlite3Database(connection), execute=ScriptedExecutor(),
                            is_alive=lambda job: False, wake=Wake())
     connection.fail("COMMIT")
     connection.fail("ROLLBACK", times=2)
@@ -182,7 +182,7 @@ def test_a_rollback_that_keeps_failing_makes_the_owner_refuse_work(tmp_path: Pat
     assert any("rolling back failed too" in note for note in failed.value.__notes__)
     assert connection.in_transaction
     # The next call tries the ROLLBACK again, fails, and refuses to work in there.
-    with pytest.raises(OwnerUnusable, match="still inside a transaction"):
+    with pytest.raises(DatabaseUnusable, match="still inside a transaction"):
         runtime.ingest(job("x"))
     assert connection.in_transaction
     # The third ROLLBACK works: the owner is usable again, nothing was kept.
@@ -199,7 +199,7 @@ def test_a_reader_in_a_rollback_journal_database_fails_the_commit_not_the_data(
     """The issue's reproduction, for real: no injection."""
     path = tmp_path / "jobs.sqlite3"
     connection = connect(path, "delete", isolation, timeout=0.05)
-    runtime = OwnerRuntime(Sqlite3Owner(connection), execute=ScriptedExecutor(),
+    runtime = OwnerRuntime(Sqlite3Database(connection), execute=ScriptedExecutor(),
                            is_alive=lambda job: False, wake=Wake())
     reader = sqlite3.connect(path, isolation_level=None)
     reader.execute("BEGIN")
@@ -221,7 +221,7 @@ def test_a_host_transaction_keeps_its_savepoint_behaviour(tmp_path: Path) -> Non
     a failing write is undone to its savepoint, and the host decides."""
     path = tmp_path / "jobs.sqlite3"
     connection = connect(path, "delete", None)
-    runtime = OwnerRuntime(Sqlite3Owner(connection), execute=ScriptedExecutor(),
+    runtime = OwnerRuntime(Sqlite3Database(connection), execute=ScriptedExecutor(),
                            is_alive=lambda job: False, wake=Wake(),
                            project=lambda transition: None)
     connection.execute("CREATE TABLE orders (id TEXT PRIMARY KEY)")

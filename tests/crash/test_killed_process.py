@@ -16,14 +16,14 @@ import pytest
 
 from tests.support import ScriptedExecutor, job
 from tickwork import Completed, OwnerRuntime, Recovery, TickResult
-from tickwork.owners import Sqlite3Owner
+from tickwork.stores import Sqlite3Database
 
 ROOT = Path(__file__).resolve().parents[2]
 
 CHILD_PRELUDE = textwrap.dedent("""
     import asyncio, sqlite3, sys
     from tickwork import Completed, Job, OwnerRuntime, Recovery
-    from tickwork.owners import Sqlite3Owner
+    from tickwork.stores import Sqlite3Database
 
     class Wake:
         def recompute(self):
@@ -32,7 +32,7 @@ CHILD_PRELUDE = textwrap.dedent("""
     def runtime(execute):
         connection = sqlite3.connect(sys.argv[1], isolation_level=None)
         connection.execute("PRAGMA journal_mode = WAL")
-        return OwnerRuntime(Sqlite3Owner(connection), execute=execute,
+        return OwnerRuntime(Sqlite3Database(connection), execute=execute,
                             is_alive=lambda job: False, wake=Wake())
 """)
 
@@ -86,7 +86,7 @@ def open_runtime(database: Path, **options: Any) -> OwnerRuntime:
     defaults: dict[str, Any] = {"execute": ScriptedExecutor(), "is_alive": lambda job: False,
                                 "wake": Wake()}
     defaults.update(options)
-    return OwnerRuntime(Sqlite3Owner(connection), **defaults)
+    return OwnerRuntime(Sqlite3Database(connection), **defaults)
 
 
 @pytest.mark.parametrize(("budget", "expected"), [(1, ["requeued", "completed"]),
@@ -130,7 +130,7 @@ async def test_process_killed_while_ingesting_leaves_a_consistent_prefix(tmp_pat
     assert not runtime.has_pending_work()
 
 
-class FailingOwner(Sqlite3Owner):
+class FailingOwner(Sqlite3Database):
     """A sqlite3 owner whose next write fails, as a full disk or I/O error would."""
 
     fail_next_write = False
@@ -185,7 +185,7 @@ def test_a_locked_database_fails_loudly_and_loses_nothing(tmp_path: Path) -> Non
     connection's busy timeout); the job is not silently dropped or half-written."""
     database = tmp_path / "jobs.sqlite3"
     connection = sqlite3.connect(database, isolation_level=None, timeout=0.05)
-    runtime = OwnerRuntime(Sqlite3Owner(connection), execute=ScriptedExecutor(),
+    runtime = OwnerRuntime(Sqlite3Database(connection), execute=ScriptedExecutor(),
                            is_alive=lambda job: False, wake=Wake())
     holder = sqlite3.connect(database, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
@@ -199,7 +199,7 @@ def test_a_locked_database_fails_loudly_and_loses_nothing(tmp_path: Path) -> Non
     assert record is not None and record.outcome == "completed"
 
 
-class FailingReadOwner(Sqlite3Owner):
+class FailingReadOwner(Sqlite3Database):
     """A sqlite3 owner whose reads containing ``fail_on`` fail (an I/O error)."""
 
     fail_on: str | None = None
@@ -217,8 +217,8 @@ async def test_a_failing_read_after_a_committed_lane_refusal_changes_nothing_it_
     afterwards must not turn it into an error, nor keep the refused job's
     executor running."""
     from tickwork import FailLaneResult
-    from tickwork.local import statements as local_sql
-    from tickwork.local.runtime import FAIL_LANE_BATCH
+    from tickwork.runtimes.owner_local import FAIL_LANE_BATCH
+    from tickwork.stores.sql import sqlite as local_sql
 
     owner = FailingReadOwner(sqlite3.connect(tmp_path / "jobs.sqlite3", isolation_level=None))
     executor = ScriptedExecutor()

@@ -13,7 +13,7 @@ from tests.durable_objects.conftest import OWNER, STORAGE_ERROR, Host, job
 from tests.fakes.pyodide_ffi import JsException
 from tickwork import Job, Recovery
 from tickwork.api import ApiError, RpcJobs, wire
-from tickwork.jobs import MAX_SAFE_INTEGER, canonical_json
+from tickwork.model.jobs import MAX_SAFE_INTEGER, canonical_json
 
 
 async def test_ingest_one_job(host: Host) -> None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from tickwork.executors.webhook import HttpReply, HttpTimeout, HttpUnreachable
-from tickwork.signals import AbortSignal
+from tickwork.model.signals import AbortSignal
 
 
 async def stdlib_post(url: str, body: bytes, headers: Mapping[str, str], timeout_s: float,

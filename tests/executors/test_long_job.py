@@ -22,7 +22,7 @@ from tickwork import (
     OwnerRuntime,
 )
 from tickwork.executors import long_job
-from tickwork.owners import Sqlite3Owner
+from tickwork.stores import Sqlite3Database
 
 
 def record(payload: Any) -> JobRecord:
@@ -119,7 +119,7 @@ class Wake:
 
 
 async def test_owner_local_cancellation_settles_cancelled() -> None:
-    runtime = OwnerRuntime(Sqlite3Owner(sqlite3.connect(":memory:", isolation_level=None)),
+    runtime = OwnerRuntime(Sqlite3Database(sqlite3.connect(":memory:", isolation_level=None)),
                            execute=long_job, is_alive=lambda job: False, wake=Wake())
     runtime.ingest(Job("long", "q", "lane", 0, {"steps": 100, "step_ms": 50}))
     ticking = asyncio.create_task(runtime.tick())

@@ -24,7 +24,7 @@ from tickwork import (
 )
 from tickwork.executors import HttpReply, HttpTimeout, HttpUnreachable, webhook_executor
 from tickwork.executors.webhook import OVERRUN_GRACE_S, idempotency_key, outcome_for_status
-from tickwork.owners import Sqlite3Owner
+from tickwork.stores import Sqlite3Database
 
 
 def record(payload: Any, job_id: str = "job-1") -> JobRecord:
@@ -224,7 +224,7 @@ async def server() -> AsyncIterator[LoopbackServer]:
 
 def engine(timeout_s: float = 5.0) -> OwnerRuntime:
     connection = sqlite3.connect(":memory:", isolation_level=None)
-    return OwnerRuntime(Sqlite3Owner(connection),
+    return OwnerRuntime(Sqlite3Database(connection),
                         execute=webhook_executor(stdlib_post, timeout_s=timeout_s),
                         is_alive=lambda job: False, wake=Wake())
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from tickwork import Cancelled, Completed, Failed, JobRecord, OutcomeUnknown
 from tickwork.executors import ExecutorRegistry
-from tickwork.outcomes import ExecutionResult
+from tickwork.model.outcomes import ExecutionResult
 
 registry = ExecutorRegistry(field="kind")
 

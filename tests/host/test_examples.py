@@ -1,4 +1,4 @@
-"""The default executors of ``tickwork serve`` (``tickwork.host.examples``) in process."""
+"""The default executors of ``tickwork serve`` (``tickwork.hosts.cpython.examples``) in process."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from tickwork import AbortSignal, Completed, Failed, JobRecord
-from tickwork.host.examples import ECHO_FAILED, echo, example_registry
+from tickwork.hosts.cpython.examples import ECHO_FAILED, echo, example_registry
 
 
 def record(payload: Any) -> JobRecord:

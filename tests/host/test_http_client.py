@@ -16,7 +16,7 @@ import pytest_asyncio
 
 from tickwork import AbortSignal, Completed, Failed, JobRecord, OutcomeUnknown
 from tickwork.executors.webhook import webhook_executor
-from tickwork.host.http_client import (
+from tickwork.hosts.cpython.http_client import (
     HttpProtocolError,
     HttpTimeout,
     HttpUnreachable,

@@ -11,7 +11,7 @@ import pytest
 import pytest_asyncio
 
 from tickwork.api import ApiRequest, ApiResponse, JobApi
-from tickwork.host.http_server import (
+from tickwork.hosts.cpython.http_server import (
     HEAD_LIMIT,
     MAX_HEADERS,
     ApiServer,

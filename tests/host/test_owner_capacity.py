@@ -22,8 +22,8 @@ import pytest
 from tests.host.support import TOKEN, Serve, job, owner_path
 from tickwork import Completed, Job, JobRecord
 from tickwork.api import ApiError
-from tickwork.host import owners as owners_module
-from tickwork.host.owners import OwnersAtCapacity, OwnerStore, default_max_open_owners
+from tickwork.hosts.cpython import owners as owners_module
+from tickwork.hosts.cpython.owners import OwnerDirectory, OwnersAtCapacity, default_max_open_owners
 
 
 class Gate:
@@ -50,7 +50,7 @@ async def test_busy_owners_are_kept_and_one_more_is_refused_until_one_is_idle(
     tmp_path: Path,
 ) -> None:
     gate = Gate()
-    store = OwnerStore(tmp_path, gate, max_open=2)
+    store = OwnerDirectory(tmp_path, gate, max_open=2)
     await store.service("a").ingest([Job("a1", "q", "q", 0, None)])
     await store.service("b").ingest([Job("b1", "q", "q", 0, None)])
     await _until(lambda: len(gate.started) == 2)
@@ -78,13 +78,13 @@ async def test_owners_with_work_beyond_capacity_at_start_up_run_when_room_frees(
     for key in "abcde":
         path = tmp_path / "owners" / owners_module.owner_file_name(key)
         path.parent.mkdir(parents=True, exist_ok=True)
-        seeding = OwnerStore(tmp_path, Gate(), max_open=1)
+        seeding = OwnerDirectory(tmp_path, Gate(), max_open=1)
         seeding._stopping = True  # no tick loops: the job stays queued
         await seeding.service(key).ingest([Job("x", "q", "q", 0, None)])
         await seeding.close(0.0)
     gate = Gate()
     gate.event.set()
-    store = OwnerStore(tmp_path, gate, max_open=2)
+    store = OwnerDirectory(tmp_path, gate, max_open=2)
     store.recover()
     await _until(lambda: sorted(gate.started) == ["x"] * 5)
     await _until(lambda: store.running_loops() == 0)
@@ -97,7 +97,7 @@ async def test_owners_with_work_beyond_capacity_at_start_up_run_when_room_frees(
 
 async def test_running_out_of_descriptors_is_a_503_too(tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    store = OwnerStore(tmp_path, Gate(), max_open=10)
+    store = OwnerDirectory(tmp_path, Gate(), max_open=10)
 
     def no_descriptors(path: Path) -> sqlite3.Connection:
         raise sqlite3.OperationalError("unable to open database file")

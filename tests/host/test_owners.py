@@ -13,15 +13,15 @@ import pytest
 from tests.host import executors
 from tickwork import Completed, Job, JobRecord, TickResult
 from tickwork.executors import ExecutorRegistry
-from tickwork.host.owners import (
+from tickwork.hosts.cpython.owners import (
     HASH_DIGITS,
     DataDirLock,
     HostError,
-    OwnerStore,
+    OwnerDirectory,
     owner_file_name,
 )
-from tickwork.host.progress import Progress
-from tickwork.host.serve import load_executor
+from tickwork.hosts.cpython.progress import Progress
+from tickwork.hosts.cpython.serve import load_executor
 
 
 @pytest.mark.parametrize("key", ["tenant-1", "Tenant-1", "a/b", "../..", "x" * 256, "é🙂",
@@ -58,13 +58,13 @@ async def complete(job: JobRecord, signal: Any) -> Completed:
 
 
 async def test_a_file_serves_only_its_own_key(tmp_path: Path) -> None:
-    store = OwnerStore(tmp_path, complete)
+    store = OwnerDirectory(tmp_path, complete)
     await store.service("mine").ingest([Job("a", "q", "q", 0, None)])
     await store.close(1.0)
     # Someone renames another owner's file over ours: it is refused, not served.
     (tmp_path / "owners" / owner_file_name("mine")).rename(
         tmp_path / "owners" / owner_file_name("theirs"))
-    store = OwnerStore(tmp_path, complete)
+    store = OwnerDirectory(tmp_path, complete)
     with pytest.raises(HostError, match="belongs to owner 'mine'"):
         await store.service("theirs").read("a")
     assert store.recover() == []  # the scan skips the misnamed file too
@@ -73,7 +73,7 @@ async def test_a_file_serves_only_its_own_key(tmp_path: Path) -> None:
 
 async def test_tick_loops_run_until_idle_and_restart_on_wake(tmp_path: Path) -> None:
     progress = Progress()
-    store = OwnerStore(tmp_path, complete, progress=progress)
+    store = OwnerDirectory(tmp_path, complete, progress=progress)
     service = store.service("loop")
     await service.ingest([Job(f"j{n}", "q", "q", 0, None) for n in range(5)])
     for _ in range(100):
@@ -93,7 +93,7 @@ async def test_tick_loops_run_until_idle_and_restart_on_wake(tmp_path: Path) -> 
 
 
 async def test_idle_owners_are_closed_beyond_the_limit(tmp_path: Path) -> None:
-    store = OwnerStore(tmp_path, complete, max_open=2)
+    store = OwnerDirectory(tmp_path, complete, max_open=2)
     for key in ("a", "b", "c", "d"):
         await store.service(key).ingest([Job("x", "q", "q", 0, None)])
         for _ in range(100):
@@ -111,7 +111,7 @@ async def test_a_creation_that_never_committed_is_skipped(tmp_path: Path) -> Non
     owners.mkdir()
     sqlite3.connect(owners / "stray-0000000000000000.sqlite3").execute(
         "PRAGMA journal_mode = WAL").close()
-    store = OwnerStore(tmp_path, complete)
+    store = OwnerDirectory(tmp_path, complete)
     assert store.recover() == []
     await store.close(1.0)
 
@@ -120,7 +120,7 @@ def test_load_executor_forms() -> None:
     assert load_executor("tests.host.executors:registry") is executors.registry
     assert load_executor("tests.host.executors:make_registry") is executors.registry
     assert load_executor("tests.host.executors:complete") is executors.complete
-    assert isinstance(load_executor("tickwork.host.examples:example_registry"),
+    assert isinstance(load_executor("tickwork.hosts.cpython.examples:example_registry"),
                       ExecutorRegistry)
     for spec, message in (("x", "MODULE:ATTR"), (":a", "MODULE:ATTR"),
                           ("tests.host.executors:TYPE_CHECKING_NOPE", "has no"),

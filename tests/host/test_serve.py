@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.host.support import TOKEN, Serve, job, owner_path
-from tickwork.host.owners import owner_file_name
+from tickwork.hosts.cpython.owners import owner_file_name
 
 
 def owner_file(server: Serve, owner: str) -> Path:

@@ -13,7 +13,7 @@ import pytest
 
 from tests.host.support import ROOT, Serve, job
 from tickwork.__main__ import COMMANDS, main
-from tickwork.host.owners import owner_file_name
+from tickwork.hosts.cpython.owners import owner_file_name
 
 
 def settled_rows(data: Path, owner: str, job_id: str) -> list[tuple[str, str | None]]:

@@ -19,9 +19,9 @@ import pytest_asyncio
 from tests.host.support import Serve, job
 from tickwork import AbortSignal, Completed, Failed, JobRecord
 from tickwork.executors.webhook import HttpRefused, webhook_executor
-from tickwork.host.destinations import DestinationPolicy, is_public
-from tickwork.host.examples import example_registry
-from tickwork.host.http_client import guarded_http_post
+from tickwork.hosts.cpython.destinations import DestinationPolicy, is_public
+from tickwork.hosts.cpython.examples import example_registry
+from tickwork.hosts.cpython.http_client import guarded_http_post
 
 
 class Listener:

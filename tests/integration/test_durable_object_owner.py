@@ -1,4 +1,4 @@
-"""DurableObjectOwner against the ctx.storage stand-in: the Durable Object rules."""
+"""DurableObjectDatabase against the ctx.storage stand-in: the Durable Object rules."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from tests.fakes.do_storage import FakeDurableObjectStorage
 from tests.fakes.pyodide_ffi import fake_pyodide
 from tests.support import ScriptedExecutor, job
 from tickwork import IngestConflict, InvalidArgument, OwnerRuntime, Recovery
-from tickwork.jobs import MAX_SAFE_INTEGER
-from tickwork.owners import DurableObjectOwner
+from tickwork.model.jobs import MAX_SAFE_INTEGER
+from tickwork.stores import DurableObjectDatabase
 
 TRANSACTION_WORDS = ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE", "END")
 
@@ -61,7 +61,7 @@ async def test_full_lifecycle_never_sends_transaction_sql_and_stays_in_limits(
 ) -> None:
     spy = SpyingStorage(storage)
     executor = ScriptedExecutor()
-    runtime = OwnerRuntime(DurableObjectOwner(spy), execute=executor,
+    runtime = OwnerRuntime(DurableObjectDatabase(spy), execute=executor,
                            is_alive=lambda job: False, wake=Wake(),
                            project=lambda transition: None)
     runtime.ingest(job("a", priority=MAX_SAFE_INTEGER, recovery=Recovery(3)))
@@ -89,7 +89,7 @@ async def test_full_lifecycle_never_sends_transaction_sql_and_stays_in_limits(
 
 
 def test_rows_are_normalised_to_plain_python_values(storage: FakeDurableObjectStorage) -> None:
-    owner = DurableObjectOwner(storage)
+    owner = DurableObjectDatabase(storage)
     owner.execute("CREATE TABLE t (i INTEGER, n TEXT, r REAL, s TEXT)")
     owner.execute("INSERT INTO t VALUES (?, ?, ?, ?)", (MAX_SAFE_INTEGER, None, 1.5, "x"))
     [row] = owner.query("SELECT i, n, r, s FROM t")
@@ -101,14 +101,14 @@ def test_more_than_100_parameters_is_refused_before_reaching_storage(
     storage: FakeDurableObjectStorage,
 ) -> None:
     spy = SpyingStorage(storage)
-    owner = DurableObjectOwner(spy)
+    owner = DurableObjectDatabase(spy)
     with pytest.raises(InvalidArgument, match="100"):
         owner.query("SELECT " + ", ".join("?" * 101), tuple(range(101)))
     assert spy.sql.calls == []
 
 
 def test_atomic_keeps_the_original_error_and_rolls_back(storage: FakeDurableObjectStorage) -> None:
-    owner = DurableObjectOwner(storage)
+    owner = DurableObjectDatabase(storage)
     owner.execute("CREATE TABLE t (v TEXT)")
 
     def write_then_fail() -> None:
@@ -128,7 +128,7 @@ async def test_evicted_object_rebuilds_and_recovers(tmp_path: Path) -> None:
     with fake_pyodide():
         storage = FakeDurableObjectStorage(tmp_path / "do.sqlite3", sdk="builtin")
         executor = ScriptedExecutor()
-        before = OwnerRuntime(DurableObjectOwner(storage), execute=executor,
+        before = OwnerRuntime(DurableObjectDatabase(storage), execute=executor,
                               is_alive=lambda job: False, wake=Wake())
         before.ingest(job("a", payload={"do": "block"}, recovery=Recovery(1)))
         task = asyncio.create_task(before.tick())
@@ -136,7 +136,7 @@ async def test_evicted_object_rebuilds_and_recovers(tmp_path: Path) -> None:
         rebuilt_storage = FakeDurableObjectStorage.reopen(storage)  # eviction
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)  # its storage is gone
-        after = OwnerRuntime(DurableObjectOwner(rebuilt_storage), execute=executor,
+        after = OwnerRuntime(DurableObjectDatabase(rebuilt_storage), execute=executor,
                              is_alive=lambda job: False, wake=Wake())
         assert (await after.tick()).status == "requeued"
         executor.release("a")
@@ -180,7 +180,7 @@ class FloatingStorage:
 async def test_integers_arriving_as_floats_are_ints_again(tmp_path: Path) -> None:
     with fake_pyodide():
         storage = FakeDurableObjectStorage(tmp_path / "do.sqlite3", sdk="external")
-        runtime = OwnerRuntime(DurableObjectOwner(FloatingStorage(storage)),
+        runtime = OwnerRuntime(DurableObjectDatabase(FloatingStorage(storage)),
                                execute=ScriptedExecutor(), is_alive=lambda job: False,
                                wake=Wake())
         runtime.ingest(job("a", priority=MAX_SAFE_INTEGER, recovery=Recovery(2)))

@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 from tests.locks.conftest import LockHarness
-from tickwork.errors import InvalidArgument, SchemaError
-from tickwork.jobs import MAX_SAFE_INTEGER
 from tickwork.leases import TimerHandle
 from tickwork.locks import JobLock, LockLease, LockRun, table_ddl
+from tickwork.model.errors import InvalidArgument, SchemaError
+from tickwork.model.jobs import MAX_SAFE_INTEGER
 
 TTL = 60_000
 HOURS_AHEAD_MS = 3 * 3600 * 1000

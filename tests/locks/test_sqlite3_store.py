@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tickwork.errors import InvalidArgument
 from tickwork.locks import JobLock, LockLease
+from tickwork.model.errors import InvalidArgument
 
 
 async def idle(lease: LockLease) -> int:

@@ -60,8 +60,8 @@ from tests.property.model_support import (
 )
 from tests.support import Harness
 from tickwork import Cancelled, Completed, Failed, TickResult
-from tickwork.jobs import MAX_SAFE_INTEGER
-from tickwork.local import ConcurrentOwnerRuntime
+from tickwork.model.jobs import MAX_SAFE_INTEGER
+from tickwork.runtimes.owner_local import ConcurrentOwnerRuntime
 
 # ----------------------------------------------------------------- the world
 

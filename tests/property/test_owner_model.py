@@ -66,7 +66,7 @@ from tickwork import (
     OwnerRuntime,
     TickResult,
 )
-from tickwork.jobs import MAX_SAFE_INTEGER
+from tickwork.model.jobs import MAX_SAFE_INTEGER
 
 # ----------------------------------------------------------------- the world
 

@@ -98,9 +98,9 @@ from tickwork import (
     JobRecord,
     TickResult,
 )
-from tickwork.jobs import MAX_SAFE_INTEGER
 from tickwork.leases import LeaseKeeper, PeriodicRenewer
-from tickwork.shared import SharedRuntime
+from tickwork.model.jobs import MAX_SAFE_INTEGER
+from tickwork.runtimes.shared import SharedRuntime
 
 # ----------------------------------------------------------------- the world
 
@@ -1155,9 +1155,9 @@ Store = Callable[[], contextlib.AbstractAsyncContextManager[tuple[Factory, Query
 def d1_store(bridge: Any, shape: Literal["external", "builtin"]) -> Iterator[Store]:
     @contextlib.asynccontextmanager
     async def fresh() -> AsyncIterator[tuple[Factory, Query]]:
-        from tickwork.d1 import D1Runtime
-        from tickwork.d1.binding import D1Binding
+        from tickwork.runtimes.d1 import D1Runtime
         from tickwork.schemas import migrations
+        from tickwork.stores.d1.binding import D1Binding
 
         with d1_binding(bridge, shape, yield_to_loop=True) as db:
             for migration in migrations("d1"):
@@ -1179,7 +1179,7 @@ def postgres_store(server: Any, templates: Any) -> Iterator[Store]:
 
     @contextlib.asynccontextmanager
     async def fresh() -> AsyncIterator[tuple[Factory, Query]]:
-        from tickwork.postgres import PostgresRuntime
+        from tickwork.runtimes.postgres import PostgresRuntime
 
         name = unique_database_name("tickwork_model")
         dsn = server.create_database(name, template)

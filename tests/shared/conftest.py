@@ -32,7 +32,7 @@ async def shared(request: pytest.FixtureRequest) -> AsyncIterator[SharedHarness]
     if kind == "postgres":
         dsn = request.getfixturevalue("postgres_dsn")
         async with open_pool(dsn, max_size=20) as pool:
-            from tickwork.postgres import PostgresRuntime
+            from tickwork.runtimes.postgres import PostgresRuntime
 
             harness = SharedHarness(kind, lambda **kw: PostgresRuntime(pool, **kw),
                                     pool_query(pool))
@@ -42,7 +42,7 @@ async def shared(request: pytest.FixtureRequest) -> AsyncIterator[SharedHarness]
     bridge = request.getfixturevalue("d1_bridge")
     shape = kind.removeprefix("d1-")
     with d1_binding(bridge, shape, yield_to_loop=True) as db:
-        from tickwork.d1 import D1Runtime
+        from tickwork.runtimes.d1 import D1Runtime
 
         await apply_d1_schema(db)
         harness = SharedHarness(kind, lambda **kw: D1Runtime(db, **kw), d1_query(db))

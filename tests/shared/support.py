@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from tests.support import CountingWake, ScriptedExecutor
-from tickwork.shared import SharedRuntime
+from tickwork.runtimes.shared import SharedRuntime
 
 STORE_KINDS = ("postgres", "d1-external", "d1-builtin")
 
@@ -47,7 +47,7 @@ def pool_query(pool: Any) -> Query:
 
 def d1_query(db: Any) -> Query:
     """A raw SELECT (or statement) on a D1 binding, for test assertions."""
-    from tickwork.d1.binding import D1Binding
+    from tickwork.stores.d1.binding import D1Binding
 
     return D1Binding(db).query
 

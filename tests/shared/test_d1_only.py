@@ -12,10 +12,10 @@ from tests.d1.miniflare import D1Bridge, D1Error
 from tests.shared.conftest import apply_d1_schema
 from tests.support import CountingWake, job
 from tickwork import Completed, IngestConflict, InvalidArgument, JobRecord, SchemaError
-from tickwork.d1 import D1Runtime, purge_d1_queues
-from tickwork.d1 import statements as d1_sql
-from tickwork.d1.binding import D1Binding
-from tickwork.shared import LeasedSignal
+from tickwork.runtimes.d1 import D1Runtime, purge_d1_queues
+from tickwork.runtimes.shared import LeasedSignal
+from tickwork.stores.d1.binding import D1Binding
+from tickwork.stores.sql import d1 as d1_sql
 
 
 @pytest.fixture(params=["external", "builtin"], ids=["d1-external", "d1-builtin"])

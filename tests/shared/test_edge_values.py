@@ -14,7 +14,7 @@ import asyncio
 from tests.shared.support import SharedHarness, until
 from tests.support import job
 from tickwork import Recovery
-from tickwork.jobs import MAX_SAFE_INTEGER as EDGE
+from tickwork.model.jobs import MAX_SAFE_INTEGER as EDGE
 
 
 async def test_priorities_and_budgets_at_the_bounds_are_stored_ordered_and_run(

@@ -9,7 +9,7 @@ import pytest
 from tests.shared.support import SharedHarness, WorkerDied, until
 from tests.support import ScriptedExecutor, job
 from tickwork import Completed, JobRecord, Recovery
-from tickwork.shared import LEASE_EXPIRED, LeasedSignal
+from tickwork.runtimes.shared import LEASE_EXPIRED, LeasedSignal
 
 LEASE = 120_000
 

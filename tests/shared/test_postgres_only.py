@@ -14,8 +14,8 @@ from tests.pg.fixtures import Pool, open_pool
 from tests.shared.support import ManualNow
 from tests.support import CountingWake, job
 from tickwork import Completed, IngestConflict, JobRecord, SchemaError
-from tickwork.postgres import PostgresRuntime, purge_postgres_queues
-from tickwork.shared import LeasedSignal
+from tickwork.runtimes.postgres import PostgresRuntime, purge_postgres_queues
+from tickwork.runtimes.shared import LeasedSignal
 
 
 @pytest_asyncio.fixture
@@ -195,7 +195,7 @@ async def test_claims_use_indexes_at_many_settled_rows(pool: Pool) -> None:
     runtime = _runtime(pool, now=ManualNow())
     await runtime.ingest(job("fresh"))
     await runtime.ingest(job("running", queue="busy"))
-    from tickwork.postgres import statements as sql
+    from tickwork.stores.sql import postgres as sql
 
     plans: list[str] = []
     async with pool.connection() as conn:
@@ -301,7 +301,7 @@ async def test_queue_status_counts_every_state_from_indexes_only(pool: Pool) -> 
             FROM generate_series(1, 50000) AS n""")
         await conn.execute("ANALYZE tickwork_jobs")
         await conn.commit()
-    from tickwork.postgres import statements as sql
+    from tickwork.stores.sql import postgres as sql
 
     for prepare in (None, "VACUUM ANALYZE tickwork_jobs"):
         async with pool.connection() as conn:

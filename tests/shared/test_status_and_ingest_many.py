@@ -10,7 +10,7 @@ import pytest
 from tests.shared.support import SharedHarness, until
 from tests.support import job
 from tickwork import IngestConflict, InvalidArgument, InvalidJob, Job, QueueStatus, Recovery
-from tickwork.jobs import MAX_INGEST_BATCH
+from tickwork.model.jobs import MAX_INGEST_BATCH
 
 LEASE = 120_000
 NO_OUTCOMES = {"completed": 0, "failed": 0, "cancelled": 0, "outcome_unknown": 0,

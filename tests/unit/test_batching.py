@@ -1,4 +1,4 @@
-"""The group-commit coalescer (tickwork.postgres.batching), without a database."""
+"""The group-commit coalescer (tickwork.stores.postgres.batching), without a database."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from tickwork.postgres.batching import Coalescer
+from tickwork.stores.postgres.batching import Coalescer
 
 
 class Recorder:

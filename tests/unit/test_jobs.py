@@ -1,4 +1,4 @@
-"""Validation helpers in tickwork.jobs: canonical JSON, job validation, cargo comparison."""
+"""Validation helpers in tickwork.model.jobs: canonical JSON, job validation, cargo comparison."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tickwork import InvalidArgument, InvalidJob, Job, Recovery
-from tickwork.jobs import (
+from tickwork.model.jobs import (
     MAX_ID_LENGTH,
     MAX_LANE_LENGTH,
     MAX_REASON_LENGTH,

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from tickwork import Cancelled, Completed, Failed, JobRecord, OutcomeUnknown, Recovery, lifecycle
-from tickwork.jobs import JobState, Outcome
 from tickwork.lifecycle import Settlement
+from tickwork.model.jobs import JobState, Outcome
 
 
 def record(

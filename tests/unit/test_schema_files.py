@@ -6,7 +6,7 @@ import pytest
 
 from tickwork import InvalidArgument, SchemaError
 from tickwork.schemas import migrations, split_statements
-from tickwork.shared.schema import MIGRATIONS, SCHEMA_VERSION, check_schema_version
+from tickwork.stores.schema_version import MIGRATIONS, SCHEMA_VERSION, check_schema_version
 
 
 @pytest.mark.parametrize("dialect", ["d1", "postgres"])

@@ -29,8 +29,8 @@ CPYTHON_ONLY = {
 
 
 def is_cpython_only(path: Path) -> bool:
-    relative = path.relative_to(PACKAGE)
-    return relative.as_posix() in CPYTHON_ONLY or relative.parts[0] in CPYTHON_ONLY
+    relative = path.relative_to(PACKAGE).as_posix()
+    return any(relative == rule or relative.startswith(rule + "/") for rule in CPYTHON_ONLY)
 
 
 def worker_modules() -> list[Path]:
@@ -41,15 +41,16 @@ def test_the_exemptions_are_exactly_the_cpython_entry_points() -> None:
     exempt = sorted(path.relative_to(PACKAGE).as_posix()
                     for path in PACKAGE.rglob("*.py") if is_cpython_only(path))
     assert "demo.py" in exempt and "__main__.py" in exempt
-    assert "host/__init__.py" in exempt and "host/serve.py" in exempt
+    assert "hosts/cpython/__init__.py" in exempt and "hosts/cpython/serve.py" in exempt
     # Nothing else is exempt: a __main__.py or demo.py inside a subpackage is checked.
-    assert all(name in ("demo.py", "__main__.py") or name.startswith("host/")
+    assert all(name in ("demo.py", "__main__.py") or name.startswith("hosts/cpython/")
                for name in exempt)
-    assert "owners/sqlite3_owner.py" not in exempt
+    assert "stores/sqlite3_database.py" not in exempt
+    assert "hosts/__init__.py" not in exempt
 
 
 def test_worker_modules_never_import_the_cpython_only_code() -> None:
-    """A Worker module importing tickwork.host (or demo/__main__) would pull
+    """A Worker module importing tickwork.hosts.cpython (or demo/__main__) would pull
     sqlite3 and ssl into the bundle; none may."""
     offenders = []
     for path in worker_modules():
@@ -64,8 +65,8 @@ def test_worker_modules_never_import_the_cpython_only_code() -> None:
                 modules = [target] + [f"{target}.{alias.name}" for alias in node.names]
             for module in modules:
                 parts = module.split(".")
-                if parts[:1] == ["tickwork"] and len(parts) > 1 and (
-                        parts[1] in ("host", "demo", "__main__")):
+                if parts[:3] == ["tickwork", "hosts", "cpython"] or (
+                        parts[:1] == ["tickwork"] and parts[1:2] in (["demo"], ["__main__"])):
                     offenders.append(f"{path.relative_to(PACKAGE)}: {module}")
     assert offenders == []
 

@@ -68,6 +68,6 @@ def worker(env: types.SimpleNamespace, workers_module: types.ModuleType) -> Any:
 @pytest.fixture
 def query(db: Any) -> Any:
     """Raw SQL against the test's D1 database (rows as tuples)."""
-    from tickwork.d1.binding import D1Binding
+    from tickwork.stores.d1.binding import D1Binding
 
     return D1Binding(db).query

@@ -136,7 +136,7 @@ async def test_without_a_database_the_cron_does_nothing(workers_module: Any) -> 
 
 
 async def test_the_shipped_registry_routes_by_queue_and_kind(worker: Any) -> None:
-    from tickwork.jobs import JobRecord as Record
+    from tickwork.model.jobs import JobRecord as Record
     from worker.executors import build_registry
 
     registry = build_registry(types.SimpleNamespace())

@@ -66,5 +66,5 @@ def test_dry_run_lists_the_bindings_and_uploads_exactly_the_runtime_modules(
     assert modules == expected, (
         f"missing: {sorted(expected - modules)}; unexpected: {sorted(modules - expected)}")
     assert not any(name.startswith(("tests/", "bench/", ".venv/", "node_modules/",
-                                    "tickwork/host/")) for name in uploaded)
+                                    "tickwork/hosts/cpython/")) for name in uploaded)
     assert f"Total ({len(expected) - 1} modules)" in output  # the additional modules

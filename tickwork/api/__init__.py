@@ -6,9 +6,16 @@ served by the Worker, the ``JobOwner`` Durable Object and ``tickwork serve``.
 
 from __future__ import annotations
 
-from .routes import API_VERSION, MAX_BODY_BYTES, ApiRequest, ApiResponse, JobApi, refusal
-from .service import JobOwnerRpc, JobService, OwnerJobs, RpcJobs, SharedJobs, plain_data
-from .wire import ApiError
+from tickwork.api.routes import (
+    API_VERSION,
+    MAX_BODY_BYTES,
+    ApiRequest,
+    ApiResponse,
+    JobApi,
+    refusal,
+)
+from tickwork.api.service import JobOwnerRpc, JobService, OwnerJobs, RpcJobs, SharedJobs, plain_data
+from tickwork.api.wire import ApiError
 
 __all__ = [
     "API_VERSION",

@@ -29,8 +29,11 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
-from ..errors import IngestConflict, InvalidArgument, InvalidJob
-from ..jobs import (
+from tickwork.api import wire
+from tickwork.api.service import JobService
+from tickwork.api.wire import ApiError
+from tickwork.model.errors import IngestConflict, InvalidArgument, InvalidJob
+from tickwork.model.jobs import (
     MAX_LANE_LENGTH,
     check_id,
     check_reason,
@@ -39,9 +42,6 @@ from ..jobs import (
     validate_job,
     validate_jobs,
 )
-from . import wire
-from .service import JobService
-from .wire import ApiError
 
 #: Request bodies above this size are refused with 413 before parsing.
 MAX_BODY_BYTES = 1_000_000

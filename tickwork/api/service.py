@@ -19,11 +19,11 @@ import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from .._pyodide import load_jsnull
-from ..jobs import Job, JobRecord, check_id
-from ..outcomes import CancelResult, FailLaneResult, IngestStatus, QueueStatus
-from . import wire
-from .wire import ApiError
+from tickwork._pyodide import load_jsnull
+from tickwork.api import wire
+from tickwork.api.wire import ApiError
+from tickwork.model.jobs import Job, JobRecord, check_id
+from tickwork.model.outcomes import CancelResult, FailLaneResult, IngestStatus, QueueStatus
 
 
 class JobService(Protocol):

@@ -14,9 +14,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import IngestConflict, InvalidArgument, InvalidJob, TickworkError
-from ..jobs import MAX_INGEST_BATCH, Job, JobRecord, Recovery
-from ..outcomes import CancelResult, FailLaneResult, QueueStatus
+from tickwork.model.errors import IngestConflict, InvalidArgument, InvalidJob, TickworkError
+from tickwork.model.jobs import MAX_INGEST_BATCH, Job, JobRecord, Recovery
+from tickwork.model.outcomes import CancelResult, FailLaneResult, QueueStatus
 
 _JOB_KEYS = ("job_id", "queue", "lane", "priority", "payload", "recovery")
 _REQUIRED_JOB_KEYS = ("job_id", "queue")

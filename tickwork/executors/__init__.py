@@ -15,9 +15,9 @@ with the abort signal and outcome mapping) and
 
 from __future__ import annotations
 
-from .long_job import long_job
-from .registry import NO_EXECUTOR, Executor, ExecutorRegistry
-from .webhook import (
+from tickwork.executors.long_job import long_job
+from tickwork.executors.registry import NO_EXECUTOR, Executor, ExecutorRegistry
+from tickwork.executors.webhook import (
     HttpPost,
     HttpRefused,
     HttpReply,

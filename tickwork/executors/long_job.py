@@ -50,9 +50,9 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
-from ..jobs import JobRecord
-from ..outcomes import Cancelled, Completed, ExecutionResult, Failed, OutcomeUnknown
-from ..signals import AbortSignal
+from tickwork.model.jobs import JobRecord
+from tickwork.model.outcomes import Cancelled, Completed, ExecutionResult, Failed, OutcomeUnknown
+from tickwork.model.signals import AbortSignal
 
 __all__ = ["BAD_PAYLOAD", "MAX_STEPS", "MAX_STEP_MS", "long_job"]
 

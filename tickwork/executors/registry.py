@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from ..jobs import JobRecord
-from ..outcomes import ExecutionResult, Failed
-from ..signals import AbortSignal
+from tickwork.model.jobs import JobRecord
+from tickwork.model.outcomes import ExecutionResult, Failed
+from tickwork.model.signals import AbortSignal
 
 #: Failure reason of a job no executor is registered for.
 NO_EXECUTOR = "no_executor"

@@ -25,7 +25,7 @@ executor was built with ``allow_credentials=True``: whoever may enqueue a
 job must not be able to make the host send credentials they chose.
 
 Where a request may go is the transport's rule: ``tickwork serve``'s
-(``tickwork.host``) refuses every non-public destination unless allowed
+(``tickwork.hosts.cpython``) refuses every non-public destination unless allowed
 (``HttpRefused``: nothing was sent); on Workers, ``fetch`` runs on
 Cloudflare's network, which has no route to your machines' loopback or
 private networks.
@@ -79,10 +79,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import quote, urlsplit
 
-from ..jobs import JobRecord
-from ..outcomes import Cancelled, Completed, ExecutionResult, Failed, OutcomeUnknown
-from ..signals import AbortSignal
-from .registry import Executor
+from tickwork.executors.registry import Executor
+from tickwork.model.jobs import JobRecord
+from tickwork.model.outcomes import Cancelled, Completed, ExecutionResult, Failed, OutcomeUnknown
+from tickwork.model.signals import AbortSignal
 
 __all__ = [
     "BAD_PAYLOAD",

@@ -54,12 +54,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
-from ..errors import InvalidArgument, SchemaError
-from ..jobs import MAX_ID_LENGTH, MAX_SAFE_INTEGER, check_safe_int, check_text
-from ..leases import Clock, Heartbeat, LeaseKeeper, LoopClock, StaleLease
-from ..signals import AbortSignal
-from .statements import DEFAULT_TABLE, SLOTS_SUFFIX, check_table, table_ddl
-from .stores import LockStore, lock_store_for
+from tickwork.leases import Clock, Heartbeat, LeaseKeeper, LoopClock, StaleLease
+from tickwork.locks.statements import DEFAULT_TABLE, SLOTS_SUFFIX, check_table, table_ddl
+from tickwork.locks.stores import LockStore, lock_store_for
+from tickwork.model.errors import InvalidArgument, SchemaError
+from tickwork.model.jobs import MAX_ID_LENGTH, MAX_SAFE_INTEGER, check_safe_int, check_text
+from tickwork.model.signals import AbortSignal
 
 __all__ = [
     "DEFAULT_TABLE",

@@ -11,7 +11,7 @@ Two tables per lock table name ``T``:
 
 Every time is epoch milliseconds taken from the database clock by the
 statement itself, through the same expression the shared runtimes use
-(``tickwork.d1.statements.NOW``, ``tickwork.postgres.statements.NOW``): the
+(``tickwork.stores.sql.d1.NOW``, ``tickwork.stores.sql.postgres.NOW``): the
 first parameter overrides it for deterministic tests and is NULL otherwise.
 No statement ever compares a time computed in Python.
 
@@ -25,10 +25,10 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from ..d1.statements import NOW as SQLITE_NOW
-from ..errors import InvalidArgument
-from ..jobs import MAX_SAFE_INTEGER
-from ..postgres.statements import NOW as POSTGRES_NOW
+from tickwork.model.errors import InvalidArgument
+from tickwork.model.jobs import MAX_SAFE_INTEGER
+from tickwork.stores.sql.d1 import NOW as SQLITE_NOW
+from tickwork.stores.sql.postgres import NOW as POSTGRES_NOW
 
 Dialect = Literal["sqlite", "postgres"]
 

@@ -4,7 +4,7 @@ Each store is recognised by its shape, never by importing its driver (Workers
 load this module, and it must import neither sqlite3 nor psycopg):
 
 * a D1 binding has ``prepare`` and ``batch`` (either Workers SDK shape, or a
-  ``tickwork.d1.binding.D1Binding``);
+  ``tickwork.stores.d1.binding.D1Binding``);
 * a psycopg 3 ``AsyncConnectionPool`` has ``connection()``;
 * a sqlite3 ``Connection`` has synchronous ``execute`` and ``commit`` and an
   ``in_transaction`` flag.
@@ -19,16 +19,16 @@ import contextlib
 import inspect
 from typing import Any, Protocol
 
-from ..d1.binding import D1Binding
-from ..errors import InvalidArgument
-from ..postgres.connection import autocommit_connection
-from .statements import (
+from tickwork.locks.statements import (
     POSTGRES_SLOT_LOCK,
     LockStatements,
     postgres_statements,
     sqlite_statements,
     table_ddl,
 )
+from tickwork.model.errors import InvalidArgument
+from tickwork.stores.d1.binding import D1Binding
+from tickwork.stores.postgres.connection import autocommit_connection
 
 
 class LockStore(Protocol):

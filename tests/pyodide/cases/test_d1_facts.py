@@ -65,7 +65,7 @@ async def test_tickwork_hands_batch_a_js_array(d1: Any) -> None:
     # D1Binding converts the list with to_js for a raw JS binding, so both work.
     from pyodide.ffi import JsException  # type: ignore[import-not-found]
 
-    from tickwork.d1.binding import D1Binding
+    from tickwork.stores.d1.binding import D1Binding
 
     binding = D1Binding(d1)
     assert await binding.batch([("SELECT ?1 AS n", [EDGE])], [["n"]]) == [[(EDGE,)]]

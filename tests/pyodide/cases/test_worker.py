@@ -42,7 +42,7 @@ async def test_jobs_at_the_integer_bounds_are_served_on_every_route(
 
 
 async def test_a_payload_reads_back_byte_for_byte_from_either_scope(deployment: Any) -> None:
-    from tickwork.jobs import canonical_json
+    from tickwork.model.jobs import canonical_json
 
     payload = {"b": [1.0, 2.5, -0.0], "a": {"f": 1.0, "big": EDGE}, "s": "é\u2028"}
     texts = []

@@ -120,7 +120,7 @@ async def d1() -> AsyncIterator[Any]:
 
 @fixture("shared")
 async def shared() -> AsyncIterator[SharedHarness]:
-    from tickwork.d1 import D1Runtime
+    from tickwork.runtimes.d1 import D1Runtime
 
     db = await fresh_d1()
     await apply_d1_schema(db)

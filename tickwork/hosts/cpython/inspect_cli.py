@@ -1,0 +1,227 @@
+"""``tickwork inspect``: queue and job status in the terminal, through the HTTP API.
+
+    tickwork inspect [--url URL] [--token TOKEN] (--owner KEY | --shared)
+                     [--job ID | --queue NAME] [--watch SECONDS]
+
+Only the /v1 API is used, so it works the same against ``tickwork serve``
+and a deployed Worker. Without ``--job`` or ``--queue`` it prints a table of
+every queue of the scope (queued, running, settled, and settled by outcome);
+``--queue`` prints one queue and its head; ``--job`` prints one job.
+``--watch`` prints again every few seconds until Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+from urllib.parse import quote
+
+from tickwork.hosts.cpython.http_client import (
+    HttpProtocolError,
+    HttpTimeout,
+    HttpUnreachable,
+    request,
+)
+
+DEFAULT_URL = "http://127.0.0.1:8787"
+URL_ENV = "TICKWORK_URL"
+TOKEN_ENV = "TICKWORK_TOKEN"
+TIMEOUT_S = 10.0
+
+#: Table columns for the outcomes, in the API's order.
+OUTCOME_COLUMNS = (("completed", "completed"), ("failed", "failed"),
+                   ("cancelled", "cancelled"), ("outcome_unknown", "unknown"),
+                   ("interrupted", "interrupted"))
+
+
+class InspectError(Exception):
+    """A problem shown to the user in one line."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", default=None,
+                        help=f"the API's base URL (default ${URL_ENV}, else {DEFAULT_URL})")
+    parser.add_argument("--token", help=f"API bearer token (default ${TOKEN_ENV})")
+    scope = parser.add_mutually_exclusive_group(required=True)
+    scope.add_argument("--owner", metavar="KEY", help="one owner's jobs")
+    scope.add_argument("--shared", action="store_true", help="the shared queues")
+    what = parser.add_mutually_exclusive_group()
+    what.add_argument("--job", metavar="ID", help="show one job")
+    what.add_argument("--queue", metavar="NAME", help="show one queue and its head")
+    parser.add_argument("--watch", type=float, metavar="SECONDS",
+                        help="print again every SECONDS until Ctrl-C")
+
+
+def main(options: argparse.Namespace) -> int:
+    url = (options.url or os.environ.get(URL_ENV) or DEFAULT_URL).rstrip("/")
+    token = options.token or os.environ.get(TOKEN_ENV)
+    if not token:
+        print(f"tickwork inspect: no token; pass --token or set {TOKEN_ENV}", file=sys.stderr)
+        return 2
+    if options.watch is not None and options.watch <= 0:
+        print("tickwork inspect: --watch takes a positive number of seconds", file=sys.stderr)
+        return 2
+    if options.watch is None:
+        try:
+            print(asyncio.run(render(url, token, options)))
+        except InspectError as error:
+            print(f"tickwork inspect: {error}", file=sys.stderr)
+            return 1
+        return 0
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_watch(url, token, options))
+    return 0
+
+
+async def _watch(url: str, token: str, options: argparse.Namespace) -> None:
+    clear = "\x1b[H\x1b[2J" if sys.stdout.isatty() else ""
+    while True:
+        try:
+            text = await render(url, token, options)
+        except InspectError as error:
+            text = f"tickwork inspect: {error}"
+        stamp = datetime.datetime.now().strftime("%H:%M:%S")
+        print(f"{clear}{text}\n\n(every {options.watch:g} s, {stamp}; Ctrl-C to stop)",
+              flush=True)
+        await asyncio.sleep(options.watch)
+
+
+def scope_path(options: argparse.Namespace) -> tuple[str, str]:
+    """The API path of the scope and how to name it."""
+    if options.shared:
+        return "/v1/shared", "shared queues"
+    return f"/v1/owners/{quote(options.owner, safe='')}", f"owner {options.owner!r}"
+
+
+async def render(url: str, token: str, options: argparse.Namespace) -> str:
+    """What one look at the scope prints."""
+    base, title = scope_path(options)
+    if options.job is not None:
+        reply = await fetch(url, token, f"{base}/jobs/{quote(options.job, safe='')}")
+        return format_job(reply["job"])
+    if options.queue is not None:
+        queue = quote(options.queue, safe="")
+        status = (await fetch(url, token, f"{base}/queues/{queue}"))["queue"]
+        head = (await fetch(url, token, f"{base}/queues/{queue}/head"))["head"]
+        text = format_queues([status], f"{title}, queue {options.queue!r} at {url}")
+        return text + "\n\nhead: " + ("none" if head is None else
+                                      f"{head['job_id']} ({_state(head)})")
+    reply = await fetch(url, token, f"{base}/queues")
+    return format_queues(reply["queues"], f"{title} at {url}")
+
+
+async def fetch(url: str, token: str, path: str) -> Any:
+    """GET ``path`` and return its JSON, or raise InspectError saying what went wrong."""
+    try:
+        response = await request("GET", url + path, timeout_s=TIMEOUT_S,
+                                 headers={"authorization": f"Bearer {token}"})
+    except ValueError as error:
+        raise InspectError(str(error)) from None
+    except HttpUnreachable as error:
+        raise InspectError(f"cannot connect to {url}: {_cause(error)}; is tickwork serve "
+                           "running there?") from None
+    except HttpTimeout:
+        raise InspectError(f"no reply from {url} within {TIMEOUT_S:g} s") from None
+    except HttpProtocolError as error:
+        raise InspectError(f"unreadable reply from {url}: {error}") from None
+    try:
+        body = json.loads(response.body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        body = None
+    if response.status == 200 and isinstance(body, Mapping):
+        return body
+    refusal = body.get("error") if isinstance(body, Mapping) else None
+    code = refusal.get("code", "") if isinstance(refusal, Mapping) else ""
+    message = refusal.get("message", "") if isinstance(refusal, Mapping) else ""
+    if response.status == 401:
+        raise InspectError(f"401 unauthorized ({message or 'bad token'}); pass the "
+                           f"server's token with --token or {TOKEN_ENV}")
+    if response.status == 404:
+        raise InspectError(f"404 {code or 'not found'}: {message or path}")
+    if refusal is None:
+        raise InspectError(f"HTTP {response.status} from {url}{path} is not a tickwork "
+                           "API reply")
+    raise InspectError(f"HTTP {response.status} {code}: {message}")
+
+
+def _cause(error: BaseException) -> str:
+    cause = error.__cause__
+    if isinstance(cause, ConnectionRefusedError):
+        return "connection refused"
+    return str(cause or error)
+
+
+# ----------------------------------------------------------------- formatting
+
+
+def format_queues(queues: Sequence[Mapping[str, Any]], title: str) -> str:
+    """A table of queue statuses, with a total row when there are several."""
+    if not queues:
+        return f"{title}\n\nno jobs"
+    header = ["queue", "queued", "running", "settled", *(name for _, name in OUTCOME_COLUMNS)]
+    rows = [[str(item["queue"]), *(str(item[key]) for key in ("queued", "running", "settled")),
+             *(str(item["outcomes"].get(key, 0)) for key, _ in OUTCOME_COLUMNS)]
+            for item in queues]
+    if len(rows) > 1:
+        totals = [sum(int(row[index]) for row in rows) for index in range(1, len(header))]
+        rows.append(["(total)", *(str(total) for total in totals)])
+    widths = [max(len(row[index]) for row in [header, *rows]) for index in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        first = cells[0].ljust(widths[0])
+        rest = (cell.rjust(width) for cell, width in zip(cells[1:], widths[1:], strict=True))
+        return "  ".join([first, *rest])
+
+    lines = [line(header), "  ".join("-" * width for width in widths)]
+    lines += [line(row) for row in rows]
+    return f"{title}\n\n" + "\n".join(lines)
+
+
+def format_job(job: Mapping[str, Any]) -> str:
+    recovery = job.get("recovery")
+    budget = "no recovery" if recovery is None else f"max {recovery['max_recoveries']}"
+    fields = [
+        ("job", job["job_id"]),
+        ("queue", job["queue"]),
+        ("lane", job["lane"]),
+        ("priority", str(job["priority"])),
+        ("state", _state(job)),
+        ("recoveries", f"{job['recoveries']} ({budget})"),
+        ("sequence", str(job["sequence"])),
+        ("enqueued", _time(job.get("enqueued_at"))),
+        ("started", _time(job.get("started_at"))),
+        ("settled", _time(job.get("settled_at")) + _took(job)),
+    ]
+    if job.get("cancellation_id") is not None:
+        fields.append(("cancellation", str(job["cancellation_id"])))
+    fields.append(("payload", json.dumps(job.get("payload"), ensure_ascii=False)))
+    width = max(len(name) for name, _ in fields)
+    return "\n".join(f"{name.ljust(width)}  {value}" for name, value in fields)
+
+
+def _state(job: Mapping[str, Any]) -> str:
+    if job["state"] != "settled":
+        return str(job["state"])
+    reason = job.get("failure_reason")
+    return f"settled: {job['outcome']}" + (f" ({reason})" if reason else "")
+
+
+def _time(epoch_ms: Any) -> str:
+    if not isinstance(epoch_ms, int):
+        return "-"
+    moment = datetime.datetime.fromtimestamp(epoch_ms / 1000, tz=datetime.UTC)
+    return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{epoch_ms % 1000:03d} UTC"
+
+
+def _took(job: Mapping[str, Any]) -> str:
+    started, settled = job.get("started_at"), job.get("settled_at")
+    if isinstance(started, int) and isinstance(settled, int):
+        return f" (ran {(settled - started) / 1000:.3f} s)"
+    return ""

@@ -1,0 +1,114 @@
+"""The job lifecycle's decisions, as plain functions with no I/O.
+
+queued -> running -> settled. Every runtime (owner-local SQLite, D1,
+PostgreSQL) asks these functions what to do and only executes the resulting
+statements, so the rules live in one place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Literal, TypeAlias
+
+from tickwork.model.jobs import JobRecord, Outcome
+from tickwork.model.outcomes import Cancelled, CancelStatus, Completed, Failed, OutcomeUnknown
+
+# Reason codes the engine itself writes as failure_reason.
+EXECUTION_FAILED = "execution_failed"
+EXECUTION_INTERRUPTED = "execution_interrupted"
+INVALID_OUTCOME = "invalid_outcome"
+#: On a ``cancelled`` job: the executor reported completion (its effects may
+#: have happened) after the cancellation was durably recorded.
+EXECUTOR_COMPLETED = "executor_completed"
+
+# Reasons an AbortSignal carries.
+ABORT_CANCELLED = "cancelled"
+ABORT_LANE_REFUSED = "lane_refused"
+ABORT_INTERRUPTED = "interrupted"
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """The terminal outcome a runtime is about to write."""
+
+    outcome: Outcome
+    failure_reason: str | None = None
+
+
+def settlement_for_result(result: object) -> Settlement:
+    """Map what an executor returned to the outcome to record."""
+    if isinstance(result, Completed):
+        return Settlement("completed")
+    if isinstance(result, Failed):
+        return Settlement("failed", result.reason)
+    if isinstance(result, Cancelled):
+        return Settlement("cancelled")
+    if isinstance(result, OutcomeUnknown):
+        return Settlement("outcome_unknown")
+    # Anything else is an executor bug; recording "completed" would be a lie.
+    return Settlement("failed", INVALID_OUTCOME)
+
+
+def settlement_for_exception(error: BaseException) -> Settlement:
+    """Map an executor that raised (or was interrupted) to the outcome to record."""
+    if isinstance(error, asyncio.CancelledError):
+        return Settlement("failed", EXECUTION_INTERRUPTED)
+    return Settlement("failed", EXECUTION_FAILED)
+
+
+def settlement_under_cancellation(settlement: Settlement) -> Settlement:
+    """A job whose cancellation was durably recorded while it ran settles ``cancelled``.
+
+    The spec's rule: a job the runtime is executing when it is cancelled is
+    interrupted and settles as cancelled, whatever its executor then reports
+    (a raise, an interruption, a failure, or a completion). The record keeps
+    the truth where it matters: when the executor reported completion, the
+    reason is ``executor_completed``, since its effects may have happened.
+    """
+    if settlement.outcome == "completed":
+        return Settlement("cancelled", EXECUTOR_COMPLETED)
+    return Settlement("cancelled")
+
+
+@dataclass(frozen=True, slots=True)
+class CancelDecision:
+    status: CancelStatus
+    record: bool  # write the cancellation id?
+
+
+def decide_cancel(
+    job: JobRecord | None, cancellation_id: str, *, only_if_queued: bool
+) -> CancelDecision:
+    """What a cancellation request does to ``job`` (None when it does not exist)."""
+    if job is None:
+        return CancelDecision("not_found", record=False)
+    if job.cancellation_id is not None:
+        # One cancellation per job; its id makes the request replay-safe.
+        if job.cancellation_id == cancellation_id:
+            return CancelDecision("replayed", record=False)
+        return CancelDecision("conflict", record=False)
+    if job.state == "settled":
+        return CancelDecision("already_settled", record=False)
+    if only_if_queued and job.state == "running":
+        return CancelDecision("refused", record=False)
+    return CancelDecision("recorded", record=True)
+
+
+RecoveryAction: TypeAlias = Literal["requeue", "interrupt", "cancel"]
+
+
+def decide_recovery(job: JobRecord) -> RecoveryAction:
+    """What to do with a running job whose execution is known to be gone."""
+    if job.cancellation_id is not None:
+        # Requeueing would only settle it as cancelled on the next tick.
+        return "cancel"
+    if job.recovery is not None and job.recoveries < job.recovery.max_recoveries:
+        return "requeue"
+    return "interrupt"
+
+
+def recovery_settlement(action: RecoveryAction) -> Settlement:
+    if action == "cancel":
+        return Settlement("cancelled")
+    return Settlement("interrupted")

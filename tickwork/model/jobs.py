@@ -1,0 +1,269 @@
+"""Jobs as callers hand them in, and as the engine stores and reports them.
+
+Validation lives here so every runtime (owner-local, D1, PostgreSQL) accepts
+exactly the same jobs and stores exactly the same canonical cargo.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple, TypeAlias
+
+from tickwork.model.errors import IngestConflict, InvalidArgument, InvalidJob
+
+#: Largest integer a Durable Object (JS double) stores exactly.
+MAX_SAFE_INTEGER = 2**53 - 1
+MAX_ID_LENGTH = 256
+MAX_LANE_LENGTH = 512
+MAX_REASON_LENGTH = 256
+#: ingest_many takes at most this many jobs per call (one transaction or batch).
+MAX_INGEST_BATCH = 100
+
+JobState: TypeAlias = Literal["queued", "running", "settled"]
+Outcome: TypeAlias = Literal["completed", "failed", "cancelled", "outcome_unknown", "interrupted"]
+
+
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    """How often a job whose execution disappeared may be put back in its queue."""
+
+    max_recoveries: int
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A unit of work. ``payload`` is opaque JSON; tickwork never looks inside it."""
+
+    job_id: str
+    queue: str
+    lane: str
+    priority: int
+    payload: Any
+    recovery: Recovery | None = None
+
+
+class JobRecord(NamedTuple):
+    """A stored job as the engine reports it: an immutable snapshot.
+
+    Timestamps are epoch milliseconds. A NamedTuple rather than a frozen
+    dataclass because records are built on every claim and a tuple is built
+    several times faster; fields are read by name.
+    """
+
+    job_id: str
+    queue: str
+    lane: str
+    priority: int
+    payload: Any
+    recovery: Recovery | None
+    state: JobState
+    outcome: Outcome | None
+    failure_reason: str | None
+    sequence: int
+    recoveries: int
+    enqueued_at: int
+    started_at: int | None
+    settled_at: int | None
+    cancellation_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ValidJob:
+    """A validated job with its canonical payload text, ready to store or compare."""
+
+    job_id: str
+    queue: str
+    lane: str
+    priority: int
+    payload_json: str
+    max_recoveries: int | None
+
+
+def check_text(field: str, value: object, max_length: int, error: type[InvalidArgument]) -> str:
+    if not isinstance(value, str):
+        raise error(field, f"must be a string, got {type(value).__name__}")
+    if not 1 <= len(value) <= max_length:
+        raise error(field, f"must be 1 to {max_length} characters, got {len(value)}")
+    if not value.isascii():
+        _require_utf8(field, value, error)
+    return value
+
+
+def _require_utf8(field: str, text: str, error: type[InvalidArgument]) -> None:
+    # A lone surrogate ("\ud800") is a valid Python str but no valid UTF-8;
+    # SQLite (and JS) could not store it faithfully.
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as problem:
+        raise error(field, f"contains a lone surrogate at index {problem.start}, "
+                           "which is not valid Unicode text") from None
+
+
+def check_id(field: str, value: object) -> str:
+    """A job id, queue name or cancellation id passed to an operation."""
+    return check_text(field, value, MAX_ID_LENGTH, InvalidArgument)
+
+
+def check_cancel_args(job_id: object, cancellation_id: object, only_if_queued: object) -> None:
+    """The arguments of cancel(), shared by every runtime."""
+    check_id("job_id", job_id)
+    check_id("cancellation_id", cancellation_id)
+    if not isinstance(only_if_queued, bool):
+        raise InvalidArgument("only_if_queued", "must be a bool")
+
+
+def check_safe_int(field: str, value: object, error: type[InvalidArgument], minimum: int) -> int:
+    # bool is an int subclass; True as a priority is almost certainly a bug.
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise error(field, f"must be an integer, got {type(value).__name__}")
+    if not minimum <= value <= MAX_SAFE_INTEGER:
+        raise error(field, f"must be within {minimum} and {MAX_SAFE_INTEGER}, got {value}")
+    return value
+
+
+def check_reason(field: str, value: object) -> str:
+    """A failure reason is a short code, stored and reported verbatim."""
+    return check_text(field, value, MAX_REASON_LENGTH, InvalidArgument)
+
+
+def canonical_json(payload: Any) -> str:
+    """Serialise a payload canonically (sorted keys, no spaces) or raise InvalidJob.
+
+    Canonical text makes replay comparison independent of dict key order.
+    """
+    _reject_non_json(payload)
+    try:
+        text = json.dumps(
+            payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
+    except (TypeError, ValueError) as error:  # pragma: no cover - _reject_non_json is stricter
+        raise InvalidJob("payload", f"is not JSON-serialisable: {error}") from None
+    if not text.isascii():
+        _require_utf8("payload", text, InvalidJob)
+    return text
+
+
+def _reject_non_json(value: Any, path: str = "payload", depth: int = 0) -> None:
+    # Walk the value ourselves so the error names where the problem is, and so
+    # that non-string keys (which json.dumps would silently stringify) and
+    # NaN/Infinity (which are not JSON) are refused instead of altered.
+    if depth > 200:
+        raise InvalidJob("payload", "is nested too deeply (more than 200 levels)")
+    if value is None or isinstance(value, (str, bool, int)):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidJob("payload", f"{path} is {value!r}, which JSON cannot represent")
+        return
+    if isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            _reject_non_json(item, f"{path}[{index}]", depth + 1)
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidJob("payload", f"{path} has a non-string key {key!r}")
+            _reject_non_json(item, f"{path}[{key!r}]", depth + 1)
+        return
+    raise InvalidJob("payload", f"{path} is a {type(value).__name__}, which is not JSON")
+
+
+def validate_job(job: object) -> ValidJob:
+    """Check every field of ``job``; raise InvalidJob naming the first bad one."""
+    if not isinstance(job, Job):
+        raise InvalidJob("job", f"must be a tickwork.Job, got {type(job).__name__}")
+    job_id = check_text("job_id", job.job_id, MAX_ID_LENGTH, InvalidJob)
+    queue = check_text("queue", job.queue, MAX_ID_LENGTH, InvalidJob)
+    lane = check_text("lane", job.lane, MAX_LANE_LENGTH, InvalidJob)
+    priority = check_safe_int("priority", job.priority, InvalidJob, -MAX_SAFE_INTEGER)
+    max_recoveries: int | None = None
+    if job.recovery is not None:
+        if not isinstance(job.recovery, Recovery):
+            got = type(job.recovery).__name__
+            raise InvalidJob("recovery", f"must be a tickwork.Recovery or None, got {got}")
+        max_recoveries = check_safe_int(
+            "recovery.max_recoveries", job.recovery.max_recoveries, InvalidJob, 0
+        )
+    return ValidJob(job_id, queue, lane, priority, canonical_json(job.payload), max_recoveries)
+
+
+# ValidJob fields that make up a job's cargo, with the names errors report.
+_CARGO_FIELDS = (
+    ("queue", "queue"),
+    ("lane", "lane"),
+    ("priority", "priority"),
+    ("payload_json", "payload"),
+    ("max_recoveries", "recovery"),
+)
+
+
+def stored_cargo(job_id: str, queue: str, lane: str, priority: int, payload_json: str,
+                 max_recoveries: int | None) -> ValidJob:
+    """A stored job's cargo as ``validate_job`` would produce it, for replay checks.
+
+    Jobs tickwork stores itself hold canonical payload text already; a row a
+    producer's SQL inserted (D1 ``enqueue_from_select``) holds its own text,
+    with its own key order, so it is made canonical here: a replay compares
+    equal whatever key order either side used.
+    """
+    try:
+        canonical = canonical_json(json.loads(payload_json))
+    except (ValueError, InvalidJob):  # not something ingest could have stored
+        canonical = payload_json
+    return ValidJob(job_id, queue, lane, priority, canonical, max_recoveries)
+
+
+def cargo_differences(new: ValidJob, stored: ValidJob) -> tuple[str, ...]:
+    """Names of the fields in which a replayed job differs from the stored one."""
+    return tuple(name for field, name in _CARGO_FIELDS
+                 if getattr(new, field) != getattr(stored, field))
+
+
+def validate_jobs(jobs: object) -> list[ValidJob]:
+    """Check the argument of ingest_many: a list (or tuple) of 1 to
+    ``MAX_INGEST_BATCH`` jobs, every one of them valid.
+
+    A bad list raises InvalidArgument("jobs"); a bad job raises InvalidJob
+    naming its index and field, e.g. ``jobs[3].priority`` (``jobs[3]`` when
+    it is no Job at all).
+    """
+    if not isinstance(jobs, (list, tuple)):
+        raise InvalidArgument("jobs", f"must be a list of tickwork.Job, got {type(jobs).__name__}")
+    if not jobs:
+        raise InvalidArgument("jobs", "must hold at least one job")
+    if len(jobs) > MAX_INGEST_BATCH:
+        raise InvalidArgument(
+            "jobs", f"must hold at most {MAX_INGEST_BATCH} jobs per call, got {len(jobs)}")
+    valid: list[ValidJob] = []
+    for index, job in enumerate(jobs):
+        try:
+            valid.append(validate_job(job))
+        except InvalidJob as error:
+            field = f"jobs[{index}]" if error.field == "job" else f"jobs[{index}].{error.field}"
+            raise InvalidJob(field, error.problem) from None
+    return valid
+
+
+def replay_flags(jobs: list[ValidJob], stored: Mapping[str, ValidJob]) -> list[bool]:
+    """What ingesting ``jobs`` in order does, given the stored cargo of their ids.
+
+    Per job: True when it is new (inserted), False for an identical replay,
+    of the stored job or of an earlier job of the list with the same id.
+    Raises IngestConflict for the first job whose cargo differs.
+    """
+    known = dict(stored)
+    flags: list[bool] = []
+    for job in jobs:
+        earlier = known.get(job.job_id)
+        if earlier is None:
+            known[job.job_id] = job
+            flags.append(True)
+            continue
+        differences = cargo_differences(job, earlier)
+        if differences:
+            raise IngestConflict(job.job_id, differences)
+        flags.append(False)
+    return flags

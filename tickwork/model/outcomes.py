@@ -1,0 +1,146 @@
+"""What an executor returns, and what the runtime's operations report."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeAlias
+
+from tickwork.model.jobs import JobRecord, Outcome, check_reason
+
+
+@dataclass(frozen=True, slots=True)
+class Completed:
+    """The job did its work."""
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """The job failed; ``reason`` is an optional short code (1 to 256 characters).
+
+    A bad reason raises ``InvalidArgument`` (a ``ValueError``) here, inside the
+    executor, which then settles as ``execution_failed``.
+    """
+
+    reason: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.reason is not None:
+            check_reason("Failed.reason", self.reason)
+
+
+@dataclass(frozen=True, slots=True)
+class Cancelled:
+    """The job stopped because it was asked to."""
+
+
+@dataclass(frozen=True, slots=True)
+class OutcomeUnknown:
+    """The job may or may not have had its effect (for example a timed-out request)."""
+
+
+ExecutionResult: TypeAlias = Completed | Failed | Cancelled | OutcomeUnknown
+
+TickStatus: TypeAlias = Literal["idle", "busy", "settled", "requeued", "liveness_unknown"]
+CancelStatus: TypeAlias = Literal[
+    "recorded", "replayed", "conflict", "refused", "not_found", "already_settled"
+]
+IngestStatus: TypeAlias = Literal["queued", "duplicate"]
+
+
+@dataclass(frozen=True, slots=True)
+class TickResult:
+    """What one tick did.
+
+    ``status``: ``idle`` (nothing to do), ``busy`` (a tick of this kind is in
+    flight), ``settled`` (this tick settled ``job_id``), ``requeued`` (recovery
+    put ``job_id`` back and nothing else ran) or ``liveness_unknown`` (the
+    liveness probe for ``job_id`` raised; ``reason`` says why).
+    """
+
+    status: TickStatus
+    job_id: str | None = None
+    outcome: Outcome | None = None
+    failure_reason: str | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CancelResult:
+    status: CancelStatus
+    job_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class FailLaneResult:
+    """``settled`` jobs were refused by this call; ``more`` says whether to call again."""
+
+    settled: int
+    more: bool
+
+
+@dataclass(frozen=True, slots=True)
+class QueueTransition:
+    """Handed to ``project`` inside the transaction of every change to a queue.
+
+    ``head`` is the queue's head after the change (None when the queue is
+    empty); ``settled`` is the job the change settled, if any.
+    """
+
+    queue: str
+    head: JobRecord | None
+    settled: JobRecord | None = None
+
+
+#: Every outcome a settled job can have, in the order QueueStatus.outcomes lists them.
+OUTCOMES: tuple[Outcome, ...] = (
+    "completed", "failed", "cancelled", "outcome_unknown", "interrupted")
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStatus:
+    """Job counts of one queue: by state, and settled jobs by outcome.
+
+    ``outcomes`` always has all five outcomes as keys, in ``OUTCOMES`` order
+    (0 when none); the runtimes report ``settled`` as their sum. It is a plain dict built
+    fresh for this instance (a copy of what was passed in), so no two
+    statuses share one and nothing stored changes through it; it stays a
+    dict so that ``dataclasses.asdict`` and ``json.dumps`` work. Like any
+    dataclass holding a dict, a QueueStatus is not hashable.
+    """
+
+    queue: str
+    queued: int
+    running: int
+    settled: int
+    outcomes: Mapping[str, int]
+
+    def __post_init__(self) -> None:
+        given = self.outcomes
+        unknown = set(given) - set(OUTCOMES)
+        if unknown:
+            raise ValueError(f"outcomes: unknown outcome(s) {sorted(unknown)}")
+        object.__setattr__(self, "outcomes", {name: given.get(name, 0) for name in OUTCOMES})
+
+
+def queue_status_from_counts(queue: str, queued: int, running: int,
+                             outcome_counts: Iterable[Any]) -> QueueStatus:
+    """A QueueStatus from per-outcome counts given in ``OUTCOMES`` order."""
+    counts: dict[str, int] = {
+        name: int(count or 0) for name, count in zip(OUTCOMES, outcome_counts, strict=True)}
+    return QueueStatus(queue, int(queued or 0), int(running or 0), sum(counts.values()), counts)
+
+
+def queue_statuses_from_groups(groups: Iterable[Sequence[Any]]) -> list[QueueStatus]:
+    """QueueStatus of every queue in ``(queue, state, outcome, count)`` rows, sorted
+    by queue name (code point order, whatever the database's collation)."""
+    tallies: dict[str, dict[str, int]] = {}
+    for queue, state, outcome, count in groups:
+        tally = tallies.setdefault(queue, {})
+        key = outcome if state == "settled" else state
+        tally[key] = tally.get(key, 0) + int(count)
+    return [
+        queue_status_from_counts(queue, tally.get("queued", 0), tally.get("running", 0),
+                                 [tally.get(name, 0) for name in OUTCOMES])
+        for queue, tally in sorted(tallies.items())
+    ]

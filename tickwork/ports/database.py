@@ -1,0 +1,47 @@
+"""The owner port: the only thing a synchronous SQLite store has to provide.
+
+An owner executes statements and runs a function atomically. It makes no
+lifecycle decisions; those live in ``tickwork.lifecycle`` and the runtime.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeAlias, TypeVar
+
+#: Values tickwork binds: TEXT, INTEGER (within +-(2**53 - 1)), REAL, BLOB, NULL.
+SqlValue: TypeAlias = str | int | float | bytes | None
+#: A result row, columns in the order the statement selected them. Integers may
+#: arrive as floats (JS numbers); NULL is always None.
+Row: TypeAlias = tuple[Any, ...]
+
+T = TypeVar("T")
+
+
+class SyncDatabase(Protocol):
+    """A synchronous SQLite capability."""
+
+    def query(self, sql: str, params: Sequence[SqlValue] = ()) -> list[Row]:
+        """Run one statement and return all its rows (also for RETURNING)."""
+        ...
+
+    def execute(self, sql: str, params: Sequence[SqlValue] = ()) -> None:
+        """Run one statement whose rows, if any, are not needed."""
+        ...
+
+    def mutate(self, sql: str, params: Sequence[SqlValue] = ()) -> list[Row]:
+        """Run one write statement and return its rows (RETURNING).
+
+        Outside a transaction the statement commits on its own: a single
+        statement is atomic, so it needs no BEGIN/COMMIT around it. Inside
+        ``atomic`` (or a host transaction) it joins that transaction.
+        """
+        ...
+
+    def atomic(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` so that all its writes commit together or not at all.
+
+        Nests: inside a transaction the host (or an outer ``atomic``) opened,
+        it rolls back only ``fn``'s writes when ``fn`` raises, and re-raises.
+        """
+        ...

@@ -1,0 +1,150 @@
+"""The port every shared store (D1, PostgreSQL) implements.
+
+The shared runtime (``runtime.py``) makes every decision; a store only runs
+one statement (or one native batch) per method and decodes the rows. Each
+method that takes ``now`` uses it instead of database time when it is not
+None (deterministic tests); None means "ask the database clock".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, TypeAlias
+
+from tickwork.lifecycle import Settlement
+from tickwork.model.jobs import JobRecord, ValidJob
+from tickwork.stores.owner_local import decode_job
+
+RenewAnswer: TypeAlias = Literal["held", "cancelled", "lost"]
+"""``held``: the lease was extended; ``cancelled``: extended, and a cancellation
+is recorded; ``lost``: the claim expired or was replaced, nothing was written."""
+
+CancelWrite: TypeAlias = Literal["any", "only_if_queued"]
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimView:
+    """A job as seen by one of its claims."""
+
+    job: JobRecord
+    token: str | None
+    lease_live: bool  # state is running and its lease has not expired (database time)
+
+    @classmethod
+    def from_row(cls, row: tuple[Any, ...]) -> ClaimView:
+        """From a SELECT_CLAIM row (both dialects): job columns, token, lease_live."""
+        return cls(decode_job(row[:-2]), row[-2], bool(row[-1]))
+
+
+@dataclass(frozen=True, slots=True)
+class ExpiredClaim:
+    """A running claim whose lease has expired: its execution is presumed gone."""
+
+    job: JobRecord
+    token: str
+
+
+def probe_from_row(row: tuple[Any, ...]) -> tuple[ExpiredClaim | None, bool]:
+    """From a PROBE row (both dialects): the oldest expired claim's job columns
+    and token (NULLs when there is none), then whether a cancelled job waits."""
+    cancelled_waiting = bool(row[-1])
+    if row[0] is None:
+        return None, cancelled_waiting
+    return ExpiredClaim(decode_job(row[:-2]), row[-2]), cancelled_waiting
+
+
+class SharedStore(Protocol):
+    async def check_schema(self) -> None:
+        """Raise SchemaError naming the migration to apply when the tables are missing or old."""
+
+    async def insert(self, job: ValidJob, now: int | None) -> bool:
+        """Insert a queued job; False when the job_id exists (nothing written)."""
+
+    async def insert_many(self, jobs: list[ValidJob], now: int | None) -> list[bool] | None:
+        """Insert the new jobs of ``jobs``, in list order, all or nothing (one
+        transaction or one batch).
+
+        Per job: True when inserted, False for an identical replay (of a
+        stored job, or of an earlier job of the list with the same id).
+        Raises IngestConflict, with nothing written, for the first job whose
+        cargo differs (``tickwork.model.jobs.replay_flags`` decides). None, with
+        nothing written, when a concurrent change kept it from deciding
+        (the runtime calls again).
+        """
+
+    async def find(self, job_id: str) -> JobRecord | None: ...
+
+    async def find_cargo(self, job_id: str) -> ValidJob | None: ...
+
+    async def queue_head(self, queue: str) -> JobRecord | None: ...
+
+    async def has_pending_work(self) -> bool: ...
+
+    async def status_groups(self) -> Sequence[Sequence[Any]]:
+        """``(queue, state, outcome, count)`` of every group of jobs (one statement)."""
+
+    async def queue_counts(self, queue: str) -> Sequence[Any]:
+        """One queue's ``(queued, running, then settled per outcome in
+        tickwork.model.outcomes.OUTCOMES order)`` (one statement)."""
+
+    async def claim(
+        self, token: str, lease_ms: int, now: int | None, *, guarded: bool
+    ) -> JobRecord | None:
+        """Claim the best ready queue head under ``token`` with a fresh lease.
+
+        ``guarded``: claim only if no lease has expired and no cancelled job is
+        waiting, so the common tick is one round trip (the tick probes otherwise).
+        """
+
+    async def probe(self, now: int | None) -> tuple[ExpiredClaim | None, bool]:
+        """The oldest expired claim, and whether a cancelled job is still queued."""
+
+    async def claim_or_probe(
+        self, token: str, lease_ms: int, now: int | None
+    ) -> tuple[JobRecord | None, tuple[ExpiredClaim | None, bool]]:
+        """The tick's first step: the guarded claim, and the probe when it claimed
+        nothing (a store may run both in one round trip)."""
+
+    async def requeue_expired(self, sequence: int, token: str, now: int | None) -> bool:
+        """Put an expired claim back in its queue (fenced on token and expiry)."""
+
+    async def settle_expired(
+        self, sequence: int, token: str, settlement: Settlement, now: int | None
+    ) -> JobRecord | None:
+        """Settle an expired claim (fenced on token and expiry)."""
+
+    async def settle(
+        self, sequence: int, token: str, settlement: Settlement, now: int | None,
+        *, cancelled: bool,
+    ) -> bool:
+        """Settle a live claim. Fenced on token and an unexpired lease, and on
+        the cancellation being absent (``cancelled=False``) or recorded (True)."""
+
+    async def settle_and_claim(
+        self, sequence: int, token: str, settlement: Settlement, now: int | None,
+        *, next_token: str, lease_ms: int,
+    ) -> tuple[bool, JobRecord | None]:
+        """``settle(cancelled=False)`` and then the guarded claim under
+        ``next_token``, in one transaction or batch (a worker loop's step)."""
+
+    async def read_claim(self, sequence: int, now: int | None) -> ClaimView | None: ...
+
+    async def renew(
+        self, sequence: int, token: str, lease_ms: int, now: int | None
+    ) -> RenewAnswer: ...
+
+    async def settle_next_cancelled(self, now: int | None) -> JobRecord | None: ...
+
+    async def record_cancellation(
+        self, job_id: str, cancellation_id: str, mode: CancelWrite
+    ) -> bool:
+        """Write the job's first cancellation; False when it no longer applies."""
+
+    async def refuse_lane(
+        self, lane: str, reason: str, limit: int, now: int | None
+    ) -> tuple[list[JobRecord], bool]:
+        """Settle up to ``limit`` unsettled jobs of ``lane`` as failed, running
+        first; also says whether any remain."""
+
+    async def purge(self, queue: str) -> int: ...

@@ -1,0 +1,38 @@
+"""Running an executor: the one step both runtimes share between claim and settle.
+
+The executor's result (or its exception) becomes the settlement to record,
+by the rules of ``lifecycle``. If the tick itself is cancelled while the
+executor runs (host shutdown), the executor is told to stop through its
+signal, the interruption is recorded, and the caller re-raises it after
+settling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from tickwork import lifecycle
+from tickwork.model.jobs import JobRecord
+from tickwork.model.signals import AbortSignal
+
+SignalT = TypeVar("SignalT", bound=AbortSignal)
+
+
+async def run_executor(
+    execute: Callable[[JobRecord, SignalT], Any], job: JobRecord, signal: SignalT
+) -> tuple[lifecycle.Settlement, asyncio.CancelledError | None]:
+    """Run ``execute(job, signal)``; the settlement it earns, and the
+    interruption to re-raise once that settlement is written (or None)."""
+    try:
+        result: Any = execute(job, signal)
+        if inspect.isawaitable(result):
+            result = await result
+        return lifecycle.settlement_for_result(result), None
+    except asyncio.CancelledError as error:
+        signal._abort(lifecycle.ABORT_INTERRUPTED)
+        return lifecycle.settlement_for_exception(error), error
+    except Exception as error:
+        return lifecycle.settlement_for_exception(error), None

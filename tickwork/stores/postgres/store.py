@@ -1,0 +1,359 @@
+"""PostgresStore: the shared-store port over a psycopg 3 async connection pool.
+
+Each method is one statement in its own transaction (autocommit), except the
+exact claim (the claim lock, then CLAIM_ONE) and lane refusal (the refusal and
+the "more?" read). The tick's claims and settlements of every runtime on the
+pool go through one coalescer (``batching.py``): whatever is waiting when a
+commit starts travels in one call of tickwork_settle_then_claim.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from dataclasses import dataclass
+from typing import Any, cast
+
+from tickwork.lifecycle import Settlement
+from tickwork.model.jobs import JobRecord, ValidJob, replay_flags
+from tickwork.ports.shared_store import (
+    CancelWrite,
+    ClaimView,
+    ExpiredClaim,
+    RenewAnswer,
+    probe_from_row,
+)
+from tickwork.stores.owner_local import decode_job
+from tickwork.stores.postgres.batching import Coalescer
+from tickwork.stores.postgres.connection import autocommit_connection
+from tickwork.stores.schema_version import MIGRATIONS, check_schema_version
+from tickwork.stores.sql import postgres as sql
+
+LATEST_MIGRATION = "schema/postgres/" + MIGRATIONS[-1]
+
+#: Most claims and settlements one shared commit carries.
+MAX_BATCH = 128
+
+
+@dataclass(frozen=True, slots=True)
+class _ClaimRequest:
+    token: str
+    lease_ms: int
+    now: int | None
+    guarded: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _SettleRequest:
+    sequence: int
+    token: str
+    settlement: Settlement
+    now: int | None
+    then_claim: _ClaimRequest | None = None  # a worker loop's next claim
+
+
+_Answer = JobRecord | bool | None | tuple[bool, JobRecord | None]
+
+
+class PostgresStore:
+    """One per pool: every runtime on the pool shares its coalescers."""
+
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+        # Claims and settlements waiting at the same time share one
+        # transaction: settlements first (freeing their queues), then claims.
+        self._commits: Coalescer[_ClaimRequest | _SettleRequest, _Answer] = (
+            Coalescer(self._commit_many, max_batch=MAX_BATCH, max_in_flight=2))
+
+    def _connection(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        """A pooled connection in autocommit mode (see connection.py)."""
+        return autocommit_connection(self.pool)
+
+    async def _rows(self, statement: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        async with self._connection() as conn:
+            cursor = await conn.execute(statement, params, prepare=True)
+            return await cursor.fetchall() if cursor.description else []
+
+    async def _one_job(self, statement: str, params: dict[str, Any]) -> JobRecord | None:
+        rows = await self._rows(statement, params)
+        return decode_job(rows[0]) if rows else None
+
+    async def check_schema(self) -> None:
+        try:
+            rows = await self._rows(sql.SCHEMA_VERSION, {})
+        except Exception as error:
+            if getattr(error, "sqlstate", None) != "42P01":  # undefined_table
+                raise
+            rows = []
+        stored = int(rows[0][0]) if rows else 0
+        check_schema_version(stored, database="PostgreSQL", folder="schema/postgres",
+                             apply_with="psql -f, or your migration tool")
+
+    async def insert(self, job: ValidJob, now: int | None) -> bool:
+        return bool(await self._rows(sql.INSERT_JOB, job_params(job, now)))
+
+    async def insert_many(self, jobs: list[ValidJob], now: int | None) -> list[bool] | None:
+        params = {
+            "job_ids": [job.job_id for job in jobs],
+            "queues": [job.queue for job in jobs],
+            "lanes": [job.lane for job in jobs],
+            "priorities": [job.priority for job in jobs],
+            "payloads": [job.payload_json for job in jobs],
+            "max_recoveries": [job.max_recoveries for job in jobs],
+            "now": now,
+        }
+        # One transaction: insert the new ids, read the cargo of the others,
+        # decide; a conflict (IngestConflict raised in the block) rolls back
+        # every insert. Overlapping lists ingested concurrently in different
+        # orders can deadlock; PostgreSQL then fails one of them.
+        try:
+            async with self._connection() as conn, conn.transaction():
+                cursor = await conn.execute(sql.INSERT_JOBS, params, prepare=True)
+                inserted = {row[0] for row in await cursor.fetchall()}
+                skipped = [job.job_id for job in jobs if job.job_id not in inserted]
+                stored: dict[str, ValidJob] = {}
+                if skipped:
+                    cursor = await conn.execute(sql.SELECT_CARGO_MANY, {"job_ids": skipped})
+                    stored = {row[0]: ValidJob(*row) for row in await cursor.fetchall()}
+                flags = replay_flags(jobs, stored)
+                if {job.job_id for job, new in zip(jobs, flags, strict=True) if new} != inserted:
+                    # A skipped id vanished before step 2 read it (purged).
+                    raise _Undecided
+        except _Undecided:
+            return None
+        return flags
+
+    async def find(self, job_id: str) -> JobRecord | None:
+        return await self._one_job(sql.SELECT_JOB, {"job_id": job_id})
+
+    async def find_cargo(self, job_id: str) -> ValidJob | None:
+        rows = await self._rows(sql.SELECT_CARGO, {"job_id": job_id})
+        return ValidJob(*rows[0]) if rows else None
+
+    async def queue_head(self, queue: str) -> JobRecord | None:
+        return await self._one_job(sql.SELECT_QUEUE_HEAD, {"queue": queue})
+
+    async def has_pending_work(self) -> bool:
+        return bool((await self._rows(sql.HAS_PENDING_WORK, {}))[0][0])
+
+    async def status_groups(self) -> list[tuple[Any, ...]]:
+        return await self._rows(sql.STATUS, {})
+
+    async def queue_counts(self, queue: str) -> tuple[Any, ...]:
+        return (await self._rows(sql.QUEUE_STATUS, {"queue": queue}))[0]
+
+    # ------------------------------------------------------------ claims
+
+    async def claim(
+        self, token: str, lease_ms: int, now: int | None, *, guarded: bool
+    ) -> JobRecord | None:
+        request = _ClaimRequest(token, lease_ms, now, guarded)
+        if not guarded:
+            # The exact form, for ticks that probed first; rare.
+            params = {"token": token, "lease_ms": lease_ms, "now": now}
+            async with self._connection() as conn, conn.transaction():
+                await conn.execute(sql.CLAIM_LOCK)
+                cursor = await conn.execute(sql.CLAIM_ONE, params)
+                row = await cursor.fetchone()
+            return None if row is None else decode_job(row)
+        answer = await self._commits.submit(request)
+        assert answer is None or isinstance(answer, JobRecord)
+        return answer
+
+    async def _commit_many(
+        self, requests: list[_ClaimRequest | _SettleRequest]
+    ) -> list[_Answer]:
+        """Every waiting settlement and claim in one statement (one commit).
+
+        Settlements go first, so the queues they free can be claimed by the
+        claims of the same commit (including a worker loop's next claim).
+        Requests with different clocks or leases (tests only) need separate
+        calls; they then share one transaction.
+        """
+        settled: dict[int, bool] = {}
+        claimed: dict[int, JobRecord | None] = {}
+        settles = [(i, r) for i, r in enumerate(requests) if isinstance(r, _SettleRequest)]
+        claims = [(i, r) for i, r in enumerate(requests) if isinstance(r, _ClaimRequest)]
+        claims += [(i, r.then_claim) for i, r in settles if r.then_claim is not None]
+        calls = _calls(settles, claims)
+        async with self._connection() as conn, contextlib.AsyncExitStack() as stack:
+            if len(calls) > 1:
+                await stack.enter_async_context(conn.transaction())
+            for settle_group, claim_group in calls:
+                await self._settle_then_claim(conn, settle_group, claim_group,
+                                              settled, claimed)
+        answers: list[_Answer] = []
+        for index, request in enumerate(requests):
+            if isinstance(request, _ClaimRequest):
+                answers.append(claimed[index])
+            elif request.then_claim is None:
+                answers.append(settled[index])
+            else:
+                answers.append((settled[index], claimed[index]))
+        return answers
+
+    async def _settle_then_claim(
+        self,
+        conn: Any,
+        settles: list[tuple[int, _SettleRequest]],
+        claims: list[tuple[int, _ClaimRequest]],
+        settled: dict[int, bool],
+        claimed: dict[int, JobRecord | None],
+    ) -> None:
+        ordered = sorted(settles, key=lambda item: item[1].sequence)
+        first_claim = claims[0][1] if claims else None
+        now = (first_claim.now if first_claim is not None
+               else ordered[0][1].now)
+        params = {
+            "sequences": [r.sequence for _, r in ordered],
+            "settle_tokens": [r.token for _, r in ordered],
+            "outcomes": [r.settlement.outcome for _, r in ordered],
+            "reasons": [r.settlement.failure_reason for _, r in ordered],
+            "claim_tokens": [r.token for _, r in claims],
+            "lease_ms": first_claim.lease_ms if first_claim is not None else 0,
+            "scan": 4 * len(claims) + 32,
+            "now": now,
+        }
+        cursor = await conn.execute(sql.SETTLE_THEN_CLAIM, params, prepare=True)
+        rows = await cursor.fetchall()
+        # A job has one current claim, so only its token's request can match;
+        # a stale claim of the same job in the same batch learns it did not.
+        written = {(row[9], row[16]) for row in rows if row[16] is not None}
+        for index, request in settles:
+            settled[index] = (request.sequence, request.token) in written
+        found: dict[int, JobRecord] = {
+            row[15]: decode_job(row[:15]) for row in rows if row[15] is not None}
+        for position, (index, _) in enumerate(claims, start=1):
+            claimed[index] = found.get(position)
+
+    async def probe(self, now: int | None) -> tuple[ExpiredClaim | None, bool]:
+        return probe_from_row((await self._rows(sql.PROBE, {"now": now}))[0])
+
+    async def claim_or_probe(
+        self, token: str, lease_ms: int, now: int | None
+    ) -> tuple[JobRecord | None, tuple[ExpiredClaim | None, bool]]:
+        job = await self.claim(token, lease_ms, now, guarded=True)
+        if job is not None:
+            return job, (None, False)
+        return None, await self.probe(now)
+
+    async def requeue_expired(self, sequence: int, token: str, now: int | None) -> bool:
+        params = {"sequence": sequence, "token": token, "now": now}
+        return bool(await self._rows(sql.REQUEUE_EXPIRED, params))
+
+    async def settle_expired(
+        self, sequence: int, token: str, settlement: Settlement, now: int | None
+    ) -> JobRecord | None:
+        params = {"sequence": sequence, "token": token, "now": now,
+                  "outcome": settlement.outcome, "reason": settlement.failure_reason}
+        return await self._one_job(sql.SETTLE_EXPIRED, params)
+
+    # ------------------------------------------------------- settlements
+
+    async def settle(
+        self, sequence: int, token: str, settlement: Settlement, now: int | None,
+        *, cancelled: bool,
+    ) -> bool:
+        if cancelled:
+            params = {"sequence": sequence, "token": token, "now": now,
+                      "outcome": settlement.outcome, "reason": settlement.failure_reason}
+            return bool(await self._rows(sql.SETTLE_CANCELLED, params))
+        answer = await self._commits.submit(_SettleRequest(sequence, token, settlement, now))
+        return bool(answer)
+
+    async def settle_and_claim(
+        self, sequence: int, token: str, settlement: Settlement, now: int | None,
+        *, next_token: str, lease_ms: int,
+    ) -> tuple[bool, JobRecord | None]:
+        then = _ClaimRequest(next_token, lease_ms, now, guarded=True)
+        answer = await self._commits.submit(
+            _SettleRequest(sequence, token, settlement, now, then_claim=then))
+        return cast("tuple[bool, JobRecord | None]", answer)
+
+    async def read_claim(self, sequence: int, now: int | None) -> ClaimView | None:
+        rows = await self._rows(sql.SELECT_CLAIM, {"sequence": sequence, "now": now})
+        if not rows:
+            return None
+        return ClaimView.from_row(rows[0])
+
+    async def renew(
+        self, sequence: int, token: str, lease_ms: int, now: int | None
+    ) -> RenewAnswer:
+        params = {"sequence": sequence, "token": token, "lease_ms": lease_ms, "now": now}
+        rows = await self._rows(sql.RENEW, params)
+        if not rows:
+            return "lost"
+        return "cancelled" if rows[0][0] else "held"
+
+    async def settle_next_cancelled(self, now: int | None) -> JobRecord | None:
+        return await self._one_job(sql.SETTLE_NEXT_CANCELLED, {"now": now})
+
+    async def record_cancellation(
+        self, job_id: str, cancellation_id: str, mode: CancelWrite
+    ) -> bool:
+        statement = (sql.RECORD_CANCELLATION_IF_QUEUED if mode == "only_if_queued"
+                     else sql.RECORD_CANCELLATION)
+        params = {"job_id": job_id, "cancellation_id": cancellation_id}
+        return bool(await self._rows(statement, params))
+
+    async def refuse_lane(
+        self, lane: str, reason: str, limit: int, now: int | None
+    ) -> tuple[list[JobRecord], bool]:
+        params = {"lane": lane, "reason": reason, "limit": limit, "now": now}
+        async with self._connection() as conn, conn.transaction():
+            cursor = await conn.execute(sql.REFUSE_LANE, params)
+            refused = [decode_job(row) for row in await cursor.fetchall()]
+            cursor = await conn.execute(sql.LANE_HAS_PENDING, {"lane": lane})
+            row = await cursor.fetchone()
+        assert row is not None
+        return refused, bool(row[0])
+
+    async def purge(self, queue: str) -> int:
+        async with self._connection() as conn:
+            cursor = await conn.execute(sql.PURGE_QUEUE, {"queue": queue})
+            return int(cursor.rowcount)
+
+
+class _Undecided(Exception):
+    """Rolls back an ingest_many transaction that could not decide."""
+
+
+def _calls(
+    settles: list[tuple[int, _SettleRequest]], claims: list[tuple[int, _ClaimRequest]]
+) -> list[tuple[list[tuple[int, _SettleRequest]], list[tuple[int, _ClaimRequest]]]]:
+    """Group requests into function calls that each have one clock and one lease.
+
+    In production every request uses database time and the runtime's lease,
+    so this is one call. Tests that mix clocks get one call per clock (the
+    settlements first), run in one transaction.
+    """
+    clocks = {request.now for _, request in settles} | {request.now for _, request in claims}
+    leases = {request.lease_ms for _, request in claims}
+    if len(clocks) <= 1 and len(leases) <= 1:
+        return [(settles, claims)]
+    calls: list[tuple[list[tuple[int, _SettleRequest]], list[tuple[int, _ClaimRequest]]]] = []
+    for now in dict.fromkeys(request.now for _, request in settles):
+        calls.append(([item for item in settles if item[1].now == now], []))
+    for key in dict.fromkeys((request.lease_ms, request.now) for _, request in claims):
+        calls.append(([], [item for item in claims if (item[1].lease_ms, item[1].now) == key]))
+    return calls
+
+def job_params(job: ValidJob, now: int | None) -> dict[str, Any]:
+    return {"job_id": job.job_id, "queue": job.queue, "lane": job.lane,
+            "priority": job.priority, "payload_json": job.payload_json,
+            "max_recoveries": job.max_recoveries, "now": now}
+
+
+_STORES: weakref.WeakKeyDictionary[Any, PostgresStore] = weakref.WeakKeyDictionary()
+
+
+def store_for(pool: Any) -> PostgresStore:
+    """The store (and its coalescers) shared by every runtime on ``pool``."""
+    try:
+        store = _STORES.get(pool)
+    except TypeError:  # not weak-referenceable: no sharing across runtimes
+        return PostgresStore(pool)
+    if store is None:
+        store = PostgresStore(pool)
+        _STORES[pool] = store
+    return store

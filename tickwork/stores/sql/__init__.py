@@ -1,0 +1,1 @@
+"""Every SQL statement the job stores run: one source per dialect family."""

@@ -1,0 +1,284 @@
+"""Every SQL statement the PostgreSQL runtime runs (psycopg ``%(name)s`` parameters).
+
+One statement per transition. The hot path, settlements and claims of many
+ticks at once, is SETTLE_THEN_CLAIM: a call of the schema's
+tickwork_settle_then_claim function (its SQL and comments live in
+schema/postgres/0001_tickwork_jobs.sql), which is how concurrent ticks share
+one commit (see ``batching.py``). ``{NOW}`` is database time in epoch
+milliseconds, evaluated once per statement (an InitPlan), unless the test
+clock override ``%(now)s`` is given.
+"""
+
+from __future__ import annotations
+
+NOW = "(SELECT coalesce(%(now)s::bigint, tickwork_now_ms()))"
+
+JOB_COLUMNS = (
+    "job_id, queue, lane, priority, payload_json, max_recoveries, state, outcome, "
+    "failure_reason, sequence, recoveries, enqueued_at, started_at, settled_at, cancellation_id"
+)
+
+
+def _qualified(alias: str) -> str:
+    return ", ".join(f"{alias}.{name.strip()}" for name in JOB_COLUMNS.split(","))
+
+
+SCHEMA_VERSION = "SELECT value FROM tickwork_meta WHERE key = 'schema_version'"
+
+# Ingest: a new job_id inserts one queued row; an existing one writes nothing
+# and returns no row (the runtime then compares cargo).
+INSERT_JOB = f"""
+INSERT INTO tickwork_jobs
+    (job_id, queue, lane, priority, payload_json, max_recoveries, state, enqueued_at)
+VALUES (%(job_id)s, %(queue)s, %(lane)s, %(priority)s, %(payload_json)s,
+        %(max_recoveries)s, 'queued', {NOW})
+ON CONFLICT (job_id) DO NOTHING
+RETURNING sequence
+"""
+
+# enqueue(conn, job) in the caller's transaction: an identical replay matches
+# the upsert's WHERE nothing and writes nothing; other cargo becomes an UPDATE
+# of the cargo columns, which tickwork_jobs_cargo_is_immutable refuses,
+# failing the caller's transaction.
+ENQUEUE = f"""
+INSERT INTO tickwork_jobs AS stored
+    (job_id, queue, lane, priority, payload_json, max_recoveries, state, enqueued_at)
+VALUES (%(job_id)s, %(queue)s, %(lane)s, %(priority)s, %(payload_json)s,
+        %(max_recoveries)s, 'queued', {NOW})
+ON CONFLICT (job_id) DO UPDATE SET
+    queue = excluded.queue, lane = excluded.lane, priority = excluded.priority,
+    payload_json = excluded.payload_json, max_recoveries = excluded.max_recoveries
+WHERE (stored.queue, stored.lane, stored.priority, stored.payload_json, stored.max_recoveries)
+      IS DISTINCT FROM
+      (excluded.queue, excluded.lane, excluded.priority, excluded.payload_json,
+       excluded.max_recoveries)
+"""
+
+# ingest_many, step 1 of one transaction: insert the jobs whose job_id is new,
+# in list order (their sequences follow it), skipping every id that exists,
+# including one inserted by an earlier row of the same list. Returns the
+# inserted ids. A concurrent transaction inserting the same id makes this
+# wait for its outcome (the unique index), so step 2 then sees its row.
+INSERT_JOBS = f"""
+INSERT INTO tickwork_jobs
+    (job_id, queue, lane, priority, payload_json, max_recoveries, state, enqueued_at)
+SELECT job_id, queue, lane, priority, payload_json, max_recoveries, 'queued', {NOW}
+FROM unnest(%(job_ids)s::text[], %(queues)s::text[], %(lanes)s::text[],
+            %(priorities)s::bigint[], %(payloads)s::text[], %(max_recoveries)s::bigint[])
+     WITH ORDINALITY AS job(job_id, queue, lane, priority, payload_json, max_recoveries, ord)
+ORDER BY ord
+ON CONFLICT (job_id) DO NOTHING
+RETURNING job_id
+"""
+
+# ingest_many, step 2: the stored cargo of the ids step 1 skipped (a fresh
+# snapshot, so a row a concurrent transaction committed meanwhile is seen),
+# which the runtime compares before the transaction commits.
+SELECT_CARGO_MANY = """
+SELECT job_id, queue, lane, priority, payload_json, max_recoveries
+FROM tickwork_jobs WHERE job_id = ANY(%(job_ids)s::text[])
+"""
+
+SELECT_JOB = f"SELECT {JOB_COLUMNS} FROM tickwork_jobs WHERE job_id = %(job_id)s"
+
+SELECT_CARGO = """
+SELECT job_id, queue, lane, priority, payload_json, max_recoveries
+FROM tickwork_jobs WHERE job_id = %(job_id)s
+"""
+
+SELECT_QUEUE_HEAD = f"""
+(SELECT {JOB_COLUMNS} FROM tickwork_jobs WHERE queue = %(queue)s AND state = 'running' LIMIT 1)
+UNION ALL
+(SELECT {JOB_COLUMNS} FROM tickwork_jobs WHERE queue = %(queue)s AND state = 'queued'
+ ORDER BY priority DESC, sequence LIMIT 1)
+LIMIT 1
+"""
+
+# Status of every queue: job counts by (queue, state, outcome). It reads
+# every row of the table (no index holds every job's queue and outcome), the
+# whole settled history included; its cost grows with every job ever kept.
+STATUS = """
+SELECT queue, state, outcome, count(*) FROM tickwork_jobs
+GROUP BY queue, state, outcome
+"""
+
+# Status of one queue, one row, from indexes only: queued and running counts
+# from partial indexes of waiting jobs (queue_waiting) and of running jobs
+# (the planner may take running or lease, both small); then its settled jobs
+# per outcome from queue_settled (schema/postgres/0003_settled_by_queue.sql):
+# an index-only scan of the queue's own entries once VACUUM has set the
+# visibility map, an index or bitmap scan of them before. Columns: queued,
+# running, then one count per outcome in tickwork.model.outcomes.OUTCOMES order.
+QUEUE_STATUS = """
+SELECT
+    (SELECT count(*) FROM tickwork_jobs WHERE queue = %(queue)s AND state = 'queued'),
+    (SELECT count(*) FROM tickwork_jobs WHERE queue = %(queue)s AND state = 'running'),
+    count(*) FILTER (WHERE outcome = 'completed'),
+    count(*) FILTER (WHERE outcome = 'failed'),
+    count(*) FILTER (WHERE outcome = 'cancelled'),
+    count(*) FILTER (WHERE outcome = 'outcome_unknown'),
+    count(*) FILTER (WHERE outcome = 'interrupted')
+FROM tickwork_jobs
+WHERE queue = %(queue)s AND state = 'settled'
+"""
+
+HAS_PENDING_WORK = """
+SELECT EXISTS (SELECT 1 FROM tickwork_jobs WHERE state = 'queued')
+    OR EXISTS (SELECT 1 FROM tickwork_jobs WHERE state = 'running')
+"""
+
+# The lock every claim takes first (transaction-scoped): a claim statement
+# issued after it is granted sees every claim committed before it, so two
+# claims can never both find one queue free. Settlements, renewals and
+# recovery do not take it; each is fenced on its own row.
+CLAIM_LOCK = "SELECT pg_advisory_xact_lock(7361626972690001)"
+
+# Group commit: settlements, then claims, in one statement and one commit.
+# The function is part of the schema (schema/postgres/0001_tickwork_jobs.sql,
+# where each step is commented): a VOLATILE function takes a fresh snapshot
+# for its claim query after the claim lock is granted, which a single
+# client statement could not. Rows: settled pairs (settled_token set) and
+# claimed jobs (claim_index set).
+SETTLE_THEN_CLAIM = f"""
+SELECT {JOB_COLUMNS}, claim_index, settled_token
+FROM tickwork_settle_then_claim(
+    %(sequences)s::bigint[], %(settle_tokens)s::text[], %(outcomes)s::text[],
+    %(reasons)s::text[], %(claim_tokens)s::text[], %(lease_ms)s::bigint, %(scan)s::integer,
+    %(now)s::bigint)
+"""
+
+# The exact claim of one job, for a tick that probed first: walks the runnable
+# index in global order and stops at the first job whose queue has no running
+# job, which is that queue's head. Runs after CLAIM_LOCK in one transaction,
+# and waits (FOR UPDATE) rather than skip a head.
+CLAIM_ONE = f"""
+WITH picked AS (
+    SELECT candidate.sequence FROM tickwork_jobs AS candidate
+    WHERE candidate.state = 'queued' AND candidate.cancellation_id IS NULL
+      AND NOT EXISTS (SELECT 1 FROM tickwork_jobs AS busy
+                      WHERE busy.queue = candidate.queue AND busy.state = 'running')
+    ORDER BY candidate.priority DESC, candidate.sequence
+    LIMIT 1
+    FOR UPDATE)
+UPDATE tickwork_jobs AS job
+SET state = 'running', claim_token = %(token)s,
+    started_at = {NOW}, lease_expires_at = {NOW} + %(lease_ms)s::bigint
+FROM picked
+WHERE job.sequence = picked.sequence AND job.state = 'queued' AND job.cancellation_id IS NULL
+RETURNING {_qualified("job")}
+"""
+
+# The oldest expired claim (with its token), and whether a cancelled job is
+# still queued, in one read from small partial indexes.
+PROBE = f"""
+SELECT {_qualified("expired")}, expired.claim_token,
+       EXISTS (SELECT 1 FROM tickwork_jobs
+               WHERE state = 'queued' AND cancellation_id IS NOT NULL)
+FROM (SELECT 1) AS one LEFT JOIN LATERAL (
+    SELECT * FROM tickwork_jobs
+    WHERE state = 'running' AND lease_expires_at <= {NOW}
+    ORDER BY lease_expires_at, sequence LIMIT 1) AS expired ON true
+"""
+
+# Recovery of an expired claim, fenced on the token and on the lease still
+# being expired (a claim renewed, settled or recovered meanwhile matches nothing).
+# Both clear the token: the stale execution's late settlement then finds a
+# job that is no longer under its claim and reports claim_replaced, instead
+# of taking the recovery's settlement (or a later refusal) for its own.
+REQUEUE_EXPIRED = f"""
+UPDATE tickwork_jobs
+SET state = 'queued', started_at = NULL, lease_expires_at = NULL, claim_token = NULL,
+    recoveries = recoveries + 1
+WHERE sequence = %(sequence)s AND state = 'running' AND claim_token = %(token)s
+  AND lease_expires_at <= {NOW}
+RETURNING sequence
+"""
+
+SETTLE_EXPIRED = f"""
+UPDATE tickwork_jobs
+SET state = 'settled', outcome = %(outcome)s, failure_reason = %(reason)s, settled_at = {NOW},
+    claim_token = NULL
+WHERE sequence = %(sequence)s AND state = 'running' AND claim_token = %(token)s
+  AND lease_expires_at <= {NOW}
+RETURNING {JOB_COLUMNS}
+"""
+
+# The careful path's second settlement: the claim is live and a cancellation
+# is recorded, so the runtime settles by the cancellation rule
+# (lifecycle.settlement_under_cancellation), fenced on the token, the lease
+# and the cancellation still being there.
+SETTLE_CANCELLED = f"""
+UPDATE tickwork_jobs
+SET state = 'settled', outcome = %(outcome)s, failure_reason = %(reason)s, settled_at = {NOW}
+WHERE sequence = %(sequence)s AND state = 'running' AND claim_token = %(token)s
+  AND lease_expires_at > {NOW} AND cancellation_id IS NOT NULL
+RETURNING sequence
+"""
+
+SELECT_CLAIM = f"""
+SELECT {JOB_COLUMNS}, claim_token,
+       coalesce(state = 'running' AND lease_expires_at > {NOW}, false)
+FROM tickwork_jobs WHERE sequence = %(sequence)s
+"""
+
+# Renewal extends a live lease only: after expiry it matches nothing, so an
+# in-flight renewal can never resurrect a claim; greatest() keeps a short
+# heartbeat from shortening a longer lease. Reports a recorded cancellation.
+RENEW = f"""
+UPDATE tickwork_jobs
+SET lease_expires_at = greatest(lease_expires_at, {NOW} + %(lease_ms)s::bigint)
+WHERE sequence = %(sequence)s AND state = 'running' AND claim_token = %(token)s
+  AND lease_expires_at > {NOW}
+RETURNING cancellation_id IS NOT NULL
+"""
+
+SETTLE_NEXT_CANCELLED = f"""
+UPDATE tickwork_jobs
+SET state = 'settled', outcome = 'cancelled', failure_reason = NULL, settled_at = {NOW}
+WHERE sequence = (
+    SELECT sequence FROM tickwork_jobs
+    WHERE state = 'queued' AND cancellation_id IS NOT NULL
+    ORDER BY sequence LIMIT 1
+    FOR UPDATE SKIP LOCKED)
+RETURNING {JOB_COLUMNS}
+"""
+
+_RECORD_CANCELLATION = """
+UPDATE tickwork_jobs SET cancellation_id = %(cancellation_id)s
+WHERE job_id = %(job_id)s AND cancellation_id IS NULL AND {states}
+RETURNING sequence
+"""
+RECORD_CANCELLATION = _RECORD_CANCELLATION.format(states="state <> 'settled'")
+RECORD_CANCELLATION_IF_QUEUED = _RECORD_CANCELLATION.format(states="state = 'queued'")
+
+# Lane refusal: up to %(limit)s of the lane's unsettled jobs, running first,
+# then oldest waiting, locked in sequence order, settled as failed.
+REFUSE_LANE = f"""
+WITH chosen AS (
+    (SELECT sequence FROM tickwork_jobs
+     WHERE state = 'running' AND lane = %(lane)s ORDER BY sequence LIMIT %(limit)s)
+    UNION ALL
+    (SELECT sequence FROM tickwork_jobs
+     WHERE lane = %(lane)s AND state = 'queued' ORDER BY sequence LIMIT %(limit)s)
+    LIMIT %(limit)s),
+locked AS (
+    SELECT sequence FROM tickwork_jobs
+    WHERE sequence IN (SELECT sequence FROM chosen) AND state <> 'settled'
+    ORDER BY sequence
+    FOR UPDATE)
+UPDATE tickwork_jobs AS job
+SET state = 'settled', outcome = 'failed', failure_reason = %(reason)s, settled_at = {NOW}
+FROM locked
+WHERE job.sequence = locked.sequence AND job.state <> 'settled'
+RETURNING {_qualified("job")}
+"""
+
+LANE_HAS_PENDING = """
+SELECT EXISTS (SELECT 1 FROM tickwork_jobs
+               WHERE lane = %(lane)s AND state IN ('queued', 'running'))
+"""
+
+PURGE_QUEUE = "DELETE FROM tickwork_jobs WHERE queue = %(queue)s AND state = 'queued'"
+
+# Erasure for a trusted producer SELECT naming queues: every job in them goes.
+PURGE_QUEUES = "DELETE FROM tickwork_jobs WHERE queue IN ({select})"
