@@ -56,7 +56,7 @@ from tickwork import JobRecord, OwnerRuntime, TickResult
 from tickwork._pyodide import js_number
 from tickwork.api import JobOwnerRpc, OwnerJobs
 from tickwork.api.service import JobService
-from tickwork.runtimes.owner_local import Executor, wall_clock_ms
+from tickwork.ports.host import Executor, wall_clock_ms
 from tickwork.stores import DurableObjectDatabase
 
 from .alarm_wake import AlarmWake, alarm_retry_count

@@ -1,4 +1,17 @@
-"""tickwork: a durable job engine for Cloudflare Workers Python and any SQLite owner."""
+"""tickwork: a durable job engine for Cloudflare Workers Python and any SQLite database.
+
+Everything a program using tickwork needs is importable from here:
+
+* the model: ``Job``, ``Recovery``, ``JobRecord``, the outcomes an executor
+  returns, the results operations report, ``AbortSignal``, the errors;
+* the runtimes: ``OwnerRuntime`` (one owner's SQLite database: Python's
+  sqlite3 through ``Sqlite3Database``, a Durable Object's storage through
+  ``DurableObjectDatabase``), and the shared ``D1Runtime`` and
+  ``PostgresRuntime``, with their helpers for a producer's own batch or
+  transaction.
+
+See docs/reference/python-api.md.
+"""
 
 from tickwork.leases import (
     DEFAULT_LEASE_MS,
@@ -29,8 +42,17 @@ from tickwork.model.outcomes import (
     QueueTransition,
     TickResult,
 )
-from tickwork.model.signals import AbortSignal
-from tickwork.runtimes.owner_local import ConcurrentOwnerRuntime, OwnerRuntime
+from tickwork.model.signals import AbortSignal, LeasedSignal
+from tickwork.runtimes.d1 import D1Runtime, purge_d1_queues
+from tickwork.runtimes.owner_local import (
+    ConcurrentOwnerRuntime,
+    OwnerRuntime,
+    TransactionalJobs,
+)
+from tickwork.runtimes.postgres import PostgresRuntime, purge_postgres_queues
+from tickwork.runtimes.shared import SharedRuntime
+from tickwork.stores.durable_object_database import DurableObjectDatabase
+from tickwork.stores.sqlite3_database import Sqlite3Database
 
 __all__ = [
     "DEFAULT_LEASE_MS",
@@ -40,7 +62,9 @@ __all__ = [
     "Cancelled",
     "Completed",
     "ConcurrentOwnerRuntime",
+    "D1Runtime",
     "DatabaseUnusable",
+    "DurableObjectDatabase",
     "ExecutionResult",
     "FailLaneResult",
     "Failed",
@@ -51,14 +75,21 @@ __all__ = [
     "Job",
     "JobRecord",
     "LeaseKeeper",
+    "LeasedSignal",
     "OutcomeUnknown",
     "OwnerRuntime",
+    "PostgresRuntime",
     "QueueStatus",
     "QueueTransition",
     "Recovery",
     "SchemaError",
+    "SharedRuntime",
+    "Sqlite3Database",
     "StaleLease",
     "StaleReason",
     "TickResult",
     "TickworkError",
+    "TransactionalJobs",
+    "purge_d1_queues",
+    "purge_postgres_queues",
 ]

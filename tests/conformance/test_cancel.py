@@ -194,7 +194,7 @@ async def test_transactional_cancellation_racing_the_executors_return(harness: H
     harness.executor.release("a", Failed("boom"))
 
     def cancel() -> str:
-        return runtime.transactional.record_cancellation_intent("a", "c1").status
+        return runtime.transactional.cancel("a", "c1").status
 
     assert harness.host_transaction(cancel) == "recorded"
     assert await tick == TickResult("settled", job_id="a", outcome="cancelled")

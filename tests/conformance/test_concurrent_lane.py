@@ -350,7 +350,7 @@ async def test_transactional_cancellation_reaches_the_concurrent_slot(harness: H
     concurrent_tick = await begin(harness, runtime.tick_concurrent, "c")
 
     def cancel() -> str:
-        return runtime.transactional.record_cancellation_intent("c", "stop").status
+        return runtime.transactional.cancel("c", "stop").status
 
     assert harness.host_transaction(cancel) == "recorded"
     assert await concurrent_tick == TickResult("settled", job_id="c", outcome="cancelled")
@@ -365,7 +365,7 @@ async def test_refusing_the_concurrent_lane_stops_only_its_slot(harness: Harness
     concurrent_tick = await begin(harness, runtime.tick_concurrent, "c")
     result = runtime.fail_lane(FAST, "lane_closed")
     assert (result.settled, result.more) == (2, False)
-    assert harness.executor.signals["c"].reason == "lane_refused"
+    assert harness.executor.signals["c"].reason == "lane_failed"
     assert not harness.executor.signals["s"].aborted
     assert await concurrent_tick == TickResult("settled", job_id="c", outcome="failed",
                                                failure_reason="lane_closed")

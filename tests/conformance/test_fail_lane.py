@@ -31,7 +31,7 @@ async def test_refuses_queued_and_running_jobs_of_the_lane_only(harness: Harness
     assert other is not None and other.state == "queued"
     # The local executor was interrupted after the refusal committed; its
     # tick reports the committed failure.
-    assert harness.executor.signals["running"].reason == "lane_refused"
+    assert harness.executor.signals["running"].reason == "lane_failed"
     assert await tick == TickResult("settled", job_id="running", outcome="failed",
                                     failure_reason="tenant_suspended")
     record = runtime.read("running")

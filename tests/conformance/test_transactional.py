@@ -28,7 +28,7 @@ def test_domain_write_and_job_commit_together(harness: Harness) -> None:
 
     def accept() -> str:
         harness.host_execute("INSERT INTO orders (id) VALUES ('o1')")
-        return runtime.transactional.enqueue_accepted_job(job("ship-o1"))
+        return runtime.transactional.enqueue(job("ship-o1"))
 
     assert harness.host_transaction(accept) == "queued"
     assert orders(harness) == ["o1"]
@@ -41,7 +41,7 @@ def test_domain_write_and_job_roll_back_together(harness: Harness) -> None:
 
     def accept_then_fail() -> None:
         harness.host_execute("INSERT INTO orders (id) VALUES ('o1')")
-        runtime.transactional.enqueue_accepted_job(job("ship-o1"))
+        runtime.transactional.enqueue(job("ship-o1"))
         head = runtime.transactional.read_queue_head("q")
         assert head is not None and head.job_id == "ship-o1"  # visible inside
         raise HostRollback
@@ -59,7 +59,7 @@ def test_conflict_inside_host_transaction_propagates(harness: Harness) -> None:
 
     def accept() -> None:
         harness.host_execute("INSERT INTO orders (id) VALUES ('o1')")
-        runtime.transactional.enqueue_accepted_job(job("ship-o1", payload={"v": 2}))
+        runtime.transactional.enqueue(job("ship-o1", payload={"v": 2}))
 
     with pytest.raises(IngestConflict):
         harness.host_transaction(accept)
@@ -75,7 +75,7 @@ async def test_cancellation_intent_commits_with_the_host(harness: Harness) -> No
 
     def cancel_and_fail() -> None:
         harness.host_execute("INSERT INTO orders (id) VALUES ('o1')")
-        result = runtime.transactional.record_cancellation_intent("a", "c1")
+        result = runtime.transactional.cancel("a", "c1")
         assert result.status == "recorded"
         raise HostRollback
 
@@ -85,7 +85,7 @@ async def test_cancellation_intent_commits_with_the_host(harness: Harness) -> No
     assert record is not None and record.cancellation_id is None
 
     def cancel() -> str:
-        return runtime.transactional.record_cancellation_intent("a", "c1").status
+        return runtime.transactional.cancel("a", "c1").status
 
     assert harness.host_transaction(cancel) == "recorded"
     assert (await runtime.tick()).outcome == "cancelled"
@@ -100,7 +100,7 @@ async def test_transactional_cancel_of_a_running_job_aborts_after_commit(
     await asyncio.sleep(0.01)
 
     def cancel() -> str:
-        return runtime.transactional.record_cancellation_intent("a", "c1").status
+        return runtime.transactional.cancel("a", "c1").status
 
     assert harness.host_transaction(cancel) == "recorded"
     assert (await tick).outcome == "cancelled"
@@ -113,7 +113,7 @@ async def test_rolled_back_cancellation_does_not_abort(harness: Harness) -> None
     await asyncio.sleep(0.01)
 
     def cancel_and_fail() -> None:
-        runtime.transactional.record_cancellation_intent("a", "c1")
+        runtime.transactional.cancel("a", "c1")
         raise HostRollback
 
     with pytest.raises(HostRollback):

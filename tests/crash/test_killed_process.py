@@ -217,7 +217,7 @@ async def test_a_failing_read_after_a_committed_lane_refusal_changes_nothing_it_
     afterwards must not turn it into an error, nor keep the refused job's
     executor running."""
     from tickwork import FailLaneResult
-    from tickwork.runtimes.owner_local import FAIL_LANE_BATCH
+    from tickwork.lifecycle import FAIL_LANE_BATCH
     from tickwork.stores.sql import sqlite as local_sql
 
     owner = FailingReadOwner(sqlite3.connect(tmp_path / "jobs.sqlite3", isolation_level=None))

@@ -225,7 +225,7 @@ async def test_lane_refusal_aborts_a_running_job(host: Host) -> None:
     await host.executor.blocked.wait()
     reply = await host.stub().fail_lane("bad", "tenant_gone")
     assert reply["value"] == {"settled": 2, "more": False}
-    assert host.executor.signals["j"].reason == "lane_refused"
+    assert host.executor.signals["j"].reason == "lane_failed"
     await delivering
     assert {job_id: row[:3] for job_id, row in host.rows().items()} == {
         "j": ("settled", "failed", "tenant_gone"), "k": ("settled", "failed", "tenant_gone")}

@@ -82,7 +82,7 @@ async def test_an_already_aborted_signal_stops_before_the_first_step() -> None:
 
 
 @pytest.mark.parametrize(("reason", "expected"), [
-    ("cancelled", Cancelled()), ("lane_refused", Cancelled()), ("interrupted", Cancelled()),
+    ("cancelled", Cancelled()), ("lane_failed", Cancelled()), ("interrupted", Cancelled()),
     ("lease_expired", OutcomeUnknown()), ("lease_lost", OutcomeUnknown()),
     ("lease_renew_failed", OutcomeUnknown()),
 ])

@@ -429,7 +429,7 @@ class Model:
                 job.refused_claim = job.claim
             self.settle(job, Settlement("failed", reason))
         for job in refused:  # aborted once the refusal is durable
-            self.abort_local(worker, job.spec.job_id, "lane_refused")
+            self.abort_local(worker, job.spec.job_id, "lane_failed")
         return FailLaneResult(len(refused), more)
 
     def purge(self, queue: str) -> int:

@@ -8,8 +8,8 @@ import pytest
 
 from tests.shared.support import SharedHarness, WorkerDied, until
 from tests.support import ScriptedExecutor, job
-from tickwork import Completed, JobRecord, Recovery
-from tickwork.runtimes.shared import LEASE_EXPIRED, LeasedSignal
+from tickwork import Completed, JobRecord, LeasedSignal, Recovery
+from tickwork.lifecycle import LEASE_EXPIRED
 
 LEASE = 120_000
 

@@ -163,7 +163,7 @@ async def test_fail_lane_settles_running_and_waiting_work_in_batches(
     first = await runtime.fail_lane("doomed", "tenant_suspended")
     assert (first.settled, first.more) == (256, True)
     # The running job went first, and its local execution was aborted.
-    assert shared.executor.signals["first"].reason == "lane_refused"
+    assert shared.executor.signals["first"].reason == "lane_failed"
     result = await task
     assert (result.status, result.job_id, result.outcome, result.failure_reason) == (
         "settled", "first", "failed", "tenant_suspended")

@@ -48,7 +48,7 @@ def test_reason_codes() -> None:
     assert lifecycle.EXECUTION_INTERRUPTED == "execution_interrupted"
     assert lifecycle.INVALID_OUTCOME == "invalid_outcome"
     assert lifecycle.ABORT_CANCELLED == "cancelled"
-    assert lifecycle.ABORT_LANE_REFUSED == "lane_refused"
+    assert lifecycle.ABORT_LANE_FAILED == "lane_failed"
     assert lifecycle.ABORT_INTERRUPTED == "interrupted"
 
 

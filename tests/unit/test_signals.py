@@ -26,10 +26,10 @@ def test_abort_sets_aborted_and_reason() -> None:
 
 def test_the_first_reason_wins() -> None:
     signal = AbortSignal()
-    assert signal._abort("lane_refused") is True
+    assert signal._abort("lane_failed") is True
     assert signal._abort("cancelled") is False
     assert signal._abort("interrupted") is False
-    assert signal.reason == "lane_refused"
+    assert signal.reason == "lane_failed"
     assert signal.aborted is True
 
 
@@ -55,8 +55,8 @@ async def test_several_waiters_all_wake_with_the_same_reason() -> None:
     waiters = [asyncio.create_task(signal.wait()) for _ in range(3)]
     await asyncio.sleep(0)
     assert not any(waiter.done() for waiter in waiters)
-    signal._abort("lane_refused")
-    assert await asyncio.wait_for(asyncio.gather(*waiters), timeout=1) == ["lane_refused"] * 3
+    signal._abort("lane_failed")
+    assert await asyncio.wait_for(asyncio.gather(*waiters), timeout=1) == ["lane_failed"] * 3
 
 
 async def test_wait_can_be_raced_and_cancelled_without_aborting() -> None:
@@ -79,7 +79,7 @@ def test_on_abort_listener_is_called_once_with_the_reason() -> None:
     assert calls == []
     signal._abort("cancelled")
     assert calls == ["cancelled"]
-    signal._abort("lane_refused")
+    signal._abort("lane_failed")
     assert calls == ["cancelled"]
 
 
@@ -94,12 +94,12 @@ def test_listeners_run_in_registration_order() -> None:
 
 def test_on_abort_when_already_aborted_is_called_immediately() -> None:
     signal = AbortSignal()
-    signal._abort("lane_refused")
+    signal._abort("lane_failed")
     calls: list[str] = []
     signal.on_abort(calls.append)
-    assert calls == ["lane_refused"]
+    assert calls == ["lane_failed"]
     signal._abort("cancelled")
-    assert calls == ["lane_refused"]
+    assert calls == ["lane_failed"]
 
 
 def test_a_raising_listener_does_not_stop_the_others_or_the_abort() -> None:

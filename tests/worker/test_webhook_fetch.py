@@ -152,10 +152,10 @@ async def test_workers_fetch_post_forwards_the_abort_signal(workers_module: Any)
     posting = asyncio.create_task(
         workers_fetch_post("https://r.example/", b"{}", {}, 5.0, signal))
     await asyncio.wait_for(receiver.arrived.wait(), 5)
-    signal._abort("lane_refused")
-    with pytest.raises(HttpTimeout, match="lane_refused"):
+    signal._abort("lane_failed")
+    with pytest.raises(HttpTimeout, match="lane_failed"):
         await asyncio.wait_for(posting, 5)
-    assert FakeAbortController.created[0].signal.reason == "lane_refused"
+    assert FakeAbortController.created[0].signal.reason == "lane_failed"
 
 
 @pytest.mark.parametrize(("message", "kind"), [

@@ -1,21 +1,28 @@
-"""The job lifecycle, written once for every runtime.
+"""The job lifecycle, written once for every runtime (sans-I/O).
 
-* ``decisions``: what to do, as plain functions (outcomes, cancellation,
-  recovery); no I/O.
-* ``plans``: each operation (ingest, cancel, lane failure, purge, the tick,
-  recovery, the careful settlement) as one plan that asks for store
-  operations and receives their answers (sans-I/O); a runtime drives a plan,
-  synchronously inside an owner transaction or with ``await``.
+* ``rules``: what to do, as plain functions (outcomes, cancellation,
+  recovery);
+* ``operations``: each operation (ingest, cancel, fail_lane, purge, the reads,
+  the tick with its recovery and careful settlement) as one plan that yields
+  requests and is sent their answers;
+* ``requests``: what a plan may ask, and what each answer is;
+* ``drive``: the loops that run a plan, synchronously or with ``await``.
+
+No module here performs I/O: the runtimes (``tickwork.runtimes``) answer the
+requests from their stores.
 """
 
 from tickwork.lifecycle.rules import (
     ABORT_CANCELLED,
     ABORT_INTERRUPTED,
-    ABORT_LANE_REFUSED,
+    ABORT_LANE_FAILED,
+    CLAIM_REPLACED,
     EXECUTION_FAILED,
     EXECUTION_INTERRUPTED,
     EXECUTOR_COMPLETED,
+    FAIL_LANE_BATCH,
     INVALID_OUTCOME,
+    LEASE_EXPIRED,
     CancelDecision,
     RecoveryAction,
     Settlement,
@@ -30,11 +37,14 @@ from tickwork.lifecycle.rules import (
 __all__ = [
     "ABORT_CANCELLED",
     "ABORT_INTERRUPTED",
-    "ABORT_LANE_REFUSED",
+    "ABORT_LANE_FAILED",
+    "CLAIM_REPLACED",
     "EXECUTION_FAILED",
     "EXECUTION_INTERRUPTED",
     "EXECUTOR_COMPLETED",
+    "FAIL_LANE_BATCH",
     "INVALID_OUTCOME",
+    "LEASE_EXPIRED",
     "CancelDecision",
     "RecoveryAction",
     "Settlement",

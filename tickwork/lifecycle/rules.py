@@ -1,8 +1,8 @@
-"""The job lifecycle's decisions, as plain functions with no I/O.
+"""The lifecycle's rules, as plain functions with no I/O.
 
-queued -> running -> settled. Every runtime (owner-local SQLite, D1,
-PostgreSQL) asks these functions what to do and only executes the resulting
-statements, so the rules live in one place.
+queued -> running -> settled. The operations (``operations.py``) ask these
+functions what to do; no runtime decides anything itself, so the rules live
+in one place.
 """
 
 from __future__ import annotations
@@ -24,8 +24,17 @@ EXECUTOR_COMPLETED = "executor_completed"
 
 # Reasons an AbortSignal carries.
 ABORT_CANCELLED = "cancelled"
-ABORT_LANE_REFUSED = "lane_refused"
+ABORT_LANE_FAILED = "lane_failed"
 ABORT_INTERRUPTED = "interrupted"
+
+#: Why a tick wrote no settlement (TickResult.reason with status "idle"): the
+#: claim is no longer the job's (recovered, or the job was purged), or its
+#: lease expired before the settlement arrived.
+CLAIM_REPLACED = "claim_replaced"
+LEASE_EXPIRED = "lease_expired"
+
+#: fail_lane settles at most this many jobs per call (one transaction or batch).
+FAIL_LANE_BATCH = 256
 
 
 @dataclass(frozen=True, slots=True)

@@ -129,6 +129,12 @@ def check_reason(field: str, value: object) -> str:
     return check_text(field, value, MAX_REASON_LENGTH, InvalidArgument)
 
 
+#: Canonical JSON: sorted keys, no spaces. Made once: ``json.dumps`` with
+#: these options would build a new encoder on every call.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                              allow_nan=False)
+
+
 def canonical_json(payload: Any) -> str:
     """Serialise a payload canonically (sorted keys, no spaces) or raise InvalidJob.
 
@@ -136,9 +142,7 @@ def canonical_json(payload: Any) -> str:
     """
     _reject_non_json(payload)
     try:
-        text = json.dumps(
-            payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-        )
+        text = _CANONICAL.encode(payload)
     except (TypeError, ValueError) as error:  # pragma: no cover - _reject_non_json is stricter
         raise InvalidJob("payload", f"is not JSON-serialisable: {error}") from None
     if not text.isascii():

@@ -23,6 +23,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tickwork.leases import Heartbeat
 
 AbortListener = Callable[[str], object]
 
@@ -43,7 +47,7 @@ class AbortSignal:
 
     @property
     def reason(self) -> str | None:
-        """Why the signal was aborted (``cancelled``, ``lane_refused``, ...), or None."""
+        """Why the signal was aborted (``cancelled``, ``lane_failed``, ...), or None."""
         return self._reason
 
     async def wait(self) -> str:
@@ -80,3 +84,17 @@ class AbortSignal:
 
     def __repr__(self) -> str:
         return f"AbortSignal(aborted={self.aborted}, reason={self._reason!r})"
+
+
+class LeasedSignal(AbortSignal):
+    """The AbortSignal a shared runtime (D1, PostgreSQL) hands its executor.
+
+    ``signal.heartbeat`` extends the claim's lease (``await beat()`` or
+    ``pulse()``); the runtime also renews it every ``renew_every_ms`` by itself.
+    """
+
+    __slots__ = ("heartbeat",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.heartbeat: Heartbeat | None = None

@@ -1,6 +1,7 @@
 """The port every shared store (D1, PostgreSQL) implements.
 
-The shared runtime (``runtime.py``) makes every decision; a store only runs
+The lifecycle makes every decision and the shared runtime
+(``tickwork.runtimes.shared``) answers its requests; a store only runs
 one statement (or one native batch) per method and decodes the rows. Each
 method that takes ``now`` uses it instead of database time when it is not
 None (deterministic tests); None means "ask the database clock".
@@ -9,10 +10,10 @@ None (deterministic tests); None means "ask the database clock".
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeAlias
 
 from tickwork.lifecycle import Settlement
+from tickwork.lifecycle.requests import ClaimView, Suspect
 from tickwork.model.jobs import JobRecord, ValidJob
 from tickwork.stores.owner_local import decode_job
 
@@ -23,35 +24,18 @@ is recorded; ``lost``: the claim expired or was replaced, nothing was written.""
 CancelWrite: TypeAlias = Literal["any", "only_if_queued"]
 
 
-@dataclass(frozen=True, slots=True)
-class ClaimView:
-    """A job as seen by one of its claims."""
-
-    job: JobRecord
-    token: str | None
-    lease_live: bool  # state is running and its lease has not expired (database time)
-
-    @classmethod
-    def from_row(cls, row: tuple[Any, ...]) -> ClaimView:
-        """From a SELECT_CLAIM row (both dialects): job columns, token, lease_live."""
-        return cls(decode_job(row[:-2]), row[-2], bool(row[-1]))
+def claim_view_from_row(row: tuple[Any, ...]) -> ClaimView:
+    """From a SELECT_CLAIM row (both dialects): job columns, token, lease_live."""
+    return ClaimView(decode_job(row[:-2]), row[-2], bool(row[-1]))
 
 
-@dataclass(frozen=True, slots=True)
-class ExpiredClaim:
-    """A running claim whose lease has expired: its execution is presumed gone."""
-
-    job: JobRecord
-    token: str
-
-
-def probe_from_row(row: tuple[Any, ...]) -> tuple[ExpiredClaim | None, bool]:
+def probe_from_row(row: tuple[Any, ...]) -> tuple[Suspect | None, bool]:
     """From a PROBE row (both dialects): the oldest expired claim's job columns
     and token (NULLs when there is none), then whether a cancelled job waits."""
     cancelled_waiting = bool(row[-1])
     if row[0] is None:
         return None, cancelled_waiting
-    return ExpiredClaim(decode_job(row[:-2]), row[-2]), cancelled_waiting
+    return Suspect(decode_job(row[:-2]), row[-2], lease_expired=True), cancelled_waiting
 
 
 class SharedStore(Protocol):
@@ -97,12 +81,12 @@ class SharedStore(Protocol):
         waiting, so the common tick is one round trip (the tick probes otherwise).
         """
 
-    async def probe(self, now: int | None) -> tuple[ExpiredClaim | None, bool]:
+    async def probe(self, now: int | None) -> tuple[Suspect | None, bool]:
         """The oldest expired claim, and whether a cancelled job is still queued."""
 
     async def claim_or_probe(
         self, token: str, lease_ms: int, now: int | None
-    ) -> tuple[JobRecord | None, tuple[ExpiredClaim | None, bool]]:
+    ) -> tuple[JobRecord | None, tuple[Suspect | None, bool]]:
         """The tick's first step: the guarded claim, and the probe when it claimed
         nothing (a store may run both in one round trip)."""
 
@@ -141,7 +125,7 @@ class SharedStore(Protocol):
     ) -> bool:
         """Write the job's first cancellation; False when it no longer applies."""
 
-    async def refuse_lane(
+    async def fail_lane(
         self, lane: str, reason: str, limit: int, now: int | None
     ) -> tuple[list[JobRecord], bool]:
         """Settle up to ``limit`` unsettled jobs of ``lane`` as failed, running

@@ -1,6 +1,6 @@
 """tickwork on Cloudflare D1: a job table shared by every Worker invocation.
 
-    from tickwork.runtimes.d1 import D1Runtime, purge_d1_queues
+    from tickwork import D1Runtime, purge_d1_queues
 
 Apply ``schema/d1`` with ``wrangler d1 migrations apply`` first; opening a
 runtime never migrates. See the README ("Shared runtimes").
@@ -13,10 +13,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from tickwork.leases import DEFAULT_LEASE_MS, DEFAULT_RENEW_EVERY_MS, Clock
+from tickwork.lifecycle import operations
+from tickwork.lifecycle.requests import InsertMany
 from tickwork.model.errors import InvalidArgument
-from tickwork.model.jobs import Job, ValidJob, validate_job
+from tickwork.model.jobs import Job, validate_job
 from tickwork.model.outcomes import IngestStatus
-from tickwork.runtimes.shared import Now, SharedExecutor, SharedRuntime, Wake
+from tickwork.ports.host import SharedExecutor, Wake
+from tickwork.runtimes.shared import Now, SharedRuntime
 from tickwork.stores.d1.binding import MAX_BOUND_PARAMETERS, D1Binding
 from tickwork.stores.d1.store import LATEST_MIGRATION, D1Store
 from tickwork.stores.schema_version import SCHEMA_VERSION
@@ -66,11 +69,10 @@ class D1Runtime(SharedRuntime):
         leading = list(before)
         if not leading:
             return await super().ingest_many(jobs)
-
-        async def insert(valid: list[ValidJob], now: int | None) -> list[bool] | None:
-            return await self._d1_store.insert_many(valid, now, before=leading)
-
-        return await self._ingest_many(jobs, insert)
+        store, db_now = self._d1_store, self._db_now
+        answers = {**self._answers, InsertMany: lambda request: store.insert_many(
+            list(request.jobs), db_now(), before=leading)}
+        return await self._drive(operations.ingest_many(jobs), answers)
 
     def enqueue(self, job: Job) -> Any:
         """A prepared statement that enqueues ``job``, for the producer's own ``db.batch``.

@@ -1,11 +1,21 @@
-"""OwnerRuntime: the durable job engine over one synchronous SQLite owner.
+"""OwnerRuntime: the lifecycle over one owner's synchronous SQLite database.
 
-Every transition writes with one statement from ``statements.py`` (with a
-projector, that statement and the projector's writes share one owner
-transaction); the decisions come from ``tickwork.lifecycle``. The only state
-kept in memory is what cannot be durable, per tick slot: which claims the
-slot is executing right now (with their abort signals), its busy guard, and
-where its next recovery probe starts.
+Every operation is a plan of ``tickwork.lifecycle.operations``; this runtime
+answers its requests from the owner-local store (``tickwork.stores.owner_local``),
+synchronously. What is owner-local here, and nowhere else:
+
+* a mutation's requests run inside one transaction of the database when a
+  projector is set (so the projector's writes commit or roll back with the
+  change), and as single atomic statements otherwise; the wake and the
+  aborts it asks for happen once it has committed;
+* a claim carries no lease: a running claim nobody here executes is a
+  suspect, and the host's liveness probe decides whether it is dead (asked
+  round robin, so an alive or unanswerable claim cannot hide the others);
+* claim tokens are a random prefix per runtime plus a counter.
+
+The only state kept in memory is what cannot be durable, per tick slot: the
+claim it is executing (with its abort signal), its busy guard, and where its
+next liveness probe starts.
 
 A runtime has one tick slot. Opened with ``concurrent_lane``, it is a
 ``ConcurrentOwnerRuntime`` with two: ``tick()`` serves every lane but that
@@ -19,42 +29,75 @@ import asyncio
 import inspect
 import itertools
 import secrets
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, Self, TypeVar, overload
+from typing import Any, Self, TypeVar, overload
 
-from tickwork import lifecycle
-from tickwork.model.errors import IngestConflict, InvalidArgument
+from tickwork.lifecycle import operations
+from tickwork.lifecycle.drive import Deferred, drive, drive_async
+from tickwork.lifecycle.requests import (
+    ALIVE,
+    DEAD,
+    AskLiveness,
+    Claim,
+    ClaimOrProbe,
+    ClaimView,
+    Execute,
+    FailLane,
+    Find,
+    FindCargo,
+    HasPendingWork,
+    Insert,
+    InsertMany,
+    LaneHasPending,
+    Plan,
+    Probe,
+    Purge,
+    QueueCounts,
+    QueueHead,
+    ReadClaim,
+    RecordCancellation,
+    Request,
+    Requeue,
+    Settle,
+    SettleNextCancelled,
+    SettleRecovered,
+    StatusGroups,
+    Suspect,
+    Wake,
+)
+from tickwork.lifecycle.rules import ABORT_CANCELLED, Settlement
+from tickwork.model.errors import InvalidArgument
 from tickwork.model.jobs import (
     MAX_LANE_LENGTH,
     MAX_SAFE_INTEGER,
     Job,
     JobRecord,
     ValidJob,
-    cargo_differences,
-    check_cancel_args,
     check_id,
-    check_reason,
     check_safe_int,
     check_text,
-    validate_job,
-    validate_jobs,
 )
 from tickwork.model.outcomes import (
     CancelResult,
-    CancelStatus,
-    ExecutionResult,
     FailLaneResult,
     IngestStatus,
     QueueStatus,
     QueueTransition,
     TickResult,
-    queue_status_from_counts,
-    queue_statuses_from_groups,
 )
 from tickwork.model.signals import AbortSignal
 from tickwork.ports.database import SyncDatabase
+from tickwork.ports.host import (
+    Clock,
+    Executor,
+    LivenessProbe,
+    Projector,
+    wall_clock_ms,
+)
+from tickwork.ports.host import (
+    Wake as WakePort,
+)
 from tickwork.runtimes.execution import run_executor
 from tickwork.stores.owner_local import (
     EVERY_JOB,
@@ -65,41 +108,33 @@ from tickwork.stores.owner_local import (
 )
 from tickwork.stores.owner_schema import ensure_schema
 
-T = TypeVar("T")
+__all__ = [
+    "READ_SETTLED_MAX_LIMIT",
+    "ConcurrentOwnerRuntime",
+    "OwnerRuntime",
+    "TransactionalJobs",
+]
 
-#: Lane refusal settles at most this many jobs per call (one transaction).
-FAIL_LANE_BATCH = 256
+T = TypeVar("T")
 
 #: read_settled returns at most this many jobs per call.
 READ_SETTLED_MAX_LIMIT = 1000
 
-Executor = Callable[[JobRecord, AbortSignal], Awaitable[ExecutionResult]]
-LivenessProbe = Callable[[JobRecord], "bool | Awaitable[bool]"]
-Projector = Callable[[QueueTransition], None]
-Clock = Callable[[], int]
-
-
-class Wake(Protocol):
-    """Arms the host's next timer or alarm; may be sync or async."""
-
-    def recompute(self) -> Any: ...
-
-
-def wall_clock_ms() -> int:
-    return int(time.time() * 1000)
+_BUSY = TickResult("busy")
 
 
 @dataclass(slots=True)
 class _Execution:
-    """A claim this runtime is executing now."""
+    """A claim this runtime holds (``Held``), and the slot executing it."""
 
     job: JobRecord
     token: str
     signal: AbortSignal
+    slot: _Slot
 
 
 class _Slot:
-    """One tick slot: the jobs it selects, its busy guard, its executions.
+    """One tick slot: the jobs it selects, its busy guard, its execution.
 
     A slot runs one tick at a time, so it executes at most one claim at a
     time; ``executions`` is keyed by job_id for the abort paths.
@@ -111,7 +146,7 @@ class _Slot:
         self.partition = partition
         self.busy = False
         self.executions: dict[str, _Execution] = {}
-        # Where the next recovery probe starts: after the last claim that was
+        # Where the next liveness probe starts: after the last claim that was
         # found alive or could not be judged (round robin over such claims).
         self.probe_after = _BEFORE_ANY_CLAIM
 
@@ -123,11 +158,11 @@ class _LocalRuntime:
 
     def __init__(
         self,
-        owner: SyncDatabase,
+        database: SyncDatabase,
         *,
         execute: Executor,
         is_alive: LivenessProbe,
-        wake: Wake,
+        wake: WakePort,
         project: Projector | None = None,
         clock: Clock | None = None,
         concurrent_lane: str | None = None,
@@ -145,8 +180,8 @@ class _LocalRuntime:
                            _Slot(inside_lane(concurrent_lane)))
         self._serial = self._slots[0]
         self._concurrent_lane = concurrent_lane
-        self._owner = owner
-        self._store = OwnerLocalStore(owner)
+        self._database = database
+        self._store = OwnerLocalStore(database)
         self._execute = execute
         self._is_alive = is_alive
         self._wake = wake
@@ -157,20 +192,36 @@ class _LocalRuntime:
         self._token_prefix = secrets.token_hex(8)
         self._claim_numbers = itertools.count(1)
         self._background: set[asyncio.Task[Any]] = set()
-        ensure_schema(owner)
+        # A tick awaits an async wake; a plain one is just called (cheaper).
+        self._wake_is_async = inspect.iscoroutinefunction(getattr(wake, "recompute", None))
+        self._awaited = _AWAITED if self._wake_is_async else _AWAITED - {Wake}
+        self._answers = self._answer_table()
+        ensure_schema(database)
         self.transactional = TransactionalJobs(self)
 
     # ------------------------------------------------------------------ reads
 
     def read(self, job_id: str) -> JobRecord | None:
-        return self._store.find(check_id("job_id", job_id))
+        return self._read(operations.read(job_id))
 
     def read_queue_head(self, queue: str) -> JobRecord | None:
-        return self._store.queue_head(check_id("queue", queue))
+        return self._read(operations.read_queue_head(queue))
 
     def has_pending_work(self) -> bool:
         """True while any job is queued or running (in either slot's partition)."""
-        return self._store.has_pending_work()
+        return self._read(operations.has_pending_work())
+
+    def status(self) -> list[QueueStatus]:
+        """Job counts of every queue that has any job, sorted by queue name.
+
+        One statement, but it reads every stored job, settled history
+        included: use ``queue_status`` for one queue.
+        """
+        return self._read(operations.status())
+
+    def queue_status(self, queue: str) -> QueueStatus:
+        """Job counts of one queue (all zero for a queue without jobs), from its indexes."""
+        return self._read(operations.queue_status(queue))
 
     def read_settled(self, limit: int, after_sequence: int = 0) -> list[JobRecord]:
         """The settled feed: settled jobs in enqueue order, after ``after_sequence``.
@@ -190,29 +241,11 @@ class _LocalRuntime:
         check_safe_int("after_sequence", after_sequence, InvalidArgument, 0)
         return self._store.read_settled(after_sequence, limit, self._concurrent_lane)
 
-    def status(self) -> list[QueueStatus]:
-        """Job counts of every queue that has any job, sorted by queue name.
-
-        One statement, but it reads every stored job, settled history
-        included: use ``queue_status`` for one queue.
-        """
-        return queue_statuses_from_groups(self._store.status_groups())
-
-    def queue_status(self, queue: str) -> QueueStatus:
-        """Job counts of one queue (all zero for a queue without jobs), from its indexes."""
-        check_id("queue", queue)
-        queued, running, *outcomes = self._store.queue_counts(queue)
-        return queue_status_from_counts(queue, queued, running, outcomes)
-
     # -------------------------------------------------------------- mutations
 
     def ingest(self, job: Job) -> IngestStatus:
         """Store ``job``: "queued" when new, "duplicate" for an identical replay."""
-        valid = validate_job(job)
-        status = self._transition(lambda: self._ingest_in_transaction(valid))
-        if status == "queued":
-            self._wake_soon()
-        return status
+        return self._perform(operations.ingest(job))
 
     def ingest_many(self, jobs: Sequence[Job]) -> list[IngestStatus]:
         """Store up to ``MAX_INGEST_BATCH`` jobs atomically; one status per job, in order.
@@ -222,82 +255,21 @@ class _LocalRuntime:
         none does. A job_id repeated within the call is a "duplicate" when
         its cargo is identical, else a conflict.
         """
-        valid = validate_jobs(jobs)
-        statuses = self._owner.atomic(
-            lambda: [self._ingest_in_transaction(one) for one in valid])
-        if "queued" in statuses:
-            self._wake_soon()
-        return statuses
+        return self._perform(operations.ingest_many(jobs))
 
     def cancel(
         self, job_id: str, cancellation_id: str, *, only_if_queued: bool = False
     ) -> CancelResult:
         """Record a durable cancellation; a job executing here is aborted after it commits."""
-        status = self._record_cancellation(job_id, cancellation_id, only_if_queued)
-        if status == "recorded":
-            self._abort(job_id, lifecycle.ABORT_CANCELLED)
-        return CancelResult(status, job_id)
-
-    def _record_cancellation(
-        self, job_id: str, cancellation_id: str, only_if_queued: bool
-    ) -> CancelStatus:
-        """The cancellation mutation shared by cancel() and the transactional API."""
-        check_cancel_args(job_id, cancellation_id, only_if_queued)
-        # Read, decide and write in one transaction: the decision depends on
-        # the stored state, which another writer must not change in between.
-        status = self._owner.atomic(
-            lambda: self._cancel_in_transaction(job_id, cancellation_id, only_if_queued)
-        )
-        if status == "recorded":
-            self._wake_soon()
-        return status
+        return self._perform(operations.cancel(job_id, cancellation_id, only_if_queued))
 
     def fail_lane(self, lane: str, reason: str) -> FailLaneResult:
         """Settle up to 256 of the lane's queued and running jobs as failed."""
-        check_text("lane", lane, MAX_LANE_LENGTH, InvalidArgument)
-        check_reason("reason", reason)
-
-        def refuse() -> list[JobRecord]:
-            refused = self._store.refuse_lane_batch(lane, reason, FAIL_LANE_BATCH, self._clock())
-            for job in refused:
-                self._project_queue(job.queue, settled=job)
-            return refused
-
-        refused = self._transition(refuse)
-        # The refusal is durable now; only then stop local executors. Their
-        # ticks find the claim replaced and report the committed failure.
-        for job in refused:
-            self._abort(job.job_id, lifecycle.ABORT_LANE_REFUSED)
-        if refused:
-            self._wake_soon()
-        return FailLaneResult(len(refused), self._lane_may_have_more(lane, len(refused)))
-
-    def _lane_may_have_more(self, lane: str, refused: int) -> bool:
-        """FailLaneResult.more, after the refusal committed: a short batch took
-        every unsettled job of the lane; a full one asks the store. Nothing
-        after the commit may turn the committed refusal into an error, so a
-        failing read answers True: one more call settles 0 and says False."""
-        if refused < FAIL_LANE_BATCH:
-            return False
-        try:
-            return self._store.lane_has_pending(lane)
-        except Exception:
-            return True
+        return self._perform(operations.fail_lane(lane, reason))
 
     def purge(self, queue: str) -> int:
         """Delete the queue's queued jobs; running and settled jobs stay."""
-        check_id("queue", queue)
-
-        def delete() -> int:
-            deleted = self._store.purge_queue(queue)
-            if deleted:
-                self._project_queue(queue)
-            return deleted
-
-        deleted = self._transition(delete)
-        if deleted:
-            self._wake_soon()
-        return deleted
+        return self._perform(operations.purge(queue))
 
     # ------------------------------------------------------------------- tick
 
@@ -307,42 +279,263 @@ class _LocalRuntime:
         With a concurrent lane, this is the serial slot: it never selects,
         settles or probes a job of that lane.
         """
-        slot = self._serial
+        return await self._tick(self._serial)
+
+    async def _tick(self, slot: _Slot) -> TickResult:
         if slot.busy:
-            return TickResult("busy")
+            return _BUSY
         slot.busy = True
         try:
-            return await self._tick(slot)
+            result, _ = await drive_async(operations.tick(slot), self._answers, self._awaited)
+            return result
         finally:
             slot.busy = False
 
-    async def _tick(self, slot: _Slot) -> TickResult:
+    # ------------------------------------------------------------ the drivers
+
+    def _read(self, plan: Plan[T]) -> T:
+        """A read: every request on its own, no transaction, nothing to wake."""
+        return drive(plan, self._answers, transaction=_at_once, after_commit=_nothing_deferred)
+
+    def _perform(self, plan: Plan[T]) -> T:
+        """A mutation: its requests in one transaction when projecting; the
+        wake and the aborts once it committed."""
+        return drive(plan, self._answers, transaction=self._transaction,
+                     after_commit=self._after_commit)
+
+    def _transaction(self, step: Callable[[], None]) -> None:
+        # Every request writes with a single statement, atomic by itself.
+        # With a projector, the projector's writes must commit or roll back
+        # with it, so the change runs in one database transaction.
+        if self._project is None:
+            step()
+        else:
+            self._database.atomic(step)
+
+    def _transition(self, change: Callable[[], T]) -> T:
+        """One tick step's write (with its projection, in one transaction)."""
+        if self._project is None:
+            return change()
+        return self._database.atomic(change)
+
+    def _after_commit(self, deferred: Deferred) -> None:
+        for abort in deferred.aborts:
+            for job_id in abort.job_ids:
+                self._abort(job_id, abort.reason)
+        if deferred.wake:
+            self._wake_soon()
+
+    def _answer_table(self) -> dict[type[Request], Callable[[Any], Any]]:
+        store = self._store
+        return {
+            Find: lambda r: store.find(r.job_id),
+            FindCargo: lambda r: store.find_cargo(r.job_id),
+            QueueHead: lambda r: store.queue_head(r.queue),
+            HasPendingWork: lambda r: store.has_pending_work(),
+            StatusGroups: lambda r: store.status_groups(),
+            QueueCounts: lambda r: store.queue_counts(r.queue),
+            LaneHasPending: lambda r: store.lane_has_pending(r.lane),
+            Insert: self._insert,
+            InsertMany: self._insert_many,
+            RecordCancellation: self._record_cancellation,
+            FailLane: self._fail_lane,
+            Purge: self._purge,
+            ClaimOrProbe: self._claim_or_probe,
+            Claim: self._claim,
+            AskLiveness: self._ask_liveness,
+            Requeue: self._requeue,
+            SettleRecovered: self._settle_recovered,
+            SettleNextCancelled: self._settle_next_cancelled,
+            Execute: self._execute_claim,
+            Settle: self._settle,
+            ReadClaim: self._read_claim,
+            Wake: self._wake_for_tick if self._wake_is_async else self._wake_at_once,
+        }
+
+    # ------------------------------------- mutations (inside _transaction)
+
+    def _insert(self, request: Insert) -> bool:
+        job = request.job
+        if not self._store.insert(job, self._clock()):
+            return False
+        self._project_queue(job.queue)
+        return True
+
+    def _insert_many(self, request: InsertMany) -> list[bool]:
+        return self._store.insert_many(request.jobs, self._clock(), self._project_inserted)
+
+    def _project_inserted(self, job: ValidJob) -> None:
+        self._project_queue(job.queue)
+
+    def _record_cancellation(self, request: RecordCancellation) -> bool:
+        queue = self._store.record_cancellation(request.job_id, request.cancellation_id,
+                                                request.only_if_queued)
+        if queue is None:
+            return False
+        self._project_queue(queue)
+        return True
+
+    def _fail_lane(self, request: FailLane) -> tuple[list[JobRecord], None]:
+        failed = self._store.fail_lane(request.lane, request.reason, request.limit,
+                                       self._clock())
+        for job in failed:
+            self._project_queue(job.queue, settled=job)
+        return failed, None  # whether more remain: asked after the commit
+
+    def _purge(self, request: Purge) -> int:
+        deleted = self._store.purge_queue(request.queue)
+        if deleted:
+            self._project_queue(request.queue)
+        return deleted
+
+    # ------------------------------------------------------------- tick steps
+
+    def _claim_or_probe(self, request: ClaimOrProbe) -> tuple[_Execution | None, Probe | None]:
+        slot: _Slot = request.slot
         # Claims this runtime executes are never probed (with two slots, the
         # other slot's claim is outside this partition anyway).
         executing = self._executing_tokens()
-        token = f"{self._token_prefix}-{next(self._claim_numbers)}"
+        token = self._new_token()
         partition = slot.partition
-        # Fast path: one statement claims when nothing has to come first.
-        job = self._transition(lambda: self._claim_next(partition, token, executing))
+        # One statement claims when no suspect and no cancelled job of the
+        # partition needs the tick first.
+        if self._project is None:
+            job = self._store.claim_next_if_clear(partition, token, self._clock(), executing)
+        else:
+            job = self._database.atomic(lambda: self._claimed(
+                self._store.claim_next_if_clear(partition, token, self._clock(), executing)))
         if job is not None:
-            return await self._run(slot, _Execution(job, token, AbortSignal()))
-        orphan, cancelled_waiting = self._store.probe(partition, executing, slot.probe_after)
-        # Recovery first. Putting a job back or settling it is this tick's one
-        # transition; an unanswered probe is reported only if nothing else runs.
-        recovery = None if orphan is None else await self._recover(slot, orphan)
-        if recovery is not None and recovery.status != "liveness_unknown":
-            return recovery
-        if cancelled_waiting:
-            cancelled = self._transition(lambda: self._settle_next_cancelled(partition))
-            if cancelled is not None:
-                await self._wake_now()
-                return cancelled
-        if orphan is None and not cancelled_waiting:
-            return TickResult("idle")  # the fast path already found nothing to claim
-        job = self._transition(lambda: self._claim_next(partition, token))
-        if job is None:
-            return recovery or TickResult("idle")
-        return await self._run(slot, _Execution(job, token, AbortSignal()))
+            return _Execution(job, token, AbortSignal(), slot), None
+        sequence, cancelled_waiting = self._store.probe(partition, executing, slot.probe_after)
+        suspect = None
+        if sequence is not None:
+            found = self._store.find_claim(sequence)
+            if found is not None and found[0].state == "running":
+                suspect = Suspect(found[0], found[1], lease_expired=False)
+        return None, Probe(suspect, cancelled_waiting,
+                           blocked=sequence is not None or cancelled_waiting)
+
+    def _claim(self, request: Claim) -> _Execution | None:
+        slot: _Slot = request.slot
+        token = self._new_token()
+        job = self._transition(lambda: self._claimed(
+            self._store.claim_next(slot.partition, token, self._clock())))
+        return None if job is None else _Execution(job, token, AbortSignal(), slot)
+
+    def _claimed(self, job: JobRecord | None) -> JobRecord | None:
+        if job is not None:
+            self._project_queue(job.queue)
+        return job
+
+    async def _ask_liveness(self, request: AskLiveness) -> bool | str:
+        job = request.suspect.job
+        slot: _Slot = request.slot
+        try:
+            alive: Any = self._is_alive(job)
+            if inspect.isawaitable(alive):
+                alive = await alive
+            if not isinstance(alive, bool):
+                raise TypeError(f"is_alive returned {type(alive).__name__}, expected bool")
+        except Exception as error:  # the probe's failure is reported, never guessed at
+            slot.probe_after = _claim_order(job)
+            return f"{type(error).__name__}: {error}"
+        if alive:
+            slot.probe_after = _claim_order(job)  # the next tick looks at the next claim
+            return ALIVE
+        return DEAD
+
+    def _requeue(self, request: Requeue) -> bool:
+        suspect = request.suspect
+
+        def requeue() -> bool:
+            requeued = self._store.requeue_claim(suspect.job.sequence, suspect.token)
+            if requeued is None:
+                return False
+            self._project_queue(requeued.queue)
+            return True
+
+        return self._transition(requeue)
+
+    def _settle_recovered(self, request: SettleRecovered) -> JobRecord | None:
+        suspect = request.suspect
+
+        def settle() -> JobRecord | None:
+            job = self._store.settle_recovered_claim(
+                suspect.job.sequence, suspect.token, request.settlement, self._clock())
+            if job is not None:
+                self._project_queue(job.queue, settled=job)
+            return job
+
+        return self._transition(settle)
+
+    def _settle_next_cancelled(self, request: SettleNextCancelled) -> JobRecord | None:
+        slot: _Slot = request.slot
+
+        def settle() -> JobRecord | None:
+            job = self._store.settle_next_cancelled(slot.partition, self._clock())
+            if job is not None:
+                self._project_queue(job.queue, settled=job)
+            return job
+
+        return self._transition(settle)
+
+    async def _execute_claim(self, request: Execute) -> tuple[Settlement,
+                                                               asyncio.CancelledError | None]:
+        execution: _Execution = request.held  # type: ignore[assignment]
+        job = execution.job
+        executions = execution.slot.executions
+        executions[job.job_id] = execution
+        try:
+            return await run_executor(self._execute, job, execution.signal)
+        except BaseException:
+            _release(execution)
+            raise
+
+    def _settle(self, request: Settle) -> tuple[bool, None]:
+        execution: _Execution = request.held  # type: ignore[assignment]
+        try:
+            if request.claim_next:
+                raise TypeError("the owner-local runtime claims the next job in its own tick")
+            job, settlement, now = execution.job, request.settlement, self._clock()
+            if self._project is None:
+                return self._store.settle_claim(job.sequence, execution.token, settlement, now,
+                                                cancelled=request.cancelled), None
+
+            def settle() -> bool:
+                settled = self._store.settle_claim_record(
+                    job.sequence, execution.token, settlement, now, cancelled=request.cancelled)
+                if settled is None:
+                    return False
+                self._project_queue(job.queue, settled=settled)
+                return True
+
+            return self._database.atomic(settle), None
+        finally:
+            # Its execution here is over, whatever the settlement did.
+            _release(execution)
+
+    def _read_claim(self, request: ReadClaim) -> ClaimView | None:
+        found = self._store.find_claim(request.held.job.sequence)
+        if found is None:
+            return None
+        job, token = found
+        return ClaimView(job, token, lease_live=job.state == "running")
+
+    async def _wake_for_tick(self, request: Wake) -> None:
+        if request.now:
+            await self._wake_now()
+        else:
+            self._wake_soon()
+
+    def _wake_at_once(self, request: Wake) -> None:
+        """Wake, for a host whose ``recompute`` is a plain function: called
+        directly, as ``_wake_soon`` does (an awaitable it returns runs as a task)."""
+        self._wake_soon()
+
+    # ---------------------------------------------------------------- helpers
+
+    def _new_token(self) -> str:
+        return f"{self._token_prefix}-{next(self._claim_numbers)}"
 
     def _executing_tokens(self) -> list[str]:
         slots = self._slots
@@ -357,175 +550,6 @@ class _LocalRuntime:
             if execution is not None:
                 return execution
         return None
-
-    async def _recover(self, slot: _Slot, sequence: int) -> TickResult | None:
-        """Ask the liveness probe about a claim nobody here executes; recover it if gone."""
-        found = self._store.find_claim(sequence)
-        if found is None or found[0].state != "running":
-            return None
-        job, token = found
-        try:
-            alive: Any = self._is_alive(job)
-            if inspect.isawaitable(alive):
-                alive = await alive
-            if not isinstance(alive, bool):
-                raise TypeError(f"is_alive returned {type(alive).__name__}, expected bool")
-        except Exception as error:  # the probe's failure is reported, never guessed at
-            slot.probe_after = _claim_order(job)
-            return TickResult(
-                "liveness_unknown", job_id=job.job_id, reason=f"{type(error).__name__}: {error}"
-            )
-        if alive:
-            slot.probe_after = _claim_order(job)  # the next tick looks at the next claim
-            return None
-        result = self._transition(lambda: self._recover_in_transaction(job.job_id, token))
-        if result is not None:
-            await self._wake_now()
-        return result
-
-    async def _run(self, slot: _Slot, execution: _Execution) -> TickResult:
-        job, signal = execution.job, execution.signal
-        executions = slot.executions
-        executions[job.job_id] = execution
-        try:
-            settlement, interruption = await run_executor(self._execute, job, signal)
-            outcome = self._transition(lambda: self._settle_in_transaction(execution, settlement))
-        finally:
-            del executions[job.job_id]
-        if interruption is not None:
-            self._wake_soon()
-            raise interruption
-        await self._wake_now()
-        return outcome
-
-    # ------------------------------------------- transitions (in a transaction)
-
-    def _ingest_in_transaction(self, valid: ValidJob) -> IngestStatus:
-        if self._store.insert(valid, self._clock()):
-            self._project_queue(valid.queue)
-            return "queued"
-        stored = self._store.find_cargo(valid.job_id)
-        assert stored is not None  # the insert conflicted on this job_id
-        differences = cargo_differences(valid, stored)
-        if differences:
-            raise IngestConflict(valid.job_id, differences)
-        return "duplicate"
-
-    def _cancel_in_transaction(
-        self, job_id: str, cancellation_id: str, only_if_queued: bool
-    ) -> CancelStatus:
-        job = self._store.find(job_id)
-        decision = lifecycle.decide_cancel(job, cancellation_id, only_if_queued=only_if_queued)
-        if decision.record:
-            assert job is not None
-            self._store.record_cancellation(job_id, cancellation_id)
-            self._project_queue(job.queue)
-        return decision.status
-
-    def _settle_next_cancelled(self, partition: Partition) -> TickResult | None:
-        job = self._store.settle_next_cancelled(partition, self._clock())
-        if job is None:
-            return None
-        self._project_queue(job.queue, settled=job)
-        return _settled(job)
-
-    def _claim_next(
-        self, partition: Partition, token: str, if_clear_of: list[str] | None = None
-    ) -> JobRecord | None:
-        """Claim the partition's next job; with ``if_clear_of``, only if no
-        running claim of the partition outside those tokens and no cancelled
-        waiting job of the partition needs the tick first."""
-        if if_clear_of is None:
-            job = self._store.claim_next(partition, token, self._clock())
-        else:
-            job = self._store.claim_next_if_clear(partition, token, self._clock(), if_clear_of)
-        if job is not None:
-            self._project_queue(job.queue)
-        return job
-
-    def _recover_in_transaction(self, job_id: str, token: str) -> TickResult | None:
-        # Decide on a fresh read: a cancellation may have landed while the
-        # probe was awaited. The writes are fenced on the token regardless.
-        job = self._store.find(job_id)
-        if job is None or job.state != "running":
-            return None
-        action = lifecycle.decide_recovery(job)
-        if action == "requeue":
-            requeued = self._store.requeue_claim(job.sequence, token)
-            if requeued is None:
-                return None
-            self._project_queue(job.queue)
-            return TickResult("requeued", job_id=job_id)
-        settlement = lifecycle.recovery_settlement(action)
-        settled = self._store.settle_recovered_claim(job.sequence, token, settlement,
-                                                     self._clock())
-        if settled is None:
-            return None
-        self._project_queue(job.queue, settled=settled)
-        return _settled(settled)
-
-    def _settle_in_transaction(
-        self, execution: _Execution, settlement: lifecycle.Settlement
-    ) -> TickResult:
-        settled = self._write_settlement(execution, settlement, unless_cancelled=True)
-        if settled is not None:
-            return settled
-        # Rare path: read and write again, atomically, so that nothing (not
-        # even another process on the same file) moves the job in between.
-        return self._owner.atomic(lambda: self._settle_unusual(execution, settlement))
-
-    def _settle_unusual(
-        self, execution: _Execution, settlement: lifecycle.Settlement
-    ) -> TickResult:
-        """The guarded settle matched nothing: find out why and act on it."""
-        job = execution.job
-        current = self._store.find_claim(job.sequence)
-        if current is not None:
-            record, token = current
-            if record.state == "running" and token == execution.token:
-                # A cancellation was recorded while the job ran (through any
-                # path: cancel, a host transaction, another runtime); the
-                # outcome follows the durable record, not the local signal.
-                cancelled = lifecycle.settlement_under_cancellation(settlement)
-                settled = self._write_settlement(execution, cancelled, unless_cancelled=False)
-                assert settled is not None  # same transaction as the read above
-                return settled
-            if record.state == "settled" and token == execution.token:
-                # Settled under our own claim: a lane refusal, while it ran.
-                # Report what is committed; it was projected then. (Recovery
-                # elsewhere releases the token: that is claim_replaced.)
-                return _settled(record)
-        return TickResult("idle", job_id=job.job_id, reason="claim_replaced")
-
-    def _write_settlement(
-        self, execution: _Execution, settlement: lifecycle.Settlement, *, unless_cancelled: bool
-    ) -> TickResult | None:
-        job, now = execution.job, self._clock()
-        if self._project is None:
-            if self._store.settle_claim(job.sequence, execution.token, settlement, now,
-                                        unless_cancelled=unless_cancelled):
-                return TickResult("settled", job_id=job.job_id, outcome=settlement.outcome,
-                                  failure_reason=settlement.failure_reason)
-            return None
-        settled = self._store.settle_claim_record(job.sequence, execution.token, settlement, now,
-                                                  unless_cancelled=unless_cancelled)
-        if settled is None:
-            return None
-        self._project_queue(job.queue, settled=settled)
-        return _settled(settled)
-
-    # ---------------------------------------------------------------- helpers
-
-    def _transition(self, change: Callable[[], T]) -> T:
-        """Run one transition.
-
-        Every transition writes with a single statement, which is atomic by
-        itself. With a projector, the projector's writes must commit or roll
-        back with it, so the two run in one owner transaction.
-        """
-        if self._project is None:
-            return change()
-        return self._owner.atomic(change)
 
     def _project_queue(self, queue: str, settled: JobRecord | None = None) -> None:
         if self._project is None:
@@ -549,17 +573,17 @@ class _LocalRuntime:
         if self._execution_of(job_id) is not None:
             job = self._store.find(job_id)
             if job is not None and job.cancellation_id is not None:
-                self._abort(job_id, lifecycle.ABORT_CANCELLED)
+                self._abort(job_id, ABORT_CANCELLED)
 
     async def _wake_now(self) -> None:
         result = self._wake.recompute()
-        if inspect.isawaitable(result):
+        if result is not None and inspect.isawaitable(result):
             await result
 
     def _wake_soon(self) -> None:
         """Call wake.recompute() from synchronous code; an async one runs as a task."""
         result = self._wake.recompute()
-        if inspect.isawaitable(result):
+        if result is not None and inspect.isawaitable(result):
             self._spawn(result)
 
     def _spawn(self, awaitable: Awaitable[Any]) -> None:
@@ -577,8 +601,26 @@ class _LocalRuntime:
         task.add_done_callback(self._background.discard)
 
 
+#: The tick requests whose answers are awaited.
+_AWAITED = frozenset({Execute, AskLiveness, Wake})
+
+
+def _at_once(step: Callable[[], None]) -> None:
+    step()
+
+
+def _nothing_deferred(deferred: Deferred) -> None:
+    pass
+
+
+def _release(execution: _Execution) -> None:
+    executions = execution.slot.executions
+    if executions.get(execution.job.job_id) is execution:
+        del executions[execution.job.job_id]
+
+
 class OwnerRuntime(_LocalRuntime):
-    """The owner-local runtime. See the README for the full contract.
+    """The owner-local runtime (see docs/reference/python-api.md).
 
     ``execute(job, signal)`` runs one claimed job; ``is_alive(job)`` answers
     whether a running claim that this runtime does not own still has a live
@@ -594,11 +636,11 @@ class OwnerRuntime(_LocalRuntime):
     @overload
     def __new__(
         cls,
-        owner: SyncDatabase,
+        database: SyncDatabase,
         *,
         execute: Executor,
         is_alive: LivenessProbe,
-        wake: Wake,
+        wake: WakePort,
         project: Projector | None = None,
         clock: Clock | None = None,
         concurrent_lane: None = None,
@@ -607,11 +649,11 @@ class OwnerRuntime(_LocalRuntime):
     @overload
     def __new__(
         cls,
-        owner: SyncDatabase,
+        database: SyncDatabase,
         *,
         execute: Executor,
         is_alive: LivenessProbe,
-        wake: Wake,
+        wake: WakePort,
         project: Projector | None = None,
         clock: Clock | None = None,
         concurrent_lane: str,
@@ -619,11 +661,11 @@ class OwnerRuntime(_LocalRuntime):
 
     def __new__(
         cls,
-        owner: SyncDatabase,
+        database: SyncDatabase,
         *,
         execute: Executor,
         is_alive: LivenessProbe,
-        wake: Wake,
+        wake: WakePort,
         project: Projector | None = None,
         clock: Clock | None = None,
         concurrent_lane: str | None = None,
@@ -647,18 +689,18 @@ class ConcurrentOwnerRuntime(OwnerRuntime):
 
     def __init__(
         self,
-        owner: SyncDatabase,
+        database: SyncDatabase,
         *,
         execute: Executor,
         is_alive: LivenessProbe,
-        wake: Wake,
+        wake: WakePort,
         project: Projector | None = None,
         clock: Clock | None = None,
         concurrent_lane: str,
     ) -> None:
         # Checked here too: the base class would take None for "no lane".
         check_text("concurrent_lane", concurrent_lane, MAX_LANE_LENGTH, InvalidArgument)
-        super().__init__(owner, execute=execute, is_alive=is_alive, wake=wake, project=project,
+        super().__init__(database, execute=execute, is_alive=is_alive, wake=wake, project=project,
                          clock=clock, concurrent_lane=concurrent_lane)
         self._concurrent = self._slots[1]
 
@@ -672,39 +714,41 @@ class ConcurrentOwnerRuntime(OwnerRuntime):
         """tick(), for the concurrent lane's slot: recover one of its
         disappeared claims, settle one of its cancelled queued jobs, or claim
         and execute its best job that heads its queue."""
-        slot = self._concurrent
-        if slot.busy:
-            return TickResult("busy")
-        slot.busy = True
-        try:
-            return await self._tick(slot)
-        finally:
-            slot.busy = False
+        return await self._tick(self._concurrent)
 
 
 class TransactionalJobs:
     """Job mutations and reads for code already inside its own SQLite transaction.
 
-    The mutations are the ones ``ingest`` and ``cancel`` use, so the host's own
-    write and the job commit or roll back together.
+    The mutations are the very plans ``ingest`` and ``cancel`` run, so the
+    host's own write and the job commit or roll back together. An execution
+    a cancellation stops is told so only once the host's transaction has
+    committed.
     """
 
     def __init__(self, runtime: _LocalRuntime) -> None:
         self._runtime = runtime
 
-    def enqueue_accepted_job(self, job: Job) -> IngestStatus:
-        # ingest's single statement joins the open transaction as it is.
-        return self._runtime.ingest(job)
+    def enqueue(self, job: Job) -> IngestStatus:
+        """Store ``job`` in the open transaction (``ingest``'s plan)."""
+        return self._runtime._perform(operations.ingest(job))
 
-    def record_cancellation_intent(
+    def cancel(
         self, job_id: str, cancellation_id: str, only_if_queued: bool = False
     ) -> CancelResult:
+        """Record a cancellation in the open transaction (``cancel``'s plan)."""
         runtime = self._runtime
-        status = runtime._record_cancellation(job_id, cancellation_id, only_if_queued)
-        if status == "recorded" and runtime._execution_of(job_id) is not None:
-            # Abort only once the host's transaction has committed (checked then).
-            asyncio.get_running_loop().call_soon(runtime._abort_if_cancelled, job_id)
-        return CancelResult(status, job_id)
+
+        def after_commit(deferred: Deferred) -> None:
+            if deferred.aborts and runtime._execution_of(job_id) is not None:
+                # Abort only once the host's transaction has committed (checked then).
+                asyncio.get_running_loop().call_soon(runtime._abort_if_cancelled, job_id)
+            if deferred.wake:
+                runtime._wake_soon()
+
+        return drive(operations.cancel(job_id, cancellation_id, only_if_queued),
+                     runtime._answers, transaction=runtime._transaction,
+                     after_commit=after_commit)
 
     def read_queue_head(self, queue: str) -> JobRecord | None:
         return self._runtime.read_queue_head(queue)
@@ -723,9 +767,3 @@ _BEFORE_ANY_CLAIM = (-MAX_SAFE_INTEGER, 0)
 def _claim_order(job: JobRecord) -> tuple[int, int]:
     assert job.started_at is not None  # a running claim always has one
     return job.started_at, job.sequence
-
-
-def _settled(job: JobRecord) -> TickResult:
-    return TickResult(
-        "settled", job_id=job.job_id, outcome=job.outcome, failure_reason=job.failure_reason
-    )

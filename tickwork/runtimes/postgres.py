@@ -1,6 +1,6 @@
 """tickwork on PostgreSQL: one job table shared by a fleet of CPython workers.
 
-    from tickwork.runtimes.postgres import PostgresRuntime, purge_postgres_queues
+    from tickwork import PostgresRuntime, purge_postgres_queues
 
 Apply ``schema/postgres`` with your migration tool first; opening a runtime
 never migrates. Needs psycopg 3 (``pip install "psycopg[binary]" psycopg-pool``),
@@ -15,7 +15,8 @@ from typing import Any
 from tickwork.leases import DEFAULT_LEASE_MS, DEFAULT_RENEW_EVERY_MS, Clock
 from tickwork.model.errors import IngestConflict, InvalidArgument
 from tickwork.model.jobs import Job, validate_job
-from tickwork.runtimes.shared import Now, SharedExecutor, SharedRuntime, Wake
+from tickwork.ports.host import SharedExecutor, Wake
+from tickwork.runtimes.shared import Now, SharedRuntime
 from tickwork.stores.postgres.store import LATEST_MIGRATION, job_params, store_for
 from tickwork.stores.schema_version import SCHEMA_VERSION
 from tickwork.stores.sql import postgres as sql

@@ -1,11 +1,20 @@
-"""SharedRuntime: the job lifecycle over a database shared by many workers.
+"""SharedRuntime: the lifecycle over a job table many workers share.
 
-The D1 and PostgreSQL runtimes are this class with their own store. Liveness
-comes from the claim's lease instead of a probe: a claim carries a private
-random token and a lease in database time; the executing worker renews it
-through ``tickwork.leases`` (single flight, one watchdog) and every transition
-out of ``running`` is one statement fenced on the token and the lease. Any
-worker's next tick recovers a claim whose lease expired.
+Every operation is a plan of ``tickwork.lifecycle.operations``; this runtime
+answers its requests from a ``SharedStore`` (D1 or PostgreSQL), with
+``await``. What is shared-store specific here, and nowhere else:
+
+* liveness comes from the claim's lease instead of a probe: a claim carries a
+  private random token and a lease in database time, which the executing
+  worker renews through ``tickwork.leases`` (single flight, one watchdog);
+  every transition out of ``running`` is one statement fenced on the token
+  and the lease, and any worker's next tick recovers a claim whose lease
+  expired;
+* every write commits on its own (D1 has no interactive transactions), so
+  the plans' fenced writes and re-reads are what keep concurrent workers
+  apart;
+* ``drain()``, a worker loop, settles one job and claims the next in one
+  commit or batch.
 
 What stays in memory is only what cannot be durable: the executions running
 here (with their abort signals and lease keepers) and the busy guard.
@@ -13,90 +22,84 @@ here (with their abort signals and lease keepers) and the busy guard.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import secrets
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, TypeVar
 
-from tickwork import lifecycle
 from tickwork.leases import (
     DEFAULT_LEASE_MS,
     DEFAULT_RENEW_EVERY_MS,
     Clock,
-    Heartbeat,
     LeaseKeeper,
     LoopClock,
     StaleLease,
     StaleReason,
 )
-from tickwork.model.errors import IngestConflict, InvalidArgument
-from tickwork.model.jobs import (
-    MAX_LANE_LENGTH,
-    MAX_SAFE_INTEGER,
-    Job,
-    JobRecord,
-    ValidJob,
-    cargo_differences,
-    check_cancel_args,
-    check_id,
-    check_reason,
-    check_safe_int,
-    check_text,
-    validate_job,
-    validate_jobs,
+from tickwork.lifecycle import operations
+from tickwork.lifecycle.drive import drive_async
+from tickwork.lifecycle.requests import (
+    Abort,
+    Claim,
+    ClaimOrProbe,
+    ClaimView,
+    Commit,
+    Execute,
+    FailLane,
+    Find,
+    FindCargo,
+    HasPendingWork,
+    Insert,
+    InsertMany,
+    Plan,
+    Probe,
+    Purge,
+    QueueCounts,
+    QueueHead,
+    ReadClaim,
+    RecordCancellation,
+    Request,
+    Requeue,
+    Settle,
+    SettleNextCancelled,
+    SettleRecovered,
+    StatusGroups,
+    Wake,
 )
+from tickwork.lifecycle.rules import ABORT_CANCELLED, Settlement
+from tickwork.model.errors import InvalidArgument
+from tickwork.model.jobs import MAX_SAFE_INTEGER, Job, JobRecord, check_safe_int
 from tickwork.model.outcomes import (
     CancelResult,
-    ExecutionResult,
     FailLaneResult,
     IngestStatus,
     QueueStatus,
     TickResult,
-    queue_status_from_counts,
-    queue_statuses_from_groups,
 )
-from tickwork.model.signals import AbortSignal
-from tickwork.ports.shared_store import CancelWrite, SharedStore
+from tickwork.model.signals import AbortSignal, LeasedSignal
+from tickwork.ports.host import SharedExecutor
+from tickwork.ports.host import Wake as WakePort
+from tickwork.ports.shared_store import SharedStore
 from tickwork.runtimes.execution import run_executor
 
-#: Lane refusal settles at most this many jobs per call.
-FAIL_LANE_BATCH = 256
+__all__ = ["LeasedSignal", "Now", "SharedRuntime"]
 
-#: Why a settlement was not written (TickResult.reason with status "idle").
-CLAIM_REPLACED = "claim_replaced"
-LEASE_EXPIRED = "lease_expired"
+T = TypeVar("T")
 
+#: ``now()``: the test clock replacing database time (epoch ms), or None.
 Now = Callable[[], int]
 
+#: Request type -> the function answering it (see ``tickwork.lifecycle.drive``).
+Answers = Mapping[type[Request], Callable[[Any], Any]]
 
-class Wake(Protocol):
-    def recompute(self) -> Any: ...
-
-
-class LeasedSignal(AbortSignal):
-    """The AbortSignal a shared runtime hands its executor, with the lease's heartbeat.
-
-    ``signal.heartbeat`` extends the claim's lease (``await beat()`` or
-    ``pulse()``); the runtime also renews it every ``renew_every_ms`` by itself.
-    """
-
-    __slots__ = ("heartbeat",)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.heartbeat: Heartbeat | None = None
-
-
-SharedExecutor = Callable[[JobRecord, LeasedSignal], Awaitable[ExecutionResult]]
-
-#: ``SharedStore.insert_many`` (see port.py).
-InsertMany = Callable[[list[ValidJob], int | None], Awaitable[list[bool] | None]]
+_BUSY = TickResult("busy")
 
 
 @dataclass(slots=True)
 class _Claim:
-    """One claim of this runtime (what the lease keeper renews).
+    """One claim of this runtime (``Held``; what the lease keeper renews).
 
     ``token`` is private and random; ``started_ms`` is the local clock just
     before the claim was written, so a lease measured from it ends no later
@@ -125,7 +128,7 @@ class SharedRuntime:
         store: SharedStore,
         *,
         execute: SharedExecutor,
-        wake: Wake,
+        wake: WakePort,
         now: Now | None = None,
         lease_ms: int = DEFAULT_LEASE_MS,
         renew_every_ms: int = DEFAULT_RENEW_EVERY_MS,
@@ -150,22 +153,18 @@ class SharedRuntime:
         self._executions: dict[str, _Claim] = {}
         self._busy = False
         self._schema_checked = False
+        self._answers = self._answer_table()
 
     # ------------------------------------------------------------------ reads
 
     async def read(self, job_id: str) -> JobRecord | None:
-        check_id("job_id", job_id)
-        await self._ready()
-        return await self._store.find(job_id)
+        return await self._drive(operations.read(job_id))
 
     async def read_queue_head(self, queue: str) -> JobRecord | None:
-        check_id("queue", queue)
-        await self._ready()
-        return await self._store.queue_head(queue)
+        return await self._drive(operations.read_queue_head(queue))
 
     async def has_pending_work(self) -> bool:
-        await self._ready()
-        return await self._store.has_pending_work()
+        return await self._drive(operations.has_pending_work())
 
     async def status(self) -> list[QueueStatus]:
         """Job counts of every queue that has any job, sorted by queue name.
@@ -173,32 +172,17 @@ class SharedRuntime:
         One statement, but it reads every stored job, settled history
         included: use ``queue_status`` for one queue.
         """
-        await self._ready()
-        return queue_statuses_from_groups(await self._store.status_groups())
+        return await self._drive(operations.status())
 
     async def queue_status(self, queue: str) -> QueueStatus:
         """Job counts of one queue (all zero for a queue without jobs), in one statement."""
-        check_id("queue", queue)
-        await self._ready()
-        queued, running, *outcomes = await self._store.queue_counts(queue)
-        return queue_status_from_counts(queue, queued, running, outcomes)
+        return await self._drive(operations.queue_status(queue))
 
     # -------------------------------------------------------------- mutations
 
     async def ingest(self, job: Job) -> IngestStatus:
         """Store ``job``: "queued" when new, "duplicate" for an identical replay."""
-        valid = validate_job(job)
-        await self._ready()
-        if await self._store.insert(valid, self._db_now()):
-            await self._wake_now()
-            return "queued"
-        stored = await self._store.find_cargo(valid.job_id)
-        if stored is None:  # purged between the two statements: store it now
-            return await self.ingest(job)
-        differences = cargo_differences(valid, stored)
-        if differences:
-            raise IngestConflict(valid.job_id, differences)
-        return "duplicate"
+        return await self._drive(operations.ingest(job))
 
     async def ingest_many(self, jobs: Sequence[Job]) -> list[IngestStatus]:
         """Store up to ``MAX_INGEST_BATCH`` jobs atomically; one status per job, in order.
@@ -208,24 +192,7 @@ class SharedRuntime:
         conflicts (``IngestConflict``), none does. A job_id repeated within
         the call is a "duplicate" when its cargo is identical, else a conflict.
         """
-        return await self._ingest_many(jobs, self._store.insert_many)
-
-    async def _ingest_many(self, jobs: Sequence[Job], insert: InsertMany) -> list[IngestStatus]:
-        """``ingest_many`` over ``insert``: the store's ``insert_many``, or a
-        runtime's own call of it with extra arguments (D1's ``before``)."""
-        valid = validate_jobs(jobs)
-        await self._ready()
-        # The store answers None only when a concurrent change (a purge, a
-        # racing insert) kept it from deciding; it wrote nothing then.
-        for _ in range(8):
-            inserted = await insert(valid, self._db_now())
-            if inserted is not None:
-                break
-        else:
-            raise RuntimeError("ingest_many did not converge under concurrent changes")
-        if any(inserted):
-            await self._wake_now()
-        return ["queued" if new else "duplicate" for new in inserted]
+        return await self._drive(operations.ingest_many(jobs))
 
     async def cancel(
         self, job_id: str, cancellation_id: str, *, only_if_queued: bool = False
@@ -235,59 +202,29 @@ class SharedRuntime:
         A job executing here is aborted at once; a job another worker executes
         learns of it at that worker's next lease renewal.
         """
-        check_cancel_args(job_id, cancellation_id, only_if_queued)
-        await self._ready()
-        mode: CancelWrite = "only_if_queued" if only_if_queued else "any"
-        # Decide on what is stored, then write fenced on that decision still
-        # holding. Without interactive transactions (D1) a concurrent change
-        # makes the write match nothing; states only move forward, so reading
-        # again converges in a few rounds.
-        while True:
-            job = await self._store.find(job_id)
-            decision = lifecycle.decide_cancel(job, cancellation_id, only_if_queued=only_if_queued)
-            if not decision.record:
-                return CancelResult(decision.status, job_id)
-            if await self._store.record_cancellation(job_id, cancellation_id, mode):
-                break
-        self._abort(job_id, lifecycle.ABORT_CANCELLED)
-        await self._wake_now()
-        return CancelResult("recorded", job_id)
+        return await self._drive(operations.cancel(job_id, cancellation_id, only_if_queued))
 
     async def fail_lane(self, lane: str, reason: str) -> FailLaneResult:
-        """Settle up to 256 of the lane's queued and running jobs as failed."""
-        check_text("lane", lane, MAX_LANE_LENGTH, InvalidArgument)
-        check_reason("reason", reason)
-        await self._ready()
-        refused, more = await self._store.refuse_lane(
-            lane, reason, FAIL_LANE_BATCH, self._db_now()
-        )
-        # Durable now: stop executions here. Workers elsewhere lose the claim
-        # at their next renewal (the fenced renewal matches nothing).
-        for job in refused:
-            self._abort(job.job_id, lifecycle.ABORT_LANE_REFUSED)
-        if refused:
-            await self._wake_now()
-        return FailLaneResult(len(refused), more)
+        """Settle up to 256 of the lane's queued and running jobs as failed.
+
+        Executions here stop at once; workers elsewhere lose the claim at
+        their next renewal (the fenced renewal matches nothing).
+        """
+        return await self._drive(operations.fail_lane(lane, reason))
 
     async def purge(self, queue: str) -> int:
         """Delete the queue's queued jobs; running and settled jobs stay."""
-        check_id("queue", queue)
-        await self._ready()
-        deleted = await self._store.purge(queue)
-        if deleted:
-            await self._wake_now()
-        return deleted
+        return await self._drive(operations.purge(queue))
 
     # ------------------------------------------------------------------- tick
 
     async def tick(self) -> TickResult:
         """Recover an expired claim, settle a cancelled job, or claim and run one."""
         if self._busy:
-            return TickResult("busy")
+            return _BUSY
         self._busy = True
         try:
-            await self._ready()
-            result, _ = await self._tick(claim_next=False)
+            result, _ = await self._drive(operations.tick(None))
             return result
         finally:
             self._busy = False
@@ -309,10 +246,9 @@ class SharedRuntime:
         if budget_ms is not None:
             check_safe_int("budget_ms", budget_ms, InvalidArgument, 1)
         if self._busy:
-            return [TickResult("busy")]
+            return [_BUSY]
         self._busy = True
         try:
-            await self._ready()
             clock = self._clock
             deadline = None if budget_ms is None else clock.now_ms() + budget_ms
             results: list[TickResult] = []
@@ -321,9 +257,11 @@ class SharedRuntime:
                 more = ((max_ticks is None or len(results) + 1 < max_ticks)
                         and (deadline is None or clock.now_ms() < deadline))
                 if carried is not None:
-                    result, carried = await self._run(carried, clock, claim_next=more)
+                    plan = operations.run(carried, claim_next=more)
                 else:
-                    result, carried = await self._tick(claim_next=more)
+                    plan = operations.tick(None, claim_next=more)
+                result, held = await self._drive(plan)
+                carried = held if isinstance(held, _Claim) else None
                 if result.status == "idle" and result.job_id is None:
                     return results
                 results.append(result)
@@ -332,60 +270,76 @@ class SharedRuntime:
         finally:
             self._busy = False
 
-    async def _tick(self, *, claim_next: bool) -> tuple[TickResult, _Claim | None]:
-        clock = self._clock
-        claim = _Claim.fresh(clock)
-        # Fast path: one statement claims when no expired lease and no
-        # cancelled job needs this tick first; otherwise the probe says which.
+    # ------------------------------------------------------------ the driver
+
+    async def _drive(self, plan: Plan[T], answers: Answers | None = None) -> T:
+        """Run ``plan``; the schema is checked once per runtime, before its
+        first request is answered (after the plan validated its arguments)."""
+        before = None if self._schema_checked else self._check_schema
+        return await drive_async(plan, self._answers if answers is None else answers,
+                                 _AWAITED, before_first=before)
+
+    def _answer_table(self) -> dict[type[Request], Callable[[Any], Any]]:
+        store = self._store
+        db_now = self._db_now
+        return {
+            Find: lambda r: store.find(r.job_id),
+            FindCargo: lambda r: store.find_cargo(r.job_id),
+            QueueHead: lambda r: store.queue_head(r.queue),
+            HasPendingWork: lambda r: store.has_pending_work(),
+            StatusGroups: lambda r: store.status_groups(),
+            QueueCounts: lambda r: store.queue_counts(r.queue),
+            Insert: lambda r: store.insert(r.job, db_now()),
+            InsertMany: lambda r: store.insert_many(list(r.jobs), db_now()),
+            RecordCancellation: lambda r: store.record_cancellation(
+                r.job_id, r.cancellation_id,
+                "only_if_queued" if r.only_if_queued else "any"),
+            FailLane: lambda r: store.fail_lane(r.lane, r.reason, r.limit, db_now()),
+            Purge: lambda r: store.purge(r.queue),
+            Commit: _every_write_committed,
+            Abort: self._abort_all,
+            Wake: lambda r: self._wake_now(),
+            ClaimOrProbe: self._claim_or_probe,
+            Claim: self._claim,
+            Requeue: lambda r: store.requeue_expired(r.suspect.job.sequence, r.suspect.token,
+                                                     db_now()),
+            SettleRecovered: lambda r: store.settle_expired(
+                r.suspect.job.sequence, r.suspect.token, r.settlement, db_now()),
+            SettleNextCancelled: lambda r: store.settle_next_cancelled(db_now()),
+            Execute: self._execute_claim,
+            Settle: self._settle,
+            ReadClaim: self._read_claim,
+        }
+
+    # ------------------------------------------------------------- tick steps
+
+    async def _claim_or_probe(self, request: ClaimOrProbe) -> tuple[_Claim | None,
+                                                                     Probe | None]:
+        claim = _Claim.fresh(self._clock)
+        # One round trip where the store allows: the guarded claim, and the
+        # probe when it claimed nothing.
         job, (expired, cancelled_waiting) = await self._store.claim_or_probe(
             claim.token, self._lease_ms, self._db_now())
         if job is not None:
-            return await self._run(claim.holding(job), clock, claim_next=claim_next)
-        if expired is not None:
-            recovered = await self._recover(expired.job, expired.token)
-            if recovered is not None:
-                return recovered, None
-        if cancelled_waiting:
-            settled = await self._store.settle_next_cancelled(self._db_now())
-            if settled is not None:
-                await self._wake_now()
-                return _settled(settled), None
-        if expired is None and not cancelled_waiting:
-            return TickResult("idle"), None
-        claim = _Claim.fresh(clock)
-        job = await self._store.claim(claim.token, self._lease_ms, self._db_now(), guarded=False)
-        if job is None:
-            return TickResult("idle"), None
-        return await self._run(claim.holding(job), clock, claim_next=claim_next)
+            return claim.holding(job), None
+        return None, Probe(expired, cancelled_waiting,
+                           blocked=expired is not None or cancelled_waiting)
 
-    async def _recover(self, job: JobRecord, token: str) -> TickResult | None:
-        """The claim's lease expired: its execution is presumed gone."""
-        action = lifecycle.decide_recovery(job)
-        now = self._db_now()
-        if action == "requeue":
-            if not await self._store.requeue_expired(job.sequence, token, now):
-                return None  # renewed, settled or recovered by someone else meanwhile
-            await self._wake_now()
-            return TickResult("requeued", job_id=job.job_id)
-        settled = await self._store.settle_expired(
-            job.sequence, token, lifecycle.recovery_settlement(action), now
-        )
-        if settled is None:
-            return None
-        await self._wake_now()
-        return _settled(settled)
+    async def _claim(self, request: Claim) -> _Claim | None:
+        claim = _Claim.fresh(self._clock)
+        job = await self._store.claim(claim.token, self._lease_ms, self._db_now(),
+                                      guarded=False)
+        return None if job is None else claim.holding(job)
 
-    async def _run(
-        self, claim: _Claim, clock: Clock, *, claim_next: bool
-    ) -> tuple[TickResult, _Claim | None]:
-        """Execute a held claim and settle it; with ``claim_next``, the settlement
-        also claims the job for the caller's next tick."""
+    async def _execute_claim(self, request: Execute) -> tuple[Settlement,
+                                                               asyncio.CancelledError | None]:
+        claim: _Claim = request.held  # type: ignore[assignment]
         job, signal = claim.job, claim.signal
         keeper: LeaseKeeper[_Claim] = LeaseKeeper(
             claim,
             self._renew,
             on_stale=lambda stale: _abort_stale(signal, stale),
-            clock=clock,
+            clock=self._clock,
             lease_ms=self._lease_ms,
             # The claim's lease started after claim.started_ms (database time
             # may differ; only durations matter), so the local watchdog never
@@ -395,83 +349,45 @@ class SharedRuntime:
         signal.heartbeat = keeper.heartbeat()
         keeper.start_periodic(every_ms=self._renew_every_ms)
         self._executions[job.job_id] = claim
-        carried: _Claim | None = None
         try:
-            settlement, interruption = await run_executor(self._execute, job, signal)
-            # No renewal may run once we settle: stop the keeper first.
-            keeper.clear()
-            if claim_next and interruption is None:
-                carried = _Claim.fresh(clock)
-            outcome, next_job = await self._settle(claim, settlement, carried)
-            carried = None if next_job is None or carried is None else carried.holding(next_job)
+            return await run_executor(self._execute, job, signal)
+        except BaseException:
+            self._release(claim)
+            raise
         finally:
+            # No renewal may run once the settlement is written: stop first.
             keeper.clear()
-            del self._executions[job.job_id]
-        await self._wake_now()
-        if interruption is not None:
-            raise interruption
-        return outcome, carried
 
-    async def _settle(
-        self, claim: _Claim, settlement: lifecycle.Settlement, next_claim: _Claim | None
-    ) -> tuple[TickResult, JobRecord | None]:
-        job, token = claim.job, claim.token
-        if next_claim is None:
-            written = await self._store.settle(job.sequence, token, settlement,
-                                               self._db_now(), cancelled=False)
-            next_job = None
-        else:
+    async def _settle(self, request: Settle) -> tuple[bool, _Claim | None]:
+        claim: _Claim = request.held  # type: ignore[assignment]
+        job, settlement = claim.job, request.settlement
+        try:
+            if not request.claim_next:
+                written = await self._store.settle(job.sequence, claim.token, settlement,
+                                                   self._db_now(), cancelled=request.cancelled)
+                return written, None
+            carried = _Claim.fresh(self._clock)
             written, next_job = await self._store.settle_and_claim(
-                job.sequence, token, settlement, self._db_now(),
-                next_token=next_claim.token, lease_ms=self._lease_ms)
-        if written:
-            return TickResult("settled", job_id=job.job_id, outcome=settlement.outcome,
-                              failure_reason=settlement.failure_reason), next_job
-        return await self._settle_unusual(claim, settlement), next_job
+                job.sequence, claim.token, settlement, self._db_now(),
+                next_token=carried.token, lease_ms=self._lease_ms)
+            return written, None if next_job is None else carried.holding(next_job)
+        finally:
+            self._release(claim)
 
-    async def _settle_unusual(
-        self, claim: _Claim, settlement: lifecycle.Settlement
-    ) -> TickResult:
-        job, token = claim.job, claim.token
-        # Rare path: find out why the fenced write matched nothing. Each round
-        # reads, then writes fenced on what it read; states only move forward.
-        for _ in range(8):
-            view = await self._store.read_claim(job.sequence, self._db_now())
-            if view is None or view.token != token:
-                return TickResult("idle", job_id=job.job_id, reason=CLAIM_REPLACED)
-            record = view.job
-            if record.state == "settled":
-                # Settled under our claim by someone else: a lane refusal.
-                return _settled(record)
-            if record.state != "running":
-                return TickResult("idle", job_id=job.job_id, reason=CLAIM_REPLACED)
-            if not view.lease_live:
-                # Rejected, never written: the next tick anywhere recovers it.
-                return TickResult("idle", job_id=job.job_id, reason=LEASE_EXPIRED)
-            if record.cancellation_id is not None:
-                cancelled = lifecycle.settlement_under_cancellation(settlement)
-                if await self._store.settle(job.sequence, token, cancelled, self._db_now(),
-                                            cancelled=True):
-                    return TickResult("settled", job_id=job.job_id, outcome=cancelled.outcome,
-                                      failure_reason=cancelled.failure_reason)
-                continue
-            if await self._store.settle(job.sequence, token, settlement, self._db_now(),
-                                        cancelled=False):
-                return TickResult("settled", job_id=job.job_id, outcome=settlement.outcome,
-                                  failure_reason=settlement.failure_reason)
-        raise RuntimeError(f"settlement of job {job.job_id!r} did not converge")
+    async def _read_claim(self, request: ReadClaim) -> ClaimView | None:
+        return await self._store.read_claim(request.held.job.sequence, self._db_now())
 
     async def _renew(self, claim: _Claim, extra_ms: int) -> bool:
         """The lease keeper's renew port: one fenced statement."""
         answer = await self._store.renew(claim.job.sequence, claim.token, extra_ms,
                                          self._db_now())
         if answer == "cancelled":
-            claim.signal._abort(lifecycle.ABORT_CANCELLED)
+            claim.signal._abort(ABORT_CANCELLED)
         return answer != "lost"
 
     # ---------------------------------------------------------------- helpers
 
-    async def _ready(self) -> None:
+    async def _check_schema(self) -> None:
         """Check the schema once per runtime, before its first operation."""
         if not self._schema_checked:
             await self._store.check_schema()
@@ -501,11 +417,11 @@ class SharedRuntime:
             if current is None:
                 continue  # erased by a purge: the next renewal finds the claim gone
             if current.state == "settled":
-                # Settled by someone else (a lane refusal, or a recovery after
+                # Settled by someone else (a failed lane, or a recovery after
                 # the lease lapsed): the claim is gone, as a renewal would say.
                 reason = str(StaleReason.LOST)
             elif current.cancellation_id is not None:
-                reason = lifecycle.ABORT_CANCELLED
+                reason = ABORT_CANCELLED
             else:
                 continue
             claim = self._executions.get(job.job_id)
@@ -513,10 +429,15 @@ class SharedRuntime:
                 stopped += 1
         return stopped
 
-    def _abort(self, job_id: str, reason: str) -> None:
-        claim = self._executions.get(job_id)
-        if claim is not None:
-            claim.signal._abort(reason)
+    def _release(self, claim: _Claim) -> None:
+        if self._executions.get(claim.job.job_id) is claim:
+            del self._executions[claim.job.job_id]
+
+    def _abort_all(self, request: Abort) -> None:
+        for job_id in request.job_ids:
+            claim = self._executions.get(job_id)
+            if claim is not None:
+                claim.signal._abort(request.reason)
 
     async def _wake_now(self) -> None:
         result = self._wake.recompute()
@@ -524,11 +445,18 @@ class SharedRuntime:
             await result
 
 
+#: Every request's answer is awaited but these two, answered in memory.
+_AWAITED = frozenset({
+    Find, FindCargo, QueueHead, HasPendingWork, StatusGroups, QueueCounts, Insert,
+    InsertMany, RecordCancellation, FailLane, Purge, Wake, ClaimOrProbe, Claim, Requeue,
+    SettleRecovered, SettleNextCancelled, Execute, Settle, ReadClaim,
+})
+
+
+def _every_write_committed(request: Commit) -> None:
+    """Commit: nothing to do, every statement or batch committed on its own."""
+
+
 def _abort_stale(signal: AbortSignal, stale: StaleLease) -> None:
     signal._abort(str(stale.reason))
 
-
-def _settled(job: JobRecord) -> TickResult:
-    return TickResult(
-        "settled", job_id=job.job_id, outcome=job.outcome, failure_reason=job.failure_reason
-    )

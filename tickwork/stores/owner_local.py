@@ -1,4 +1,4 @@
-"""Runs the owner-local statements on an Owner and decodes the rows.
+"""The owner-local job table: runs its statements on a SyncDatabase and decodes the rows.
 
 No lifecycle decisions here: each method is one statement.
 """
@@ -6,12 +6,20 @@ No lifecycle decisions here: each method is one statement.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
 from tickwork.lifecycle import Settlement
-from tickwork.model.jobs import JobRecord, JobState, Outcome, Recovery, ValidJob
+from tickwork.model.errors import IngestConflict
+from tickwork.model.jobs import (
+    JobRecord,
+    JobState,
+    Outcome,
+    Recovery,
+    ValidJob,
+    cargo_differences,
+)
 from tickwork.ports.database import Row, SyncDatabase
 from tickwork.stores.sql import sqlite as sql
 
@@ -75,21 +83,21 @@ def inside_lane(lane: str) -> Partition:
 class OwnerLocalStore:
     """The owner-local job table, one method per statement."""
 
-    def __init__(self, owner: SyncDatabase) -> None:
-        self.owner = owner
+    def __init__(self, database: SyncDatabase) -> None:
+        self.database = database
         self._statements: dict[tuple[str, int], str] = {}
 
     def _read_one(self, statement: str, params: Sequence[Any]) -> JobRecord | None:
-        rows = self.owner.query(statement, params)
+        rows = self.database.query(statement, params)
         return decode_job(rows[0]) if rows else None
 
     def _write_one(self, statement: str, params: Sequence[Any]) -> JobRecord | None:
-        rows = self.owner.mutate(statement, params)
+        rows = self.database.mutate(statement, params)
         return decode_job(rows[0]) if rows else None
 
     def insert(self, job: ValidJob, now: int) -> bool:
         """Insert a new queued job; False when the job_id already exists."""
-        rows = self.owner.mutate(
+        rows = self.database.mutate(
             sql.INSERT_JOB,
             (job.job_id, job.queue, job.lane, job.priority, job.payload_json,
              job.max_recoveries, now),
@@ -101,7 +109,7 @@ class OwnerLocalStore:
 
     def find_cargo(self, job_id: str) -> ValidJob | None:
         """The stored job's identity and cargo, as validate_job would produce them."""
-        rows = self.owner.query(sql.SELECT_CARGO, (job_id,))
+        rows = self.database.query(sql.SELECT_CARGO, (job_id,))
         return ValidJob(*rows[0]) if rows else None
 
     def queue_head(self, queue: str) -> JobRecord | None:
@@ -114,22 +122,19 @@ class OwnerLocalStore:
         return self._write_one(partition.claim_next, (*partition.bind, token, now))
 
     def settle_claim(
-        self, sequence: int, token: str, settlement: Settlement, now: int,
-        *, unless_cancelled: bool,
+        self, sequence: int, token: str, settlement: Settlement, now: int, *, cancelled: bool,
     ) -> bool:
-        """Settle the claim; False when it is no longer the job's current claim
-        (or, with ``unless_cancelled``, when a cancellation is recorded)."""
-        statement = sql.SETTLE_CLAIM_UNLESS_CANCELLED if unless_cancelled else sql.SETTLE_CLAIM
+        """Settle the claim; False when it is no longer the job's current claim,
+        or its cancellation is not (``cancelled=False``: is) recorded."""
+        statement = sql.SETTLE_CANCELLED_CLAIM if cancelled else sql.SETTLE_CLAIM
         params = (settlement.outcome, settlement.failure_reason, now, sequence, token)
-        return bool(self.owner.mutate(statement, params))
+        return bool(self.database.mutate(statement, params))
 
     def settle_claim_record(
-        self, sequence: int, token: str, settlement: Settlement, now: int,
-        *, unless_cancelled: bool,
+        self, sequence: int, token: str, settlement: Settlement, now: int, *, cancelled: bool,
     ) -> JobRecord | None:
         """settle_claim, returning the settled job (for the projector)."""
-        statement = (sql.SETTLE_CLAIM_RECORD_UNLESS_CANCELLED if unless_cancelled
-                     else sql.SETTLE_CLAIM_RECORD)
+        statement = sql.SETTLE_CANCELLED_CLAIM_RECORD if cancelled else sql.SETTLE_CLAIM_RECORD
         params = (settlement.outcome, settlement.failure_reason, now, sequence, token)
         return self._write_one(statement, params)
 
@@ -161,7 +166,7 @@ class OwnerLocalStore:
         in (started_at, sequence) order, wrapping, skipping ``exclude_tokens``;
         whether any cancelled job of the partition is still queued)"""
         statement = self._excluding(partition.tick_probe, len(exclude_tokens))
-        orphan, cancelled = self.owner.query(
+        orphan, cancelled = self.database.query(
             statement, (*partition.bind, *exclude_tokens, *after, *exclude_tokens))[0]
         return orphan, bool(cancelled)
 
@@ -174,7 +179,7 @@ class OwnerLocalStore:
 
     def find_claim(self, sequence: int) -> tuple[JobRecord, str] | None:
         """A job with its current claim token (the runtime's private fence)."""
-        rows = self.owner.query(sql.SELECT_CLAIM, (sequence,))
+        rows = self.database.query(sql.SELECT_CLAIM, (sequence,))
         if not rows:
             return None
         return decode_job(rows[0]), rows[0][15]
@@ -188,39 +193,76 @@ class OwnerLocalStore:
         """Settled jobs after ``after_sequence`` in enqueue order, up to the
         first unsettled one; without ``excluding_lane``'s jobs, if given."""
         if excluding_lane is None:
-            rows = self.owner.query(sql.READ_SETTLED, (after_sequence, limit))
+            rows = self.database.query(sql.READ_SETTLED, (after_sequence, limit))
         else:
-            rows = self.owner.query(
+            rows = self.database.query(
                 sql.READ_SETTLED_OUTSIDE_LANE, (after_sequence, limit, excluding_lane))
         return [decode_job(row) for row in rows]
 
-    def record_cancellation(self, job_id: str, cancellation_id: str) -> bool:
-        return bool(self.owner.mutate(sql.RECORD_CANCELLATION, (cancellation_id, job_id)))
+    def record_cancellation(
+        self, job_id: str, cancellation_id: str, only_if_queued: bool
+    ) -> str | None:
+        """Write the job's first cancellation; its queue, or None when it no
+        longer applies (nothing written)."""
+        statement = (sql.RECORD_CANCELLATION_IF_QUEUED if only_if_queued
+                     else sql.RECORD_CANCELLATION)
+        rows = self.database.mutate(statement, (cancellation_id, job_id))
+        return str(rows[0][0]) if rows else None
 
-    def refuse_lane_batch(
-        self, lane: str, reason: str, limit: int, now: int
-    ) -> list[JobRecord]:
+    def fail_lane(self, lane: str, reason: str, limit: int, now: int) -> list[JobRecord]:
         """Settle up to ``limit`` of the lane's jobs as failed; running ones first."""
-        rows = self.owner.mutate(sql.REFUSE_LANE_BATCH, (lane, reason, limit, now))
+        rows = self.database.mutate(sql.FAIL_LANE, (lane, reason, limit, now))
         records = [decode_job(row) for row in rows]
         # RETURNING has no order; report in the order they were chosen.
         # started_at is set exactly while a job runs (requeue clears it).
         records.sort(key=lambda job: (job.started_at is None, job.sequence))
         return records
 
+    def insert_many(
+        self, jobs: Sequence[ValidJob], now: int, inserted: Callable[[ValidJob], None]
+    ) -> list[bool]:
+        """Insert the new jobs of ``jobs``, in order, in one transaction:
+        per job True (inserted; ``inserted(job)`` is called inside the
+        transaction) or False (an identical replay, of a stored job or of an
+        earlier job of the list); IngestConflict rolls all of them back."""
+
+        def insert_all() -> list[bool]:
+            # In list order, so the first job that conflicts is the one named
+            # (and nothing after it is even tried).
+            known: dict[str, ValidJob] = {}
+            flags: list[bool] = []
+            for job in jobs:
+                earlier = known.get(job.job_id)
+                if earlier is None:
+                    if self.insert(job, now):
+                        known[job.job_id] = job
+                        inserted(job)
+                        flags.append(True)
+                        continue
+                    earlier = self.find_cargo(job.job_id)
+                    assert earlier is not None  # the insert conflicted on it, in this transaction
+                    known[job.job_id] = earlier
+                differences = cargo_differences(job, earlier)
+                if differences:
+                    raise IngestConflict(job.job_id, differences)
+                flags.append(False)
+            return flags
+
+        return self.database.atomic(insert_all)
+
     def lane_has_pending(self, lane: str) -> bool:
-        return bool(self.owner.query(sql.LANE_HAS_PENDING, (lane,))[0][0])
+        return bool(self.database.query(sql.LANE_HAS_PENDING, (lane,))[0][0])
 
     def purge_queue(self, queue: str) -> int:
-        return len(self.owner.mutate(sql.PURGE_QUEUE, (queue,)))
+        return len(self.database.mutate(sql.PURGE_QUEUE, (queue,)))
 
     def has_pending_work(self) -> bool:
-        return bool(self.owner.query(sql.HAS_PENDING_WORK)[0][0])
+        return bool(self.database.query(sql.HAS_PENDING_WORK)[0][0])
 
     def status_groups(self) -> list[Row]:
         """(queue, state, outcome, count) of every group of jobs (a full scan)."""
-        return self.owner.query(sql.STATUS)
+        return self.database.query(sql.STATUS)
 
     def queue_counts(self, queue: str) -> Row:
         """(queued, running, then settled per outcome in OUTCOMES order) of one queue."""
-        return self.owner.query(sql.QUEUE_STATUS, (queue,))[0]
+        return self.database.query(sql.QUEUE_STATUS, (queue,))[0]

@@ -7,12 +7,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from tickwork.lifecycle import Settlement
+from tickwork.lifecycle.requests import ClaimView, Suspect
 from tickwork.model.jobs import JobRecord, ValidJob, replay_flags, stored_cargo
 from tickwork.ports.shared_store import (
     CancelWrite,
-    ClaimView,
-    ExpiredClaim,
     RenewAnswer,
+    claim_view_from_row,
     probe_from_row,
 )
 from tickwork.stores.d1.binding import D1Binding
@@ -101,12 +101,12 @@ class D1Store:
         statement = sql.CLAIM_IF_CLEAR if guarded else sql.CLAIM
         return await self._one_job(statement, (now, token, lease_ms))
 
-    async def probe(self, now: int | None) -> tuple[ExpiredClaim | None, bool]:
+    async def probe(self, now: int | None) -> tuple[Suspect | None, bool]:
         return probe_from_row((await self.d1.query(sql.PROBE, (now,)))[0])
 
     async def claim_or_probe(
         self, token: str, lease_ms: int, now: int | None
-    ) -> tuple[JobRecord | None, tuple[ExpiredClaim | None, bool]]:
+    ) -> tuple[JobRecord | None, tuple[Suspect | None, bool]]:
         # One batch, one round trip: an idle tick costs the same as a claim.
         claimed, probed = await self.d1.batch(
             [(sql.CLAIM_IF_CLEAR, (now, token, lease_ms)), (sql.PROBE, (now,))],
@@ -152,7 +152,7 @@ class D1Store:
         rows = await self.d1.query(sql.SELECT_CLAIM, (now, sequence))
         if not rows:
             return None
-        return ClaimView.from_row(rows[0])
+        return claim_view_from_row(rows[0])
 
     async def renew(
         self, sequence: int, token: str, lease_ms: int, now: int | None
@@ -172,11 +172,11 @@ class D1Store:
                      else sql.RECORD_CANCELLATION)
         return bool(await self.d1.query(statement, (cancellation_id, job_id)))
 
-    async def refuse_lane(
+    async def fail_lane(
         self, lane: str, reason: str, limit: int, now: int | None
     ) -> tuple[list[JobRecord], bool]:
         refused, remaining = await self.d1.batch(
-            [(sql.REFUSE_LANE, (now, lane, reason, limit)), (sql.LANE_HAS_PENDING, (lane,))],
+            [(sql.FAIL_LANE, (now, lane, reason, limit)), (sql.LANE_HAS_PENDING, (lane,))],
             [_JOB_COLUMN_NAMES, ("more",)],
         )
         return [decode_job(row) for row in refused], bool(remaining[0][0])

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from tickwork.lifecycle import Settlement
+from tickwork.lifecycle.requests import ClaimView, Suspect
 from tickwork.model.jobs import JobRecord, ValidJob, replay_flags
 from tickwork.ports.shared_store import (
     CancelWrite,
-    ClaimView,
-    ExpiredClaim,
     RenewAnswer,
+    claim_view_from_row,
     probe_from_row,
 )
 from tickwork.stores.owner_local import decode_job
@@ -226,12 +226,12 @@ class PostgresStore:
         for position, (index, _) in enumerate(claims, start=1):
             claimed[index] = found.get(position)
 
-    async def probe(self, now: int | None) -> tuple[ExpiredClaim | None, bool]:
+    async def probe(self, now: int | None) -> tuple[Suspect | None, bool]:
         return probe_from_row((await self._rows(sql.PROBE, {"now": now}))[0])
 
     async def claim_or_probe(
         self, token: str, lease_ms: int, now: int | None
-    ) -> tuple[JobRecord | None, tuple[ExpiredClaim | None, bool]]:
+    ) -> tuple[JobRecord | None, tuple[Suspect | None, bool]]:
         job = await self.claim(token, lease_ms, now, guarded=True)
         if job is not None:
             return job, (None, False)
@@ -274,7 +274,7 @@ class PostgresStore:
         rows = await self._rows(sql.SELECT_CLAIM, {"sequence": sequence, "now": now})
         if not rows:
             return None
-        return ClaimView.from_row(rows[0])
+        return claim_view_from_row(rows[0])
 
     async def renew(
         self, sequence: int, token: str, lease_ms: int, now: int | None
@@ -296,12 +296,12 @@ class PostgresStore:
         params = {"job_id": job_id, "cancellation_id": cancellation_id}
         return bool(await self._rows(statement, params))
 
-    async def refuse_lane(
+    async def fail_lane(
         self, lane: str, reason: str, limit: int, now: int | None
     ) -> tuple[list[JobRecord], bool]:
         params = {"lane": lane, "reason": reason, "limit": limit, "now": now}
         async with self._connection() as conn, conn.transaction():
-            cursor = await conn.execute(sql.REFUSE_LANE, params)
+            cursor = await conn.execute(sql.FAIL_LANE, params)
             refused = [decode_job(row) for row in await cursor.fetchall()]
             cursor = await conn.execute(sql.LANE_HAS_PENDING, {"lane": lane})
             row = await cursor.fetchone()

@@ -150,7 +150,7 @@ FROM (SELECT 1) LEFT JOIN (
 # worker in between matches nothing. Both clear the token: the stale
 # execution's late settlement then finds a job no longer under its claim and
 # reports claim_replaced, instead of taking the recovery's settlement (or a
-# later refusal) for its own.
+# later lane failure) for its own.
 REQUEUE_EXPIRED = f"""
 UPDATE tickwork_jobs
 SET state = 'queued', started_at = NULL, lease_expires_at = NULL, claim_token = NULL,
@@ -220,10 +220,10 @@ RETURNING sequence
 RECORD_CANCELLATION = _RECORD_CANCELLATION.format(states="state <> 'settled'")
 RECORD_CANCELLATION_IF_QUEUED = _RECORD_CANCELLATION.format(states="state = 'queued'")
 
-# Lane refusal, one batch of two statements (one round trip, one transaction):
+# Failing a lane, one batch of two statements (one round trip, one transaction):
 # settle up to ?4 of the lane's unsettled jobs, running first then oldest
 # waiting; then ask whether any remain.
-REFUSE_LANE = f"""
+FAIL_LANE = f"""
 UPDATE tickwork_jobs
 SET state = 'settled', outcome = 'failed', failure_reason = ?3, settled_at = {NOW}
 WHERE sequence IN (

@@ -184,7 +184,7 @@ FROM (SELECT 1) AS one LEFT JOIN LATERAL (
 # being expired (a claim renewed, settled or recovered meanwhile matches nothing).
 # Both clear the token: the stale execution's late settlement then finds a
 # job that is no longer under its claim and reports claim_replaced, instead
-# of taking the recovery's settlement (or a later refusal) for its own.
+# of taking the recovery's settlement (or a later lane failure) for its own.
 REQUEUE_EXPIRED = f"""
 UPDATE tickwork_jobs
 SET state = 'queued', started_at = NULL, lease_expires_at = NULL, claim_token = NULL,
@@ -251,9 +251,9 @@ RETURNING sequence
 RECORD_CANCELLATION = _RECORD_CANCELLATION.format(states="state <> 'settled'")
 RECORD_CANCELLATION_IF_QUEUED = _RECORD_CANCELLATION.format(states="state = 'queued'")
 
-# Lane refusal: up to %(limit)s of the lane's unsettled jobs, running first,
+# Failing a lane: up to %(limit)s of the lane's unsettled jobs, running first,
 # then oldest waiting, locked in sequence order, settled as failed.
-REFUSE_LANE = f"""
+FAIL_LANE = f"""
 WITH chosen AS (
     (SELECT sequence FROM tickwork_jobs
      WHERE state = 'running' AND lane = %(lane)s ORDER BY sequence LIMIT %(limit)s)

@@ -92,31 +92,31 @@ CLAIM_GUARD = """
 CLAIM_NEXT_IF_CLEAR = _CLAIM.format(guard=CLAIM_GUARD)
 
 # Settle a claim. Fenced on the exact claim token and the running state: a
-# claim that was refused, recovered or re-claimed in the meantime matches no
-# row, so exactly one terminal outcome is ever written per job.
-# {guard}: the _UNLESS_CANCELLED forms also match no row once a cancellation
-# is recorded, so the runtime can apply the cancellation rule
-# (lifecycle.settlement_under_cancellation) to durable truth and settle again.
+# claim whose lane failed, or that was recovered or re-claimed in the
+# meantime, matches no row, so exactly one terminal outcome is ever written
+# per job. Fenced on the cancellation too: SETTLE_CLAIM matches no row once a
+# cancellation is recorded, so the lifecycle can apply the cancellation rule
+# (settlement_under_cancellation) to durable truth and settle again with
+# SETTLE_CANCELLED_CLAIM, which matches only while the cancellation is there.
 # {returning}: the _RECORD forms return the settled job for the projector;
 # the others only the sequence, all the hot path needs to know it landed.
 _SETTLE = """
 UPDATE tickwork_jobs
 SET state = 'settled', outcome = ?, failure_reason = ?, settled_at = ?
-WHERE sequence = ? AND state = 'running' AND claim_token = ? {guard}
+WHERE sequence = ? AND state = 'running' AND claim_token = ? AND cancellation_id {cancelled}
 RETURNING {returning}
 """
-_UNLESS_CANCELLED = "AND cancellation_id IS NULL"
-SETTLE_CLAIM = _SETTLE.format(guard="", returning="sequence")
-SETTLE_CLAIM_RECORD = _SETTLE.format(guard="", returning=JOB_COLUMNS)
-SETTLE_CLAIM_UNLESS_CANCELLED = _SETTLE.format(guard=_UNLESS_CANCELLED, returning="sequence")
-SETTLE_CLAIM_RECORD_UNLESS_CANCELLED = _SETTLE.format(
-    guard=_UNLESS_CANCELLED, returning=JOB_COLUMNS)
+SETTLE_CLAIM = _SETTLE.format(cancelled="IS NULL", returning="sequence")
+SETTLE_CLAIM_RECORD = _SETTLE.format(cancelled="IS NULL", returning=JOB_COLUMNS)
+SETTLE_CANCELLED_CLAIM = _SETTLE.format(cancelled="IS NOT NULL", returning="sequence")
+SETTLE_CANCELLED_CLAIM_RECORD = _SETTLE.format(cancelled="IS NOT NULL", returning=JOB_COLUMNS)
 
 # Recovery settles a disappeared claim (interrupted, or cancelled) and
-# releases its token, fenced like SETTLE_CLAIM: should the claim's executor
-# still finish somewhere, its tick finds the claim no longer its own and
-# reports claim_replaced instead of this settlement. (A lane refusal keeps
-# the token: that executor's tick reports the refusal it was stopped by.)
+# releases its token, fenced on the token and the running state: should the
+# claim's executor still finish somewhere, its tick finds the claim no longer
+# its own and reports claim_replaced instead of this settlement. (Failing a
+# lane keeps the token: that executor's tick reports the failure it was
+# stopped by.)
 SETTLE_RECOVERED_CLAIM = f"""
 UPDATE tickwork_jobs
 SET state = 'settled', outcome = ?, failure_reason = ?, settled_at = ?, claim_token = NULL
@@ -170,20 +170,24 @@ WHERE sequence = (
 RETURNING {JOB_COLUMNS}
 """
 
-# Record a cancellation. Only the first id sticks; a settled job is never
-# touched. The caller decided from SELECT_JOB in the same transaction.
-RECORD_CANCELLATION = """
+# Record a cancellation: only the first id sticks, a settled job is never
+# touched, and with only_if_queued a started job is not either. The lifecycle
+# decided from a read; this fence makes the write match nothing if that
+# decision no longer holds. Returns the queue (for the projector).
+_RECORD_CANCELLATION = """
 UPDATE tickwork_jobs SET cancellation_id = ?
-WHERE job_id = ? AND cancellation_id IS NULL AND state <> 'settled'
-RETURNING sequence
+WHERE job_id = ? AND cancellation_id IS NULL AND {states}
+RETURNING queue
 """
+RECORD_CANCELLATION = _RECORD_CANCELLATION.format(states="state <> 'settled'")
+RECORD_CANCELLATION_IF_QUEUED = _RECORD_CANCELLATION.format(states="state = 'queued'")
 
-# Lane refusal: settle up to ?3 of the lane's unsettled jobs as failed,
+# Failing a lane: settle up to ?3 of the lane's unsettled jobs as failed,
 # running ones first, then waiting ones oldest first. Settled history and
 # other lanes are not matched. Running jobs come from the small running
 # index; waiting ones from the lane index (the repeated state IN term lets
 # SQLite prove that partial index applies).
-REFUSE_LANE_BATCH = f"""
+FAIL_LANE = f"""
 UPDATE tickwork_jobs
 SET state = 'settled', outcome = 'failed', failure_reason = ?2, settled_at = ?4
 WHERE sequence IN (

@@ -1,0 +1,377 @@
+"""The lifecycle's operations as plans, driven by scripted answers (no store at all).
+
+Each test plays a runtime: it answers the plan's requests one by one and
+checks what the plan asks, in what order, and what it decides. The behaviour
+suite runs the same plans over every real store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from tickwork import IngestConflict, InvalidArgument, InvalidJob, Job, JobRecord, Recovery
+from tickwork.lifecycle import operations
+from tickwork.lifecycle.drive import Deferred, drive, drive_async
+from tickwork.lifecycle.requests import (
+    ALIVE,
+    DEAD,
+    Abort,
+    AskLiveness,
+    Claim,
+    ClaimOrProbe,
+    ClaimView,
+    Commit,
+    Execute,
+    FailLane,
+    Find,
+    FindCargo,
+    Insert,
+    InsertMany,
+    LaneHasPending,
+    Probe,
+    ReadClaim,
+    RecordCancellation,
+    Request,
+    Requeue,
+    Settle,
+    SettleNextCancelled,
+    SettleRecovered,
+    Suspect,
+    Wake,
+)
+from tickwork.lifecycle.rules import FAIL_LANE_BATCH, Settlement
+from tickwork.model.jobs import validate_job
+from tickwork.model.outcomes import TickResult
+
+
+def record(job_id: str = "a", state: str = "running", cancellation_id: str | None = None,
+           recovery: Recovery | None = None, recoveries: int = 0,
+           outcome: str | None = None) -> JobRecord:
+    return JobRecord(job_id, "q", "lane", 0, {}, recovery, state, outcome,  # type: ignore[arg-type]
+                     None, 1, recoveries, 0, 10 if state == "running" else None, None,
+                     cancellation_id)
+
+
+@dataclass
+class Held:
+    job: JobRecord
+    token: str = "t1"
+
+
+def script(plan: Any, answers: list[Any]) -> tuple[list[Request], Any]:
+    """Run ``plan``, answering its requests with ``answers`` in order (an
+    exception instance is thrown into the plan); the requests and the result."""
+    asked: list[Request] = []
+    value: Any = None
+    error: BaseException | None = None
+    pending = list(answers)
+    while True:
+        try:
+            request = plan.throw(error) if error is not None else plan.send(value)
+        except StopIteration as stop:
+            assert not pending, f"answers left over: {pending}"
+            return asked, stop.value
+        asked.append(request)
+        answer = pending.pop(0)
+        value, error = (None, answer) if isinstance(answer, BaseException) else (answer, None)
+
+
+def kinds(requests: list[Request]) -> list[str]:
+    return [type(request).__name__ for request in requests]
+
+
+# ------------------------------------------------------------------ ingest
+
+
+def test_a_new_job_is_inserted_and_wakes_the_host() -> None:
+    asked, status = script(operations.ingest(Job("a", "q", "q", 0, {"k": 1})), [True, None])
+    assert status == "queued"
+    assert kinds(asked) == ["Insert", "Wake"]
+    assert isinstance(asked[0], Insert) and asked[0].job.payload_json == '{"k":1}'
+
+
+def test_a_replay_compares_cargo_without_waking() -> None:
+    job = Job("a", "q", "q", 0, {})
+    asked, status = script(operations.ingest(job), [False, validate_job(job)])
+    assert (status, kinds(asked)) == ("duplicate", ["Insert", "FindCargo"])
+
+
+def test_a_replay_with_other_cargo_conflicts_naming_the_fields() -> None:
+    stored = validate_job(Job("a", "q", "q", 5, {"x": 1}))
+    with pytest.raises(IngestConflict) as caught:
+        script(operations.ingest(Job("a", "q", "q", 0, {})), [False, stored])
+    assert caught.value.fields == ("priority", "payload")
+
+
+def test_a_job_purged_between_insert_and_compare_is_inserted_again() -> None:
+    asked, status = script(operations.ingest(Job("a", "q", "q", 0, {})),
+                           [False, None, True, None])
+    assert status == "queued"
+    assert kinds(asked) == ["Insert", "FindCargo", "Insert", "Wake"]
+
+
+def test_bad_input_is_refused_before_any_request() -> None:
+    plan = operations.ingest(Job("", "q", "q", 0, {}))
+    with pytest.raises(InvalidJob, match="job_id"):
+        next(plan)
+    with pytest.raises(InvalidArgument, match="queue"):
+        next(operations.purge(""))
+    with pytest.raises(InvalidArgument, match="only_if_queued"):
+        next(operations.cancel("a", "c", "yes"))  # type: ignore[arg-type]
+
+
+def test_ingest_many_asks_again_until_the_store_decides() -> None:
+    jobs = [Job("a", "q", "q", 0, {}), Job("b", "q", "q", 0, {})]
+    asked, statuses = script(operations.ingest_many(jobs), [None, [True, False], None])
+    assert statuses == ["queued", "duplicate"]
+    assert kinds(asked) == ["InsertMany", "InsertMany", "Wake"]
+    with pytest.raises(RuntimeError, match="converge"):
+        script(operations.ingest_many(jobs), [None] * operations.MAX_ROUNDS)
+
+
+# ------------------------------------------------------------------ cancel
+
+
+def test_cancel_records_then_aborts_the_local_execution_then_wakes() -> None:
+    asked, result = script(operations.cancel("a", "c1"), [record(state="queued"), True,
+                                                           None, None])
+    assert (result.status, kinds(asked)) == ("recorded",
+                                             ["Find", "RecordCancellation", "Abort", "Wake"])
+    assert asked[2] == Abort(("a",), "cancelled")
+
+
+def test_cancel_decides_again_when_its_fenced_write_matched_nothing() -> None:
+    # The job started between the read and the write: with only_if_queued
+    # the second look refuses.
+    asked, result = script(operations.cancel("a", "c1", only_if_queued=True),
+                           [record(state="queued"), False, record(state="running")])
+    assert result.status == "refused"
+    assert kinds(asked) == ["Find", "RecordCancellation", "Find"]
+    assert isinstance(asked[1], RecordCancellation) and asked[1].only_if_queued
+
+
+@pytest.mark.parametrize(("stored", "status"), [
+    (None, "not_found"),
+    (record(state="settled", outcome="completed"), "already_settled"),
+    (record(cancellation_id="c1"), "replayed"),
+    (record(cancellation_id="other"), "conflict"),
+])
+def test_cancel_writes_nothing_when_the_rules_say_so(stored: JobRecord | None,
+                                                      status: str) -> None:
+    asked, result = script(operations.cancel("a", "c1"), [stored])
+    assert (result.status, kinds(asked)) == (status, ["Find"])
+
+
+# --------------------------------------------------------------- fail_lane
+
+
+def test_fail_lane_commits_before_it_aborts_and_asks_for_more_only_after_a_full_batch() -> None:
+    failed = [record(f"j{n}") for n in range(FAIL_LANE_BATCH)]
+    asked, result = script(operations.fail_lane("lane", "gone"),
+                           [(failed, None), None, None, None, True])
+    assert kinds(asked) == ["FailLane", "Commit", "Abort", "Wake", "LaneHasPending"]
+    assert (result.settled, result.more) == (FAIL_LANE_BATCH, True)
+    asked, result = script(operations.fail_lane("lane", "gone"),
+                           [(failed[:3], None), None, None, None])
+    assert kinds(asked) == ["FailLane", "Commit", "Abort", "Wake"]
+    assert (result.settled, result.more) == (3, False)
+
+
+def test_a_failing_more_read_after_the_commit_never_becomes_an_error() -> None:
+    failed = [record(f"j{n}") for n in range(FAIL_LANE_BATCH)]
+    asked, result = script(operations.fail_lane("lane", "gone"),
+                           [(failed, None), None, None, None, OSError("disk")])
+    assert kinds(asked)[-1] == "LaneHasPending"
+    assert (result.settled, result.more) == (FAIL_LANE_BATCH, True)
+
+
+def test_a_store_that_knows_whether_more_remain_is_not_asked() -> None:
+    asked, result = script(operations.fail_lane("lane", "gone"), [([], False), None])
+    assert kinds(asked) == ["FailLane", "Commit"]
+    assert (result.settled, result.more) == (0, False)
+
+
+# -------------------------------------------------------------------- tick
+
+
+def test_the_common_tick_is_claim_execute_settle_wake() -> None:
+    held = Held(record())
+    asked, (result, carried) = script(operations.tick("slot"), [
+        (held, None), (Settlement("completed"), None), (True, None), None])
+    assert kinds(asked) == ["ClaimOrProbe", "Execute", "Settle", "Wake"]
+    assert result == TickResult("settled", job_id="a", outcome="completed")
+    assert carried is None
+
+
+def test_an_idle_tick_asks_once() -> None:
+    asked, (result, _) = script(operations.tick("slot"), [(None, Probe(None, False, False))])
+    assert (kinds(asked), result) == (["ClaimOrProbe"], TickResult("idle"))
+
+
+def test_recovery_of_an_expired_lease_comes_first_and_is_the_ticks_one_transition() -> None:
+    suspect = Suspect(record(recovery=Recovery(1)), "old", lease_expired=True)
+    asked, (result, _) = script(operations.tick(None), [
+        (None, Probe(suspect, True, True)), True, None])
+    assert kinds(asked) == ["ClaimOrProbe", "Requeue", "Wake"]
+    assert result == TickResult("requeued", job_id="a")
+
+
+def test_an_owner_local_suspect_is_asked_about_and_read_again_before_recovery() -> None:
+    suspect = Suspect(record(), "old", lease_expired=False)
+    cancelled_meanwhile = record(cancellation_id="c1")
+    settled = record(state="settled", outcome="cancelled", cancellation_id="c1")
+    asked, (result, _) = script(operations.tick("slot"), [
+        (None, Probe(suspect, False, True)), DEAD, cancelled_meanwhile, settled, None])
+    assert kinds(asked) == ["ClaimOrProbe", "AskLiveness", "Find", "SettleRecovered", "Wake"]
+    assert isinstance(asked[3], SettleRecovered)
+    assert asked[3].settlement == Settlement("cancelled")
+    assert result.outcome == "cancelled"
+
+
+def test_an_alive_suspect_lets_the_tick_claim_unguarded() -> None:
+    suspect = Suspect(record("other"), "old", lease_expired=False)
+    held = Held(record("b"))
+    asked, (result, _) = script(operations.tick("slot"), [
+        (None, Probe(suspect, False, True)), ALIVE, held,
+        (Settlement("completed"), None), (True, None), None])
+    assert kinds(asked) == ["ClaimOrProbe", "AskLiveness", "Claim", "Execute", "Settle", "Wake"]
+    assert result.job_id == "b"
+
+
+def test_an_unanswerable_probe_is_reported_only_when_nothing_else_runs() -> None:
+    suspect = Suspect(record("other"), "old", lease_expired=False)
+    asked, (result, _) = script(operations.tick("slot"), [
+        (None, Probe(suspect, False, True)), "TimeoutError: slow", None])
+    assert kinds(asked) == ["ClaimOrProbe", "AskLiveness", "Claim"]
+    assert result == TickResult("liveness_unknown", job_id="other", reason="TimeoutError: slow")
+
+
+def test_a_cancelled_waiting_job_settles_before_any_claim() -> None:
+    asked, (result, _) = script(operations.tick("slot"), [
+        (None, Probe(None, True, True)), record(state="settled", outcome="cancelled"), None])
+    assert kinds(asked) == ["ClaimOrProbe", "SettleNextCancelled", "Wake"]
+    assert result.outcome == "cancelled"
+
+
+def test_a_cancellation_recorded_while_running_decides_the_outcome() -> None:
+    held = Held(record())
+    asked, (result, _) = script(operations.tick("slot"), [
+        (held, None), (Settlement("completed"), None), (False, None),
+        ClaimView(record(cancellation_id="c1"), "t1", lease_live=True), (True, None), None])
+    assert kinds(asked) == ["ClaimOrProbe", "Execute", "Settle", "ReadClaim", "Settle", "Wake"]
+    final = asked[4]
+    assert isinstance(final, Settle) and final.cancelled
+    assert final.settlement == Settlement("cancelled", "executor_completed")
+    assert (result.outcome, result.failure_reason) == ("cancelled", "executor_completed")
+
+
+@pytest.mark.parametrize(("view", "expected"), [
+    (None, TickResult("idle", job_id="a", reason="claim_replaced")),
+    (ClaimView(record(), "someone-else", True),
+     TickResult("idle", job_id="a", reason="claim_replaced")),
+    (ClaimView(record(), "t1", lease_live=False),
+     TickResult("idle", job_id="a", reason="lease_expired")),
+    (ClaimView(record(state="settled", outcome="failed"), "t1", False),
+     TickResult("settled", job_id="a", outcome="failed")),
+])
+def test_a_settlement_that_matched_nothing_reports_why(view: ClaimView | None,
+                                                       expected: TickResult) -> None:
+    _, (result, _) = script(operations.tick("slot"), [
+        (Held(record()), None), (Settlement("completed"), None), (False, None), view, None])
+    assert result == expected
+
+
+def test_an_interrupted_execution_is_recorded_then_reraised() -> None:
+    interruption = asyncio.CancelledError()
+    plan = operations.tick("slot")
+    with pytest.raises(asyncio.CancelledError):
+        script(plan, [(Held(record()), None),
+                      (Settlement("failed", "execution_interrupted"), interruption),
+                      (True, None), None])
+
+
+def test_a_worker_loop_claims_the_next_job_in_the_settlement() -> None:
+    nxt = Held(record("b"), "t2")
+    asked, (_, carried) = script(operations.tick(None, claim_next=True), [
+        (Held(record()), None), (Settlement("completed"), None), (True, nxt), None])
+    settle = asked[2]
+    assert isinstance(settle, Settle) and settle.claim_next
+    assert carried is nxt
+
+
+# ------------------------------------------------------------------ drivers
+
+
+def answers_for(log: list[str]) -> dict[type[Request], Callable[[Any], Any]]:
+    return {
+        FailLane: lambda r: (log.append("fail_lane"), ([record("x")], None))[1],
+        Insert: lambda r: (log.append("insert"), True)[1],
+    }
+
+
+def test_the_sync_driver_commits_before_waking_and_aborting() -> None:
+    log: list[str] = []
+
+    def transaction(step: Callable[[], None]) -> None:
+        log.append("begin")
+        step()
+        log.append("commit")
+
+    def after_commit(deferred: Deferred) -> None:
+        log.append(f"after: wake={deferred.wake} aborts={len(deferred.aborts)}")
+
+    result = drive(operations.fail_lane("lane", "gone"), answers_for(log),
+                   transaction=transaction, after_commit=after_commit)
+    assert (result.settled, result.more) == (1, False)
+    # The failure commits first; the aborts and the wake it asked for come
+    # after the second transaction (the reads after the commit) ended.
+    assert log == ["begin", "fail_lane", "commit", "begin", "commit",
+                   "after: wake=True aborts=1"]
+
+
+def test_the_sync_driver_drops_what_a_rolled_back_change_asked_for() -> None:
+    def failing(request: Insert) -> bool:
+        raise OSError("disk full")
+
+    heard: list[Deferred] = []
+    with pytest.raises(OSError, match="disk full"):
+        drive(operations.ingest(Job("a", "q", "q", 0, {})), {Insert: failing},
+              transaction=lambda step: step(), after_commit=heard.append)
+    assert heard == []
+
+
+async def test_the_async_driver_awaits_only_what_it_is_told_to() -> None:
+    async def insert(request: Insert) -> bool:
+        return True
+
+    woken: list[Wake] = []
+    status = await drive_async(operations.ingest(Job("a", "q", "q", 0, {})),
+                               {Insert: insert, Wake: woken.append}, awaited={Insert})
+    assert status == "queued" and len(woken) == 1
+
+
+async def test_the_async_driver_checks_before_the_first_answer_but_after_validation() -> None:
+    checked: list[str] = []
+
+    async def check() -> None:
+        checked.append("schema")
+
+    with pytest.raises(InvalidArgument):
+        await drive_async(operations.purge(""), {}, before_first=check)
+    assert checked == []
+    await drive_async(operations.purge("q"), {type(operations.purge("q").send(None)): lambda r: 0},
+                      before_first=check)
+    assert checked == ["schema"]
+
+
+def test_every_request_kind_a_plan_can_ask_has_a_documented_answer() -> None:
+    kinds_asked = {Find, FindCargo, Insert, InsertMany, RecordCancellation, FailLane,
+                   LaneHasPending, Commit, Abort, Wake, ClaimOrProbe, Claim, AskLiveness,
+                   Requeue, SettleRecovered, SettleNextCancelled, Execute, Settle, ReadClaim}
+    for kind in kinds_asked:
+        assert kind.__doc__ and "->" in kind.__doc__, kind.__name__

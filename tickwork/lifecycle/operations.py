@@ -1,0 +1,346 @@
+"""Every lifecycle operation, written once, as a plan (sans-I/O).
+
+Each function here validates its arguments, then yields requests
+(``tickwork.lifecycle.requests``) and decides from the answers by the rules
+of ``tickwork.lifecycle.rules``. The owner-local runtime drives a plan
+synchronously inside its SQLite transactions; the D1 and PostgreSQL runtimes
+drive the same plan with ``await``. What differs between them (how a claim is
+fenced, whether liveness is asked or read from a lease, what commits
+together) lives in the runtime's answers, never here.
+
+Arguments are validated before the first request, so bad input is refused
+before any store is touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+from tickwork.lifecycle.requests import (
+    ALIVE,
+    DEAD,
+    Abort,
+    AskLiveness,
+    Claim,
+    ClaimOrProbe,
+    Commit,
+    Execute,
+    FailLane,
+    Find,
+    FindCargo,
+    HasPendingWork,
+    Held,
+    Insert,
+    InsertMany,
+    LaneHasPending,
+    Plan,
+    Purge,
+    QueueCounts,
+    QueueHead,
+    ReadClaim,
+    RecordCancellation,
+    Requeue,
+    Settle,
+    SettleNextCancelled,
+    SettleRecovered,
+    StatusGroups,
+    Suspect,
+    Wake,
+)
+from tickwork.lifecycle.rules import (
+    ABORT_CANCELLED,
+    ABORT_LANE_FAILED,
+    CLAIM_REPLACED,
+    FAIL_LANE_BATCH,
+    LEASE_EXPIRED,
+    Settlement,
+    decide_cancel,
+    decide_recovery,
+    recovery_settlement,
+    settlement_under_cancellation,
+)
+from tickwork.model.errors import IngestConflict, InvalidArgument
+from tickwork.model.jobs import (
+    MAX_LANE_LENGTH,
+    Job,
+    JobRecord,
+    cargo_differences,
+    check_cancel_args,
+    check_id,
+    check_reason,
+    check_text,
+    validate_job,
+    validate_jobs,
+)
+from tickwork.model.outcomes import (
+    CancelResult,
+    FailLaneResult,
+    IngestStatus,
+    QueueStatus,
+    TickResult,
+    queue_status_from_counts,
+    queue_statuses_from_groups,
+)
+
+#: A tick that found nothing to do.
+IDLE: Final = TickResult("idle")
+
+#: How often a plan re-reads after a fenced write matched nothing because a
+#: concurrent change moved the job first. States only move forward, so a few
+#: rounds always settle it; more means a store that does not keep its fences.
+MAX_ROUNDS = 8
+
+#: A tick's answer: what it did, and the claim it took for the next tick (a
+#: worker loop's ``claim_next``), if any.
+Ticked = tuple[TickResult, "Held | None"]
+
+
+def settled(job: JobRecord) -> TickResult:
+    """The tick result reporting ``job``'s stored settlement."""
+    return TickResult("settled", job_id=job.job_id, outcome=job.outcome,
+                      failure_reason=job.failure_reason)
+
+
+def _written(job: JobRecord, settlement: Settlement) -> TickResult:
+    return TickResult("settled", job_id=job.job_id, outcome=settlement.outcome,
+                      failure_reason=settlement.failure_reason)
+
+
+# ------------------------------------------------------------------ reads
+
+
+def read(job_id: str) -> Plan[JobRecord | None]:
+    check_id("job_id", job_id)
+    job: JobRecord | None = yield Find(job_id)
+    return job
+
+
+def read_queue_head(queue: str) -> Plan[JobRecord | None]:
+    check_id("queue", queue)
+    job: JobRecord | None = yield QueueHead(queue)
+    return job
+
+
+def has_pending_work() -> Plan[bool]:
+    pending: bool = yield HasPendingWork()
+    return pending
+
+
+def status() -> Plan[list[QueueStatus]]:
+    """Job counts of every queue that has any job, sorted by queue name."""
+    groups = yield StatusGroups()
+    return queue_statuses_from_groups(groups)
+
+
+def queue_status(queue: str) -> Plan[QueueStatus]:
+    """Job counts of one queue (all zero for a queue without jobs)."""
+    check_id("queue", queue)
+    queued, running, *outcomes = yield QueueCounts(queue)
+    return queue_status_from_counts(queue, queued, running, outcomes)
+
+
+# -------------------------------------------------------------- mutations
+
+
+def ingest(job: Job) -> Plan[IngestStatus]:
+    """Store ``job``: "queued" when new, "duplicate" for an identical replay,
+    IngestConflict (nothing stored) when the job_id holds other cargo."""
+    valid = validate_job(job)
+    while True:
+        if (yield Insert(valid)):
+            yield Wake(now=False)
+            return "queued"
+        stored = yield FindCargo(valid.job_id)
+        if stored is None:
+            continue  # purged between the two: store it now
+        differences = cargo_differences(valid, stored)
+        if differences:
+            raise IngestConflict(valid.job_id, differences)
+        return "duplicate"
+
+
+def ingest_many(jobs: Sequence[Job]) -> Plan[list[IngestStatus]]:
+    """Store up to ``MAX_INGEST_BATCH`` jobs atomically; one status per job.
+
+    Every job is validated before anything is written; all commit together,
+    or, when one conflicts (IngestConflict), none does. A job_id repeated
+    within the call is a "duplicate" when its cargo is identical, else a
+    conflict.
+    """
+    valid = validate_jobs(jobs)
+    for _ in range(MAX_ROUNDS):
+        inserted: list[bool] | None = yield InsertMany(valid)
+        if inserted is not None:
+            break
+    else:
+        raise RuntimeError("ingest_many did not converge under concurrent changes")
+    if any(inserted):
+        yield Wake(now=False)
+    return ["queued" if new else "duplicate" for new in inserted]
+
+
+def cancel(job_id: str, cancellation_id: str, only_if_queued: bool = False
+           ) -> Plan[CancelResult]:
+    """Record a durable cancellation; an execution here is told to stop once it is."""
+    check_cancel_args(job_id, cancellation_id, only_if_queued)
+    # Decide on what is stored, then write fenced on that decision still
+    # holding: a concurrent change makes the write match nothing, and the
+    # next round decides again (states only move forward).
+    for _ in range(MAX_ROUNDS):
+        job = yield Find(job_id)
+        decision = decide_cancel(job, cancellation_id, only_if_queued=only_if_queued)
+        if not decision.record:
+            return CancelResult(decision.status, job_id)
+        if (yield RecordCancellation(job_id, cancellation_id, only_if_queued)):
+            break
+    else:
+        raise RuntimeError(f"cancellation of job {job_id!r} did not converge")
+    yield Abort((job_id,), ABORT_CANCELLED)
+    yield Wake(now=False)
+    return CancelResult("recorded", job_id)
+
+
+def fail_lane(lane: str, reason: str) -> Plan[FailLaneResult]:
+    """Settle up to ``FAIL_LANE_BATCH`` of the lane's queued and running jobs
+    as failed, running ones first; ``more`` says whether any remain."""
+    check_text("lane", lane, MAX_LANE_LENGTH, InvalidArgument)
+    check_reason("reason", reason)
+    failed, more = yield FailLane(lane, reason, FAIL_LANE_BATCH)
+    yield Commit()
+    # Durable now: only now stop the executions here. Their ticks find the
+    # claim settled under their token and report the committed failure.
+    if failed:
+        yield Abort(tuple(job.job_id for job in failed), ABORT_LANE_FAILED)
+        yield Wake(now=False)
+    if more is None:
+        # A short batch took every unsettled job of the lane; a full one
+        # asks. Nothing after the commit may turn the committed failure into
+        # an error: a read that fails says True, and one more call says False.
+        more = False
+        if len(failed) >= FAIL_LANE_BATCH:
+            try:
+                more = yield LaneHasPending(lane)
+            except Exception:
+                more = True
+    return FailLaneResult(len(failed), bool(more))
+
+
+def purge(queue: str) -> Plan[int]:
+    """Delete the queue's queued jobs; running and settled jobs stay."""
+    check_id("queue", queue)
+    deleted: int = yield Purge(queue)
+    if deleted:
+        yield Wake(now=False)
+    return deleted
+
+
+# ------------------------------------------------------------------ ticks
+
+
+def tick(slot: object, *, claim_next: bool = False) -> Plan[Ticked]:
+    """Recover a dead claim, settle a cancelled job, or claim and run one job.
+
+    The common tick is one request before the executor runs: the claim only
+    happens when nothing must come first, and otherwise the same answer says
+    what must (in that order: recovery, then cancelled jobs).
+    """
+    held, probe = yield ClaimOrProbe(slot)
+    if held is not None:
+        return (yield from run(held, claim_next=claim_next))
+    if not probe.blocked:
+        return IDLE, None
+    # Recovery first. Putting a job back or settling it is this tick's one
+    # transition; a probe that could not answer is reported only if nothing
+    # else runs.
+    recovery = None
+    if probe.suspect is not None:
+        recovery = yield from recover(probe.suspect, slot)
+        if recovery is not None and recovery.status != "liveness_unknown":
+            return recovery, None
+    if probe.cancelled_waiting:
+        cancelled = yield SettleNextCancelled(slot)
+        if cancelled is not None:
+            yield Wake()
+            return settled(cancelled), None
+    held = yield Claim(slot)
+    if held is None:
+        return recovery or IDLE, None
+    return (yield from run(held, claim_next=claim_next))
+
+
+def recover(suspect: Suspect, slot: object) -> Plan[TickResult | None]:
+    """Recover a claim whose execution is gone: requeue it while its recovery
+    budget lasts, else settle it interrupted (cancelled, if a cancellation is
+    recorded). None when it turns out alive, or moved meanwhile."""
+    job = suspect.job
+    if not suspect.lease_expired:
+        answer = yield AskLiveness(suspect, slot)
+        if answer is ALIVE:
+            return None
+        if answer is not DEAD:
+            return TickResult("liveness_unknown", job_id=job.job_id, reason=str(answer))
+        # The probe was awaited: decide on a fresh read, since a cancellation
+        # may have landed meanwhile. The write is fenced on the token anyway.
+        current = yield Find(job.job_id)
+        if current is None or current.state != "running":
+            return None
+        job = current
+    action = decide_recovery(job)
+    if action == "requeue":
+        if not (yield Requeue(suspect)):
+            return None  # renewed, settled or recovered by someone else meanwhile
+        yield Wake()
+        return TickResult("requeued", job_id=job.job_id)
+    recovered = yield SettleRecovered(suspect, recovery_settlement(action))
+    if recovered is None:
+        return None
+    yield Wake()
+    return settled(recovered)
+
+
+def run(held: Held, *, claim_next: bool = False) -> Plan[Ticked]:
+    """Execute a held claim and record exactly one outcome for it."""
+    settlement, interruption = yield Execute(held)
+    written, next_held = yield Settle(held, settlement,
+                                      claim_next=claim_next and interruption is None)
+    if written:
+        result = _written(held.job, settlement)
+    else:
+        result = yield from settle_unusual(held, settlement)
+    if interruption is not None:
+        yield Wake(now=False)
+        raise interruption
+    yield Wake()
+    return result, next_held
+
+
+def settle_unusual(held: Held, settlement: Settlement) -> Plan[TickResult]:
+    """The fenced settlement matched nothing: find out why and act on it.
+
+    Each round reads, then writes fenced on what it read.
+    """
+    job = held.job
+    for _ in range(MAX_ROUNDS):
+        view = yield ReadClaim(held)
+        if view is None or view.token != held.token:
+            # Recovered (which releases the token) or purged: no longer ours.
+            return TickResult("idle", job_id=job.job_id, reason=CLAIM_REPLACED)
+        record = view.job
+        if record.state == "settled":
+            # Settled under our own claim: its lane failed while it ran.
+            # Report what is committed.
+            return settled(record)
+        if record.state != "running":
+            return TickResult("idle", job_id=job.job_id, reason=CLAIM_REPLACED)
+        if not view.lease_live:
+            # Rejected, never written: the next tick anywhere recovers it.
+            return TickResult("idle", job_id=job.job_id, reason=LEASE_EXPIRED)
+        cancelled = record.cancellation_id is not None
+        # A cancellation recorded while the job ran (through any path) decides
+        # the outcome: the durable record, not the local signal.
+        final = settlement_under_cancellation(settlement) if cancelled else settlement
+        written, _ = yield Settle(held, final, cancelled=cancelled)
+        if written:
+            return _written(job, final)
+    raise RuntimeError(f"settlement of job {job.job_id!r} did not converge")

@@ -1,0 +1,307 @@
+"""What a lifecycle operation asks of its runtime, and the answers it expects.
+
+An operation (``tickwork.lifecycle.operations``) is a generator: it yields one
+request at a time and is sent the answer. It never touches a store, a clock or
+an executor itself; the runtime driving it does, each in its own way: the
+owner-local runtime answers synchronously from SQLite inside its transactions,
+the shared runtimes with ``await`` against D1 or PostgreSQL, fenced on their
+leases. A store that cannot answer raises, and the runtime throws that error
+into the operation at the ``yield`` that asked.
+
+Each request says below what it answers. Held claims and tick slots are the
+runtime's own objects: an operation only reads ``held.job`` and
+``held.token``, and passes a slot back unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Protocol, TypeAlias, TypeVar
+
+from tickwork.lifecycle.rules import Settlement
+from tickwork.model.jobs import JobRecord, ValidJob
+
+T = TypeVar("T")
+
+#: An operation: yields requests, is sent their answers, returns its result.
+Plan: TypeAlias = Generator["Request", Any, T]
+
+
+class Held(Protocol):
+    """A claim this runtime holds: the job as claimed and its private token."""
+
+    @property
+    def job(self) -> JobRecord: ...
+
+    @property
+    def token(self) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Suspect:
+    """A running claim that no execution here holds, which may be dead.
+
+    ``lease_expired``: its lease ran out (shared runtimes), so it is presumed
+    dead; otherwise (owner-local) the liveness probe decides.
+    """
+
+    job: JobRecord
+    token: str
+    lease_expired: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """Why the fast claim claimed nothing.
+
+    ``suspect``: a claim to recover first, if any; ``cancelled_waiting``: a
+    cancelled job still queued; ``blocked``: the claim was held back for one
+    of them (else there was simply nothing to claim).
+    """
+
+    suspect: Suspect | None
+    cancelled_waiting: bool
+    blocked: bool
+
+
+#: The probe of a tick whose fast claim found nothing at all to do.
+NOTHING_TO_DO: Final = Probe(None, False, False)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimView:
+    """A job as one of its claims sees it: the current token, and whether
+    that claim is live (running, and its lease, where there is one, unexpired)."""
+
+    job: JobRecord
+    token: str | None
+    lease_live: bool
+
+
+class Request:
+    """Base of every request (``isinstance`` checks in tests; runtimes
+    dispatch on the exact type). Requests are plain slotted dataclasses,
+    not frozen ones: a tick makes several, and a frozen one costs a
+    ``setattr`` call per field. Nothing changes a request once made."""
+
+    __slots__ = ()
+
+
+# ----------------------------------------------------------------- reads
+
+
+@dataclass(slots=True)
+class Find(Request):
+    """The job ``job_id`` -> ``JobRecord | None``."""
+
+    job_id: str
+
+
+@dataclass(slots=True)
+class FindCargo(Request):
+    """The stored identity and cargo of ``job_id``, as ``validate_job`` makes
+    them -> ``ValidJob | None``."""
+
+    job_id: str
+
+
+@dataclass(slots=True)
+class QueueHead(Request):
+    """The queue's running job, else its best waiting one -> ``JobRecord | None``."""
+
+    queue: str
+
+
+@dataclass(slots=True)
+class HasPendingWork(Request):
+    """Whether any job is queued or running -> ``bool``."""
+
+
+@dataclass(slots=True)
+class StatusGroups(Request):
+    """``(queue, state, outcome, count)`` of every group of jobs -> rows."""
+
+
+@dataclass(slots=True)
+class QueueCounts(Request):
+    """One queue's ``(queued, running, settled per outcome...)`` -> one row."""
+
+    queue: str
+
+
+@dataclass(slots=True)
+class LaneHasPending(Request):
+    """Whether the lane still has a queued or running job -> ``bool``."""
+
+    lane: str
+
+
+# ------------------------------------------------------------- mutations
+
+
+@dataclass(slots=True)
+class Insert(Request):
+    """Insert a new queued job -> ``bool``: False (nothing written) when the
+    job_id exists."""
+
+    job: ValidJob
+
+
+@dataclass(slots=True)
+class InsertMany(Request):
+    """Insert the new jobs of ``jobs`` in order, all or nothing -> per job
+    True (inserted) or False (an identical replay); raises IngestConflict
+    with nothing written; None, with nothing written, when a concurrent
+    change kept the store from deciding (ask again)."""
+
+    jobs: Sequence[ValidJob]
+
+
+@dataclass(slots=True)
+class RecordCancellation(Request):
+    """Write the job's first cancellation -> ``bool``: False (nothing
+    written) when it no longer applies: the job settled, has a cancellation,
+    or (``only_if_queued``) started."""
+
+    job_id: str
+    cancellation_id: str
+    only_if_queued: bool
+
+
+@dataclass(slots=True)
+class FailLane(Request):
+    """Settle up to ``limit`` of the lane's queued and running jobs as failed
+    with ``reason``, running ones first -> ``(failed jobs, more)``, where
+    ``more`` is whether any remain, or None when the store did not look."""
+
+    lane: str
+    reason: str
+    limit: int
+
+
+@dataclass(slots=True)
+class Purge(Request):
+    """Delete the queue's queued jobs -> how many."""
+
+    queue: str
+
+
+@dataclass(slots=True)
+class Commit(Request):
+    """What came before is one durable change: commit it now (the owner-local
+    runtime ends its transaction here; elsewhere every write committed on its
+    own already) -> None."""
+
+
+@dataclass(slots=True)
+class Abort(Request):
+    """Once the change is committed, stop the local executions of these jobs,
+    telling them ``reason`` -> None."""
+
+    job_ids: tuple[str, ...]
+    reason: str
+
+
+@dataclass(slots=True)
+class Wake(Request):
+    """A durable change may move the next tick: tell the host's wake -> None.
+
+    ``now``: during a tick, the runtime awaits the wake before going on;
+    otherwise (and after an interruption) it may only start it.
+    """
+
+    now: bool = True
+
+
+# ----------------------------------------------------------------- ticks
+
+
+@dataclass(slots=True)
+class ClaimOrProbe(Request):
+    """The tick's first step: claim the slot's best ready job under a fresh
+    token, but only when nothing must come first -> ``(Held, None)``; else
+    ``(None, Probe)`` saying what must (a suspect claim, a cancelled job)."""
+
+    slot: Any
+
+
+@dataclass(slots=True)
+class Claim(Request):
+    """Claim the slot's best ready job under a fresh token, unguarded ->
+    ``Held | None``."""
+
+    slot: Any
+
+
+@dataclass(slots=True)
+class AskLiveness(Request):
+    """Ask the host whether the suspect's execution still runs somewhere ->
+    ``ALIVE``, ``DEAD``, or the text of the probe's failure (owner-local
+    only: a shared runtime's suspects have expired leases)."""
+
+    suspect: Suspect
+    slot: Any
+
+
+#: AskLiveness answers.
+ALIVE: Final = True
+DEAD: Final = False
+
+
+@dataclass(slots=True)
+class Requeue(Request):
+    """Put the suspect back in its queue, counting the recovery -> ``bool``;
+    fenced on its token (and, shared, on its lease still being expired)."""
+
+    suspect: Suspect
+
+
+@dataclass(slots=True)
+class SettleRecovered(Request):
+    """Settle the suspect with ``settlement``, releasing its token ->
+    ``JobRecord | None``; fenced like ``Requeue``."""
+
+    suspect: Suspect
+    settlement: Settlement
+
+
+@dataclass(slots=True)
+class SettleNextCancelled(Request):
+    """Settle the slot's oldest cancelled queued job, without running it ->
+    ``JobRecord | None``."""
+
+    slot: Any
+
+
+@dataclass(slots=True)
+class Execute(Request):
+    """Run the executor on a held claim (renewing its lease, where it has
+    one) -> ``(Settlement, interruption)``: what to record, and the
+    ``CancelledError`` to re-raise once it is recorded (or None)."""
+
+    held: Held
+
+
+@dataclass(slots=True)
+class Settle(Request):
+    """Settle a held claim; its execution here is over -> ``(written, next)``.
+
+    Fenced on the claim's token and running state (and a live lease), and on
+    the cancellation being absent (``cancelled=False``) or recorded (True):
+    ``written`` is False when the fence matched nothing. ``claim_next``:
+    also claim the next job in the same commit or batch; ``next`` is that
+    ``Held`` (or None).
+    """
+
+    held: Held
+    settlement: Settlement
+    cancelled: bool = False
+    claim_next: bool = False
+
+
+@dataclass(slots=True)
+class ReadClaim(Request):
+    """The held claim's job as stored now -> ``ClaimView | None``."""
+
+    held: Held
