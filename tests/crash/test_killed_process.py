@@ -218,7 +218,7 @@ async def test_a_failing_read_after_a_committed_lane_refusal_changes_nothing_it_
     executor running."""
     from tickwork import FailLaneResult
     from tickwork.lifecycle import FAIL_LANE_BATCH
-    from tickwork.stores.sql import sqlite as local_sql
+    from tickwork.stores.owner_local import _LANE_HAS_PENDING
 
     owner = FailingReadOwner(sqlite3.connect(tmp_path / "jobs.sqlite3", isolation_level=None))
     executor = ScriptedExecutor()
@@ -228,7 +228,7 @@ async def test_a_failing_read_after_a_committed_lane_refusal_changes_nothing_it_
     await asyncio.sleep(0.01)
     for number in range(FAIL_LANE_BATCH):
         runtime.ingest(job(f"q{number}", queue=f"q{number}", lane="bad"))
-    owner.fail_on = local_sql.LANE_HAS_PENDING
+    owner.fail_on = _LANE_HAS_PENDING.text
     result = runtime.fail_lane("bad", "tenant_gone")
     # Durable, reported, and the running executor stopped at once.
     assert (result.settled, result.more) == (FAIL_LANE_BATCH, True)
@@ -240,5 +240,5 @@ async def test_a_failing_read_after_a_committed_lane_refusal_changes_nothing_it_
     assert runtime.fail_lane("bad", "tenant_gone") == FailLaneResult(0, False)
     # A short batch needs no read at all: it took every unsettled job.
     runtime.ingest(job("late", lane="late"))
-    owner.fail_on = local_sql.LANE_HAS_PENDING
+    owner.fail_on = _LANE_HAS_PENDING.text
     assert runtime.fail_lane("late", "x") == FailLaneResult(1, False)

@@ -14,8 +14,8 @@ from tests.support import CountingWake, job
 from tickwork import Completed, IngestConflict, InvalidArgument, JobRecord, SchemaError
 from tickwork.runtimes.d1 import D1Runtime, purge_d1_queues
 from tickwork.runtimes.shared import LeasedSignal
+from tickwork.stores.d1 import store as d1_sql
 from tickwork.stores.d1.binding import D1Binding
-from tickwork.stores.sql import d1 as d1_sql
 
 
 @pytest.fixture(params=["external", "builtin"], ids=["d1-external", "d1-builtin"])
@@ -261,7 +261,7 @@ async def test_queue_status_counts_every_state_from_indexes_only(db: Any) -> Non
         SELECT 'old-' || n, 'q' || (n % 300), 'lane', 0, '{}', 'settled',
                CASE WHEN n % 3 = 0 THEN 'failed' ELSE 'completed' END, n, n, n FROM c
     """).run()
-    plan = await D1Binding(db).query("EXPLAIN QUERY PLAN " + d1_sql.QUEUE_STATUS, ["q1"])
+    plan = await D1Binding(db).query("EXPLAIN QUERY PLAN " + d1_sql.QUEUE_STATUS.text, ["q1"])
     text = "\n".join(str(row[-1]) for row in plan)
     assert "tickwork_jobs_queue_waiting (queue=?)" in text, text
     assert "tickwork_jobs_running (queue=?)" in text, text

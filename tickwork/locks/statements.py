@@ -11,7 +11,7 @@ Two tables per lock table name ``T``:
 
 Every time is epoch milliseconds taken from the database clock by the
 statement itself, through the same expression the shared runtimes use
-(``tickwork.stores.sql.d1.NOW``, ``tickwork.stores.sql.postgres.NOW``): the
+(``tickwork.stores.sql.sqlite.D1``, ``tickwork.stores.sql.postgres.NOW``): the
 first parameter overrides it for deterministic tests and is NULL otherwise.
 No statement ever compares a time computed in Python.
 
@@ -27,8 +27,8 @@ from typing import Literal
 
 from tickwork.model.errors import InvalidArgument
 from tickwork.model.jobs import MAX_SAFE_INTEGER
-from tickwork.stores.sql.d1 import NOW as SQLITE_NOW
 from tickwork.stores.sql.postgres import NOW as POSTGRES_NOW
+from tickwork.stores.sql.sqlite import d1_clock
 
 Dialect = Literal["sqlite", "postgres"]
 
@@ -69,6 +69,7 @@ class LockStatements:
 # ---------------------------------------------------------------- SQLite / D1
 # ?1 is always the clock override (NULL: database time). SQLite keeps 'now'
 # fixed within a statement, so every use of it in one statement agrees.
+SQLITE_NOW = d1_clock("?1")
 
 _SQLITE_DDL = """
 CREATE TABLE {exists}{locks} (

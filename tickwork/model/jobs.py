@@ -204,8 +204,7 @@ _CARGO_FIELDS = (
 )
 
 
-def stored_cargo(job_id: str, queue: str, lane: str, priority: int, payload_json: str,
-                 max_recoveries: int | None) -> ValidJob:
+def stored_cargo(stored: ValidJob) -> ValidJob:
     """A stored job's cargo as ``validate_job`` would produce it, for replay checks.
 
     Jobs tickwork stores itself hold canonical payload text already; a row a
@@ -214,10 +213,11 @@ def stored_cargo(job_id: str, queue: str, lane: str, priority: int, payload_json
     equal whatever key order either side used.
     """
     try:
-        canonical = canonical_json(json.loads(payload_json))
+        canonical = canonical_json(json.loads(stored.payload_json))
     except (ValueError, InvalidJob):  # not something ingest could have stored
-        canonical = payload_json
-    return ValidJob(job_id, queue, lane, priority, canonical, max_recoveries)
+        return stored
+    return ValidJob(stored.job_id, stored.queue, stored.lane, stored.priority, canonical,
+                    stored.max_recoveries)
 
 
 def cargo_differences(new: ValidJob, stored: ValidJob) -> tuple[str, ...]:

@@ -15,27 +15,12 @@ from typing import Any, Literal, Protocol, TypeAlias
 from tickwork.lifecycle import Settlement
 from tickwork.lifecycle.requests import ClaimView, Suspect
 from tickwork.model.jobs import JobRecord, ValidJob
-from tickwork.stores.owner_local import decode_job
 
 RenewAnswer: TypeAlias = Literal["held", "cancelled", "lost"]
 """``held``: the lease was extended; ``cancelled``: extended, and a cancellation
 is recorded; ``lost``: the claim expired or was replaced, nothing was written."""
 
 CancelWrite: TypeAlias = Literal["any", "only_if_queued"]
-
-
-def claim_view_from_row(row: tuple[Any, ...]) -> ClaimView:
-    """From a SELECT_CLAIM row (both dialects): job columns, token, lease_live."""
-    return ClaimView(decode_job(row[:-2]), row[-2], bool(row[-1]))
-
-
-def probe_from_row(row: tuple[Any, ...]) -> tuple[Suspect | None, bool]:
-    """From a PROBE row (both dialects): the oldest expired claim's job columns
-    and token (NULLs when there is none), then whether a cancelled job waits."""
-    cancelled_waiting = bool(row[-1])
-    if row[0] is None:
-        return None, cancelled_waiting
-    return Suspect(decode_job(row[:-2]), row[-2], lease_expired=True), cancelled_waiting
 
 
 class SharedStore(Protocol):

@@ -20,10 +20,11 @@ from tickwork.model.jobs import Job, validate_job
 from tickwork.model.outcomes import IngestStatus
 from tickwork.ports.host import SharedExecutor, Wake
 from tickwork.runtimes.shared import Now, SharedRuntime
+from tickwork.stores.d1 import store as statements
 from tickwork.stores.d1.binding import MAX_BOUND_PARAMETERS, D1Binding
 from tickwork.stores.d1.store import LATEST_MIGRATION, D1Store
 from tickwork.stores.schema_version import SCHEMA_VERSION
-from tickwork.stores.sql import d1 as sql
+from tickwork.stores.sql import sqlite as sql
 
 __all__ = ["LATEST_MIGRATION", "SCHEMA_VERSION", "D1Runtime", "purge_d1_queues"]
 
@@ -80,9 +81,8 @@ class D1Runtime(SharedRuntime):
         An identical replay writes nothing; a conflicting one fails the batch.
         """
         valid = validate_job(job)
-        values = (self._db_now(), valid.job_id, valid.queue, valid.lane, valid.priority,
-                  valid.payload_json, valid.max_recoveries)
-        return self._d1_store.d1.prepare(sql.ENQUEUE, values)
+        return self._d1_store.d1.prepare(statements.ENQUEUE.text,
+                                         statements.job_values(valid, self._db_now()))
 
     def enqueue_from_select(self, text: str, values: Sequence[Any] = ()) -> Any:
         """A statement inserting the rows of a trusted SELECT, for the producer's batch.
@@ -97,10 +97,8 @@ class D1Runtime(SharedRuntime):
         batch.
         """
         text, count = _numbered_placeholders(text, values)
-        clock = f"?{count + 1}"
-        statement = sql.ENQUEUE_FROM_SELECT.format(
-            now=sql.NOW.replace("?1", clock), select=text, on_replay=sql._ON_REPLAY
-        )
+        statement = sql.ENQUEUE_FROM_SELECT.format(now=sql.d1_clock(f"?{count + 1}"),
+                                                   select=text)
         return self._d1_store.d1.prepare(statement, (*values, self._db_now()))
 
 

@@ -1,4 +1,8 @@
-"""D1Store: the shared-store port over a D1 binding, one statement per method."""
+"""D1Store: the shared-store port over a D1 binding, one statement (or batch) per method.
+
+The statements are the SQLite family's (``tickwork.stores.sql.sqlite``),
+rendered for D1: database time, claims with leases.
+"""
 
 from __future__ import annotations
 
@@ -9,35 +13,74 @@ from typing import Any
 from tickwork.lifecycle import Settlement
 from tickwork.lifecycle.requests import ClaimView, Suspect
 from tickwork.model.jobs import JobRecord, ValidJob, replay_flags, stored_cargo
-from tickwork.ports.shared_store import (
-    CancelWrite,
-    RenewAnswer,
-    claim_view_from_row,
-    probe_from_row,
-)
+from tickwork.ports.shared_store import CancelWrite, RenewAnswer
 from tickwork.stores.d1.binding import D1Binding
-from tickwork.stores.owner_local import decode_job
+from tickwork.stores.rows import CARGO, CLAIM, JOB, SEQUENCE, Columns
 from tickwork.stores.schema_version import MIGRATIONS, check_schema_version
-from tickwork.stores.sql import d1 as sql
+from tickwork.stores.sql import sqlite as sql
 
 #: The schema this package's statements need, and the migration that creates it.
 LATEST_MIGRATION = "schema/d1/" + MIGRATIONS[-1]
 
-_JOB_COLUMN_NAMES = tuple(name.strip() for name in sql.JOB_COLUMNS.split(","))
-_PROBE_COLUMN_NAMES = (*_JOB_COLUMN_NAMES, "claim_token", "cancelled_waiting")
+
+def _render(template: sql.Template, *binds: str) -> sql.Statement:
+    """``template`` for D1, checked to bind ``binds`` in that order (the
+    order the methods below pass their values in)."""
+    statement = template.render(sql.D1)
+    if statement.params != binds:
+        raise AssertionError(f"{template.name} binds {statement.params}, not {binds}")
+    return statement
+
+
+_JOB = ("job_id", "queue", "lane", "priority", "payload_json", "max_recoveries", "now")
+_SETTLE = ("outcome", "failure_reason", "now", "sequence", "token")
+SCHEMA_VERSION = _render(sql.SCHEMA_VERSION)
+INSERT_JOB = _render(sql.INSERT_JOB, *_JOB)
+ENQUEUE = _render(sql.ENQUEUE, *_JOB)
+INGEST = _render(sql.INGEST, *_JOB)
+SELECT_CARGO_MANY = _render(sql.SELECT_CARGO_MANY, "job_ids")
+SELECT_JOB = _render(sql.SELECT_JOB, "job_id")
+SELECT_CARGO = _render(sql.SELECT_CARGO, "job_id")
+SELECT_QUEUE_HEAD = _render(sql.SELECT_QUEUE_HEAD, "queue")
+SELECT_CLAIM = _render(sql.SELECT_CLAIM, "sequence", "now")
+HAS_PENDING_WORK = _render(sql.HAS_PENDING_WORK)
+STATUS = _render(sql.STATUS)
+QUEUE_STATUS = _render(sql.QUEUE_STATUS, "queue")
+CLAIM_ONE = _render(sql.CLAIM, "token", "now", "lease_ms")
+CLAIM_IF_CLEAR = _render(sql.CLAIM_IF_CLEAR, "token", "now", "lease_ms")
+PROBE = _render(sql.PROBE, "now")
+REQUEUE_EXPIRED = _render(sql.REQUEUE_CLAIM, "now", "sequence", "token")
+SETTLE_EXPIRED = _render(sql.SETTLE_RECOVERED_CLAIM, *_SETTLE)
+SETTLE = _render(sql.SETTLE_CLAIM, *_SETTLE)
+SETTLE_CANCELLED = _render(sql.SETTLE_CANCELLED_CLAIM, *_SETTLE)
+RENEW = _render(sql.RENEW, "now", "sequence", "token", "lease_ms")
+SETTLE_NEXT_CANCELLED = _render(sql.SETTLE_NEXT_CANCELLED, "now")
+RECORD_CANCELLATION = _render(sql.RECORD_CANCELLATION, "cancellation_id", "job_id")
+RECORD_CANCELLATION_IF_QUEUED = _render(sql.RECORD_CANCELLATION_IF_QUEUED,
+                                        "cancellation_id", "job_id")
+FAIL_LANE = _render(sql.FAIL_LANE, "lane", "reason", "limit", "now")
+LANE_HAS_PENDING = _render(sql.LANE_HAS_PENDING, "lane")
+PURGE_QUEUE = _render(sql.PURGE_QUEUE, "queue")
+
+
+def _names(statement: sql.Statement) -> tuple[str, ...]:
+    columns: Columns | None = statement.columns
+    assert columns is not None
+    return columns.names
 
 
 class D1Store:
     def __init__(self, db: Any) -> None:
         self.d1 = D1Binding(db)
 
-    async def _one_job(self, statement: str, values: Sequence[Any]) -> JobRecord | None:
-        rows = await self.d1.query(statement, values)
-        return decode_job(rows[0]) if rows else None
+    async def _one_job(self, statement: sql.Statement,
+                       values: Sequence[Any]) -> JobRecord | None:
+        rows = await self.d1.query(statement.text, values)
+        return JOB.job(rows[0]) if rows else None
 
     async def check_schema(self) -> None:
         try:
-            rows = await self.d1.query(sql.SCHEMA_VERSION)
+            rows = await self.d1.query(SCHEMA_VERSION.text)
         except Exception as error:
             if "no such table" not in str(error):
                 raise
@@ -47,7 +90,7 @@ class D1Store:
                              apply_with="wrangler d1 migrations apply <DB>")
 
     async def insert(self, job: ValidJob, now: int | None) -> bool:
-        rows = await self.d1.query(sql.INSERT_JOB, (now, *_job_values(job)))
+        rows = await self.d1.query(INSERT_JOB.text, job_values(job, now))
         return bool(rows)
 
     async def insert_many(
@@ -60,8 +103,8 @@ class D1Store:
         # One batch, one round trip: the caller's statements, then one per job.
         try:
             results = await self.d1.batch(
-                [*leading, *((sql.INGEST, (now, *_job_values(job))) for job in jobs)],
-                [*([None] * len(leading)), *([("sequence",)] * len(jobs))],
+                [*leading, *((INGEST.text, job_values(job, now)) for job in jobs)],
+                [*([None] * len(leading)), *([SEQUENCE.names] * len(jobs))],
             )
         except Exception as error:
             if "tickwork_ingest_conflict" not in str(error):
@@ -70,70 +113,70 @@ class D1Store:
             # and fields from what is stored (a second round trip, on the
             # conflict path only): replay_flags raises the IngestConflict.
             rows = await self.d1.query(
-                sql.SELECT_CARGO_MANY, (json.dumps([job.job_id for job in jobs]),))
-            replay_flags(jobs, {row[0]: stored_cargo(*row) for row in rows})
+                SELECT_CARGO_MANY.text, (json.dumps([job.job_id for job in jobs]),))
+            stored = [stored_cargo(CARGO.cargo(row)) for row in rows]
+            replay_flags(jobs, {cargo.job_id: cargo for cargo in stored})
             return None  # the conflicting job is gone now (purged): try again
         return [bool(rows) for rows in results[len(leading):]]
 
     async def find(self, job_id: str) -> JobRecord | None:
-        return await self._one_job(sql.SELECT_JOB, (job_id,))
+        return await self._one_job(SELECT_JOB, (job_id,))
 
     async def find_cargo(self, job_id: str) -> ValidJob | None:
-        rows = await self.d1.query(sql.SELECT_CARGO, (job_id,))
-        return stored_cargo(*rows[0]) if rows else None
+        rows = await self.d1.query(SELECT_CARGO.text, (job_id,))
+        return stored_cargo(CARGO.cargo(rows[0])) if rows else None
 
     async def queue_head(self, queue: str) -> JobRecord | None:
-        return await self._one_job(sql.SELECT_QUEUE_HEAD, (queue,))
+        return await self._one_job(SELECT_QUEUE_HEAD, (queue,))
 
     async def has_pending_work(self) -> bool:
-        rows = await self.d1.query(sql.HAS_PENDING_WORK)
+        rows = await self.d1.query(HAS_PENDING_WORK.text)
         return bool(rows[0][0])
 
     async def status_groups(self) -> list[tuple[Any, ...]]:
-        return await self.d1.query(sql.STATUS)
+        return await self.d1.query(STATUS.text)
 
     async def queue_counts(self, queue: str) -> tuple[Any, ...]:
-        return (await self.d1.query(sql.QUEUE_STATUS, (queue,)))[0]
+        return (await self.d1.query(QUEUE_STATUS.text, (queue,)))[0]
 
     async def claim(
         self, token: str, lease_ms: int, now: int | None, *, guarded: bool
     ) -> JobRecord | None:
-        statement = sql.CLAIM_IF_CLEAR if guarded else sql.CLAIM
-        return await self._one_job(statement, (now, token, lease_ms))
+        statement = CLAIM_IF_CLEAR if guarded else CLAIM_ONE
+        return await self._one_job(statement, (token, now, lease_ms))
 
     async def probe(self, now: int | None) -> tuple[Suspect | None, bool]:
-        return probe_from_row((await self.d1.query(sql.PROBE, (now,)))[0])
+        return _probed((await self.d1.query(PROBE.text, (now,)))[0])
 
     async def claim_or_probe(
         self, token: str, lease_ms: int, now: int | None
     ) -> tuple[JobRecord | None, tuple[Suspect | None, bool]]:
         # One batch, one round trip: an idle tick costs the same as a claim.
         claimed, probed = await self.d1.batch(
-            [(sql.CLAIM_IF_CLEAR, (now, token, lease_ms)), (sql.PROBE, (now,))],
-            [_JOB_COLUMN_NAMES, _PROBE_COLUMN_NAMES],
+            [(CLAIM_IF_CLEAR.text, (token, now, lease_ms)), (PROBE.text, (now,))],
+            [_names(CLAIM_IF_CLEAR), _names(PROBE)],
         )
         if claimed:
-            return decode_job(claimed[0]), (None, False)
-        return None, probe_from_row(probed[0])
+            return JOB.job(claimed[0]), (None, False)
+        return None, _probed(probed[0])
 
     async def requeue_expired(self, sequence: int, token: str, now: int | None) -> bool:
-        return bool(await self.d1.query(sql.REQUEUE_EXPIRED, (now, sequence, token)))
+        return bool(await self.d1.query(REQUEUE_EXPIRED.text, (now, sequence, token)))
 
     async def settle_expired(
         self, sequence: int, token: str, settlement: Settlement, now: int | None
     ) -> JobRecord | None:
         return await self._one_job(
-            sql.SETTLE_EXPIRED,
-            (now, sequence, token, settlement.outcome, settlement.failure_reason),
-        )
+            SETTLE_EXPIRED,
+            (settlement.outcome, settlement.failure_reason, now, sequence, token))
 
     async def settle(
         self, sequence: int, token: str, settlement: Settlement, now: int | None,
         *, cancelled: bool,
     ) -> bool:
-        statement = sql.SETTLE_CANCELLED if cancelled else sql.SETTLE
-        values = (now, sequence, token, settlement.outcome, settlement.failure_reason)
-        return bool(await self.d1.query(statement, values))
+        statement = SETTLE_CANCELLED if cancelled else SETTLE
+        values = (settlement.outcome, settlement.failure_reason, now, sequence, token)
+        return bool(await self.d1.query(statement.text, values))
 
     async def settle_and_claim(
         self, sequence: int, token: str, settlement: Settlement, now: int | None,
@@ -141,49 +184,66 @@ class D1Store:
     ) -> tuple[bool, JobRecord | None]:
         # One batch: the settlement, then the next claim, in one round trip.
         settled, claimed = await self.d1.batch(
-            [(sql.SETTLE, (now, sequence, token, settlement.outcome,
-                           settlement.failure_reason)),
-             (sql.CLAIM_IF_CLEAR, (now, next_token, lease_ms))],
-            [("sequence",), _JOB_COLUMN_NAMES],
+            [(SETTLE.text, (settlement.outcome, settlement.failure_reason, now, sequence,
+                            token)),
+             (CLAIM_IF_CLEAR.text, (next_token, now, lease_ms))],
+            [_names(SETTLE), _names(CLAIM_IF_CLEAR)],
         )
-        return bool(settled), decode_job(claimed[0]) if claimed else None
+        return bool(settled), JOB.job(claimed[0]) if claimed else None
 
     async def read_claim(self, sequence: int, now: int | None) -> ClaimView | None:
-        rows = await self.d1.query(sql.SELECT_CLAIM, (now, sequence))
+        rows = await self.d1.query(SELECT_CLAIM.text, (sequence, now))
         if not rows:
             return None
-        return claim_view_from_row(rows[0])
+        row = rows[0]
+        return ClaimView(CLAIM.job(row), CLAIM.value(row, "claim_token"),
+                         bool(CLAIM.value(row, "lease_live")))
 
     async def renew(
         self, sequence: int, token: str, lease_ms: int, now: int | None
     ) -> RenewAnswer:
-        rows = await self.d1.query(sql.RENEW, (now, sequence, token, lease_ms))
+        rows = await self.d1.query(RENEW.text, (now, sequence, token, lease_ms))
         if not rows:
             return "lost"
         return "cancelled" if rows[0][0] else "held"
 
     async def settle_next_cancelled(self, now: int | None) -> JobRecord | None:
-        return await self._one_job(sql.SETTLE_NEXT_CANCELLED, (now,))
+        return await self._one_job(SETTLE_NEXT_CANCELLED, (now,))
 
     async def record_cancellation(
         self, job_id: str, cancellation_id: str, mode: CancelWrite
     ) -> bool:
-        statement = (sql.RECORD_CANCELLATION_IF_QUEUED if mode == "only_if_queued"
-                     else sql.RECORD_CANCELLATION)
-        return bool(await self.d1.query(statement, (cancellation_id, job_id)))
+        statement = (RECORD_CANCELLATION_IF_QUEUED if mode == "only_if_queued"
+                     else RECORD_CANCELLATION)
+        return bool(await self.d1.query(statement.text, (cancellation_id, job_id)))
 
     async def fail_lane(
         self, lane: str, reason: str, limit: int, now: int | None
     ) -> tuple[list[JobRecord], bool]:
-        refused, remaining = await self.d1.batch(
-            [(sql.FAIL_LANE, (now, lane, reason, limit)), (sql.LANE_HAS_PENDING, (lane,))],
-            [_JOB_COLUMN_NAMES, ("more",)],
+        # One batch of two statements (one round trip, one transaction): the
+        # failure, then whether any unsettled job of the lane remains.
+        failed, remaining = await self.d1.batch(
+            [(FAIL_LANE.text, (lane, reason, limit, now)), (LANE_HAS_PENDING.text, (lane,))],
+            [_names(FAIL_LANE), _names(LANE_HAS_PENDING)],
         )
-        return [decode_job(row) for row in refused], bool(remaining[0][0])
+        return [JOB.job(row) for row in failed], bool(remaining[0][0])
 
     async def purge(self, queue: str) -> int:
-        return await self.d1.run(sql.PURGE_QUEUE, (queue,))
+        return await self.d1.run(PURGE_QUEUE.text, (queue,))
 
 
-def _job_values(job: ValidJob) -> tuple[Any, ...]:
-    return (job.job_id, job.queue, job.lane, job.priority, job.payload_json, job.max_recoveries)
+def _probed(row: tuple[Any, ...]) -> tuple[Suspect | None, bool]:
+    """A PROBE row: the oldest expired claim, if any, and whether a cancelled job waits."""
+    columns = PROBE.columns
+    assert columns is not None
+    cancelled_waiting = bool(columns.value(row, "cancelled_waiting"))
+    if columns.value(row, "job_id") is None:
+        return None, cancelled_waiting
+    return (Suspect(columns.job(row), columns.value(row, "claim_token"), lease_expired=True),
+            cancelled_waiting)
+
+
+def job_values(job: ValidJob, now: int | None) -> tuple[Any, ...]:
+    """What INSERT_JOB, ENQUEUE and INGEST bind, in their order."""
+    return (job.job_id, job.queue, job.lane, job.priority, job.payload_json,
+            job.max_recoveries, now)

@@ -17,15 +17,10 @@ from typing import Any, cast
 from tickwork.lifecycle import Settlement
 from tickwork.lifecycle.requests import ClaimView, Suspect
 from tickwork.model.jobs import JobRecord, ValidJob, replay_flags
-from tickwork.ports.shared_store import (
-    CancelWrite,
-    RenewAnswer,
-    claim_view_from_row,
-    probe_from_row,
-)
-from tickwork.stores.owner_local import decode_job
+from tickwork.ports.shared_store import CancelWrite, RenewAnswer
 from tickwork.stores.postgres.batching import Coalescer
 from tickwork.stores.postgres.connection import autocommit_connection
+from tickwork.stores.rows import CARGO, CLAIM, JOB
 from tickwork.stores.schema_version import MIGRATIONS, check_schema_version
 from tickwork.stores.sql import postgres as sql
 
@@ -76,7 +71,7 @@ class PostgresStore:
 
     async def _one_job(self, statement: str, params: dict[str, Any]) -> JobRecord | None:
         rows = await self._rows(statement, params)
-        return decode_job(rows[0]) if rows else None
+        return JOB.job(rows[0]) if rows else None
 
     async def check_schema(self) -> None:
         try:
@@ -114,7 +109,8 @@ class PostgresStore:
                 stored: dict[str, ValidJob] = {}
                 if skipped:
                     cursor = await conn.execute(sql.SELECT_CARGO_MANY, {"job_ids": skipped})
-                    stored = {row[0]: ValidJob(*row) for row in await cursor.fetchall()}
+                    stored = {cargo.job_id: cargo for cargo in
+                              map(CARGO.cargo, await cursor.fetchall())}
                 flags = replay_flags(jobs, stored)
                 if {job.job_id for job, new in zip(jobs, flags, strict=True) if new} != inserted:
                     # A skipped id vanished before step 2 read it (purged).
@@ -155,7 +151,7 @@ class PostgresStore:
                 await conn.execute(sql.CLAIM_LOCK)
                 cursor = await conn.execute(sql.CLAIM_ONE, params)
                 row = await cursor.fetchone()
-            return None if row is None else decode_job(row)
+            return None if row is None else JOB.job(row)
         answer = await self._commits.submit(request)
         assert answer is None or isinstance(answer, JobRecord)
         return answer
@@ -218,16 +214,28 @@ class PostgresStore:
         rows = await cursor.fetchall()
         # A job has one current claim, so only its token's request can match;
         # a stale claim of the same job in the same batch learns it did not.
-        written = {(row[9], row[16]) for row in rows if row[16] is not None}
+        columns = sql.SETTLE_THEN_CLAIM_COLUMNS
+        sequence_of = columns.index["sequence"]
+        settled_token = columns.index["settled_token"]
+        claim_index = columns.index["claim_index"]
+        written = {(row[sequence_of], row[settled_token]) for row in rows
+                   if row[settled_token] is not None}
         for index, request in settles:
             settled[index] = (request.sequence, request.token) in written
         found: dict[int, JobRecord] = {
-            row[15]: decode_job(row[:15]) for row in rows if row[15] is not None}
+            row[claim_index]: columns.job(row) for row in rows if row[claim_index] is not None}
         for position, (index, _) in enumerate(claims, start=1):
             claimed[index] = found.get(position)
 
     async def probe(self, now: int | None) -> tuple[Suspect | None, bool]:
-        return probe_from_row((await self._rows(sql.PROBE, {"now": now}))[0])
+        row = (await self._rows(sql.PROBE, {"now": now}))[0]
+        columns = sql.PROBE_COLUMNS
+        cancelled_waiting = bool(columns.value(row, "cancelled_waiting"))
+        if columns.value(row, "job_id") is None:
+            return None, cancelled_waiting
+        suspect = Suspect(columns.job(row), columns.value(row, "claim_token"),
+                          lease_expired=True)
+        return suspect, cancelled_waiting
 
     async def claim_or_probe(
         self, token: str, lease_ms: int, now: int | None
@@ -274,7 +282,9 @@ class PostgresStore:
         rows = await self._rows(sql.SELECT_CLAIM, {"sequence": sequence, "now": now})
         if not rows:
             return None
-        return claim_view_from_row(rows[0])
+        row = rows[0]
+        return ClaimView(CLAIM.job(row), CLAIM.value(row, "claim_token"),
+                         bool(CLAIM.value(row, "lease_live")))
 
     async def renew(
         self, sequence: int, token: str, lease_ms: int, now: int | None
@@ -302,11 +312,11 @@ class PostgresStore:
         params = {"lane": lane, "reason": reason, "limit": limit, "now": now}
         async with self._connection() as conn, conn.transaction():
             cursor = await conn.execute(sql.FAIL_LANE, params)
-            refused = [decode_job(row) for row in await cursor.fetchall()]
+            failed = [JOB.job(row) for row in await cursor.fetchall()]
             cursor = await conn.execute(sql.LANE_HAS_PENDING, {"lane": lane})
             row = await cursor.fetchone()
         assert row is not None
-        return refused, bool(row[0])
+        return failed, bool(row[0])
 
     async def purge(self, queue: str) -> int:
         async with self._connection() as conn:

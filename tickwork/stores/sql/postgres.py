@@ -11,16 +11,19 @@ clock override ``%(now)s`` is given.
 
 from __future__ import annotations
 
+from typing import Final
+
+from tickwork.stores.rows import CARGO_COLUMNS, JOB_SELECT, Columns, select_list
+from tickwork.stores.rows import JOB_COLUMNS as NAMES
+
 NOW = "(SELECT coalesce(%(now)s::bigint, tickwork_now_ms()))"
 
-JOB_COLUMNS = (
-    "job_id, queue, lane, priority, payload_json, max_recoveries, state, outcome, "
-    "failure_reason, sequence, recoveries, enqueued_at, started_at, settled_at, cancellation_id"
-)
+# The job columns and their decoding are the same for every store
+# (tickwork.stores.rows); the statements below select them by name.
 
 
 def _qualified(alias: str) -> str:
-    return ", ".join(f"{alias}.{name.strip()}" for name in JOB_COLUMNS.split(","))
+    return select_list(NAMES, alias)
 
 
 SCHEMA_VERSION = "SELECT value FROM tickwork_meta WHERE key = 'schema_version'"
@@ -74,22 +77,22 @@ RETURNING job_id
 # ingest_many, step 2: the stored cargo of the ids step 1 skipped (a fresh
 # snapshot, so a row a concurrent transaction committed meanwhile is seen),
 # which the runtime compares before the transaction commits.
-SELECT_CARGO_MANY = """
-SELECT job_id, queue, lane, priority, payload_json, max_recoveries
+SELECT_CARGO_MANY = f"""
+SELECT {', '.join(CARGO_COLUMNS)}
 FROM tickwork_jobs WHERE job_id = ANY(%(job_ids)s::text[])
 """
 
-SELECT_JOB = f"SELECT {JOB_COLUMNS} FROM tickwork_jobs WHERE job_id = %(job_id)s"
+SELECT_JOB = f"SELECT {JOB_SELECT} FROM tickwork_jobs WHERE job_id = %(job_id)s"
 
-SELECT_CARGO = """
-SELECT job_id, queue, lane, priority, payload_json, max_recoveries
+SELECT_CARGO = f"""
+SELECT {', '.join(CARGO_COLUMNS)}
 FROM tickwork_jobs WHERE job_id = %(job_id)s
 """
 
 SELECT_QUEUE_HEAD = f"""
-(SELECT {JOB_COLUMNS} FROM tickwork_jobs WHERE queue = %(queue)s AND state = 'running' LIMIT 1)
+(SELECT {JOB_SELECT} FROM tickwork_jobs WHERE queue = %(queue)s AND state = 'running' LIMIT 1)
 UNION ALL
-(SELECT {JOB_COLUMNS} FROM tickwork_jobs WHERE queue = %(queue)s AND state = 'queued'
+(SELECT {JOB_SELECT} FROM tickwork_jobs WHERE queue = %(queue)s AND state = 'queued'
  ORDER BY priority DESC, sequence LIMIT 1)
 LIMIT 1
 """
@@ -139,8 +142,9 @@ CLAIM_LOCK = "SELECT pg_advisory_xact_lock(7361626972690001)"
 # for its claim query after the claim lock is granted, which a single
 # client statement could not. Rows: settled pairs (settled_token set) and
 # claimed jobs (claim_index set).
+SETTLE_THEN_CLAIM_COLUMNS: Final = Columns(*NAMES, "claim_index", "settled_token")
 SETTLE_THEN_CLAIM = f"""
-SELECT {JOB_COLUMNS}, claim_index, settled_token
+SELECT {JOB_SELECT}, claim_index, settled_token
 FROM tickwork_settle_then_claim(
     %(sequences)s::bigint[], %(settle_tokens)s::text[], %(outcomes)s::text[],
     %(reasons)s::text[], %(claim_tokens)s::text[], %(lease_ms)s::bigint, %(scan)s::integer,
@@ -170,10 +174,11 @@ RETURNING {_qualified("job")}
 
 # The oldest expired claim (with its token), and whether a cancelled job is
 # still queued, in one read from small partial indexes.
+PROBE_COLUMNS: Final = Columns(*NAMES, "claim_token", "cancelled_waiting")
 PROBE = f"""
 SELECT {_qualified("expired")}, expired.claim_token,
        EXISTS (SELECT 1 FROM tickwork_jobs
-               WHERE state = 'queued' AND cancellation_id IS NOT NULL)
+               WHERE state = 'queued' AND cancellation_id IS NOT NULL) AS cancelled_waiting
 FROM (SELECT 1) AS one LEFT JOIN LATERAL (
     SELECT * FROM tickwork_jobs
     WHERE state = 'running' AND lease_expires_at <= {NOW}
@@ -200,7 +205,7 @@ SET state = 'settled', outcome = %(outcome)s, failure_reason = %(reason)s, settl
     claim_token = NULL
 WHERE sequence = %(sequence)s AND state = 'running' AND claim_token = %(token)s
   AND lease_expires_at <= {NOW}
-RETURNING {JOB_COLUMNS}
+RETURNING {JOB_SELECT}
 """
 
 # The careful path's second settlement: the claim is live and a cancellation
@@ -216,8 +221,8 @@ RETURNING sequence
 """
 
 SELECT_CLAIM = f"""
-SELECT {JOB_COLUMNS}, claim_token,
-       coalesce(state = 'running' AND lease_expires_at > {NOW}, false)
+SELECT {JOB_SELECT}, claim_token,
+       coalesce(state = 'running' AND lease_expires_at > {NOW}, false) AS lease_live
 FROM tickwork_jobs WHERE sequence = %(sequence)s
 """
 
@@ -240,7 +245,7 @@ WHERE sequence = (
     WHERE state = 'queued' AND cancellation_id IS NOT NULL
     ORDER BY sequence LIMIT 1
     FOR UPDATE SKIP LOCKED)
-RETURNING {JOB_COLUMNS}
+RETURNING {JOB_SELECT}
 """
 
 _RECORD_CANCELLATION = """

@@ -1,234 +1,201 @@
-"""Every SQL statement the owner-local runtime runs, one per transition.
+"""Every statement of the SQLite family, one source for the owner-local store and D1.
 
-Each statement is a single atomic mutation or read; the comment above it says
-what it guarantees. Placeholders are ``?`` or ``?NNN`` (SQLite and Durable
-Object storage both accept them); no statement binds more than a handful of
-values (the probes add one per claim this runtime is executing), far inside
-the Durable Object limit of 100.
+Both are SQLite with the same job columns and indexes (the owner-local table
+lacks only D1's lease column and its lease index). So each statement is
+written once, as a ``Template``, and rendered for a ``Target``:
+
+* ``OWNER_LOCAL`` (Python's sqlite3, a Durable Object's storage): the clock
+  is a bound value (``:now`` is the runtime's clock), and a claim has no
+  lease: it is fenced on its token alone, and its liveness is asked of the
+  host;
+* ``D1``: the clock is database time, unless ``:now`` overrides it (tests),
+  so every lease is judged by one clock whatever the workers' clocks say;
+  a claim carries a lease, and every transition out of ``running`` is also
+  fenced on it.
+
+A template names its parameters (``:name``) and lists them in binding order;
+rendering turns them into ``?N`` (D1 takes no named parameters) and drops
+those the target's text does not use. The text's ``{now}`` and the lease
+fragments (``{set_lease}``, ``{lease_live}``, ``{lease_dead}``,
+``{clear_lease}``, ``{suspect}``) are the only parts that differ per target.
+``{exclude}`` stays in an owner-local text for the store to fill with the
+tokens of the claims it executes (numbered after the named parameters).
+
+Each statement is one atomic mutation or read; the comment above it says
+what it guarantees. No statement binds more than a handful of values (the
+owner-local probes add one per claim the runtime executes), far inside the
+limit of 100 of both D1 and Durable Object storage.
 """
 
 from __future__ import annotations
 
-# The columns every read returns, in JobRecord order (see store.decode_job).
-JOB_COLUMNS = (
-    "job_id, queue, lane, priority, payload_json, max_recoveries, state, outcome, "
-    "failure_reason, sequence, recoveries, enqueued_at, started_at, settled_at, cancellation_id"
-)
+import re
+from dataclasses import dataclass
+from typing import Final
 
-# Ingest. A new job_id inserts one queued row and returns its sequence; an
-# existing one inserts nothing and returns no row, and the caller compares
-# cargo (identical -> duplicate, different -> conflict). The UNIQUE index on
-# job_id makes this race-free.
-INSERT_JOB = """
+from tickwork.stores.rows import CARGO as CARGO_ROWS
+from tickwork.stores.rows import CARGO_COLUMNS, JOB_COLUMNS, JOB_SELECT, Columns
+from tickwork.stores.rows import CLAIM as CLAIM_ROWS
+from tickwork.stores.rows import JOB as JOB_ROWS
+from tickwork.stores.rows import SEQUENCE as SEQUENCE_ROWS
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A store of the SQLite family: how it tells time and whether claims have leases."""
+
+    name: str
+    now: str
+    leases: bool
+
+
+OWNER_LOCAL: Final = Target("owner-local", now=":now", leases=False)
+#: Database time in epoch milliseconds, unless :now overrides it. SQLite keeps
+#: 'now' fixed within one statement, so every use in a statement agrees.
+D1: Final = Target(
+    "d1", leases=True,
+    now="coalesce(:now, CAST(round((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER))")
+
+
+def _fragments(target: Target) -> dict[str, str]:
+    now = target.now
+    if not target.leases:
+        # No lease: a running claim is live until the host's probe says otherwise.
+        return {"now": now, "set_lease": "", "lease_live": "", "lease_dead": "",
+                "clear_lease": "", "live_claim": "state = 'running'",
+                "suspect": "state = 'running' {exclude}"}
+    return {
+        "now": now,
+        # A claim's lease ends :lease_ms after it is taken.
+        "set_lease": f", lease_expires_at = {now} + :lease_ms",
+        "lease_live": f"AND lease_expires_at > {now}",
+        "lease_dead": f"AND lease_expires_at <= {now}",
+        "clear_lease": ", lease_expires_at = NULL",
+        "live_claim": f"state = 'running' AND lease_expires_at > {now}",
+        "suspect": f"state = 'running' AND lease_expires_at <= {now}",
+    }
+
+
+def _resolved_fragments(target: Target) -> dict[str, str]:
+    # Fragments hold {now}: fill it in them first (keeping {exclude} for the
+    # store), then they fill the text.
+    return {key: value if key == "now"
+            else value.replace("{exclude}", "{{exclude}}").format(now=target.now)
+            for key, value in _fragments(target).items()}
+
+
+#: The D1 text of every lease fragment (what the owner-local text lacks).
+def lease_fragments() -> tuple[str, ...]:
+    resolved = _resolved_fragments(D1)
+    return tuple(resolved[key] for key in ("set_lease", "lease_live", "lease_dead",
+                                           "clear_lease"))
+
+
+@dataclass(frozen=True, slots=True)
+class Statement:
+    """A template rendered for one target: the text (``?N`` placeholders),
+    the parameters in binding order, and the result columns."""
+
+    name: str
+    text: str
+    params: tuple[str, ...]
+    columns: Columns | None
+
+
+_PARAMETER = re.compile(r":([a-z_]+)\b")
+
+
+@dataclass(frozen=True, slots=True)
+class Template:
+    """One statement of the family, before it is rendered for a target."""
+
+    name: str
+    text: str
+    params: tuple[str, ...] = ()
+    columns: Columns | None = None
+    targets: tuple[Target, ...] = (OWNER_LOCAL, D1)
+
+    def expand(self, target: Target) -> str:
+        """The text for ``target``, its parameters still named."""
+        if target not in self.targets:
+            raise ValueError(f"{self.name} is not a statement of the {target.name} store")
+        return self.text.format(**_resolved_fragments(target))
+
+    def render(self, target: Target) -> Statement:
+        text = self.expand(target)
+        used = set(_PARAMETER.findall(text))
+        unknown = used - set(self.params)
+        if unknown:
+            raise ValueError(f"{self.name}: parameters {sorted(unknown)} are not declared")
+        params = tuple(name for name in self.params if name in used)
+        numbers = {name: f"?{position}" for position, name in enumerate(params, start=1)}
+        text = _PARAMETER.sub(lambda match: numbers[match.group(1)], text)
+        return Statement(self.name, text.strip() + "\n", params, self.columns)
+
+
+_local = (OWNER_LOCAL,)
+_d1 = (D1,)
+
+# ---------------------------------------------------------------- ingest
+
+# A new job_id inserts one queued row and returns its sequence; an existing
+# one inserts nothing and returns no row, and the lifecycle compares cargo
+# (identical -> duplicate, different -> conflict). The UNIQUE index on job_id
+# makes this race-free.
+INSERT_JOB = Template("insert_job", """
 INSERT INTO tickwork_jobs
     (job_id, queue, lane, priority, payload_json, max_recoveries, state, enqueued_at)
-VALUES (?, ?, ?, ?, ?, ?, 'queued', ?)
+VALUES (:job_id, :queue, :lane, :priority, :payload_json, :max_recoveries, 'queued', {now})
 ON CONFLICT (job_id) DO NOTHING
 RETURNING sequence
-"""
+""", ("job_id", "queue", "lane", "priority", "payload_json", "max_recoveries", "now"),
+    SEQUENCE_ROWS)
 
-SELECT_JOB = f"SELECT {JOB_COLUMNS} FROM tickwork_jobs WHERE job_id = ?"
+# ----------------------------------------------------------------- reads
 
-# A stored job's identity and cargo, in ValidJob order: a replay is compared
-# with the stored canonical payload text as it is, without decoding it.
-SELECT_CARGO = """
-SELECT job_id, queue, lane, priority, payload_json, max_recoveries
-FROM tickwork_jobs WHERE job_id = ?
-"""
+SELECT_JOB = Template("select_job", f"""
+SELECT {JOB_SELECT} FROM tickwork_jobs WHERE job_id = :job_id
+""", ("job_id",), JOB_ROWS)
+
+# A stored job's identity and cargo: a replay is compared with the stored
+# payload text as it is, without decoding it.
+SELECT_CARGO = Template("select_cargo", f"""
+SELECT {', '.join(CARGO_COLUMNS)} FROM tickwork_jobs WHERE job_id = :job_id
+""", ("job_id",), CARGO_ROWS)
 
 # A queue's head: its running job if any, else its waiting job with the
 # highest priority, oldest first. Two index probes, never a scan.
-SELECT_QUEUE_HEAD = f"""
+SELECT_QUEUE_HEAD = Template("select_queue_head", f"""
 SELECT * FROM (
-    SELECT {JOB_COLUMNS} FROM tickwork_jobs
-    WHERE queue = ?1 AND state = 'running'
+    SELECT {JOB_SELECT} FROM tickwork_jobs
+    WHERE queue = :queue AND state = 'running'
     LIMIT 1)
 UNION ALL
 SELECT * FROM (
-    SELECT {JOB_COLUMNS} FROM tickwork_jobs
-    WHERE queue = ?1 AND state = 'queued'
+    SELECT {JOB_SELECT} FROM tickwork_jobs
+    WHERE queue = :queue AND state = 'queued'
     ORDER BY priority DESC, sequence
     LIMIT 1)
 LIMIT 1
-"""
+""", ("queue",), JOB_ROWS)
 
-SELECT_LATEST_SETTLED = f"""
-SELECT {JOB_COLUMNS} FROM tickwork_jobs
-WHERE queue = ? AND state = 'settled'
-ORDER BY settled_at DESC, sequence DESC
-LIMIT 1
-"""
-
-# Claim. Picks the first runnable job in global order (priority desc, oldest
-# first) whose queue has no running job, and marks it running under a fresh
-# claim token, in one statement. The first such job is its queue's head:
-# any better job of the same queue would come earlier and be just as free.
-# {guard} is empty (CLAIM_NEXT) or CLAIM_GUARD.
-_CLAIM = f"""
-UPDATE tickwork_jobs
-SET state = 'running', claim_token = ?, started_at = ?
-WHERE sequence = (
-    SELECT candidate.sequence FROM tickwork_jobs AS candidate
-    WHERE candidate.state = 'queued' AND candidate.cancellation_id IS NULL
-      AND NOT EXISTS (
-          SELECT 1 FROM tickwork_jobs AS busy
-          WHERE busy.queue = candidate.queue AND busy.state = 'running')
-    ORDER BY candidate.priority DESC, candidate.sequence
-    LIMIT 1)
-{{guard}}
-RETURNING {JOB_COLUMNS}
-"""
-
-CLAIM_NEXT = _CLAIM.format(guard="")
-
-# The tick's fast path: claim only when TICK_PROBE would find nothing to do
-# first (no running claim outside {exclude}, no cancelled job waiting), so the
-# common tick is one statement. When it claims nothing, the tick probes.
-CLAIM_GUARD = """
-  AND NOT EXISTS (SELECT 1 FROM tickwork_jobs WHERE state = 'running' {exclude})
-  AND NOT EXISTS (SELECT 1 FROM tickwork_jobs
-                  WHERE state = 'queued' AND cancellation_id IS NOT NULL)
-"""
-CLAIM_NEXT_IF_CLEAR = _CLAIM.format(guard=CLAIM_GUARD)
-
-# Settle a claim. Fenced on the exact claim token and the running state: a
-# claim whose lane failed, or that was recovered or re-claimed in the
-# meantime, matches no row, so exactly one terminal outcome is ever written
-# per job. Fenced on the cancellation too: SETTLE_CLAIM matches no row once a
-# cancellation is recorded, so the lifecycle can apply the cancellation rule
-# (settlement_under_cancellation) to durable truth and settle again with
-# SETTLE_CANCELLED_CLAIM, which matches only while the cancellation is there.
-# {returning}: the _RECORD forms return the settled job for the projector;
-# the others only the sequence, all the hot path needs to know it landed.
-_SETTLE = """
-UPDATE tickwork_jobs
-SET state = 'settled', outcome = ?, failure_reason = ?, settled_at = ?
-WHERE sequence = ? AND state = 'running' AND claim_token = ? AND cancellation_id {cancelled}
-RETURNING {returning}
-"""
-SETTLE_CLAIM = _SETTLE.format(cancelled="IS NULL", returning="sequence")
-SETTLE_CLAIM_RECORD = _SETTLE.format(cancelled="IS NULL", returning=JOB_COLUMNS)
-SETTLE_CANCELLED_CLAIM = _SETTLE.format(cancelled="IS NOT NULL", returning="sequence")
-SETTLE_CANCELLED_CLAIM_RECORD = _SETTLE.format(cancelled="IS NOT NULL", returning=JOB_COLUMNS)
-
-# Recovery settles a disappeared claim (interrupted, or cancelled) and
-# releases its token, fenced on the token and the running state: should the
-# claim's executor still finish somewhere, its tick finds the claim no longer
-# its own and reports claim_replaced instead of this settlement. (Failing a
-# lane keeps the token: that executor's tick reports the failure it was
-# stopped by.)
-SETTLE_RECOVERED_CLAIM = f"""
-UPDATE tickwork_jobs
-SET state = 'settled', outcome = ?, failure_reason = ?, settled_at = ?, claim_token = NULL
-WHERE sequence = ? AND state = 'running' AND claim_token = ?
-RETURNING {JOB_COLUMNS}
-"""
-
-# Recovery: put a disappeared claim back in its queue, counting the recovery
-# and releasing the token (as above). Fenced like SETTLE_CLAIM.
-REQUEUE_CLAIM = f"""
-UPDATE tickwork_jobs
-SET state = 'queued', started_at = NULL, claim_token = NULL, recoveries = recoveries + 1
-WHERE sequence = ? AND state = 'running' AND claim_token = ?
-RETURNING {JOB_COLUMNS}
-"""
-
-# What a tick must look at before claiming, in one read: the running claim to
-# ask the liveness probe about, and whether any cancelled job is still queued.
-# The claim is the oldest one not executed by this runtime (the tokens it is
-# executing are appended as NOT IN values) that comes after the cursor
-# (started_at, sequence), wrapping around to the oldest: a claim whose
-# execution is alive elsewhere, or whose probe fails, then cannot keep the
-# claims behind it from ever being looked at. Both are small-index probes.
-TICK_PROBE = """
-SELECT
-    coalesce(
-        (SELECT sequence FROM tickwork_jobs
-         WHERE state = 'running' {exclude} AND (started_at, sequence) > (?, ?)
-         ORDER BY started_at, sequence
-         LIMIT 1),
-        (SELECT sequence FROM tickwork_jobs
-         WHERE state = 'running' {exclude}
-         ORDER BY started_at, sequence
-         LIMIT 1)),
-    EXISTS (SELECT 1 FROM tickwork_jobs
-            WHERE state = 'queued' AND cancellation_id IS NOT NULL)
-"""
-
-SELECT_CLAIM = f"SELECT {JOB_COLUMNS}, claim_token FROM tickwork_jobs WHERE sequence = ?"
-
-# Settle the oldest cancelled job that is still queued, without running it.
-# Its queue's head may be busy; cancellation does not wait for it.
-SETTLE_NEXT_CANCELLED = f"""
-UPDATE tickwork_jobs
-SET state = 'settled', outcome = 'cancelled', failure_reason = NULL, settled_at = ?
-WHERE sequence = (
-    SELECT sequence FROM tickwork_jobs
-    WHERE state = 'queued' AND cancellation_id IS NOT NULL
-    ORDER BY sequence
-    LIMIT 1)
-RETURNING {JOB_COLUMNS}
-"""
-
-# Record a cancellation: only the first id sticks, a settled job is never
-# touched, and with only_if_queued a started job is not either. The lifecycle
-# decided from a read; this fence makes the write match nothing if that
-# decision no longer holds. Returns the queue (for the projector).
-_RECORD_CANCELLATION = """
-UPDATE tickwork_jobs SET cancellation_id = ?
-WHERE job_id = ? AND cancellation_id IS NULL AND {states}
-RETURNING queue
-"""
-RECORD_CANCELLATION = _RECORD_CANCELLATION.format(states="state <> 'settled'")
-RECORD_CANCELLATION_IF_QUEUED = _RECORD_CANCELLATION.format(states="state = 'queued'")
-
-# Failing a lane: settle up to ?3 of the lane's unsettled jobs as failed,
-# running ones first, then waiting ones oldest first. Settled history and
-# other lanes are not matched. Running jobs come from the small running
-# index; waiting ones from the lane index (the repeated state IN term lets
-# SQLite prove that partial index applies).
-FAIL_LANE = f"""
-UPDATE tickwork_jobs
-SET state = 'settled', outcome = 'failed', failure_reason = ?2, settled_at = ?4
-WHERE sequence IN (
-    SELECT sequence FROM (
-        SELECT sequence FROM tickwork_jobs INDEXED BY tickwork_jobs_running
-        WHERE state = 'running' AND lane = ?1
-        ORDER BY sequence LIMIT ?3)
-    UNION ALL
-    SELECT sequence FROM (
-        SELECT sequence FROM tickwork_jobs INDEXED BY tickwork_jobs_lane_pending
-        WHERE lane = ?1 AND state IN ('queued', 'running') AND state = 'queued'
-        ORDER BY sequence LIMIT ?3)
-    LIMIT ?3)
-RETURNING {JOB_COLUMNS}
-"""
-
-LANE_HAS_PENDING = """
-SELECT EXISTS (
-    SELECT 1 FROM tickwork_jobs WHERE lane = ? AND state IN ('queued', 'running'))
-"""
-
-# Purge: delete one queue's waiting jobs; running and settled rows stay.
-PURGE_QUEUE = """
-DELETE FROM tickwork_jobs WHERE queue = ? AND state = 'queued'
-RETURNING sequence
-"""
-
-# The read statements below (and JOB_COLUMNS, SELECT_QUEUE_HEAD) serve D1 as
-# well (tickwork.stores.sql.d1 imports them): D1 is SQLite, and both schemas
-# have these columns and indexes. Columns are named (AS ...) because D1 and
-# Durable Object results are objects keyed by column name.
+# A job with its current claim token and whether that claim is live (running,
+# and on D1 its lease unexpired, by database time): the careful settlement
+# decides from this.
+SELECT_CLAIM = Template("select_claim", f"""
+SELECT {JOB_SELECT}, claim_token, {{live_claim}} AS lease_live
+FROM tickwork_jobs WHERE sequence = :sequence
+""", ("sequence", "now"), CLAIM_ROWS)
 
 # Status of every queue: job counts by (queue, state, outcome). Costly on
 # purpose and said so: no index holds every row's queue and outcome, so this
 # reads every row of the table, the whole settled history included (and
 # sorts the groups), O(all jobs ever kept). For a dashboard now and then,
 # not for a hot path; QUEUE_STATUS reads one queue from the indexes.
-STATUS = """
+STATUS = Template("status", """
 SELECT queue, state, outcome, count(*) AS n FROM tickwork_jobs
 GROUP BY queue, state, outcome
-"""
+""", (), Columns("queue", "state", "outcome", "n"))
 
 # Status of one queue, one row: queued and running counts from the
 # queue_waiting and running indexes (counted from the index alone), then the
@@ -239,45 +206,265 @@ GROUP BY queue, state, outcome
 # (schema/d1/0003_settled_by_queue.sql): counted from the index alone.
 # Columns: queued, running, then one count per outcome in
 # tickwork.model.outcomes.OUTCOMES order.
-QUEUE_STATUS = """
+QUEUE_STATUS = Template("queue_status", """
 SELECT
     (SELECT count(*) FROM tickwork_jobs INDEXED BY tickwork_jobs_queue_waiting
-     WHERE queue = ?1 AND state = 'queued') AS queued,
+     WHERE queue = :queue AND state = 'queued') AS queued,
     (SELECT count(*) FROM tickwork_jobs INDEXED BY tickwork_jobs_running
-     WHERE queue = ?1 AND state = 'running') AS running,
+     WHERE queue = :queue AND state = 'running') AS running,
     count(CASE WHEN outcome = 'completed' THEN 1 END) AS completed,
     count(CASE WHEN outcome = 'failed' THEN 1 END) AS failed,
     count(CASE WHEN outcome = 'cancelled' THEN 1 END) AS cancelled,
     count(CASE WHEN outcome = 'outcome_unknown' THEN 1 END) AS outcome_unknown,
     count(CASE WHEN outcome = 'interrupted' THEN 1 END) AS interrupted
 FROM tickwork_jobs INDEXED BY tickwork_jobs_queue_settled
-WHERE queue = ?1 AND state = 'settled'
-"""
+WHERE queue = :queue AND state = 'settled'
+""", ("queue",), Columns("queued", "running", "completed", "failed", "cancelled",
+                          "outcome_unknown", "interrupted"))
 
 # Written as two probes so each uses its partial index.
-HAS_PENDING_WORK = """
+HAS_PENDING_WORK = Template("has_pending_work", """
 SELECT EXISTS (SELECT 1 FROM tickwork_jobs WHERE state = 'queued')
-    OR EXISTS (SELECT 1 FROM tickwork_jobs WHERE state = 'running')
+    OR EXISTS (SELECT 1 FROM tickwork_jobs WHERE state = 'running') AS pending
+""", (), Columns("pending"))
+
+LANE_HAS_PENDING = Template("lane_has_pending", """
+SELECT EXISTS (
+    SELECT 1 FROM tickwork_jobs WHERE lane = :lane AND state IN ('queued', 'running')) AS more
+""", ("lane",), Columns("more"))
+
+# The latest settlement of a queue (transactional read_latest_settled_job).
+SELECT_LATEST_SETTLED = Template("select_latest_settled", f"""
+SELECT {JOB_SELECT} FROM tickwork_jobs
+WHERE queue = :queue AND state = 'settled'
+ORDER BY settled_at DESC, sequence DESC
+LIMIT 1
+""", ("queue",), JOB_ROWS, _local)
+
+# ----------------------------------------------------------------- claims
+
+# Claim: picks the first runnable job in global order (priority desc, oldest
+# first) whose queue has no running job, and marks it running under the
+# private token :token (on D1 with a lease of :lease_ms), in one statement.
+# The first such job is its queue's head: any better job of the same queue
+# would come earlier and be just as free. A store runs one statement at a
+# time (D1, a Durable Object) or inside one write transaction (sqlite3), so
+# two claims can never both see the same queue free; on D1 the unique
+# running index backs this up. {guard} is empty (CLAIM) or _CLAIM_GUARD.
+_CLAIM = f"""
+UPDATE tickwork_jobs
+SET state = 'running', claim_token = :token, started_at = {{now}}{{set_lease}}
+WHERE sequence = (
+    SELECT candidate.sequence FROM tickwork_jobs AS candidate
+    WHERE candidate.state = 'queued' AND candidate.cancellation_id IS NULL
+      AND NOT EXISTS (
+          SELECT 1 FROM tickwork_jobs AS busy
+          WHERE busy.queue = candidate.queue AND busy.state = 'running')
+    ORDER BY candidate.priority DESC, candidate.sequence
+    LIMIT 1)
+{{guard}}
+RETURNING {JOB_SELECT}
 """
 
+# The tick's fast path: claim only when no suspect claim (owner-local: a
+# running claim this runtime does not execute; D1: an expired lease) and no
+# cancelled job waits, so the common tick is a single statement. When it
+# claims nothing, the tick probes for what must come first.
+_CLAIM_GUARD = """
+  AND NOT EXISTS (SELECT 1 FROM tickwork_jobs WHERE {suspect})
+  AND NOT EXISTS (SELECT 1 FROM tickwork_jobs
+                  WHERE state = 'queued' AND cancellation_id IS NOT NULL)"""
 
-# ----------------------------------------------------------------------------
-# Partitioned ticks (a runtime opened with a concurrent lane).
+CLAIM = Template("claim", _CLAIM.replace("{guard}", ""),
+                 ("token", "now", "lease_ms"), JOB_ROWS)
+CLAIM_IF_CLEAR = Template("claim_if_clear", _CLAIM.replace("{guard}", _CLAIM_GUARD),
+                          ("token", "now", "lease_ms"), JOB_ROWS)
+
+# ------------------------------------------------------------ settlements
+
+# Settle a claim. Fenced on the exact claim token and the running state (and
+# on D1 an unexpired lease, by database time): a claim whose lane failed, or
+# that was recovered, re-claimed or let expire, matches no row, so exactly
+# one terminal outcome is ever written per job. Fenced on the cancellation
+# too: SETTLE_CLAIM matches no row once a cancellation is recorded, so the
+# lifecycle applies the cancellation rule (settlement_under_cancellation) to
+# the durable record and settles with SETTLE_CANCELLED_CLAIM, which matches
+# only while the cancellation is there. The _RECORD forms (owner-local, for
+# the projector) return the settled job; the others only the sequence, all
+# the hot path needs to know it landed.
+_SETTLE = """
+UPDATE tickwork_jobs
+SET state = 'settled', outcome = :outcome, failure_reason = :failure_reason,
+    settled_at = {{now}}
+WHERE sequence = :sequence AND state = 'running' AND claim_token = :token {{lease_live}}
+  AND cancellation_id {cancelled}
+RETURNING {returning}
+"""
+_SETTLE_PARAMS = ("outcome", "failure_reason", "now", "sequence", "token")
+SETTLE_CLAIM = Template("settle_claim", _SETTLE.format(
+    cancelled="IS NULL", returning="sequence"), _SETTLE_PARAMS, SEQUENCE_ROWS)
+SETTLE_CANCELLED_CLAIM = Template("settle_cancelled_claim", _SETTLE.format(
+    cancelled="IS NOT NULL", returning="sequence"), _SETTLE_PARAMS, SEQUENCE_ROWS)
+SETTLE_CLAIM_RECORD = Template("settle_claim_record", _SETTLE.format(
+    cancelled="IS NULL", returning=JOB_SELECT), _SETTLE_PARAMS, JOB_ROWS, _local)
+SETTLE_CANCELLED_CLAIM_RECORD = Template("settle_cancelled_claim_record", _SETTLE.format(
+    cancelled="IS NOT NULL", returning=JOB_SELECT), _SETTLE_PARAMS, JOB_ROWS, _local)
+
+# Settle the oldest cancelled job that is still queued, without running it.
+# Its queue's head may be busy; cancellation does not wait for it.
+SETTLE_NEXT_CANCELLED = Template("settle_next_cancelled", f"""
+UPDATE tickwork_jobs
+SET state = 'settled', outcome = 'cancelled', failure_reason = NULL, settled_at = {{now}}
+WHERE sequence = (
+    SELECT sequence FROM tickwork_jobs
+    WHERE state = 'queued' AND cancellation_id IS NOT NULL
+    ORDER BY sequence
+    LIMIT 1)
+RETURNING {JOB_SELECT}
+""", ("now",), JOB_ROWS)
+
+# --------------------------------------------------------------- recovery
+
+# Recovery of a claim whose execution is gone (owner-local: the probe said
+# so; D1: its lease expired). Fenced on the token and the running state (and
+# on D1 on the lease still being expired), so a claim that was renewed,
+# settled or recovered by someone else in between matches nothing. Both
+# release the token: should the claim's executor still finish somewhere, its
+# late settlement finds the job no longer under its claim and reports
+# claim_replaced, instead of taking the recovery's settlement (or a later
+# lane failure) for its own. (Failing a lane keeps the token: the executor's
+# tick then reports the failure it was stopped by.)
+REQUEUE_CLAIM = Template("requeue_claim", f"""
+UPDATE tickwork_jobs
+SET state = 'queued', started_at = NULL, claim_token = NULL{{clear_lease}},
+    recoveries = recoveries + 1
+WHERE sequence = :sequence AND state = 'running' AND claim_token = :token {{lease_dead}}
+RETURNING {JOB_SELECT}
+""", ("now", "sequence", "token"), JOB_ROWS)
+
+SETTLE_RECOVERED_CLAIM = Template("settle_recovered_claim", f"""
+UPDATE tickwork_jobs
+SET state = 'settled', outcome = :outcome, failure_reason = :failure_reason,
+    settled_at = {{now}}, claim_token = NULL
+WHERE sequence = :sequence AND state = 'running' AND claim_token = :token {{lease_dead}}
+RETURNING {JOB_SELECT}
+""", _SETTLE_PARAMS, JOB_ROWS)
+
+# --------------------------------------------------- cancel, fail, purge
+
+# Record a cancellation: only the first id sticks, a settled job is never
+# touched, and with only_if_queued a started job is not either. The lifecycle
+# decided from a read; this fence makes the write match nothing if that
+# decision no longer holds. Returns the queue (for the projector).
+_RECORD_CANCELLATION = """
+UPDATE tickwork_jobs SET cancellation_id = :cancellation_id
+WHERE job_id = :job_id AND cancellation_id IS NULL AND {states}
+RETURNING queue
+"""
+RECORD_CANCELLATION = Template(
+    "record_cancellation", _RECORD_CANCELLATION.format(states="state <> 'settled'"),
+    ("cancellation_id", "job_id"), Columns("queue"))
+RECORD_CANCELLATION_IF_QUEUED = Template(
+    "record_cancellation_if_queued", _RECORD_CANCELLATION.format(states="state = 'queued'"),
+    ("cancellation_id", "job_id"), Columns("queue"))
+
+# Failing a lane: settle up to :limit of the lane's unsettled jobs as failed,
+# running ones first, then waiting ones oldest first. Settled history and
+# other lanes are not matched. Running jobs come from the small running
+# index; waiting ones from the lane index (the repeated state IN term lets
+# SQLite prove that partial index applies).
+FAIL_LANE = Template("fail_lane", f"""
+UPDATE tickwork_jobs
+SET state = 'settled', outcome = 'failed', failure_reason = :reason, settled_at = {{now}}
+WHERE sequence IN (
+    SELECT sequence FROM (
+        SELECT sequence FROM tickwork_jobs INDEXED BY tickwork_jobs_running
+        WHERE state = 'running' AND lane = :lane
+        ORDER BY sequence LIMIT :limit)
+    UNION ALL
+    SELECT sequence FROM (
+        SELECT sequence FROM tickwork_jobs INDEXED BY tickwork_jobs_lane_pending
+        WHERE lane = :lane AND state IN ('queued', 'running') AND state = 'queued'
+        ORDER BY sequence LIMIT :limit)
+    LIMIT :limit)
+RETURNING {JOB_SELECT}
+""", ("lane", "reason", "limit", "now"), JOB_ROWS)
+
+# Purge: delete one queue's waiting jobs; running and settled rows stay.
+# (The owner-local store counts them from RETURNING; D1 from meta.changes.)
+PURGE_QUEUE = Template("purge_queue", """
+DELETE FROM tickwork_jobs WHERE queue = :queue AND state = 'queued'
+""", ("queue",))
+PURGE_QUEUE_COUNTED = Template("purge_queue_counted", PURGE_QUEUE.text + "RETURNING sequence\n",
+                               ("queue",), SEQUENCE_ROWS, _local)
+
+# ============================================================= owner-local
 #
-# Such a runtime has two tick slots: the serial slot selects jobs outside the
-# concurrent lane (lane <> ?1), the concurrent slot only jobs in it
-# (lane = ?1). The statements below are the partitioned forms of CLAIM_NEXT,
-# CLAIM_NEXT_IF_CLEAR, TICK_PROBE and SETTLE_NEXT_CANCELLED; a runtime without
-# a concurrent lane keeps using the statements above, unchanged.
+# The tick of an owner-local runtime asks its host about running claims it
+# does not execute, round robin; a runtime with a concurrent lane splits the
+# table into two partitions, one per tick slot.
+
+# What a tick must look at before claiming, in one read: the running claim to
+# ask the liveness probe about, and whether any cancelled job is still queued.
+# The claim is the oldest one not executed by this runtime ({exclude}: its
+# tokens) that comes after the cursor (:after_started, :after_sequence), in
+# (started_at, sequence) order, wrapping around to the oldest: a claim whose
+# execution is alive elsewhere, or whose probe fails, then cannot keep the
+# claims behind it from ever being looked at. Both are small-index probes.
+TICK_PROBE = Template("tick_probe", """
+SELECT
+    coalesce(
+        (SELECT sequence FROM tickwork_jobs
+         WHERE state = 'running' {{exclude}}
+           AND (started_at, sequence) > (:after_started, :after_sequence)
+         ORDER BY started_at, sequence
+         LIMIT 1),
+        (SELECT sequence FROM tickwork_jobs
+         WHERE state = 'running' {{exclude}}
+         ORDER BY started_at, sequence
+         LIMIT 1)) AS suspect,
+    EXISTS (SELECT 1 FROM tickwork_jobs
+            WHERE state = 'queued' AND cancellation_id IS NOT NULL) AS cancelled_waiting
+""", ("after_started", "after_sequence"), Columns("suspect", "cancelled_waiting"), _local)
+
+# The settled feed (read_settled): settled jobs in enqueue order after
+# :after_sequence, at most :limit, cut by a prefix fence. The page is the
+# first :limit jobs after :after_sequence in sequence order, whatever their
+# state: a walk of the primary key, so it costs the page size (plus, in a
+# runtime with a concurrent lane, the concurrent-lane rows it steps over:
+# {partition} is empty, or ``AND lane <> :lane`` to keep the serial
+# partition only). Only the part of the page before its first unsettled job
+# (queued or running) is returned, so a settlement is withheld until every
+# earlier job of the partition has settled or been purged (a purged job is
+# deleted and holds nothing back), and pages read one after another are a
+# gap-free prefix of the partition in enqueue order. One statement, so the
+# page and its fence come from one snapshot.
+_READ_SETTLED = f"""
+WITH page AS (
+    SELECT {JOB_SELECT} FROM tickwork_jobs
+    WHERE sequence > :after_sequence {{partition}}
+    ORDER BY sequence
+    LIMIT :limit)
+SELECT {JOB_SELECT} FROM page
+WHERE sequence < coalesce(
+    (SELECT min(sequence) FROM page WHERE state <> 'settled'), 9223372036854775807)
+ORDER BY sequence
+"""
+READ_SETTLED = Template("read_settled", _READ_SETTLED.replace("{partition}", ""),
+                        ("after_sequence", "limit"), JOB_ROWS, _local)
+READ_SETTLED_OUTSIDE_LANE = Template(
+    "read_settled_outside_lane", _READ_SETTLED.replace("{partition}", "AND lane <> :lane"),
+    ("after_sequence", "limit", "lane"), JOB_ROWS, _local)
+
+# ------------------------------------------------------- partitioned ticks
 #
-# Binding: ?1 is always the concurrent lane and comes first in the text; the
-# other fixed values are numbered after it (?2, ?3, ...), and the {exclude}
-# lists of claim tokens use bare ``?``, which SQLite numbers on from the
-# largest number already used. So every partitioned statement binds
-# (lane, <the values its unpartitioned form binds, in the same order>).
-#
+# A runtime opened with a concurrent lane has two tick slots: the serial slot
+# selects jobs outside the lane (lane <> :lane), the concurrent slot only
+# jobs in it (lane = :lane). The statements below are the partitioned forms
+# of CLAIM, CLAIM_IF_CLEAR, TICK_PROBE and SETTLE_NEXT_CANCELLED; a runtime
+# without a concurrent lane uses those, unchanged. Every partitioned
+# statement binds :lane first, then what its unpartitioned form binds.
 # {op} is ``=`` (the concurrent slot) or ``<>`` (the serial slot).
-# ----------------------------------------------------------------------------
 
 # Claim within a partition. Marks running, under a fresh claim token, the
 # best job (priority desc, oldest first) of the slot's partition that heads
@@ -285,18 +472,18 @@ SELECT EXISTS (SELECT 1 FROM tickwork_jobs WHERE state = 'queued')
 # {guard} is empty or _PARTITION_CLAIM_GUARD.
 _PARTITION_CLAIM = f"""
 UPDATE tickwork_jobs
-SET state = 'running', claim_token = ?2, started_at = ?3
+SET state = 'running', claim_token = :token, started_at = {{{{now}}}}
 WHERE sequence = {{candidates}}
 {{guard}}
-RETURNING {JOB_COLUMNS}
+RETURNING {JOB_SELECT}
 """
 
 # A candidate heads its queue: the queue has no running job (in either
 # partition) and no runnable job of the queue, in any lane, comes before it.
-# Unlike in CLAIM_NEXT, coming first in a walk does not prove this: the
-# better job may be in the other partition, which the walk skips. Costs one
-# probe of the running index and one of the queue-waiting index. A cancelled
-# queued job never runs, so it holds no queue; its own slot settles it.
+# Unlike in CLAIM, coming first in a walk does not prove this: the better
+# job may be in the other partition, which the walk skips. Costs one probe of
+# the running index and one of the queue-waiting index. A cancelled queued
+# job never runs, so it holds no queue; its own slot settles it.
 _HEADS_ITS_QUEUE = """
       AND NOT EXISTS (
           SELECT 1 FROM tickwork_jobs AS busy
@@ -308,15 +495,15 @@ _HEADS_ITS_QUEUE = """
           ORDER BY head.priority DESC, head.sequence
           LIMIT 1)"""
 
-# The serial slot walks the runnable index in pick order, as CLAIM_NEXT does,
-# and stops at the first job outside the concurrent lane that heads its
-# queue. What it steps over: concurrent-lane jobs ahead of that job, and jobs
-# of held queues (as CLAIM_NEXT does).
+# The serial slot walks the runnable index in pick order, as CLAIM does, and
+# stops at the first job outside the concurrent lane that heads its queue.
+# What it steps over: concurrent-lane jobs ahead of that job, and jobs of
+# held queues (as CLAIM does).
 _SERIAL_PICK = f"""(
     SELECT candidate.sequence FROM tickwork_jobs AS candidate
         INDEXED BY tickwork_jobs_runnable
     WHERE candidate.state = 'queued' AND candidate.cancellation_id IS NULL
-      AND candidate.lane <> ?1 {_HEADS_ITS_QUEUE}
+      AND candidate.lane <> :lane {_HEADS_ITS_QUEUE}
     ORDER BY candidate.priority DESC, candidate.sequence
     LIMIT 1)"""
 
@@ -336,7 +523,7 @@ _SERIAL_PICK = f"""(
 # serial backlog.
 _CONCURRENT_PICK = f"""(CASE WHEN EXISTS (
     SELECT 1 FROM tickwork_jobs INDEXED BY tickwork_jobs_lane_pending
-    WHERE lane = ?1 AND state IN ('queued', 'running')
+    WHERE lane = :lane AND state IN ('queued', 'running')
       AND state = 'queued' AND cancellation_id IS NULL)
 THEN coalesce(
     (SELECT candidate.sequence FROM (
@@ -345,12 +532,12 @@ THEN coalesce(
         WHERE state = 'queued' AND cancellation_id IS NULL
         ORDER BY priority DESC, sequence
         LIMIT 64) AS candidate
-     WHERE candidate.lane = ?1 {_HEADS_ITS_QUEUE}
+     WHERE candidate.lane = :lane {_HEADS_ITS_QUEUE}
      ORDER BY candidate.priority DESC, candidate.sequence
      LIMIT 1),
     (SELECT candidate.sequence FROM tickwork_jobs AS candidate
         INDEXED BY tickwork_jobs_lane_pending
-     WHERE candidate.lane = ?1 AND candidate.state IN ('queued', 'running')
+     WHERE candidate.lane = :lane AND candidate.state IN ('queued', 'running')
        AND candidate.state = 'queued' AND candidate.cancellation_id IS NULL
        {_HEADS_ITS_QUEUE}
      ORDER BY candidate.priority DESC, candidate.sequence
@@ -363,30 +550,30 @@ END)"""
 # slot's claims and cancellations are not this slot's business.
 _PARTITION_CLAIM_GUARD = """
   AND NOT EXISTS (SELECT 1 FROM tickwork_jobs
-                  WHERE state = 'running' AND lane {op} ?1 {exclude})
+                  WHERE state = 'running' AND lane {op} :lane {{{{exclude}}}})
   AND NOT EXISTS (SELECT 1 FROM tickwork_jobs
-                  WHERE state = 'queued' AND cancellation_id IS NOT NULL AND lane {op} ?1)
-"""
+                  WHERE state = 'queued' AND cancellation_id IS NOT NULL AND lane {op} :lane)"""
 
 # TICK_PROBE within a partition: the running claim of this partition to ask
-# the liveness probe about (round robin after the (started_at, sequence)
-# cursor, skipping {exclude}), and whether a cancelled job of this partition
-# is still queued. A claim of the other partition is never probed: it belongs
-# to the other slot, which may be executing it right now.
+# the liveness probe about (round robin after the cursor, skipping
+# {exclude}), and whether a cancelled job of this partition is still queued.
+# A claim of the other partition is never probed: it belongs to the other
+# slot, which may be executing it right now.
 _PARTITION_TICK_PROBE = """
 SELECT
     coalesce(
         (SELECT sequence FROM tickwork_jobs
-         WHERE state = 'running' AND lane {op} ?1 {exclude}
-           AND (started_at, sequence) > (?, ?)
+         WHERE state = 'running' AND lane {op} :lane {{{{exclude}}}}
+           AND (started_at, sequence) > (:after_started, :after_sequence)
          ORDER BY started_at, sequence
          LIMIT 1),
         (SELECT sequence FROM tickwork_jobs
-         WHERE state = 'running' AND lane {op} ?1 {exclude}
+         WHERE state = 'running' AND lane {op} :lane {{{{exclude}}}}
          ORDER BY started_at, sequence
-         LIMIT 1)),
+         LIMIT 1)) AS suspect,
     EXISTS (SELECT 1 FROM tickwork_jobs
-            WHERE state = 'queued' AND cancellation_id IS NOT NULL AND lane {op} ?1)
+            WHERE state = 'queued' AND cancellation_id IS NOT NULL AND lane {op} :lane)
+        AS cancelled_waiting
 """
 
 # SETTLE_NEXT_CANCELLED within a partition: the oldest cancelled job of this
@@ -394,58 +581,138 @@ SELECT
 # while its queue's head is busy (in either slot).
 _PARTITION_SETTLE_NEXT_CANCELLED = f"""
 UPDATE tickwork_jobs
-SET state = 'settled', outcome = 'cancelled', failure_reason = NULL, settled_at = ?2
+SET state = 'settled', outcome = 'cancelled', failure_reason = NULL, settled_at = {{{{now}}}}
 WHERE sequence = (
     SELECT sequence FROM tickwork_jobs
-    WHERE state = 'queued' AND cancellation_id IS NOT NULL AND lane {{op}} ?1
+    WHERE state = 'queued' AND cancellation_id IS NOT NULL AND lane {{op}} :lane
     ORDER BY sequence
     LIMIT 1)
-RETURNING {JOB_COLUMNS}
+RETURNING {JOB_SELECT}
 """
 
 
-def _partitioned(template: str, op: str, **parts: str) -> str:
-    # format() does not re-read substituted text, so {exclude} inside a part
-    # survives for the store to fill in.
-    return template.format(op=op, **parts)
+def _partition_claim(name: str, op: str, candidates: str, guarded: bool) -> Template:
+    guard = _PARTITION_CLAIM_GUARD.format(op=op) if guarded else ""
+    text = _PARTITION_CLAIM.format(candidates=candidates, guard=guard)
+    return Template(name, text, ("lane", "token", "now"), JOB_ROWS, _local)
 
 
-CLAIM_OUTSIDE_LANE = _partitioned(_PARTITION_CLAIM, "<>", candidates=_SERIAL_PICK,
-                                  guard="")
-CLAIM_OUTSIDE_LANE_IF_CLEAR = _partitioned(
-    _PARTITION_CLAIM, "<>", candidates=_SERIAL_PICK,
-    guard=_partitioned(_PARTITION_CLAIM_GUARD, "<>", exclude="{exclude}"))
-CLAIM_IN_LANE = _partitioned(_PARTITION_CLAIM, "=", candidates=_CONCURRENT_PICK, guard="")
-CLAIM_IN_LANE_IF_CLEAR = _partitioned(
-    _PARTITION_CLAIM, "=", candidates=_CONCURRENT_PICK,
-    guard=_partitioned(_PARTITION_CLAIM_GUARD, "=", exclude="{exclude}"))
-TICK_PROBE_OUTSIDE_LANE = _partitioned(_PARTITION_TICK_PROBE, "<>", exclude="{exclude}")
-TICK_PROBE_IN_LANE = _partitioned(_PARTITION_TICK_PROBE, "=", exclude="{exclude}")
-SETTLE_NEXT_CANCELLED_OUTSIDE_LANE = _partitioned(_PARTITION_SETTLE_NEXT_CANCELLED, "<>")
-SETTLE_NEXT_CANCELLED_IN_LANE = _partitioned(_PARTITION_SETTLE_NEXT_CANCELLED, "=")
+CLAIM_OUTSIDE_LANE = _partition_claim("claim_outside_lane", "<>", _SERIAL_PICK, False)
+CLAIM_OUTSIDE_LANE_IF_CLEAR = _partition_claim("claim_outside_lane_if_clear", "<>",
+                                               _SERIAL_PICK, True)
+CLAIM_IN_LANE = _partition_claim("claim_in_lane", "=", _CONCURRENT_PICK, False)
+CLAIM_IN_LANE_IF_CLEAR = _partition_claim("claim_in_lane_if_clear", "=", _CONCURRENT_PICK, True)
+TICK_PROBE_OUTSIDE_LANE = Template(
+    "tick_probe_outside_lane", _PARTITION_TICK_PROBE.format(op="<>"),
+    ("lane", "after_started", "after_sequence"), TICK_PROBE.columns, _local)
+TICK_PROBE_IN_LANE = Template(
+    "tick_probe_in_lane", _PARTITION_TICK_PROBE.format(op="="),
+    ("lane", "after_started", "after_sequence"), TICK_PROBE.columns, _local)
+SETTLE_NEXT_CANCELLED_OUTSIDE_LANE = Template(
+    "settle_next_cancelled_outside_lane", _PARTITION_SETTLE_NEXT_CANCELLED.format(op="<>"),
+    ("lane", "now"), JOB_ROWS, _local)
+SETTLE_NEXT_CANCELLED_IN_LANE = Template(
+    "settle_next_cancelled_in_lane", _PARTITION_SETTLE_NEXT_CANCELLED.format(op="="),
+    ("lane", "now"), JOB_ROWS, _local)
 
-# The settled feed (read_settled): settled jobs in enqueue order after
-# ?1, at most ?2, cut by a prefix fence. The page is the first ?2 jobs after
-# ?1 in sequence order, whatever their state: a walk of the primary key from
-# ?1, so it costs the page size (plus, in a runtime with a concurrent lane,
-# the concurrent-lane rows it steps over: {partition} is empty, or
-# ``AND lane <> ?3`` to keep the serial partition only). Only the part of the
-# page before its first unsettled job (queued or running) is returned, so a
-# settlement is withheld until every earlier job of the partition has settled
-# or been purged (a purged job is deleted and holds nothing back), and pages
-# read one after another are a gap-free prefix of the partition in enqueue
-# order. One statement, so the page and its fence come from one snapshot.
-# Binds (after_sequence, limit[, concurrent lane]).
-_READ_SETTLED = f"""
-WITH page AS (
-    SELECT {JOB_COLUMNS} FROM tickwork_jobs
-    WHERE sequence > ?1 {{partition}}
-    ORDER BY sequence
-    LIMIT ?2)
-SELECT {JOB_COLUMNS} FROM page
-WHERE sequence < coalesce(
-    (SELECT min(sequence) FROM page WHERE state <> 'settled'), 9223372036854775807)
-ORDER BY sequence
+# =================================================================== D1
+#
+# D1 is shared by every Worker invocation: leases, renewals, the schema
+# check, and the statements a producer puts in its own db.batch.
+
+SCHEMA_VERSION = Template("schema_version", """
+SELECT value FROM tickwork_meta WHERE key = 'schema_version'
+""", (), Columns("value"), _d1)
+
+# The oldest expired claim (with its token) and whether a cancelled job is
+# still queued, in one read. Both come from small partial indexes.
+PROBE = Template("probe", f"""
+SELECT {', '.join('expired.' + name for name in JOB_COLUMNS)},
+       expired.claim_token,
+       EXISTS (SELECT 1 FROM tickwork_jobs
+               WHERE state = 'queued' AND cancellation_id IS NOT NULL) AS cancelled_waiting
+FROM (SELECT 1) LEFT JOIN (
+    SELECT * FROM tickwork_jobs
+    WHERE state = 'running' AND lease_expires_at <= {{now}}
+    ORDER BY lease_expires_at, sequence LIMIT 1) AS expired ON 1
+""", ("now",), Columns(*JOB_COLUMNS, "claim_token", "cancelled_waiting"), _d1)
+
+# Renewal: extends a live lease only. The lease_expires_at > now fence means a
+# renewal that arrives after expiry can never resurrect the claim; max() means
+# a short heartbeat never shortens a longer lease. Returns whether a
+# cancellation is recorded, so the executor learns of it at renewal.
+RENEW = Template("renew", """
+UPDATE tickwork_jobs
+SET lease_expires_at = max(lease_expires_at, {now} + :lease_ms)
+WHERE sequence = :sequence AND state = 'running' AND claim_token = :token {lease_live}
+RETURNING cancellation_id IS NOT NULL AS cancelled
+""", ("now", "sequence", "token", "lease_ms"), Columns("cancelled"), _d1)
+
+# Two payload texts that differ only in key order (enqueue_from_select keeps
+# the producer's; tickwork stores sorted keys) are the same payload: every
+# node of one, by path, type and scalar value, is a node of the other. Only
+# evaluated when the texts differ (a replay of a job of the other path).
+_PAYLOADS_DIFFER = """(
+       EXISTS (SELECT fullkey, type, atom FROM json_tree(tickwork_jobs.payload_json)
+               EXCEPT SELECT fullkey, type, atom FROM json_tree(excluded.payload_json))
+    OR EXISTS (SELECT fullkey, type, atom FROM json_tree(excluded.payload_json)
+               EXCEPT SELECT fullkey, type, atom FROM json_tree(tickwork_jobs.payload_json)))"""
+
+# Enqueue inside a producer's batch: an identical replay matches the upsert's
+# WHERE nothing and writes nothing; a replay with other cargo becomes an UPDATE
+# of the cargo columns, which the tickwork_jobs_cargo_is_immutable trigger
+# aborts, failing the producer's whole batch. A payload whose text differs
+# only in key order is the same cargo: no UPDATE, no abort.
+ON_REPLAY = f"""
+ON CONFLICT (job_id) DO UPDATE SET
+    queue = excluded.queue, lane = excluded.lane, priority = excluded.priority,
+    payload_json = excluded.payload_json, max_recoveries = excluded.max_recoveries
+WHERE queue IS NOT excluded.queue OR lane IS NOT excluded.lane
+   OR priority IS NOT excluded.priority
+   OR (payload_json IS NOT excluded.payload_json AND {_PAYLOADS_DIFFER})
+   OR max_recoveries IS NOT excluded.max_recoveries
 """
-READ_SETTLED = _READ_SETTLED.format(partition="")
-READ_SETTLED_OUTSIDE_LANE = _READ_SETTLED.format(partition="AND lane <> ?3")
+
+_ENQUEUE = """
+INSERT INTO tickwork_jobs
+    (job_id, queue, lane, priority, payload_json, max_recoveries, state, enqueued_at)
+VALUES (:job_id, :queue, :lane, :priority, :payload_json, :max_recoveries, 'queued', {now})
+"""
+ENQUEUE = Template("enqueue", _ENQUEUE + ON_REPLAY.replace("{", "{{").replace("}", "}}"),
+                   INSERT_JOB.params, None, _d1)
+
+# ingest_many: one INGEST per job, all in one db.batch (one round trip, one
+# transaction). RETURNING gives a row only for an inserted job: an identical
+# replay (of a stored job, or of an earlier statement of the same batch)
+# writes and returns nothing, and other cargo makes the trigger abort the
+# whole batch.
+INGEST = Template("ingest", ENQUEUE.text + "RETURNING sequence\n", INSERT_JOB.params,
+                  SEQUENCE_ROWS, _d1)
+
+# After a batch failed on a conflict: the stored cargo of the batch's job ids
+# (:job_ids is a JSON array of them: one bound value however many jobs), so
+# the runtime can name the job that conflicted and the fields that differ.
+SELECT_CARGO_MANY = Template("select_cargo_many", f"""
+SELECT {', '.join(CARGO_COLUMNS)}
+FROM tickwork_jobs WHERE job_id IN (SELECT value FROM json_each(:job_ids))
+""", ("job_ids",), CARGO_ROWS, _d1)
+
+# enqueue_from_select: the producer's SELECT ({select}, with its own ?1..?N
+# values; tickwork's clock takes ?N+1: {now}) yields the rows. json()
+# normalises the payload text; the table's CHECKs validate what Python did
+# not see. "WHERE true" resolves SQLite's upsert-after-SELECT parsing
+# ambiguity. Rendered per call (``enqueue_from_select``).
+ENQUEUE_FROM_SELECT = """
+INSERT INTO tickwork_jobs
+    (job_id, queue, lane, priority, payload_json, max_recoveries, state, enqueued_at)
+SELECT job_id, queue_name, lane, priority, json(payload_json), recovery_max, 'queued', {now}
+FROM ({select}) WHERE true
+""" + ON_REPLAY.replace("{", "{{").replace("}", "}}")
+
+# Erasure for a trusted producer SELECT naming queues: every job in them goes.
+PURGE_QUEUES = "DELETE FROM tickwork_jobs WHERE queue IN ({select})"
+
+
+def d1_clock(parameter: str) -> str:
+    """D1's clock expression with its override bound as ``parameter`` (``?N``)."""
+    return D1.now.replace(":now", parameter)

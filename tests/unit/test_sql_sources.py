@@ -1,0 +1,143 @@
+"""One SQL source per dialect family: every SQLite-family statement renders and
+compiles for each of its stores, and the owner-local DDL is pinned to schema/."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from tickwork.schemas import migrations, split_statements
+from tickwork.stores import owner_local
+from tickwork.stores.d1 import store as d1_store
+from tickwork.stores.owner_schema import SCHEMA_SQL, SCHEMA_STATEMENTS
+from tickwork.stores.sql import sqlite as sql
+
+REPO = Path(__file__).resolve().parents[2]
+TEMPLATES = [value for value in vars(sql).values() if isinstance(value, sql.Template)]
+RENDERINGS = [(template, target) for template in TEMPLATES for target in template.targets]
+
+
+def _id(case: tuple[sql.Template, sql.Target]) -> str:
+    return f"{case[0].name}-{case[1].name}"
+
+
+def database_for(target: sql.Target) -> sqlite3.Connection:
+    connection = sqlite3.connect(":memory:")
+    if target is sql.OWNER_LOCAL:
+        for statement in SCHEMA_STATEMENTS:
+            connection.execute(statement)
+    else:
+        for migration in migrations("d1"):
+            for statement in migration.statements():
+                connection.execute(statement)
+    return connection
+
+
+@pytest.mark.parametrize("case", RENDERINGS, ids=[_id(case) for case in RENDERINGS])
+def test_every_statement_renders_and_compiles_for_each_of_its_stores(
+        case: tuple[sql.Template, sql.Target]) -> None:
+    template, target = case
+    statement = template.render(target)
+    text = statement.text
+    if "{exclude}" in text:
+        assert target is sql.OWNER_LOCAL, "only the owner-local store excludes its own claims"
+        text = text.replace("{exclude}", f"AND claim_token NOT IN (?{len(statement.params) + 1})")
+    assert "{" not in text and ":" not in re.sub(r"'[^']*'", "", text), text
+    numbers = {int(n) for n in re.findall(r"\?(\d+)", text)}
+    assert numbers <= set(range(1, len(statement.params) + 2)), (numbers, statement.params)
+    # Every declared parameter the text uses is bound, in the declared order.
+    assert list(statement.params) == [p for p in template.params if p in statement.params]
+    # SQLite itself parses and plans it against that store's schema.
+    database_for(target).execute("EXPLAIN " + text, [None] * max(numbers, default=0))
+
+
+def test_the_stores_differ_only_in_the_clock_and_the_lease() -> None:
+    """Expanded for both stores, a shared statement's texts are equal once the
+    clock and the lease fragments are taken out."""
+    def same_words(text: str) -> str:
+        return " ".join(text.split())
+
+    shared = [template for template in TEMPLATES if template.targets == (sql.OWNER_LOCAL, sql.D1)]
+    assert {template.name for template in shared} >= {
+        "claim", "claim_if_clear", "fail_lane", "settle_next_cancelled", "record_cancellation",
+        "select_cargo", "lane_has_pending", "purge_queue", "insert_job", "settle_claim",
+        "requeue_claim", "settle_recovered_claim", "select_claim"}
+    for template in shared:
+        local = template.expand(sql.OWNER_LOCAL).replace("{exclude}", "")
+        d1 = template.expand(sql.D1)
+        for fragment in sql.lease_fragments():
+            d1 = d1.replace(fragment, "")
+        d1 = d1.replace(sql.D1.now, sql.OWNER_LOCAL.now)
+        assert same_words(local) == same_words(d1), template.name
+
+
+def test_both_stores_run_the_same_templates() -> None:
+    pairs = [
+        (owner_local._FAIL_LANE, d1_store.FAIL_LANE),
+        (owner_local._SETTLE_CLAIM, d1_store.SETTLE),
+        (owner_local._REQUEUE_CLAIM, d1_store.REQUEUE_EXPIRED),
+        (owner_local._SETTLE_RECOVERED_CLAIM, d1_store.SETTLE_EXPIRED),
+        (owner_local._RECORD_CANCELLATION, d1_store.RECORD_CANCELLATION),
+        (owner_local._SELECT_CARGO, d1_store.SELECT_CARGO),
+        (owner_local._SELECT_CLAIM, d1_store.SELECT_CLAIM),
+        (owner_local.EVERY_JOB.claim_next, d1_store.CLAIM_ONE),
+        (owner_local.EVERY_JOB.claim_next_if_clear, d1_store.CLAIM_IF_CLEAR),
+        (owner_local.EVERY_JOB.settle_next_cancelled, d1_store.SETTLE_NEXT_CANCELLED),
+    ]
+    for local, d1 in pairs:
+        assert local.name == d1.name
+
+
+def test_a_template_refuses_a_store_it_was_not_written_for() -> None:
+    with pytest.raises(ValueError, match="not a statement of the d1 store"):
+        sql.TICK_PROBE.render(sql.D1)
+    with pytest.raises(ValueError, match="not a statement of the owner-local store"):
+        sql.RENEW.render(sql.OWNER_LOCAL)
+
+
+def test_an_undeclared_parameter_is_refused_when_rendering() -> None:
+    with pytest.raises(ValueError, match="not declared"):
+        sql.Template("t", "SELECT :x").render(sql.OWNER_LOCAL)
+
+
+# ---------------------------------------------------------------- the DDL
+
+
+def test_the_owner_local_ddl_is_the_schema_file() -> None:
+    assert (REPO / "schema" / "owner_local" / "0001_tickwork_jobs.sql").read_text() == SCHEMA_SQL
+    assert list(SCHEMA_STATEMENTS) == split_statements(SCHEMA_SQL)
+
+
+def _objects(statements: list[str]) -> dict[str, str]:
+    found = {}
+    for statement in statements:
+        words = " ".join(statement.replace("IF NOT EXISTS ", "").split())
+        match = re.match(r"CREATE (?:UNIQUE )?(?:TABLE|INDEX|TRIGGER) (\w+)", words)
+        if match:
+            found[match.group(1)] = words
+    return found
+
+
+def _columns(create_table: str) -> list[str]:
+    body = create_table[create_table.index("(") + 1:]
+    return [part.split()[0] for part in re.split(r",\s+(?![^()]*\))", body)
+            if part.split() and part.split()[0] not in ("CHECK", "PRIMARY")]
+
+
+def test_the_owner_local_table_is_d1s_without_leases() -> None:
+    local = _objects(list(SCHEMA_STATEMENTS))
+    d1 = _objects([s for m in migrations("d1") for s in m.statements()])
+    assert _columns(local["tickwork_jobs"]) == [
+        name for name in _columns(d1["tickwork_jobs"]) if name != "lease_expires_at"]
+    # Indexes of the same name are the same index, but for the two that differ
+    # on purpose (schema/owner_local/0001_tickwork_jobs.sql says why).
+    differ = {"tickwork_jobs_running", "tickwork_jobs_queue_settled"}
+    for name in set(local) & set(d1) - differ - {"tickwork_jobs", "tickwork_meta"}:
+        assert local[name] == d1[name], name
+    assert local["tickwork_jobs_running"] == d1["tickwork_jobs_running"].replace("UNIQUE ", "")
+    assert set(d1) - set(local) == {"tickwork_jobs_lease", "tickwork_jobs_cargo_is_immutable",
+                                    "tickwork_job_locks", "tickwork_job_locks_slots",
+                                    "tickwork_job_locks_slots_completed"}

@@ -1,0 +1,110 @@
+"""Result rows, decoded by column name, for every store and dialect.
+
+Each statement declares the columns it returns as a ``Columns``; a store
+decodes a row through that declaration (``columns.job(row)``,
+``columns.value(row, "claim_token")``), never by a bare position, so a column
+added to a statement cannot silently shift what another column means. D1
+batch results, which arrive as objects keyed by name, are read through the
+same names (``Columns.names``).
+
+Stores hand rows over as plain Python values: ints as int, SQL NULL as None
+(``tickwork._pyodide`` normalises the JS side).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from operator import itemgetter
+from typing import Any, Final, cast
+
+from tickwork.model.jobs import JobRecord, JobState, Outcome, Recovery, ValidJob
+
+#: The columns of a job, in ``JobRecord`` field order (payload_json decodes
+#: to ``payload``, max_recoveries to ``recovery``).
+JOB_COLUMNS: Final = (
+    "job_id", "queue", "lane", "priority", "payload_json", "max_recoveries", "state",
+    "outcome", "failure_reason", "sequence", "recoveries", "enqueued_at", "started_at",
+    "settled_at", "cancellation_id",
+)
+
+#: A job's identity and cargo, in ``ValidJob`` field order (replay checks).
+CARGO_COLUMNS: Final = ("job_id", "queue", "lane", "priority", "payload_json",
+                        "max_recoveries")
+
+#: ``JOB_COLUMNS`` as a select list.
+JOB_SELECT: Final = ", ".join(JOB_COLUMNS)
+
+_decode_json = json.JSONDecoder().decode
+
+
+def select_list(columns: Sequence[str], alias: str) -> str:
+    """``columns`` as a select list qualified by ``alias`` (``alias.job_id, ...``)."""
+    return ", ".join(f"{alias}.{name}" for name in columns)
+
+
+def _job(values: Sequence[Any]) -> JobRecord:
+    """A JobRecord from the job columns' values, in ``JOB_COLUMNS`` order."""
+    max_recoveries = values[5]
+    return JobRecord(
+        values[0], values[1], values[2], values[3], _decode_json(values[4]),
+        None if max_recoveries is None else Recovery(max_recoveries),
+        cast(JobState, values[6]), cast("Outcome | None", values[7]),
+        values[8], values[9], values[10], values[11], values[12], values[13], values[14],
+    )
+
+
+class Columns:
+    """The result columns of one statement, by name."""
+
+    __slots__ = ("_job_values", "index", "names")
+
+    def __init__(self, *names: str) -> None:
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate result column in {names}")
+        self.names = names
+        self.index = {name: position for position, name in enumerate(names)}
+        self._job_values: Callable[[Sequence[Any]], Sequence[Any]] | None = None
+        if all(name in self.index for name in JOB_COLUMNS):
+            positions = [self.index[name] for name in JOB_COLUMNS]
+            # The common layout, job columns first, needs no reordering.
+            self._job_values = (_prefix if positions == list(range(len(JOB_COLUMNS)))
+                                else itemgetter(*positions))
+
+    def job(self, row: Sequence[Any]) -> JobRecord:
+        """The job in ``row``."""
+        values = self._job_values
+        if values is None:
+            raise ValueError(f"these columns hold no job: {self.names}")
+        return _job(values(row))
+
+    def value(self, row: Sequence[Any], name: str) -> Any:
+        """The value of column ``name`` in ``row``."""
+        return row[self.index[name]]
+
+    def cargo(self, row: Sequence[Any]) -> ValidJob:
+        """The identity and cargo in ``row`` (columns ``CARGO_COLUMNS``), as stored."""
+        index = self.index
+        return ValidJob(*(row[index[name]] for name in CARGO_COLUMNS))
+
+    def __repr__(self) -> str:
+        return f"Columns{self.names}"
+
+
+def _prefix(row: Sequence[Any]) -> Sequence[Any]:
+    return row
+
+
+#: The rows of a statement that returns one job.
+JOB: Final = Columns(*JOB_COLUMNS)
+#: A job's identity and cargo.
+CARGO: Final = Columns(*CARGO_COLUMNS)
+#: A job with its current claim token, and whether that claim is live.
+CLAIM: Final = Columns(*JOB_COLUMNS, "claim_token", "lease_live")
+#: Only the sequence (a write that landed).
+SEQUENCE: Final = Columns("sequence")
+
+
+def decode_job(row: Sequence[Any]) -> JobRecord:
+    """The job in a row of ``JOB`` columns (``JOB_COLUMNS`` first)."""
+    return _job(row)
