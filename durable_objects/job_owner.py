@@ -1,8 +1,9 @@
 """JobOwner: the Durable Object that hosts one owner-local tickwork runtime.
 
 One object per owner (``env.JOB_OWNERS.getByName(owner)``). Its SQLite
-storage holds the jobs; its RPC methods (``JobOwnerRpc``'s, each redefined
-here) ingest, read, cancel, refuse lanes and purge; its alarm runs the ticks.
+storage holds the jobs; its RPC methods (one per operation of
+``tickwork.api.OPERATIONS``: ingest, read, cancel, fail_lane, purge, the
+status reads) serve the Worker; its alarm runs the ticks.
 
 The constructor runs again every time the object wakes up (after an
 eviction, a restart, a deploy), so it holds no state that is not in storage
@@ -46,16 +47,15 @@ lazily), ``_now_ms()`` and ``_is_alive(job)``.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any, ClassVar
 
 from workers import DurableObject  # type: ignore[import-not-found, unused-ignore]
 
-from tickwork import JobRecord, OwnerRuntime, TickResult
+from tickwork import JobRecord, OwnerRuntime
 from tickwork._pyodide import js_number
-from tickwork.api import JobOwnerRpc, OwnerJobs
-from tickwork.api.service import JobService
+from tickwork.api import JobOwnerRpc, JobService, RuntimeService, rpc_methods
+from tickwork.hosts.ticking import tick_until_idle
 from tickwork.ports.host import Executor, wall_clock_ms
 from tickwork.stores import DurableObjectDatabase
 
@@ -63,10 +63,8 @@ from .alarm_wake import AlarmWake, alarm_retry_count
 
 logger = logging.getLogger(__name__)
 
-#: Tick statuses after which another tick in the same handler would do nothing new.
-_STOP_STATUSES = frozenset({"idle", "busy", "liveness_unknown"})
 
-
+@rpc_methods
 class JobOwner(JobOwnerRpc, DurableObject):  # type: ignore[misc, unused-ignore]
     """A SQLite-backed Durable Object running ``OwnerRuntime`` on its alarm."""
 
@@ -92,7 +90,7 @@ class JobOwner(JobOwnerRpc, DurableObject):  # type: ignore[misc, unused-ignore]
             wake=self._wake,
             clock=self._now_ms,
         )
-        self._jobs = OwnerJobs(self.runtime)
+        self._jobs = RuntimeService(self.runtime)
 
     # ------------------------------------------------------------ hooks
     # Underscored: the Python Workers runtime lists only public functions of
@@ -128,45 +126,20 @@ class JobOwner(JobOwnerRpc, DurableObject):  # type: ignore[misc, unused-ignore]
         return self.runtime.has_pending_work()
 
     # ------------------------------------------------------------ RPC
-    # Every RPC method is defined here, on the class itself: some workerd
-    # versions list only the functions in the class's own ``__dict__`` as RPC
-    # methods, not inherited ones. Each is a plain delegation to JobOwnerRpc's
-    # (which decodes, validates and runs it, then calls ``_after_call``): that
-    # hook brings the alarm in step before the reply (see the module doc for
-    # what that guarantees while an alarm handler runs). Every call checks, reads and calls that
-    # changed nothing (a replayed ingest or cancel) included: whatever a
-    # caller does, even only polling, also repairs an alarm that was lost
-    # (the runtime gave up retrying it, or the object died between a commit
-    # and its setAlarm).
+    # The RPC methods (one per operation of tickwork.api.OPERATIONS) are
+    # defined on this class itself by @rpc_methods, in its own __dict__: some
+    # workerd versions list only those, not inherited ones. Each decodes its
+    # text arguments, calls this object's service and, through _after_call,
+    # brings the alarm in step before it replies (see the module doc for what
+    # that guarantees while an alarm handler runs). Every call does, reads and
+    # calls that changed nothing (a replayed ingest or cancel) included:
+    # whatever a caller does, even only polling, also repairs an alarm that
+    # was lost (the runtime gave up retrying it, or the object died between
+    # a commit and its setAlarm).
 
     async def _after_call(self) -> None:
         self._wake.mark_stale()
         await self._wake.flush()
-
-    async def ingest(self, jobs_json: Any) -> str:
-        return await super().ingest(jobs_json)
-
-    async def read(self, job_id: Any) -> str:
-        return await super().read(job_id)
-
-    async def read_queue_head(self, queue: Any) -> str:
-        return await super().read_queue_head(queue)
-
-    async def cancel(self, job_id: Any, cancellation_id: Any,
-                     only_if_queued: Any = False) -> str:
-        return await super().cancel(job_id, cancellation_id, only_if_queued)
-
-    async def fail_lane(self, lane: Any, reason: Any) -> str:
-        return await super().fail_lane(lane, reason)
-
-    async def purge(self, queue: Any) -> str:
-        return await super().purge(queue)
-
-    async def status(self) -> str:
-        return await super().status()
-
-    async def queue_status(self, queue: Any) -> str:
-        return await super().queue_status(queue)
 
     # ------------------------------------------------------------ alarm
 
@@ -177,10 +150,12 @@ class JobOwner(JobOwnerRpc, DurableObject):  # type: ignore[misc, unused-ignore]
             wake.delay_until(None)
             wake.hold()
             try:
-                last = await self._run_ticks()
+                ended = await tick_until_idle(
+                    self.runtime.tick, max_ticks=self.alarm_max_ticks,
+                    deadline_ms=self._now_ms() + self.alarm_budget_ms, now_ms=self._now_ms)
             finally:
                 wake.release()
-            if last is not None and last.status == "liveness_unknown":
+            if ended.stop == "liveness_unknown":
                 wake.delay_until(self._now_ms() + self.alarm_liveness_retry_ms)
             wake.recompute()
             await wake.flush()
@@ -191,15 +166,3 @@ class JobOwner(JobOwnerRpc, DurableObject):  # type: ignore[misc, unused-ignore]
             logger.warning("tickwork alarm failed on retry %d (%s: %s); re-armed for %d",
                            retry, type(error).__name__, error, when)
             await self.ctx.storage.setAlarm(js_number(when, "alarm time"))
-
-    async def _run_ticks(self) -> TickResult | None:
-        deadline = self._now_ms() + self.alarm_budget_ms
-        last: TickResult | None = None
-        for _ in range(self.alarm_max_ticks):
-            last = await self.runtime.tick()
-            if last.status in _STOP_STATUSES or self._now_ms() >= deadline:
-                break
-            # Let RPC calls in between ticks: an executor that never awaits
-            # would otherwise keep them waiting for the whole budget.
-            await asyncio.sleep(0)
-        return last

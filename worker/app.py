@@ -6,7 +6,7 @@ Bindings (see ``wrangler.toml``):
   bearer token of every /v1 route but health. Missing: those routes answer
   503 (fail closed).
 * ``JOB_OWNERS``: the ``JobOwner`` Durable Object namespace. ``/v1/owners/{owner}/...``
-  goes to ``RpcJobs(env.JOB_OWNERS.getByName(owner))``.
+  goes to ``RpcService(env.JOB_OWNERS.getByName(owner))``.
 * ``DB``: the D1 database of the shared queues (``/v1/shared/...``), with
   ``schema/d1`` applied (``wrangler d1 migrations apply DB``).
 
@@ -72,7 +72,7 @@ from workers import Response  # type: ignore[import-not-found, unused-ignore]
 
 from tickwork import Job
 from tickwork._pyodide import load_jsnull
-from tickwork.api import MAX_BODY_BYTES, ApiRequest, ApiResponse, JobApi, RpcJobs, SharedJobs
+from tickwork.api import MAX_BODY_BYTES, ApiRequest, ApiResponse, JobApi, RpcService, RuntimeService
 from tickwork.api.wire import ApiError
 from tickwork.locks import JobLock, LockLease, LockRun
 from tickwork.model.outcomes import IngestStatus, TickResult
@@ -174,7 +174,7 @@ def _int_var(env: Any, name: str, default: int) -> int:
 # ------------------------------------------------------------- shared jobs
 
 
-class D1SharedJobs(SharedJobs):
+class D1SharedJobs(RuntimeService):
     """The shared queues on D1; ingest commits with the domain statements in one batch."""
 
     def __init__(self, runtime: D1Runtime, env: Any,
@@ -236,8 +236,8 @@ def build_api(env: Any, *, domain_statements: DomainHook | None = None) -> JobAp
     db = binding(env, "DB")
     owners = None
     if namespace is not None:
-        def owners(owner: str) -> RpcJobs:
-            return RpcJobs(owner_stub(namespace, owner))
+        def owners(owner: str) -> RpcService:
+            return RpcService(owner_stub(namespace, owner))
     shared = None
     if db is not None:
         shared = D1SharedJobs(api_runtime(env, db), env, domain_statements)

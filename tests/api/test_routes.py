@@ -15,7 +15,7 @@ import pytest
 
 from tests.support import CountingWake, ScriptedExecutor
 from tickwork import OwnerRuntime
-from tickwork.api import ApiRequest, ApiResponse, JobApi, OwnerJobs
+from tickwork.api import ApiRequest, ApiResponse, JobApi, RuntimeService
 from tickwork.model.jobs import MAX_INGEST_BATCH
 from tickwork.stores import Sqlite3Database
 
@@ -30,12 +30,12 @@ class Owners:
         self.runtimes: dict[str, OwnerRuntime] = {}
         self.executor = ScriptedExecutor()
 
-    def __call__(self, key: str) -> OwnerJobs:
+    def __call__(self, key: str) -> RuntimeService:
         if key not in self.runtimes:
             self.runtimes[key] = OwnerRuntime(
                 Sqlite3Database(sqlite3.connect(":memory:")), execute=self.executor,
                 is_alive=lambda job: False, wake=CountingWake())
-        return OwnerJobs(self.runtimes[key])
+        return RuntimeService(self.runtimes[key])
 
     def total_jobs(self) -> int:
         return sum(sum(s.queued + s.running + s.settled for s in runtime.status())
@@ -346,7 +346,7 @@ async def test_method_names_are_case_sensitive(api: JobApi, owners: Owners, meth
 
 
 async def test_unexpected_errors_propagate_to_the_host(owners: Owners) -> None:
-    class Broken(OwnerJobs):
+    class Broken(RuntimeService):
         async def status(self) -> Any:
             raise RuntimeError("disk on fire")
 
@@ -356,7 +356,7 @@ async def test_unexpected_errors_propagate_to_the_host(owners: Owners) -> None:
 
 
 async def test_async_owner_resolver_and_shared_scope(owners: Owners) -> None:
-    async def resolve(key: str) -> OwnerJobs:
+    async def resolve(key: str) -> RuntimeService:
         return owners(key)
 
     shared = owners("the-shared-one")

@@ -166,7 +166,7 @@ class DecodingStub:
     dict is sent as a list of one); a str argument is sent as it is. Every
     reply (JSON text of an envelope) comes back decoded, so tests read
     ``reply["value"]``. What crosses the stand-in's RPC boundary is exactly
-    what ``RpcJobs`` sends: text, str and bool.
+    what ``RpcService`` sends: text, str and bool.
     """
 
     def __init__(self, stub: Any) -> None:

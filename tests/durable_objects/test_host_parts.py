@@ -26,7 +26,8 @@ from tests.fakes.do_namespace import FakeDurableObjectNamespace, carry, rpc_meth
 from tests.fakes.do_storage import FakeDurableObjectStorage, JsDict
 from tests.fakes.pyodide_ffi import JsException, JsObject, fake_pyodide, jsnull
 from tests.fakes.workers_module import installed_workers_module
-from tickwork.api import JobOwnerRpc
+from tickwork.api import OPERATIONS, JobOwnerRpc
+from tickwork.api import rpc_methods as api_rpc_methods
 
 
 @pytest.fixture
@@ -181,8 +182,19 @@ def test_every_rpc_method_is_defined_on_the_class_itself(glue: Any) -> None:
     # The strict reading: some workerd versions list only the functions in
     # the class's own __dict__, so an inherited RPC method would be missing.
     assert _own_public_functions(glue.package.JobOwner) == RPC_METHODS
-    # Every RPC method JobOwnerRpc implements is redefined, a new one included.
-    assert set(_own_public_functions(JobOwnerRpc)) | {"alarm"} == set(RPC_METHODS)
+    # One per operation the API serves (a new operation included), and alarm.
+    assert {operation.name for operation in OPERATIONS} | {"alarm"} == set(RPC_METHODS)
+    # The mixin itself defines none: they come from the operations table.
+    assert _own_public_functions(JobOwnerRpc) == []
+
+
+def test_an_rpc_method_cannot_be_hidden_by_a_method_of_the_class() -> None:
+    class Clash(JobOwnerRpc):
+        async def read(self, job_id: Any) -> str:
+            return "mine"
+
+    with pytest.raises(TypeError, match="would hide its RPC method"):
+        api_rpc_methods(Clash)
 
 
 async def test_one_instance_per_name_rebuilt_from_storage_after_eviction(host: Host) -> None:

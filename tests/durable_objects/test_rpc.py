@@ -12,7 +12,7 @@ import pytest
 from tests.durable_objects.conftest import OWNER, STORAGE_ERROR, Host, job
 from tests.fakes.pyodide_ffi import JsException
 from tickwork import Job, Recovery
-from tickwork.api import ApiError, RpcJobs, wire
+from tickwork.api import ApiError, RpcService, wire
 from tickwork.model.jobs import MAX_SAFE_INTEGER, canonical_json
 
 
@@ -86,9 +86,9 @@ async def test_replies_are_json_text_and_carry_floats_and_edge_integers_unchange
 
 
 async def test_every_operation_through_the_worker_side_client(host: Host) -> None:
-    # RpcJobs is what the Worker uses: if it sent anything Workers RPC cannot
+    # RpcService is what the Worker uses: if it sent anything Workers RPC cannot
     # carry, the stub would raise before the object saw the call.
-    jobs = RpcJobs(host.raw_stub())
+    jobs = RpcService(host.raw_stub())
     statuses = await jobs.ingest([
         Job("a", "q", "lane-1", 5, {"x": [1, None, "y"]}, Recovery(2)),
         Job("b", "q", "lane-2", 1, None),

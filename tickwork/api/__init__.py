@@ -1,11 +1,13 @@
-"""The job service API: one set of /v1 HTTP routes and one RPC contract,
-served by the Worker, the ``JobOwner`` Durable Object and ``tickwork serve``.
+"""The job service API: one table of operations (``operations``), served as
+/v1 HTTP routes (``routes``) by the Worker and ``tickwork serve``, and as the
+``JobOwner`` Durable Object's RPC methods (``rpc``).
 
-    from tickwork.api import ApiRequest, JobApi, OwnerJobs, SharedJobs
+    from tickwork.api import ApiRequest, JobApi, RuntimeService
 """
 
 from __future__ import annotations
 
+from tickwork.api.operations import OPERATIONS, Operation
 from tickwork.api.routes import (
     API_VERSION,
     MAX_BODY_BYTES,
@@ -14,21 +16,25 @@ from tickwork.api.routes import (
     JobApi,
     refusal,
 )
-from tickwork.api.service import JobOwnerRpc, JobService, OwnerJobs, RpcJobs, SharedJobs, plain_data
+from tickwork.api.rpc import JobOwnerRpc, RpcService, plain_data, rpc_methods
+from tickwork.api.service import JobService, RuntimeService, ScopedService
 from tickwork.api.wire import ApiError
 
 __all__ = [
     "API_VERSION",
     "MAX_BODY_BYTES",
+    "OPERATIONS",
     "ApiError",
     "ApiRequest",
     "ApiResponse",
     "JobApi",
     "JobOwnerRpc",
     "JobService",
-    "OwnerJobs",
-    "RpcJobs",
-    "SharedJobs",
+    "Operation",
+    "RpcService",
+    "RuntimeService",
+    "ScopedService",
     "plain_data",
     "refusal",
+    "rpc_methods",
 ]

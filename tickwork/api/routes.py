@@ -30,17 +30,11 @@ from typing import Any
 from urllib.parse import unquote
 
 from tickwork.api import wire
-from tickwork.api.service import JobService
+from tickwork.api.operations import OPERATIONS, Operation
+from tickwork.api.service import JobService, call
 from tickwork.api.wire import ApiError
-from tickwork.model.errors import IngestConflict, InvalidArgument, InvalidJob
 from tickwork.model.jobs import (
-    MAX_LANE_LENGTH,
     check_id,
-    check_reason,
-    check_text,
-    replay_flags,
-    validate_job,
-    validate_jobs,
 )
 
 #: Request bodies above this size are refused with 413 before parsing.
@@ -152,7 +146,7 @@ class JobApi:
         # tells the caller anything about the API.
         self._authorise(request)
         route = _match(_decoded(raw[1:]))
-        _allow(request, _METHODS[route[1]])
+        _allow(request, route[1].method)
         return route
 
     async def _handle(self, request: ApiRequest) -> ApiResponse:
@@ -161,11 +155,15 @@ class JobApi:
             return ApiResponse(200, {"ok": True, "api": API_VERSION})
         if len(request.body) > self.max_body_bytes:
             raise _too_large(len(request.body), self.max_body_bytes)
-        scope, action, args = route
-        body = _json_body(request) if _METHODS[action] == "POST" else None
-        call = _decode(action, args, body)  # the whole request is valid past here
+        scope, operation, path_args = route
+        body = _json_body(request) if operation.method == "POST" else None
+        # The whole request is valid once decode returns; only then is any
+        # service (a Durable Object, a file) touched.
+        args, context = operation.decode(path_args, body)
         service = await self._service(scope)
-        return await call(service)
+        result = await call(service, operation, args)
+        reply = operation.reply(args, context, result)
+        return ApiResponse(reply.status, reply.body)
 
     def _authorise(self, request: ApiRequest) -> None:
         if self._token is None:
@@ -197,19 +195,8 @@ class JobApi:
 
 # ------------------------------------------------------------------ routing
 
-# action -> HTTP method
-_METHODS = {
-    "enqueue": "POST",
-    "read": "GET",
-    "cancel": "POST",
-    "head": "GET",
-    "queue_status": "GET",
-    "status": "GET",
-    "purge": "POST",
-    "fail_lane": "POST",
-}
-
-Route = tuple[tuple[str, str | None], str, list[str]]
+#: (scope, operation, path arguments); the scope is ("shared", None) or ("owner", key).
+Route = tuple[tuple[str, str | None], Operation, list[str]]
 
 
 def _raw_segments(path: str) -> list[str]:
@@ -243,23 +230,10 @@ def _match(rest: list[str]) -> Route:
         tail = rest[2:]
     else:
         raise _no_route(rest)
-    match tail:
-        case ["jobs"]:
-            return scope, "enqueue", []
-        case ["jobs", job_id]:
-            return scope, "read", [job_id]
-        case ["jobs", job_id, "cancel"]:
-            return scope, "cancel", [job_id]
-        case ["queues"]:
-            return scope, "status", []
-        case ["queues", queue]:
-            return scope, "queue_status", [queue]
-        case ["queues", queue, "head"]:
-            return scope, "head", [queue]
-        case ["queues", queue, "purge"]:
-            return scope, "purge", [queue]
-        case ["lanes", lane, "fail"]:
-            return scope, "fail_lane", [lane]
+    for operation in OPERATIONS:
+        args = operation.match(tail)
+        if args is not None:
+            return scope, operation, args
     raise _no_route(rest)
 
 
@@ -297,98 +271,3 @@ def _json_body(request: ApiRequest) -> Any:
 
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
-
-
-Call = Callable[[JobService], Awaitable[ApiResponse]]
-
-
-def _decode(action: str, args: list[str], body: Any) -> Call:
-    """Validate the request's arguments and return the service call to make."""
-    if action == "enqueue":
-        jobs, as_list = wire.jobs_from_wire(body)
-        # Validate everything here, before any service (a Durable Object, a
-        # file) is touched: every host refuses exactly the same bodies.
-        valid = validate_jobs(jobs) if as_list else [validate_job(jobs[0])]
-        for job in valid:
-            if job.job_id in (".", ".."):
-                raise InvalidJob("job_id", f"{job.job_id!r} cannot be addressed in a URL path")
-        try:
-            replay_flags(valid, {})
-        except IngestConflict as conflict:
-            raise ApiError(409, "ingest_conflict",
-                           f"job {conflict.job_id!r} appears twice in this request with a "
-                           f"different {', '.join(conflict.fields)}", "jobs") from None
-
-        async def enqueue(service: JobService) -> ApiResponse:
-            statuses = await service.ingest(jobs)
-            results = [{"job_id": job.job_id, "status": status}
-                       for job, status in zip(jobs, statuses, strict=True)]
-            if as_list:
-                return ApiResponse(200, {"jobs": results})
-            return ApiResponse(201 if statuses[0] == "queued" else 200, results[0])
-        return enqueue
-
-    if action == "read":
-        job_id = check_id("job_id", args[0])
-
-        async def read(service: JobService) -> ApiResponse:
-            record = await service.read(job_id)
-            if record is None:
-                raise ApiError(404, "job_not_found", f"no job {job_id!r}", "job_id")
-            return ApiResponse(200, {"job": wire.record_to_wire(record)})
-        return read
-
-    if action == "cancel":
-        job_id = check_id("job_id", args[0])
-        given = wire.fields(body, "body", ("cancellation_id",), ("only_if_queued",))
-        cancellation_id = check_id("cancellation_id", given["cancellation_id"])
-        only_if_queued = given.get("only_if_queued", False)
-        if not isinstance(only_if_queued, bool):
-            raise InvalidArgument("only_if_queued", "must be true or false")
-
-        async def cancel(service: JobService) -> ApiResponse:
-            result = await service.cancel(job_id, cancellation_id, only_if_queued)
-            return ApiResponse(_CANCEL_STATUS[result.status], wire.cancel_to_wire(result))
-        return cancel
-
-    if action in ("head", "queue_status", "purge"):
-        queue = check_id("queue", args[0])
-        if action == "purge":
-            wire.fields(body, "body", ())
-
-        async def on_queue(service: JobService) -> ApiResponse:
-            if action == "head":
-                record = await service.read_queue_head(queue)
-                return ApiResponse(200, {"queue": queue, "head": (
-                    None if record is None else wire.record_to_wire(record))})
-            if action == "purge":
-                return ApiResponse(200, {"queue": queue, "purged": await service.purge(queue)})
-            return ApiResponse(200, {"queue": wire.status_to_wire(
-                await service.queue_status(queue))})
-        return on_queue
-
-    if action == "status":
-        async def status(service: JobService) -> ApiResponse:
-            return ApiResponse(200, {"queues": [wire.status_to_wire(item)
-                                                for item in await service.status()]})
-        return status
-
-    assert action == "fail_lane"
-    lane = check_text("lane", args[0], MAX_LANE_LENGTH, InvalidArgument)
-    reason = check_reason("reason", wire.fields(body, "body", ("reason",))["reason"])
-
-    async def fail_lane(service: JobService) -> ApiResponse:
-        result = await service.fail_lane(lane, reason)
-        return ApiResponse(200, {"lane": lane, **wire.fail_lane_to_wire(result)})
-    return fail_lane
-
-
-# Cancel statuses as HTTP: the body always carries the engine's status.
-_CANCEL_STATUS = {
-    "recorded": 200,
-    "replayed": 200,
-    "already_settled": 409,
-    "refused": 409,
-    "conflict": 409,
-    "not_found": 404,
-}

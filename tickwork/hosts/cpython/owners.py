@@ -68,22 +68,16 @@ import resource
 import sqlite3
 import time
 import traceback
-from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from tickwork import OwnerRuntime
-from tickwork.api import ApiError, JobService, OwnerJobs
+from tickwork.api import ApiError, JobService, Operation, RuntimeService, ScopedService
 from tickwork.executors import Executor
 from tickwork.hosts.cpython.common import Log, finish_tasks, stderr
 from tickwork.hosts.cpython.progress import Progress
-from tickwork.model.jobs import Job, JobRecord, validate_jobs
-from tickwork.model.outcomes import (
-    CancelResult,
-    FailLaneResult,
-    IngestStatus,
-    QueueStatus,
-    TickResult,
-)
+from tickwork.hosts.ticking import tick_until_idle
+from tickwork.model.jobs import JobRecord, validate_jobs
 from tickwork.stores import Sqlite3Database
 
 #: Hex digits of the key's SHA-256 in a file name.
@@ -202,7 +196,7 @@ class _Owner:
         self.path = path
         self.connection = connection
         self.runtime = runtime
-        self.jobs = OwnerJobs(runtime)
+        self.jobs = RuntimeService(runtime)
         self.loop: asyncio.Task[None] | None = None
         self.retry: asyncio.TimerHandle | None = None
         self.again = False
@@ -234,15 +228,22 @@ class OwnerDirectory:
         # store was full): opened, in order, as soon as there is room.
         self._waiting: dict[str, Path] = {}
         self._stopping = False
-        self._empty: tuple[sqlite3.Connection, OwnerJobs] | None = None
+        self._empty: tuple[sqlite3.Connection, RuntimeService] | None = None
 
     # ---------------------------------------------------------------- API side
 
     def service(self, key: str) -> JobService:
-        """The JobService of owner ``key`` (the ``owners`` callable of JobApi)."""
-        return _OwnerScope(self, key)
+        """The JobService of owner ``key`` (the ``owners`` callable of JobApi):
+        only an ingest creates the owner's file, and only for valid jobs."""
 
-    def jobs_for(self, key: str, *, create: bool) -> OwnerJobs:
+        def resolve(operation: Operation, args: tuple[Any, ...]) -> JobService:
+            if operation.creates_owner:
+                validate_jobs(args[0])  # a refused batch must not create the file
+            return self.jobs_for(key, create=operation.creates_owner)
+
+        return ScopedService(resolve)
+
+    def jobs_for(self, key: str, *, create: bool) -> RuntimeService:
         """The owner's jobs; without ``create``, an empty stand-in when it has no file."""
         owner = self._open.get(key)
         if owner is None:
@@ -253,12 +254,12 @@ class OwnerDirectory:
         owner.last_used = time.monotonic()
         return owner.jobs
 
-    def _empty_jobs(self) -> OwnerJobs:
+    def _empty_jobs(self) -> RuntimeService:
         if self._empty is None:
             connection = sqlite3.connect(":memory:", isolation_level=None)
             runtime = OwnerRuntime(Sqlite3Database(connection), execute=self._execute,
                                    is_alive=_not_alive, wake=_NothingToWake())
-            self._empty = connection, OwnerJobs(runtime)
+            self._empty = connection, RuntimeService(runtime)
         return self._empty[1]
 
     # ------------------------------------------------------------------ start-up
@@ -314,23 +315,19 @@ class OwnerDirectory:
                                                             name=f"tick {key}")
 
     async def _tick_loop(self, owner: _Owner) -> None:
+        def look_again() -> bool:
+            again, owner.again = owner.again, False
+            return again
+
         try:
-            while not self._stopping:
-                owner.again = False
-                result: TickResult = await owner.runtime.tick()
-                self._progress.record(result)
-                # Let requests and other owners in between ticks: an executor
-                # that never awaits would otherwise hold the event loop for
-                # the owner's whole backlog (seen: a health check waiting 2 s).
-                await asyncio.sleep(0)
-                if result.status in ("busy", "liveness_unknown"):
-                    # Neither happens here (one loop per owner, a probe that
-                    # never fails); should it, look again later, not at once.
-                    owner.retry = asyncio.get_running_loop().call_later(
-                        RETRY_AFTER_S, self._retry, owner)
-                    break
-                if result.status == "idle" and result.job_id is None and not owner.again:
-                    break
+            ended = await tick_until_idle(owner.runtime.tick, on_result=self._progress.record,
+                                          look_again=look_again,
+                                          stopping=lambda: self._stopping)
+            if ended.stop in ("busy", "liveness_unknown"):
+                # Neither happens here (one loop per owner, a probe that
+                # never fails); should it, look again later, not at once.
+                owner.retry = asyncio.get_running_loop().call_later(
+                    RETRY_AFTER_S, self._retry, owner)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -449,43 +446,6 @@ class OwnerDirectory:
         if self._open.get(owner.key) is owner:
             del self._open[owner.key]
         owner.connection.close()
-
-
-class _OwnerScope:
-    """One owner as a JobService; only ingest creates its file."""
-
-    def __init__(self, store: OwnerDirectory, key: str) -> None:
-        self._store = store
-        self._key = key
-
-    def _jobs(self, create: bool = False) -> OwnerJobs:
-        return self._store.jobs_for(self._key, create=create)
-
-    async def ingest(self, jobs: Sequence[Job]) -> list[IngestStatus]:
-        validate_jobs(jobs)  # a refused batch must not create the owner's file
-        return await self._jobs(create=True).ingest(jobs)
-
-    async def read(self, job_id: str) -> JobRecord | None:
-        return await self._jobs().read(job_id)
-
-    async def read_queue_head(self, queue: str) -> JobRecord | None:
-        return await self._jobs().read_queue_head(queue)
-
-    async def cancel(self, job_id: str, cancellation_id: str,
-                     only_if_queued: bool) -> CancelResult:
-        return await self._jobs().cancel(job_id, cancellation_id, only_if_queued)
-
-    async def fail_lane(self, lane: str, reason: str) -> FailLaneResult:
-        return await self._jobs().fail_lane(lane, reason)
-
-    async def purge(self, queue: str) -> int:
-        return await self._jobs().purge(queue)
-
-    async def status(self) -> list[QueueStatus]:
-        return await self._jobs().status()
-
-    async def queue_status(self, queue: str) -> QueueStatus:
-        return await self._jobs().queue_status(queue)
 
 
 def _out_of_descriptors() -> bool:

@@ -6,7 +6,7 @@ been applied; start-up checks it and names the missing migration.
 
 Layout: one ``AsyncConnectionPool`` shared by
 
-* the API's runtime (``SharedJobs`` over a ``PostgresRuntime`` that never
+* the API's runtime (``RuntimeService`` over a ``PostgresRuntime`` that never
   ticks), and
 * ``workers`` worker runtimes, each a loop of ``drain()`` (in rounds of at
   most a second, so a shutdown is noticed): it runs jobs until the store is
@@ -27,7 +27,7 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
-from tickwork.api import SharedJobs
+from tickwork.api import RuntimeService
 from tickwork.executors import Executor
 from tickwork.hosts.cpython.common import Log, finish_tasks, stderr
 from tickwork.hosts.cpython.owners import HostError
@@ -163,8 +163,8 @@ class SharedWorkers:
             self._pool = None
 
 
-class SharedService(SharedJobs):
-    """``SharedJobs`` over the API's runtime that also stops local executions.
+class SharedService(RuntimeService):
+    """``RuntimeService`` over the API's runtime that also stops local executions.
 
     A cancellation or lane refusal recorded by the API's runtime would reach
     a worker of this process only at its next lease renewal; the service

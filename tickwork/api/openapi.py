@@ -1,0 +1,109 @@
+"""The OpenAPI document of the /v1 API, generated from the operations table.
+
+    python -m tickwork.api.openapi > docs/reference/openapi.json
+
+The tests regenerate it and compare, so the published document cannot drift
+from the routes the Worker and ``tickwork serve`` actually serve.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from tickwork.api.operations import OPERATIONS, Operation
+from tickwork.api.routes import API_VERSION, MAX_BODY_BYTES
+
+_ERROR = {"$ref": "#/components/schemas/Error"}
+
+#: Answers every authorised route may give besides its own.
+_COMMON = {
+    400: "bad input (the error names the field); nothing changed",
+    401: "missing or wrong bearer token",
+    404: "no such route, or this server has no such scope (scope_not_configured)",
+    405: "another HTTP method (see the allow header)",
+    413: f"a body over {MAX_BODY_BYTES} bytes",
+    415: "a body that is not application/json",
+    503: "no token configured (fail closed), or every owner is busy (retry-after)",
+}
+
+_SCOPES = (
+    ("owners/{owner}", "owner", "One owner's jobs: a JobOwner Durable Object on "
+                                "Cloudflare, one sqlite3 file under tickwork serve."),
+    ("shared", "shared", "The shared queues: D1 on Cloudflare, PostgreSQL under "
+                         "tickwork serve --postgres."),
+)
+
+
+def _path_parameter(name: str) -> dict[str, Any]:
+    max_length = 512 if name == "lane" else 256
+    return {"name": name, "in": "path", "required": True,
+            "description": "percent-encoded UTF-8; '.' and '..' cannot be addressed",
+            "schema": {"type": "string", "minLength": 1, "maxLength": max_length}}
+
+
+def _operation(operation: Operation, tag: str, owner: bool) -> dict[str, Any]:
+    answers = {**_COMMON, **operation.answers}
+    document: dict[str, Any] = {
+        "operationId": f"{tag}_{operation.name}",
+        "summary": operation.summary,
+        "tags": [tag],
+        "parameters": [_path_parameter(name)
+                       for name in (("owner",) if owner else ()) + operation.path_params],
+        "responses": {
+            str(status): {"description": text,
+                          "content": {"application/json": {"schema": (
+                              _ERROR if status >= 400 and status not in operation.answers
+                              else {})}}}
+            for status, text in sorted(answers.items())},
+    }
+    if operation.body_schema is not None:
+        document["requestBody"] = {"required": operation.name != "purge", "content": {
+            "application/json": {"schema": dict(operation.body_schema)}}}
+    return document
+
+
+def openapi_document() -> dict[str, Any]:
+    """The whole document (OpenAPI 3.1)."""
+    paths: dict[str, Any] = {f"/{API_VERSION}/health": {"get": {
+        "operationId": "health", "summary": "Liveness of the server; needs no token",
+        "security": [], "tags": ["health"],
+        "responses": {"200": {"description": "the server answers",
+                              "content": {"application/json": {"schema": {
+                                  "type": "object", "properties": {
+                                      "ok": {"const": True}, "api": {"const": API_VERSION}}}}}}},
+    }}}
+    for prefix, tag, _ in _SCOPES:
+        for operation in OPERATIONS:
+            path = f"/{API_VERSION}/{prefix}/" + "/".join(operation.path)
+            paths.setdefault(path, {})[operation.method.lower()] = _operation(
+                operation, tag, owner=tag == "owner")
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "tickwork job service", "version": API_VERSION,
+                 "description": "Every route but health needs Authorization: Bearer <token>. "
+                                "A refused request changes nothing."},
+        "tags": [{"name": tag, "description": text} for _, tag, text in _SCOPES]
+        + [{"name": "health", "description": "Whether the server is up."}],
+        "security": [{"bearer": []}],
+        "paths": paths,
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": {"Error": {
+                "type": "object", "required": ["error"],
+                "properties": {"error": {
+                    "type": "object", "required": ["code", "message"],
+                    "properties": {"code": {"type": "string"}, "message": {"type": "string"},
+                                   "field": {"type": "string"}}}}}},
+        },
+    }
+
+
+def openapi_json() -> str:
+    """The document as the JSON text in docs/reference/openapi.json."""
+    return json.dumps(openapi_document(), indent=2, sort_keys=False) + "\n"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(openapi_json())

@@ -1,0 +1,329 @@
+"""The operations the API serves, defined once.
+
+Every operation is one ``Operation`` in ``OPERATIONS``: its name (the
+``JobService`` method and the Durable Object RPC method), its HTTP method and
+path, how an HTTP request becomes its arguments, how its result becomes the
+HTTP answer, how its arguments and result cross RPC (as text, see
+``tickwork.api.rpc``), which runtime method performs it, and its description
+for the OpenAPI document. The HTTP routes (``routes.py``), the RPC stubs and
+the object's RPC methods (``rpc.py``), the host scopes (``service.py``) and
+``docs/reference/openapi.json`` are all built from this table.
+
+Adding an operation: a plan in ``tickwork.lifecycle.operations``, a method on
+each runtime driving it, a ``JobService`` method, and an entry here.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from tickwork.api import wire
+from tickwork.api.wire import ApiError
+from tickwork.model.errors import IngestConflict, InvalidArgument, InvalidJob
+from tickwork.model.jobs import (
+    MAX_INGEST_BATCH,
+    MAX_LANE_LENGTH,
+    Job,
+    check_id,
+    check_reason,
+    check_text,
+    replay_flags,
+    validate_job,
+    validate_jobs,
+)
+from tickwork.model.outcomes import QueueStatus
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """An HTTP answer, before a host encodes it."""
+
+    status: int
+    body: Any
+
+
+#: ``decode(path_args, body) -> (service arguments, context for the reply)``,
+#: validating everything (the whole request is valid once it returns).
+Decode = Callable[[Sequence[str], Any], tuple[tuple[Any, ...], Any]]
+#: ``reply(arguments, context, result) -> Reply``.
+Answer = Callable[[tuple[Any, ...], Any, Any], Reply]
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    """One operation of the API; see the module doc."""
+
+    name: str
+    method: str
+    path: tuple[str, ...]
+    summary: str
+    decode: Decode
+    reply: Answer
+    #: ``perform(runtime, *arguments)``: the runtime method (sync or async).
+    perform: Callable[..., Any]
+    #: Its result as JSON data, and back (what an RPC reply carries).
+    result_to_wire: Callable[[Any], Any]
+    result_from_wire: Callable[[Any], Any]
+    #: Its arguments as RPC sends them (str, bool or JSON text), and back.
+    args_to_rpc: Callable[[tuple[Any, ...]], tuple[Any, ...]] = lambda args: args
+    args_from_rpc: Callable[[tuple[Any, ...]], tuple[Any, ...]] = lambda args: args
+    #: The only operation that may create an owner's store (tickwork serve).
+    creates_owner: bool = False
+    #: OpenAPI: the request body's schema (POST), and the answers by status.
+    body_schema: Mapping[str, Any] | None = None
+    answers: Mapping[int, str] = field(default_factory=dict)
+
+    @property
+    def arity(self) -> int:
+        """How many arguments it takes (``perform``'s, but the runtime)."""
+        return len(inspect.signature(self.perform).parameters) - 1
+
+    @property
+    def path_params(self) -> tuple[str, ...]:
+        return tuple(part[1:-1] for part in self.path if part.startswith("{"))
+
+    def match(self, segments: Sequence[str]) -> list[str] | None:
+        """The path arguments when ``segments`` (after the scope) are this
+        operation's path, else None."""
+        if len(segments) != len(self.path):
+            return None
+        args: list[str] = []
+        for pattern, segment in zip(self.path, segments, strict=True):
+            if pattern.startswith("{"):
+                args.append(segment)
+            elif pattern != segment:
+                return None
+        return args
+
+
+# ------------------------------------------------------------------ ingest
+
+
+def _decode_ingest(args: Sequence[str], body: Any) -> tuple[tuple[Any, ...], Any]:
+    jobs, as_list = wire.jobs_from_wire(body)
+    # Validate everything here, before any service (a Durable Object, a
+    # file) is touched: every host refuses exactly the same bodies.
+    valid = validate_jobs(jobs) if as_list else [validate_job(jobs[0])]
+    for job in valid:
+        if job.job_id in (".", ".."):
+            raise InvalidJob("job_id", f"{job.job_id!r} cannot be addressed in a URL path")
+    try:
+        replay_flags(valid, {})
+    except IngestConflict as conflict:
+        raise ApiError(409, "ingest_conflict",
+                       f"job {conflict.job_id!r} appears twice in this request with a "
+                       f"different {', '.join(conflict.fields)}", "jobs") from None
+    return (jobs,), as_list
+
+
+def _reply_ingest(args: tuple[Any, ...], as_list: Any, statuses: Any) -> Reply:
+    jobs: list[Job] = args[0]
+    results = [{"job_id": job.job_id, "status": status}
+               for job, status in zip(jobs, statuses, strict=True)]
+    if as_list:
+        return Reply(200, {"jobs": results})
+    return Reply(201 if statuses[0] == "queued" else 200, results[0])
+
+
+def _ingest_to_rpc(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    return (wire.to_json_text([wire.job_to_wire(job) for job in args[0]]),)
+
+
+def _ingest_from_rpc(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    return (wire.jobs_from_rpc(args[0]),)
+
+
+# ------------------------------------------------------- the other operations
+
+
+def _job_id(args: Sequence[str], body: Any) -> tuple[tuple[Any, ...], Any]:
+    return (check_id("job_id", args[0]),), None
+
+
+def _queue(args: Sequence[str], body: Any) -> tuple[tuple[Any, ...], Any]:
+    return (check_id("queue", args[0]),), None
+
+
+def _nothing(args: Sequence[str], body: Any) -> tuple[tuple[Any, ...], Any]:
+    return (), None
+
+
+def _decode_cancel(args: Sequence[str], body: Any) -> tuple[tuple[Any, ...], Any]:
+    job_id = check_id("job_id", args[0])
+    given = wire.fields(body, "body", ("cancellation_id",), ("only_if_queued",))
+    cancellation_id = check_id("cancellation_id", given["cancellation_id"])
+    only_if_queued = given.get("only_if_queued", False)
+    if not isinstance(only_if_queued, bool):
+        raise InvalidArgument("only_if_queued", "must be true or false")
+    return (job_id, cancellation_id, only_if_queued), None
+
+
+def _decode_purge(args: Sequence[str], body: Any) -> tuple[tuple[Any, ...], Any]:
+    wire.fields(body, "body", ())
+    return (check_id("queue", args[0]),), None
+
+
+def _decode_fail_lane(args: Sequence[str], body: Any) -> tuple[tuple[Any, ...], Any]:
+    lane = check_text("lane", args[0], MAX_LANE_LENGTH, InvalidArgument)
+    reason = check_reason("reason", wire.fields(body, "body", ("reason",))["reason"])
+    return (lane, reason), None
+
+
+def _reply_read(args: tuple[Any, ...], context: Any, record: Any) -> Reply:
+    if record is None:
+        raise ApiError(404, "job_not_found", f"no job {args[0]!r}", "job_id")
+    return Reply(200, {"job": wire.record_to_wire(record)})
+
+
+#: Cancel statuses as HTTP: the body always carries the engine's status.
+CANCEL_STATUS: Final = {
+    "recorded": 200,
+    "replayed": 200,
+    "already_settled": 409,
+    "refused": 409,
+    "conflict": 409,
+    "not_found": 404,
+}
+
+
+def _optional_record(value: Any) -> Any:
+    return None if value is None else wire.record_to_wire(value)
+
+
+def _optional_record_from(value: Any) -> Any:
+    return None if value is None else wire.record_from_wire(value)
+
+
+def _statuses_to_wire(statuses: list[QueueStatus]) -> list[dict[str, Any]]:
+    return [wire.status_to_wire(status) for status in statuses]
+
+
+def _statuses_from_wire(values: list[Any]) -> list[QueueStatus]:
+    return [wire.status_from_wire(value) for value in values]
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+# ---------------------------------------------------------------- schemas
+# JSON Schema (OpenAPI 3.1) of the request bodies; the answers' shapes are in
+# docs/reference/http-api.md.
+
+JOB_SCHEMA: Final = {
+    "type": "object",
+    "required": ["job_id", "queue"],
+    "additionalProperties": False,
+    "properties": {
+        "job_id": {"type": "string", "minLength": 1, "maxLength": 256},
+        "queue": {"type": "string", "minLength": 1, "maxLength": 256},
+        "lane": {"type": "string", "minLength": 1, "maxLength": 512,
+                 "description": "defaults to the queue"},
+        "priority": {"type": "integer", "minimum": -(2**53 - 1), "maximum": 2**53 - 1,
+                     "default": 0},
+        "payload": {"description": "any JSON; opaque to tickwork", "default": None},
+        "recovery": {"oneOf": [{"type": "null"}, {
+            "type": "object", "required": ["max_recoveries"], "additionalProperties": False,
+            "properties": {"max_recoveries": {"type": "integer", "minimum": 0}}}]},
+    },
+}
+
+_INGEST_SCHEMA: Final = {"oneOf": [JOB_SCHEMA, {
+    "type": "object", "required": ["jobs"], "additionalProperties": False,
+    "properties": {"jobs": {"type": "array", "items": JOB_SCHEMA, "minItems": 1,
+                            "maxItems": MAX_INGEST_BATCH}}}]}
+
+_CANCEL_SCHEMA: Final = {
+    "type": "object", "required": ["cancellation_id"], "additionalProperties": False,
+    "properties": {"cancellation_id": {"type": "string", "minLength": 1, "maxLength": 256},
+                   "only_if_queued": {"type": "boolean", "default": False}}}
+
+_FAIL_LANE_SCHEMA: Final = {
+    "type": "object", "required": ["reason"], "additionalProperties": False,
+    "properties": {"reason": {"type": "string", "minLength": 1, "maxLength": 256}}}
+
+_EMPTY_SCHEMA: Final = {"type": "object", "additionalProperties": False}
+
+
+# ------------------------------------------------------------------ the table
+
+OPERATIONS: Final = (
+    Operation(
+        "ingest", "POST", ("jobs",),
+        "Store one job, or up to 100 atomically; a replay of a stored job is a duplicate",
+        _decode_ingest, _reply_ingest,
+        perform=lambda runtime, jobs: runtime.ingest_many(jobs),
+        result_to_wire=_same, result_from_wire=_same,
+        args_to_rpc=_ingest_to_rpc, args_from_rpc=_ingest_from_rpc, creates_owner=True,
+        body_schema=_INGEST_SCHEMA,
+        answers={201: "one new job stored", 200: "a replay, or a list of jobs",
+                 400: "an invalid job or body; nothing stored",
+                 409: "a job_id stored (or repeated) with other cargo; nothing stored"}),
+    Operation(
+        "read", "GET", ("jobs", "{job_id}"), "Read one job",
+        _job_id, _reply_read,
+        perform=lambda runtime, job_id: runtime.read(job_id),
+        result_to_wire=_optional_record, result_from_wire=_optional_record_from,
+        answers={200: "the job", 404: "no such job"}),
+    Operation(
+        "cancel", "POST", ("jobs", "{job_id}", "cancel"),
+        "Record a durable cancellation; a running execution is told to stop",
+        _decode_cancel,
+        lambda args, context, result: Reply(CANCEL_STATUS[result.status],
+                                            wire.cancel_to_wire(result)),
+        perform=lambda runtime, job_id, cancellation_id, only_if_queued: runtime.cancel(
+            job_id, cancellation_id, only_if_queued=only_if_queued),
+        result_to_wire=wire.cancel_to_wire,
+        result_from_wire=wire.cancel_from_wire,
+        body_schema=_CANCEL_SCHEMA,
+        answers={200: "recorded, or replayed", 404: "no such job",
+                 409: "already settled, refused (only_if_queued) or another cancellation"}),
+    Operation(
+        "status", "GET", ("queues",),
+        "Job counts of every queue (reads every stored job)",
+        _nothing,
+        lambda args, context, result: Reply(200, {"queues": _statuses_to_wire(result)}),
+        perform=lambda runtime: runtime.status(),
+        result_to_wire=_statuses_to_wire, result_from_wire=_statuses_from_wire,
+        answers={200: "one entry per queue that has jobs"}),
+    Operation(
+        "queue_status", "GET", ("queues", "{queue}"), "Job counts of one queue",
+        _queue,
+        lambda args, context, result: Reply(200, {"queue": wire.status_to_wire(result)}),
+        perform=lambda runtime, queue: runtime.queue_status(queue),
+        result_to_wire=wire.status_to_wire, result_from_wire=wire.status_from_wire,
+        answers={200: "the counts (all zero for a queue without jobs)"}),
+    Operation(
+        "read_queue_head", "GET", ("queues", "{queue}", "head"),
+        "The queue's running job, else its next waiting one",
+        _queue,
+        lambda args, context, record: Reply(200, {"queue": args[0],
+                                                  "head": _optional_record(record)}),
+        perform=lambda runtime, queue: runtime.read_queue_head(queue),
+        result_to_wire=_optional_record, result_from_wire=_optional_record_from,
+        answers={200: "the head, or null"}),
+    Operation(
+        "purge", "POST", ("queues", "{queue}", "purge"),
+        "Delete the queue's queued jobs; running and settled ones stay",
+        _decode_purge,
+        lambda args, context, deleted: Reply(200, {"queue": args[0], "purged": deleted}),
+        perform=lambda runtime, queue: runtime.purge(queue),
+        result_to_wire=_same, result_from_wire=_same,
+        body_schema=_EMPTY_SCHEMA, answers={200: "how many were deleted"}),
+    Operation(
+        "fail_lane", "POST", ("lanes", "{lane}", "fail"),
+        "Settle up to 256 of the lane's queued and running jobs as failed",
+        _decode_fail_lane,
+        lambda args, context, result: Reply(200, {"lane": args[0],
+                                                  **wire.fail_lane_to_wire(result)}),
+        perform=lambda runtime, lane, reason: runtime.fail_lane(lane, reason),
+        result_to_wire=wire.fail_lane_to_wire, result_from_wire=wire.fail_lane_from_wire,
+        body_schema=_FAIL_LANE_SCHEMA,
+        answers={200: "how many were settled, and whether more remain (call again)"}),
+)
+
+#: Operations by name.
+BY_NAME: Final = {operation.name: operation for operation in OPERATIONS}
