@@ -6,7 +6,7 @@
     python -m bench.postgres_baselines --repeat 3  # best of 3 rounds, on a busy machine
 
 A no-op executor over N jobs, enqueued before the clock starts, on a server
-started for the run (``tests/pg/server.py``: PostgreSQL from Debian's package,
+started for the run (``tests/support/pg/server.py``: PostgreSQL from Debian's package,
 fsync and synchronous_commit on, data directory on the temp disk) or on the
 server named by ``TICKWORK_PG_DSN``. Every measurement gets a fresh database,
 ANALYZE and a CHECKPOINT before the clock starts, and is checked afterwards:
@@ -71,7 +71,7 @@ from typing import Any, TextIO
 
 import psycopg
 
-from tests.pg.server import (
+from tests.support.pg.server import (
     ExternalPostgres,
     PostgresCluster,
     PostgresServer,

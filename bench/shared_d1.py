@@ -21,8 +21,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from tests.d1.miniflare import D1Bridge
-from tests.shared.conftest import apply_d1_schema
+from tests.support.d1.miniflare import D1Bridge
+from tests.support.stores import apply_d1_schema
 from tickwork import Completed, Job, JobRecord
 from tickwork.runtimes.d1 import D1Runtime
 from tickwork.runtimes.shared import LeasedSignal

@@ -33,7 +33,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from bench.postgres_baselines import BenchmarkError, Contender, ContenderFactory, main
-from tests.pg.server import fresh_database, start_postgres
+from tests.support.pg.server import fresh_database, start_postgres
 from tickwork import Completed, JobRecord
 from tickwork.runtimes.postgres import PostgresRuntime
 from tickwork.runtimes.shared import LeasedSignal

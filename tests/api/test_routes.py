@@ -374,7 +374,7 @@ def test_response_encoding() -> None:
 
 
 def test_plain_data_turns_js_values_into_python() -> None:
-    from tests.fakes.pyodide_ffi import fake_pyodide, jsnull, to_js
+    from tests.support.fakes.pyodide_ffi import fake_pyodide, jsnull, to_js
     from tickwork.api import plain_data
 
     with fake_pyodide():

@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from tests.fakes.alarms import AlarmScheduler, SimClock
-from tests.fakes.do_namespace import FakeDurableObjectNamespace
-from tests.fakes.pyodide_ffi import JsException, fake_pyodide
-from tests.fakes.workers_module import installed_workers_module
+from tests.support.fakes.alarms import AlarmScheduler, SimClock
+from tests.support.fakes.do_namespace import FakeDurableObjectNamespace
+from tests.support.fakes.pyodide_ffi import JsException, fake_pyodide
+from tests.support.fakes.workers_module import installed_workers_module
 from tickwork import AbortSignal, Completed, Failed, JobRecord
 
 OWNER = "tenant-1"

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.durable_objects.conftest import OWNER, Host, job
-from tests.fakes.alarms import MAX_RETRIES, RETRY_OFFSETS_MS
+from tests.support.fakes.alarms import MAX_RETRIES, RETRY_OFFSETS_MS
 
 
 async def test_ingest_arms_the_alarm_for_now_and_an_idle_run_deletes_it(host: Host) -> None:

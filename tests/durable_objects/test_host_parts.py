@@ -21,11 +21,11 @@ from tests.durable_objects.conftest import (
     Host,
     job,
 )
-from tests.fakes.alarms import MAX_RETRIES, RETRY_OFFSETS_MS
-from tests.fakes.do_namespace import FakeDurableObjectNamespace, carry, rpc_methods
-from tests.fakes.do_storage import FakeDurableObjectStorage, JsDict
-from tests.fakes.pyodide_ffi import JsException, JsObject, fake_pyodide, jsnull
-from tests.fakes.workers_module import installed_workers_module
+from tests.support.fakes.alarms import MAX_RETRIES, RETRY_OFFSETS_MS
+from tests.support.fakes.do_namespace import FakeDurableObjectNamespace, carry, rpc_methods
+from tests.support.fakes.do_storage import FakeDurableObjectStorage, JsDict
+from tests.support.fakes.pyodide_ffi import JsException, JsObject, fake_pyodide, jsnull
+from tests.support.fakes.workers_module import installed_workers_module
 from tickwork.api import OPERATIONS, JobOwnerRpc
 from tickwork.api import rpc_methods as api_rpc_methods
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from tests.workers_rules import (
+from tests.support.workers_rules import (
     FORBIDDEN,
     REPO,
     assert_imports_under_workers_rules,

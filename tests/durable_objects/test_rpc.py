@@ -10,7 +10,7 @@ import json
 import pytest
 
 from tests.durable_objects.conftest import OWNER, STORAGE_ERROR, Host, job
-from tests.fakes.pyodide_ffi import JsException
+from tests.support.fakes.pyodide_ffi import JsException
 from tickwork import Job, Recovery
 from tickwork.api import ApiError, RpcService, wire
 from tickwork.model.jobs import MAX_SAFE_INTEGER, canonical_json

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from tests.d1.fixtures import d1_binding, d1_bridge  # noqa: F401
-from tests.pg.fixtures import (  # noqa: F401  (pytest finds fixtures by name)
+from tests.shared.conftest import postgres_schema_files, shared  # noqa: F401
+from tests.support.d1.fixtures import d1_binding, d1_bridge  # noqa: F401
+from tests.support.pg.fixtures import (  # noqa: F401  (pytest finds fixtures by name)
     postgres_dsn,
     postgres_server,
     postgres_templates,
 )
-from tests.shared.conftest import postgres_schema_files, shared  # noqa: F401

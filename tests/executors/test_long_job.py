@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.shared.support import SharedHarness
 from tests.support import job
+from tests.support.shared import SharedHarness
 from tickwork import (
     AbortSignal,
     Cancelled,

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.executors.http_helper import LoopbackServer, closed_port, stdlib_post
+from tests.support.http_peer import LoopbackServer, closed_port, stdlib_post
 from tickwork import (
     AbortSignal,
     Cancelled,

@@ -9,9 +9,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.leases import Boom, Reply, immediately, make_harness, settle
 from tickwork.leases import Heartbeat, LeaseState, PeriodicRenewer, StaleReason
-
-from .fakes import Boom, Reply, immediately, make_harness, settle
 
 
 async def test_periodic_renewal_writes_the_full_lease_every_interval() -> None:

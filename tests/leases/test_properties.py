@@ -20,9 +20,8 @@ from functools import partial
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.support.leases import Boom, FakeClock, FakeStore, Reply
 from tickwork.leases import LeaseKeeper, LeaseState, StaleLease, StaleReason
-
-from .fakes import Boom, FakeClock, FakeStore, Reply
 
 OUTCOMES = ["ok", "ok", "ok", "ok", "ok", "lost", "error"]
 

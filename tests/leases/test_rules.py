@@ -14,6 +14,16 @@ from typing import Any
 
 import pytest
 
+from tests.support.leases import (
+    Boom,
+    FakeClock,
+    FakeStore,
+    Reply,
+    StaleLog,
+    immediately,
+    make_harness,
+    settle,
+)
 from tickwork.leases import (
     DEFAULT_LEASE_MS,
     DEFAULT_RENEW_EVERY_MS,
@@ -25,17 +35,6 @@ from tickwork.leases import (
     coalesce_extra_ms,
     lease_deadline_ms,
     watchdog_delay_ms,
-)
-
-from .fakes import (
-    Boom,
-    FakeClock,
-    FakeStore,
-    Reply,
-    StaleLog,
-    immediately,
-    make_harness,
-    settle,
 )
 
 

@@ -17,9 +17,8 @@ from typing import Any, Protocol
 
 import pytest
 
+from tests.support.leases import FakeClock, FakeStore, FakeTimer, Reply, StaleLog
 from tickwork.leases import LeaseKeeper, StaleLease
-
-from .fakes import FakeClock, FakeStore, FakeTimer, Reply, StaleLog
 
 # Slow and uneven, so concurrent writes would overlap and finish out of order.
 LATENCIES_MS = [200, 7_000, 11_000, 3_000, 9_500, 500, 12_000, 1_500]

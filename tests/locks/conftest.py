@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from tests.d1.fixtures import d1_binding, d1_bridge  # noqa: F401
-from tests.pg.fixtures import (  # noqa: F401  (pytest finds fixtures by name)
+from tests.support.d1.fixtures import d1_binding, d1_bridge  # noqa: F401
+from tests.support.pg.fixtures import (  # noqa: F401  (pytest finds fixtures by name)
     POSTGRES_SCHEMA_DIR,
     open_pool,
     postgres_dsn,
@@ -30,7 +30,7 @@ from tests.pg.fixtures import (  # noqa: F401  (pytest finds fixtures by name)
     postgres_templates,
     schema_files,
 )
-from tests.shared.support import ManualNow, d1_query, pool_query
+from tests.support.shared import ManualNow, d1_query, pool_query
 from tickwork.locks import JobLock
 
 LOCK_KINDS = ("sqlite3", "postgres", "d1-external", "d1-builtin")

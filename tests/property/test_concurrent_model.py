@@ -35,7 +35,8 @@ from typing import Any, ClassVar, Literal, TypeAlias, cast
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from tests.property.model_support import (
+from tests.support import Harness
+from tests.support.models import (
     BLOCKING,
     EXECUTOR_REASON,
     GHOST,
@@ -58,7 +59,6 @@ from tests.property.model_support import (
     run_model,
     weighted,
 )
-from tests.support import Harness
 from tickwork import Cancelled, Completed, Failed, TickResult
 from tickwork.model.jobs import MAX_SAFE_INTEGER
 from tickwork.runtimes.owner_local import ConcurrentOwnerRuntime

@@ -31,7 +31,8 @@ import pytest
 from hypothesis import event
 from hypothesis import strategies as st
 
-from tests.property.model_support import (
+from tests.support import IMMEDIATE_ACTIONS, Harness, immediate_result
+from tests.support.models import (
     BLOCKING,
     IMMEDIATE_OUTCOMES,
     RELEASES,
@@ -57,7 +58,6 @@ from tests.property.model_support import (
     run_model,
     weighted,
 )
-from tests.support import IMMEDIATE_ACTIONS, Harness, immediate_result
 from tickwork import (
     CancelResult,
     IngestConflict,

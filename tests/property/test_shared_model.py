@@ -54,16 +54,9 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from tests.d1.fixtures import d1_binding, d1_bridge  # noqa: F401  (pytest finds fixtures by name)
-from tests.pg.fixtures import (  # noqa: F401
-    POSTGRES_SCHEMA_DIR,
-    open_pool,
-    postgres_server,
-    postgres_templates,
-    schema_files,
-)
-from tests.pg.server import unique_database_name
-from tests.property.model_support import (
+from tests.support import IMMEDIATE_ACTIONS, CountingWake, immediate_result
+from tests.support.d1.fixtures import d1_binding, d1_bridge  # noqa: F401  (pytest finds fixtures by name)
+from tests.support.models import (
     BLOCKING,
     GHOST,
     IMMEDIATE_OUTCOMES,
@@ -86,8 +79,15 @@ from tests.property.model_support import (
     recovery_of,
     weighted,
 )
-from tests.shared.support import ManualNow, SharedHarness
-from tests.support import IMMEDIATE_ACTIONS, CountingWake, immediate_result
+from tests.support.pg.fixtures import (  # noqa: F401
+    POSTGRES_SCHEMA_DIR,
+    open_pool,
+    postgres_server,
+    postgres_templates,
+    schema_files,
+)
+from tests.support.pg.server import unique_database_name
+from tests.support.shared import ManualNow, SharedHarness
 from tickwork import (
     AbortSignal,
     CancelResult,

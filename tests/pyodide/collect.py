@@ -24,22 +24,33 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+_BEHAVIOUR = tuple(f"tests.behaviour.{name}" for name in (
+    "test_cancel", "test_fail_lane", "test_ingest", "test_reads", "test_recovery", "test_tick"))
+
 #: The suites the tier runs. The fixtures each needs come from inside/fixtures.py.
 SUITES: dict[str, tuple[str, ...]] = {
-    # The owner-local behaviour suite, on a Durable Object whose ctx.storage is
-    # a JS object (tests/pyodide/js/do_storage.mjs) with the measured DO rules.
-    "conformance": tuple(f"tests.conformance.{name}" for name in (
-        "test_cancel", "test_concurrent_lane", "test_fail_lane", "test_ingest",
-        "test_ingest_many", "test_projection", "test_recovery", "test_status",
-        "test_tick", "test_transactional")),
-    # The shared-runtime suite, on Miniflare's real D1 handed to Pyodide as a JS object.
+    # The behaviour suite, on a Durable Object whose ctx.storage is a JS object
+    # (tests/pyodide/js/do_storage.mjs) with the measured DO rules...
+    "behaviour-do": _BEHAVIOUR,
+    # ...and on Miniflare's real D1 handed to Pyodide as a JS object.
+    "behaviour-d1": _BEHAVIOUR,
+    # What only the owner-local runtime has, on the same JS ctx.storage.
+    "owner-local": tuple(f"tests.owner_local.{name}" for name in (
+        "test_concurrent_lane", "test_projection", "test_recovery", "test_schema_and_plans",
+        "test_transactional")),
+    # What only the shared runtimes have (leases, drain, edge values), on D1.
     "shared-d1": tuple(f"tests.shared.{name}" for name in (
-        "test_drain", "test_edge_values", "test_ingest_and_reads", "test_leases",
-        "test_status_and_ingest_many", "test_tick")),
+        "test_drain", "test_edge_values", "test_leases")),
     # The Worker, the JobOwner Durable Object and the FFI facts, Pyodide-only.
     "workers": tuple(f"tests.pyodide.cases.{name}" for name in (
         "test_ffi_facts", "test_do_storage_facts", "test_d1_facts", "test_job_owner",
         "test_worker")),
+}
+
+#: Per suite, the tier fixture that answers to a test's argument name.
+FIXTURE_FOR: dict[str, dict[str, str]] = {
+    "behaviour-do": {"engine": "engine_do"},
+    "behaviour-d1": {"engine": "engine_d1"},
 }
 
 
@@ -58,6 +69,10 @@ class Case:
         """Argument names not given by a parametrisation: fixtures, by name."""
         return [name for name in inspect.signature(self.function).parameters
                 if name not in self.params]
+
+    def fixture_for(self, name: str) -> str:
+        """The tier fixture providing argument ``name`` in this case's suite."""
+        return FIXTURE_FOR.get(self.suite, {}).get(name, name)
 
 
 def cases(suites: Sequence[str] | None = None) -> list[Case]:

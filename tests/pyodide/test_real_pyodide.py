@@ -1,8 +1,9 @@
 """The real-Pyodide tier as pytest tests: one per case, all run in one Node process.
 
-The cases (``collect.py``) are the owner-local conformance suite on a
-Durable Object whose ``ctx.storage`` is a JS object, the shared suite on
-Miniflare's real D1, and the Worker and ``JobOwner`` cases in ``cases/``,
+The cases (``collect.py``) are the behaviour suite on a Durable Object
+whose ``ctx.storage`` is a JS object and on Miniflare's real D1, the
+owner-local and shared suites on the same, and the Worker and ``JobOwner``
+cases in ``cases/``,
 all inside npm ``pyodide@0.28.2`` under Node (``runner.mjs``). Each pytest
 test here reports one case's result; a case the runner did not report fails.
 """
@@ -16,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from tests.d1.miniflare import REPO_ROOT, check_node_setup
 from tests.pyodide import collect
+from tests.support.d1.miniflare import REPO_ROOT, check_node_setup
 
 RUNNER = Path(__file__).with_name("runner.mjs")
 #: The whole tier's time limit (it takes about a minute on a 2-core machine).
@@ -37,19 +38,51 @@ def _check_pyodide_installed() -> None:
                            "run `npm ci`")
 
 
+class Tier:
+    """The runner's Node process, started once per session (see conftest.py:
+    as soon as collection finishes, so it runs beside the rest of the suite
+    on the machine's other core)."""
+
+    process: subprocess.Popen[str] | None = None
+    out: Path | None = None
+    error: str | None = None
+
+    @classmethod
+    def start(cls, directory: Path) -> None:
+        if cls.process is not None or cls.error is not None:
+            return
+        try:
+            node = check_node_setup()
+            _check_pyodide_installed()
+        except Exception as problem:  # reported by the tests, not by collection
+            cls.error = str(problem)
+            return
+        cls.out = directory / "results.jsonl"
+        cls.process = subprocess.Popen(
+            [node, str(RUNNER), "--out", str(cls.out)], cwd=REPO_ROOT, text=True,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    @classmethod
+    def results(cls) -> dict[str, dict[str, Any]]:
+        if cls.error is not None:
+            raise RuntimeError(cls.error)
+        assert cls.process is not None and cls.out is not None
+        try:
+            _, stderr = cls.process.communicate(timeout=TIER_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            cls.process.kill()
+            raise RuntimeError(f"the real-Pyodide tier took over {TIER_TIMEOUT_S} s") from None
+        if cls.process.returncode != 0:
+            raise RuntimeError("the real-Pyodide tier did not run (exit code "
+                               f"{cls.process.returncode}):\n{(stderr or '')[-4000:]}")
+        return {result["id"]: result
+                for result in map(json.loads, cls.out.read_text(encoding="utf-8").splitlines())}
+
+
 @pytest.fixture(scope="session")
 def pyodide_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    node = check_node_setup()
-    _check_pyodide_installed()
-    out = tmp_path_factory.mktemp("pyodide-tier") / "results.jsonl"
-    finished = subprocess.run([node, str(RUNNER), "--out", str(out)], cwd=REPO_ROOT,
-                              capture_output=True, text=True, timeout=TIER_TIMEOUT_S,
-                              check=False)
-    if finished.returncode != 0:
-        raise RuntimeError("the real-Pyodide tier did not run (exit code "
-                           f"{finished.returncode}):\n{finished.stderr[-4000:]}")
-    return {result["id"]: result
-            for result in map(json.loads, out.read_text(encoding="utf-8").splitlines())}
+    Tier.start(tmp_path_factory.mktemp("pyodide-tier"))  # if collection did not already
+    return Tier.results()
 
 
 @pytest.mark.parametrize("case_id", [case.id for case in CASES])

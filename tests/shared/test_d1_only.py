@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from tests.d1.fixtures import d1_binding
-from tests.d1.miniflare import D1Bridge, D1Error
-from tests.shared.conftest import apply_d1_schema
 from tests.support import CountingWake, job
+from tests.support.d1.fixtures import d1_binding
+from tests.support.d1.miniflare import D1Bridge, D1Error
+from tests.support.stores import apply_d1_schema
 from tickwork import Completed, IngestConflict, InvalidArgument, JobRecord, SchemaError
 from tickwork.runtimes.d1 import D1Runtime, purge_d1_queues
 from tickwork.runtimes.shared import LeasedSignal

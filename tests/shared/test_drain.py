@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from tests.shared.support import SharedHarness, until
 from tests.support import job
+from tests.support.shared import SharedHarness, until
 from tickwork import InvalidArgument
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.shared.support import SharedHarness, until
 from tests.support import job
+from tests.support.shared import SharedHarness, until
 from tickwork import Recovery
 from tickwork.model.jobs import MAX_SAFE_INTEGER as EDGE
 

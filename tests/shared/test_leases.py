@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from tests.shared.support import SharedHarness, WorkerDied, until
 from tests.support import ScriptedExecutor, job
+from tests.support.shared import SharedHarness, WorkerDied, until
 from tickwork import Completed, JobRecord, LeasedSignal, Recovery
 from tickwork.lifecycle import LEASE_EXPIRED
 
@@ -227,3 +227,35 @@ async def test_a_short_heartbeat_does_not_abort_a_job_whose_lease_is_live(
     shared.executor.release("a")
     result = await task
     assert (result.status, result.outcome) == ("settled", "completed")
+
+
+async def test_cancel_of_a_job_another_worker_runs_reaches_it_at_renewal(
+    shared: SharedHarness,
+) -> None:
+    worker = shared.runtime(renew_every_ms=20)
+    admin = shared.runtime()
+    await admin.ingest(job("a", payload={"do": "block"}))
+    task = asyncio.create_task(worker.tick())
+    await until(lambda: "a" in shared.executor.started)
+    assert (await admin.cancel("a", "c")).status == "recorded"
+    await until(lambda: shared.executor.signals["a"].aborted)
+    assert shared.executor.signals["a"].reason == "cancelled"
+    result = await task
+    assert (result.status, result.job_id, result.outcome) == ("settled", "a", "cancelled")
+
+
+async def test_a_remote_worker_loses_a_claim_whose_lane_failed_at_renewal(
+    shared: SharedHarness,
+) -> None:
+    worker = shared.runtime(renew_every_ms=20)
+    admin = shared.runtime()
+    await admin.ingest(job("a", lane="doomed", payload={"do": "block"}))
+    task = asyncio.create_task(worker.tick())
+    await until(lambda: "a" in shared.executor.started)
+    assert (await admin.fail_lane("doomed", "tenant_gone")).settled == 1
+    await until(lambda: shared.executor.signals["a"].aborted)
+    assert shared.executor.signals["a"].reason == "lease_lost"
+    # The worker reports the committed failure; nothing overwrites it.
+    result = await task
+    assert (result.status, result.outcome, result.failure_reason) == (
+        "settled", "failed", "tenant_gone")

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from tests.pg.fixtures import Pool, open_pool
-from tests.shared.support import ManualNow
 from tests.support import CountingWake, job
+from tests.support.pg.fixtures import Pool, open_pool
+from tests.support.shared import ManualNow
 from tickwork import Completed, IngestConflict, JobRecord, SchemaError
 from tickwork.runtimes.postgres import PostgresRuntime, purge_postgres_queues
 from tickwork.runtimes.shared import LeasedSignal
@@ -147,7 +147,7 @@ async def test_group_commit_shares_statements_between_concurrent_ticks(pool: Poo
 async def test_a_missing_schema_names_the_migration_to_apply(
     postgres_server: Any, postgres_templates: Any
 ) -> None:
-    from tests.pg.server import unique_database_name
+    from tests.support.pg.server import unique_database_name
 
     name = unique_database_name("tickwork_empty")
     dsn = postgres_server.create_database(name)
@@ -332,7 +332,7 @@ async def test_queue_status_counts_every_state_from_indexes_only(pool: Pool) -> 
 async def test_a_database_without_0003_is_refused_until_it_is_applied(
     postgres_server: Any, postgres_templates: Any
 ) -> None:
-    from tests.pg.server import unique_database_name
+    from tests.support.pg.server import unique_database_name
     from tickwork.schemas import migrations
 
     name = unique_database_name("tickwork_v2")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.fakes.pyodide_ffi import JsBigInt, py_to_js
+from tests.support.fakes.pyodide_ffi import JsBigInt, py_to_js
 from tickwork._pyodide import JS_NUMBER_BOUND, js_number, plain_value, to_sql_bindings
 
 JSNULL = object()

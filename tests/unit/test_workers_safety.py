@@ -10,7 +10,7 @@ import ast
 import json
 from pathlib import Path
 
-from tests.workers_rules import (
+from tests.support.workers_rules import (
     assert_imports_under_workers_rules,
     forbidden_imports,
     module_names,

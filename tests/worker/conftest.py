@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from tests.d1.fixtures import SHAPE_IDS, d1_binding, d1_bridge  # noqa: F401
-from tests.d1.miniflare import SHAPES, D1Bridge
-from tests.fakes.workers_module import installed_workers_module
-from tests.worker.fake_js import installed_js_module
-from tests.worker.support import make_env
+from tests.support.d1.fixtures import SHAPE_IDS, d1_binding, d1_bridge  # noqa: F401
+from tests.support.d1.miniflare import SHAPES, D1Bridge
+from tests.support.fake_js import installed_js_module
+from tests.support.fakes.workers_module import installed_workers_module
+from tests.support.worker import make_env
 
 
 @pytest.fixture(params=SHAPES, ids=SHAPE_IDS)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.worker.support import body_state, job, request, send
+from tests.support.worker import body_state, job, request, send
 
 pytestmark = pytest.mark.usefixtures("js_module")
 

@@ -4,7 +4,7 @@ Pyodide; ``workers`` may be imported at the top of worker/ modules)."""
 
 from __future__ import annotations
 
-from tests.workers_rules import (
+from tests.support.workers_rules import (
     FORBIDDEN,
     REPO,
     absolute_imports,

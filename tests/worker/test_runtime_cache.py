@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.worker.support import TOKEN, job, send
+from tests.support.worker import TOKEN, job, send
 
 pytestmark = pytest.mark.usefixtures("js_module")
 
@@ -50,7 +50,7 @@ async def test_a_new_worker_instance_reuses_the_isolates_runtime(
 
 async def test_each_d1_binding_gets_its_own_runtime(
         workers_module: Any, shape: str, db: Any, d1_bridge: Any) -> None:
-    from tests.d1.fixtures import d1_binding
+    from tests.support.d1.fixtures import d1_binding
     from tests.worker.conftest import apply_d1_schema
     from worker import app
 
@@ -77,7 +77,7 @@ def test_the_cache_is_bounded(workers_module: Any) -> None:
 async def test_a_failed_schema_check_is_tried_again(
         workers_module: Any, shape: str, db: Any, d1_bridge: Any) -> None:
     """A runtime remembered before the migrations were applied checks again."""
-    from tests.d1.fixtures import d1_binding
+    from tests.support.d1.fixtures import d1_binding
     from tests.worker.conftest import apply_d1_schema
     from worker.entry import Default
 

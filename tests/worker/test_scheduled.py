@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.worker.support import job, send
+from tests.support.worker import job, send
 from tickwork import Completed, JobRecord
 from tickwork.executors import ExecutorRegistry
 

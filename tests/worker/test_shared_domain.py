@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.worker.support import job, send
+from tests.support.worker import job, send
 
 pytestmark = pytest.mark.usefixtures("js_module")
 

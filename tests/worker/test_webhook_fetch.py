@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from tests.fakes.workers_module import use_fetch
-from tests.worker.fake_js import FakeAbortController
-from tests.worker.support import job, send
+from tests.support.fake_js import FakeAbortController
+from tests.support.fakes.workers_module import use_fetch
+from tests.support.worker import job, send
 from tickwork import AbortSignal
 from tickwork.executors.webhook import HttpTimeout, HttpUnreachable
 

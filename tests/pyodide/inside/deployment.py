@@ -16,8 +16,8 @@ from typing import Any
 from pyodide.ffi import jsnull  # type: ignore[import-not-found]
 
 from tests.pyodide.inside.rpc import Namespace, alarm_info
-from tests.shared.support import ManualNow
 from tests.support import ScriptedExecutor
+from tests.support.shared import ManualNow
 
 TOKEN = "tier-token"
 BASE_URL = "https://tickwork.example"

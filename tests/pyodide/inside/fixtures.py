@@ -17,8 +17,9 @@ from typing import Any, NamedTuple
 
 import tickwork_tier  # type: ignore[import-not-found]  # registered by runner.mjs
 
-from tests.shared.support import SharedHarness, d1_query
 from tests.support import Harness
+from tests.support.engine import Engine
+from tests.support.shared import SharedHarness, d1_query
 from tickwork.schemas import split_statements
 
 Factory = Callable[[], contextlib.AbstractAsyncContextManager[Any]]
@@ -130,6 +131,23 @@ async def shared() -> AsyncIterator[SharedHarness]:
     finally:
         for signal in built.executor.signals.values():
             signal._abort("test_over")
+
+
+@fixture("engine_do")
+async def engine_do() -> AsyncIterator[Engine]:
+    """The behaviour suite's engine over the JavaScript ``ctx.storage``."""
+    built = JsDurableObjectHarness(Path(tempfile.mkdtemp()))
+    try:
+        yield Engine("do-js", built)
+    finally:
+        built.close()
+
+
+@fixture("engine_d1")
+async def engine_d1() -> AsyncIterator[Engine]:
+    """The behaviour suite's engine over Miniflare's D1 (a JS object)."""
+    async with shared() as built:
+        yield Engine("d1-builtin", built)
 
 
 @fixture("deployment")

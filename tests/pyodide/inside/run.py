@@ -64,9 +64,10 @@ async def _run(case: collect.Case) -> None:
     async with contextlib.AsyncExitStack() as stack:
         arguments = dict(case.params)
         for name in case.fixtures:
-            factory = FIXTURES.get(name)
+            factory = FIXTURES.get(case.fixture_for(name))
             if factory is None:
-                raise LookupError(f"the real-Pyodide tier provides no fixture {name!r} "
+                raise LookupError(f"the real-Pyodide tier provides no fixture "
+                                  f"{case.fixture_for(name)!r} "
                                   f"(add it to tests/pyodide/inside/fixtures.py)")
             arguments[name] = await stack.enter_async_context(factory())
         result = case.function(**arguments)

@@ -1,0 +1,36 @@
+"""The behaviour suite's one fixture: ``engine``, a real store of every kind."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from tests.support.d1.fixtures import d1_bridge  # noqa: F401  (pytest finds fixtures by name)
+from tests.support.engine import ENGINE_KINDS, OWNER_LOCAL_KINDS, Engine
+from tests.support.pg.fixtures import (  # noqa: F401
+    POSTGRES_SCHEMA_DIR,
+    postgres_dsn,
+    postgres_server,
+    postgres_templates,
+    schema_files,
+)
+from tests.support.stores import owner_local_harness, shared_harness
+
+
+@pytest.fixture
+def postgres_schema_files() -> Sequence[Path]:
+    return schema_files(POSTGRES_SCHEMA_DIR)
+
+
+@pytest_asyncio.fixture(params=ENGINE_KINDS)
+async def engine(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Engine]:
+    kind: str = request.param
+    if kind in OWNER_LOCAL_KINDS:
+        with owner_local_harness(kind, tmp_path) as harness:
+            yield Engine(kind, harness)
+        return
+    async with shared_harness(kind, request) as shared:
+        yield Engine(kind, shared)

@@ -1,0 +1,102 @@
+"""``tickwork inspect`` against a live ``tickwork serve``."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.support.serve import ROOT, TOKEN, Serve, job
+from tickwork.__main__ import main
+
+
+def inspect(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(["inspect", *args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_queue_table(server: Serve, capsys: pytest.CaptureFixture[str]) -> None:
+    client = server.client()
+    client.enqueue("inspected", job("i-1"), job("i-2", "fail", queue="billing"),
+                   job("i-3", "fail", queue="billing"))
+    for name in ("i-1", "i-2", "i-3"):
+        client.settled("inspected", name)
+    code, out, err = inspect(capsys, "--url", server.url, "--token", TOKEN,
+                             "--owner", "inspected")
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[0] == f"owner 'inspected' at {server.url}"
+    assert lines[2].split() == ["queue", "queued", "running", "settled", "completed",
+                                "failed", "cancelled", "unknown", "interrupted"]
+    rows = {line.split()[0]: line.split()[1:] for line in lines[4:]}
+    assert rows == {"billing": ["0", "0", "2", "0", "2", "0", "0", "0"],
+                    "q": ["0", "0", "1", "1", "0", "0", "0", "0"],
+                    "(total)": ["0", "0", "3", "1", "2", "0", "0", "0"]}
+
+
+def test_one_job_and_one_queue(server: Serve, capsys: pytest.CaptureFixture[str],
+                               monkeypatch: pytest.MonkeyPatch) -> None:
+    client = server.client()
+    client.enqueue("inspect job", job("j/1", "fail", payload={"reason": "card_declined"},
+                                      priority=5, recovery={"max_recoveries": 2}))
+    client.settled("inspect job", "j/1")
+    monkeypatch.setenv("TICKWORK_TOKEN", TOKEN)  # the token from the environment
+    monkeypatch.setenv("TICKWORK_URL", server.url)
+    code, out, _ = inspect(capsys, "--owner", "inspect job", "--job", "j/1")
+    assert code == 0
+    fields = dict(line.split(None, 1) for line in out.splitlines())
+    assert fields["job"] == "j/1"
+    assert fields["state"] == "settled: failed (card_declined)"
+    assert fields["priority"] == "5"
+    assert fields["recoveries"] == "0 (max 2)"
+    assert fields["payload"] == '{"kind": "fail", "reason": "card_declined"}'
+    assert fields["settled"].endswith("s)") and "UTC" in fields["settled"]
+    code, out, _ = inspect(capsys, "--owner", "inspect job", "--queue", "q")
+    assert code == 0 and out.rstrip().endswith("head: none")
+
+
+def test_errors_are_explained(server: Serve, capsys: pytest.CaptureFixture[str],
+                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TICKWORK_TOKEN", raising=False)
+    code, _, err = inspect(capsys, "--url", server.url, "--token", "wrong", "--owner", "x")
+    assert code == 1 and "401 unauthorized" in err and "--token" in err
+    code, _, err = inspect(capsys, "--url", server.url, "--token", TOKEN, "--owner", "x",
+                           "--job", "nope")
+    assert code == 1 and "404 job_not_found: no job 'nope'" in err
+    code, _, err = inspect(capsys, "--url", server.url, "--token", TOKEN, "--shared")
+    assert code == 1 and "no shared queues configured" in err
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    code, _, err = inspect(capsys, "--url", f"http://127.0.0.1:{port}", "--token", TOKEN,
+                           "--owner", "x")
+    assert code == 1 and "cannot connect" in err and "connection refused" in err
+    code, _, err = inspect(capsys, "--url", server.url, "--owner", "x")
+    assert code == 2 and "no token" in err
+    code, _, err = inspect(capsys, "--url", "ftp://example.com", "--token", TOKEN,
+                           "--owner", "x")
+    assert code == 1 and "invalid URL" in err
+
+
+def test_empty_scope(server: Serve, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = inspect(capsys, "--url", server.url, "--token", TOKEN, "--owner", "empty")
+    assert code == 0 and out.rstrip().endswith("no jobs")
+
+
+def test_watch_prints_again_until_interrupted(server: Serve) -> None:
+    server.client().enqueue("watched", job("w"))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tickwork", "inspect", "--url", server.url, "--token", TOKEN,
+         "--owner", "watched", "--watch", "0.1"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=10)
+    assert process.returncode == 0, err
+    assert out.count("owner 'watched'") >= 2
+    assert "every 0.1 s" in out

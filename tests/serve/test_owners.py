@@ -1,0 +1,146 @@
+"""The host's pieces in process: owner files, the data-dir lock, tick loops,
+``--executors`` loading and the progress line."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import serve_executors as executors
+from tickwork import Completed, Job, JobRecord, TickResult
+from tickwork.executors import ExecutorRegistry
+from tickwork.hosts.cpython.owners import (
+    HASH_DIGITS,
+    DataDirLock,
+    HostError,
+    OwnerDirectory,
+    owner_file_name,
+)
+from tickwork.hosts.cpython.progress import Progress
+from tickwork.hosts.cpython.serve import load_executor
+
+
+@pytest.mark.parametrize("key", ["tenant-1", "Tenant-1", "a/b", "../..", "x" * 256, "é🙂",
+                                 "a b\x00c", ".", "-"])
+def test_owner_file_names_are_safe_and_distinct(key: str) -> None:
+    name = owner_file_name(key)
+    assert "/" not in name and "\x00" not in name and name != ".."
+    assert name.endswith(".sqlite3") and len(name.encode()) < 100
+    assert all(char.isascii() for char in name)
+    slug, digest = name.removesuffix(".sqlite3").rsplit("-", 1)
+    assert len(digest) == HASH_DIGITS and slug
+    assert owner_file_name(key) == name  # stable
+
+
+def test_keys_that_slug_alike_get_different_files() -> None:
+    names = {owner_file_name(key) for key in ("a/b", "a_b", "a?b", "A/b", "a/b ")}
+    assert len(names) == 5
+
+
+def test_the_data_dir_lock_is_exclusive(tmp_path: Path) -> None:
+    first, second = DataDirLock(tmp_path), DataDirLock(tmp_path)
+    first.acquire()
+    try:
+        with pytest.raises(HostError, match="in use by pid"):
+            second.acquire()
+    finally:
+        first.release()
+    second.acquire()  # free again once released
+    second.release()
+
+
+async def complete(job: JobRecord, signal: Any) -> Completed:
+    return Completed()
+
+
+async def test_a_file_serves_only_its_own_key(tmp_path: Path) -> None:
+    store = OwnerDirectory(tmp_path, complete)
+    await store.service("mine").ingest([Job("a", "q", "q", 0, None)])
+    await store.close(1.0)
+    # Someone renames another owner's file over ours: it is refused, not served.
+    (tmp_path / "owners" / owner_file_name("mine")).rename(
+        tmp_path / "owners" / owner_file_name("theirs"))
+    store = OwnerDirectory(tmp_path, complete)
+    with pytest.raises(HostError, match="belongs to owner 'mine'"):
+        await store.service("theirs").read("a")
+    assert store.recover() == []  # the scan skips the misnamed file too
+    await store.close(1.0)
+
+
+async def test_tick_loops_run_until_idle_and_restart_on_wake(tmp_path: Path) -> None:
+    progress = Progress()
+    store = OwnerDirectory(tmp_path, complete, progress=progress)
+    service = store.service("loop")
+    await service.ingest([Job(f"j{n}", "q", "q", 0, None) for n in range(5)])
+    for _ in range(100):
+        if progress.settled == 5:
+            break
+        await asyncio.sleep(0.01)
+    assert progress.outcomes["completed"] == 5
+    assert store.running_loops() == 0
+    await service.ingest([Job("late", "q", "q", 0, None)])
+    for _ in range(100):
+        record = await service.read("late")
+        if record is not None and record.state == "settled":
+            break
+        await asyncio.sleep(0.01)
+    assert record is not None and record.outcome == "completed"
+    await store.close(1.0)
+
+
+async def test_idle_owners_are_closed_beyond_the_limit(tmp_path: Path) -> None:
+    store = OwnerDirectory(tmp_path, complete, max_open=2)
+    for key in ("a", "b", "c", "d"):
+        await store.service(key).ingest([Job("x", "q", "q", 0, None)])
+        for _ in range(100):
+            if store.running_loops() == 0:
+                break
+            await asyncio.sleep(0.01)
+    assert len(store._open) <= 3
+    record = await store.service("a").read("x")  # reopened on demand
+    assert record is not None and record.outcome == "completed"
+    await store.close(1.0)
+
+
+async def test_a_creation_that_never_committed_is_skipped(tmp_path: Path) -> None:
+    owners = tmp_path / "owners"
+    owners.mkdir()
+    sqlite3.connect(owners / "stray-0000000000000000.sqlite3").execute(
+        "PRAGMA journal_mode = WAL").close()
+    store = OwnerDirectory(tmp_path, complete)
+    assert store.recover() == []
+    await store.close(1.0)
+
+
+def test_load_executor_forms() -> None:
+    assert load_executor("tests.support.serve_executors:registry") is executors.registry
+    assert load_executor("tests.support.serve_executors:make_registry") is executors.registry
+    assert load_executor("tests.support.serve_executors:complete") is executors.complete
+    assert isinstance(load_executor("tickwork.hosts.cpython.examples:example_registry"),
+                      ExecutorRegistry)
+    for spec, message in (("x", "MODULE:ATTR"), (":a", "MODULE:ATTR"),
+                          ("tests.support.serve_executors:TYPE_CHECKING_NOPE", "has no"),
+                          ("tests.support.serve_executors:__name__", "not an ExecutorRegistry")):
+        with pytest.raises(HostError, match=message):
+            load_executor(spec)
+
+
+def test_progress_summary_only_when_something_changed() -> None:
+    now = [100.0]
+    progress = Progress(clock=lambda: now[0])
+    assert progress.summary() is None
+    progress.started_job()
+    progress.record(TickResult("settled", "a", "completed"))
+    progress.record(TickResult("settled", "b", "failed", "boom"))
+    progress.record(TickResult("requeued", "c"))
+    progress.record(TickResult("idle"))
+    now[0] += 2
+    assert progress.summary() == ("tickwork serve: 2 settled (completed 1, failed 1), "
+                                  "1 recovered | 1.0/s | 1 running")
+    assert progress.summary() is None
+    progress.finished_job()
+    assert progress.summary() is None  # a job finishing is counted when it settles

@@ -1,0 +1,180 @@
+"""Engine: any store kind behind one harness, for the behaviour suite.
+
+The behaviour suite (``tests/behaviour``) runs unchanged over every kind of
+store: owner-local (sqlite3, the Durable Object storage stand-in answering
+like either SDK, and in the real-Pyodide tier a JavaScript storage) and
+shared (D1 through either SDK, PostgreSQL). What differs is kept here:
+
+* ``runtime()`` opens a runtime over the engine's database (another worker,
+  for a shared store); ``Jobs`` gives every runtime one async API;
+* ``lose(jobs, task)``: the process running ``task`` dies, its claims left
+  running; ``make_recoverable()`` then lets a survivor recover them (an
+  owner-local survivor's liveness probe says "dead"; a shared store's lease
+  must expire first, so the test clock moves past it);
+* ``rows(sql)``: the host's own read of the database, for assertions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
+from tickwork import DEFAULT_LEASE_MS, Job, JobRecord
+from tickwork.model.outcomes import (
+    CancelResult,
+    FailLaneResult,
+    IngestStatus,
+    QueueStatus,
+    TickResult,
+)
+
+OWNER_LOCAL_KINDS = ("sqlite3", "do-builtin", "do-external")
+SHARED_KINDS = ("d1-external", "d1-builtin", "postgres")
+ENGINE_KINDS = OWNER_LOCAL_KINDS + SHARED_KINDS
+
+
+class Jobs:
+    """One runtime, owner-local (synchronous) or shared (async), as one async API."""
+
+    def __init__(self, runtime: Any) -> None:
+        self.runtime = runtime
+
+    async def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        result = getattr(self.runtime, name)(*args, **kwargs)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    async def ingest(self, job: Job) -> IngestStatus:
+        status: IngestStatus = await self._call("ingest", job)
+        return status
+
+    async def ingest_many(self, jobs: Sequence[Job]) -> list[IngestStatus]:
+        statuses: list[IngestStatus] = await self._call("ingest_many", jobs)
+        return statuses
+
+    async def read(self, job_id: str) -> JobRecord | None:
+        record: JobRecord | None = await self._call("read", job_id)
+        return record
+
+    async def read_queue_head(self, queue: str) -> JobRecord | None:
+        record: JobRecord | None = await self._call("read_queue_head", queue)
+        return record
+
+    async def status(self) -> list[QueueStatus]:
+        statuses: list[QueueStatus] = await self._call("status")
+        return statuses
+
+    async def queue_status(self, queue: str) -> QueueStatus:
+        status: QueueStatus = await self._call("queue_status", queue)
+        return status
+
+    async def has_pending_work(self) -> bool:
+        pending: bool = await self._call("has_pending_work")
+        return pending
+
+    async def cancel(self, job_id: str, cancellation_id: str, *,
+                     only_if_queued: bool = False) -> CancelResult:
+        result: CancelResult = await self._call("cancel", job_id, cancellation_id,
+                                                only_if_queued=only_if_queued)
+        return result
+
+    async def fail_lane(self, lane: str, reason: str) -> FailLaneResult:
+        result: FailLaneResult = await self._call("fail_lane", lane, reason)
+        return result
+
+    async def purge(self, queue: str) -> int:
+        deleted: int = await self._call("purge", queue)
+        return deleted
+
+    async def tick(self) -> TickResult:
+        result: TickResult = await self.runtime.tick()
+        return result
+
+    async def drain(self, limit: int = 100) -> list[TickResult]:
+        """Tick until idle; what each tick did (idle ticks excluded)."""
+        results = []
+        for _ in range(limit):
+            result = await self.tick()
+            if result.status == "idle" and result.job_id is None:
+                return results
+            results.append(result)
+        raise AssertionError("the runtime never went idle")
+
+
+class Engine:
+    """One database of one store kind; see the module doc."""
+
+    def __init__(self, kind: str, harness: Any) -> None:
+        self.kind = kind
+        self.local = kind in OWNER_LOCAL_KINDS or kind == "do-js"
+        self.harness = harness  # tests.support.Harness or tests.support.shared.SharedHarness
+        self.executor = harness.executor
+        self.wake = harness.wake
+
+    def runtime(self, **overrides: Any) -> Jobs:
+        """A runtime over the database (for a shared store: another worker)."""
+        return Jobs(self.harness.runtime(**overrides))
+
+    def another_process(self, **overrides: Any) -> Jobs:
+        """A runtime of another process over the same database: for an
+        owner-local store, on a database handle of its own."""
+        if self.local:
+            self.harness.open()
+        return self.runtime(**overrides)
+
+    async def start(self, jobs: Jobs, job_id: str) -> asyncio.Task[TickResult]:
+        """Start a tick on ``jobs`` and wait until its executor starts ``job_id``
+        (again, if it ran before)."""
+        started = self.executor.started
+        runs = started.count(job_id)
+        task = asyncio.create_task(jobs.tick())
+        await until(lambda: started.count(job_id) > runs or task.done())
+        if task.done():
+            raise AssertionError(f"the tick ended without running {job_id!r}: {task.result()}")
+        return task
+
+    async def rows(self, statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """The host's own read of the database."""
+        if self.local:
+            return [tuple(row) for row in self.harness.host_query(statement, tuple(params))]
+        assert not params, "shared engines run plain SQL"
+        return [tuple(row) for row in await self.harness.query(statement)]
+
+    async def table(self) -> list[tuple[Any, ...]]:
+        """Every stored job, every column, in enqueue order ("nothing changed" checks)."""
+        return await self.rows("SELECT * FROM tickwork_jobs ORDER BY sequence")
+
+    async def job_states(self) -> dict[str, tuple[str, str | None]]:
+        rows = await self.rows("SELECT job_id, state, outcome FROM tickwork_jobs")
+        return {row[0]: (row[1], row[2]) for row in rows}
+
+    async def lose(self, jobs: Jobs, task: asyncio.Task[Any]) -> None:
+        """The process running ``task`` on ``jobs`` dies; nothing it does after
+        reaches the database, and its running claims stay as they are."""
+        if self.local:
+            await self.harness.crash(task)
+        else:
+            await self.harness.kill(jobs.runtime, task)
+
+    def others_are_alive(self) -> None:
+        """Claims other processes hold are alive: an owner-local liveness probe
+        says so (a shared store's live leases say so by themselves)."""
+        if self.local:
+            self.harness.alive = lambda job: True
+
+    def make_recoverable(self) -> None:
+        """Let a survivor recover the claims lost processes left running."""
+        if not self.local:
+            self.harness.now.advance(DEFAULT_LEASE_MS + 1)
+
+
+async def until(predicate: Any, timeout: float = 5.0) -> None:
+    """Let the loop run until ``predicate()`` holds."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.005)

@@ -1,0 +1,77 @@
+"""Stand-ins for the Worker's bindings and requests, in both Workers SDK shapes.
+
+* ``make_env``: ``env.JOB_OWNERS`` is ``tests.support.fakes.do_namespace``'s
+  namespace over the real ``JobOwner`` (Workers RPC rules applied to every
+  argument and reply), ``env.DB`` the test's D1 binding.
+* ``request(...)``: the incoming request as ``Default.fetch`` sees it, the
+  SDK's ``workers.Request`` wrapper (the same in both SDK shapes).
+"""
+
+from __future__ import annotations
+
+import json
+import types
+from collections.abc import Mapping
+from typing import Any
+
+from tests.support.fakes.do_namespace import FakeDurableObjectNamespace
+
+BASE_URL = "https://tickwork.example"
+TOKEN = "s3cret-token"
+
+
+def make_env(db: Any, sdk: str, *, token: str | None = TOKEN) -> types.SimpleNamespace:
+    """The Worker's env: DB (D1), JOB_OWNERS (real ``JobOwner`` objects behind the
+    namespace stand-in, storage in the same SDK shape) and the token secret."""
+    from durable_objects.job_owner import JobOwner
+
+    env = types.SimpleNamespace(DB=db)
+    if token is not None:
+        env.TICKWORK_TOKEN = token
+    env.JOB_OWNERS = FakeDurableObjectNamespace(JobOwner, env, sdk=sdk)  # type: ignore[arg-type]
+    return env
+
+
+def request(
+    shape: str,
+    method: str,
+    path: str,
+    body: Any = None,
+    *,
+    token: str | None = TOKEN,
+    headers: Mapping[str, str] | None = None,
+    raw: bytes | None = None,
+) -> Any:
+    """A request as ``Default.fetch`` receives it: the SDK's ``workers.Request``
+    (the stand-in module's), which both SDK shapes hand over alike (measured:
+    an ``http.HTTPMethod`` method, ``headers.get`` None for a missing header,
+    dot segments already resolved). ``body`` is JSON-encoded unless ``raw``
+    bytes are given. ``shape`` only picks the bindings (see ``make_env``)."""
+    import workers  # the stand-in module, installed by the test
+
+    del shape
+    all_headers = dict(headers or {})
+    if token is not None:
+        all_headers.setdefault("authorization", f"Bearer {token}")
+    data = raw if raw is not None else (b"" if body is None else json.dumps(body).encode())
+    if data:
+        all_headers.setdefault("content-type", "application/json")
+    return workers.Request(BASE_URL + path, method=method, headers=all_headers, body=data)
+
+
+def body_state(request: Any) -> str:
+    """What the Worker did with the body of a request made by ``request()``:
+    ``"none"`` (no body), ``"unread"``, ``"drained"`` or ``"cancelled"``."""
+    stream = request.body
+    return "none" if stream is None else str(stream.state)
+
+
+async def send(worker: Any, shape: str, method: str, path: str, body: Any = None,
+               **options: Any) -> tuple[int, Any]:
+    """``Default.fetch`` one request; (status, decoded JSON body)."""
+    response = await worker.fetch(request(shape, method, path, body, **options))
+    return response.status, json.loads(response.body.decode()) if response.body else None
+
+
+def job(job_id: str, queue: str = "q", **fields: Any) -> dict[str, Any]:
+    return {"job_id": job_id, "queue": queue, **fields}
