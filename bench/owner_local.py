@@ -94,7 +94,7 @@ RAW_TABLES = {
         " WHERE state = 'queued' AND cancellation_id IS NULL;",
         "raw_jobs",
     ),
-    # tickwork's own table and indexes (what queue heads, lane refusal, recovery
+    # tickwork's own table and indexes (what queue heads, failing a lane, recovery
     # and reads need), driven by the same bare loop: the storage limit of the
     # engine's schema, without the engine.
     "engine table": ("", "tickwork_jobs"),

@@ -143,8 +143,8 @@ async def demo(directory: Path) -> list[JobRecord]:
     print(f"  ingest {DEMO_JOBS[1][0]:16} again (identical replay): {replay}")
     cancel = runtime.cancel("newsletter-nov", "cancel-newsletter-1")
     print(f"  cancel newsletter-nov: {cancel.status}")
-    refusal = runtime.fail_lane("tenant-suspended", "tenant_suspended")
-    print(f"  fail_lane tenant-suspended: {refusal.settled} job(s) refused, more={refusal.more}\n")
+    failed = runtime.fail_lane("tenant-suspended", "tenant_suspended")
+    print(f"  fail_lane tenant-suspended: {failed.settled} job(s) failed, more={failed.more}\n")
 
     print("3. Ticks until idle (each tick: recover, or settle a cancellation, or run one job)")
     number = 0

@@ -71,7 +71,7 @@ CREATE INDEX tickwork_jobs_cancel_pending
     ON tickwork_jobs (sequence)
     WHERE state = 'queued' AND cancellation_id IS NOT NULL;
 
--- Lane refusal: a lane's unsettled jobs, oldest first.
+-- Failing a lane: a lane's unsettled jobs, oldest first.
 CREATE INDEX tickwork_jobs_lane_pending
     ON tickwork_jobs (lane, sequence)
     WHERE state IN ('queued', 'running');

@@ -68,7 +68,7 @@ def test_the_option_opens_a_concurrent_runtime(harness: Harness) -> None:
     assert isinstance(runtime, OwnerRuntime)
     assert callable(runtime.tick_concurrent)
     assert runtime.concurrent_lane == FAST
-    direct = ConcurrentOwnerRuntime(harness.owner(), execute=harness.executor,
+    direct = ConcurrentOwnerRuntime(harness.database(), execute=harness.executor,
                                     is_alive=lambda job: False, wake=harness.wake,
                                     concurrent_lane="x" * 512)
     assert direct.concurrent_lane == "x" * 512
@@ -87,10 +87,10 @@ def test_a_bad_concurrent_lane_is_refused_before_anything_is_written(
 
 def test_a_concurrent_runtime_needs_its_lane(harness: Harness) -> None:
     with pytest.raises(TypeError, match="concurrent_lane"):
-        ConcurrentOwnerRuntime(harness.owner(), execute=harness.executor,  # type: ignore[call-arg]
+        ConcurrentOwnerRuntime(harness.database(), execute=harness.executor,  # type: ignore[call-arg]
                                is_alive=lambda job: False, wake=harness.wake)
     with pytest.raises(InvalidArgument) as caught:
-        ConcurrentOwnerRuntime(harness.owner(), execute=harness.executor,
+        ConcurrentOwnerRuntime(harness.database(), execute=harness.executor,
                                is_alive=lambda job: False, wake=harness.wake,
                                concurrent_lane=None)  # type: ignore[arg-type]
     assert caught.value.field == "concurrent_lane"
@@ -104,7 +104,7 @@ def test_a_subclass_without_the_concurrent_slot_cannot_take_the_option(
 
     assert type(harness.runtime()) is OwnerRuntime
     with pytest.raises(TypeError, match="ConcurrentOwnerRuntime"):
-        Custom(harness.owner(), execute=harness.executor, is_alive=lambda job: False,
+        Custom(harness.database(), execute=harness.executor, is_alive=lambda job: False,
                wake=harness.wake, concurrent_lane=FAST)
 
 

@@ -344,7 +344,7 @@ class Model:
     """The spec, as plain Python over a dict of jobs.
 
     The rules that read no lease (queue heads, cancel's answers, which jobs a
-    lane refusal settles, purge, ingest conflicts, how a recovery ends) are
+    failing a lane settles, purge, ingest conflicts, how a recovery ends) are
     model_support's. The rest is not model_support's Model: claims are
     fenced on a token and a lease, a tick recovers by lease expiry (no
     liveness probe) on any worker, a drain carries its next claim in the
@@ -617,7 +617,7 @@ class Model:
         if job is None or job.claim != execution.claim:
             return TickResult("idle", job_id=job_id, reason=CLAIM_REPLACED)
         if job.state == "settled":
-            # Still under this claim, so settled by a lane refusal: the
+            # Still under this claim, so settled by a failed lane: the
             # committed refusal is reported (recovery clears the claim).
             assert job.refused_claim == execution.claim
             return settled_result(job)
@@ -811,7 +811,7 @@ class Scenario:
             if isinstance(result, list):
                 event(f"drain: {min(len(result), 3)}+ results")
             for one in result if isinstance(result, list) else [result]:
-                refusal = " (lane refusal)" if one.failure_reason in ("r1", "r2") else ""
+                refusal = " (failing a lane)" if one.failure_reason in ("r1", "r2") else ""
                 event(f"tick: {one.status} {one.outcome or one.reason or ''}{refusal}".strip())
                 if one.status == "settled":
                     assert one.job_id is not None

@@ -66,7 +66,7 @@ def test_shared_queues_through_serve(shared_serve: Serve) -> None:
         200, {"job_id": "pg-other", "status": "recorded"})
     assert wait_shared(client, "pg-other", "settled")["outcome"] == "cancelled"
     assert time.monotonic() - started < 5
-    # Lane refusal stops the running job of the lane and settles the queued one.
+    # Failing a lane stops the running job of the lane and settles the queued one.
     wait_shared(client, "pg-slow", "running")
     assert client.call("POST", f"{SHARED}/lanes/tenant-x/fail", {"reason": "suspended"}) == (
         200, {"lane": "tenant-x", "settled": 2, "more": False})

@@ -158,7 +158,7 @@ class Harness:
             sdk = "builtin" if self.kind == "do-builtin" else "external"
             self._storage = FakeDurableObjectStorage(str(self.path), sdk=sdk)
 
-    def owner(self) -> SyncDatabase:
+    def database(self) -> SyncDatabase:
         if self.kind == "sqlite3":
             return Sqlite3Database(self._connection)
         return DurableObjectDatabase(self._storage)
@@ -170,7 +170,7 @@ class Harness:
             "wake": self.wake,
         }
         options.update(overrides)
-        return OwnerRuntime(self.owner(), **options)
+        return OwnerRuntime(self.database(), **options)
 
     def concurrent_runtime(self, lane: str = "fast", **overrides: Any) -> ConcurrentOwnerRuntime:
         """A runtime whose concurrent lane is ``lane`` (built like ``runtime``)."""

@@ -21,7 +21,7 @@ What happened                                              Outcome
 =========================================================  ======================
 payload invalid (no step run)                              ``Failed("bad_payload")``
 every step done                                            ``Completed()``
-signal aborted (cancellation, lane refusal, interrupted)   ``Cancelled()``
+signal aborted (cancellation, failing a lane, interrupted)   ``Cancelled()``
 lease lost: ``heartbeat.beat()`` returned False or         ``OutcomeUnknown()``
 raised, ``heartbeat.stale`` is set, or the signal
 aborted with a ``lease_*`` reason
@@ -33,8 +33,8 @@ it again, so neither "done" nor "nothing happened" is true. In the usual case
 the settlement is refused anyway (the claim expired or was replaced) and the
 job is recovered by the next claim; it lands only when the lease was in fact
 still live (a renewal that failed locally), and then it tells the operator to
-look. A cancellation or lane refusal is a request to stop, so the executor
-reports ``Cancelled`` (the engine settles a lane refusal as the refusal says).
+look. A cancellation or failing a lane is a request to stop, so the executor
+reports ``Cancelled`` (the engine settles a failed lane as its reason says).
 
 Heartbeats: the shared runtimes (D1, PostgreSQL) hand executors a
 ``LeasedSignal`` whose ``heartbeat`` extends the claim's lease; owner-local

@@ -57,13 +57,13 @@ after the receiver acted (a crash after the write, a proxy timing out), and
 so may a timeout or a dropped connection: only ``OutcomeUnknown`` is honest
 there. Only ``HttpUnreachable`` proves that nothing was sent.
 
-The abort signal (cancellation, lane refusal, lost lease): checked before
+The abort signal (cancellation, failing a lane, lost lease): checked before
 sending (then nothing is sent and the job is ``Cancelled``), and forwarded to
 ``post`` (``worker/http.py`` aborts the ``fetch`` with it). Once the request
 may have left, an abort stops the wait and returns ``OutcomeUnknown``: the
 request may have arrived. The engine then settles the job as its durable
-record says (a recorded cancellation settles ``cancelled``, a lane refusal
-``failed`` with the refusal's reason, a lost lease is recovered by the next
+record says (a recorded cancellation settles ``cancelled``, a failed lane
+``failed`` with the lane's failure reason, a lost lease is recovered by the next
 claim), never as "done". A reply that is already in when the abort comes is
 used as it is (a 2xx is ``Completed``: the work happened).
 """

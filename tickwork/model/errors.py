@@ -43,7 +43,7 @@ class SchemaError(TickworkError):
 
 
 class DatabaseUnusable(TickworkError):
-    """A transaction tickwork began on an owner could not be ended: its COMMIT
+    """A transaction tickwork began on a database could not be ended: its COMMIT
     failed and so did every ROLLBACK since. Nothing tickwork reported as
-    written is in it; the owner refuses all work until the connection is out
+    written is in it; the database refuses all work until the connection is out
     of that transaction."""

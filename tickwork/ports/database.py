@@ -1,6 +1,6 @@
-"""The owner port: the only thing a synchronous SQLite store has to provide.
+"""The database port: the only thing a synchronous SQLite store has to provide.
 
-An owner executes statements and runs a function atomically. It makes no
+A database executes statements and runs a function atomically. It makes no
 lifecycle decisions; those live in ``tickwork.lifecycle`` and the runtime.
 """
 

@@ -1,4 +1,4 @@
-"""A Durable Object's SQLite storage (``ctx.storage``) as an owner.
+"""A Durable Object's SQLite storage (``ctx.storage``) as a SyncDatabase.
 
 Runs under Pyodide with either Python Workers SDK:
 

@@ -1,4 +1,4 @@
-"""Python's ``sqlite3`` as an owner: the embedded default.
+"""Python's ``sqlite3`` as a SyncDatabase: the embedded default.
 
 The module never imports ``sqlite3`` itself (Workers cannot load it); it
 only calls methods of the connection the host hands in.
@@ -124,7 +124,7 @@ class Sqlite3Database:
         except BaseException as error:
             if self.connection.in_transaction:
                 self._stuck = error
-                cause.add_note(f"and rolling back failed too ({error}); the owner refuses "
+                cause.add_note(f"and rolling back failed too ({error}); the database refuses "
                                "all work until a later ROLLBACK succeeds")
 
     def _leave_stuck_transaction(self) -> None:

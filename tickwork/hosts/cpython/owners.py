@@ -15,7 +15,7 @@ Storage layout of the data directory (``--data DIR``)::
   open, so a file can never serve another key, and the start-up scan learns
   each file's key from the file itself.
 * A file is created by the first ingest into its owner. Reads, cancels,
-  purges and lane refusals of an owner without a file are answered by an
+  purges and failed lanes of an owner without a file are answered by an
   empty in-memory runtime, so they create nothing.
 
 The engine's tables (``tickwork_jobs``, ``tickwork_meta``) are created and
@@ -168,7 +168,7 @@ def _not_alive(job: JobRecord) -> bool:
 class _NothingToWake:
     """The wake of the empty in-memory runtime that answers for owners without
     a file (``OwnerDirectory._empty_jobs``): it is only read, and its cancels,
-    purges and lane refusals find no job, so it never gets pending work and
+    purges and failed lanes find no job, so it never gets pending work and
     never needs a tick. A recompute is therefore ignored."""
 
     def recompute(self) -> None:

@@ -15,7 +15,7 @@ Layout: one ``AsyncConnectionPool`` shared by
   processes enqueue and leases that expired elsewhere.
 
 Leases keep other processes honest; within this process, a cancellation or
-lane refusal recorded through the API reaches the local worker executing
+failing a lane recorded through the API reaches the local worker executing
 the job at once, instead of at its next lease renewal.
 """
 
@@ -166,7 +166,7 @@ class SharedWorkers:
 class SharedService(RuntimeService):
     """``RuntimeService`` over the API's runtime that also stops local executions.
 
-    A cancellation or lane refusal recorded by the API's runtime would reach
+    A cancellation or failing a lane recorded by the API's runtime would reach
     a worker of this process only at its next lease renewal; the service
     aborts the worker's execution at once, exactly as that renewal would.
     """

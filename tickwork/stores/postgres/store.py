@@ -1,7 +1,7 @@
 """PostgresStore: the shared-store port over a psycopg 3 async connection pool.
 
 Each method is one statement in its own transaction (autocommit), except the
-exact claim (the claim lock, then CLAIM_ONE) and lane refusal (the refusal and
+exact claim (the claim lock, then CLAIM_ONE) and failing a lane (the failure and
 the "more?" read). The tick's claims and settlements of every runtime on the
 pool go through one coalescer (``batching.py``): whatever is waiting when a
 commit starts travels in one call of tickwork_settle_then_claim.
