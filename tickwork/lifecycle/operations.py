@@ -86,6 +86,10 @@ from tickwork.model.outcomes import (
 #: A tick that found nothing to do.
 IDLE: Final = TickResult("idle")
 
+# Requests are never changed once made: the two wakes are made once.
+_WAKE: Final = Wake()
+_WAKE_SOON: Final = Wake(now=False)
+
 #: How often a plan re-reads after a fenced write matched nothing because a
 #: concurrent change moved the job first. States only move forward, so a few
 #: rounds always settle it; more means a store that does not keep its fences.
@@ -149,7 +153,7 @@ def ingest(job: Job) -> Plan[IngestStatus]:
     valid = validate_job(job)
     while True:
         if (yield Insert(valid)):
-            yield Wake(now=False)
+            yield _WAKE_SOON
             return "queued"
         stored = yield FindCargo(valid.job_id)
         if stored is None:
@@ -176,7 +180,7 @@ def ingest_many(jobs: Sequence[Job]) -> Plan[list[IngestStatus]]:
     else:
         raise RuntimeError("ingest_many did not converge under concurrent changes")
     if any(inserted):
-        yield Wake(now=False)
+        yield _WAKE_SOON
     return ["queued" if new else "duplicate" for new in inserted]
 
 
@@ -197,7 +201,7 @@ def cancel(job_id: str, cancellation_id: str, only_if_queued: bool = False
     else:
         raise RuntimeError(f"cancellation of job {job_id!r} did not converge")
     yield Abort((job_id,), ABORT_CANCELLED)
-    yield Wake(now=False)
+    yield _WAKE_SOON
     return CancelResult("recorded", job_id)
 
 
@@ -212,7 +216,7 @@ def fail_lane(lane: str, reason: str) -> Plan[FailLaneResult]:
     # claim settled under their token and report the committed failure.
     if failed:
         yield Abort(tuple(job.job_id for job in failed), ABORT_LANE_FAILED)
-        yield Wake(now=False)
+        yield _WAKE_SOON
     if more is None:
         # A short batch took every unsettled job of the lane; a full one
         # asks. Nothing after the commit may turn the committed failure into
@@ -231,7 +235,7 @@ def purge(queue: str) -> Plan[int]:
     check_id("queue", queue)
     deleted: int = yield Purge(queue)
     if deleted:
-        yield Wake(now=False)
+        yield _WAKE_SOON
     return deleted
 
 
@@ -261,7 +265,7 @@ def tick(slot: object, *, claim_next: bool = False) -> Plan[Ticked]:
     if probe.cancelled_waiting:
         cancelled = yield SettleNextCancelled(slot)
         if cancelled is not None:
-            yield Wake()
+            yield _WAKE
             return settled(cancelled), None
     held = yield Claim(slot)
     if held is None:
@@ -290,12 +294,12 @@ def recover(suspect: Suspect, slot: object) -> Plan[TickResult | None]:
     if action == "requeue":
         if not (yield Requeue(suspect)):
             return None  # renewed, settled or recovered by someone else meanwhile
-        yield Wake()
+        yield _WAKE
         return TickResult("requeued", job_id=job.job_id)
     recovered = yield SettleRecovered(suspect, recovery_settlement(action))
     if recovered is None:
         return None
-    yield Wake()
+    yield _WAKE
     return settled(recovered)
 
 
@@ -309,9 +313,9 @@ def run(held: Held, *, claim_next: bool = False) -> Plan[Ticked]:
     else:
         result = yield from settle_unusual(held, settlement)
     if interruption is not None:
-        yield Wake(now=False)
+        yield _WAKE_SOON
         raise interruption
-    yield Wake()
+    yield _WAKE
     return result, next_held
 
 

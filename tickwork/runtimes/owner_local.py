@@ -289,6 +289,8 @@ class _LocalRuntime:
             result, _ = await drive_async(operations.tick(slot), self._answers, self._awaited)
             return result
         finally:
+            # A slot executes at most one claim, and only during its tick.
+            slot.executions.clear()
             slot.busy = False
 
     # ------------------------------------------------------------ the drivers
@@ -479,40 +481,32 @@ class _LocalRuntime:
 
         return self._transition(settle)
 
-    async def _execute_claim(self, request: Execute) -> tuple[Settlement,
-                                                               asyncio.CancelledError | None]:
+    def _execute_claim(self, request: Execute) -> Awaitable[tuple[Settlement,
+                                                                 asyncio.CancelledError | None]]:
         execution: _Execution = request.held  # type: ignore[assignment]
-        job = execution.job
-        executions = execution.slot.executions
-        executions[job.job_id] = execution
-        try:
-            return await run_executor(self._execute, job, execution.signal)
-        except BaseException:
-            _release(execution)
-            raise
+        # Registered until its tick ends (``_tick`` clears the slot's
+        # executions, however it ends): cancel() and fail_lane() find it here.
+        execution.slot.executions[execution.job.job_id] = execution
+        return run_executor(self._execute, execution.job, execution.signal)
 
     def _settle(self, request: Settle) -> tuple[bool, None]:
         execution: _Execution = request.held  # type: ignore[assignment]
-        try:
-            if request.claim_next:
-                raise TypeError("the owner-local runtime claims the next job in its own tick")
-            job, settlement, now = execution.job, request.settlement, self._clock()
-            if self._project is None:
-                return self._store.settle_claim(job.sequence, execution.token, settlement, now,
-                                                cancelled=request.cancelled), None
+        if request.claim_next:
+            raise TypeError("the owner-local runtime claims the next job in its own tick")
+        job, settlement, now = execution.job, request.settlement, self._clock()
+        if self._project is None:
+            return self._store.settle_claim(job.sequence, execution.token, settlement, now,
+                                            cancelled=request.cancelled), None
 
-            def settle() -> bool:
-                settled = self._store.settle_claim_record(
-                    job.sequence, execution.token, settlement, now, cancelled=request.cancelled)
-                if settled is None:
-                    return False
-                self._project_queue(job.queue, settled=settled)
-                return True
+        def settle() -> bool:
+            settled = self._store.settle_claim_record(
+                job.sequence, execution.token, settlement, now, cancelled=request.cancelled)
+            if settled is None:
+                return False
+            self._project_queue(job.queue, settled=settled)
+            return True
 
-            return self._database.atomic(settle), None
-        finally:
-            # Its execution here is over, whatever the settlement did.
-            _release(execution)
+        return self._database.atomic(settle), None
 
     def _read_claim(self, request: ReadClaim) -> ClaimView | None:
         found = self._store.find_claim(request.held.job.sequence)
@@ -611,12 +605,6 @@ def _at_once(step: Callable[[], None]) -> None:
 
 def _nothing_deferred(deferred: Deferred) -> None:
     pass
-
-
-def _release(execution: _Execution) -> None:
-    executions = execution.slot.executions
-    if executions.get(execution.job.job_id) is execution:
-        del executions[execution.job.job_id]
 
 
 class OwnerRuntime(_LocalRuntime):

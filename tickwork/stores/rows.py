@@ -57,7 +57,7 @@ def _job(values: Sequence[Any]) -> JobRecord:
 class Columns:
     """The result columns of one statement, by name."""
 
-    __slots__ = ("_job_values", "index", "names")
+    __slots__ = ("_job_values", "_prefix", "index", "names")
 
     def __init__(self, *names: str) -> None:
         if len(set(names)) != len(names):
@@ -65,14 +65,17 @@ class Columns:
         self.names = names
         self.index = {name: position for position, name in enumerate(names)}
         self._job_values: Callable[[Sequence[Any]], Sequence[Any]] | None = None
+        self._prefix = False
         if all(name in self.index for name in JOB_COLUMNS):
             positions = [self.index[name] for name in JOB_COLUMNS]
             # The common layout, job columns first, needs no reordering.
-            self._job_values = (_prefix if positions == list(range(len(JOB_COLUMNS)))
-                                else itemgetter(*positions))
+            self._prefix = positions == list(range(len(JOB_COLUMNS)))
+            self._job_values = itemgetter(*positions)
 
     def job(self, row: Sequence[Any]) -> JobRecord:
         """The job in ``row``."""
+        if self._prefix:
+            return _job(row)
         values = self._job_values
         if values is None:
             raise ValueError(f"these columns hold no job: {self.names}")
@@ -89,10 +92,6 @@ class Columns:
 
     def __repr__(self) -> str:
         return f"Columns{self.names}"
-
-
-def _prefix(row: Sequence[Any]) -> Sequence[Any]:
-    return row
 
 
 #: The rows of a statement that returns one job.

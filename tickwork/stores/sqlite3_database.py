@@ -64,9 +64,11 @@ class Sqlite3Database:
         if self._stuck is not None:
             self._leave_stuck_transaction()
         connection = self.connection
-        if connection.in_transaction or _autocommits(connection):
-            # Joins the host's open transaction, or autocommits by itself.
-            return self.query(sql, params)
+        if connection.isolation_level is None or connection.in_transaction \
+                or _autocommits(connection):
+            # Autocommits by itself, or joins the host's open transaction.
+            rows: list[Row] = connection.execute(sql, params).fetchall()
+            return rows
         # Legacy transaction control opens a transaction implicitly before a
         # write; end it here, so the statement is durable when we return, or
         # rolled back if the statement or its commit failed.
