@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -10,19 +10,13 @@ import pytest_asyncio
 
 from tests.support.d1.fixtures import d1_bridge  # noqa: F401  (pytest finds fixtures by name)
 from tests.support.engine import ENGINE_KINDS, OWNER_LOCAL_KINDS, Engine
-from tests.support.pg.fixtures import (  # noqa: F401
-    POSTGRES_SCHEMA_DIR,
+from tests.support.pg.with_schema import (  # noqa: F401  (pytest finds fixtures by name)
     postgres_dsn,
+    postgres_schema_files,
     postgres_server,
     postgres_templates,
-    schema_files,
 )
 from tests.support.stores import owner_local_harness, shared_harness
-
-
-@pytest.fixture
-def postgres_schema_files() -> Sequence[Path]:
-    return schema_files(POSTGRES_SCHEMA_DIR)
 
 
 @pytest_asyncio.fixture(params=ENGINE_KINDS)

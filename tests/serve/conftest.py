@@ -2,24 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from pathlib import Path
+from collections.abc import Iterator
 
 import pytest
 
-from tests.support.pg.fixtures import (  # noqa: F401  (pytest finds fixtures by name)
-    POSTGRES_SCHEMA_DIR,
+from tests.support.pg.with_schema import (  # noqa: F401  (pytest finds fixtures by name)
     postgres_dsn,
+    postgres_schema_files,
     postgres_server,
     postgres_templates,
-    schema_files,
 )
 from tests.support.serve import Serve
-
-
-@pytest.fixture
-def postgres_schema_files() -> Sequence[Path]:
-    return schema_files(POSTGRES_SCHEMA_DIR)
 
 
 @pytest.fixture(scope="module")

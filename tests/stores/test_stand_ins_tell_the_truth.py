@@ -2,7 +2,7 @@
 
 ``python-workers-facts.md``, section "Measured in real workerd" (workerd
 1.20260426.1, Pyodide 0.28.2, built-in SDK), lists what tickwork's Worker and
-Durable Object met there. One test per fact; the stand-ins (``tests/fakes``,
+Durable Object met there. One test per fact; the stand-ins (``tests/support/fakes``,
 the D1 bridge in ``tests/support/d1``, the request and namespace stand-ins) must
 reproduce each, messages included. Where a stand-in was kinder than the
 runtime, it hid bugs from every test built on it; these tests keep that from

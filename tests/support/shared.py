@@ -1,4 +1,4 @@
-"""Harness for the shared-runtime conformance suite (PostgreSQL and D1).
+"""Harness for the shared-runtime suites (PostgreSQL and D1).
 
 A ``SharedHarness`` owns one real database and opens any number of runtimes
 over it: each runtime stands for one worker. ``now`` is the test clock that

@@ -1,9 +1,10 @@
 """The OpenAPI document of the /v1 API, generated from the operations table.
 
     python -m tickwork.api.openapi > docs/reference/openapi.json
+    python -m tickwork.api.openapi --markdown     # the route table of http-api.md
 
-The tests regenerate it and compare, so the published document cannot drift
-from the routes the Worker and ``tickwork serve`` actually serve.
+The tests regenerate both and compare, so the published reference cannot
+drift from the routes the Worker and ``tickwork serve`` actually serve.
 """
 
 from __future__ import annotations
@@ -105,5 +106,25 @@ def openapi_json() -> str:
     return json.dumps(openapi_document(), indent=2, sort_keys=False) + "\n"
 
 
+def route_table() -> str:
+    """The routes as the Markdown table in docs/reference/http-api.md."""
+    lines = ["| Method and path | Body | Reply | Answers |", "| --- | --- | --- | --- |"]
+    for operation in OPERATIONS:
+        path = "/v1/{scope}/" + "/".join(operation.path)
+        schema = operation.body_schema
+        if schema is None:
+            body = ""
+        elif operation.name == "ingest":
+            body = 'a job, or `{"jobs": [...]}` (1 to 100)'
+        else:
+            properties = schema.get("properties", {})
+            body = ", ".join(f"`{name}`" for name in properties) or "`{}` or none"
+        answers = "; ".join(f"{status} {text}" for status, text in sorted(
+            operation.answers.items()))
+        lines.append(f"| `{operation.method} {path}` | {body} | {operation.reply_shape} "
+                     f"| {answers} |")
+    return "\n".join(lines) + "\n"
+
+
 if __name__ == "__main__":
-    sys.stdout.write(openapi_json())
+    sys.stdout.write(route_table() if sys.argv[1:] == ["--markdown"] else openapi_json())

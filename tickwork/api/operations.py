@@ -75,6 +75,8 @@ class Operation:
     #: OpenAPI: the request body's schema (POST), and the answers by status.
     body_schema: Mapping[str, Any] | None = None
     answers: Mapping[int, str] = field(default_factory=dict)
+    #: The reply body's shape, for the reference docs.
+    reply_shape: str = ""
 
     @property
     def arity(self) -> int:
@@ -260,14 +262,16 @@ OPERATIONS: Final = (
         args_to_rpc=_ingest_to_rpc, args_from_rpc=_ingest_from_rpc, creates_owner=True,
         body_schema=_INGEST_SCHEMA,
         answers={201: "one new job stored", 200: "a replay, or a list of jobs",
-                 400: "an invalid job or body; nothing stored",
-                 409: "a job_id stored (or repeated) with other cargo; nothing stored"}),
+                 400: "an invalid job or body (nothing stored)",
+                 409: "a job_id stored (or repeated) with other cargo (nothing stored)"},
+        reply_shape='`{"job_id", "status"}`, or `{"jobs": [{"job_id", "status"}, ...]}`'),
     Operation(
         "read", "GET", ("jobs", "{job_id}"), "Read one job",
         _job_id, _reply_read,
         perform=lambda runtime, job_id: runtime.read(job_id),
         result_to_wire=_optional_record, result_from_wire=_optional_record_from,
-        answers={200: "the job", 404: "no such job"}),
+        answers={200: "the job", 404: "no such job"},
+        reply_shape='`{"job": {...}}`'),
     Operation(
         "cancel", "POST", ("jobs", "{job_id}", "cancel"),
         "Record a durable cancellation; a running execution is told to stop",
@@ -280,7 +284,8 @@ OPERATIONS: Final = (
         result_from_wire=wire.cancel_from_wire,
         body_schema=_CANCEL_SCHEMA,
         answers={200: "recorded, or replayed", 404: "no such job",
-                 409: "already settled, refused (only_if_queued) or another cancellation"}),
+                 409: "already settled, refused (only_if_queued) or another cancellation"},
+        reply_shape='`{"job_id", "status"}`'),
     Operation(
         "status", "GET", ("queues",),
         "Job counts of every queue (reads every stored job)",
@@ -288,14 +293,16 @@ OPERATIONS: Final = (
         lambda args, context, result: Reply(200, {"queues": _statuses_to_wire(result)}),
         perform=lambda runtime: runtime.status(),
         result_to_wire=_statuses_to_wire, result_from_wire=_statuses_from_wire,
-        answers={200: "one entry per queue that has jobs"}),
+        answers={200: "one entry per queue that has jobs"},
+        reply_shape='`{"queues": [{"queue", "queued", "running", "settled", "outcomes"}, ...]}`'),
     Operation(
         "queue_status", "GET", ("queues", "{queue}"), "Job counts of one queue",
         _queue,
         lambda args, context, result: Reply(200, {"queue": wire.status_to_wire(result)}),
         perform=lambda runtime, queue: runtime.queue_status(queue),
         result_to_wire=wire.status_to_wire, result_from_wire=wire.status_from_wire,
-        answers={200: "the counts (all zero for a queue without jobs)"}),
+        answers={200: "the counts (all zero for a queue without jobs)"},
+        reply_shape='`{"queue": {"queue", "queued", "running", "settled", "outcomes"}}`'),
     Operation(
         "read_queue_head", "GET", ("queues", "{queue}", "head"),
         "The queue's running job, else its next waiting one",
@@ -304,7 +311,8 @@ OPERATIONS: Final = (
                                                   "head": _optional_record(record)}),
         perform=lambda runtime, queue: runtime.read_queue_head(queue),
         result_to_wire=_optional_record, result_from_wire=_optional_record_from,
-        answers={200: "the head, or null"}),
+        answers={200: "the head, or null"},
+        reply_shape='`{"queue", "head": {...} or null}`'),
     Operation(
         "purge", "POST", ("queues", "{queue}", "purge"),
         "Delete the queue's queued jobs; running and settled ones stay",
@@ -312,7 +320,8 @@ OPERATIONS: Final = (
         lambda args, context, deleted: Reply(200, {"queue": args[0], "purged": deleted}),
         perform=lambda runtime, queue: runtime.purge(queue),
         result_to_wire=_same, result_from_wire=_same,
-        body_schema=_EMPTY_SCHEMA, answers={200: "how many were deleted"}),
+        body_schema=_EMPTY_SCHEMA, answers={200: "how many were deleted"},
+        reply_shape='`{"queue", "purged"}`'),
     Operation(
         "fail_lane", "POST", ("lanes", "{lane}", "fail"),
         "Settle up to 256 of the lane's queued and running jobs as failed",
@@ -322,7 +331,8 @@ OPERATIONS: Final = (
         perform=lambda runtime, lane, reason: runtime.fail_lane(lane, reason),
         result_to_wire=wire.fail_lane_to_wire, result_from_wire=wire.fail_lane_from_wire,
         body_schema=_FAIL_LANE_SCHEMA,
-        answers={200: "how many were settled, and whether more remain (call again)"}),
+        answers={200: "how many were settled, and whether more remain (call again)"},
+        reply_shape='`{"lane", "settled", "more"}`'),
 )
 
 #: Operations by name.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, overload
 
 from tickwork.model.jobs import JobRecord
 from tickwork.model.outcomes import ExecutionResult, Failed
@@ -30,17 +30,43 @@ class ExecutorRegistry:
         self._by_queue: dict[str, Executor] = {}
         self._by_field: dict[str, Executor] = {}
 
-    def on_queue(self, queue: str, executor: Executor) -> Executor:
-        """Run jobs of ``queue`` with ``executor``; returns it (usable as a decorator)."""
-        self._by_queue[_name("queue", queue)] = executor
-        return executor
+    @overload
+    def on_queue(self, queue: str, executor: Executor) -> Executor: ...
 
-    def on_field(self, value: str, executor: Executor) -> Executor:
-        """Run jobs whose ``payload[field] == value`` with ``executor``."""
+    @overload
+    def on_queue(self, queue: str) -> Callable[[Executor], Executor]: ...
+
+    def on_queue(self, queue: str, executor: Executor | None = None
+                 ) -> Executor | Callable[[Executor], Executor]:
+        """Run jobs of ``queue`` with ``executor``; returns it. Without
+        ``executor``, a decorator doing the same: ``@registry.on_queue("emails")``."""
+        name = _name("queue", queue)
+
+        def register(chosen: Executor) -> Executor:
+            self._by_queue[name] = chosen
+            return chosen
+
+        return register if executor is None else register(executor)
+
+    @overload
+    def on_field(self, value: str, executor: Executor) -> Executor: ...
+
+    @overload
+    def on_field(self, value: str) -> Callable[[Executor], Executor]: ...
+
+    def on_field(self, value: str, executor: Executor | None = None
+                 ) -> Executor | Callable[[Executor], Executor]:
+        """Run jobs whose ``payload[field] == value`` with ``executor`` (or, without
+        it, a decorator doing the same)."""
         if self.field is None:
             raise ValueError("on_field needs a registry built with field=...")
-        self._by_field[_name("value", value)] = executor
-        return executor
+        name = _name("value", value)
+
+        def register(chosen: Executor) -> Executor:
+            self._by_field[name] = chosen
+            return chosen
+
+        return register if executor is None else register(executor)
 
     def executor_for(self, job: JobRecord) -> Executor | None:
         if self.field is not None and isinstance(job.payload, Mapping):

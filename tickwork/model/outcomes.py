@@ -73,7 +73,7 @@ class CancelResult:
 
 @dataclass(frozen=True, slots=True)
 class FailLaneResult:
-    """``settled`` jobs were refused by this call; ``more`` says whether to call again."""
+    """``settled`` jobs were failed by this call; ``more`` says whether to call again."""
 
     settled: int
     more: bool

@@ -3,7 +3,7 @@
     from tickwork import D1Runtime, purge_d1_queues
 
 Apply ``schema/d1`` with ``wrangler d1 migrations apply`` first; opening a
-runtime never migrates. See the README ("Shared runtimes").
+runtime never migrates. See docs/reference/python-api.md ("Shared runtimes").
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """The tier's Durable Object storage, seen from Python through the real FFI,
 against what real workerd was measured to do (runs inside Pyodide).
 
-Each fact here is one the tier's conformance run depends on; the CPython
-stand-in (tests/fakes/do_storage.py) is held to the same facts by
-tests/fakes/test_do_storage.py.
+Each fact here is one the tier's behaviour run depends on; the CPython
+stand-in (tests/support/fakes/do_storage.py) is held to the same facts by
+tests/stores/test_do_storage_stand_in.py.
 """
 
 from __future__ import annotations
