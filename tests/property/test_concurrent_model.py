@@ -4,7 +4,7 @@ all of them), fail_lane, purge, read_settled, crash-and-rebuild and liveness
 changes, run against a ConcurrentOwnerRuntime and checked step by step
 against a small reference model of the spec.
 
-Both slots can be in flight at once: an executor whose payload says "block"
+Both tickers can be in flight at once: an executor whose payload says "block"
 (honours its signal) or "stubborn" (ignores it) parks on a gate until the
 test releases it, so one tick() and one tick_concurrent() can sit in their
 executors while other operations run. After every step the loop is spun
@@ -13,7 +13,7 @@ until each in-flight tick has finished or parked again, and then:
 * every job's durable state, every queue head and has_pending_work match
   the model (which selects only queue heads across lanes, partitions ticks,
   cancellations, recoveries and refusals as the spec says);
-* at most one job executes per slot, the executing jobs are exactly the
+* at most one job executes per ticker, the executing jobs are exactly the
   model's in-flight ones, and no claim is ever executed twice;
 * a settled job never changes again (one terminal outcome each), and every
   tick reports what the model says, including which claims it probed;
@@ -71,8 +71,8 @@ QUEUES = ("qa", "qb", "qc", "qd")
 JOB_IDS = tuple(f"j{index:02}" for index in range(12))
 PRIORITIES = (-1, 0, 1)
 
-Slot: TypeAlias = Literal["serial", "concurrent"]
-SLOTS: tuple[Slot, ...] = ("serial", "concurrent")
+Ticker: TypeAlias = Literal["serial", "concurrent"]
+TICKERS: tuple[Ticker, ...] = ("serial", "concurrent")
 # What the executor does, chosen by payload["do"]: one of IMMEDIATE (what it
 # settles as) or of BLOCKING.
 IMMEDIATE: dict[str, tuple[str, str | None]] = {
@@ -84,7 +84,7 @@ IMMEDIATE: dict[str, tuple[str, str | None]] = {
 RELEASES: tuple[Release, ...] = ("completed", "failed", "raise", "unknown", "cancelled")
 
 
-def partition_of(lane: str) -> Slot:
+def partition_of(lane: str) -> Ticker:
     return "concurrent" if lane == FAST else "serial"
 
 
@@ -102,12 +102,12 @@ def immediate(action: str, payload: dict[str, Any]) -> Any:
 
 @dataclass(frozen=True)
 class Tick:
-    slot: Slot
+    ticker: Ticker
 
 
 @dataclass(frozen=True)
 class ReleaseOp:
-    slot: Slot
+    ticker: Ticker
     result: Release
 
 
@@ -143,13 +143,13 @@ specs = st.builds(
     action=st.sampled_from(("complete", "fail", "raise", "cancel", *BLOCKING, *BLOCKING)),
     max_recoveries=st.sampled_from((None, 0, 1)),
 )
-slots = st.sampled_from(SLOTS)
+tickers = st.sampled_from(TICKERS)
 
 
 operations: st.SearchStrategy[Operation] = weighted(
-    (8, st.builds(Tick, slots)),
+    (8, st.builds(Tick, tickers)),
     (6, st.builds(Ingest, specs)),
-    (2, st.builds(ReleaseOp, slots, st.sampled_from(RELEASES))),
+    (2, st.builds(ReleaseOp, tickers, st.sampled_from(RELEASES))),
     (2, st.builds(Cancel, st.integers(0, 9), st.sampled_from(("c1", "c2")), st.booleans())),
     (1, st.builds(CancelMany, st.sampled_from(("c1", "c2")), st.booleans())),
     (1, st.builds(FailLane, st.sampled_from(LANES), st.sampled_from(("r1", "r2")))),
@@ -165,22 +165,22 @@ operations: st.SearchStrategy[Operation] = weighted(
 
 @dataclass
 class ConcurrentModel(Model):
-    """model_support's Model with a slot per partition, each picking only
+    """model_support's Model with a ticker per partition, each picking only
     queue heads across lanes, and the settled feed. A job's sequence is the
     engine's enqueue sequence (read back once, at ingest)."""
 
     immediate: ClassVar[dict[str, tuple[str, str | None]]] = IMMEDIATE
 
-    def slot_of(self, lane: str) -> str:
+    def ticker_of(self, lane: str) -> str:
         return partition_of(lane)
 
     def ready(self, candidates: list[ModelJob]) -> list[ModelJob]:
-        """The slot's waiting jobs that head their queue, whatever its lanes."""
+        """The ticker's waiting jobs that head their queue, whatever its lanes."""
         return [j for j in candidates
                 if j.state == "queued" and self.runnable_head(j.spec.queue) is j]
 
     def runnable_head(self, queue: str) -> ModelJob | None:
-        """The job a slot may run next in ``queue``, whatever its lane: none
+        """The job a ticker may run next in ``queue``, whatever its lane: none
         while a job runs; else the best queued job that is not cancelled."""
         if self.in_queue(queue, "running"):
             return None
@@ -212,7 +212,7 @@ class ConcurrentModel(Model):
 
 
 class Scenario(ModelScenario[ConcurrentModel, ConcurrentOwnerRuntime]):
-    slots = SLOTS
+    tickers = TICKERS
     spins = 300
     crash_ticks = 3
     drain_rounds = 200
@@ -228,23 +228,23 @@ class Scenario(ModelScenario[ConcurrentModel, ConcurrentOwnerRuntime]):
     def open_runtime(self, **options: Any) -> ConcurrentOwnerRuntime:
         return self.harness.concurrent_runtime(FAST, **options)
 
-    def call(self, slot: str) -> Awaitable[TickResult]:
-        return self.runtime.tick() if slot == "serial" else self.runtime.tick_concurrent()
+    def call(self, ticker: str) -> Awaitable[TickResult]:
+        return self.runtime.tick() if ticker == "serial" else self.runtime.tick_concurrent()
 
-    def tick_op(self, slot: str) -> Tick:
-        return Tick(cast(Slot, slot))
+    def tick_op(self, ticker: str) -> Tick:
+        return Tick(cast(Ticker, ticker))
 
-    def release_op(self, slot: str, result: Release) -> ReleaseOp:
-        return ReleaseOp(cast(Slot, slot), result)
+    def release_op(self, ticker: str, result: Release) -> ReleaseOp:
+        return ReleaseOp(cast(Ticker, ticker), result)
 
     async def apply(self, op: Any) -> None:
         model = self.model
         if isinstance(op, Ingest):
             await self.ingest(op.spec)
         elif isinstance(op, Tick):
-            await self.tick(op.slot)
+            await self.tick(op.ticker)
         elif isinstance(op, ReleaseOp):
-            self.release(op.slot, op.result)
+            self.release(op.ticker, op.result)
         elif isinstance(op, Cancel):
             self.cancel(self.cancel_target(op.target), op.cancellation_id, op.only_if_queued)
         elif isinstance(op, CancelMany):
@@ -278,20 +278,20 @@ class Scenario(ModelScenario[ConcurrentModel, ConcurrentOwnerRuntime]):
             self.model.jobs[spec.job_id].sequence = record.sequence
             self.sequences[spec.job_id] = record.sequence
 
-    async def tick(self, slot: str) -> None:
+    async def tick(self, ticker: str) -> None:
         self.probed = []
-        if slot in self.tasks:
-            await self.tick_busy(slot)
-            event(f"{slot} tick: busy")
+        if ticker in self.tasks:
+            await self.tick_busy(ticker)
+            event(f"{ticker} tick: busy")
             return
-        expected, expected_probes = self.model.tick(slot)
-        result = await self.start_tick(slot, expected)
+        expected, expected_probes = self.model.tick(ticker)
+        result = await self.start_tick(ticker, expected)
         if result is None:
-            event(f"{slot} tick: in flight (other slot busy: {len(self.tasks) == 2})")
+            event(f"{ticker} tick: in flight (other ticker busy: {len(self.tasks) == 2})")
         else:
-            event(f"{slot} tick: {result.status}")
+            event(f"{ticker} tick: {result.status}")
         await self.spin()
-        assert self.probed == expected_probes, slot
+        assert self.probed == expected_probes, ticker
 
     # -- the comparison
     def check(self) -> None:
@@ -351,7 +351,7 @@ EXAMPLES = model_examples(40)
 @dataclass(frozen=True)
 class Backlog:
     """Many jobs at once, some cancelled: more runnable jobs than the
-    concurrent slot's first look at the pick order covers (64)."""
+    concurrent ticker's first look at the pick order covers (64)."""
 
     specs: tuple[Spec, ...]
     cancelled: frozenset[int]
@@ -381,7 +381,7 @@ backlogs = st.builds(
 )
 
 
-async def drain_backlog(harness: Harness, backlog: Backlog, order: list[Slot]) -> None:
+async def drain_backlog(harness: Harness, backlog: Backlog, order: list[Ticker]) -> None:
     model = ConcurrentModel()
     runtime = harness.concurrent_runtime(FAST, is_alive=lambda job: False)
     for index, spec in enumerate(backlog.specs):
@@ -394,24 +394,24 @@ async def drain_backlog(harness: Harness, backlog: Backlog, order: list[Slot]) -
         if index < len(backlog.specs):
             job_id = f"b{index:03}"
             assert runtime.cancel(job_id, "x").status == model.cancel(job_id, "x", False)
-    for slot in order * len(backlog.specs):
+    for ticker in order * len(backlog.specs):
         if not model.has_pending_work():
             break
-        expected, probed = model.tick(slot)
+        expected, probed = model.tick(ticker)
         assert expected is not None and probed == []
-        assert await (runtime.tick() if slot == "serial" else runtime.tick_concurrent()) \
-            == expected, slot
+        assert await (runtime.tick() if ticker == "serial" else runtime.tick_concurrent()) \
+            == expected, ticker
     assert not model.has_pending_work()
     assert [r.job_id for r in runtime.read_settled(1000)] == model.feed(0, 1000)
 
 
 @settings(max_examples=max(EXAMPLES // 4, 5), deadline=None)
 @given(backlog=backlogs,
-       order=st.lists(slots, max_size=4).map(lambda order: [*order, "serial", "concurrent"]))
+       order=st.lists(tickers, max_size=4).map(lambda order: [*order, "serial", "concurrent"]))
 def test_deep_backlogs_pick_the_same_heads_as_the_model(
-    backlog: Backlog, order: list[Slot]
+    backlog: Backlog, order: list[Ticker]
 ) -> None:
-    """Each slot's pick, over backlogs deeper than its first look (sqlite3)."""
+    """Each ticker's pick, over backlogs deeper than its first look (sqlite3)."""
     with harness_of("sqlite3") as harness:
         asyncio.run(drain_backlog(harness, backlog, order))
 

@@ -83,8 +83,8 @@ RACE_CANCELLATION = "race"
 RACE_REASON = "raced"
 
 
-def slot_of(lane: str) -> str:
-    """An OwnerRuntime has one slot: every lane runs in tick()."""
+def ticker_of(lane: str) -> str:
+    """An OwnerRuntime has one ticker: every lane runs in tick()."""
     return SERIAL
 
 
@@ -172,15 +172,15 @@ operations: st.SearchStrategy[Operation] = weighted(
 
 @dataclass
 class OwnerModel(Model):
-    """model_support's Model with one slot, ingest conflicts per field, and
+    """model_support's Model with one ticker, ingest conflicts per field, and
     races during the probe."""
 
     immediate: ClassVar[dict[str, tuple[str, str | None]]] = IMMEDIATE_OUTCOMES
 
     next_sequence: int = 0
 
-    def slot_of(self, lane: str) -> str:
-        return slot_of(lane)
+    def ticker_of(self, lane: str) -> str:
+        return ticker_of(lane)
 
     def ready(self, candidates: list[ModelJob]) -> list[ModelJob]:
         """Every waiting job not cancelled whose queue runs nothing."""
@@ -220,14 +220,14 @@ class OwnerModel(Model):
 
 
 class Scenario(ModelScenario[OwnerModel, OwnerRuntime]):
-    slots = (SERIAL,)
+    tickers = (SERIAL,)
     spins = 200
     crash_ticks = 4
     drain_rounds = 100
     probing = (Tick, RacedTick, Crash)
 
     def __init__(self, harness: Harness, *, project: bool) -> None:
-        executor = GatedExecutor(IMMEDIATE_ACTIONS, immediate_result, slot_of)
+        executor = GatedExecutor(IMMEDIATE_ACTIONS, immediate_result, ticker_of)
         super().__init__(harness, OwnerModel(), executor, project=project)
         # A race to run inside the next liveness probe, with what it must return.
         self.race: tuple[RaceKind, object] | None = None
@@ -237,14 +237,14 @@ class Scenario(ModelScenario[OwnerModel, OwnerRuntime]):
     def open_runtime(self, **options: Any) -> OwnerRuntime:
         return self.harness.runtime(**options)
 
-    def call(self, slot: str) -> Awaitable[TickResult]:
-        assert slot == SERIAL
+    def call(self, ticker: str) -> Awaitable[TickResult]:
+        assert ticker == SERIAL
         return self.runtime.tick()
 
-    def tick_op(self, slot: str) -> Tick:
+    def tick_op(self, ticker: str) -> Tick:
         return Tick()
 
-    def release_op(self, slot: str, result: Release) -> ReleaseOp:
+    def release_op(self, ticker: str, result: Release) -> ReleaseOp:
         return ReleaseOp(result)
 
     def during_probe(self, job: JobRecord) -> None:
@@ -324,10 +324,10 @@ class Scenario(ModelScenario[OwnerModel, OwnerRuntime]):
         else:
             assert self.runtime.ingest(job) == expected
 
-    async def tick(self, slot: str = SERIAL, race: RaceKind | None = None) -> None:
+    async def tick(self, ticker: str = SERIAL, race: RaceKind | None = None) -> None:
         self.probed = []
-        if slot in self.tasks:
-            await self.tick_busy(slot)
+        if ticker in self.tasks:
+            await self.tick_busy(ticker)
             return
         orphans = sum(job.state == "running" for job in self.model.jobs.values())
         expected, expected_probes, raced = self.model.raced_tick(race)
@@ -336,7 +336,7 @@ class Scenario(ModelScenario[OwnerModel, OwnerRuntime]):
             event(f"race during the probe: {race}")
         if orphans:
             event(f"tick over {min(orphans, 2)}+ orphan(s), liveness {self.model.liveness}")
-        result = await self.start_tick(slot, expected)
+        result = await self.start_tick(ticker, expected)
         if result is not None:
             event(f"tick: {result.status} {result.outcome or ''}".strip())
         await self.spin()  # a tick left in flight parks on its gate

@@ -686,7 +686,7 @@ class Timer:
 class GatedExecutor:
     """One worker's executor, driven by payload["do"]. Not model_support's
     GatedExecutor (one per process, a gate per job, checks of its own per
-    slot): a worker runs one job at a time, every worker's executions go to
+    ticker): a worker runs one job at a time, every worker's executions go to
     one log, and a killed worker's executor is replaced. The gate itself is
     model_support's ``park``."""
 

@@ -69,15 +69,20 @@ async function main() {
 
   await doStorage.loadSqlite();
   const databases = Array.from({ length: D1_DATABASES }, (_, i) => `DB_${i}`);
-  const mf = new Miniflare({
-    modules: true,
-    script: "export default { fetch() { return new Response(null, { status: 404 }); } };",
-    d1Databases: databases,
-    d1Persist: false,
-    compatibilityDate: COMPATIBILITY_DATE,
-  });
-  const d1 = [];
-  for (const name of databases) d1.push(await mf.getD1Database(name));
+  let mf;
+  let d1 = [];
+  const startMiniflare = async () => {
+    mf = new Miniflare({
+      modules: true,
+      script: "export default { fetch() { return new Response(null, { status: 404 }); } };",
+      d1Databases: databases,
+      d1Persist: false,
+      compatibilityDate: COMPATIBILITY_DATE,
+    });
+    d1 = [];
+    for (const name of databases) d1.push(await mf.getD1Database(name));
+  };
+  await startMiniflare();
 
   // Python's output goes to stderr: stdout is free for whoever runs us.
   const py = await loadPyodide({
@@ -100,6 +105,11 @@ async function main() {
     reopenStorage: (storage) => doStorage.reopen(storage),
     /** The next D1 database of the pool (the fixture empties it). */
     nextD1: () => d1[nextDatabase++ % d1.length],
+    /** A fresh Miniflare: its synchronous proxy channel lost step (see run.py). */
+    restartMiniflare: async () => {
+      await mf.dispose();
+      await startMiniflare();
+    },
     /** Throw a JS Error: how a remote RPC failure reaches the caller. */
     throwError: (message) => {
       throw new Error(message);

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +97,8 @@ def test_in_real_pyodide(case_id: str, pyodide_results: dict[str, dict[str, Any]
         pytest.skip(f"inside Pyodide: {result['detail']}")
     if result["status"] != "passed":
         pytest.fail(f"failed inside Pyodide:\n{result['detail']}", pytrace=False)
+    if "rerun" in result:  # passed on its second run: shown, never hidden
+        warnings.warn(f"{case_id} passed after a rerun: {result['rerun']}", stacklevel=1)
 
 
 def test_the_runner_ran_exactly_the_cases_collected_here(

@@ -1,8 +1,8 @@
 """What the model-based tests share.
 
-test_owner_model.py (an OwnerRuntime: one tick slot) and
+test_owner_model.py (an OwnerRuntime: one ticker) and
 test_concurrent_model.py (a ConcurrentOwnerRuntime: a serial and a
-concurrent slot) drive a real runtime and a small pure-Python model of the
+concurrent ticker) drive a real runtime and a small pure-Python model of the
 spec with the same operations and compare them after every step.
 test_shared_model.py does the same for the shared runtimes (D1, PostgreSQL)
 with two workers, leases and kills; its model, executor and scenario differ
@@ -17,8 +17,8 @@ pieces marked "(all three)" below. This module holds:
   ``ingest_answer`` and ``recovery_of``;
 * the owner models' shared part (``Model``): settling, cancel, fail_lane,
   purge, releases, the probe of an orphan and its recovery, and the
-  settle-or-claim step of a tick. A subclass says which slot a lane's jobs
-  run in (``slot_of``), which of a slot's queued jobs it may claim
+  settle-or-claim step of a tick. A subclass says which ticker a lane's jobs
+  run in (``ticker_of``), which of a ticker's queued jobs it may claim
   (``ready``) and what an immediate action settles as (``immediate``);
 * the ``GatedExecutor`` (blocking executors park on a gate per job until the
   test releases them, the signal aborts them or the "process" crashes),
@@ -27,7 +27,7 @@ pieces marked "(all three)" below. This module holds:
   spinning that keeps concurrency deterministic (after every step each
   in-flight tick has either finished or parked on its gate again), the step
   and drain machinery, crash-and-rebuild and the invariant checks both make.
-  A subclass names its slots and loop budgets and adds its own operations
+  A subclass names its tickers and loop budgets and adds its own operations
   and checks;
 * the comparisons (all three, or the owner and the shared model):
   ``RecordLedger`` (every job's record against the model, step after step),
@@ -73,7 +73,7 @@ from tickwork import (
 # ----------------------------------------------------------------- the world
 
 GHOST = "ghost"  # never ingested
-SERIAL = "serial"  # the slot tick() runs in (an OwnerRuntime's only one)
+SERIAL = "serial"  # the ticker tick() runs in (an OwnerRuntime's only one)
 # What the executor does, chosen by payload["do"], besides the immediate
 # actions each test lists: "block" parks on a gate and honours its signal
 # (returns Failed("stopped") when aborted); "stubborn" parks on a gate and
@@ -160,7 +160,7 @@ class ReplaySpec(Spec):
 
 # ---------------------------------------------------------------- operations
 # The operations both tests draw; each adds its own (its Tick and ReleaseOp
-# among them: the concurrent test's name a slot).
+# among them: the concurrent test's name a ticker).
 
 
 @dataclass(frozen=True)
@@ -171,8 +171,8 @@ class Ingest:
 @dataclass(frozen=True)
 class Cancel:
     """Cancel a job picked by ``target``: 0 a job that never existed; 1 and 2
-    the job in flight in the first and the second slot (an OwnerRuntime's
-    one slot for both), else any running job; otherwise an existing job by
+    the job in flight in the first and the second ticker (an OwnerRuntime's
+    one ticker for both), else any running job; otherwise an existing job by
     index."""
 
     target: int
@@ -193,10 +193,10 @@ class Purge:
 
 @dataclass(frozen=True)
 class Crash:
-    """Kill the process (every slot's in-flight tick and the DB handle);
+    """Kill the process (every ticker's in-flight tick and the DB handle);
     rebuild the runtime, with ``liveness`` and ``probe_async`` from then on.
 
-    With ``tick_first``, first tick each slot (a few times) until it has a
+    With ``tick_first``, first tick each ticker (a few times) until it has a
     job in flight, so that claims are left running with no live executor
     for the rebuilt runtime to recover.
     """
@@ -359,18 +359,18 @@ class Model:
     jobs: dict[str, ModelJob] = field(default_factory=dict)
     next_claim: int = 0
     liveness: Liveness = "dead"
-    flights: dict[str, Flight] = field(default_factory=dict)  # per slot
+    flights: dict[str, Flight] = field(default_factory=dict)  # per ticker
     executions: dict[str, int] = field(default_factory=dict)  # per job_id, all incarnations
-    # Per slot: the claim order of the last orphan it spared.
+    # Per ticker: the claim order of the last orphan it spared.
     probe_after: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     # -- what a subclass says
-    def slot_of(self, lane: str) -> str:
-        """The slot that runs (and recovers) the jobs of ``lane``."""
+    def ticker_of(self, lane: str) -> str:
+        """The ticker that runs (and recovers) the jobs of ``lane``."""
         raise NotImplementedError
 
     def ready(self, candidates: list[ModelJob]) -> list[ModelJob]:
-        """Which of a slot's jobs (``candidates``) its tick may claim."""
+        """Which of a ticker's jobs (``candidates``) its tick may claim."""
         raise NotImplementedError
 
     # -- helpers
@@ -418,8 +418,8 @@ class Model:
     def purge(self, queue: str) -> int:
         return purge_queue(self.jobs, queue)
 
-    def release(self, slot: str, result: Release) -> None:
-        flight = self.flights[slot]
+    def release(self, ticker: str, result: Release) -> None:
+        flight = self.flights[ticker]
         flight.finished = True
         job = self.jobs[flight.job_id]
         if job.state == "settled":
@@ -432,39 +432,39 @@ class Model:
                                             else None)
         self.settle(job, outcome, reason)
 
-    # -- a tick of ``slot``: probe one orphan, then recover it or go on
-    def tick(self, slot: str) -> tuple[TickResult | None, list[str]]:
+    # -- a tick of ``ticker``: probe one orphan, then recover it or go on
+    def tick(self, ticker: str) -> tuple[TickResult | None, list[str]]:
         """(the tick's result, or None when it leaves an executor in flight;
-        the claims it probed). Only ``slot``'s jobs are looked at."""
-        orphan = self.orphan_to_probe(slot)
-        return self.after_probe(slot, orphan), [] if orphan is None else [orphan.spec.job_id]
+        the claims it probed). Only ``ticker``'s jobs are looked at."""
+        orphan = self.orphan_to_probe(ticker)
+        return self.after_probe(ticker, orphan), [] if orphan is None else [orphan.spec.job_id]
 
-    def orphan_to_probe(self, slot: str) -> ModelJob | None:
-        """Recovery first (nothing of ``slot`` runs here between its ticks):
+    def orphan_to_probe(self, ticker: str) -> ModelJob | None:
+        """Recovery first (nothing of ``ticker`` runs here between its ticks):
         the first claim after the last one found alive or unjudgeable,
         wrapping round."""
-        assert slot not in self.flights
+        assert ticker not in self.flights
         orphans = sorted((j for j in self.jobs.values()
-                          if j.state == "running" and self.slot_of(j.spec.lane) == slot),
+                          if j.state == "running" and self.ticker_of(j.spec.lane) == ticker),
                          key=claim_order)
         if not orphans:
             return None
-        after = self.probe_after.get(slot)
+        after = self.probe_after.get(ticker)
         return next((j for j in orphans if after is not None and claim_order(j) > after),
                     orphans[0])
 
-    def after_probe(self, slot: str, orphan: ModelJob | None) -> TickResult | None:
+    def after_probe(self, ticker: str, orphan: ModelJob | None) -> TickResult | None:
         """The rest of the tick once ``orphan`` (if any) has been probed."""
         unknown: ModelJob | None = None
         if orphan is not None:
             if self.liveness in ("raise", "alive"):
-                self.probe_after[slot] = claim_order(orphan)
+                self.probe_after[ticker] = claim_order(orphan)
             if self.liveness == "raise":
                 unknown = orphan
             # (A race during the probe may have settled it meanwhile.)
             elif self.liveness == "dead" and orphan.state == "running":
                 return self.recover(orphan)
-        return self.settle_or_claim(slot, unknown)
+        return self.settle_or_claim(ticker, unknown)
 
     def recover(self, orphan: ModelJob) -> TickResult:
         job_id = orphan.spec.job_id
@@ -476,10 +476,10 @@ class Model:
         self.settle(orphan, ending)
         return TickResult("settled", job_id=job_id, outcome=ending)
 
-    def settle_or_claim(self, slot: str, unknown: ModelJob | None) -> TickResult | None:
-        """Settle the slot's oldest cancelled waiting job, else claim and run
+    def settle_or_claim(self, ticker: str, unknown: ModelJob | None) -> TickResult | None:
+        """Settle the ticker's oldest cancelled waiting job, else claim and run
         its best ready job; None when its executor is left in flight."""
-        mine = [j for j in self.jobs.values() if self.slot_of(j.spec.lane) == slot]
+        mine = [j for j in self.jobs.values() if self.ticker_of(j.spec.lane) == ticker]
         cancelled = [j for j in mine if j.state == "queued" and j.cancellation_id is not None]
         if cancelled:
             job = min(cancelled, key=lambda j: j.sequence)
@@ -495,7 +495,7 @@ class Model:
             self.executions[job_id] = self.executions.get(job_id, 0) + 1
             action = job.spec.action
             if action in BLOCKING:
-                self.flights[slot] = Flight(job_id, honours_signal=action == "block")
+                self.flights[ticker] = Flight(job_id, honours_signal=action == "block")
                 return None
             outcome, reason = self.immediate[action]
             self.settle(job, outcome, reason)
@@ -522,7 +522,7 @@ class GatedExecutor:
     gate of its own until released. Records every claim it runs and which
     jobs execute right now.
 
-    Violations (a claim executed twice, two executions in one slot) are
+    Violations (a claim executed twice, two executions in one ticker) are
     recorded, not raised: the runtime would take an assertion raised in here
     for the executor's own failure.
     """
@@ -531,11 +531,11 @@ class GatedExecutor:
         self,
         immediate_actions: Collection[str],
         immediate: Callable[[str, dict[str, Any]], Any],
-        slot_of: Callable[[str], str],
+        ticker_of: Callable[[str], str],
     ) -> None:
         self.immediate_actions = immediate_actions
         self.immediate = immediate
-        self.slot_of = slot_of
+        self.ticker_of = ticker_of
         self.claims: list[tuple[str, int | None]] = []  # (job_id, started_at)
         self.active: dict[str, str] = {}  # job_id -> lane, while executing
         self.gates: dict[str, asyncio.Future[Release]] = {}  # jobs parked on their gate
@@ -548,9 +548,9 @@ class GatedExecutor:
         if claim in self.claims:
             self.violations.append(f"claim {claim} executed twice")
         self.claims.append(claim)
-        slot = self.slot_of(job.lane)
-        if any(self.slot_of(lane) == slot for lane in self.active.values()):
-            self.violations.append(f"two executions in the {slot} slot: "
+        ticker = self.ticker_of(job.lane)
+        if any(self.ticker_of(lane) == ticker for lane in self.active.values()):
+            self.violations.append(f"two executions in the {ticker} ticker: "
                                    f"{sorted(self.active)} and {job.job_id}")
         self.active[job.job_id] = job.lane
         try:
@@ -615,17 +615,17 @@ R = TypeVar("R", bound=OwnerRuntime)
 
 class ModelScenario(Generic[M, R]):
     """Runs operations on the real runtime and on the model, comparing after
-    each. At most one tick per slot is in flight (its executor parked on its
+    each. At most one tick per ticker is in flight (its executor parked on its
     gate); after every step the loop is spun until each has finished or
     parked again."""
 
-    #: The runtime's tick slots, in the order the drain ticks them.
-    slots: ClassVar[tuple[str, ...]]
+    #: The runtime's tickers, in the order the drain ticks them.
+    tickers: ClassVar[tuple[str, ...]]
     #: How many sleep(0)s a tick may take to finish or park.
     spins: ClassVar[int]
-    #: With Crash(tick_first=True): ticks per slot, at most, to get a job in flight.
+    #: With Crash(tick_first=True): ticks per ticker, at most, to get a job in flight.
     crash_ticks: ClassVar[int]
-    #: Rounds (a step per slot each) the final drain may take.
+    #: Rounds (a step per ticker each) the final drain may take.
     drain_rounds: ClassVar[int]
     #: The operations that may probe liveness.
     probing: ClassVar[tuple[type, ...]]
@@ -641,15 +641,15 @@ class ModelScenario(Generic[M, R]):
         self.now = 0
         self.probe_async = False
         self.probed: list[str] = []
-        self.tasks: dict[str, asyncio.Task[TickResult]] = {}  # per slot, while in flight
+        self.tasks: dict[str, asyncio.Task[TickResult]] = {}  # per ticker, while in flight
         self.runtime = self.build()
 
     # -- what a subclass says
     def open_runtime(self, **options: Any) -> R:
         raise NotImplementedError
 
-    def call(self, slot: str) -> Awaitable[TickResult]:
-        """The runtime's tick of ``slot``."""
+    def call(self, ticker: str) -> Awaitable[TickResult]:
+        """The runtime's tick of ``ticker``."""
         raise NotImplementedError
 
     async def apply(self, op: Any) -> None:
@@ -668,17 +668,17 @@ class ModelScenario(Generic[M, R]):
             assert isinstance(op, SetLiveness), op
             model.liveness, self.probe_async = op.liveness, op.probe_async
 
-    async def tick(self, slot: str) -> None:
+    async def tick(self, ticker: str) -> None:
         raise NotImplementedError
 
     def check(self) -> None:
         """Compare everything (run after every step)."""
         raise NotImplementedError
 
-    def tick_op(self, slot: str) -> Any:
+    def tick_op(self, ticker: str) -> Any:
         raise NotImplementedError
 
-    def release_op(self, slot: str, result: Release) -> Any:
+    def release_op(self, ticker: str, result: Release) -> Any:
         raise NotImplementedError
 
     def drained(self) -> None:
@@ -715,9 +715,9 @@ class ModelScenario(Generic[M, R]):
         await asyncio.sleep(0)
         return self._answer(job)
 
-    def named(self, slot: str) -> str:
-        """``slot``'s tick, as the events name it."""
-        return "tick" if len(self.slots) == 1 else f"{slot} tick"
+    def named(self, ticker: str) -> str:
+        """``ticker``'s tick, as the events name it."""
+        return "tick" if len(self.tickers) == 1 else f"{ticker} tick"
 
     # -- driving the loop
     async def spin(self) -> None:
@@ -725,26 +725,26 @@ class ModelScenario(Generic[M, R]):
         flights = self.model.flights
         assert sorted(self.tasks) == sorted(flights), "a tick in flight the model has not"
         for _ in range(self.spins):
-            if all(task.done() or self.executor.parked(flights[slot].job_id)
-                   for slot, task in self.tasks.items()):
+            if all(task.done() or self.executor.parked(flights[ticker].job_id)
+                   for ticker, task in self.tasks.items()):
                 break
             await asyncio.sleep(0)
         else:
             raise AssertionError("an in-flight tick neither finished nor parked")
-        for slot, task in list(self.tasks.items()):
-            flight = flights[slot]
+        for ticker, task in list(self.tasks.items()):
+            flight = flights[ticker]
             if not flight.finished:
-                assert not task.done(), f"{slot} tick finished early: {task.result()!r}"
+                assert not task.done(), f"{ticker} tick finished early: {task.result()!r}"
                 continue
-            assert task.done(), f"the {slot} tick of {flight.job_id} should have finished"
+            assert task.done(), f"the {ticker} tick of {flight.job_id} should have finished"
             job = self.model.jobs[flight.job_id]
             assert job.state == "settled"
             expected = TickResult("settled", job_id=flight.job_id, outcome=job.outcome,  # type: ignore[arg-type]
                                   failure_reason=job.failure_reason)
-            assert task.result() == expected, slot
-            event(f"in-flight {self.named(slot)} finished: {job.outcome}")
-            del self.tasks[slot]
-            del flights[slot]
+            assert task.result() == expected, ticker
+            event(f"in-flight {self.named(ticker)} finished: {job.outcome}")
+            del self.tasks[ticker]
+            del flights[ticker]
 
     async def step(self, op: Any) -> None:
         """Apply ``op``, spin, then compare everything (and the settlements it
@@ -766,13 +766,13 @@ class ModelScenario(Generic[M, R]):
             projected = sorted(t.settled.job_id for t in self.transitions if t.settled)
             assert projected == newly_settled
 
-    async def start_tick(self, slot: str, expected: TickResult | None) -> TickResult | None:
-        """Start ``slot``'s tick. When the model says it leaves an executor in
+    async def start_tick(self, ticker: str, expected: TickResult | None) -> TickResult | None:
+        """Start ``ticker``'s tick. When the model says it leaves an executor in
         flight (``expected`` is None) leave it running; else wait for it and
         compare its result (returned)."""
-        task = asyncio.ensure_future(self.call(slot))
+        task = asyncio.ensure_future(self.call(ticker))
         if expected is None:
-            self.tasks[slot] = task
+            self.tasks[ticker] = task
             return None
         for _ in range(self.spins):
             if task.done():
@@ -780,21 +780,21 @@ class ModelScenario(Generic[M, R]):
             await asyncio.sleep(0)
         assert task.done(), "a tick with nothing to wait for did not finish"
         result = task.result()
-        assert result == expected, slot
+        assert result == expected, ticker
         return result
 
-    async def tick_busy(self, slot: str) -> None:
-        """A tick of a slot with a tick in flight: busy, and probes nothing."""
-        assert await self.call(slot) == TickResult("busy")
+    async def tick_busy(self, ticker: str) -> None:
+        """A tick of a ticker with a tick in flight: busy, and probes nothing."""
+        assert await self.call(ticker) == TickResult("busy")
         assert self.probed == []
 
-    def release(self, slot: str, result: Release) -> None:
-        """Let ``slot``'s parked executor return ``result`` (no-op when nothing
+    def release(self, ticker: str, result: Release) -> None:
+        """Let ``ticker``'s parked executor return ``result`` (no-op when nothing
         is in flight there)."""
-        flight = self.model.flights.get(slot)
+        flight = self.model.flights.get(ticker)
         if flight is None or flight.finished:
             return
-        self.model.release(slot, result)
+        self.model.release(ticker, result)
         self.executor.gates[flight.job_id].set_result(result)
 
     def cancel(self, job_id: str, cancellation_id: str, only_if_queued: bool) -> None:
@@ -804,12 +804,12 @@ class ModelScenario(Generic[M, R]):
         event(f"cancel: {expected}")
 
     def cancel_target(self, target: int) -> str:
-        """See Cancel: 1 and 2 name the first and the second slot."""
+        """See Cancel: 1 and 2 name the first and the second ticker."""
         jobs = self.model.jobs
         if target == 0 or not jobs:
             return GHOST
         if target <= 2:
-            flight = self.model.flights.get(self.slots[(target - 1) % len(self.slots)])
+            flight = self.model.flights.get(self.tickers[(target - 1) % len(self.tickers)])
             if flight is not None:
                 return flight.job_id
             running = sorted(i for i, job in jobs.items() if job.state == "running")
@@ -819,11 +819,11 @@ class ModelScenario(Generic[M, R]):
         return ids[target % len(ids)]
 
     async def crash(self, op: Crash) -> None:
-        for slot in self.slots if op.tick_first else ():
+        for ticker in self.tickers if op.tick_first else ():
             for _ in range(self.crash_ticks):
-                if slot in self.tasks:
+                if ticker in self.tasks:
                     break
-                await self.tick(slot)
+                await self.tick(ticker)
                 self.check()
         event(f"crash with {len(self.tasks)} tick(s) in flight")
         # With nothing in flight the process dies idle (a finished task).
@@ -844,14 +844,14 @@ class ModelScenario(Generic[M, R]):
                       runtime.has_pending_work(), self.model.jobs.values())
 
     def check_executions(self) -> None:
-        """At most one execution per slot, and exactly the model's in-flight
+        """At most one execution per ticker, and exactly the model's in-flight
         ones; every claim ran at most once, and exactly the claims the model
         made were executed."""
         executor, model = self.executor, self.model
         active = executor.active
         assert sorted(active) == sorted(f.job_id for f in model.flights.values())
-        for slot in self.slots:
-            assert sum(model.slot_of(lane) == slot for lane in active.values()) <= 1
+        for ticker in self.tickers:
+            assert sum(model.ticker_of(lane) == ticker for lane in active.values()) <= 1
         check_runs(executor.claims, model.executions)
 
     # -- a whole example
@@ -861,22 +861,22 @@ class ModelScenario(Generic[M, R]):
             for op in ops:
                 await self.step(op)
             # Finally drain: release whatever is parked, recover everything,
-            # and tick every slot until idle; the model must agree all the way
+            # and tick every ticker until idle; the model must agree all the way
             # down.
             await self.step(SetLiveness("dead", False))
             for _ in range(self.drain_rounds):
-                for slot in self.slots:
-                    if slot in self.tasks:
-                        await self.step(self.release_op(slot, "completed"))
+                for ticker in self.tickers:
+                    if ticker in self.tasks:
+                        await self.step(self.release_op(ticker, "completed"))
                     else:
-                        await self.step(self.tick_op(slot))
+                        await self.step(self.tick_op(ticker))
                 if not self.tasks and not self.model.has_pending_work():
                     break
             else:
                 raise AssertionError("never drained")
             assert not self.runtime.has_pending_work()
-            for slot in self.slots:
-                assert await self.call(slot) == TickResult("idle"), slot
+            for ticker in self.tickers:
+                assert await self.call(ticker) == TickResult("idle"), ticker
             self.drained()
         finally:
             for task in self.tasks.values():

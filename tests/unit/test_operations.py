@@ -201,7 +201,7 @@ def test_a_store_that_knows_whether_more_remain_is_not_asked() -> None:
 
 def test_the_common_tick_is_claim_execute_settle_wake() -> None:
     held = Held(record())
-    asked, (result, carried) = script(operations.tick("slot"), [
+    asked, (result, carried) = script(operations.tick("ticker"), [
         (held, None), (Settlement("completed"), None), (True, None), None])
     assert kinds(asked) == ["ClaimOrProbe", "Execute", "Settle", "Wake"]
     assert result == TickResult("settled", job_id="a", outcome="completed")
@@ -209,7 +209,7 @@ def test_the_common_tick_is_claim_execute_settle_wake() -> None:
 
 
 def test_an_idle_tick_asks_once() -> None:
-    asked, (result, _) = script(operations.tick("slot"), [(None, Probe(None, False, False))])
+    asked, (result, _) = script(operations.tick("ticker"), [(None, Probe(None, False, False))])
     assert (kinds(asked), result) == (["ClaimOrProbe"], TickResult("idle"))
 
 
@@ -225,7 +225,7 @@ def test_an_owner_local_suspect_is_asked_about_and_read_again_before_recovery() 
     suspect = Suspect(record(), "old", lease_expired=False)
     cancelled_meanwhile = record(cancellation_id="c1")
     settled = record(state="settled", outcome="cancelled", cancellation_id="c1")
-    asked, (result, _) = script(operations.tick("slot"), [
+    asked, (result, _) = script(operations.tick("ticker"), [
         (None, Probe(suspect, False, True)), DEAD, cancelled_meanwhile, settled, None])
     assert kinds(asked) == ["ClaimOrProbe", "AskLiveness", "Find", "SettleRecovered", "Wake"]
     assert isinstance(asked[3], SettleRecovered)
@@ -236,7 +236,7 @@ def test_an_owner_local_suspect_is_asked_about_and_read_again_before_recovery() 
 def test_an_alive_suspect_lets_the_tick_claim_unguarded() -> None:
     suspect = Suspect(record("other"), "old", lease_expired=False)
     held = Held(record("b"))
-    asked, (result, _) = script(operations.tick("slot"), [
+    asked, (result, _) = script(operations.tick("ticker"), [
         (None, Probe(suspect, False, True)), ALIVE, held,
         (Settlement("completed"), None), (True, None), None])
     assert kinds(asked) == ["ClaimOrProbe", "AskLiveness", "Claim", "Execute", "Settle", "Wake"]
@@ -245,14 +245,14 @@ def test_an_alive_suspect_lets_the_tick_claim_unguarded() -> None:
 
 def test_an_unanswerable_probe_is_reported_only_when_nothing_else_runs() -> None:
     suspect = Suspect(record("other"), "old", lease_expired=False)
-    asked, (result, _) = script(operations.tick("slot"), [
+    asked, (result, _) = script(operations.tick("ticker"), [
         (None, Probe(suspect, False, True)), "TimeoutError: slow", None])
     assert kinds(asked) == ["ClaimOrProbe", "AskLiveness", "Claim"]
     assert result == TickResult("liveness_unknown", job_id="other", reason="TimeoutError: slow")
 
 
 def test_a_cancelled_waiting_job_settles_before_any_claim() -> None:
-    asked, (result, _) = script(operations.tick("slot"), [
+    asked, (result, _) = script(operations.tick("ticker"), [
         (None, Probe(None, True, True)), record(state="settled", outcome="cancelled"), None])
     assert kinds(asked) == ["ClaimOrProbe", "SettleNextCancelled", "Wake"]
     assert result.outcome == "cancelled"
@@ -260,7 +260,7 @@ def test_a_cancelled_waiting_job_settles_before_any_claim() -> None:
 
 def test_a_cancellation_recorded_while_running_decides_the_outcome() -> None:
     held = Held(record())
-    asked, (result, _) = script(operations.tick("slot"), [
+    asked, (result, _) = script(operations.tick("ticker"), [
         (held, None), (Settlement("completed"), None), (False, None),
         ClaimView(record(cancellation_id="c1"), "t1", lease_live=True), (True, None), None])
     assert kinds(asked) == ["ClaimOrProbe", "Execute", "Settle", "ReadClaim", "Settle", "Wake"]
@@ -281,14 +281,14 @@ def test_a_cancellation_recorded_while_running_decides_the_outcome() -> None:
 ])
 def test_a_settlement_that_matched_nothing_reports_why(view: ClaimView | None,
                                                        expected: TickResult) -> None:
-    _, (result, _) = script(operations.tick("slot"), [
+    _, (result, _) = script(operations.tick("ticker"), [
         (Held(record()), None), (Settlement("completed"), None), (False, None), view, None])
     assert result == expected
 
 
 def test_an_interrupted_execution_is_recorded_then_reraised() -> None:
     interruption = asyncio.CancelledError()
-    plan = operations.tick("slot")
+    plan = operations.tick("ticker")
     with pytest.raises(asyncio.CancelledError):
         script(plan, [(Held(record()), None),
                       (Settlement("failed", "execution_interrupted"), interruption),

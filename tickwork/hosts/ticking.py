@@ -16,7 +16,7 @@ from typing import Literal, TypeAlias
 
 from tickwork.model.outcomes import TickResult
 
-#: Why the loop stopped: the owner is idle; a tick found the slot busy (another
+#: Why the loop stopped: the owner is idle; a tick found the ticker busy (another
 #: loop ticks it) or could not judge a claim's liveness (look again later,
 #: not at once); the tick or time budget ran out with work maybe left; the
 #: host asked it to stop.

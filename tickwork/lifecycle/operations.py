@@ -242,14 +242,14 @@ def purge(queue: str) -> Plan[int]:
 # ------------------------------------------------------------------ ticks
 
 
-def tick(slot: object, *, claim_next: bool = False) -> Plan[Ticked]:
+def tick(ticker: object, *, claim_next: bool = False) -> Plan[Ticked]:
     """Recover a dead claim, settle a cancelled job, or claim and run one job.
 
     The common tick is one request before the executor runs: the claim only
     happens when nothing must come first, and otherwise the same answer says
     what must (in that order: recovery, then cancelled jobs).
     """
-    held, probe = yield ClaimOrProbe(slot)
+    held, probe = yield ClaimOrProbe(ticker)
     if held is not None:
         return (yield from run(held, claim_next=claim_next))
     if not probe.blocked:
@@ -259,27 +259,27 @@ def tick(slot: object, *, claim_next: bool = False) -> Plan[Ticked]:
     # else runs.
     recovery = None
     if probe.suspect is not None:
-        recovery = yield from recover(probe.suspect, slot)
+        recovery = yield from recover(probe.suspect, ticker)
         if recovery is not None and recovery.status != "liveness_unknown":
             return recovery, None
     if probe.cancelled_waiting:
-        cancelled = yield SettleNextCancelled(slot)
+        cancelled = yield SettleNextCancelled(ticker)
         if cancelled is not None:
             yield _WAKE
             return settled(cancelled), None
-    held = yield Claim(slot)
+    held = yield Claim(ticker)
     if held is None:
         return recovery or IDLE, None
     return (yield from run(held, claim_next=claim_next))
 
 
-def recover(suspect: Suspect, slot: object) -> Plan[TickResult | None]:
+def recover(suspect: Suspect, ticker: object) -> Plan[TickResult | None]:
     """Recover a claim whose execution is gone: requeue it while its recovery
     budget lasts, else settle it interrupted (cancelled, if a cancellation is
     recorded). None when it turns out alive, or moved meanwhile."""
     job = suspect.job
     if not suspect.lease_expired:
-        answer = yield AskLiveness(suspect, slot)
+        answer = yield AskLiveness(suspect, ticker)
         if answer is ALIVE:
             return None
         if answer is not DEAD:

@@ -8,9 +8,9 @@ the shared runtimes with ``await`` against D1 or PostgreSQL, fenced on their
 leases. A store that cannot answer raises, and the runtime throws that error
 into the operation at the ``yield`` that asked.
 
-Each request says below what it answers. Held claims and tick slots are the
+Each request says below what it answers. Held claims and tickers are the
 runtime's own objects: an operation only reads ``held.job`` and
-``held.token``, and passes a slot back unchanged.
+``held.token``, and passes a ticker back unchanged.
 """
 
 from __future__ import annotations
@@ -219,19 +219,19 @@ class Wake(Request):
 
 @dataclass(slots=True)
 class ClaimOrProbe(Request):
-    """The tick's first step: claim the slot's best ready job under a fresh
+    """The tick's first step: claim the ticker's best ready job under a fresh
     token, but only when nothing must come first -> ``(Held, None)``; else
     ``(None, Probe)`` saying what must (a suspect claim, a cancelled job)."""
 
-    slot: Any
+    ticker: Any
 
 
 @dataclass(slots=True)
 class Claim(Request):
-    """Claim the slot's best ready job under a fresh token, unguarded ->
+    """Claim the ticker's best ready job under a fresh token, unguarded ->
     ``Held | None``."""
 
-    slot: Any
+    ticker: Any
 
 
 @dataclass(slots=True)
@@ -241,7 +241,7 @@ class AskLiveness(Request):
     only: a shared runtime's suspects have expired leases)."""
 
     suspect: Suspect
-    slot: Any
+    ticker: Any
 
 
 #: AskLiveness answers.
@@ -268,10 +268,10 @@ class SettleRecovered(Request):
 
 @dataclass(slots=True)
 class SettleNextCancelled(Request):
-    """Settle the slot's oldest cancelled queued job, without running it ->
+    """Settle the ticker's oldest cancelled queued job, without running it ->
     ``JobRecord | None``."""
 
-    slot: Any
+    ticker: Any
 
 
 @dataclass(slots=True)

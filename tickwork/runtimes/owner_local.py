@@ -13,11 +13,11 @@ synchronously. What is owner-local here, and nowhere else:
   round robin, so an alive or unanswerable claim cannot hide the others);
 * claim tokens are a random prefix per runtime plus a counter.
 
-The only state kept in memory is what cannot be durable, per tick slot: the
+The only state kept in memory is what cannot be durable, per ticker: the
 claim it is executing (with its abort signal), its busy guard, and where its
 next liveness probe starts.
 
-A runtime has one tick slot. Opened with ``concurrent_lane``, it is a
+A runtime has one ticker. Opened with ``concurrent_lane``, it is a
 ``ConcurrentOwnerRuntime`` with two: ``tick()`` serves every lane but that
 one, ``tick_concurrent()`` serves only that one, and the two can be in
 flight at the same time.
@@ -125,18 +125,18 @@ _BUSY = TickResult("busy")
 
 @dataclass(slots=True)
 class _Execution:
-    """A claim this runtime holds (``Held``), and the slot executing it."""
+    """A claim this runtime holds (``Held``), and the ticker executing it."""
 
     job: JobRecord
     token: str
     signal: AbortSignal
-    slot: _Slot
+    ticker: _Ticker
 
 
-class _Slot:
-    """One tick slot: the jobs it selects, its busy guard, its execution.
+class _Ticker:
+    """One ticker: the jobs it selects, its busy guard, its execution.
 
-    A slot runs one tick at a time, so it executes at most one claim at a
+    A ticker runs one tick at a time, so it executes at most one claim at a
     time; ``executions`` is keyed by job_id for the abort paths.
     """
 
@@ -168,17 +168,17 @@ class _LocalRuntime:
         concurrent_lane: str | None = None,
     ) -> None:
         if concurrent_lane is None:
-            self._slots: tuple[_Slot, ...] = (_Slot(EVERY_JOB),)
+            self._tickers: tuple[_Ticker, ...] = (_Ticker(EVERY_JOB),)
         else:
             check_text("concurrent_lane", concurrent_lane, MAX_LANE_LENGTH, InvalidArgument)
             if not isinstance(self, ConcurrentOwnerRuntime):
                 raise TypeError(
-                    f"{type(self).__name__} has no concurrent slot; a runtime with a "
+                    f"{type(self).__name__} has no concurrent ticker; a runtime with a "
                     "concurrent_lane must be a ConcurrentOwnerRuntime (subclass that)"
                 )
-            self._slots = (_Slot(outside_lane(concurrent_lane)),
-                           _Slot(inside_lane(concurrent_lane)))
-        self._serial = self._slots[0]
+            self._tickers = (_Ticker(outside_lane(concurrent_lane)),
+                           _Ticker(inside_lane(concurrent_lane)))
+        self._serial = self._tickers[0]
         self._concurrent_lane = concurrent_lane
         self._database = database
         self._store = OwnerLocalStore(database)
@@ -208,7 +208,7 @@ class _LocalRuntime:
         return self._read(operations.read_queue_head(queue))
 
     def has_pending_work(self) -> bool:
-        """True while any job is queued or running (in either slot's partition)."""
+        """True while any job is queued or running (in either ticker's partition)."""
         return self._read(operations.has_pending_work())
 
     def status(self) -> list[QueueStatus]:
@@ -276,22 +276,22 @@ class _LocalRuntime:
     async def tick(self) -> TickResult:
         """Recover, settle a cancelled job, or claim and execute one ready job.
 
-        With a concurrent lane, this is the serial slot: it never selects,
+        With a concurrent lane, this is the serial ticker: it never selects,
         settles or probes a job of that lane.
         """
         return await self._tick(self._serial)
 
-    async def _tick(self, slot: _Slot) -> TickResult:
-        if slot.busy:
+    async def _tick(self, ticker: _Ticker) -> TickResult:
+        if ticker.busy:
             return _BUSY
-        slot.busy = True
+        ticker.busy = True
         try:
-            result, _ = await drive_async(operations.tick(slot), self._answers, self._awaited)
+            result, _ = await drive_async(operations.tick(ticker), self._answers, self._awaited)
             return result
         finally:
-            # A slot executes at most one claim, and only during its tick.
-            slot.executions.clear()
-            slot.busy = False
+            # A ticker executes at most one claim, and only during its tick.
+            ticker.executions.clear()
+            ticker.busy = False
 
     # ------------------------------------------------------------ the drivers
 
@@ -393,12 +393,12 @@ class _LocalRuntime:
     # ------------------------------------------------------------- tick steps
 
     def _claim_or_probe(self, request: ClaimOrProbe) -> tuple[_Execution | None, Probe | None]:
-        slot: _Slot = request.slot
-        # Claims this runtime executes are never probed (with two slots, the
-        # other slot's claim is outside this partition anyway).
+        ticker: _Ticker = request.ticker
+        # Claims this runtime executes are never probed (with two tickers, the
+        # other ticker's claim is outside this partition anyway).
         executing = self._executing_tokens()
         token = self._new_token()
-        partition = slot.partition
+        partition = ticker.partition
         # One statement claims when no suspect and no cancelled job of the
         # partition needs the tick first.
         if self._project is None:
@@ -407,8 +407,8 @@ class _LocalRuntime:
             job = self._database.atomic(lambda: self._claimed(
                 self._store.claim_next_if_clear(partition, token, self._clock(), executing)))
         if job is not None:
-            return _Execution(job, token, AbortSignal(), slot), None
-        sequence, cancelled_waiting = self._store.probe(partition, executing, slot.probe_after)
+            return _Execution(job, token, AbortSignal(), ticker), None
+        sequence, cancelled_waiting = self._store.probe(partition, executing, ticker.probe_after)
         suspect = None
         if sequence is not None:
             found = self._store.find_claim(sequence)
@@ -418,11 +418,11 @@ class _LocalRuntime:
                            blocked=sequence is not None or cancelled_waiting)
 
     def _claim(self, request: Claim) -> _Execution | None:
-        slot: _Slot = request.slot
+        ticker: _Ticker = request.ticker
         token = self._new_token()
         job = self._transition(lambda: self._claimed(
-            self._store.claim_next(slot.partition, token, self._clock())))
-        return None if job is None else _Execution(job, token, AbortSignal(), slot)
+            self._store.claim_next(ticker.partition, token, self._clock())))
+        return None if job is None else _Execution(job, token, AbortSignal(), ticker)
 
     def _claimed(self, job: JobRecord | None) -> JobRecord | None:
         if job is not None:
@@ -431,7 +431,7 @@ class _LocalRuntime:
 
     async def _ask_liveness(self, request: AskLiveness) -> bool | str:
         job = request.suspect.job
-        slot: _Slot = request.slot
+        ticker: _Ticker = request.ticker
         try:
             alive: Any = self._is_alive(job)
             if inspect.isawaitable(alive):
@@ -439,10 +439,10 @@ class _LocalRuntime:
             if not isinstance(alive, bool):
                 raise TypeError(f"is_alive returned {type(alive).__name__}, expected bool")
         except Exception as error:  # the probe's failure is reported, never guessed at
-            slot.probe_after = _claim_order(job)
+            ticker.probe_after = _claim_order(job)
             return f"{type(error).__name__}: {error}"
         if alive:
-            slot.probe_after = _claim_order(job)  # the next tick looks at the next claim
+            ticker.probe_after = _claim_order(job)  # the next tick looks at the next claim
             return ALIVE
         return DEAD
 
@@ -471,10 +471,10 @@ class _LocalRuntime:
         return self._transition(settle)
 
     def _settle_next_cancelled(self, request: SettleNextCancelled) -> JobRecord | None:
-        slot: _Slot = request.slot
+        ticker: _Ticker = request.ticker
 
         def settle() -> JobRecord | None:
-            job = self._store.settle_next_cancelled(slot.partition, self._clock())
+            job = self._store.settle_next_cancelled(ticker.partition, self._clock())
             if job is not None:
                 self._project_queue(job.queue, settled=job)
             return job
@@ -484,9 +484,9 @@ class _LocalRuntime:
     def _execute_claim(self, request: Execute) -> Awaitable[tuple[Settlement,
                                                                  asyncio.CancelledError | None]]:
         execution: _Execution = request.held  # type: ignore[assignment]
-        # Registered until its tick ends (``_tick`` clears the slot's
+        # Registered until its tick ends (``_tick`` clears the ticker's
         # executions, however it ends): cancel() and fail_lane() find it here.
-        execution.slot.executions[execution.job.job_id] = execution
+        execution.ticker.executions[execution.job.job_id] = execution
         return run_executor(self._execute, execution.job, execution.signal)
 
     def _settle(self, request: Settle) -> tuple[bool, None]:
@@ -532,15 +532,15 @@ class _LocalRuntime:
         return f"{self._token_prefix}-{next(self._claim_numbers)}"
 
     def _executing_tokens(self) -> list[str]:
-        slots = self._slots
-        if len(slots) == 1:
-            return [execution.token for execution in slots[0].executions.values()]
-        return [execution.token for slot in slots for execution in slot.executions.values()]
+        tickers = self._tickers
+        if len(tickers) == 1:
+            return [execution.token for execution in tickers[0].executions.values()]
+        return [execution.token for ticker in tickers for execution in ticker.executions.values()]
 
     def _execution_of(self, job_id: str) -> _Execution | None:
-        """The local execution of ``job_id``, in whichever slot runs it."""
-        for slot in self._slots:
-            execution = slot.executions.get(job_id)
+        """The local execution of ``job_id``, in whichever ticker runs it."""
+        for ticker in self._tickers:
+            execution = ticker.executions.get(job_id)
             if execution is not None:
                 return execution
         return None
@@ -556,7 +556,7 @@ class _LocalRuntime:
             raise TypeError("project must be synchronous: it runs inside the transaction")
 
     def _abort(self, job_id: str, reason: str) -> None:
-        # Signals the slot that owns the execution (a job runs in one slot).
+        # Signals the ticker that owns the execution (a job runs in one ticker).
         execution = self._execution_of(job_id)
         if execution is not None:
             execution.signal._abort(reason)
@@ -616,7 +616,7 @@ class OwnerRuntime(_LocalRuntime):
     can alter when the next tick should run; ``project(transition)`` (optional)
     runs inside the transaction of every change to a queue.
 
-    ``concurrent_lane`` (optional) reserves one lane for a second tick slot:
+    ``concurrent_lane`` (optional) reserves one lane for a second ticker:
     the constructor then returns a ``ConcurrentOwnerRuntime``, which has
     ``tick_concurrent()``. A runtime opened without it has no such method.
     """
@@ -666,12 +666,12 @@ class OwnerRuntime(_LocalRuntime):
 
 
 class ConcurrentOwnerRuntime(OwnerRuntime):
-    """An OwnerRuntime with a concurrent lane: two tick slots over one store.
+    """An OwnerRuntime with a concurrent lane: two tickers over one store.
 
-    ``tick()`` (the serial slot) never selects a job of the concurrent lane;
-    ``tick_concurrent()`` selects only those. Each slot has its own busy
+    ``tick()`` (the serial ticker) never selects a job of the concurrent lane;
+    ``tick_concurrent()`` selects only those. Each ticker has its own busy
     guard and executions, so one of each can be in flight at once; both
-    share the store, the projector and the wake. Either slot runs a job only
+    share the store, the projector and the wake. Either ticker runs a job only
     while it is its queue's head across lanes.
     """
 
@@ -690,7 +690,7 @@ class ConcurrentOwnerRuntime(OwnerRuntime):
         check_text("concurrent_lane", concurrent_lane, MAX_LANE_LENGTH, InvalidArgument)
         super().__init__(database, execute=execute, is_alive=is_alive, wake=wake, project=project,
                          clock=clock, concurrent_lane=concurrent_lane)
-        self._concurrent = self._slots[1]
+        self._concurrent = self._tickers[1]
 
     @property
     def concurrent_lane(self) -> str:
@@ -699,7 +699,7 @@ class ConcurrentOwnerRuntime(OwnerRuntime):
         return lane
 
     async def tick_concurrent(self) -> TickResult:
-        """tick(), for the concurrent lane's slot: recover one of its
+        """tick(), for the concurrent lane's ticker: recover one of its
         disappeared claims, settle one of its cancelled queued jobs, or claim
         and execute its best job that heads its queue."""
         return await self._tick(self._concurrent)

@@ -58,7 +58,7 @@ _READ_SETTLED_OUTSIDE_LANE = _render(sql.READ_SETTLED_OUTSIDE_LANE,
 
 @dataclass(frozen=True, slots=True)
 class Partition:
-    """The jobs one tick slot selects from, and the statements that select them.
+    """The jobs one ticker selects from, and the statements that select them.
 
     ``bind`` goes in front of every statement's own values: nothing for
     ``EVERY_JOB`` (the plain statements), the concurrent lane for the
@@ -74,7 +74,7 @@ class Partition:
     settle_next_cancelled: sql.Statement
 
 
-#: A runtime without a concurrent lane: one slot, every job.
+#: A runtime without a concurrent lane: one ticker, every job.
 EVERY_JOB = Partition(
     "every job", (), _render(sql.CLAIM, "token", "now"),
     _render(sql.CLAIM_IF_CLEAR, "token", "now"),
@@ -94,12 +94,12 @@ _IN_LANE = (
 
 
 def outside_lane(lane: str) -> Partition:
-    """The serial slot of a runtime whose concurrent lane is ``lane``."""
+    """The serial ticker of a runtime whose concurrent lane is ``lane``."""
     return Partition("serial", (lane,), *_OUTSIDE_LANE)
 
 
 def inside_lane(lane: str) -> Partition:
-    """The concurrent slot: only the jobs of ``lane``."""
+    """The concurrent ticker: only the jobs of ``lane``."""
     return Partition("concurrent", (lane,), *_IN_LANE)
 
 

@@ -402,7 +402,7 @@ PURGE_QUEUE_COUNTED = Template("purge_queue_counted", PURGE_QUEUE.text + "RETURN
 #
 # The tick of an owner-local runtime asks its host about running claims it
 # does not execute, round robin; a runtime with a concurrent lane splits the
-# table into two partitions, one per tick slot.
+# table into two partitions, one per ticker.
 
 # What a tick must look at before claiming, in one read: the running claim to
 # ask the liveness probe about, and whether any cancelled job is still queued.
@@ -458,16 +458,16 @@ READ_SETTLED_OUTSIDE_LANE = Template(
 
 # ------------------------------------------------------- partitioned ticks
 #
-# A runtime opened with a concurrent lane has two tick slots: the serial slot
-# selects jobs outside the lane (lane <> :lane), the concurrent slot only
+# A runtime opened with a concurrent lane has two tickers: the serial ticker
+# selects jobs outside the lane (lane <> :lane), the concurrent ticker only
 # jobs in it (lane = :lane). The statements below are the partitioned forms
 # of CLAIM, CLAIM_IF_CLEAR, TICK_PROBE and SETTLE_NEXT_CANCELLED; a runtime
 # without a concurrent lane uses those, unchanged. Every partitioned
 # statement binds :lane first, then what its unpartitioned form binds.
-# {op} is ``=`` (the concurrent slot) or ``<>`` (the serial slot).
+# {op} is ``=`` (the concurrent ticker) or ``<>`` (the serial ticker).
 
 # Claim within a partition. Marks running, under a fresh claim token, the
-# best job (priority desc, oldest first) of the slot's partition that heads
+# best job (priority desc, oldest first) of the ticker's partition that heads
 # its queue across lanes, in one statement. {candidates} picks it;
 # {guard} is empty or _PARTITION_CLAIM_GUARD.
 _PARTITION_CLAIM = f"""
@@ -483,7 +483,7 @@ RETURNING {JOB_SELECT}
 # Unlike in CLAIM, coming first in a walk does not prove this: the better
 # job may be in the other partition, which the walk skips. Costs one probe of
 # the running index and one of the queue-waiting index. A cancelled queued
-# job never runs, so it holds no queue; its own slot settles it.
+# job never runs, so it holds no queue; its own ticker settles it.
 _HEADS_ITS_QUEUE = """
       AND NOT EXISTS (
           SELECT 1 FROM tickwork_jobs AS busy
@@ -495,7 +495,7 @@ _HEADS_ITS_QUEUE = """
           ORDER BY head.priority DESC, head.sequence
           LIMIT 1)"""
 
-# The serial slot walks the runnable index in pick order, as CLAIM does, and
+# The serial ticker walks the runnable index in pick order, as CLAIM does, and
 # stops at the first job outside the concurrent lane that heads its queue.
 # What it steps over: concurrent-lane jobs ahead of that job, and jobs of
 # held queues (as CLAIM does).
@@ -507,7 +507,7 @@ _SERIAL_PICK = f"""(
     ORDER BY candidate.priority DESC, candidate.sequence
     LIMIT 1)"""
 
-# The concurrent slot has no index in its lane's pick order (the schema has
+# The concurrent ticker has no index in its lane's pick order (the schema has
 # none keyed by lane and priority), so it looks in three steps, each only if
 # the one before found nothing:
 #   1. does its lane have a runnable job at all? One probe of the lane index
@@ -519,7 +519,7 @@ _SERIAL_PICK = f"""(
 #      so a job found here is the best one overall; this is the common case;
 #   3. else all of its lane's pending jobs, from the lane index, ordered.
 # coalesce and CASE evaluate their arms only as needed. So the concurrent
-# slot's cost grows with its own lane's backlog at worst, never with the
+# ticker's cost grows with its own lane's backlog at worst, never with the
 # serial backlog.
 _CONCURRENT_PICK = f"""(CASE WHEN EXISTS (
     SELECT 1 FROM tickwork_jobs INDEXED BY tickwork_jobs_lane_pending
@@ -547,7 +547,7 @@ END)"""
 # The partitioned fast path: claim only when PARTITION_TICK_PROBE would find
 # nothing to do first in this partition (no running claim of the partition
 # outside {exclude}, no cancelled job of the partition waiting). The other
-# slot's claims and cancellations are not this slot's business.
+# ticker's claims and cancellations are not this ticker's business.
 _PARTITION_CLAIM_GUARD = """
   AND NOT EXISTS (SELECT 1 FROM tickwork_jobs
                   WHERE state = 'running' AND lane {op} :lane {{{{exclude}}}})
@@ -558,7 +558,7 @@ _PARTITION_CLAIM_GUARD = """
 # the liveness probe about (round robin after the cursor, skipping
 # {exclude}), and whether a cancelled job of this partition is still queued.
 # A claim of the other partition is never probed: it belongs to the other
-# slot, which may be executing it right now.
+# ticker, which may be executing it right now.
 _PARTITION_TICK_PROBE = """
 SELECT
     coalesce(
@@ -578,7 +578,7 @@ SELECT
 
 # SETTLE_NEXT_CANCELLED within a partition: the oldest cancelled job of this
 # partition that is still queued settles cancelled without running, even
-# while its queue's head is busy (in either slot).
+# while its queue's head is busy (in either ticker).
 _PARTITION_SETTLE_NEXT_CANCELLED = f"""
 UPDATE tickwork_jobs
 SET state = 'settled', outcome = 'cancelled', failure_reason = NULL, settled_at = {{{{now}}}}
