@@ -7,15 +7,15 @@ Same server, same fresh-database-per-measurement procedure, same no-op
 executor and same exactly-once checks as ``bench.postgres_baselines``, whose
 contenders run in the same invocation.
 
-A tickwork *worker* here is one process-like unit with ``--slots`` ticks in
+A tickwork *worker* here is one process-like unit with ``--ticks`` ticks in
 flight (default 10: PgQueuer's default batch size, i.e. PgQueuer also has up
-to 10 jobs of one worker in flight). Each slot is its own PostgresRuntime (a
+to 10 jobs of one worker in flight). Each tick in flight has its own PostgresRuntime (a
 runtime runs one tick at a time); all of a worker's runtimes share one pool,
 so their claims and settlements share statements and commits (group commit).
 Every job still gets its own private claim token, its own 2-minute lease and
 a settlement fenced on both. Workers are asyncio tasks in this one process,
 as for the other contenders; workers do not share pools with one another.
-Each slot runs ``runtime.drain()``, the worker loop, in which a job's
+Each of them runs ``runtime.drain()``, the worker loop, in which a job's
 settlement and the next claim share one commit. Jobs are loaded with one
 INSERT ... SELECT before the clock starts.
 """
@@ -39,7 +39,7 @@ from tickwork.runtimes.postgres import PostgresRuntime
 from tickwork.runtimes.shared import LeasedSignal
 from tickwork.schemas import migrations
 
-DEFAULT_SLOTS = 10
+DEFAULT_TICKS = 10
 
 
 class _Wake:
@@ -48,11 +48,11 @@ class _Wake:
 
 
 class TickworkContender(Contender):
-    def __init__(self, slots: int, *, shared_pool: bool = True) -> None:
+    def __init__(self, ticks: int, *, shared_pool: bool = True) -> None:
         super().__init__()
-        self.slots = slots
+        self.ticks = ticks
         self.shared_pool = shared_pool
-        self.label = (f"tickwork, {slots} tick{'s' if slots > 1 else ''}/worker,"
+        self.label = (f"tickwork, {ticks} tick{'s' if ticks > 1 else ''}/worker,"
                       f" {'one pool' if shared_pool else 'pool per worker'}")
         self._pools: list[AsyncConnectionPool[Any]] = []
         self._runtimes: list[PostgresRuntime] = []
@@ -80,7 +80,7 @@ class TickworkContender(Contender):
             pool = self._pools[worker % pools]
             self._runtimes += [
                 PostgresRuntime(pool, execute=self._execute, wake=_Wake())
-                for _ in range(self.slots)
+                for _ in range(self.ticks)
             ]
 
     async def _execute(self, job: JobRecord, signal: LeasedSignal) -> Completed:
@@ -88,14 +88,14 @@ class TickworkContender(Contender):
         return Completed()
 
     async def drain(self) -> None:
-        async def slot(runtime: PostgresRuntime) -> None:
+        async def drain_one(runtime: PostgresRuntime) -> None:
             # drain() is the worker loop: each settlement carries the next claim.
             for result in await runtime.drain():
                 if result.status != "settled" or result.outcome != "completed":
                     raise BenchmarkError(f"unexpected tick result {result}")
                 self.settled(1)
 
-        await asyncio.gather(*(slot(runtime) for runtime in self._runtimes))
+        await asyncio.gather(*(drain_one(runtime) for runtime in self._runtimes))
         stores = {id(runtime._store): runtime._store for runtime in self._runtimes}
         for store in stores.values():
             self.commits += store._commits.flushes  # type: ignore[attr-defined]
@@ -116,9 +116,9 @@ class TickworkContender(Contender):
               f" commits ({jobs / max(1, self.commits):.1f} jobs per commit)", flush=True)
 
 
-def tickwork_contenders(slots: Sequence[int]) -> list[ContenderFactory]:
+def tickwork_contenders(ticks: Sequence[int]) -> list[ContenderFactory]:
     factories: list[ContenderFactory] = []
-    for n in slots:
+    for n in ticks:
         factories.append(lambda n=n: TickworkContender(n))  # type: ignore[misc]
         factories.append(lambda n=n: TickworkContender(n, shared_pool=False))  # type: ignore[misc]
     return factories
@@ -196,13 +196,13 @@ async def _noop(job: JobRecord, signal: LeasedSignal) -> Completed:
 
 def run(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--slots", default=f"1,{DEFAULT_SLOTS}",
+    parser.add_argument("--ticks", default=f"1,{DEFAULT_TICKS}",
                         help="ticks in flight per tickwork worker (comma-separated)")
     parser.add_argument("--settled-rows", type=int, default=1_000_000,
                         help="history size for the tick-time check (0 skips it)")
     known, rest = parser.parse_known_args(argv)
-    slots = [int(n) for n in known.slots.split(",") if n.strip()]
-    main(rest, extra_contenders=tickwork_contenders(slots))
+    ticks = [int(n) for n in known.ticks.split(",") if n.strip()]
+    main(rest, extra_contenders=tickwork_contenders(ticks))
     if known.settled_rows:
         server = start_postgres()
         try:
