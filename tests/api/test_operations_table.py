@@ -12,7 +12,7 @@ import jsonschema
 import pytest
 from openapi_spec_validator import validate
 
-from tickwork import InvalidArgument, InvalidJob
+from tickwork import InvalidArgument, InvalidJob, Job
 from tickwork.api import OPERATIONS, ApiError, JobOwnerRpc, JobService, rpc_methods
 from tickwork.api.openapi import openapi_document, openapi_json, route_table
 from tickwork.api.rpc import RpcService
@@ -136,3 +136,28 @@ async def test_an_rpc_call_with_the_wrong_number_of_arguments_is_refused_as_data
     reply = json.loads(await Owner().cancel("a", "c1"))  # type: ignore[attr-defined]
     assert reply["ok"] is False and reply["status"] == 400
     assert reply["error"]["field"] == "arguments"
+
+
+#: Arguments of every operation, as a caller passes them.
+CLIENT_ARGS: dict[str, tuple[Any, ...]] = {
+    "ingest": ([Job("j/1", "q", "lane", 3, {"f": 1.0}), Job("j2", "q", "q", 0, None)],),
+    "read": ("j/1",),
+    "read_queue_head": ("q é",),
+    "cancel": ("j/1", "c-1", True),
+    "fail_lane": ("lane", "down"),
+    "purge": ("q",),
+    "status": (),
+    "queue_status": ("q",),
+}
+
+
+@pytest.mark.parametrize("operation", OPERATIONS, ids=lambda operation: operation.name)
+def test_the_clients_request_decodes_to_the_same_arguments(operation: Any) -> None:
+    # What tickwork.client sends is what the routes read back: a new operation
+    # without its to_http fails here.
+    args = CLIENT_ARGS[operation.name]
+    path_args, body = operation.to_http(args)
+    assert len(path_args) == len(operation.path_params)
+    decoded, _ = operation.decode(list(path_args), json.loads(json.dumps(body)))
+    assert decoded == args
+    assert operation.idempotent == (operation.name not in ("purge", "fail_lane"))

@@ -96,7 +96,12 @@ def openapi_document() -> dict[str, Any]:
                 "properties": {"error": {
                     "type": "object", "required": ["code", "message"],
                     "properties": {"code": {"type": "string"}, "message": {"type": "string"},
-                                   "field": {"type": "string"}}}}}},
+                                   "field": {"type": "string"},
+                                   "job_id": {"type": "string",
+                                              "description": "ingest_conflict: the job"},
+                                   "fields": {"type": "array", "items": {"type": "string"},
+                                              "description": "ingest_conflict: the cargo "
+                                                             "fields that differ"}}}}}},
         },
     }
 

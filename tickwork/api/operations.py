@@ -77,6 +77,19 @@ class Operation:
     answers: Mapping[int, str] = field(default_factory=dict)
     #: The reply body's shape, for the reference docs.
     reply_shape: str = ""
+    #: The client's side (``tickwork.client``): the request for some arguments,
+    #: ``to_http(args) -> (path arguments, body or None)``, which ``decode``
+    #: turns back into the same arguments; and the result from an answer that
+    #: is not a refusal, ``from_http(body) -> result``.
+    to_http: Callable[[tuple[Any, ...]], tuple[tuple[str, ...], Any]] = (
+        lambda args: (tuple(args), None))
+    from_http: Callable[[Any], Any] = lambda body: body
+    #: The refusal code that means "no result" (None) rather than an error.
+    none_when: str | None = None
+    #: Safe to send again when its reply was lost: a read, or a write whose ids
+    #: make the second one a replay (ingest, cancel). Purge and fail_lane are
+    #: not: a second call may take jobs the first did not.
+    idempotent: bool = False
 
     @property
     def arity(self) -> int:
@@ -117,7 +130,9 @@ def _decode_ingest(args: Sequence[str], body: Any) -> tuple[tuple[Any, ...], Any
     except IngestConflict as conflict:
         raise ApiError(409, "ingest_conflict",
                        f"job {conflict.job_id!r} appears twice in this request with a "
-                       f"different {', '.join(conflict.fields)}", "jobs") from None
+                       f"different {', '.join(conflict.fields)}", "jobs",
+                       details={"job_id": conflict.job_id,
+                                "fields": list(conflict.fields)}) from None
     return (jobs,), as_list
 
 
@@ -264,14 +279,20 @@ OPERATIONS: Final = (
         answers={201: "one new job stored", 200: "a replay, or a list of jobs",
                  400: "an invalid job or body (nothing stored)",
                  409: "a job_id stored (or repeated) with other cargo (nothing stored)"},
-        reply_shape='`{"job_id", "status"}`, or `{"jobs": [{"job_id", "status"}, ...]}`'),
+        reply_shape='`{"job_id", "status"}`, or `{"jobs": [{"job_id", "status"}, ...]}`',
+        to_http=lambda args: ((), {"jobs": [wire.job_to_wire(job) for job in args[0]]}
+                              if validate_jobs(args[0]) else None),
+        from_http=lambda body: [item["status"] for item in body["jobs"]],
+        idempotent=True),
     Operation(
         "read", "GET", ("jobs", "{job_id}"), "Read one job",
         _job_id, _reply_read,
         perform=lambda runtime, job_id: runtime.read(job_id),
         result_to_wire=_optional_record, result_from_wire=_optional_record_from,
         answers={200: "the job", 404: "no such job"},
-        reply_shape='`{"job": {...}}`'),
+        reply_shape='`{"job": {...}}`',
+        from_http=lambda body: wire.record_from_wire(body["job"]),
+        none_when="job_not_found", idempotent=True),
     Operation(
         "cancel", "POST", ("jobs", "{job_id}", "cancel"),
         "Record a durable cancellation; a running execution is told to stop",
@@ -285,7 +306,10 @@ OPERATIONS: Final = (
         body_schema=_CANCEL_SCHEMA,
         answers={200: "recorded, or replayed", 404: "no such job",
                  409: "already settled, refused (only_if_queued) or another cancellation"},
-        reply_shape='`{"job_id", "status"}`'),
+        reply_shape='`{"job_id", "status"}`',
+        to_http=lambda args: ((args[0],), {"cancellation_id": args[1],
+                                           "only_if_queued": args[2]}),
+        from_http=wire.cancel_from_wire, idempotent=True),
     Operation(
         "status", "GET", ("queues",),
         "Job counts of every queue (reads every stored job)",
@@ -294,7 +318,8 @@ OPERATIONS: Final = (
         perform=lambda runtime: runtime.status(),
         result_to_wire=_statuses_to_wire, result_from_wire=_statuses_from_wire,
         answers={200: "one entry per queue that has jobs"},
-        reply_shape='`{"queues": [{"queue", "queued", "running", "settled", "outcomes"}, ...]}`'),
+        reply_shape='`{"queues": [{"queue", "queued", "running", "settled", "outcomes"}, ...]}`',
+        from_http=lambda body: _statuses_from_wire(body["queues"]), idempotent=True),
     Operation(
         "queue_status", "GET", ("queues", "{queue}"), "Job counts of one queue",
         _queue,
@@ -302,7 +327,8 @@ OPERATIONS: Final = (
         perform=lambda runtime, queue: runtime.queue_status(queue),
         result_to_wire=wire.status_to_wire, result_from_wire=wire.status_from_wire,
         answers={200: "the counts (all zero for a queue without jobs)"},
-        reply_shape='`{"queue": {"queue", "queued", "running", "settled", "outcomes"}}`'),
+        reply_shape='`{"queue": {"queue", "queued", "running", "settled", "outcomes"}}`',
+        from_http=lambda body: wire.status_from_wire(body["queue"]), idempotent=True),
     Operation(
         "read_queue_head", "GET", ("queues", "{queue}", "head"),
         "The queue's running job, else its next waiting one",
@@ -312,7 +338,8 @@ OPERATIONS: Final = (
         perform=lambda runtime, queue: runtime.read_queue_head(queue),
         result_to_wire=_optional_record, result_from_wire=_optional_record_from,
         answers={200: "the head, or null"},
-        reply_shape='`{"queue", "head": {...} or null}`'),
+        reply_shape='`{"queue", "head": {...} or null}`',
+        from_http=lambda body: _optional_record_from(body["head"]), idempotent=True),
     Operation(
         "purge", "POST", ("queues", "{queue}", "purge"),
         "Delete the queue's queued jobs; running and settled ones stay",
@@ -321,7 +348,8 @@ OPERATIONS: Final = (
         perform=lambda runtime, queue: runtime.purge(queue),
         result_to_wire=_same, result_from_wire=_same,
         body_schema=_EMPTY_SCHEMA, answers={200: "how many were deleted"},
-        reply_shape='`{"queue", "purged"}`'),
+        reply_shape='`{"queue", "purged"}`',
+        to_http=lambda args: ((args[0],), {}), from_http=lambda body: body["purged"]),
     Operation(
         "fail_lane", "POST", ("lanes", "{lane}", "fail"),
         "Settle up to 256 of the lane's queued and running jobs as failed",
@@ -332,7 +360,9 @@ OPERATIONS: Final = (
         result_to_wire=wire.fail_lane_to_wire, result_from_wire=wire.fail_lane_from_wire,
         body_schema=_FAIL_LANE_SCHEMA,
         answers={200: "how many were settled, and whether more remain (call again)"},
-        reply_shape='`{"lane", "settled", "more"}`'),
+        reply_shape='`{"lane", "settled", "more"}`',
+        to_http=lambda args: ((args[0],), {"reason": args[1]}),
+        from_http=wire.fail_lane_from_wire),
 )
 
 #: Operations by name.

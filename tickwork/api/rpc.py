@@ -64,7 +64,10 @@ def unwrap(reply: Any) -> Any:
     if envelope["ok"]:
         return envelope.get("value")
     error = envelope["error"]
-    raise ApiError(int(envelope["status"]), error["code"], error["message"], error.get("field"))
+    details = {key: value for key, value in error.items()
+               if key not in ("code", "message", "field")}
+    raise ApiError(int(envelope["status"]), error["code"], error["message"], error.get("field"),
+                   details=details)
 
 
 def plain_data(value: Any) -> Any:

@@ -29,18 +29,23 @@ class ApiError(TickworkError):
     a 405)."""
 
     def __init__(self, status: int, code: str, message: str, field: str | None = None,
-                 headers: Mapping[str, str] | None = None) -> None:
+                 headers: Mapping[str, str] | None = None,
+                 details: Mapping[str, Any] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
         self.field = field
         self.headers = dict(headers or {})
+        #: More of the error object, for a client to rebuild the engine's error
+        #: (an ingest conflict's ``job_id`` and ``fields``).
+        self.details = dict(details or {})
 
     def to_wire(self) -> dict[str, Any]:
         error: dict[str, Any] = {"code": self.code, "message": self.message}
         if self.field is not None:
             error["field"] = self.field
+        error.update(self.details)
         return {"error": error}
 
 
@@ -53,8 +58,39 @@ def error_for(error: BaseException) -> ApiError | None:
     if isinstance(error, InvalidArgument):
         return ApiError(400, "invalid_argument", str(error), error.field)
     if isinstance(error, IngestConflict):
-        return ApiError(409, "ingest_conflict", str(error), "job_id")
+        return ApiError(409, "ingest_conflict", str(error), "job_id",
+                        details={"job_id": error.job_id, "fields": list(error.fields)})
     return None
+
+
+def refusal_from_wire(status: int, body: object) -> Exception | None:
+    """The error a refusal's body stands for, as the engine raised it, or None
+    when ``body`` is not a tickwork refusal (``{"error": {"code", "message"}}``).
+
+    ``invalid_job``, ``invalid_argument`` and an ``ingest_conflict`` naming its
+    job become ``InvalidJob``, ``InvalidArgument`` and ``IngestConflict`` again
+    (the same message, field and fields); every other refusal is an
+    ``ApiError`` with the status, code and field it was sent with.
+    """
+    error = body.get("error") if isinstance(body, Mapping) else None
+    if not isinstance(error, Mapping):
+        return None
+    code, message = error.get("code"), error.get("message")
+    if not isinstance(code, str) or not isinstance(message, str):
+        return None
+    field = error.get("field")
+    field = field if isinstance(field, str) else None
+    if code in ("invalid_job", "invalid_argument") and field is not None \
+            and message.startswith(f"{field}: "):
+        kind = InvalidJob if code == "invalid_job" else InvalidArgument
+        return kind(field, message[len(field) + 2:])
+    job_id, conflicting = error.get("job_id"), error.get("fields")
+    if code == "ingest_conflict" and isinstance(job_id, str) and isinstance(conflicting, list) \
+            and all(isinstance(name, str) for name in conflicting):
+        return IngestConflict(job_id, tuple(conflicting))
+    details = {key: value for key, value in error.items()
+               if key not in ("code", "message", "field")}
+    return ApiError(status, code, message, field, details=details)
 
 
 # ------------------------------------------------------------------ decoding
