@@ -10,6 +10,8 @@ A page is run top to bottom, like a reader would:
   ``<!-- example: background -->`` keeps running (a server) until the page ends;
 * a block marked ``<!-- example: not run (why) -->`` is only checked to say why
   (commands that need a Cloudflare account, or the test command itself);
+* a ``text`` block marked ``<!-- example: output -->`` must be exactly what
+  the python block before it printed;
 * other fences (``toml``, ``json``, ``text``) are configuration or output.
 
 A page declares what its examples need on its first line,
@@ -17,7 +19,7 @@ A page declares what its examples need on its first line,
 applied), ``postgres`` (``$DATABASE_URL`` names a fresh database with
 schema/postgres applied), ``workers`` (the ``workers`` module stand-in is importable) or
 ``repository`` (shell blocks run from the repository root). Port 8787 in a
-page's shell blocks is replaced by a free port. A ``toml`` block is a piece
+page's shell and python blocks is replaced by a free port. A ``toml`` block is a piece
 of ``wrangler.toml``: each of its settings must be in the real file.
 """
 
@@ -25,6 +27,8 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import contextlib
+import io
 import os
 import re
 import signal
@@ -45,7 +49,7 @@ PAGES = sorted([REPO / "README.md", *(REPO / "docs").rglob("*.md")])
 RUN = {"python", "sh"}
 SHOWN = {"toml", "json", "text"}
 _FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.DOTALL | re.MULTILINE)
-_MARK = re.compile(r"<!-- example: (background|not run \(.+?\)) -->\s*$")
+_MARK = re.compile(r"<!-- example: (background|output|not run \(.+?\)) -->\s*$")
 _NEEDS = re.compile(r"^<!-- examples: ([\w, ]+) -->")
 
 
@@ -94,6 +98,8 @@ def test_every_fence_is_a_known_kind_and_every_skip_says_why(page: Path) -> None
             f"{sorted(RUN | SHOWN)})")
         if block.mark and block.mark.startswith("not run"):
             assert block.language in RUN and len(block.mark) > len("not run (...)")
+        if block.mark == "output":
+            assert block.language == "text", f"{_id(page)}:{block.line}: output is ```text"
 
 
 @pytest.mark.parametrize("page", PAGES, ids=_id)
@@ -235,10 +241,22 @@ def test_the_examples_run(page: Path, page_directory: Path,
     shell = Shell(REPO if "repository" in wanted else page_directory, environment)
     sys.path.insert(0, str(REPO))
     try:
-        for number, block in enumerate(runnable(page), start=1):
+        printed = None
+        for number, block in enumerate(blocks(page), start=1):
             where = f"{_id(page)}:{block.line} (example {number})"
-            if block.language == "python":
-                run_python(textwrap.dedent(block.code), namespace, where, loop)
+            if block.mark == "output":
+                assert printed is not None, f"{where}: no python block before this output"
+                assert printed.rstrip() == block.code.rstrip(), (
+                    f"{where}: the block above printed\n{printed}")
+            elif block.language not in RUN or (block.mark or "").startswith("not run"):
+                continue
+            elif block.language == "python":
+                captured = io.StringIO()
+                with contextlib.redirect_stdout(captured):
+                    run_python(textwrap.dedent(block.code).replace("8787", shell.port),
+                               namespace, where, loop)
+                printed = captured.getvalue()
+                sys.stdout.write(printed)
             else:
                 shell.run(block, where)
     finally:

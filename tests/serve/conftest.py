@@ -12,7 +12,7 @@ from tests.support.pg.with_schema import (  # noqa: F401  (pytest finds fixtures
     postgres_server,
     postgres_templates,
 )
-from tests.support.serve import Serve
+from tests.support.serve import Serve, shared_serve  # noqa: F401
 
 
 @pytest.fixture(scope="module")

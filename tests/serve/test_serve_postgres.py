@@ -5,11 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from tests.support.pg.server import PostgresServer, unique_database_name
 from tests.support.serve import ROOT, Client, Serve, job
@@ -38,14 +35,6 @@ def wait_shared(client: Client, job_id: str, state: str, timeout_s: float = 10.0
     raise AssertionError(f"shared job {job_id!r} never {state}: {record}")
 
 
-@pytest.fixture
-def shared_serve(tmp_path: Path, postgres_dsn: str) -> Iterator[Serve]:
-    serve = Serve(tmp_path / "data", "--postgres", postgres_dsn, "--workers", "2",
-                  "--poll", "0.2").start()
-    try:
-        yield serve
-    finally:
-        serve.stop()
 
 
 def test_shared_queues_through_serve(shared_serve: Serve) -> None:

@@ -10,10 +10,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "host-test-token"
@@ -161,3 +163,14 @@ def owner_path(owner: str) -> str:
 def job(job_id: str, kind: str = "complete", queue: str = "q", **extra: Any) -> dict[str, Any]:
     payload = {"kind": kind, **extra.pop("payload", {})}
     return {"job_id": job_id, "queue": queue, "payload": payload, **extra}
+
+
+@pytest.fixture
+def shared_serve(tmp_path: Path, postgres_dsn: str) -> Iterator[Serve]:
+    """``tickwork serve --postgres`` on a fresh database, two local workers."""
+    serve = Serve(tmp_path / "data", "--postgres", postgres_dsn, "--workers", "2",
+                  "--poll", "0.2").start()
+    try:
+        yield serve
+    finally:
+        serve.stop()

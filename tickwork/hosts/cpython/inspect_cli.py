@@ -3,10 +3,11 @@
     tickwork inspect [--url URL] [--token TOKEN] (--owner KEY | --shared)
                      [--job ID | --queue NAME] [--watch SECONDS]
 
-Only the /v1 API is used, so it works the same against ``tickwork serve``
-and a deployed Worker. Without ``--job`` or ``--queue`` it prints a table of
-every queue of the scope (queued, running, settled, and settled by outcome);
-``--queue`` prints one queue and its head; ``--job`` prints one job.
+Only the /v1 API is used, through ``tickwork.client``, so it works the same
+against ``tickwork serve`` and a deployed Worker. Without ``--job`` or
+``--queue`` it prints a table of every queue of the scope (queued, running,
+settled, and settled by outcome); ``--queue`` prints one queue and its head;
+``--job`` prints one job.
 ``--watch`` prints again every few seconds until Ctrl-C.
 """
 
@@ -23,12 +24,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
-from tickwork.hosts.cpython.http_client import (
-    HttpProtocolError,
-    HttpTimeout,
-    HttpUnreachable,
-    request,
-)
+from tickwork.api import wire
+from tickwork.api.wire import ApiError
+from tickwork.client import AsyncClient, RetryPolicy, TransportError
+from tickwork.model.errors import InvalidArgument
 
 DEFAULT_URL = "http://127.0.0.1:8787"
 URL_ENV = "TICKWORK_URL"
@@ -102,60 +101,54 @@ def scope_path(options: argparse.Namespace) -> tuple[str, str]:
 
 async def render(url: str, token: str, options: argparse.Namespace) -> str:
     """What one look at the scope prints."""
-    base, title = scope_path(options)
-    if options.job is not None:
-        reply = await fetch(url, token, f"{base}/jobs/{quote(options.job, safe='')}")
-        return format_job(reply["job"])
-    if options.queue is not None:
-        queue = quote(options.queue, safe="")
-        status = (await fetch(url, token, f"{base}/queues/{queue}"))["queue"]
-        head = (await fetch(url, token, f"{base}/queues/{queue}/head"))["head"]
-        text = format_queues([status], f"{title}, queue {options.queue!r} at {url}")
-        return text + "\n\nhead: " + ("none" if head is None else
-                                      f"{head['job_id']} ({_state(head)})")
-    reply = await fetch(url, token, f"{base}/queues")
-    return format_queues(reply["queues"], f"{title} at {url}")
-
-
-async def fetch(url: str, token: str, path: str) -> Any:
-    """GET ``path`` and return its JSON, or raise InspectError saying what went wrong."""
+    _, title = scope_path(options)
     try:
-        response = await request("GET", url + path, timeout_s=TIMEOUT_S,
-                                 headers={"authorization": f"Bearer {token}"})
-    except ValueError as error:
-        raise InspectError(str(error)) from None
-    except HttpUnreachable as error:
-        raise InspectError(f"cannot connect to {url}: {_cause(error)}; is tickwork serve "
-                           "running there?") from None
-    except HttpTimeout:
-        raise InspectError(f"no reply from {url} within {TIMEOUT_S:g} s") from None
-    except HttpProtocolError as error:
-        raise InspectError(f"unreadable reply from {url}: {error}") from None
-    try:
-        body = json.loads(response.body.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        body = None
-    if response.status == 200 and isinstance(body, Mapping):
-        return body
-    refusal = body.get("error") if isinstance(body, Mapping) else None
-    code = refusal.get("code", "") if isinstance(refusal, Mapping) else ""
-    message = refusal.get("message", "") if isinstance(refusal, Mapping) else ""
-    if response.status == 401:
-        raise InspectError(f"401 unauthorized ({message or 'bad token'}); pass the "
-                           f"server's token with --token or {TOKEN_ENV}")
-    if response.status == 404:
-        raise InspectError(f"404 {code or 'not found'}: {message or path}")
-    if refusal is None:
-        raise InspectError(f"HTTP {response.status} from {url}{path} is not a tickwork "
-                           "API reply")
-    raise InspectError(f"HTTP {response.status} {code}: {message}")
+        client = AsyncClient(url, token=token, timeout_s=TIMEOUT_S,
+                             retry=RetryPolicy(attempts=2))
+        jobs = client.shared() if options.shared else client.owner(options.owner)
+        if options.job is not None:
+            record = await jobs.read(options.job)
+            if record is None:
+                raise InspectError(f"404 job_not_found: no job {options.job!r}")
+            return format_job(wire.record_to_wire(record))
+        if options.queue is not None:
+            status = await jobs.queue_status(options.queue)
+            head = await jobs.read_queue_head(options.queue)
+            text = format_queues([wire.status_to_wire(status)],
+                                 f"{title}, queue {options.queue!r} at {url}")
+            return text + "\n\nhead: " + ("none" if head is None else
+                                          f"{head.job_id} ({_state(wire.record_to_wire(head))})")
+        statuses = await jobs.status()
+        return format_queues([wire.status_to_wire(status) for status in statuses],
+                             f"{title} at {url}")
+    except InvalidArgument as error:
+        prefix = "invalid URL" if error.field == "base_url" else error.field
+        raise InspectError(f"{prefix}: {error.problem}") from None
+    except TransportError as error:
+        raise InspectError(_unreachable(url, error)) from None
+    except ApiError as error:
+        raise InspectError(_refused(error)) from None
 
 
-def _cause(error: BaseException) -> str:
+def _refused(error: ApiError) -> str:
+    if error.status == 401:
+        return (f"401 unauthorized ({error.message or 'bad token'}); pass the "
+                f"server's token with --token or {TOKEN_ENV}")
+    if error.status == 404:
+        return f"404 {error.code}: {error.message}"
+    return f"HTTP {error.status} {error.code}: {error.message}"
+
+
+def _unreachable(url: str, error: TransportError) -> str:
     cause = error.__cause__
-    if isinstance(cause, ConnectionRefusedError):
-        return "connection refused"
-    return str(cause or error)
+    reason = getattr(cause, "reason", cause)
+    if isinstance(reason, ConnectionRefusedError):
+        return f"cannot connect to {url}: connection refused; is tickwork serve running there?"
+    if not error.maybe_sent:
+        return f"cannot connect to {url}: {reason}; is tickwork serve running there?"
+    if isinstance(reason, TimeoutError):
+        return f"no reply from {url} within {TIMEOUT_S:g} s"
+    return f"no reply from {url}: {reason}"
 
 
 # ----------------------------------------------------------------- formatting

@@ -1,0 +1,89 @@
+"""One scenario of every API operation through ``tickwork.client``, run
+against every host (tests/client, and the real-Pyodide tier's Worker case).
+Each answer is what the runtime itself returns for the same call."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from typing import Any
+
+import pytest
+
+from tickwork import CancelResult, FailLaneResult, Job, JobRecord, QueueStatus
+from tickwork.client import AsyncJobs
+from tickwork.model.errors import IngestConflict, InvalidJob
+
+names = itertools.count()
+
+
+def job(job_id: str, queue: str, *, lane: str | None = None, priority: int = 0,
+        payload: Any = None) -> Job:
+    return Job(job_id, queue, lane or queue, priority, payload)
+
+
+#: Executors of the serve tests: "slow" holds its job running until aborted.
+SLOW = {"kind": "slow"}
+
+
+async def scenario(jobs: AsyncJobs, *, runs_beside: bool) -> None:
+    """Every operation once. ``runs_beside``: the host runs another queue's job
+    while one is running (shared workers); an owner runs one job at a time, and
+    the Worker's tests run none (alarms and the cron drain are driven by hand)."""
+    n = next(names)
+    q1, q2, q3, lane = f"q1-{n}", f"q2-{n}", f"q3-{n}", f"lane-{n}"
+    a = job(f"a-{n}", q1, priority=3, payload={**SLOW, "f": 1.0, "text": "é"})
+
+    assert await jobs.ingest(a) == "queued"
+    assert await jobs.ingest(a) == "duplicate"
+    with pytest.raises(IngestConflict) as conflict:
+        await jobs.ingest(job(a.job_id, q1, priority=3, payload={**SLOW, "f": 2.0}))
+    assert (conflict.value.job_id, conflict.value.fields) == (a.job_id, ("payload",))
+    assert await jobs.ingest_many([job(f"b-{n}", q1, payload=SLOW),
+                                   job(f"c-{n}", q2, lane=lane, payload=SLOW)]) == [
+        "queued", "queued"]
+    # a conflict within one call stores nothing
+    with pytest.raises(IngestConflict):
+        await jobs.ingest_many([job(f"d-{n}", q2), job(f"d-{n}", q2, priority=1)])
+    assert await jobs.read(f"d-{n}") is None
+    with pytest.raises(InvalidJob) as invalid:
+        await jobs.ingest(job(f"e-{n}", q1, payload=float("nan")))
+    assert invalid.value.field == "payload"
+
+    record = await jobs.read(a.job_id)
+    assert isinstance(record, JobRecord)
+    assert (record.job_id, record.queue, record.lane, record.priority) == (a.job_id, q1, q1, 3)
+    assert record.payload == {"kind": "slow", "f": 1.0, "text": "é"}
+    assert type(record.payload["f"]) is float  # byte for byte, as stored
+    assert record.state in ("queued", "running")
+    assert await jobs.read(f"nothing-{n}") is None
+    head = await jobs.read_queue_head(q1)
+    assert head is not None and head.job_id == a.job_id
+    assert await jobs.read_queue_head(f"empty-{n}") is None
+
+    counts = await jobs.queue_status(q1)
+    assert isinstance(counts, QueueStatus)
+    assert (counts.queue, counts.queued + counts.running, counts.settled) == (q1, 2, 0)
+    assert {q1, q2} <= {status.queue for status in await jobs.status()}
+
+    assert await jobs.cancel(f"b-{n}", "cancel-1") == CancelResult("recorded", f"b-{n}")
+    assert await jobs.cancel(f"b-{n}", "cancel-1") == CancelResult("replayed", f"b-{n}")
+    assert (await jobs.cancel(f"b-{n}", "cancel-2")).status == "conflict"
+    assert await jobs.cancel(f"nothing-{n}", "cancel-1") == CancelResult(
+        "not_found", f"nothing-{n}")
+
+    assert await jobs.fail_lane(lane, "lane_down") == FailLaneResult(1, False)
+    failed = await jobs.read(f"c-{n}")
+    assert failed is not None and (failed.state, failed.outcome) == ("settled", "failed")
+
+    await jobs.ingest_many([job(f"f-{n}", q3, payload=SLOW), job(f"g-{n}", q3, payload=SLOW)])
+    if runs_beside:  # a worker claims the head first; only g stays queued
+        for _ in range(200):
+            if (await jobs.queue_status(q3)).running == 1:
+                break
+            await asyncio.sleep(0.05)
+        assert await jobs.purge(q3) == 1
+        assert (await jobs.queue_status(q3)).running == 1
+    else:
+        assert await jobs.purge(q3) == 2
+    assert await jobs.read(f"g-{n}") is None
