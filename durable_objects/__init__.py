@@ -1,8 +1,7 @@
-"""Durable Object classes of the tickwork Worker.
+"""The reference deployment's Durable Object classes.
 
-``JobOwner`` hosts one owner-local runtime per object (binding ``JOB_OWNERS``).
-The Worker's main module must import it (``from durable_objects import JobOwner``)
-so the runtime finds the class.
+``JobOwner`` (binding ``JOB_OWNERS``) is ``tickwork.cloudflare.JobOwner`` with
+this deployment's executors; the Worker's main module exports it.
 """
 
 from .job_owner import JobOwner

@@ -10,7 +10,7 @@ a deployment plugs in its own work. Two functions:
 
     * queue ``webhooks``, or payload ``"kind": "webhook"`` -> webhook delivery
       (``tickwork.executors.webhook``) over the Workers ``fetch``
-      (``worker/http.py``), 30 s per request. Payloads may not set credential
+      (``tickwork.cloudflare.http``), 30 s per request. Payloads may not set credential
       headers (``authorization``, ``cookie``): pass ``allow_credentials=True``
       to ``webhook_executor`` if yours must. Where a request can go is the
       platform's rule: ``fetch`` runs on Cloudflare's network, with no route
@@ -39,9 +39,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from tickwork import Job
+from tickwork.cloudflare import workers_fetch_post
 from tickwork.executors import ExecutorRegistry, long_job, webhook_executor
-
-from .http import workers_fetch_post
 
 #: Seconds one webhook request may take before it counts as timed out.
 WEBHOOK_TIMEOUT_S = 30.0

@@ -35,7 +35,7 @@ def glue() -> Iterator[Any]:
     """The durable_objects package, imported under the stand-in workers module."""
     with installed_workers_module(), fake_pyodide():
         import durable_objects
-        from durable_objects import alarm_wake
+        from tickwork.cloudflare import alarm_wake
 
         yield SimpleNamespace(package=durable_objects, alarm_wake=alarm_wake)
 

@@ -75,3 +75,18 @@ async def send(worker: Any, shape: str, method: str, path: str, body: Any = None
 
 def job(job_id: str, queue: str = "q", **fields: Any) -> dict[str, Any]:
     return {"job_id": job_id, "queue": queue, **fields}
+
+
+#: The deployment's hooks, and the attribute of the Worker class holding each.
+_HOOKS = {"build_registry": "_executors", "domain_statements": "_domain_statements"}
+
+
+def use_deployment_hook(monkeypatch: Any, name: str, function: Any) -> None:
+    """Replace one hook of ``worker/executors.py`` for a test: in the module
+    (what code calling it by name sees) and in the Worker class made from it
+    (``worker_class`` keeps the function it was given)."""
+    from worker import executors
+    from worker.entry import Default
+
+    monkeypatch.setattr(executors, name, function)
+    monkeypatch.setattr(Default, _HOOKS[name], staticmethod(function))

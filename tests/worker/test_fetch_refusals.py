@@ -141,7 +141,7 @@ async def test_a_request_without_the_token_is_401_and_its_body_is_only_drained(
 @pytest.mark.parametrize("declared", [True, False], ids=["declared", "undeclared"])
 async def test_a_refused_body_beyond_the_drain_limit_is_cancelled(
         worker: Any, env: Any, shape: str, declared: bool, query: Any) -> None:
-    from worker.app import REFUSED_BODY_DRAIN_BYTES
+    from tickwork.cloudflare.app import REFUSED_BODY_DRAIN_BYTES
 
     big = b"x" * (REFUSED_BODY_DRAIN_BYTES + 1)
     headers = {"content-length": str(len(big))} if declared else {}

@@ -37,7 +37,7 @@ async def test_only_the_first_shared_request_checks_the_schema(
 async def test_a_new_worker_instance_reuses_the_isolates_runtime(
         env: Any, shape: str, db: Any) -> None:
     """Workers make an entrypoint object per request; the runtime outlives it."""
-    from worker import app
+    from tickwork.cloudflare import app
     from worker.entry import Default
 
     await send(Default(types.SimpleNamespace(), env), shape, "GET", "/v1/shared/queues")
@@ -52,26 +52,28 @@ async def test_each_d1_binding_gets_its_own_runtime(
         workers_module: Any, shape: str, db: Any, d1_bridge: Any) -> None:
     from tests.support.d1.fixtures import d1_binding
     from tests.worker.conftest import apply_d1_schema
-    from worker import app
+    from tickwork.cloudflare import app
+    from worker.executors import build_registry
 
     with d1_binding(d1_bridge, shape, yield_to_loop=True) as other:  # type: ignore[arg-type]
         await apply_d1_schema(other)
-        first = app.api_runtime(types.SimpleNamespace(), db)
-        second = app.api_runtime(types.SimpleNamespace(), other)
+        first = app.api_runtime(types.SimpleNamespace(), db, build_registry)
+        second = app.api_runtime(types.SimpleNamespace(), other, build_registry)
         assert first is not second
-        assert app.api_runtime(types.SimpleNamespace(), db) is first
-        assert app.api_runtime(types.SimpleNamespace(), other) is second
+        assert app.api_runtime(types.SimpleNamespace(), db, build_registry) is first
+        assert app.api_runtime(types.SimpleNamespace(), other, build_registry) is second
 
 
 def test_the_cache_is_bounded(workers_module: Any) -> None:
-    from worker import app
+    from tickwork.cloudflare import app
+    from worker.executors import build_registry
 
     bindings = [object() for _ in range(app._MAX_API_RUNTIMES + 3)]
-    runtimes = [app.api_runtime(types.SimpleNamespace(), db) for db in bindings]
+    runtimes = [app.api_runtime(types.SimpleNamespace(), db, build_registry) for db in bindings]
     assert len(app._API_RUNTIMES) == app._MAX_API_RUNTIMES
     # the most recently used stay
-    assert app.api_runtime(types.SimpleNamespace(), bindings[-1]) is runtimes[-1]
-    assert app.api_runtime(types.SimpleNamespace(), bindings[0]) is not runtimes[0]
+    assert app.api_runtime(types.SimpleNamespace(), bindings[-1], build_registry) is runtimes[-1]
+    assert app.api_runtime(types.SimpleNamespace(), bindings[0], build_registry) is not runtimes[0]
 
 
 async def test_a_failed_schema_check_is_tried_again(

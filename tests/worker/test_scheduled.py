@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.worker import job, send
+from tests.support.worker import job, send, use_deployment_hook
 from tickwork import Completed, JobRecord
 from tickwork.executors import ExecutorRegistry
 
@@ -36,9 +36,7 @@ def executed(monkeypatch: pytest.MonkeyPatch, worker: Any) -> Counter[str]:
     def build_registry(env: Any) -> ExecutorRegistry:
         return ExecutorRegistry(fallback=count)
 
-    from worker import executors as user_code
-
-    monkeypatch.setattr(user_code, "build_registry", build_registry)
+    use_deployment_hook(monkeypatch, "build_registry", build_registry)
     return counts
 
 
@@ -86,27 +84,29 @@ async def test_scheduled_takes_the_controller_alone_or_with_env_and_ctx(
 
 async def test_a_repeated_firing_of_the_same_slot_does_not_drain_again(
         worker: Any, env: Any, shape: str, executed: Counter[str], query: Any) -> None:
-    from worker.app import run_cron
+    from tickwork.cloudflare.app import run_cron
+    from worker.executors import build_registry
 
     await enqueue(worker, shape, "a")
-    first = await run_cron(env, controller())
+    first = await run_cron(env, controller(), executors=build_registry)
     assert first is not None and first.ran and [t.job_id for t in first.result or []] == ["a"]
     await enqueue(worker, shape, "b")
-    again = await run_cron(env, controller())
+    again = await run_cron(env, controller(), executors=build_registry)
     assert again is not None and (again.ran, again.reason) == (False, "slot_done")
     assert executed == Counter({"a": 1})
-    later = await run_cron(env, controller(FIRST_FIRING + 60_000))
+    later = await run_cron(env, controller(FIRST_FIRING + 60_000), executors=build_registry)
     assert later is not None and later.ran
     assert executed == Counter({"a": 1, "b": 1})
 
 
 async def test_the_drain_is_bounded_by_max_ticks(
         worker: Any, env: Any, shape: str, executed: Counter[str], query: Any) -> None:
-    from worker.app import run_cron
+    from tickwork.cloudflare.app import run_cron
+    from worker.executors import build_registry
 
     env.TICKWORK_CRON_MAX_TICKS = "3"
     await enqueue(worker, shape, *[f"j{i}" for i in range(5)], queue_count=5)
-    run = await run_cron(env, controller())
+    run = await run_cron(env, controller(), executors=build_registry)
     assert run is not None and run.ran and len(run.result or []) == 3
     assert sum(executed.values()) == 3
     assert Counter(state for state, _ in (await states(query)).values()) == Counter(
@@ -115,7 +115,8 @@ async def test_the_drain_is_bounded_by_max_ticks(
 
 async def test_a_firing_without_a_usable_time_still_runs_under_the_lock(
         worker: Any, env: Any, shape: str, executed: Counter[str], query: Any) -> None:
-    from worker.app import cron_slot, run_cron
+    from tickwork.cloudflare.app import cron_slot, run_cron
+    from worker.executors import build_registry
 
     assert cron_slot(controller(None)) is None
     assert cron_slot(controller(float("nan"))) is None
@@ -123,16 +124,17 @@ async def test_a_firing_without_a_usable_time_still_runs_under_the_lock(
     assert cron_slot(controller(12.5)) is None
     assert cron_slot(controller(1.0, cron="*/5 * * * *")) == "*/5 * * * *@1"
     await enqueue(worker, shape, "a")
-    run = await run_cron(env, controller(None))
+    run = await run_cron(env, controller(None), executors=build_registry)
     assert run is not None and run.ran
     assert executed == Counter({"a": 1})
     assert await query("SELECT count(*) FROM tickwork_job_locks_slots") == [(0,)]
 
 
 async def test_without_a_database_the_cron_does_nothing(workers_module: Any) -> None:
-    from worker.app import run_cron
+    from tickwork.cloudflare.app import run_cron
+    from worker.executors import build_registry
 
-    assert await run_cron(types.SimpleNamespace(), controller()) is None
+    assert await run_cron(types.SimpleNamespace(), controller(), executors=build_registry) is None
 
 
 async def test_the_shipped_registry_routes_by_queue_and_kind(worker: Any) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.worker import job, send
+from tests.support.worker import job, send, use_deployment_hook
 
 pytestmark = pytest.mark.usefixtures("js_module")
 
@@ -25,9 +25,7 @@ async def orders(db: Any, worker: Any, monkeypatch: pytest.MonkeyPatch) -> list[
         return [env.DB.prepare("INSERT INTO orders (job_id, note) VALUES (?1, ?2)")
                 .bind(item.job_id, f"order for {item.queue}") for item in jobs]
 
-    from worker import executors as user_code
-
-    monkeypatch.setattr(user_code, "domain_statements", domain_statements)
+    use_deployment_hook(monkeypatch, "domain_statements", domain_statements)
     return calls
 
 
@@ -53,13 +51,11 @@ async def test_a_conflicting_job_rolls_back_the_domain_rows(
     await send(worker, shape, "POST", "/v1/shared/jobs", job("o1", payload={"n": 1}))
     before = await rows(query)
     # A new order o2 plus a replay of o1 with other cargo: the trigger fails the batch.
-    from worker import executors as user_code
-
     def new_rows_only(env: Any, jobs: Sequence[Any]) -> list[Any]:
         return [env.DB.prepare("INSERT INTO orders (job_id, note) VALUES (?1, 'new')")
                 .bind(item.job_id) for item in jobs if item.job_id != "o1"]
 
-    monkeypatch.setattr(user_code, "domain_statements", new_rows_only)
+    use_deployment_hook(monkeypatch, "domain_statements", new_rows_only)
     status, body = await send(worker, shape, "POST", "/v1/shared/jobs",
                               {"jobs": [job("o2"), job("o1", payload={"n": 2})]})
     assert (status, body["error"]["code"]) == (409, "ingest_conflict")
@@ -82,13 +78,11 @@ async def test_a_failing_domain_statement_stores_no_job(
 async def test_an_identical_replay_reports_duplicate(
         worker: Any, shape: str, db: Any, query: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     await db.prepare("CREATE TABLE orders (job_id TEXT PRIMARY KEY, note TEXT)").run()
-    from worker import executors as user_code
-
     def idempotent(env: Any, jobs: Sequence[Any]) -> list[Any]:
         return [env.DB.prepare("INSERT INTO orders (job_id) VALUES (?1) ON CONFLICT DO NOTHING")
                 .bind(item.job_id) for item in jobs]
 
-    monkeypatch.setattr(user_code, "domain_statements", idempotent)
+    use_deployment_hook(monkeypatch, "domain_statements", idempotent)
     first = await send(worker, shape, "POST", "/v1/shared/jobs", {"jobs": [job("a"), job("b")]})
     again = await send(worker, shape, "POST", "/v1/shared/jobs",
                        {"jobs": [job("a"), job("c"), job("c")]})
@@ -100,11 +94,9 @@ async def test_an_identical_replay_reports_duplicate(
 async def test_an_async_hook_works_too(worker: Any, shape: str, db: Any, query: Any,
                                        monkeypatch: pytest.MonkeyPatch) -> None:
     await db.prepare("CREATE TABLE audit (job_id TEXT)").run()
-    from worker import executors as user_code
-
     async def hook(env: Any, jobs: Sequence[Any]) -> list[Any]:
         return [env.DB.prepare("INSERT INTO audit VALUES (?1)").bind(jobs[0].job_id)]
 
-    monkeypatch.setattr(user_code, "domain_statements", hook)
+    use_deployment_hook(monkeypatch, "domain_statements", hook)
     assert (await send(worker, shape, "POST", "/v1/shared/jobs", job("a")))[0] == 201
     assert await query("SELECT job_id FROM audit") == [("a",)]

@@ -112,8 +112,8 @@ async def test_a_cancellation_aborts_the_fetch_in_flight(
     runtime); the executing runtime learns of it at its next renewal, aborts
     the signal, the JS AbortController aborts the fetch, and the job settles
     cancelled (the request may have arrived, so the executor said unknown)."""
+    from tickwork.cloudflare.app import NoWake
     from tickwork.runtimes.d1 import D1Runtime
-    from worker.app import NoWake
     from worker.executors import build_registry
 
     receiver = Receiver(workers_module, hang=True)
@@ -133,7 +133,7 @@ async def test_a_cancellation_aborts_the_fetch_in_flight(
 
 
 async def test_workers_fetch_post_times_out_and_aborts(workers_module: Any) -> None:
-    from worker.http import workers_fetch_post
+    from tickwork.cloudflare import workers_fetch_post
 
     receiver = Receiver(workers_module, hang=True)
     use_fetch(receiver)
@@ -144,7 +144,7 @@ async def test_workers_fetch_post_times_out_and_aborts(workers_module: Any) -> N
 
 
 async def test_workers_fetch_post_forwards_the_abort_signal(workers_module: Any) -> None:
-    from worker.http import workers_fetch_post
+    from tickwork.cloudflare import workers_fetch_post
 
     receiver = Receiver(workers_module, hang=True)
     use_fetch(receiver)
@@ -168,7 +168,7 @@ async def test_workers_fetch_post_forwards_the_abort_signal(workers_module: Any)
 ])
 async def test_fetch_rejections_are_classified(workers_module: Any, message: str,
                                                kind: type[Exception]) -> None:
-    from worker.http import workers_fetch_post
+    from tickwork.cloudflare import workers_fetch_post
 
     use_fetch(Receiver(workers_module, error=message))
     with pytest.raises(kind):
@@ -176,7 +176,7 @@ async def test_fetch_rejections_are_classified(workers_module: Any, message: str
 
 
 async def test_the_reply_body_is_read_and_returned(workers_module: Any) -> None:
-    from worker.http import workers_fetch_post
+    from tickwork.cloudflare import workers_fetch_post
 
     use_fetch(Receiver(workers_module, status=201))
     reply = await workers_fetch_post("https://r.example/", "é".encode(), {}, 1.0, AbortSignal())

@@ -3,7 +3,7 @@
 Sans-I/O: a host turns its request into an ``ApiRequest``, awaits
 ``JobApi.handle`` and writes the ``ApiResponse`` back (``refuse_early``
 answers from the head alone, before the body is read). The routes never see
-a socket or a JS object, so the Worker (``worker/entry.py``) and
+a socket or a JS object, so the Worker (``tickwork.cloudflare.app``) and
 ``tickwork serve`` route, validate and refuse alike; only what a host does
 with an unexpected failure (a 500) is its own.
 

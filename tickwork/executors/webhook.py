@@ -4,7 +4,7 @@
 
     registry.on_queue("webhooks", webhook_executor(post, timeout_s=30.0))
 
-``post`` is the transport (an ``HttpPost``): ``worker/http.py`` implements it
+``post`` is the transport (an ``HttpPost``): ``tickwork.cloudflare.http`` implements it
 over the Workers ``fetch``; any other host brings its own. This module is
 pure Python and runs unchanged on CPython and Pyodide.
 
@@ -59,7 +59,7 @@ there. Only ``HttpUnreachable`` proves that nothing was sent.
 
 The abort signal (cancellation, failing a lane, lost lease): checked before
 sending (then nothing is sent and the job is ``Cancelled``), and forwarded to
-``post`` (``worker/http.py`` aborts the ``fetch`` with it). Once the request
+``post`` (``tickwork.cloudflare.http`` aborts the ``fetch`` with it). Once the request
 may have left, an abort stops the wait and returns ``OutcomeUnknown``: the
 request may have arrived. The engine then settles the job as its durable
 record says (a recorded cancellation settles ``cancelled``, a failed lane

@@ -4,6 +4,8 @@
   Object and ``tickwork serve`` share it);
 * ``cpython``: ``tickwork serve``, the local CPython host with the Worker's HTTP API.
 
-The Cloudflare host itself lives at the top of the repository: ``worker/``
-(the Worker) and ``durable_objects/`` (the ``JobOwner`` Durable Object).
+The Cloudflare host is ``tickwork.cloudflare`` (the Worker entrypoint and the
+``JobOwner`` Durable Object; it imports the Workers ``workers`` module, so it
+sits apart from the CPython host); ``worker/`` and ``durable_objects/`` at the
+top of the repository are the reference deployment built from it.
 """

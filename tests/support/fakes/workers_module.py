@@ -222,8 +222,10 @@ _GLUE_PACKAGES = ("worker", "durable_objects")
 
 
 def _forget_glue() -> None:
+    # tickwork.cloudflare binds the workers module at import, as the glue does.
     for name in list(sys.modules):
-        if name.split(".")[0] in _GLUE_PACKAGES:
+        if name.split(".")[0] in _GLUE_PACKAGES or name == "tickwork.cloudflare" \
+                or name.startswith("tickwork.cloudflare."):
             del sys.modules[name]
 
 

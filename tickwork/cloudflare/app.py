@@ -1,4 +1,10 @@
-"""The Worker's plumbing: the /v1 API over this Worker's bindings, and the cron drain.
+"""The Worker's side: the /v1 API over a Worker's bindings, and the cron drain.
+
+``handle_fetch(env, request, executors=..., domain_statements=...)`` answers
+one request; ``run_cron(env, controller, executors=...)`` drains the shared
+queues once. ``executors`` is the deployment's ``(env) -> Executor``
+(an ``ExecutorRegistry`` builder); ``TickworkWorker`` (``tickwork.cloudflare``)
+wires both into a ``WorkerEntrypoint``.
 
 Bindings (see ``wrangler.toml``):
 
@@ -18,7 +24,7 @@ and a keep-alive connection stays usable (``discard_body``). Only an
 accepted request's body is read (and its size checked again).
 
 Shared enqueue commits the jobs together with the deployment's own rows:
-``worker.executors.domain_statements(env, jobs)`` returns D1 statements, and
+the optional ``domain_statements(env, jobs)`` returns D1 statements, and
 ``D1Runtime.ingest_many(jobs, before=statements)`` sends them first in the
 jobs' ONE ``db.batch`` (one round trip, one transaction): both commit, or
 neither does. A job replayed with other cargo fails the whole batch (409
@@ -76,6 +82,7 @@ from tickwork.api import MAX_BODY_BYTES, ApiRequest, ApiResponse, JobApi, RpcSer
 from tickwork.api.wire import ApiError
 from tickwork.locks import JobLock, LockLease, LockRun
 from tickwork.model.outcomes import IngestStatus, TickResult
+from tickwork.ports.host import Executor
 from tickwork.runtimes.d1 import D1Runtime
 
 __all__ = [
@@ -86,6 +93,8 @@ __all__ = [
     "CRON_MAX_TICKS",
     "REFUSED_BODY_DRAIN_BYTES",
     "D1SharedJobs",
+    "DomainHook",
+    "ExecutorFactory",
     "api_runtime",
     "build_api",
     "cron_slot",
@@ -113,7 +122,11 @@ REFUSED_BODY_DRAIN_BYTES = 4 * MAX_BODY_BYTES
 INTERNAL_ERROR = ApiResponse(500, {"error": {"code": "internal_error",
                                              "message": "internal error"}})
 
+#: ``domain_statements(env, jobs)``: D1 statements (or an awaitable of them)
+#: that commit in the same batch as the jobs of a shared ingest.
 DomainHook = Callable[[Any, Sequence[Job]], Any]
+#: ``executors(env)``: the deployment's executor of every job.
+ExecutorFactory = Callable[[Any], Executor]
 
 
 class NoWake:
@@ -202,7 +215,7 @@ _API_RUNTIMES: OrderedDict[tuple[str, int], D1Runtime] = OrderedDict()
 _MAX_API_RUNTIMES = 8
 
 
-def api_runtime(env: Any, db: Any) -> D1Runtime:
+def api_runtime(env: Any, db: Any, executors: ExecutorFactory) -> D1Runtime:
     """The API's ``D1Runtime`` over ``db``, made once per binding in this isolate.
 
     A runtime checks the schema before its first operation; keeping it saves
@@ -217,9 +230,7 @@ def api_runtime(env: Any, db: Any) -> D1Runtime:
     if runtime is not None:
         _API_RUNTIMES.move_to_end(key)
         return runtime
-    from worker.executors import build_registry
-
-    runtime = D1Runtime(db, execute=build_registry(env), wake=NoWake())
+    runtime = D1Runtime(db, execute=executors(env), wake=NoWake())
     _API_RUNTIMES[key] = runtime
     while len(_API_RUNTIMES) > _MAX_API_RUNTIMES:
         _API_RUNTIMES.popitem(last=False)
@@ -229,7 +240,8 @@ def api_runtime(env: Any, db: Any) -> D1Runtime:
 # --------------------------------------------------------------------- API
 
 
-def build_api(env: Any, *, domain_statements: DomainHook | None = None) -> JobApi:
+def build_api(env: Any, *, executors: ExecutorFactory,
+              domain_statements: DomainHook | None = None) -> JobApi:
     """The /v1 API over ``env``'s bindings (a scope whose binding is missing
     answers 404 ``scope_not_configured``)."""
     namespace = binding(env, "JOB_OWNERS")
@@ -240,16 +252,15 @@ def build_api(env: Any, *, domain_statements: DomainHook | None = None) -> JobAp
             return RpcService(owner_stub(namespace, owner))
     shared = None
     if db is not None:
-        shared = D1SharedJobs(api_runtime(env, db), env, domain_statements)
+        shared = D1SharedJobs(api_runtime(env, db, executors), env, domain_statements)
     return JobApi(token=api_token(env), owners=owners, shared=shared)
 
 
-async def handle_fetch(env: Any, request: Any) -> Any:
-    """Answer one HTTP request (``Default.fetch``)."""
+async def handle_fetch(env: Any, request: Any, *, executors: ExecutorFactory,
+                       domain_statements: DomainHook | None = None) -> Any:
+    """Answer one HTTP request (``WorkerEntrypoint.fetch``)."""
     try:
-        from worker import executors
-
-        api = build_api(env, domain_statements=executors.domain_statements)
+        api = build_api(env, executors=executors, domain_statements=domain_statements)
         adapted = await read_request(request, api)
         answer = adapted if isinstance(adapted, ApiResponse) else await api.handle(adapted)
     except Exception:
@@ -366,16 +377,15 @@ def cron_slot(controller: Any) -> str | None:
     return f"{cron_text}@{int(scheduled)}"
 
 
-async def run_cron(env: Any, controller: Any, *, now: Callable[[], int] | None = None,
+async def run_cron(env: Any, controller: Any, *, executors: ExecutorFactory,
+                   now: Callable[[], int] | None = None,
                    ) -> LockRun[list[TickResult]] | None:
-    """Drain the shared D1 queues once for this firing (``Default.scheduled``)."""
+    """Drain the shared D1 queues once for this firing (``WorkerEntrypoint.scheduled``)."""
     db = binding(env, "DB")
     if db is None:
         log("cron: no DB binding, no shared queues to drain")
         return None
-    from worker import executors
-
-    runtime = D1Runtime(db, execute=executors.build_registry(env), wake=NoWake(), now=now)
+    runtime = D1Runtime(db, execute=executors(env), wake=NoWake(), now=now)
     max_ticks = _int_var(env, "TICKWORK_CRON_MAX_TICKS", CRON_MAX_TICKS)
     budget_ms = _int_var(env, "TICKWORK_CRON_BUDGET_MS", CRON_BUDGET_MS)
 

@@ -1,0 +1,173 @@
+"""JobOwner: the Durable Object that hosts one owner-local tickwork runtime.
+
+One object per owner (``env.JOB_OWNERS.getByName(owner)``). Its SQLite
+storage holds the jobs; its RPC methods (one per operation of
+``tickwork.api.OPERATIONS``: ingest, read, cancel, fail_lane, purge, the
+status reads) serve the Worker; its alarm runs the ticks.
+
+The constructor runs again every time the object wakes up (after an
+eviction, a restart, a deploy), so it holds no state that is not in storage
+except the executions in flight, which die with the instance.
+
+Alarm policy (class attributes, override in a subclass):
+
+* ``alarm()`` ticks until the engine is idle, or ``alarm_budget_ms`` (30 s)
+  of wall time or ``alarm_max_ticks`` (1000) ticks are spent, then re-arms
+  the alarm for "now" if work is left: well inside the 15-minute limit of
+  an alarm invocation, and other events get a turn between deliveries. The
+  budget is checked between ticks: one job may run longer than it.
+* A tick records a job's failure as its outcome; it raises only when storage
+  (or the host) fails. Then ``alarm()`` raises on tries 0 to 2, and the
+  runtime retries it with backoff (2 s, 4 s, ...). From retry 3 on it
+  re-arms the alarm ``alarm_late_retry_delay_ms`` (60 s) ahead and returns,
+  so the runtime's 6 retries do not run out while storage stays down. (If
+  even that ``setAlarm`` fails it raises; should the runtime give up, the
+  next RPC call of any kind, a read or a replayed mutation included,
+  re-arms the alarm.)
+* ``liveness_unknown`` (a probe that raised) ends the handler and re-arms
+  ``alarm_liveness_retry_ms`` (5 s) ahead instead of "now", so an unanswerable
+  probe cannot spin the alarm. ``busy`` ends it as well (another handler is
+  ticking and will recompute when it ends).
+* Delivering the same alarm twice is harmless: the second one finds the work
+  done (idle) and recomputes.
+
+What an RPC reply guarantees about the alarm: every RPC method brings the
+alarm in step before it replies (``_after_call``). Unless an ``alarm()``
+handler of this instance is running, a successful reply means the alarm is
+armed if the owner has pending work (due now, or at the back-off an
+unanswerable liveness probe set) and deleted if it has none. While a
+handler runs it holds the wake: the RPC's flush writes nothing, and the
+handler brings the alarm in step when it ends (or, if that fails, the
+runtime's retry of the handler or its late re-arm covers it, as above).
+
+Hooks for subclasses (underscored, so they are not RPC methods):
+``_executors`` (the deployment's ``(env) -> Executor``, set by
+``tickwork.cloudflare.job_owner_class``), or ``_executor()`` itself,
+``_now_ms()`` and ``_is_alive(job)``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from workers import DurableObject  # type: ignore[import-not-found, unused-ignore]
+
+from tickwork import JobRecord, OwnerRuntime
+from tickwork._pyodide import js_number
+from tickwork.api import JobOwnerRpc, JobService, RuntimeService, rpc_methods
+from tickwork.cloudflare.alarm_wake import AlarmWake, alarm_retry_count
+from tickwork.hosts.ticking import tick_until_idle
+from tickwork.ports.host import Executor, wall_clock_ms
+from tickwork.stores import DurableObjectDatabase
+
+logger = logging.getLogger(__name__)
+
+
+@rpc_methods
+class JobOwner(JobOwnerRpc, DurableObject):  # type: ignore[misc, unused-ignore]
+    """A SQLite-backed Durable Object running ``OwnerRuntime`` on its alarm."""
+
+    #: Wall-clock budget of one alarm() delivery, checked between ticks.
+    alarm_budget_ms: ClassVar[int] = 30_000
+    #: At most this many ticks per delivery.
+    alarm_max_ticks: ClassVar[int] = 1_000
+    #: alarm() raises (the runtime retries) while retryCount is below this...
+    alarm_raise_below_retry: ClassVar[int] = 3
+    #: ...and from then on re-arms the alarm this far ahead and returns.
+    alarm_late_retry_delay_ms: ClassVar[int] = 60_000
+    #: After a liveness probe raised, the next delivery comes no sooner than this.
+    alarm_liveness_retry_ms: ClassVar[int] = 5_000
+    #: The deployment's ``(env) -> Executor`` (underscored: never an RPC method).
+    _executors: ClassVar[Callable[[Any], Executor] | None] = None
+
+    def __init__(self, ctx: Any, env: Any) -> None:
+        super().__init__(ctx, env)
+        storage = self.ctx.storage
+        self._wake = AlarmWake(storage, pending=self._has_pending_work, clock=self._now_ms)
+        self.runtime = OwnerRuntime(
+            DurableObjectDatabase(storage),
+            execute=self._executor(),
+            is_alive=self._is_alive,
+            wake=self._wake,
+            clock=self._now_ms,
+        )
+        self._jobs = RuntimeService(self.runtime)
+
+    # ------------------------------------------------------------ hooks
+    # Underscored: the Python Workers runtime lists only public functions of
+    # the class as RPC methods.
+
+    def _executor(self) -> Executor:
+        """The executor of this object's jobs: ``_executors(env)``."""
+        executors = type(self)._executors
+        if executors is None:
+            raise TypeError(f"{type(self).__name__} has no executors: make the class with "
+                            "tickwork.cloudflare.job_owner_class(executors), or set "
+                            "_executors on a subclass")
+        return executors(self.env)
+
+    def _now_ms(self) -> int:
+        return wall_clock_ms()
+
+    def _is_alive(self, job: JobRecord) -> bool:
+        # OwnerRuntime never probes a claim it is executing itself: it hands
+        # the tokens of its own in-flight executions to the store and probes
+        # only the other running claims. In a Durable Object the only
+        # executions are this instance's, held in memory. So a claim the
+        # runtime asks about was made by an earlier incarnation (the object
+        # was evicted, crashed or redeployed, and its executions died with
+        # it) or by a tick of this instance that ended without settling (a
+        # storage error aborted it): nothing executes it any more. Not alive,
+        # so the engine recovers it (requeue within its recovery budget,
+        # else ``interrupted``; ``cancelled`` if a cancellation is recorded).
+        return False
+
+    def _job_service(self) -> JobService:
+        return self._jobs
+
+    def _has_pending_work(self) -> bool:
+        return self.runtime.has_pending_work()
+
+    # ------------------------------------------------------------ RPC
+    # The RPC methods (one per operation of tickwork.api.OPERATIONS) are
+    # defined on this class itself by @rpc_methods, in its own __dict__: some
+    # workerd versions list only those, not inherited ones. Each decodes its
+    # text arguments, calls this object's service and, through _after_call,
+    # brings the alarm in step before it replies (see the module doc for what
+    # that guarantees while an alarm handler runs). Every call does, reads and
+    # calls that changed nothing (a replayed ingest or cancel) included:
+    # whatever a caller does, even only polling, also repairs an alarm that
+    # was lost (the runtime gave up retrying it, or the object died between
+    # a commit and its setAlarm).
+
+    async def _after_call(self) -> None:
+        self._wake.mark_stale()
+        await self._wake.flush()
+
+    # ------------------------------------------------------------ alarm
+
+    async def alarm(self, alarm_info: Any = None) -> None:
+        retry = alarm_retry_count(alarm_info)
+        wake = self._wake
+        try:
+            wake.delay_until(None)
+            wake.hold()
+            try:
+                ended = await tick_until_idle(
+                    self.runtime.tick, max_ticks=self.alarm_max_ticks,
+                    deadline_ms=self._now_ms() + self.alarm_budget_ms, now_ms=self._now_ms)
+            finally:
+                wake.release()
+            if ended.stop == "liveness_unknown":
+                wake.delay_until(self._now_ms() + self.alarm_liveness_retry_ms)
+            wake.recompute()
+            await wake.flush()
+        except Exception as error:
+            if retry < self.alarm_raise_below_retry:
+                raise  # the runtime retries alarm() with backoff
+            when = self._now_ms() + self.alarm_late_retry_delay_ms
+            logger.warning("tickwork alarm failed on retry %d (%s: %s); re-armed for %d",
+                           retry, type(error).__name__, error, when)
+            await self.ctx.storage.setAlarm(js_number(when, "alarm time"))
