@@ -7,8 +7,9 @@
 // to --out.
 //
 // What it sets up, in one Node process:
-// * Pyodide from the npm package pinned in package.json (0.28.2, the build
-//   workerd runs for tickwork's compatibility date). Its FFI is the one the
+// * Pyodide from an npm package pinned in package.json: --pyodide 0.28 (the
+//   build workerd runs for tickwork's compatibility date) or 314 (Python
+//   3.14, from the python_workers_20260610 flag on). Its FFI is the one the
 //   Workers runtime uses: an int at +-(2**53 - 1) reaches JS as a BigInt
 //   here exactly as there.
 // * The code Workers load, staged by worker/bundle.mjs (what wrangler
@@ -25,7 +26,9 @@ import { existsSync, mkdirSync, readdirSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Miniflare } from "miniflare";
-import { loadPyodide, version as pyodideVersion } from "pyodide";
+// The Pyodide lines Workers run: 0.28.2 (Python 3.13; compatibility dates
+// before python_workers_20260610) and 314 (Python 3.14, from that flag on).
+const PYODIDE_LINES = { "0.28": "pyodide", "314": "pyodide-314" };
 import * as doStorage from "./js/do_storage.mjs";
 
 // sql.js's unminified build (js/do_storage.mjs) reports every heap resize
@@ -42,13 +45,17 @@ const D1_DATABASES = 8;
 const COMPATIBILITY_DATE = "2026-04-01";
 
 function options(argv) {
-  const out = { suites: [], out: null };
+  const out = { suites: [], out: null, line: "0.28" };
   for (let i = 0; i < argv.length; i += 1) {
     if (argv[i] === "--out") out.out = resolve(argv[++i]);
+    else if (argv[i] === "--pyodide") out.line = argv[++i];
     else if (argv[i] === "--suite") out.suites.push(argv[++i]);
     else throw new Error(`runner: unknown argument ${argv[i]}`);
   }
   if (out.out === null) throw new Error("runner: --out FILE is required");
+  if (!(out.line in PYODIDE_LINES)) {
+    throw new Error(`runner: --pyodide takes ${Object.keys(PYODIDE_LINES).join(" or ")}`);
+  }
   return out;
 }
 
@@ -61,6 +68,7 @@ function sitePackages() {
 
 async function main() {
   const args = options(process.argv.slice(2));
+  const { loadPyodide, version: pyodideVersion } = await import(PYODIDE_LINES[args.line]);
   const started = performance.now();
 
   // The Workers bundle, staged as for wrangler (only under dist/).

@@ -4,7 +4,8 @@ The cases (``collect.py``) are the behaviour suite on a Durable Object
 whose ``ctx.storage`` is a JS object and on Miniflare's real D1, the
 owner-local and shared suites on the same, and the Worker and ``JobOwner``
 cases in ``cases/``,
-all inside npm ``pyodide@0.28.2`` under Node (``runner.mjs``). Each pytest
+all inside npm ``pyodide@0.28.2`` and ``pyodide@314`` (the two lines workerd
+runs) under Node (``runner.mjs``). Each pytest
 test here reports one case's result; a case the runner did not report fails.
 """
 
@@ -12,9 +13,10 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -22,35 +24,43 @@ from tests.pyodide import collect
 from tests.support.d1.miniflare import REPO_ROOT, check_node_setup
 
 RUNNER = Path(__file__).with_name("runner.mjs")
-#: The whole tier's time limit (it takes about a minute on a 2-core machine).
+#: Each Pyodide line's time limit (about a minute each on a 2-core machine).
 TIER_TIMEOUT_S = 900
+#: The Pyodide lines workerd runs (runner.mjs --pyodide), and their npm packages:
+#: 0.28.2 / Python 3.13 (compatibility dates before python_workers_20260610)
+#: and 314 / Python 3.14 (from it on).
+LINES = {"0.28": "pyodide", "314": "pyodide-314"}
 
 CASES = collect.cases()
 
 
 def _check_pyodide_installed() -> None:
-    wanted = json.loads((REPO_ROOT / "package.json").read_text())["devDependencies"]["pyodide"]
-    installed = REPO_ROOT / "node_modules" / "pyodide" / "package.json"
-    if not installed.is_file():
-        raise RuntimeError(f"pyodide is not installed ({installed} is missing): run `npm ci`")
-    have = json.loads(installed.read_text())["version"]
-    if have != wanted:
-        raise RuntimeError(f"node_modules has pyodide {have}, package.json pins {wanted}: "
-                           "run `npm ci`")
+    pinned = json.loads((REPO_ROOT / "package.json").read_text())["devDependencies"]
+    for package in LINES.values():
+        wanted = pinned[package].removeprefix("npm:pyodide@")
+        installed = REPO_ROOT / "node_modules" / package / "package.json"
+        if not installed.is_file():
+            raise RuntimeError(f"{package} is not installed ({installed} is missing): "
+                               "run `npm ci`")
+        have = json.loads(installed.read_text())["version"]
+        if have != wanted:
+            raise RuntimeError(f"node_modules has {package} {have}, package.json pins "
+                               f"{wanted}: run `npm ci`")
 
 
 class Tier:
-    """The runner's Node process, started once per session (see conftest.py:
-    as soon as collection finishes, so it runs beside the rest of the suite
-    on the machine's other core)."""
+    """The runner's Node processes, one per Pyodide line, one after the other
+    in a background thread started once per session (see conftest.py: as soon
+    as collection finishes, so they run beside the rest of the suite on the
+    machine's other core)."""
 
-    process: subprocess.Popen[str] | None = None
-    out: Path | None = None
-    error: str | None = None
+    thread: ClassVar[threading.Thread | None] = None
+    found: ClassVar[dict[str, dict[str, Any]]] = {}
+    error: ClassVar[str | None] = None
 
     @classmethod
     def start(cls, directory: Path) -> None:
-        if cls.process is not None or cls.error is not None:
+        if cls.thread is not None or cls.error is not None:
             return
         try:
             node = check_node_setup()
@@ -58,26 +68,38 @@ class Tier:
         except Exception as problem:  # reported by the tests, not by collection
             cls.error = str(problem)
             return
-        cls.out = directory / "results.jsonl"
-        cls.process = subprocess.Popen(
-            [node, str(RUNNER), "--out", str(cls.out)], cwd=REPO_ROOT, text=True,
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        cls.thread = threading.Thread(target=cls._run_lines, args=(node, directory),
+                                      name="pyodide-tier", daemon=True)
+        cls.thread.start()
+
+    @classmethod
+    def _run_lines(cls, node: str, directory: Path) -> None:
+        problems = []
+        for line in LINES:
+            out = directory / f"results-{line}.jsonl"
+            try:
+                run = subprocess.run([node, str(RUNNER), "--pyodide", line, "--out", str(out)],
+                                     cwd=REPO_ROOT, text=True, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, timeout=TIER_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                problems.append(f"pyodide {line}: took over {TIER_TIMEOUT_S} s")
+                continue
+            if run.returncode != 0:
+                problems.append(f"pyodide {line} did not run (exit code {run.returncode}):\n"
+                                f"{(run.stderr or '')[-4000:]}")
+                continue
+            for result in map(json.loads, out.read_text(encoding="utf-8").splitlines()):
+                cls.found[f"{line}/{result['id']}"] = result
+        if problems:
+            cls.error = "\n".join(problems)
 
     @classmethod
     def results(cls) -> dict[str, dict[str, Any]]:
+        if cls.thread is not None:
+            cls.thread.join()
         if cls.error is not None:
             raise RuntimeError(cls.error)
-        assert cls.process is not None and cls.out is not None
-        try:
-            _, stderr = cls.process.communicate(timeout=TIER_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            cls.process.kill()
-            raise RuntimeError(f"the real-Pyodide tier took over {TIER_TIMEOUT_S} s") from None
-        if cls.process.returncode != 0:
-            raise RuntimeError("the real-Pyodide tier did not run (exit code "
-                               f"{cls.process.returncode}):\n{(stderr or '')[-4000:]}")
-        return {result["id"]: result
-                for result in map(json.loads, cls.out.read_text(encoding="utf-8").splitlines())}
+        return cls.found
 
 
 @pytest.fixture(scope="session")
@@ -86,11 +108,15 @@ def pyodide_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[
     return Tier.results()
 
 
-@pytest.mark.parametrize("case_id", [case.id for case in CASES])
+IDS = [f"{line}/{case.id}" for line in LINES for case in CASES]
+
+
+@pytest.mark.parametrize("case_id", IDS)
 def test_in_real_pyodide(case_id: str, pyodide_results: dict[str, dict[str, Any]]) -> None:
     result = pyodide_results.get(case_id)
     if result is None:
-        collection = pyodide_results.get("<collection>")
+        line = case_id.split("/", 1)[0]
+        collection = pyodide_results.get(f"{line}/<collection>")
         detail = collection["detail"] if collection else "the runner never reported it"
         pytest.fail(f"{case_id} did not run inside Pyodide: {detail}", pytrace=False)
     if result["status"] == "skipped":
@@ -104,4 +130,4 @@ def test_in_real_pyodide(case_id: str, pyodide_results: dict[str, dict[str, Any]
 def test_the_runner_ran_exactly_the_cases_collected_here(
     pyodide_results: dict[str, dict[str, Any]],
 ) -> None:
-    assert set(pyodide_results) == {case.id for case in CASES}
+    assert set(pyodide_results) == set(IDS)
