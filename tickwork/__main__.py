@@ -3,6 +3,7 @@
     demo      run the engine end to end on sqlite3 and print every job's outcome
     serve     serve the /v1 job API locally (sqlite3 per owner, optional PostgreSQL)
     inspect   show queues or one job through the HTTP API
+    schema    write the package's migrations (d1 or postgres) into a directory
 
 CPython only. Each command's modules are imported when it runs.
 """
@@ -16,6 +17,7 @@ COMMANDS = {
     "demo": "run the engine end to end on sqlite3 and print every job's outcome",
     "serve": "serve the /v1 job API on this machine (sqlite3 per owner, optional PostgreSQL)",
     "inspect": "show queues or one job in the terminal, through the HTTP API",
+    "schema": "write this version's migrations (d1 or postgres) into a directory",
 }
 
 
@@ -33,7 +35,37 @@ def build_parser() -> argparse.ArgumentParser:
     inspect_cli.add_arguments(commands.add_parser(
         "inspect", help=COMMANDS["inspect"], description=inspect_cli.__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter))
+    schema = commands.add_parser("schema", help=COMMANDS["schema"],
+                                 description=COMMANDS["schema"] + (
+                                     ": the files wrangler d1 migrations apply (or your "
+                                     "PostgreSQL tool) reads. Existing files that differ "
+                                     "are refused, never overwritten."))
+    schema.add_argument("dialect", choices=("d1", "postgres"))
+    schema.add_argument("directory", help="where to write them (created if missing)")
     return parser
+
+
+def write_schema(dialect: str, directory: str) -> int:
+    """Write the migrations of ``dialect`` into ``directory``; 1 if a file there differs."""
+    from pathlib import Path
+
+    from tickwork.schemas import migrations
+
+    target = Path(directory)
+    target.mkdir(parents=True, exist_ok=True)
+    found = migrations(dialect)  # type: ignore[arg-type]
+    differing = [m.name for m in found if (target / m.name).exists()
+                 and (target / m.name).read_text(encoding="utf-8") != m.sql]
+    if differing:
+        print(f"tickwork schema: {', '.join(differing)} in {target} differ from this "
+              "version's; nothing written", file=sys.stderr)
+        return 1
+    for migration in found:
+        path = target / migration.name
+        if not path.exists():
+            path.write_text(migration.sql, encoding="utf-8")
+            print(f"wrote {path}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         from tickwork.hosts.cpython import serve
 
         return serve.main(options)
+    if options.command == "schema":
+        return write_schema(options.dialect, options.directory)
     assert options.command == "inspect", options.command
     from tickwork.hosts.cpython import inspect_cli
 

@@ -20,7 +20,9 @@ applied), ``postgres`` (``$DATABASE_URL`` names a fresh database with
 schema/postgres applied), ``workers`` (the ``workers`` module stand-in is importable) or
 ``repository`` (shell blocks run from the repository root). Port 8787 in a
 page's shell and python blocks is replaced by a free port. A ``toml`` block is a piece
-of ``wrangler.toml``: each of its settings must be in the real file.
+of ``wrangler.toml`` (or of the file a ``<!-- example: from FILE -->`` mark
+names): each of its settings must be in the real file; a python block so
+marked must be that file's code.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ PAGES = sorted([REPO / "README.md", *(REPO / "docs").rglob("*.md")])
 RUN = {"python", "sh"}
 SHOWN = {"toml", "json", "text"}
 _FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.DOTALL | re.MULTILINE)
-_MARK = re.compile(r"<!-- example: (background|output|not run \(.+?\)) -->\s*$")
+_MARK = re.compile(r"<!-- example: (background|output|from [\w./-]+|not run \(.+?\)) -->\s*$")
 _NEEDS = re.compile(r"^<!-- examples: ([\w, ]+) -->")
 
 
@@ -112,18 +114,23 @@ def test_every_link_resolves(page: Path) -> None:
         assert path.exists(), f"{_id(page)}: broken link {target}"
 
 
+def _settings(text: str) -> set[str]:
+    return {" ".join(line.split("#", 1)[0].split()) for line in text.splitlines()} - {""}
+
+
 @pytest.mark.parametrize("page", PAGES, ids=_id)
-def test_wrangler_settings_shown_are_the_real_ones(page: Path) -> None:
-    real = {" ".join(line.split("#", 1)[0].split())
-            for line in (REPO / "wrangler.toml").read_text().splitlines()}
+def test_files_shown_are_the_real_ones(page: Path) -> None:
+    # A toml block is a piece of wrangler.toml, or of the file its
+    # "from FILE" mark names; a python block marked so is that file's code.
     for block in blocks(page):
-        if block.language != "toml":
-            continue
-        for line in block.code.splitlines():
-            setting = " ".join(line.split("#", 1)[0].split())
-            if setting:
-                assert setting in real, f"{_id(page)}:{block.line}: {setting!r} is not in " \
-                                        "wrangler.toml"
+        source = block.mark[len("from "):] if (block.mark or "").startswith("from ") else None
+        if block.language == "toml":
+            name = source or "wrangler.toml"
+            missing = _settings(block.code) - _settings((REPO / name).read_text())
+            assert not missing, f"{_id(page)}:{block.line}: {sorted(missing)} not in {name}"
+        elif source is not None:
+            assert block.code.strip() in (REPO / source).read_text(), (
+                f"{_id(page)}:{block.line}: this block is not the code of {source}")
 
 
 def _free_port() -> int:

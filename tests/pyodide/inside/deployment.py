@@ -24,7 +24,11 @@ BASE_URL = "https://tickwork.example"
 
 
 class Deployment:
-    def __init__(self, db: Any) -> None:
+    """The reference deployment with a scripted executor and a manual clock;
+    or, given ``job_owner`` and ``default``, a deployment's own classes as
+    they are (their executors, the wall clock)."""
+
+    def __init__(self, db: Any, *, job_owner: Any = None, default: Any = None) -> None:
         from durable_objects.job_owner import JobOwner
 
         class TierJobOwner(JobOwner):
@@ -35,12 +39,13 @@ class Deployment:
                 clock: ManualNow = self.env.CLOCK
                 return clock()
 
-        self.owner_class = TierJobOwner
+        self.owner_class = job_owner or TierJobOwner
+        self.default = default
         self.clock = ManualNow()
         self.executor = ScriptedExecutor()
         self.env = SimpleNamespace(CLOCK=self.clock, EXECUTOR=self.executor, DB=db,
                                    TICKWORK_TOKEN=TOKEN)
-        self.namespace = Namespace(TierJobOwner, self.env)
+        self.namespace = Namespace(self.owner_class, self.env)
         self.env.JOB_OWNERS = self.namespace
         self.db = db
 
@@ -77,7 +82,7 @@ class Deployment:
     def worker(self) -> Any:
         from worker.entry import Default
 
-        return Default(SimpleNamespace(), self.env)
+        return (self.default or Default)(SimpleNamespace(), self.env)
 
     async def send(self, method: str, path: str, body: Any = None, *,
                    token: str | None = TOKEN, headers: dict[str, str] | None = None,

@@ -202,3 +202,15 @@ async def capsys() -> AsyncIterator[CaptureOutput]:
 @fixture("tmp_path")
 async def tmp_path() -> AsyncIterator[Path]:
     yield Path(tempfile.mkdtemp())
+
+
+@fixture("example_deployment")
+async def example_deployment() -> AsyncIterator[Any]:
+    """examples/cloudflare-worker's own classes over a fresh D1."""
+    from tests.pyodide.inside.deployment import Deployment
+    from tests.support.examples import load_example_entry
+
+    entry = load_example_entry()
+    db = await fresh_d1()
+    await apply_d1_schema(db)
+    yield Deployment(db, job_owner=entry.JobOwner, default=entry.Default)
