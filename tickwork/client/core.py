@@ -27,7 +27,7 @@ from tickwork.model.jobs import check_id
 #: The shared queues' scope; an owner's is ``("owners", key)``.
 SHARED: Final = ("shared",)
 
-#: Statuses that say "try again later" without anything having been done.
+#: Statuses that say "try again later".
 RETRY_STATUSES: Final = frozenset({429, 502, 503, 504})
 
 
@@ -112,8 +112,9 @@ def may_retry(operation: Operation | None, attempt: int, policy: RetryPolicy,
     assert answer is not None
     if answer.status not in RETRY_STATUSES:
         return False
-    # A 503 from tickwork itself (at capacity) did nothing; a gateway's 502/504
-    # may have reached the host, so only idempotent calls go again.
+    # tickwork's own 429/503 come before any work, but the same statuses from
+    # a proxy or the platform may come after the host acted: only calls that
+    # are safe twice go again.
     return operation is None or operation.idempotent
 
 
