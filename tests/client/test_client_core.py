@@ -102,6 +102,9 @@ def test_bad_owner_keys_and_urls_are_refused() -> None:
         Client(BASE, transport=Scripted(), timeout_s=0)
     with pytest.raises(InvalidArgument, match="attempts"):
         RetryPolicy(attempts=0)
+    for token in ("", "a\r\nx-evil: 1", 7):
+        with pytest.raises(InvalidArgument, match="token"):
+            Client(BASE, transport=Scripted(), token=token)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("engine_error", [

@@ -52,6 +52,16 @@ def _check_timeout(timeout_s: float) -> float:
     return float(timeout_s)
 
 
+def _check_token(token: str | None) -> str | None:
+    # It goes into a header: no line breaks (nor NUL), and nothing empty.
+    if token is None:
+        return None
+    if not isinstance(token, str) or not token.strip() \
+            or any(char in token for char in "\r\n\0"):
+        raise InvalidArgument("token", "must be a non-empty string without line breaks")
+    return token
+
+
 def _health(answer: HttpAnswer) -> bool:
     return answer.status == 200
 
@@ -62,7 +72,7 @@ class _Settings:
     def __init__(self, base_url: str, token: str | None, retry: RetryPolicy | None,
                  timeout_s: float) -> None:
         self.base_url = check_base_url(base_url)
-        self.token = token
+        self.token = _check_token(token)
         self.retry = retry or RetryPolicy()
         self.timeout_s = _check_timeout(timeout_s)
 
