@@ -1,6 +1,6 @@
 """``tickwork serve`` over HTTP, each figure beside a baseline measured in the same run.
 
-    python -m bench.serve_http            # full sizes (about half a minute on 2 cores)
+    python -m bench.serve_http            # full sizes, 3 rounds (about a minute on 2 cores)
     python -m bench.serve_http --quick    # smaller sizes, for a smoke run
 
 The server is ``python -m tickwork serve`` as a subprocess on loopback (port
@@ -17,7 +17,10 @@ connections it opened and prints the count) and a second one for the polls.
    calls ``ingest_many`` for a single job too) on a sqlite3 WAL file opened
    with the server's own connection settings (``synchronous=FULL``), i.e.
    what the server does per request, without HTTP, JSON and the event loop.
-   Each is measured twice. "Jobs run meanwhile": the plain case, where the
+   Every serve run is measured right next to its baselines, in ``--rounds``
+   rounds (3) with the order alternating (``measure_in_pairs``: the baselines
+   are fsync-bound, so they follow the disk's state); the table shows each
+   best rate and the ratios pair by pair. "Jobs run meanwhile": the plain case, where the
    owner's tick loop runs the jobs in the same event loop as the requests.
    An ``echo`` tick never suspends (the executor is awaited directly and
    completes at once), so the loop keeps the event loop until the owner is
@@ -431,74 +434,124 @@ def print_table(rows: list[Row]) -> None:
         print(line(row))
 
 
+#: A measurement: (name, seconds of one run in a fresh directory).
+Measure = tuple[str, Any]
+
+
+def measure_in_pairs(rounds: int, pairs: list[tuple[Measure, list[Measure]]], root: Path
+                     ) -> tuple[dict[str, list[float]], dict[str, list[ServeRun]]]:
+    """Run each serve measurement right next to its baselines, ``rounds`` times,
+    serve first in even rounds and baselines first in odd ones.
+
+    The baselines are fsync-bound (WAL, ``synchronous=FULL``, one fsync per
+    ``ingest_many``), so their speed follows the disk's state: one run of the
+    same function read 48-59k jobs/s as the first thing in a process and 25k
+    right after a serve run. Measured next to its serve figure, each baseline
+    sees the disk that figure saw; the ratios are taken pair by pair."""
+    seconds: dict[str, list[float]] = {}  # "<serve>/<baseline>" -> per round
+    runs: dict[str, list[ServeRun]] = {}
+    made = 0
+    for number in range(rounds):
+        for (serve_name, serve), baselines in pairs:
+            steps = [(serve_name, serve), *baselines]
+            if number % 2:
+                steps = [*baselines, (serve_name, serve)]
+            for name, run in steps:
+                made += 1
+                result = run(root / f"{made:03}-{name}")
+                if isinstance(result, ServeRun):
+                    runs.setdefault(name, []).append(result)
+                else:
+                    seconds.setdefault(f"{serve_name}/{name}", []).append(result)
+    return seconds, runs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="pairs of serve and baseline runs (default 3; --quick 1)")
     args = parser.parse_args()
     count = 300 if args.quick else 5_000
+    rounds = args.rounds or (1 if args.quick else 3)
     many = 8
     print(f"tickwork serve over HTTP beside in-process OwnerRuntime, {count:,} echo jobs per "
-          f"run, {QUEUES_PER_OWNER} queues per owner")
+          f"run, {QUEUES_PER_OWNER} queues per owner, {rounds} round(s) of adjacent pairs")
     print(f"  Python {sys.version.split()[0]}, SQLite {sqlite3.sqlite_version}, "
           f"{os.cpu_count()} CPUs, load average before: " + load())
     started = time.perf_counter()
     one = make_jobs(count, 1, "one")
     spread = make_jobs(count, many, "spread")
-    with tempfile.TemporaryDirectory(prefix="tickwork-bench-") as temp:
-        root = Path(temp)
-        single = serve_run(root / "serve-single", one, 1)
-        single_held = serve_run(root / "serve-single-held", one, 1, hold=True)
-        base_single = baseline_ingest(root / "base-single", one, 1)
-        batched = serve_run(root / "serve-batch", one, BATCH)
-        batched_held = serve_run(root / "serve-batch-held", one, BATCH, hold=True)
-        base_batched = baseline_ingest(root / "base-batch", one, BATCH)
-        owners = serve_run(root / "serve-owners", spread, BATCH)
-        base_e2e_single = baseline_end_to_end(root / "e2e-single", one, 1)
-        base_e2e_one = baseline_end_to_end(root / "e2e-one", one, BATCH)
-        base_e2e_many = baseline_end_to_end(root / "e2e-many", spread, BATCH)
 
-    def ratio(serve_s: float, base_s: float) -> str:
-        return f"{base_s / serve_s:.0%}"
+    def base_ingest(per_request: int) -> Measure:
+        name = f"base-ingest-{per_request}"
+        return name, lambda d: baseline_ingest(d, one, per_request)
 
-    connection = "keep-alive" if single.kept_alive else "a connection per request"
-    rows = [
-        Row(f"enqueue, 1 job/request ({connection}), jobs run meanwhile",
-            rate(count, single.enqueue_s), f"ingest_many([job]): {rate(count, base_single)}",
-            ratio(single.enqueue_s, base_single)),
-        Row("enqueue, 1 job/request, tick loop held", rate(count, single_held.enqueue_s),
-            f"ingest_many([job]): {rate(count, base_single)}",
-            ratio(single_held.enqueue_s, base_single)),
-        Row(f"enqueue, {BATCH} jobs/request, jobs run meanwhile",
-            rate(count, batched.enqueue_s),
-            f"ingest_many({BATCH} jobs): {rate(count, base_batched)}",
-            ratio(batched.enqueue_s, base_batched)),
-        Row(f"enqueue, {BATCH} jobs/request, tick loop held",
-            rate(count, batched_held.enqueue_s),
-            f"ingest_many({BATCH} jobs): {rate(count, base_batched)}",
-            ratio(batched_held.enqueue_s, base_batched)),
+    def base_e2e(name: str, jobs: list[tuple[str, Wire]], per_request: int) -> Measure:
+        return name, lambda d: baseline_end_to_end(d, jobs, per_request)
+
+    pairs: list[tuple[Measure, list[Measure]]] = [
+        (("single", lambda d: serve_run(d, one, 1)),
+         [base_ingest(1), base_e2e("base-e2e-single", one, 1)]),
+        (("single-held", lambda d: serve_run(d, one, 1, hold=True)), [base_ingest(1)]),
+        (("batched", lambda d: serve_run(d, one, BATCH)),
+         [base_ingest(BATCH), base_e2e("base-e2e-one", one, BATCH)]),
+        (("batched-held", lambda d: serve_run(d, one, BATCH, hold=True)), [base_ingest(BATCH)]),
+        (("owners", lambda d: serve_run(d, spread, BATCH)),
+         [base_e2e("base-e2e-many", spread, BATCH)]),
     ]
-    for label, run, base, how in (
-            ("end to end, 1 owner, 1 job/request", single, base_e2e_single,
+    with tempfile.TemporaryDirectory(prefix="tickwork-bench-") as temp:
+        seconds, runs = measure_in_pairs(rounds, pairs, Path(temp))
+
+    def figure(serve: str, base: str, end_to_end: bool = False) -> tuple[str, str, str]:
+        """Best serve rate, best baseline rate, and the pairwise ratios."""
+        served = [run.end_to_end_s if end_to_end else run.enqueue_s for run in runs[serve]]
+        based = seconds[f"{serve}/{base}"]
+        ratios = sorted(base_s / serve_s for serve_s, base_s in zip(served, based, strict=True))
+        spread_ = "" if len(ratios) == 1 else f" ({ratios[0]:.0%}-{ratios[-1]:.0%})"
+        best_serve, best_base = min(served), min(based)
+        timing = f" ({best_serve:.2f} s)" if end_to_end else ""
+        base_timing = f" ({best_base:.2f} s)" if end_to_end else ""
+        return (f"{rate(count, best_serve)}{timing}", f"{rate(count, best_base)}{base_timing}",
+                f"{ratios[len(ratios) // 2]:.0%}{spread_}")
+
+    single = runs["single"][-1]
+    connection = "keep-alive" if single.kept_alive else "a connection per request"
+    rows = []
+    for label, serve, base, how in (
+            (f"enqueue, 1 job/request ({connection}), jobs run meanwhile", "single",
+             "base-ingest-1", "ingest_many([job])"),
+            ("enqueue, 1 job/request, tick loop held", "single-held", "base-ingest-1",
+             "ingest_many([job])"),
+            (f"enqueue, {BATCH} jobs/request, jobs run meanwhile", "batched",
+             f"base-ingest-{BATCH}", f"ingest_many({BATCH} jobs)"),
+            (f"enqueue, {BATCH} jobs/request, tick loop held", "batched-held",
+             f"base-ingest-{BATCH}", f"ingest_many({BATCH} jobs)")):
+        served, based, ratio = figure(serve, base)
+        rows.append(Row(label, served, f"{how}: {based}", ratio))
+    for label, serve, base, how in (
+            ("end to end, 1 owner, 1 job/request", "single", "base-e2e-single",
              "ingest_many([job]), then ticks"),
-            (f"end to end, 1 owner, {BATCH} jobs/request", batched, base_e2e_one,
+            (f"end to end, 1 owner, {BATCH} jobs/request", "batched", "base-e2e-one",
              f"ingest_many({BATCH}), then ticks"),
-            (f"end to end, {many} owners, {BATCH} jobs/request", owners, base_e2e_many,
+            (f"end to end, {many} owners, {BATCH} jobs/request", "owners", "base-e2e-many",
              f"{many} runtimes, ingest_many({BATCH}), then ticks")):
-        rows.append(Row(label, f"{rate(count, run.end_to_end_s)} ({run.end_to_end_s:.2f} s)",
-                        f"{how}: {rate(count, base)} ({base:.2f} s)",
-                        ratio(run.end_to_end_s, base)))
+        served, based, ratio = figure(serve, base, end_to_end=True)
+        rows.append(Row(label, served, f"{how}: {based}", ratio))
     print()
     print_table(rows)
     print()
-    print("ratio: tickwork serve's rate / the baseline's (100% = as fast as in-process).")
+    print("rates: the best of the rounds; ratio: tickwork serve's rate / the baseline's, pair by")
+    print("pair (median, and min-max over the rounds; 100% = as fast as in-process).")
     print("'jobs run meanwhile': the owner's tick loop runs the jobs in the server's one event")
     print("loop; an echo tick never suspends, so a request that arrives while the loop drains")
     print("waits until the owner is idle. 'tick loop held': a running sleep job parks each")
     print("owner's tick loop, so the enqueues run alone, like the baseline (which only ingests).")
-    for label, run in (
-            ("1 job/request", single), ("1 job/request, held", single_held),
-            (f"{BATCH} jobs/request", batched), (f"{BATCH} jobs/request, held", batched_held),
-            (f"{BATCH} jobs/request, {many} owners", owners)):
+    for label, name in (
+            ("1 job/request", "single"), ("1 job/request, held", "single-held"),
+            (f"{BATCH} jobs/request", "batched"), (f"{BATCH} jobs/request, held", "batched-held"),
+            (f"{BATCH} jobs/request, {many} owners", "owners")):
+        run = runs[name][-1]
         line = (f"{label}: {run.requests:,} enqueue requests over {run.connections} TCP "
                 f"connection(s), {'kept alive' if run.kept_alive else 'closed by the server'}")
         if "held" not in label:
