@@ -10,7 +10,9 @@ the object's RPC methods (``rpc.py``), the host scopes (``service.py``) and
 ``docs/reference/openapi.json`` are all built from this table.
 
 Adding an operation: a plan in ``tickwork.lifecycle.operations``, a method on
-each runtime driving it, a ``JobService`` method, and an entry here.
+each runtime driving it, a ``JobService`` method, an entry here (with the
+client's ``to_http`` and ``from_http``), and its method on the clients
+(``tickwork.client.clients``).
 """
 
 from __future__ import annotations
