@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 #: What a deployment may import from tickwork.
@@ -40,3 +41,16 @@ def test_the_main_module_is_a_few_statements() -> None:
     assert len(statements) <= 6
     assert not any(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
                    for node in statements)
+
+
+def test_the_class_factories_refuse_what_is_not_a_function(workers_module: Any) -> None:
+    import pytest
+
+    from tickwork import InvalidArgument
+    from tickwork.cloudflare import job_owner_class, worker_class
+
+    for make in (job_owner_class, worker_class):
+        with pytest.raises(InvalidArgument, match="executors"):
+            make("build_registry")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument, match="domain_statements"):
+        worker_class(lambda env: None, domain_statements=[])  # type: ignore[arg-type]

@@ -20,6 +20,7 @@ from tickwork.cloudflare.app import DomainHook, ExecutorFactory
 from tickwork.cloudflare.http import workers_fetch_post
 from tickwork.cloudflare.job_owner import JobOwner
 from tickwork.cloudflare.worker import TickworkWorker
+from tickwork.model.errors import InvalidArgument
 
 __all__ = [
     "DomainHook",
@@ -38,6 +39,7 @@ def job_owner_class(executors: ExecutorFactory, *, name: str = "JobOwner") -> ty
     Export it from the Worker's main module under the ``class_name`` of its
     binding. The RPC methods are defined on the new class itself (some workerd
     versions list only a class's own methods)."""
+    _check_callable("executors", executors)
     # The alarm handler too is defined on the class itself, for the same reason.
     made = type(name, (JobOwner,), {"_executors": staticmethod(executors),
                                      "alarm": JobOwner.alarm,
@@ -50,6 +52,9 @@ def worker_class(executors: ExecutorFactory, *, domain_statements: DomainHook | 
     """A Worker entrypoint class serving the /v1 API and the cron drain, running
     shared jobs on ``executors(env)``; ``domain_statements(env, jobs)`` (optional)
     returns D1 statements that commit in the same batch as a shared ingest."""
+    _check_callable("executors", executors)
+    if domain_statements is not None:
+        _check_callable("domain_statements", domain_statements)
     attributes: dict[str, object] = {"_executors": staticmethod(executors),
                                      # the handlers on the class itself, as for JobOwner
                                      "fetch": TickworkWorker.fetch,
@@ -59,3 +64,8 @@ def worker_class(executors: ExecutorFactory, *, domain_statements: DomainHook | 
     if domain_statements is not None:
         attributes["_domain_statements"] = staticmethod(domain_statements)
     return type(name, (TickworkWorker,), attributes)
+
+
+def _check_callable(name: str, value: object) -> None:
+    if not callable(value):
+        raise InvalidArgument(name, f"must be a function of env, got {type(value).__name__}")
