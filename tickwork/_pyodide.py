@@ -99,3 +99,38 @@ def plain_value(value: Any, jsnull: object | None) -> Any:
     if type(value) is float and value.is_integer():
         return int(value)
     return value
+
+
+# ------------------------------------------------------------ fetch failures
+# A rejected Workers ``fetch`` says only JavaScript's message (an OSError, a
+# pyodide.http.AbortError or a bare JsException, by Pyodide version). Used by
+# the webhook transport (tickwork.cloudflare.http) and tickwork.client.
+
+#: Lower-case fragments of a fetch error that prove nothing was sent.
+_BEFORE_SENDING = (
+    "invalid url",
+    "fetch api cannot load",
+    "failed to parse url",
+    "dns",
+    "name not resolved",
+    "could not resolve",
+    "enotfound",
+    "connection refused",
+    "econnrefused",
+    "too many redirects",
+)
+
+
+def fetch_error_message(error: BaseException) -> str:
+    """The message of a failed ``fetch``: the JS error's own, else Python's."""
+    js_message = getattr(error, "message", None)
+    if isinstance(js_message, str) and js_message:
+        return js_message
+    return str(error) or type(error).__name__
+
+
+def fetch_never_sent(error: BaseException) -> bool:
+    """True only when the failure's message proves the request never left
+    (a bad URL, a DNS failure, a refused connection); otherwise it may have."""
+    lowered = fetch_error_message(error).lower()
+    return any(fragment in lowered for fragment in _BEFORE_SENDING)

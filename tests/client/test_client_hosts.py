@@ -122,3 +122,30 @@ async def test_async_client_against_the_worker(worker_client: AsyncClient, scope
             else worker_client.shared())
     await scenario(jobs, runs_beside=False)
     assert await worker_client.health()
+
+
+@pytest.mark.parametrize(("failure", "maybe_sent", "sends"), [
+    ("TypeError: Fetch API cannot load: http://nowhere.invalid/", False, 2),
+    ("Network connection lost.", True, 1),
+])
+async def test_a_failed_fetch_is_never_sent_only_when_its_message_proves_it(
+        workers_module: types.ModuleType, failure: str, maybe_sent: bool, sends: int) -> None:
+    from tests.support.fakes.workers_module import use_fetch
+    from tickwork.client import TransportError
+
+    calls: list[str] = []
+
+    async def failing(resource: str, **options: Any) -> Any:
+        calls.append(resource)
+        raise OSError(failure)
+
+    use_fetch(failing)
+    try:
+        client = AsyncClient(WORKER_URL, token=WORKER_TOKEN, transport=FetchTransport(),
+                             retry=RetryPolicy(attempts=2, base_s=0))
+        with pytest.raises(TransportError) as raised:
+            await client.owner("o").purge("q")  # not idempotent: again only if never sent
+    finally:
+        use_fetch(None)
+    assert raised.value.maybe_sent is maybe_sent
+    assert len(calls) == sends

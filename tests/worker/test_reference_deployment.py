@@ -7,6 +7,10 @@ import ast
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from tickwork import InvalidArgument
+
 REPO = Path(__file__).resolve().parents[2]
 #: What a deployment may import from tickwork.
 PUBLIC = {"tickwork", "tickwork.cloudflare", "tickwork.executors", "tickwork.client"}
@@ -44,9 +48,6 @@ def test_the_main_module_is_a_few_statements() -> None:
 
 
 def test_the_class_factories_refuse_what_is_not_a_function(workers_module: Any) -> None:
-    import pytest
-
-    from tickwork import InvalidArgument
     from tickwork.cloudflare import job_owner_class, worker_class
 
     for make in (job_owner_class, worker_class):

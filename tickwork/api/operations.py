@@ -147,6 +147,11 @@ def _reply_ingest(args: tuple[Any, ...], as_list: Any, statuses: Any) -> Reply:
     return Reply(201 if statuses[0] == "queued" else 200, results[0])
 
 
+def _ingest_to_http(args: tuple[Any, ...]) -> tuple[tuple[str, ...], Any]:
+    validate_jobs(args[0])  # what is no Job cannot be written as one (named errors)
+    return (), {"jobs": [wire.job_to_wire(job) for job in args[0]]}
+
+
 def _ingest_to_rpc(args: tuple[Any, ...]) -> tuple[Any, ...]:
     return (wire.to_json_text([wire.job_to_wire(job) for job in args[0]]),)
 
@@ -282,8 +287,7 @@ OPERATIONS: Final = (
                  400: "an invalid job or body (nothing stored)",
                  409: "a job_id stored (or repeated) with other cargo (nothing stored)"},
         reply_shape='`{"job_id", "status"}`, or `{"jobs": [{"job_id", "status"}, ...]}`',
-        to_http=lambda args: ((), {"jobs": [wire.job_to_wire(job) for job in args[0]]}
-                              if validate_jobs(args[0]) else None),
+        to_http=_ingest_to_http,
         from_http=lambda body: [item["status"] for item in body["jobs"]],
         idempotent=True),
     Operation(

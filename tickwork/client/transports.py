@@ -23,6 +23,7 @@ import urllib.error
 import urllib.request  # loads on Pyodide too (without ssl); used only on CPython
 from typing import Any
 
+from tickwork._pyodide import fetch_error_message, fetch_never_sent
 from tickwork.client.core import AsyncTransport, HttpAnswer, HttpRequest, TransportError
 
 #: Most bytes of an answer read (the API's largest answers are far smaller).
@@ -76,8 +77,9 @@ class FetchTransport:
     """The Workers ``fetch`` (a Worker calling another Worker's tickwork).
 
     API bodies are UTF-8 JSON, so they cross to JS as strings (alike in every
-    SDK shape). Every failed fetch counts as "maybe sent": the runtime's
-    message does not prove otherwise, so only idempotent calls go again."""
+    SDK shape). A failed fetch is "maybe sent" unless its message proves the
+    request never left (``tickwork._pyodide.fetch_never_sent``, the webhook
+    transport's rule), so otherwise only idempotent calls go again."""
 
     async def send(self, request: HttpRequest, timeout_s: float) -> HttpAnswer:
         from workers import fetch  # type: ignore[import-not-found, unused-ignore]
@@ -99,8 +101,9 @@ class FetchTransport:
             raise TransportError(f"{request.method} {request.url}: no answer within "
                                  f"{timeout_s:g} s", maybe_sent=True) from error
         except Exception as error:
-            raise TransportError(f"{request.method} {request.url}: {error}",
-                                 maybe_sent=True) from error
+            raise TransportError(f"{request.method} {request.url}: "
+                                 f"{fetch_error_message(error)}",
+                                 maybe_sent=not fetch_never_sent(error)) from error
 
 
 def default_async_transport() -> AsyncTransport:

@@ -30,24 +30,11 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
+from tickwork._pyodide import fetch_error_message, fetch_never_sent
 from tickwork.executors.webhook import HttpReply, HttpTimeout, HttpUnreachable
 from tickwork.model.signals import AbortSignal
 
 __all__ = ["workers_fetch_post"]
-
-#: Lower-case fragments of a fetch error that prove nothing was sent.
-BEFORE_SENDING = (
-    "invalid url",
-    "fetch api cannot load",
-    "failed to parse url",
-    "dns",
-    "name not resolved",
-    "could not resolve",
-    "enotfound",
-    "connection refused",
-    "econnrefused",
-    "too many redirects",
-)
 
 
 async def workers_fetch_post(
@@ -98,18 +85,10 @@ async def workers_fetch_post(
 def classify_fetch_error(error: BaseException) -> HttpTimeout | HttpUnreachable:
     """``HttpUnreachable`` when ``error``'s message proves nothing was sent, else
     ``HttpTimeout`` (the request may have been sent)."""
-    message = _message(error)
-    lowered = message.lower()
-    if any(fragment in lowered for fragment in BEFORE_SENDING):
+    message = fetch_error_message(error)
+    if fetch_never_sent(error):
         return HttpUnreachable(message)
     return HttpTimeout(f"fetch failed, the request may have been sent: {message}")
-
-
-def _message(error: BaseException) -> str:
-    js_message = getattr(error, "message", None)
-    if isinstance(js_message, str) and js_message:
-        return js_message
-    return str(error) or type(error).__name__
 
 
 def _body_for_fetch(body: bytes) -> Any:

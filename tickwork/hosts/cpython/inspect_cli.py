@@ -22,7 +22,6 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
-from urllib.parse import quote
 
 from tickwork.api import wire
 from tickwork.api.wire import ApiError
@@ -92,16 +91,14 @@ async def _watch(url: str, token: str, options: argparse.Namespace) -> None:
         await asyncio.sleep(options.watch)
 
 
-def scope_path(options: argparse.Namespace) -> tuple[str, str]:
-    """The API path of the scope and how to name it."""
-    if options.shared:
-        return "/v1/shared", "shared queues"
-    return f"/v1/owners/{quote(options.owner, safe='')}", f"owner {options.owner!r}"
+def scope_title(options: argparse.Namespace) -> str:
+    """How to name the scope."""
+    return "shared queues" if options.shared else f"owner {options.owner!r}"
 
 
 async def render(url: str, token: str, options: argparse.Namespace) -> str:
     """What one look at the scope prints."""
-    _, title = scope_path(options)
+    title = scope_title(options)
     try:
         client = AsyncClient(url, token=token, timeout_s=TIMEOUT_S,
                              retry=RetryPolicy(attempts=2))
