@@ -93,10 +93,11 @@ def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[FakeDura
 async def test_alarm_wake_writes_only_when_the_alarm_must_change(
     glue: Any, storage: FakeDurableObjectStorage
 ) -> None:
-    state = {"pending": False, "now": 1_000}
+    state: dict[str, Any] = {"pending": False, "now": 1_000}
     counting = CountingStorage(storage)
-    wake = glue.alarm_wake.AlarmWake(counting, pending=lambda: state["pending"],
-                                     clock=lambda: state["now"])
+    wake = glue.alarm_wake.AlarmWake(
+        counting, next_at=lambda: state["now"] if state["pending"] else None,
+        clock=lambda: state["now"])
     wake.recompute()
     await wake.flush()
     assert counting.writes == []  # nothing pending, nothing armed
@@ -116,9 +117,33 @@ async def test_alarm_wake_writes_only_when_the_alarm_must_change(
     assert await storage.getAlarm() in (None, jsnull)
 
 
+async def test_alarm_wake_arms_for_the_next_due_time(
+    glue: Any, storage: FakeDurableObjectStorage
+) -> None:
+    """Work due later arms the alarm for that moment, once; a floor later than
+    it wins; work due earlier than the floor does not undercut it."""
+    state: dict[str, Any] = {"next": 9_000, "now": 1_000}
+    counting = CountingStorage(storage)
+    wake = glue.alarm_wake.AlarmWake(counting, next_at=lambda: state["next"],
+                                     clock=lambda: state["now"])
+    for _ in range(3):
+        wake.recompute()
+        await wake.flush()
+    assert counting.writes == [("set", 9_000)]
+    wake.delay_until(12_000)
+    wake.recompute()
+    await wake.flush()
+    assert counting.writes[-1] == ("set", 12_000)
+    wake.delay_until(None)
+    state["next"] = 500  # overdue: fires now
+    wake.recompute()
+    await wake.flush()
+    assert counting.writes[-1] == ("set", 1_000)
+
+
 async def test_alarm_wake_holds_and_floors(glue: Any, storage: FakeDurableObjectStorage) -> None:
     now = 5_000
-    wake = glue.alarm_wake.AlarmWake(storage, pending=lambda: True, clock=lambda: now)
+    wake = glue.alarm_wake.AlarmWake(storage, next_at=lambda: now, clock=lambda: now)
     wake.hold()
     wake.recompute()
     await wake.flush()
@@ -139,7 +164,7 @@ async def test_alarm_wake_retries_after_a_storage_error(
     glue: Any, storage: FakeDurableObjectStorage
 ) -> None:
     faults = Faults(alarms=True)
-    wake = glue.alarm_wake.AlarmWake(FlakyStorage(storage, faults), pending=lambda: True,
+    wake = glue.alarm_wake.AlarmWake(FlakyStorage(storage, faults), next_at=lambda: 42,
                                      clock=lambda: 42)
     wake.recompute()  # the background drain fails...
     await asyncio.sleep(0)

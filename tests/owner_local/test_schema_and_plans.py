@@ -21,9 +21,9 @@ def test_queue_status_reads_indexes_only(harness: Harness) -> None:
     runtime = harness.runtime()
     runtime.ingest_many([job(f"j{n}", queue=f"q{n % 3}") for n in range(30)])
     text = sql.QUEUE_STATUS.render(sql.OWNER_LOCAL).text
-    plan = [row[-1] for row in harness.host_query("EXPLAIN QUERY PLAN " + text, ("q1",))]
+    plan = [row[-1] for row in harness.host_query("EXPLAIN QUERY PLAN " + text, ("q1", 0))]
     searches = [line for line in plan if "tickwork_jobs" in line]
-    assert len(searches) == 3, plan
+    assert len(searches) == 4, plan  # queued, running, delayed, settled
     assert all(line.startswith("SEARCH tickwork_jobs USING") for line in searches), plan
     used = " ".join(searches)
     for index in ("queue_waiting", "running", "queue_settled"):
@@ -38,3 +38,74 @@ def test_a_schema_newer_than_the_package_is_refused(harness: Harness) -> None:
     harness.open()
     with pytest.raises(SchemaError, match="schema version 99"):
         harness.runtime()
+
+
+# ------------------------------------------------- upgrades of older databases
+
+#: Rows as tickwork at schema version 1 stored them: a waiting job, a
+#: running claim a dead process left, a settled job with its reason.
+_VERSION_1_ROWS = """
+INSERT INTO tickwork_jobs (job_id, queue, lane, priority, payload_json, max_recoveries,
+                           state, outcome, failure_reason, claim_token, recoveries,
+                           cancellation_id, enqueued_at, started_at, settled_at)
+VALUES ('waiting', 'q', 'lane', 3, '{"n":1}', NULL, 'queued', NULL, NULL, NULL, 0, NULL,
+        10, NULL, NULL),
+       ('left-running', 'r', 'lane', 0, '{}', 2, 'running', NULL, NULL, 'dead-1', 1, NULL,
+        11, 12, NULL),
+       ('settled', 'q', 'lane', 0, '[]', NULL, 'settled', 'failed', 'boom', NULL, 0, 'c-1',
+        1, 2, 3)
+"""
+
+
+def _version_1_database(harness: Harness) -> list[tuple[object, ...]]:
+    """Write the version 1 schema and rows the way tickwork 1 did; its rows."""
+    from tickwork.stores.owner_schema import SCHEMA_STATEMENTS
+
+    def write() -> None:
+        for statement in SCHEMA_STATEMENTS:
+            harness.host_execute(statement)
+        harness.host_execute(
+            "INSERT INTO tickwork_meta (key, value) VALUES ('schema_version', '1')")
+        harness.host_execute(_VERSION_1_ROWS)
+
+    harness.host_transaction(write)
+    return harness.host_query("SELECT * FROM tickwork_jobs ORDER BY sequence")
+
+
+async def test_a_version_1_database_is_upgraded_in_place_with_its_rows(harness: Harness) -> None:
+    before = _version_1_database(harness)
+    runtime = harness.runtime()
+    assert harness.host_query(
+        "SELECT value FROM tickwork_meta WHERE key = 'schema_version'") == [("2",)]
+    after = harness.host_query("SELECT * FROM tickwork_jobs ORDER BY sequence")
+    # Every value kept; the new columns (run_at, delay_ms, due_at) are NULL:
+    # "due at once", as every job of version 1 was.
+    assert after == [(*tuple(row), None, None, None) for row in before]
+    settled = runtime.read("settled")
+    assert settled is not None and (settled.outcome, settled.failure_reason) == ("failed", "boom")
+    # A replay of a version 1 job is still a duplicate (its cargo is unchanged).
+    assert runtime.ingest(job("waiting", lane="lane", priority=3, payload={"n": 1})) == \
+        "duplicate"
+    # The engine runs the old rows as before: the dead claim is recovered, the
+    # waiting job runs; and the new columns work.
+    assert runtime.ingest(job("later", delay_ms=60_000)) == "queued"
+    harness.open()
+    rebuilt = harness.runtime()  # a second open changes nothing
+    assert harness.host_query("SELECT * FROM tickwork_jobs ORDER BY sequence")[:3] == after
+    results = [await rebuilt.tick() for _ in range(3)]
+    assert [(r.status, r.job_id) for r in results] == [
+        ("requeued", "left-running"), ("settled", "waiting"), ("settled", "left-running")]
+    assert (await rebuilt.tick()).status == "idle"  # "later" waits for its time
+
+
+def test_a_failed_upgrade_leaves_the_database_as_it_was(harness: Harness) -> None:
+    before = _version_1_database(harness)
+    # Something in the way of 0002 (a table where its new index goes): the
+    # upgrade fails, and its one transaction rolls every step back.
+    harness.host_transaction(lambda: harness.host_execute(
+        "CREATE TABLE tickwork_jobs_due (x INTEGER)"))
+    with pytest.raises(Exception, match="tickwork_jobs_due"):
+        harness.runtime()
+    assert harness.host_query(
+        "SELECT value FROM tickwork_meta WHERE key = 'schema_version'") == [("1",)]
+    assert harness.host_query("SELECT * FROM tickwork_jobs ORDER BY sequence") == before

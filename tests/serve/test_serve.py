@@ -149,7 +149,8 @@ def test_status_head_and_queue_status(server: Serve) -> None:
     assert status == 200 and body["head"]["job_id"] == "s-running"
     status, body = client.call("GET", f"{base}/queues/a")
     assert body["queue"] == {"queue": "a", "queued": 1, "running": 1, "settled": 0, "outcomes": {
-        "completed": 0, "failed": 0, "cancelled": 0, "outcome_unknown": 0, "interrupted": 0}}
+        "completed": 0, "failed": 0, "cancelled": 0, "outcome_unknown": 0, "interrupted": 0},
+        "delayed": 0}
     client.call("POST", f"{base}/jobs/s-running/cancel", {"cancellation_id": "x"})
     for name in ("s-running", "s-next", "s-b"):
         client.settled(owner, name)

@@ -261,9 +261,10 @@ async def test_queue_status_counts_every_state_from_indexes_only(db: Any) -> Non
         SELECT 'old-' || n, 'q' || (n % 300), 'lane', 0, '{}', 'settled',
                CASE WHEN n % 3 = 0 THEN 'failed' ELSE 'completed' END, n, n, n FROM c
     """).run()
-    plan = await D1Binding(db).query("EXPLAIN QUERY PLAN " + d1_sql.QUEUE_STATUS.text, ["q1"])
+    plan = await D1Binding(db).query("EXPLAIN QUERY PLAN " + d1_sql.QUEUE_STATUS.text,
+                                     ["q1", None])
     text = "\n".join(str(row[-1]) for row in plan)
-    assert "tickwork_jobs_queue_waiting (queue=?)" in text, text
+    assert "USING COVERING INDEX tickwork_jobs_queue_waiting (queue=?)" in text, text
     assert "tickwork_jobs_running (queue=?)" in text, text
     assert "USING COVERING INDEX tickwork_jobs_queue_settled (queue=?)" in text, text
     assert "SCAN tickwork_jobs" not in text, text
@@ -274,20 +275,37 @@ async def test_queue_status_counts_every_state_from_indexes_only(db: Any) -> Non
     assert (status.queued, status.settled, status.outcomes["failed"]) == (0, 10, 10)
 
 
-async def test_a_database_without_0003_is_refused_until_it_is_applied(db: Any) -> None:
+async def test_a_database_without_0004_is_refused_then_upgraded_with_its_rows(db: Any) -> None:
+    """A database at version 3 with real rows: refused (naming 0004, nothing
+    written) until 0004 runs; then every row is intact and runs as before."""
     from tickwork.schemas import migrations
 
-    for migration in migrations("d1")[:2]:
+    for migration in migrations("d1")[:3]:
         for statement in migration.statements():
             await db.prepare(statement).run()
+    await db.prepare(OLD_ROWS).run()
+    before = await D1Binding(db).query("SELECT * FROM tickwork_jobs ORDER BY sequence")
     runtime = D1Runtime(db, execute=_complete, wake=CountingWake())
-    with pytest.raises(SchemaError, match=r"version 2, this package needs 3: "
-                                          r"apply 0003_settled_by_queue\.sql from schema/d1"):
+    with pytest.raises(SchemaError, match=r"version 3, this package needs 4: "
+                                          r"apply 0004_due_times\.sql from schema/d1"):
         await runtime.ingest(job("a"))
-    assert await _count(db) == 0
-    for statement in migrations("d1")[2].statements():
+    assert await _count(db) == 2
+    for statement in migrations("d1")[3].statements():
         await db.prepare(statement).run()
-    assert await runtime.ingest(job("a")) == "queued"
+    after = await D1Binding(db).query(
+        "SELECT * FROM tickwork_jobs ORDER BY sequence")
+    assert [(*row, None, None, None) for row in before] == after  # new columns NULL
+    assert await runtime.ingest(job("old-queued", payload={"n": 1})) == "duplicate"
+    assert await runtime.ingest(job("later", delay_ms=60_000)) == "queued"
+    result = await runtime.tick()
+    assert (result.job_id, result.outcome) == ("old-queued", "completed")
+    assert (await runtime.tick()).status == "idle"  # "later" waits
+
+
+OLD_ROWS = """INSERT INTO tickwork_jobs (job_id, queue, lane, priority, payload_json, state,
+                           outcome, enqueued_at, started_at, settled_at)
+VALUES ('old-queued', 'q', 'lane', 0, '{"n":1}', 'queued', NULL, 5, NULL, NULL),
+       ('old-settled', 'q', 'lane', 0, '{}', 'settled', 'completed', 1, 2, 3)"""
 
 
 async def test_replays_across_ingest_and_enqueue_from_select_ignore_key_order(db: Any) -> None:

@@ -210,8 +210,10 @@ async def test_claims_use_indexes_at_many_settled_rows(pool: Pool) -> None:
             (sql.CLAIM_ONE, {"token": "t3", "lease_ms": 1000, "now": None}),
             (sql.PROBE, {"now": None}),
             (sql.RENEW, {"sequence": 1, "token": "t", "lease_ms": 5, "now": None}),
-            (sql.HAS_PENDING_WORK, {}),
-            (sql.SELECT_QUEUE_HEAD, {"queue": "q1"}),
+            (sql.HAS_PENDING_WORK, {"now": None}),
+            (sql.NEXT_WORK, {"now": None}),
+            (sql.PROMOTE_DUE, {"now": None}),
+            (sql.SELECT_QUEUE_HEAD, {"queue": "q1", "now": None}),
         ):
             plans += await plans_of(conn, statement, params)
     text = "\n".join(plans)
@@ -309,7 +311,7 @@ async def test_queue_status_counts_every_state_from_indexes_only(pool: Pool) -> 
                 await conn.set_autocommit(True)
                 await conn.execute(prepare)
                 await conn.set_autocommit(False)
-            plans = await plans_of(conn, sql.QUEUE_STATUS, {"queue": "q10"})
+            plans = await plans_of(conn, sql.QUEUE_STATUS, {"queue": "q10", "now": None})
         text = "\n".join(plans)
         assert "tickwork_jobs_queue_waiting" in text, text
         # Running jobs come from an index of running jobs only (either partial one).
@@ -329,28 +331,47 @@ async def test_queue_status_counts_every_state_from_indexes_only(pool: Pool) -> 
     assert (status.queued, status.settled, status.outcomes["completed"]) == (0, 50, 50)
 
 
-async def test_a_database_without_0003_is_refused_until_it_is_applied(
+OLD_ROWS = """
+INSERT INTO tickwork_jobs (job_id, queue, lane, priority, payload_json, state,
+                           outcome, enqueued_at, started_at, settled_at)
+VALUES ('old-queued', 'q', 'lane', 0, '{"n":1}', 'queued', NULL, 5, NULL, NULL),
+       ('old-settled', 'q', 'lane', 0, '{}', 'settled', 'completed', 1, 2, 3)
+"""
+
+
+async def test_a_database_without_0004_is_refused_then_upgraded_with_its_rows(
     postgres_server: Any, postgres_templates: Any
 ) -> None:
     from tests.support.pg.server import unique_database_name
     from tickwork.schemas import migrations
 
-    name = unique_database_name("tickwork_v2")
+    name = unique_database_name("tickwork_v3")
     dsn = postgres_server.create_database(name)
     try:
         async with open_pool(dsn) as pool:
             async with pool.connection() as conn:
-                for migration in migrations("postgres")[:2]:
+                for migration in migrations("postgres")[:3]:
                     await conn.execute(migration.sql.encode())
+                await conn.execute(OLD_ROWS.encode())
                 await conn.commit()
+                before = await (await conn.execute(
+                    "SELECT * FROM tickwork_jobs ORDER BY sequence")).fetchall()
             runtime = _runtime(pool)
-            with pytest.raises(SchemaError, match=r"version 2, this package needs 3: apply "
-                                                  r"0003_settled_by_queue\.sql from schema/"
+            with pytest.raises(SchemaError, match=r"version 3, this package needs 4: apply "
+                                                  r"0004_due_times\.sql from schema/"
                                                   r"postgres"):
                 await runtime.ingest(job("a"))
-            assert await _count(pool) == 0
+            assert await _count(pool) == 2
             async with pool.connection() as conn:
-                await conn.execute(migrations("postgres")[2].sql.encode())
-            assert await runtime.ingest(job("a")) == "queued"
+                await conn.execute(migrations("postgres")[3].sql.encode())
+                await conn.commit()
+                after = await (await conn.execute(
+                    "SELECT * FROM tickwork_jobs ORDER BY sequence")).fetchall()
+            assert [(*row, None, None, None) for row in before] == after  # new columns NULL
+            assert await runtime.ingest(job("old-queued", payload={"n": 1})) == "duplicate"
+            assert await runtime.ingest(job("later", delay_ms=60_000)) == "queued"
+            result = await runtime.tick()
+            assert (result.job_id, result.outcome) == ("old-queued", "completed")
+            assert (await runtime.tick()).status == "idle"  # "later" waits
     finally:
         postgres_server.drop_database(name)

@@ -41,8 +41,12 @@ def job(
     priority: int = 0,
     payload: Any = None,
     recovery: Recovery | None = None,
+    *,
+    run_at: int | None = None,
+    delay_ms: int | None = None,
 ) -> Job:
-    return Job(job_id, queue, lane, priority, {} if payload is None else payload, recovery)
+    return Job(job_id, queue, lane, priority, {} if payload is None else payload, recovery,
+               run_at=run_at, delay_ms=delay_ms)
 
 
 class CountingWake:

@@ -75,6 +75,10 @@ class Jobs:
         pending: bool = await self._call("has_pending_work")
         return pending
 
+    async def next_tick_at(self) -> int | None:
+        at: int | None = await self._call("next_tick_at")
+        return at
+
     async def cancel(self, job_id: str, cancellation_id: str, *,
                      only_if_queued: bool = False) -> CancelResult:
         result: CancelResult = await self._call("cancel", job_id, cancellation_id,
@@ -117,6 +121,17 @@ class Engine:
     def runtime(self, **overrides: Any) -> Jobs:
         """A runtime over the database (for a shared store: another worker)."""
         return Jobs(self.harness.runtime(**overrides))
+
+    def timed_runtime(self, **overrides: Any) -> tuple[Jobs, Any]:
+        """A runtime whose clock the test moves by hand, and that clock
+        (``ManualNow``: ``advance(ms)``). A shared store's statements take
+        it instead of database time, the owner-local runtime as its clock."""
+        if self.local:
+            from tests.support.shared import ManualNow
+
+            now = ManualNow()
+            return self.runtime(clock=now, **overrides), now
+        return self.runtime(**overrides), self.harness.now
 
     def another_process(self, **overrides: Any) -> Jobs:
         """A runtime of another process over the same database: for an

@@ -12,7 +12,7 @@ import pytest
 from tickwork.schemas import migrations, split_statements
 from tickwork.stores import owner_local
 from tickwork.stores.d1 import store as d1_store
-from tickwork.stores.owner_schema import SCHEMA_SQL, SCHEMA_STATEMENTS
+from tickwork.stores.owner_schema import DUE_TIMES_SQL, SCHEMA_SQL, SCHEMA_STATEMENTS, UPGRADES
 from tickwork.stores.sql import sqlite as sql
 
 REPO = Path(__file__).resolve().parents[2]
@@ -27,8 +27,10 @@ def _id(case: tuple[sql.Template, sql.Target]) -> str:
 def database_for(target: sql.Target) -> sqlite3.Connection:
     connection = sqlite3.connect(":memory:")
     if target is sql.OWNER_LOCAL:
-        for statement in SCHEMA_STATEMENTS:
-            connection.execute(statement)
+        connection.execute(SCHEMA_STATEMENTS[0])
+        for step in UPGRADES:
+            for statement in step:
+                connection.execute(statement)
     else:
         for migration in migrations("d1"):
             for statement in migration.statements():
@@ -107,8 +109,13 @@ def test_an_undeclared_parameter_is_refused_when_rendering() -> None:
 
 
 def test_the_owner_local_ddl_is_the_schema_file() -> None:
-    assert (REPO / "schema" / "owner_local" / "0001_tickwork_jobs.sql").read_text() == SCHEMA_SQL
+    folder = REPO / "schema" / "owner_local"
+    assert (folder / "0001_tickwork_jobs.sql").read_text() == SCHEMA_SQL
+    assert (folder / "0002_due_times.sql").read_text() == DUE_TIMES_SQL
+    assert sorted(path.name for path in folder.iterdir()) == [
+        "0001_tickwork_jobs.sql", "0002_due_times.sql"]
     assert list(SCHEMA_STATEMENTS) == split_statements(SCHEMA_SQL)
+    assert list(UPGRADES[1]) == split_statements(DUE_TIMES_SQL)
 
 
 def _objects(statements: list[str]) -> dict[str, str]:
@@ -127,11 +134,20 @@ def _columns(create_table: str) -> list[str]:
             if part.split() and part.split()[0] not in ("CHECK", "PRIMARY")]
 
 
+def _schema_of(target: sql.Target) -> tuple[list[str], dict[str, str]]:
+    """The job table's columns and every object's normalised DDL, once every
+    migration of ``target``'s store has run."""
+    connection = database_for(target)
+    columns = [row[1] for row in connection.execute("PRAGMA table_info(tickwork_jobs)")]
+    objects = _objects([row[0] for row in connection.execute(
+        "SELECT sql FROM sqlite_master WHERE sql IS NOT NULL")])
+    return columns, objects
+
+
 def test_the_owner_local_table_is_d1s_without_leases() -> None:
-    local = _objects(list(SCHEMA_STATEMENTS))
-    d1 = _objects([s for m in migrations("d1") for s in m.statements()])
-    assert _columns(local["tickwork_jobs"]) == [
-        name for name in _columns(d1["tickwork_jobs"]) if name != "lease_expires_at"]
+    local_columns, local = _schema_of(sql.OWNER_LOCAL)
+    d1_columns, d1 = _schema_of(sql.D1)
+    assert local_columns == [name for name in d1_columns if name != "lease_expires_at"]
     # Indexes of the same name are the same index, but for the two that differ
     # on purpose (schema/owner_local/0001_tickwork_jobs.sql says why).
     differ = {"tickwork_jobs_running", "tickwork_jobs_queue_settled"}

@@ -26,6 +26,7 @@ from tickwork.api import wire
 from tickwork.api.wire import ApiError
 from tickwork.model.errors import IngestConflict, InvalidArgument, InvalidJob
 from tickwork.model.jobs import (
+    MAX_DELAY_MS,
     MAX_INGEST_BATCH,
     MAX_LANE_LENGTH,
     Job,
@@ -252,6 +253,13 @@ JOB_SCHEMA: Final = {
         "recovery": {"oneOf": [{"type": "null"}, {
             "type": "object", "required": ["max_recoveries"], "additionalProperties": False,
             "properties": {"max_recoveries": {"type": "integer", "minimum": 0}}}]},
+        "run_at": {"oneOf": [{"type": "null"}, {
+            "type": "integer", "minimum": 0, "maximum": 2**53 - 1,
+            "description": "epoch ms before which the job is not claimed"}]},
+        "delay_ms": {"oneOf": [{"type": "null"}, {
+            "type": "integer", "minimum": 0, "maximum": MAX_DELAY_MS,
+            "description": "ms after ingest (store's clock) before which the job is not "
+                           "claimed; not with run_at"}]},
     },
 }
 
@@ -324,7 +332,8 @@ OPERATIONS: Final = (
         perform=lambda runtime: runtime.status(),
         result_to_wire=_statuses_to_wire, result_from_wire=_statuses_from_wire,
         answers={200: "one entry per queue that has jobs"},
-        reply_shape='`{"queues": [{"queue", "queued", "running", "settled", "outcomes"}, ...]}`',
+        reply_shape=('`{"queues": [{"queue", "queued", "running", "settled", "outcomes", '
+                     '"delayed"}, ...]}`'),
         from_http=lambda body: _statuses_from_wire(body["queues"]), idempotent=True),
     Operation(
         "queue_status", "GET", ("queues", "{queue}"), "Job counts of one queue",
@@ -333,7 +342,7 @@ OPERATIONS: Final = (
         perform=lambda runtime, queue: runtime.queue_status(queue),
         result_to_wire=wire.status_to_wire, result_from_wire=wire.status_from_wire,
         answers={200: "the counts (all zero for a queue without jobs)"},
-        reply_shape='`{"queue": {"queue", "queued", "running", "settled", "outcomes"}}`',
+        reply_shape='`{"queue": {"queue", "queued", "running", "settled", "outcomes", "delayed"}}`',
         from_http=lambda body: wire.status_from_wire(body["queue"]), idempotent=True),
     Operation(
         "read_queue_head", "GET", ("queues", "{queue}", "head"),

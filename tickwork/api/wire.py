@@ -18,7 +18,8 @@ from tickwork.model.errors import IngestConflict, InvalidArgument, InvalidJob, T
 from tickwork.model.jobs import MAX_INGEST_BATCH, Job, JobRecord, Recovery
 from tickwork.model.outcomes import CancelResult, FailLaneResult, QueueStatus
 
-_JOB_KEYS = ("job_id", "queue", "lane", "priority", "payload", "recovery")
+_JOB_KEYS = ("job_id", "queue", "lane", "priority", "payload", "recovery", "run_at",
+             "delay_ms")
 _REQUIRED_JOB_KEYS = ("job_id", "queue")
 
 
@@ -98,8 +99,9 @@ def refusal_from_wire(status: int, body: object) -> Exception | None:
 
 def job_from_wire(value: object, where: str = "job") -> Job:
     """A Job from its JSON object. ``lane`` defaults to the queue name,
-    ``priority`` to 0, ``payload`` to null and ``recovery`` to none; every
-    field is then validated by the engine as for any other ingest."""
+    ``priority`` to 0, ``payload`` to null, ``recovery``, ``run_at`` and
+    ``delay_ms`` to none; every field is then validated by the engine as for
+    any other ingest."""
     if not isinstance(value, Mapping):
         raise InvalidJob(where, f"must be a JSON object, got {_json_type(value)}")
     unknown = sorted(str(key) for key in value if key not in _JOB_KEYS)
@@ -120,6 +122,8 @@ def job_from_wire(value: object, where: str = "job") -> Job:
         priority=value.get("priority", 0),
         payload=value.get("payload"),
         recovery=recovery,
+        run_at=value.get("run_at"),
+        delay_ms=value.get("delay_ms"),
     )
 
 
@@ -193,6 +197,8 @@ def job_to_wire(job: Job | JobRecord) -> dict[str, Any]:
         "payload": job.payload,
         "recovery": (None if job.recovery is None
                      else {"max_recoveries": job.recovery.max_recoveries}),
+        "run_at": job.run_at,
+        "delay_ms": job.delay_ms,
     }
 
 
@@ -230,6 +236,7 @@ def record_to_wire(job: JobRecord) -> dict[str, Any]:
         "enqueued_at": job.enqueued_at,
         "started_at": job.started_at,
         "settled_at": job.settled_at,
+        "due_at": job.due_at,
     }
 
 
@@ -251,6 +258,9 @@ def record_from_wire(value: Mapping[str, Any]) -> JobRecord:
         started_at=value.get("started_at"),
         settled_at=value.get("settled_at"),
         cancellation_id=value.get("cancellation_id"),
+        run_at=value.get("run_at"),
+        delay_ms=value.get("delay_ms"),
+        due_at=value.get("due_at"),
     )
 
 
@@ -261,6 +271,7 @@ def status_to_wire(status: QueueStatus) -> dict[str, Any]:
         "running": status.running,
         "settled": status.settled,
         "outcomes": dict(status.outcomes),
+        "delayed": status.delayed,
     }
 
 
@@ -271,6 +282,7 @@ def status_from_wire(value: Mapping[str, Any]) -> QueueStatus:
         running=value["running"],
         settled=value["settled"],
         outcomes=dict(value["outcomes"]),
+        delayed=value.get("delayed", 0),
     )
 
 

@@ -1,7 +1,10 @@
 """AlarmWake: ``wake.recompute()`` implemented with a Durable Object's one alarm.
 
-Pending work (a queued or running job) keeps the alarm armed for "now";
-no pending work deletes it. The runtime calls ``recompute()`` from
+The alarm is armed for ``next_at()``, the runtime's ``next_tick_at``: "now"
+while a job is due or running, the earliest due time while jobs only wait
+for theirs (a Durable Object whose one job is due in three days has one
+alarm, for that moment: nothing polls), and deleted when there is nothing
+at all. The runtime calls ``recompute()`` from
 synchronous code (ingest, cancel, ...) and from its ticks, so ``recompute``
 itself is synchronous: it marks the alarm state stale and, when an event
 loop is running, starts one background drain. ``flush()`` waits for the
@@ -32,12 +35,13 @@ from tickwork._pyodide import js_number, load_jsnull
 
 
 class AlarmWake:
-    """Keeps ``storage``'s alarm in step with ``pending()``; ``clock()`` is epoch ms."""
+    """Keeps ``storage``'s alarm in step with ``next_at()`` (epoch ms, or None
+    for no work); ``clock()`` is epoch ms."""
 
-    def __init__(self, storage: Any, *, pending: Callable[[], bool],
+    def __init__(self, storage: Any, *, next_at: Callable[[], int | None],
                  clock: Callable[[], int]) -> None:
         self._storage = storage
-        self._pending = pending
+        self._next_at = next_at
         self._clock = clock
         self._jsnull = load_jsnull()
         self._stale = False
@@ -114,12 +118,15 @@ class AlarmWake:
     async def _apply(self) -> None:
         storage = self._storage
         now = self._clock()
-        if not self._pending():
+        next_at = self._next_at()
+        if next_at is None:
             if await self._armed() is not None:
                 await storage.deleteAlarm()
             return
+        target = max(now, next_at)
         floor = self._not_before
-        target = now if floor is None or floor <= now else floor
+        if floor is not None and floor > target:
+            target = floor
         armed = await self._armed()
         if armed is not None and (armed <= now if target == now else armed == target):
             return  # already fires when it should: skip the write

@@ -13,7 +13,8 @@ Alarm policy (class attributes, override in a subclass):
 
 * ``alarm()`` ticks until the engine is idle, or ``alarm_budget_ms`` (30 s)
   of wall time or ``alarm_max_ticks`` (1000) ticks are spent, then re-arms
-  the alarm for "now" if work is left: well inside the 15-minute limit of
+  the alarm for "now" if work is left, for the earliest due time if jobs
+  only wait for theirs, or deletes it: well inside the 15-minute limit of
   an alarm invocation, and other events get a turn between deliveries. The
   budget is checked between ticks: one job may run longer than it.
 * A tick records a job's failure as its outcome; it raises only when storage
@@ -35,7 +36,8 @@ What an RPC reply guarantees about the alarm: every RPC method brings the
 alarm in step before it replies (``_after_call``). Unless an ``alarm()``
 handler of this instance is running, a successful reply means the alarm is
 armed if the owner has pending work (due now, or at the back-off an
-unanswerable liveness probe set) and deleted if it has none. While a
+unanswerable liveness probe set), armed for the earliest due time if its
+jobs only wait for theirs, and deleted if it has none. While a
 handler runs it holds the wake: the RPC's flush writes nothing, and the
 handler brings the alarm in step when it ends (or, if that fails, the
 runtime's retry of the handler or its late re-arm covers it, as above).
@@ -85,7 +87,7 @@ class JobOwner(JobOwnerRpc, DurableObject):  # type: ignore[misc, unused-ignore]
     def __init__(self, ctx: Any, env: Any) -> None:
         super().__init__(ctx, env)
         storage = self.ctx.storage
-        self._wake = AlarmWake(storage, pending=self._has_pending_work, clock=self._now_ms)
+        self._wake = AlarmWake(storage, next_at=self._next_tick_at, clock=self._now_ms)
         self.runtime = OwnerRuntime(
             DurableObjectDatabase(storage),
             execute=self._executor(),
@@ -127,8 +129,8 @@ class JobOwner(JobOwnerRpc, DurableObject):  # type: ignore[misc, unused-ignore]
     def _job_service(self) -> JobService:
         return self._jobs
 
-    def _has_pending_work(self) -> bool:
-        return self.runtime.has_pending_work()
+    def _next_tick_at(self) -> int | None:
+        return self.runtime.next_tick_at()
 
     # ------------------------------------------------------------ RPC
     # The RPC methods (one per operation of tickwork.api.OPERATIONS) are

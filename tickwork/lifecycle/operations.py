@@ -34,6 +34,7 @@ from tickwork.lifecycle.requests import (
     Insert,
     InsertMany,
     LaneHasPending,
+    NextWork,
     Plan,
     Purge,
     QueueCounts,
@@ -131,6 +132,21 @@ def has_pending_work() -> Plan[bool]:
     return pending
 
 
+def next_work() -> Plan[tuple[bool, int | None, int]]:
+    """Whether a tick has work now, the earliest due time of a waiting job
+    (or None), and the store's clock (epoch ms), read together."""
+    pending, next_due, now = yield NextWork()
+    return bool(pending), None if next_due is None else int(next_due), int(now)
+
+
+def next_tick_at() -> Plan[int | None]:
+    """When a tick next has work, by the store's clock (epoch ms): now while
+    a job is due or running, else the earliest due time of a waiting job,
+    else None (nothing to do until a job arrives)."""
+    pending, next_due, now = yield from next_work()
+    return now if pending else next_due
+
+
 def status() -> Plan[list[QueueStatus]]:
     """Job counts of every queue that has any job, sorted by queue name."""
     groups = yield StatusGroups()
@@ -140,8 +156,8 @@ def status() -> Plan[list[QueueStatus]]:
 def queue_status(queue: str) -> Plan[QueueStatus]:
     """Job counts of one queue (all zero for a queue without jobs)."""
     check_id("queue", queue)
-    queued, running, *outcomes = yield QueueCounts(queue)
-    return queue_status_from_counts(queue, queued, running, outcomes)
+    queued, running, delayed, *outcomes = yield QueueCounts(queue)
+    return queue_status_from_counts(queue, queued, running, outcomes, delayed)
 
 
 # -------------------------------------------------------------- mutations

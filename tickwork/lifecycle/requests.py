@@ -115,7 +115,15 @@ class QueueHead(Request):
 
 @dataclass(slots=True)
 class HasPendingWork(Request):
-    """Whether any job is queued or running -> ``bool``."""
+    """Whether a tick has work now: a job due (or cancelled) and queued, or
+    one running -> ``bool``. A job waiting for its due time is not."""
+
+
+@dataclass(slots=True)
+class NextWork(Request):
+    """``(pending, next_due, now)``: whether a tick has work now (as
+    ``HasPendingWork``), the earliest due time of a job waiting for it (or
+    None), and the store's clock, read together."""
 
 
 @dataclass(slots=True)
@@ -125,7 +133,7 @@ class StatusGroups(Request):
 
 @dataclass(slots=True)
 class QueueCounts(Request):
-    """One queue's ``(queued, running, settled per outcome...)`` -> one row."""
+    """One queue's ``(queued, running, delayed, settled per outcome...)`` -> one row."""
 
     queue: str
 

@@ -21,6 +21,9 @@ MAX_LANE_LENGTH = 512
 MAX_REASON_LENGTH = 256
 #: ingest_many takes at most this many jobs per call (one transaction or batch).
 MAX_INGEST_BATCH = 100
+#: Longest delay a job may ask for (about 2,854 centuries): far beyond any use,
+#: and small enough that "now + delay" stays an integer JS stores exactly.
+MAX_DELAY_MS = 2**53 // 1000
 
 JobState: TypeAlias = Literal["queued", "running", "settled"]
 Outcome: TypeAlias = Literal["completed", "failed", "cancelled", "outcome_unknown", "interrupted"]
@@ -35,7 +38,13 @@ class Recovery:
 
 @dataclass(frozen=True, slots=True)
 class Job:
-    """A unit of work. ``payload`` is opaque JSON; tickwork never looks inside it."""
+    """A unit of work. ``payload`` is opaque JSON; tickwork never looks inside it.
+
+    A job is due at once, unless it names when: ``run_at`` (epoch ms) or
+    ``delay_ms`` (from the moment it is stored, by the store's clock:
+    database time on D1 and PostgreSQL), never both. Until it is due it
+    waits: no tick claims it, and it holds no queue.
+    """
 
     job_id: str
     queue: str
@@ -43,6 +52,8 @@ class Job:
     priority: int
     payload: Any
     recovery: Recovery | None = None
+    run_at: int | None = None
+    delay_ms: int | None = None
 
 
 class JobRecord(NamedTuple):
@@ -68,6 +79,12 @@ class JobRecord(NamedTuple):
     started_at: int | None
     settled_at: int | None
     cancellation_id: str | None = None
+    #: When the job was asked to run: epoch ms, or a delay from ingest (cargo).
+    run_at: int | None = None
+    delay_ms: int | None = None
+    #: While the job waits for its time: when it becomes due. None once it is
+    #: due (or when it never waited): it is then claimable like any job.
+    due_at: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +97,8 @@ class ValidJob:
     priority: int
     payload_json: str
     max_recoveries: int | None
+    run_at: int | None = None
+    delay_ms: int | None = None
 
 
 def check_text(field: str, value: object, max_length: int, error: type[InvalidArgument]) -> str:
@@ -191,7 +210,17 @@ def validate_job(job: object) -> ValidJob:
         max_recoveries = check_safe_int(
             "recovery.max_recoveries", job.recovery.max_recoveries, InvalidJob, 0
         )
-    return ValidJob(job_id, queue, lane, priority, canonical_json(job.payload), max_recoveries)
+    run_at = delay_ms = None
+    if job.run_at is not None:
+        run_at = check_safe_int("run_at", job.run_at, InvalidJob, 0)
+    if job.delay_ms is not None:
+        if run_at is not None:
+            raise InvalidJob("delay_ms", "cannot be combined with run_at: give one of the two")
+        delay_ms = check_safe_int("delay_ms", job.delay_ms, InvalidJob, 0)
+        if delay_ms > MAX_DELAY_MS:
+            raise InvalidJob("delay_ms", f"must be at most {MAX_DELAY_MS}, got {delay_ms}")
+    return ValidJob(job_id, queue, lane, priority, canonical_json(job.payload), max_recoveries,
+                    run_at, delay_ms)
 
 
 # ValidJob fields that make up a job's cargo, with the names errors report.
@@ -201,6 +230,11 @@ _CARGO_FIELDS = (
     ("priority", "priority"),
     ("payload_json", "payload"),
     ("max_recoveries", "recovery"),
+    # A delay is compared as it was asked for, not as the due time it
+    # resolved to: the same delay_ms replayed later is a duplicate (and
+    # does not move the due time); run_at vs delay_ms always differs.
+    ("run_at", "run_at"),
+    ("delay_ms", "delay_ms"),
 )
 
 
@@ -217,7 +251,7 @@ def stored_cargo(stored: ValidJob) -> ValidJob:
     except (ValueError, InvalidJob):  # not something ingest could have stored
         return stored
     return ValidJob(stored.job_id, stored.queue, stored.lane, stored.priority, canonical,
-                    stored.max_recoveries)
+                    stored.max_recoveries, stored.run_at, stored.delay_ms)
 
 
 def cargo_differences(new: ValidJob, stored: ValidJob) -> tuple[str, ...]:

@@ -114,6 +114,9 @@ class QueueStatus:
     running: int
     settled: int
     outcomes: Mapping[str, int]
+    #: Jobs waiting for their due time (not counted in ``queued``, which
+    #: counts only jobs due now).
+    delayed: int = 0
 
     def __post_init__(self) -> None:
         given = self.outcomes
@@ -124,11 +127,12 @@ class QueueStatus:
 
 
 def queue_status_from_counts(queue: str, queued: int, running: int,
-                             outcome_counts: Iterable[Any]) -> QueueStatus:
+                             outcome_counts: Iterable[Any], delayed: int = 0) -> QueueStatus:
     """A QueueStatus from per-outcome counts given in ``OUTCOMES`` order."""
     counts: dict[str, int] = {
         name: int(count or 0) for name, count in zip(OUTCOMES, outcome_counts, strict=True)}
-    return QueueStatus(queue, int(queued or 0), int(running or 0), sum(counts.values()), counts)
+    return QueueStatus(queue, int(queued or 0), int(running or 0), sum(counts.values()), counts,
+                       int(delayed or 0))
 
 
 def queue_statuses_from_groups(groups: Iterable[Sequence[Any]]) -> list[QueueStatus]:
@@ -141,6 +145,7 @@ def queue_statuses_from_groups(groups: Iterable[Sequence[Any]]) -> list[QueueSta
         tally[key] = tally.get(key, 0) + int(count)
     return [
         queue_status_from_counts(queue, tally.get("queued", 0), tally.get("running", 0),
-                                 [tally.get(name, 0) for name in OUTCOMES])
+                                 [tally.get(name, 0) for name in OUTCOMES],
+                                 tally.get("delayed", 0))
         for queue, tally in sorted(tallies.items())
     ]

@@ -46,21 +46,30 @@ class SharedStore(Protocol):
 
     async def find_cargo(self, job_id: str) -> ValidJob | None: ...
 
-    async def queue_head(self, queue: str) -> JobRecord | None: ...
+    async def queue_head(self, queue: str, now: int | None) -> JobRecord | None:
+        """The queue's running job, else its best due waiting job."""
 
-    async def has_pending_work(self) -> bool: ...
+    async def has_pending_work(self, now: int | None) -> bool:
+        """Whether a job is due (or cancelled) and queued, or running."""
 
-    async def status_groups(self) -> Sequence[Sequence[Any]]:
-        """``(queue, state, outcome, count)`` of every group of jobs (one statement)."""
+    async def next_work(self, now: int | None) -> Sequence[Any]:
+        """``(pending, next_due, now)`` in one read: ``has_pending_work``, the
+        earliest due time of a waiting job (or None), and the store's clock."""
 
-    async def queue_counts(self, queue: str) -> Sequence[Any]:
-        """One queue's ``(queued, running, then settled per outcome in
+    async def status_groups(self, now: int | None) -> Sequence[Sequence[Any]]:
+        """``(queue, state, outcome, count)`` of every group of jobs, a queued
+        job not yet due in state ``delayed`` (one statement)."""
+
+    async def queue_counts(self, queue: str, now: int | None) -> Sequence[Any]:
+        """One queue's ``(queued, running, delayed, then settled per outcome in
         tickwork.model.outcomes.OUTCOMES order)`` (one statement)."""
 
     async def claim(
         self, token: str, lease_ms: int, now: int | None, *, guarded: bool
     ) -> JobRecord | None:
-        """Claim the best ready queue head under ``token`` with a fresh lease.
+        """Claim the best ready queue head under ``token`` with a fresh lease,
+        after moving the jobs whose time has come into the ready set (in the
+        same transaction or batch).
 
         ``guarded``: claim only if no lease has expired and no cancelled job is
         waiting, so the common tick is one round trip (the tick probes otherwise).

@@ -50,6 +50,7 @@ from tickwork.lifecycle.requests import (
     Insert,
     InsertMany,
     LaneHasPending,
+    NextWork,
     Plan,
     Probe,
     Purge,
@@ -107,6 +108,7 @@ from tickwork.stores.owner_local import (
     outside_lane,
 )
 from tickwork.stores.owner_schema import ensure_schema
+from tickwork.stores.sql.sqlite import PROMOTE_BATCH
 
 __all__ = [
     "READ_SETTLED_MAX_LIMIT",
@@ -197,6 +199,12 @@ class _LocalRuntime:
         self._awaited = _AWAITED if self._wake_is_async else _AWAITED - {Wake}
         self._answers = self._answer_table()
         ensure_schema(database)
+        # The earliest due time of a waiting job, as far as this runtime knows
+        # (it is the database's only writer): a tick moves due jobs into the
+        # ready set only once this has passed, so the common tick pays
+        # nothing for due times. Only ever earlier than the truth (a rolled
+        # back ingest, a purge): then one tick looks and finds nothing.
+        self._next_due: int | None = self._store.next_due()
         self.transactional = TransactionalJobs(self)
 
     # ------------------------------------------------------------------ reads
@@ -208,8 +216,15 @@ class _LocalRuntime:
         return self._read(operations.read_queue_head(queue))
 
     def has_pending_work(self) -> bool:
-        """True while any job is queued or running (in either ticker's partition)."""
+        """True while a job is due or running (in either ticker's partition);
+        a job waiting for its due time is not (``next_tick_at`` says when)."""
         return self._read(operations.has_pending_work())
+
+    def next_tick_at(self) -> int | None:
+        """When a tick next has work (epoch ms, by the runtime's clock): now
+        while a job is due or running, else the earliest due time of a
+        waiting job, else None. What a host arms its alarm or timer for."""
+        return self._read(operations.next_tick_at())
 
     def status(self) -> list[QueueStatus]:
         """Job counts of every queue that has any job, sorted by queue name.
@@ -329,13 +344,15 @@ class _LocalRuntime:
 
     def _answer_table(self) -> dict[type[Request], Callable[[Any], Any]]:
         store = self._store
+        clock = self._clock
         return {
             Find: lambda r: store.find(r.job_id),
             FindCargo: lambda r: store.find_cargo(r.job_id),
-            QueueHead: lambda r: store.queue_head(r.queue),
-            HasPendingWork: lambda r: store.has_pending_work(),
-            StatusGroups: lambda r: store.status_groups(),
-            QueueCounts: lambda r: store.queue_counts(r.queue),
+            QueueHead: lambda r: store.queue_head(r.queue, clock()),
+            HasPendingWork: lambda r: store.has_pending_work(clock()),
+            NextWork: self._next_work,
+            StatusGroups: lambda r: store.status_groups(clock()),
+            QueueCounts: lambda r: store.queue_counts(r.queue, clock()),
             LaneHasPending: lambda r: store.lane_has_pending(r.lane),
             Insert: self._insert,
             InsertMany: self._insert_many,
@@ -360,14 +377,31 @@ class _LocalRuntime:
         job = request.job
         if not self._store.insert(job, self._clock()):
             return False
-        self._project_queue(job.queue)
+        self._inserted(job)
         return True
 
     def _insert_many(self, request: InsertMany) -> list[bool]:
-        return self._store.insert_many(request.jobs, self._clock(), self._project_inserted)
+        return self._store.insert_many(request.jobs, self._clock(), self._inserted)
 
-    def _project_inserted(self, job: ValidJob) -> None:
+    def _inserted(self, job: ValidJob) -> None:
+        if job.run_at is not None or job.delay_ms is not None:
+            self._next_due = _LOOK  # it may wait: the next tick looks
         self._project_queue(job.queue)
+
+    def _next_work(self, request: NextWork) -> tuple[bool, int | None, int]:
+        now = self._clock()
+        pending = self._store.has_pending_work(now)
+        return pending, None if pending else self._store.next_due(), now
+
+    def _promote_due(self, now: int) -> None:
+        """Move the jobs whose time has come into the ready set, once the
+        earliest known due time has passed (one statement, atomic alone)."""
+        next_due = self._next_due
+        if next_due is None or next_due > now:
+            return
+        store = self._store
+        store.promote_due(now, PROMOTE_BATCH)
+        self._next_due = store.next_due()
 
     def _record_cancellation(self, request: RecordCancellation) -> bool:
         queue = self._store.record_cancellation(request.job_id, request.cancellation_id,
@@ -399,13 +433,15 @@ class _LocalRuntime:
         executing = self._executing_tokens()
         token = self._new_token()
         partition = ticker.partition
+        now = self._clock()
+        self._promote_due(now)
         # One statement claims when no suspect and no cancelled job of the
         # partition needs the tick first.
         if self._project is None:
-            job = self._store.claim_next_if_clear(partition, token, self._clock(), executing)
+            job = self._store.claim_next_if_clear(partition, token, now, executing)
         else:
             job = self._database.atomic(lambda: self._claimed(
-                self._store.claim_next_if_clear(partition, token, self._clock(), executing)))
+                self._store.claim_next_if_clear(partition, token, now, executing)))
         if job is not None:
             return _Execution(job, token, AbortSignal(), ticker), None
         sequence, cancelled_waiting = self._store.probe(partition, executing, ticker.probe_after)
@@ -420,8 +456,10 @@ class _LocalRuntime:
     def _claim(self, request: Claim) -> _Execution | None:
         ticker: _Ticker = request.ticker
         token = self._new_token()
+        now = self._clock()
+        self._promote_due(now)
         job = self._transition(lambda: self._claimed(
-            self._store.claim_next(ticker.partition, token, self._clock())))
+            self._store.claim_next(ticker.partition, token, now)))
         return None if job is None else _Execution(job, token, AbortSignal(), ticker)
 
     def _claimed(self, job: JobRecord | None) -> JobRecord | None:
@@ -548,7 +586,8 @@ class _LocalRuntime:
     def _project_queue(self, queue: str, settled: JobRecord | None = None) -> None:
         if self._project is None:
             return
-        result: Any = self._project(QueueTransition(queue, self._store.queue_head(queue), settled))
+        head = self._store.queue_head(queue, self._clock())
+        result: Any = self._project(QueueTransition(queue, head, settled))
         if inspect.isawaitable(result):
             # It would run outside the transaction; refuse, rolling back.
             if inspect.iscoroutine(result):
@@ -750,6 +789,8 @@ async def _await(awaitable: Awaitable[T]) -> T:
 
 
 _BEFORE_ANY_CLAIM = (-MAX_SAFE_INTEGER, 0)
+#: ``_next_due`` when a job that may wait was just stored: look at the next tick.
+_LOOK = -MAX_SAFE_INTEGER
 
 
 def _claim_order(job: JobRecord) -> tuple[int, int]:

@@ -53,6 +53,7 @@ from tickwork.lifecycle.requests import (
     HasPendingWork,
     Insert,
     InsertMany,
+    NextWork,
     Plan,
     Probe,
     Purge,
@@ -164,7 +165,14 @@ class SharedRuntime:
         return await self._drive(operations.read_queue_head(queue))
 
     async def has_pending_work(self) -> bool:
+        """True while a job is due or running; a job waiting for its due time is not."""
         return await self._drive(operations.has_pending_work())
+
+    async def next_tick_at(self) -> int | None:
+        """When a tick next has work, in database time (epoch ms): now while a
+        job is due or running, else the earliest due time of a waiting job,
+        else None."""
+        return await self._drive(operations.next_tick_at())
 
     async def status(self) -> list[QueueStatus]:
         """Job counts of every queue that has any job, sorted by queue name.
@@ -235,6 +243,11 @@ class SharedRuntime:
         """Tick until there is nothing to do, ``max_ticks`` ticks ran or
         ``budget_ms`` passed; returns what each tick did (idle ticks excluded).
 
+        With a budget, a drain that runs out of due work while a waiting job
+        falls due within the budget sleeps until it is due (by database
+        time, re-read after the sleep) and goes on, instead of returning or
+        spinning; without a budget it returns as soon as nothing is due.
+
         A worker loop: because the next tick is certain, the settlement of
         one job and the claim of the next share one commit (PostgreSQL) or one
         batch (D1), halving the commits per job. A claim taken ahead is always
@@ -263,12 +276,39 @@ class SharedRuntime:
                 result, held = await self._drive(plan)
                 carried = held if isinstance(held, _Claim) else None
                 if result.status == "idle" and result.job_id is None:
-                    return results
+                    if deadline is None or not await self._sleep_until_due(deadline):
+                        return results
+                    continue
                 results.append(result)
                 if not more and carried is None:
                     return results
         finally:
             self._busy = False
+
+    async def _sleep_until_due(self, deadline: float) -> bool:
+        """Sleep until the next waiting job is due, if that is before ``deadline``
+        (the runtime's monotonic clock); False when there is none in time."""
+        clock = self._clock
+        pending, next_due, now = await self._drive(operations.next_work())
+        if pending:
+            return True  # work arrived meanwhile: tick again at once
+        if next_due is None:
+            return False
+        wait_ms = max(0, next_due - now)
+        if clock.now_ms() + wait_ms >= deadline:
+            return False
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def wake_up() -> None:
+            if not done.done():
+                done.set_result(None)
+
+        handle = clock.call_later(wait_ms, wake_up)
+        try:
+            await done
+        finally:
+            handle.cancel()
+        return True
 
     # ------------------------------------------------------------ the driver
 
@@ -285,10 +325,11 @@ class SharedRuntime:
         return {
             Find: lambda r: store.find(r.job_id),
             FindCargo: lambda r: store.find_cargo(r.job_id),
-            QueueHead: lambda r: store.queue_head(r.queue),
-            HasPendingWork: lambda r: store.has_pending_work(),
-            StatusGroups: lambda r: store.status_groups(),
-            QueueCounts: lambda r: store.queue_counts(r.queue),
+            QueueHead: lambda r: store.queue_head(r.queue, db_now()),
+            HasPendingWork: lambda r: store.has_pending_work(db_now()),
+            NextWork: lambda r: store.next_work(db_now()),
+            StatusGroups: lambda r: store.status_groups(db_now()),
+            QueueCounts: lambda r: store.queue_counts(r.queue, db_now()),
             Insert: lambda r: store.insert(r.job, db_now()),
             InsertMany: lambda r: store.insert_many(list(r.jobs), db_now()),
             RecordCancellation: lambda r: store.record_cancellation(
@@ -447,7 +488,7 @@ class SharedRuntime:
 
 #: Every request's answer is awaited but these two, answered in memory.
 _AWAITED = frozenset({
-    Find, FindCargo, QueueHead, HasPendingWork, StatusGroups, QueueCounts, Insert,
+    Find, FindCargo, QueueHead, HasPendingWork, NextWork, StatusGroups, QueueCounts, Insert,
     InsertMany, RecordCancellation, FailLane, Purge, Wake, ClaimOrProbe, Claim, Requeue,
     SettleRecovered, SettleNextCancelled, Execute, Settle, ReadClaim,
 })

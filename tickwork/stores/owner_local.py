@@ -28,11 +28,10 @@ def _render(template: sql.Template, *binds: str) -> sql.Statement:
     return statement
 
 
-_INSERT_JOB = _render(sql.INSERT_JOB, "job_id", "queue", "lane", "priority", "payload_json",
-                      "max_recoveries", "now")
+_INSERT_JOB = _render(sql.INSERT_JOB, *sql.JOB_PARAMS)
 _SELECT_JOB = _render(sql.SELECT_JOB, "job_id")
 _SELECT_CARGO = _render(sql.SELECT_CARGO, "job_id")
-_SELECT_QUEUE_HEAD = _render(sql.SELECT_QUEUE_HEAD, "queue")
+_SELECT_QUEUE_HEAD = _render(sql.SELECT_QUEUE_HEAD, "queue", "now")
 _SELECT_LATEST_SETTLED = _render(sql.SELECT_LATEST_SETTLED, "queue")
 _SELECT_CLAIM = _render(sql.SELECT_CLAIM, "sequence")
 _SETTLE = ("outcome", "failure_reason", "now", "sequence", "token")
@@ -48,9 +47,11 @@ _RECORD_CANCELLATION_IF_QUEUED = _render(sql.RECORD_CANCELLATION_IF_QUEUED,
 _FAIL_LANE = _render(sql.FAIL_LANE, "lane", "reason", "limit", "now")
 _LANE_HAS_PENDING = _render(sql.LANE_HAS_PENDING, "lane")
 _PURGE_QUEUE = _render(sql.PURGE_QUEUE_COUNTED, "queue")
-_HAS_PENDING_WORK = _render(sql.HAS_PENDING_WORK)
-_STATUS = _render(sql.STATUS)
-_QUEUE_STATUS = _render(sql.QUEUE_STATUS, "queue")
+_HAS_PENDING_WORK = _render(sql.HAS_PENDING_WORK, "now")
+_NEXT_DUE = _render(sql.NEXT_DUE)
+_PROMOTE_DUE = _render(sql.PROMOTE_DUE, "now", "limit")
+_STATUS = _render(sql.STATUS, "now")
+_QUEUE_STATUS = _render(sql.QUEUE_STATUS, "queue", "now")
 _READ_SETTLED = _render(sql.READ_SETTLED, "after_sequence", "limit")
 _READ_SETTLED_OUTSIDE_LANE = _render(sql.READ_SETTLED_OUTSIDE_LANE,
                                      "after_sequence", "limit", "lane")
@@ -142,8 +143,8 @@ class OwnerLocalStore:
         rows = self.database.query(_SELECT_CARGO.text, (job_id,))
         return CARGO.cargo(rows[0]) if rows else None
 
-    def queue_head(self, queue: str) -> JobRecord | None:
-        return self._read_one(_SELECT_QUEUE_HEAD, (queue,))
+    def queue_head(self, queue: str, now: int) -> JobRecord | None:
+        return self._read_one(_SELECT_QUEUE_HEAD, (queue, now))
 
     def latest_settled(self, queue: str) -> JobRecord | None:
         return self._read_one(_SELECT_LATEST_SETTLED, (queue,))
@@ -170,16 +171,25 @@ class OwnerLocalStore:
     def lane_has_pending(self, lane: str) -> bool:
         return bool(self._value(_LANE_HAS_PENDING, (lane,), "more"))
 
-    def has_pending_work(self) -> bool:
-        return bool(self._value(_HAS_PENDING_WORK, (), "pending"))
+    def has_pending_work(self, now: int) -> bool:
+        return bool(self._value(_HAS_PENDING_WORK, (now,), "pending"))
 
-    def status_groups(self) -> list[Row]:
+    def next_due(self) -> int | None:
+        """The earliest due time of a job still waiting for it, if any."""
+        rows = self.database.query(_NEXT_DUE.text)
+        return int(rows[0][0]) if rows else None
+
+    def promote_due(self, now: int, limit: int) -> None:
+        """Move up to ``limit`` jobs whose time has come into the ready set."""
+        self.database.execute(_PROMOTE_DUE.text, (now, limit))
+
+    def status_groups(self, now: int) -> list[Row]:
         """(queue, state, outcome, count) of every group of jobs (a full scan)."""
-        return self.database.query(_STATUS.text)
+        return self.database.query(_STATUS.text, (now,))
 
-    def queue_counts(self, queue: str) -> Row:
-        """(queued, running, then settled per outcome in OUTCOMES order) of one queue."""
-        return self.database.query(_QUEUE_STATUS.text, (queue,))[0]
+    def queue_counts(self, queue: str, now: int) -> Row:
+        """(queued, running, delayed, then settled per outcome in OUTCOMES order)."""
+        return self.database.query(_QUEUE_STATUS.text, (queue, now))[0]
 
     def _value(self, statement: sql.Statement, params: Sequence[Any], name: str) -> Any:
         columns: Columns | None = statement.columns
@@ -193,7 +203,7 @@ class OwnerLocalStore:
         rows = self.database.mutate(
             _INSERT_JOB.text,
             (job.job_id, job.queue, job.lane, job.priority, job.payload_json,
-             job.max_recoveries, now),
+             job.max_recoveries, job.run_at, job.delay_ms, now),
         )
         return bool(rows)
 

@@ -4,10 +4,12 @@ A Durable Object has no migration tool and no ``PRAGMA user_version``, so the
 version lives in ``tickwork_meta`` and every runtime construction runs
 ``ensure_schema`` (idempotent; a handful of no-op statements once created).
 
-``SCHEMA_SQL`` is ``schema/owner_local/0001_tickwork_jobs.sql``, character for
-character (the tests pin the two equal): the package cannot read that file
-inside a Worker, so the text lives here too, and the file is where people
-read it beside the D1 and PostgreSQL schemas.
+``SCHEMA_SQL`` is ``schema/owner_local/0001_tickwork_jobs.sql`` and
+``DUE_TIMES_SQL`` is ``0002_due_times.sql``, character for character (the
+tests pin them equal): the package cannot read those files inside a Worker,
+so the text lives here too, and the files are where people read it beside
+the D1 and PostgreSQL schemas. A database written by an older tickwork is
+upgraded in place on first open, step by step, in one transaction.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from tickwork.model.errors import SchemaError
 from tickwork.ports.database import SyncDatabase
 from tickwork.schemas import split_statements
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: schema/owner_local/0001_tickwork_jobs.sql
 SCHEMA_SQL = """-- tickwork owner-local job table: one owner's jobs in its own SQLite database
@@ -103,8 +105,53 @@ CREATE INDEX IF NOT EXISTS tickwork_jobs_queue_settled
     WHERE state = 'settled';
 """
 
+#: schema/owner_local/0002_due_times.sql (pinned equal like SCHEMA_SQL)
+DUE_TIMES_SQL = """-- tickwork owner-local: jobs with a due time (run_at / delay_ms).
+-- Applied by the runtime itself, in the same transaction as the version
+-- bump, the first time a newer tickwork opens an older database (every
+-- deployed Durable Object upgrades in place this way). Existing rows keep
+-- every value: their new columns are NULL, which means "due at once",
+-- exactly what they were.
+--
+-- * run_at, delay_ms: when the job was asked to run (epoch ms, or a delay
+--   from ingest by the runtime's clock); part of the job's cargo, compared
+--   as asked on replay.
+-- * due_at: while the job waits for its time, when it becomes due; cleared
+--   when it does (the tick moves due jobs into the ready set).
+ALTER TABLE tickwork_jobs ADD COLUMN run_at INTEGER;
+ALTER TABLE tickwork_jobs ADD COLUMN delay_ms INTEGER;
+ALTER TABLE tickwork_jobs ADD COLUMN due_at INTEGER;
+
+-- The claim scan holds only jobs that are due: a claim never steps over a
+-- job waiting for its time, however many wait.
+DROP INDEX tickwork_jobs_runnable;
+CREATE INDEX tickwork_jobs_runnable
+    ON tickwork_jobs (priority DESC, sequence)
+    WHERE state = 'queued' AND cancellation_id IS NULL AND due_at IS NULL;
+
+-- A queue's waiting jobs in head order, with their due times, so a queue's
+-- due and delayed counts come from the index alone.
+DROP INDEX tickwork_jobs_queue_waiting;
+CREATE INDEX tickwork_jobs_queue_waiting
+    ON tickwork_jobs (queue, priority DESC, sequence, due_at)
+    WHERE state = 'queued';
+
+-- Jobs waiting for their time, earliest first: moving due jobs into the
+-- ready set, and the next due time a host's alarm or timer is armed for.
+CREATE INDEX tickwork_jobs_due
+    ON tickwork_jobs (due_at)
+    WHERE state = 'queued' AND due_at IS NOT NULL;
+"""
+
 #: The statements of SCHEMA_SQL; the first creates tickwork_meta.
 SCHEMA_STATEMENTS = tuple(split_statements(SCHEMA_SQL))
+
+#: What takes a database from version N - 1 to N, for N = 1, 2, ...
+UPGRADES: tuple[tuple[str, ...], ...] = (
+    SCHEMA_STATEMENTS[1:],
+    tuple(split_statements(DUE_TIMES_SQL)),
+)
+assert len(UPGRADES) == SCHEMA_VERSION
 
 
 def ensure_schema(database: SyncDatabase) -> None:
@@ -121,10 +168,11 @@ def ensure_schema(database: SyncDatabase) -> None:
             )
         if stored == SCHEMA_VERSION:
             return
-        # Version 0 (nothing yet) -> 1. Later migrations append steps here and
-        # run inside this same transaction.
-        for statement in SCHEMA_STATEMENTS[1:]:
-            database.execute(statement)
+        # Every step from the stored version on, in this one transaction: an
+        # upgrade that fails leaves the database as it was.
+        for step in UPGRADES[stored:]:
+            for statement in step:
+                database.execute(statement)
         database.execute(
             "INSERT OR REPLACE INTO tickwork_meta (key, value) VALUES ('schema_version', ?)",
             (str(SCHEMA_VERSION),),

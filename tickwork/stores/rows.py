@@ -25,12 +25,12 @@ from tickwork.model.jobs import JobRecord, JobState, Outcome, Recovery, ValidJob
 JOB_COLUMNS: Final = (
     "job_id", "queue", "lane", "priority", "payload_json", "max_recoveries", "state",
     "outcome", "failure_reason", "sequence", "recoveries", "enqueued_at", "started_at",
-    "settled_at", "cancellation_id",
+    "settled_at", "cancellation_id", "run_at", "delay_ms", "due_at",
 )
 
 #: A job's identity and cargo, in ``ValidJob`` field order (replay checks).
 CARGO_COLUMNS: Final = ("job_id", "queue", "lane", "priority", "payload_json",
-                        "max_recoveries")
+                        "max_recoveries", "run_at", "delay_ms")
 
 #: ``JOB_COLUMNS`` as a select list.
 JOB_SELECT: Final = ", ".join(JOB_COLUMNS)
@@ -51,6 +51,7 @@ def _job(values: Sequence[Any]) -> JobRecord:
         None if max_recoveries is None else Recovery(max_recoveries),
         cast(JobState, values[6]), cast("Outcome | None", values[7]),
         values[8], values[9], values[10], values[11], values[12], values[13], values[14],
+        values[15], values[16], values[17],
     )
 
 

@@ -38,9 +38,12 @@ running claim it asks about was left by a previous process that died (kill
 **Wake.** Each owner has one tick loop, an asyncio task that ticks until the
 owner is idle. ``wake.recompute()`` (called by the runtime after every
 durable change) starts it, at once, when the owner has pending work, or
-tells a running loop to look again. At start-up every file is scanned and
-owners with pending work get a tick loop, which recovers jobs a crashed
-process left running.
+tells a running loop to look again. An owner whose jobs only wait for their
+due time gets one timer, for the earliest of them (``next_tick_at``), held
+by the directory, so it fires even after the idle owner was closed: then the
+owner is opened again and ticked. At start-up every file is scanned: owners
+with pending work get a tick loop, which recovers jobs a crashed process
+left running, and owners with waiting jobs their timer.
 
 **Open owners are bounded** (``--max-open-owners``; by default what the
 process's descriptor limit allows, at most 256). An open owner holds up to
@@ -229,6 +232,9 @@ class OwnerDirectory:
         self._waiting: dict[str, Path] = {}
         self._stopping = False
         self._empty: tuple[sqlite3.Connection, RuntimeService] | None = None
+        # Owners whose jobs wait for a due time: one timer each, for the
+        # earliest, kept while the owner itself may be closed.
+        self._due_timers: dict[str, tuple[int, asyncio.TimerHandle]] = {}
 
     # ---------------------------------------------------------------- API side
 
@@ -293,6 +299,7 @@ class OwnerDirectory:
                 started.append(key)
                 self.wake(key)
             else:
+                self._arm_due_timer(owner)
                 self._close_owner(owner)
         return started
 
@@ -307,6 +314,7 @@ class OwnerDirectory:
             owner.again = True  # the running loop looks again before it stops
             return
         if not owner.runtime.has_pending_work():
+            self._arm_due_timer(owner)
             return
         if owner.retry is not None:
             owner.retry.cancel()
@@ -338,8 +346,11 @@ class OwnerDirectory:
         finally:
             owner.loop = None
             owner.last_used = time.monotonic()
-            if self._waiting and not self._stopping:
-                self._admit_waiting()
+            if not self._stopping:
+                if self._open.get(owner.key) is owner:
+                    self._arm_due_timer(owner)
+                if self._waiting:
+                    self._admit_waiting()
 
     def _admit_waiting(self) -> None:
         """Open owners with pending work that found the store full, while there is room."""
@@ -359,6 +370,41 @@ class OwnerDirectory:
                 continue
             del self._waiting[key]
             self.wake(key)
+
+    def _arm_due_timer(self, owner: _Owner) -> None:
+        """Arm (or move, or drop) the owner's timer for its next due time."""
+        if self._stopping:
+            return
+        at = owner.runtime.next_tick_at()
+        armed = self._due_timers.get(owner.key)
+        if armed is not None and armed[0] == at:
+            return
+        if armed is not None:
+            armed[1].cancel()
+            del self._due_timers[owner.key]
+        if at is None:
+            return
+        delay_s = max(0.0, at / 1000 - time.time())
+        handle = asyncio.get_running_loop().call_later(
+            delay_s, self._due, owner.key, owner.path)
+        self._due_timers[owner.key] = (at, handle)
+
+    def _due(self, key: str, path: Path) -> None:
+        """A waiting job of ``key`` is due: open the owner if need be, and tick it."""
+        self._due_timers.pop(key, None)
+        if self._stopping:
+            return
+        if key not in self._open:
+            try:
+                self._open_owner(key, path)
+            except OwnersAtCapacity:
+                self._waiting[key] = path  # opened as soon as there is room
+                return
+            except Exception:
+                self._log(f"tickwork serve: owner {key!r} could not be opened:\n"
+                          f"{traceback.format_exc()}")
+                return
+        self.wake(key)
 
     def _retry(self, owner: _Owner) -> None:
         owner.retry = None
@@ -382,6 +428,9 @@ class OwnerDirectory:
         interrupt them (the engine settles an interrupted job ``failed`` /
         ``execution_interrupted``); close every database."""
         self._stopping = True
+        for _, handle in self._due_timers.values():
+            handle.cancel()
+        self._due_timers.clear()
         await finish_tasks([owner.loop for owner in self._open.values()
                             if owner.loop is not None], grace_s)
         for owner in list(self._open.values()):

@@ -32,7 +32,7 @@ def _render(template: sql.Template, *binds: str) -> sql.Statement:
     return statement
 
 
-_JOB = ("job_id", "queue", "lane", "priority", "payload_json", "max_recoveries", "now")
+_JOB = sql.JOB_PARAMS
 _SETTLE = ("outcome", "failure_reason", "now", "sequence", "token")
 SCHEMA_VERSION = _render(sql.SCHEMA_VERSION)
 INSERT_JOB = _render(sql.INSERT_JOB, *_JOB)
@@ -41,11 +41,13 @@ INGEST = _render(sql.INGEST, *_JOB)
 SELECT_CARGO_MANY = _render(sql.SELECT_CARGO_MANY, "job_ids")
 SELECT_JOB = _render(sql.SELECT_JOB, "job_id")
 SELECT_CARGO = _render(sql.SELECT_CARGO, "job_id")
-SELECT_QUEUE_HEAD = _render(sql.SELECT_QUEUE_HEAD, "queue")
+SELECT_QUEUE_HEAD = _render(sql.SELECT_QUEUE_HEAD, "queue", "now")
 SELECT_CLAIM = _render(sql.SELECT_CLAIM, "sequence", "now")
-HAS_PENDING_WORK = _render(sql.HAS_PENDING_WORK)
-STATUS = _render(sql.STATUS)
-QUEUE_STATUS = _render(sql.QUEUE_STATUS, "queue")
+HAS_PENDING_WORK = _render(sql.HAS_PENDING_WORK, "now")
+NEXT_WORK = _render(sql.NEXT_WORK, "now")
+PROMOTE_DUE = _render(sql.PROMOTE_DUE, "now", "limit")
+STATUS = _render(sql.STATUS, "now")
+QUEUE_STATUS = _render(sql.QUEUE_STATUS, "queue", "now")
 CLAIM_ONE = _render(sql.CLAIM, "token", "now", "lease_ms")
 CLAIM_IF_CLEAR = _render(sql.CLAIM_IF_CLEAR, "token", "now", "lease_ms")
 PROBE = _render(sql.PROBE, "now")
@@ -126,24 +128,32 @@ class D1Store:
         rows = await self.d1.query(SELECT_CARGO.text, (job_id,))
         return stored_cargo(CARGO.cargo(rows[0])) if rows else None
 
-    async def queue_head(self, queue: str) -> JobRecord | None:
-        return await self._one_job(SELECT_QUEUE_HEAD, (queue,))
+    async def queue_head(self, queue: str, now: int | None) -> JobRecord | None:
+        return await self._one_job(SELECT_QUEUE_HEAD, (queue, now))
 
-    async def has_pending_work(self) -> bool:
-        rows = await self.d1.query(HAS_PENDING_WORK.text)
+    async def has_pending_work(self, now: int | None) -> bool:
+        rows = await self.d1.query(HAS_PENDING_WORK.text, (now,))
         return bool(rows[0][0])
 
-    async def status_groups(self) -> list[tuple[Any, ...]]:
-        return await self.d1.query(STATUS.text)
+    async def next_work(self, now: int | None) -> tuple[Any, ...]:
+        return (await self.d1.query(NEXT_WORK.text, (now,)))[0]
 
-    async def queue_counts(self, queue: str) -> tuple[Any, ...]:
-        return (await self.d1.query(QUEUE_STATUS.text, (queue,)))[0]
+    async def status_groups(self, now: int | None) -> list[tuple[Any, ...]]:
+        return await self.d1.query(STATUS.text, (now,))
+
+    async def queue_counts(self, queue: str, now: int | None) -> tuple[Any, ...]:
+        return (await self.d1.query(QUEUE_STATUS.text, (queue, now)))[0]
 
     async def claim(
         self, token: str, lease_ms: int, now: int | None, *, guarded: bool
     ) -> JobRecord | None:
         statement = CLAIM_IF_CLEAR if guarded else CLAIM_ONE
-        return await self._one_job(statement, (token, now, lease_ms))
+        # One batch (one round trip, one transaction): due jobs join the
+        # ready set, then the claim.
+        _, claimed = await self.d1.batch(
+            [_promote(now), (statement.text, (token, now, lease_ms))],
+            [None, _names(statement)])
+        return JOB.job(claimed[0]) if claimed else None
 
     async def probe(self, now: int | None) -> tuple[Suspect | None, bool]:
         return _probed((await self.d1.query(PROBE.text, (now,)))[0])
@@ -152,9 +162,11 @@ class D1Store:
         self, token: str, lease_ms: int, now: int | None
     ) -> tuple[JobRecord | None, tuple[Suspect | None, bool]]:
         # One batch, one round trip: an idle tick costs the same as a claim.
-        claimed, probed = await self.d1.batch(
-            [(CLAIM_IF_CLEAR.text, (token, now, lease_ms)), (PROBE.text, (now,))],
-            [_names(CLAIM_IF_CLEAR), _names(PROBE)],
+        # Due jobs join the ready set first.
+        _, claimed, probed = await self.d1.batch(
+            [_promote(now), (CLAIM_IF_CLEAR.text, (token, now, lease_ms)),
+             (PROBE.text, (now,))],
+            [None, _names(CLAIM_IF_CLEAR), _names(PROBE)],
         )
         if claimed:
             return JOB.job(claimed[0]), (None, False)
@@ -182,12 +194,14 @@ class D1Store:
         self, sequence: int, token: str, settlement: Settlement, now: int | None,
         *, next_token: str, lease_ms: int,
     ) -> tuple[bool, JobRecord | None]:
-        # One batch: the settlement, then the next claim, in one round trip.
-        settled, claimed = await self.d1.batch(
+        # One batch: the settlement, due jobs into the ready set, then the
+        # next claim, in one round trip.
+        settled, _, claimed = await self.d1.batch(
             [(SETTLE.text, (settlement.outcome, settlement.failure_reason, now, sequence,
                             token)),
+             _promote(now),
              (CLAIM_IF_CLEAR.text, (next_token, now, lease_ms))],
-            [_names(SETTLE), _names(CLAIM_IF_CLEAR)],
+            [_names(SETTLE), None, _names(CLAIM_IF_CLEAR)],
         )
         return bool(settled), JOB.job(claimed[0]) if claimed else None
 
@@ -246,4 +260,8 @@ def _probed(row: tuple[Any, ...]) -> tuple[Suspect | None, bool]:
 def job_values(job: ValidJob, now: int | None) -> tuple[Any, ...]:
     """What INSERT_JOB, ENQUEUE and INGEST bind, in their order."""
     return (job.job_id, job.queue, job.lane, job.priority, job.payload_json,
-            job.max_recoveries, now)
+            job.max_recoveries, job.run_at, job.delay_ms, now)
+
+
+def _promote(now: int | None) -> tuple[str, tuple[Any, ...]]:
+    return PROMOTE_DUE.text, (now, sql.PROMOTE_BATCH)

@@ -95,6 +95,8 @@ class PostgresStore:
             "priorities": [job.priority for job in jobs],
             "payloads": [job.payload_json for job in jobs],
             "max_recoveries": [job.max_recoveries for job in jobs],
+            "run_ats": [job.run_at for job in jobs],
+            "delays": [job.delay_ms for job in jobs],
             "now": now,
         }
         # One transaction: insert the new ids, read the cargo of the others,
@@ -126,17 +128,20 @@ class PostgresStore:
         rows = await self._rows(sql.SELECT_CARGO, {"job_id": job_id})
         return ValidJob(*rows[0]) if rows else None
 
-    async def queue_head(self, queue: str) -> JobRecord | None:
-        return await self._one_job(sql.SELECT_QUEUE_HEAD, {"queue": queue})
+    async def queue_head(self, queue: str, now: int | None) -> JobRecord | None:
+        return await self._one_job(sql.SELECT_QUEUE_HEAD, {"queue": queue, "now": now})
 
-    async def has_pending_work(self) -> bool:
-        return bool((await self._rows(sql.HAS_PENDING_WORK, {}))[0][0])
+    async def has_pending_work(self, now: int | None) -> bool:
+        return bool((await self._rows(sql.HAS_PENDING_WORK, {"now": now}))[0][0])
 
-    async def status_groups(self) -> list[tuple[Any, ...]]:
-        return await self._rows(sql.STATUS, {})
+    async def next_work(self, now: int | None) -> tuple[Any, ...]:
+        return (await self._rows(sql.NEXT_WORK, {"now": now}))[0]
 
-    async def queue_counts(self, queue: str) -> tuple[Any, ...]:
-        return (await self._rows(sql.QUEUE_STATUS, {"queue": queue}))[0]
+    async def status_groups(self, now: int | None) -> list[tuple[Any, ...]]:
+        return await self._rows(sql.STATUS, {"now": now})
+
+    async def queue_counts(self, queue: str, now: int | None) -> tuple[Any, ...]:
+        return (await self._rows(sql.QUEUE_STATUS, {"queue": queue, "now": now}))[0]
 
     # ------------------------------------------------------------ claims
 
@@ -149,6 +154,7 @@ class PostgresStore:
             params = {"token": token, "lease_ms": lease_ms, "now": now}
             async with self._connection() as conn, conn.transaction():
                 await conn.execute(sql.CLAIM_LOCK)
+                await conn.execute(sql.PROMOTE_DUE, {"now": now})
                 cursor = await conn.execute(sql.CLAIM_ONE, params)
                 row = await cursor.fetchone()
             return None if row is None else JOB.job(row)
@@ -351,7 +357,8 @@ def _calls(
 def job_params(job: ValidJob, now: int | None) -> dict[str, Any]:
     return {"job_id": job.job_id, "queue": job.queue, "lane": job.lane,
             "priority": job.priority, "payload_json": job.payload_json,
-            "max_recoveries": job.max_recoveries, "now": now}
+            "max_recoveries": job.max_recoveries, "run_at": job.run_at,
+            "delay_ms": job.delay_ms, "now": now}
 
 
 _STORES: weakref.WeakKeyDictionary[Any, PostgresStore] = weakref.WeakKeyDictionary()

@@ -28,13 +28,23 @@ def _qualified(alias: str) -> str:
 
 SCHEMA_VERSION = "SELECT value FROM tickwork_meta WHERE key = 'schema_version'"
 
+# When a new job becomes due, by database time at ingest: at run_at if that
+# is still ahead, after delay_ms if that is positive, else at once (NULL: a
+# job due at once never enters the due-time index). ``{run_at}`` and
+# ``{delay_ms}`` name where the values come from.
+_DUE_AT = ("CASE WHEN {run_at} > {now} THEN {run_at} "
+           "WHEN {delay_ms} > 0 THEN {now} + {delay_ms} END")
+_BOUND_DUE_AT = _DUE_AT.format(run_at="%(run_at)s::bigint", delay_ms="%(delay_ms)s::bigint",
+                               now=NOW)
+
 # Ingest: a new job_id inserts one queued row; an existing one writes nothing
 # and returns no row (the runtime then compares cargo).
 INSERT_JOB = f"""
 INSERT INTO tickwork_jobs
-    (job_id, queue, lane, priority, payload_json, max_recoveries, state, enqueued_at)
+    (job_id, queue, lane, priority, payload_json, max_recoveries, run_at, delay_ms, due_at,
+     state, enqueued_at)
 VALUES (%(job_id)s, %(queue)s, %(lane)s, %(priority)s, %(payload_json)s,
-        %(max_recoveries)s, 'queued', {NOW})
+        %(max_recoveries)s, %(run_at)s, %(delay_ms)s, {_BOUND_DUE_AT}, 'queued', {NOW})
 ON CONFLICT (job_id) DO NOTHING
 RETURNING sequence
 """
@@ -45,16 +55,19 @@ RETURNING sequence
 # failing the caller's transaction.
 ENQUEUE = f"""
 INSERT INTO tickwork_jobs AS stored
-    (job_id, queue, lane, priority, payload_json, max_recoveries, state, enqueued_at)
+    (job_id, queue, lane, priority, payload_json, max_recoveries, run_at, delay_ms, due_at,
+     state, enqueued_at)
 VALUES (%(job_id)s, %(queue)s, %(lane)s, %(priority)s, %(payload_json)s,
-        %(max_recoveries)s, 'queued', {NOW})
+        %(max_recoveries)s, %(run_at)s, %(delay_ms)s, {_BOUND_DUE_AT}, 'queued', {NOW})
 ON CONFLICT (job_id) DO UPDATE SET
     queue = excluded.queue, lane = excluded.lane, priority = excluded.priority,
-    payload_json = excluded.payload_json, max_recoveries = excluded.max_recoveries
-WHERE (stored.queue, stored.lane, stored.priority, stored.payload_json, stored.max_recoveries)
+    payload_json = excluded.payload_json, max_recoveries = excluded.max_recoveries,
+    run_at = excluded.run_at, delay_ms = excluded.delay_ms
+WHERE (stored.queue, stored.lane, stored.priority, stored.payload_json, stored.max_recoveries,
+       stored.run_at, stored.delay_ms)
       IS DISTINCT FROM
       (excluded.queue, excluded.lane, excluded.priority, excluded.payload_json,
-       excluded.max_recoveries)
+       excluded.max_recoveries, excluded.run_at, excluded.delay_ms)
 """
 
 # ingest_many, step 1 of one transaction: insert the jobs whose job_id is new,
@@ -64,11 +77,15 @@ WHERE (stored.queue, stored.lane, stored.priority, stored.payload_json, stored.m
 # wait for its outcome (the unique index), so step 2 then sees its row.
 INSERT_JOBS = f"""
 INSERT INTO tickwork_jobs
-    (job_id, queue, lane, priority, payload_json, max_recoveries, state, enqueued_at)
-SELECT job_id, queue, lane, priority, payload_json, max_recoveries, 'queued', {NOW}
+    (job_id, queue, lane, priority, payload_json, max_recoveries, run_at, delay_ms, due_at,
+     state, enqueued_at)
+SELECT job_id, queue, lane, priority, payload_json, max_recoveries, run_at, delay_ms,
+       {_DUE_AT.format(run_at="run_at", delay_ms="delay_ms", now=NOW)}, 'queued', {NOW}
 FROM unnest(%(job_ids)s::text[], %(queues)s::text[], %(lanes)s::text[],
-            %(priorities)s::bigint[], %(payloads)s::text[], %(max_recoveries)s::bigint[])
-     WITH ORDINALITY AS job(job_id, queue, lane, priority, payload_json, max_recoveries, ord)
+            %(priorities)s::bigint[], %(payloads)s::text[], %(max_recoveries)s::bigint[],
+            %(run_ats)s::bigint[], %(delays)s::bigint[])
+     WITH ORDINALITY AS job(job_id, queue, lane, priority, payload_json, max_recoveries,
+                            run_at, delay_ms, ord)
 ORDER BY ord
 ON CONFLICT (job_id) DO NOTHING
 RETURNING job_id
@@ -93,16 +110,21 @@ SELECT_QUEUE_HEAD = f"""
 (SELECT {JOB_SELECT} FROM tickwork_jobs WHERE queue = %(queue)s AND state = 'running' LIMIT 1)
 UNION ALL
 (SELECT {JOB_SELECT} FROM tickwork_jobs WHERE queue = %(queue)s AND state = 'queued'
+   AND (due_at IS NULL OR due_at <= {NOW})
  ORDER BY priority DESC, sequence LIMIT 1)
 LIMIT 1
 """
 
-# Status of every queue: job counts by (queue, state, outcome). It reads
-# every row of the table (no index holds every job's queue and outcome), the
-# whole settled history included; its cost grows with every job ever kept.
-STATUS = """
-SELECT queue, state, outcome, count(*) FROM tickwork_jobs
-GROUP BY queue, state, outcome
+# Status of every queue: job counts by (queue, state, outcome), a queued job
+# not yet due counted as state 'delayed'. It reads every row of the table (no
+# index holds every job's queue and outcome), the whole settled history
+# included; its cost grows with every job ever kept.
+STATUS = f"""
+SELECT queue,
+       CASE WHEN state = 'queued' AND due_at > {NOW} THEN 'delayed' ELSE state END,
+       outcome, count(*)
+FROM tickwork_jobs
+GROUP BY 1, 2, 3
 """
 
 # Status of one queue, one row, from indexes only: queued and running counts
@@ -110,12 +132,16 @@ GROUP BY queue, state, outcome
 # (the planner may take running or lease, both small); then its settled jobs
 # per outcome from queue_settled (schema/postgres/0003_settled_by_queue.sql):
 # an index-only scan of the queue's own entries once VACUUM has set the
-# visibility map, an index or bitmap scan of them before. Columns: queued,
-# running, then one count per outcome in tickwork.model.outcomes.OUTCOMES order.
-QUEUE_STATUS = """
+# visibility map, an index or bitmap scan of them before. Columns: queued
+# (due), running, delayed (not yet due), then one count per outcome in
+# tickwork.model.outcomes.OUTCOMES order.
+QUEUE_STATUS = f"""
 SELECT
-    (SELECT count(*) FROM tickwork_jobs WHERE queue = %(queue)s AND state = 'queued'),
+    (SELECT count(*) FROM tickwork_jobs WHERE queue = %(queue)s AND state = 'queued'
+       AND (due_at IS NULL OR due_at <= {NOW})),
     (SELECT count(*) FROM tickwork_jobs WHERE queue = %(queue)s AND state = 'running'),
+    (SELECT count(*) FROM tickwork_jobs WHERE queue = %(queue)s AND state = 'queued'
+       AND due_at > {NOW}),
     count(*) FILTER (WHERE outcome = 'completed'),
     count(*) FILTER (WHERE outcome = 'failed'),
     count(*) FILTER (WHERE outcome = 'cancelled'),
@@ -125,9 +151,37 @@ FROM tickwork_jobs
 WHERE queue = %(queue)s AND state = 'settled'
 """
 
-HAS_PENDING_WORK = """
-SELECT EXISTS (SELECT 1 FROM tickwork_jobs WHERE state = 'queued')
-    OR EXISTS (SELECT 1 FROM tickwork_jobs WHERE state = 'running')
+# Work for a tick now: a job due (ready, or due but not yet moved into the
+# ready set), a cancelled job to settle, or a running claim; a job waiting
+# for its time is not. Four probes, each of its own partial index.
+_PENDING = f"""(
+       EXISTS (SELECT 1 FROM tickwork_jobs
+               WHERE state = 'queued' AND cancellation_id IS NULL AND due_at IS NULL)
+    OR EXISTS (SELECT 1 FROM tickwork_jobs
+               WHERE state = 'queued' AND cancellation_id IS NOT NULL)
+    OR EXISTS (SELECT 1 FROM tickwork_jobs
+               WHERE state = 'queued' AND due_at IS NOT NULL AND due_at <= {NOW})
+    OR EXISTS (SELECT 1 FROM tickwork_jobs WHERE state = 'running'))"""
+HAS_PENDING_WORK = f"SELECT {_PENDING}"
+
+# When a tick next has work, in one read: pending now, the earliest due time
+# of a waiting job (one probe of the due index), and database time.
+NEXT_WORK = f"""
+SELECT {_PENDING},
+       (SELECT due_at FROM tickwork_jobs WHERE state = 'queued' AND due_at IS NOT NULL
+        ORDER BY due_at LIMIT 1),
+       {NOW}
+"""
+
+# Waiting jobs whose time has come join the ready set (the claim's
+# transaction runs this after the claim lock, before CLAIM_ONE; the group
+# commit's function does the same), up to 1000, earliest first.
+PROMOTE_DUE = f"""
+UPDATE tickwork_jobs SET due_at = NULL
+WHERE sequence IN (
+    SELECT sequence FROM tickwork_jobs
+    WHERE state = 'queued' AND due_at IS NOT NULL AND due_at <= {NOW}
+    ORDER BY due_at LIMIT 1000)
 """
 
 # The lock every claim takes first (transaction-scoped): a claim statement
@@ -159,6 +213,7 @@ CLAIM_ONE = f"""
 WITH picked AS (
     SELECT candidate.sequence FROM tickwork_jobs AS candidate
     WHERE candidate.state = 'queued' AND candidate.cancellation_id IS NULL
+      AND candidate.due_at IS NULL
       AND NOT EXISTS (SELECT 1 FROM tickwork_jobs AS busy
                       WHERE busy.queue = candidate.queue AND busy.state = 'running')
     ORDER BY candidate.priority DESC, candidate.sequence
@@ -169,6 +224,7 @@ SET state = 'running', claim_token = %(token)s,
     started_at = {NOW}, lease_expires_at = {NOW} + %(lease_ms)s::bigint
 FROM picked
 WHERE job.sequence = picked.sequence AND job.state = 'queued' AND job.cancellation_id IS NULL
+  AND job.due_at IS NULL
 RETURNING {_qualified("job")}
 """
 

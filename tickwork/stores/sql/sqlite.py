@@ -138,18 +138,29 @@ _d1 = (D1,)
 
 # ---------------------------------------------------------------- ingest
 
+# When a new job becomes due, by the store's clock at ingest: at run_at if
+# that is still ahead, after delay_ms if that is positive, else at once
+# (NULL: a job due at once never enters the due-time index).
+DUE_AT = "CASE WHEN :run_at > {now} THEN :run_at WHEN :delay_ms > 0 THEN {now} + :delay_ms END"
+
+#: What every insert of a job binds, in this order.
+JOB_PARAMS = ("job_id", "queue", "lane", "priority", "payload_json", "max_recoveries",
+              "run_at", "delay_ms", "now")
+
 # A new job_id inserts one queued row and returns its sequence; an existing
 # one inserts nothing and returns no row, and the lifecycle compares cargo
 # (identical -> duplicate, different -> conflict). The UNIQUE index on job_id
 # makes this race-free.
-INSERT_JOB = Template("insert_job", """
+_INSERT_JOB = f"""
 INSERT INTO tickwork_jobs
-    (job_id, queue, lane, priority, payload_json, max_recoveries, state, enqueued_at)
-VALUES (:job_id, :queue, :lane, :priority, :payload_json, :max_recoveries, 'queued', {now})
-ON CONFLICT (job_id) DO NOTHING
+    (job_id, queue, lane, priority, payload_json, max_recoveries, run_at, delay_ms,
+     due_at, state, enqueued_at)
+VALUES (:job_id, :queue, :lane, :priority, :payload_json, :max_recoveries, :run_at,
+        :delay_ms, {DUE_AT}, 'queued', {{now}})
+"""
+INSERT_JOB = Template("insert_job", _INSERT_JOB + """ON CONFLICT (job_id) DO NOTHING
 RETURNING sequence
-""", ("job_id", "queue", "lane", "priority", "payload_json", "max_recoveries", "now"),
-    SEQUENCE_ROWS)
+""", JOB_PARAMS, SEQUENCE_ROWS)
 
 # ----------------------------------------------------------------- reads
 
@@ -163,8 +174,9 @@ SELECT_CARGO = Template("select_cargo", f"""
 SELECT {', '.join(CARGO_COLUMNS)} FROM tickwork_jobs WHERE job_id = :job_id
 """, ("job_id",), CARGO_ROWS)
 
-# A queue's head: its running job if any, else its waiting job with the
-# highest priority, oldest first. Two index probes, never a scan.
+# A queue's head: its running job if any, else its due waiting job with the
+# highest priority, oldest first (a job waiting for its time is stepped
+# over: it holds no queue). Two index probes, never a scan of other queues.
 SELECT_QUEUE_HEAD = Template("select_queue_head", f"""
 SELECT * FROM (
     SELECT {JOB_SELECT} FROM tickwork_jobs
@@ -173,11 +185,11 @@ SELECT * FROM (
 UNION ALL
 SELECT * FROM (
     SELECT {JOB_SELECT} FROM tickwork_jobs
-    WHERE queue = :queue AND state = 'queued'
+    WHERE queue = :queue AND state = 'queued' AND (due_at IS NULL OR due_at <= {{now}})
     ORDER BY priority DESC, sequence
     LIMIT 1)
 LIMIT 1
-""", ("queue",), JOB_ROWS)
+""", ("queue", "now"), JOB_ROWS)
 
 # A job with its current claim token and whether that claim is live (running,
 # and on D1 its lease unexpired, by database time): the careful settlement
@@ -187,31 +199,39 @@ SELECT {JOB_SELECT}, claim_token, {{live_claim}} AS lease_live
 FROM tickwork_jobs WHERE sequence = :sequence
 """, ("sequence", "now"), CLAIM_ROWS)
 
-# Status of every queue: job counts by (queue, state, outcome). Costly on
-# purpose and said so: no index holds every row's queue and outcome, so this
-# reads every row of the table, the whole settled history included (and
-# sorts the groups), O(all jobs ever kept). For a dashboard now and then,
-# not for a hot path; QUEUE_STATUS reads one queue from the indexes.
+# Status of every queue: job counts by (queue, state, outcome), a queued job
+# not yet due counted as state 'delayed'. Costly on purpose and said so: no
+# index holds every row's queue and outcome, so this reads every row of the
+# table, the whole settled history included (and sorts the groups),
+# O(all jobs ever kept). For a dashboard now and then, not for a hot path;
+# QUEUE_STATUS reads one queue from the indexes.
 STATUS = Template("status", """
-SELECT queue, state, outcome, count(*) AS n FROM tickwork_jobs
-GROUP BY queue, state, outcome
-""", (), Columns("queue", "state", "outcome", "n"))
+SELECT queue,
+       CASE WHEN state = 'queued' AND due_at > {now} THEN 'delayed' ELSE state END AS state,
+       outcome, count(*) AS n
+FROM tickwork_jobs
+GROUP BY 1, 2, 3
+""", ("now",), Columns("queue", "state", "outcome", "n"))
 
-# Status of one queue, one row: queued and running counts from the
-# queue_waiting and running indexes (counted from the index alone), then the
+# Status of one queue, one row: queued (due), running and delayed (not yet
+# due) counts from the queue_waiting (it holds due_at) and running indexes
+# (counted from the index alone), then the
 # queue's settled jobs by outcome, found through the queue_settled index.
 # Owner-local, outcome is not in that index, so each settled row of the queue
 # is looked up: the cost grows with the queue's own settled history, never
 # with other queues'. On D1 the index is (queue, outcome)
 # (schema/d1/0003_settled_by_queue.sql): counted from the index alone.
-# Columns: queued, running, then one count per outcome in
+# Columns: queued, running, delayed, then one count per outcome in
 # tickwork.model.outcomes.OUTCOMES order.
 QUEUE_STATUS = Template("queue_status", """
 SELECT
     (SELECT count(*) FROM tickwork_jobs INDEXED BY tickwork_jobs_queue_waiting
-     WHERE queue = :queue AND state = 'queued') AS queued,
+     WHERE queue = :queue AND state = 'queued' AND (due_at IS NULL OR due_at <= {now}))
+        AS queued,
     (SELECT count(*) FROM tickwork_jobs INDEXED BY tickwork_jobs_running
      WHERE queue = :queue AND state = 'running') AS running,
+    (SELECT count(*) FROM tickwork_jobs INDEXED BY tickwork_jobs_queue_waiting
+     WHERE queue = :queue AND state = 'queued' AND due_at > {now}) AS delayed,
     count(CASE WHEN outcome = 'completed' THEN 1 END) AS completed,
     count(CASE WHEN outcome = 'failed' THEN 1 END) AS failed,
     count(CASE WHEN outcome = 'cancelled' THEN 1 END) AS cancelled,
@@ -219,14 +239,60 @@ SELECT
     count(CASE WHEN outcome = 'interrupted' THEN 1 END) AS interrupted
 FROM tickwork_jobs INDEXED BY tickwork_jobs_queue_settled
 WHERE queue = :queue AND state = 'settled'
-""", ("queue",), Columns("queued", "running", "completed", "failed", "cancelled",
-                          "outcome_unknown", "interrupted"))
+""", ("queue", "now"), Columns("queued", "running", "delayed", "completed", "failed",
+                                 "cancelled", "outcome_unknown", "interrupted"))
 
-# Written as two probes so each uses its partial index.
+# Work for a tick now: a job due (ready, or due but not yet moved into the
+# ready set), a cancelled job to settle, or a running claim. A job waiting
+# for its time is not: NEXT_DUE says when it will be. Written as four probes
+# so each uses its partial index (runnable, cancel_pending, due, running).
 HAS_PENDING_WORK = Template("has_pending_work", """
-SELECT EXISTS (SELECT 1 FROM tickwork_jobs WHERE state = 'queued')
+SELECT EXISTS (SELECT 1 FROM tickwork_jobs
+               WHERE state = 'queued' AND cancellation_id IS NULL AND due_at IS NULL)
+    OR EXISTS (SELECT 1 FROM tickwork_jobs
+               WHERE state = 'queued' AND cancellation_id IS NOT NULL)
+    OR EXISTS (SELECT 1 FROM tickwork_jobs
+               WHERE state = 'queued' AND due_at IS NOT NULL AND due_at <= {now})
     OR EXISTS (SELECT 1 FROM tickwork_jobs WHERE state = 'running') AS pending
-""", (), Columns("pending"))
+""", ("now",), Columns("pending"))
+
+# The earliest due time of a job still waiting for it (NULL: none waits):
+# when the next tick has work, for a host's alarm or timer. One probe of the
+# due index.
+NEXT_DUE = Template("next_due", """
+SELECT due_at FROM tickwork_jobs
+WHERE state = 'queued' AND due_at IS NOT NULL
+ORDER BY due_at
+LIMIT 1
+""", (), Columns("due_at"))
+
+# When a tick next has work, in one read: HAS_PENDING_WORK, NEXT_DUE and the
+# store's clock (database time on D1), so a host compares like with like.
+NEXT_WORK = Template("next_work", f"""
+SELECT ({HAS_PENDING_WORK.text.strip().removeprefix("SELECT").removesuffix("AS pending")})
+           AS pending,
+       ({NEXT_DUE.text.strip()}) AS next_due,
+       {{now}} AS now
+""", ("now",), Columns("pending", "next_due", "now"))
+
+# Waiting jobs whose time has come join the ready set (due_at cleared: the
+# runnable index holds only such jobs, so a claim never steps over a job
+# that is not due, however many wait). Up to :limit per statement, earliest
+# first; claims order them like any job (priority desc, oldest first).
+# Every runtime runs this before it claims (owner-local: when its cached
+# earliest due time has passed; D1: in the claim's batch; PostgreSQL: in the
+# claim's transaction, under the claim lock).
+#: Most waiting jobs one PROMOTE_DUE moves (the PostgreSQL claim moves as many).
+PROMOTE_BATCH = 1000
+
+PROMOTE_DUE = Template("promote_due", """
+UPDATE tickwork_jobs SET due_at = NULL
+WHERE sequence IN (
+    SELECT sequence FROM tickwork_jobs
+    WHERE state = 'queued' AND due_at IS NOT NULL AND due_at <= {now}
+    ORDER BY due_at
+    LIMIT :limit)
+""", ("now", "limit"))
 
 LANE_HAS_PENDING = Template("lane_has_pending", """
 SELECT EXISTS (
@@ -257,6 +323,7 @@ SET state = 'running', claim_token = :token, started_at = {{now}}{{set_lease}}
 WHERE sequence = (
     SELECT candidate.sequence FROM tickwork_jobs AS candidate
     WHERE candidate.state = 'queued' AND candidate.cancellation_id IS NULL
+      AND candidate.due_at IS NULL
       AND NOT EXISTS (
           SELECT 1 FROM tickwork_jobs AS busy
           WHERE busy.queue = candidate.queue AND busy.state = 'running')
@@ -491,7 +558,7 @@ _HEADS_ITS_QUEUE = """
       AND candidate.sequence = (
           SELECT head.sequence FROM tickwork_jobs AS head
           WHERE head.queue = candidate.queue AND head.state = 'queued'
-            AND head.cancellation_id IS NULL
+            AND head.cancellation_id IS NULL AND head.due_at IS NULL
           ORDER BY head.priority DESC, head.sequence
           LIMIT 1)"""
 
@@ -503,7 +570,7 @@ _SERIAL_PICK = f"""(
     SELECT candidate.sequence FROM tickwork_jobs AS candidate
         INDEXED BY tickwork_jobs_runnable
     WHERE candidate.state = 'queued' AND candidate.cancellation_id IS NULL
-      AND candidate.lane <> :lane {_HEADS_ITS_QUEUE}
+      AND candidate.due_at IS NULL AND candidate.lane <> :lane {_HEADS_ITS_QUEUE}
     ORDER BY candidate.priority DESC, candidate.sequence
     LIMIT 1)"""
 
@@ -524,12 +591,12 @@ _SERIAL_PICK = f"""(
 _CONCURRENT_PICK = f"""(CASE WHEN EXISTS (
     SELECT 1 FROM tickwork_jobs INDEXED BY tickwork_jobs_lane_pending
     WHERE lane = :lane AND state IN ('queued', 'running')
-      AND state = 'queued' AND cancellation_id IS NULL)
+      AND state = 'queued' AND cancellation_id IS NULL AND due_at IS NULL)
 THEN coalesce(
     (SELECT candidate.sequence FROM (
         SELECT sequence, queue, lane, priority FROM tickwork_jobs
             INDEXED BY tickwork_jobs_runnable
-        WHERE state = 'queued' AND cancellation_id IS NULL
+        WHERE state = 'queued' AND cancellation_id IS NULL AND due_at IS NULL
         ORDER BY priority DESC, sequence
         LIMIT 64) AS candidate
      WHERE candidate.lane = :lane {_HEADS_ITS_QUEUE}
@@ -539,7 +606,7 @@ THEN coalesce(
         INDEXED BY tickwork_jobs_lane_pending
      WHERE candidate.lane = :lane AND candidate.state IN ('queued', 'running')
        AND candidate.state = 'queued' AND candidate.cancellation_id IS NULL
-       {_HEADS_ITS_QUEUE}
+       AND candidate.due_at IS NULL {_HEADS_ITS_QUEUE}
      ORDER BY candidate.priority DESC, candidate.sequence
      LIMIT 1))
 END)"""
@@ -666,27 +733,24 @@ _PAYLOADS_DIFFER = """(
 ON_REPLAY = f"""
 ON CONFLICT (job_id) DO UPDATE SET
     queue = excluded.queue, lane = excluded.lane, priority = excluded.priority,
-    payload_json = excluded.payload_json, max_recoveries = excluded.max_recoveries
+    payload_json = excluded.payload_json, max_recoveries = excluded.max_recoveries,
+    run_at = excluded.run_at, delay_ms = excluded.delay_ms
 WHERE queue IS NOT excluded.queue OR lane IS NOT excluded.lane
    OR priority IS NOT excluded.priority
    OR (payload_json IS NOT excluded.payload_json AND {_PAYLOADS_DIFFER})
    OR max_recoveries IS NOT excluded.max_recoveries
+   OR run_at IS NOT excluded.run_at OR delay_ms IS NOT excluded.delay_ms
 """
 
-_ENQUEUE = """
-INSERT INTO tickwork_jobs
-    (job_id, queue, lane, priority, payload_json, max_recoveries, state, enqueued_at)
-VALUES (:job_id, :queue, :lane, :priority, :payload_json, :max_recoveries, 'queued', {now})
-"""
-ENQUEUE = Template("enqueue", _ENQUEUE + ON_REPLAY.replace("{", "{{").replace("}", "}}"),
-                   INSERT_JOB.params, None, _d1)
+ENQUEUE = Template("enqueue", _INSERT_JOB + ON_REPLAY.replace("{", "{{").replace("}", "}}"),
+                   JOB_PARAMS, None, _d1)
 
 # ingest_many: one INGEST per job, all in one db.batch (one round trip, one
 # transaction). RETURNING gives a row only for an inserted job: an identical
 # replay (of a stored job, or of an earlier statement of the same batch)
 # writes and returns nothing, and other cargo makes the trigger abort the
 # whole batch.
-INGEST = Template("ingest", ENQUEUE.text + "RETURNING sequence\n", INSERT_JOB.params,
+INGEST = Template("ingest", ENQUEUE.text + "RETURNING sequence\n", JOB_PARAMS,
                   SEQUENCE_ROWS, _d1)
 
 # After a batch failed on a conflict: the stored cargo of the batch's job ids
