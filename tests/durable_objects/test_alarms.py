@@ -363,3 +363,43 @@ async def test_rpc_calls_are_answered_between_the_ticks_of_an_alarm(host: Host) 
     assert status["value"]["queued"] > 0, "the RPC waited for the whole backlog"
     await running
     assert [row[:2] for row in host.rows().values()] == [("settled", "completed")] * 300
+
+
+DAY_MS = 86_400_000
+
+
+async def test_an_owner_whose_only_job_is_due_in_three_days_has_one_alarm_then(
+        host: Host) -> None:
+    """Nothing polls: one alarm, set for the due time, survives an eviction
+    and reads; it fires then, and the job runs."""
+    due = host.clock() + 3 * DAY_MS
+    await host.stub().ingest(job("reminder", delay_ms=3 * DAY_MS))
+    assert await host.alarm() == due
+    await host.stub().ingest(job("reminder", delay_ms=3 * DAY_MS))  # a replay
+    await host.stub().queue_status("q")
+    await host.scheduler.evict(OWNER)
+    await host.stub().read("reminder")  # a new instance brings the alarm in step
+    assert await host.alarm() == due
+    host.clock.advance(DAY_MS)
+    assert await host.scheduler.run_due() == []  # not yet
+    deliveries = await host.scheduler.run_until_idle()
+    assert [d.outcome for d in deliveries] == ["ok"]
+    assert host.clock() == due
+    assert host.rows()["reminder"][:2] == ("settled", "completed")
+    assert await host.alarm() is None
+
+
+async def test_a_job_due_sooner_brings_the_alarm_forward_and_the_later_one_is_rearmed(
+        host: Host) -> None:
+    start = host.clock()
+    await host.stub().ingest(job("later", delay_ms=DAY_MS))
+    await host.stub().ingest(job("sooner", "other", run_at=start + 60_000))
+    assert await host.alarm() == start + 60_000
+    await host.scheduler.run_due(start + 60_000)
+    assert host.rows()["sooner"][:2] == ("settled", "completed")
+    assert host.rows()["later"][0] == "queued"
+    assert await host.alarm() == start + DAY_MS  # re-armed for what still waits
+    await host.stub().ingest(job("now", "third"))
+    assert await host.alarm() == host.clock()
+    await host.scheduler.run_due()
+    assert await host.alarm() == start + DAY_MS

@@ -691,3 +691,30 @@ async def test_a_completed_receipt_and_a_failure_settle_in_parallel(harness: Har
     assert serial_result == TickResult("settled", job_id="s", outcome="failed",
                                        failure_reason="nope")
     assert concurrent_result == TickResult("settled", job_id="c", outcome="completed")
+
+
+async def test_waiting_jobs_hold_no_queue_in_either_ticker(harness: Harness) -> None:
+    """A job waiting for its due time, in either partition, is claimed by
+    neither ticker and holds its queue for neither; once due, its own ticker
+    claims it, as the queue's head across lanes."""
+    from tests.support.shared import ManualNow
+
+    now = ManualNow()
+    runtime = harness.concurrent_runtime(FAST, clock=now)
+    runtime.ingest(concurrent("fast-later", priority=9, delay_ms=1_000))
+    runtime.ingest(serial("slow-later", queue="s", priority=9, delay_ms=2_000))
+    runtime.ingest(serial("slow-now"))
+    runtime.ingest(concurrent("fast-now", queue="f"))
+    assert (await runtime.tick_concurrent()).job_id == "fast-now"
+    assert (await runtime.tick_concurrent()).status == "idle"
+    assert (await runtime.tick()).job_id == "slow-now"
+    assert (await runtime.tick()).status == "idle"
+    assert runtime.next_tick_at() == now() + 1_000
+    now.advance(1_000)
+    assert (await runtime.tick()).status == "idle"  # not the serial ticker's job
+    assert (await runtime.tick_concurrent()).job_id == "fast-later"
+    assert runtime.next_tick_at() == now() + 1_000
+    now.advance(1_000)
+    assert (await runtime.tick_concurrent()).status == "idle"
+    assert (await runtime.tick()).job_id == "slow-later"
+    assert runtime.next_tick_at() is None

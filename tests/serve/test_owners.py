@@ -106,6 +106,51 @@ async def test_idle_owners_are_closed_beyond_the_limit(tmp_path: Path) -> None:
     await store.close(1.0)
 
 
+async def _settled(service: Any, job_id: str, timeout_s: float = 5.0) -> JobRecord:
+    for _ in range(int(timeout_s / 0.01)):
+        record = await service.read(job_id)
+        if record is not None and record.state == "settled":
+            return record  # type: ignore[no-any-return]
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{job_id} did not settle")
+
+
+async def test_a_delayed_job_runs_when_due_even_after_its_idle_owner_was_closed(
+        tmp_path: Path) -> None:
+    """One timer per owner, held by the directory: the owner is closed while
+    its job waits (the store is full of others), and is opened and ticked
+    again when the timer fires."""
+    store = OwnerDirectory(tmp_path, complete, max_open=1)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await store.service("waits").ingest([Job("later", "q", "q", 0, None, delay_ms=400)])
+    assert "waits" in store._due_timers
+    await store.service("other").ingest([Job("now", "q", "q", 0, None)])  # closes "waits"
+    await _settled(store.service("other"), "now")
+    for _ in range(300):
+        if "waits" not in store._due_timers and store.running_loops() == 0:
+            break
+        await asyncio.sleep(0.01)
+    record = await _settled(store.service("waits"), "later")
+    assert record.outcome == "completed"
+    assert record.started_at is not None and record.started_at >= record.enqueued_at + 400
+    assert loop.time() - started >= 0.35
+    await store.close(1.0)
+
+
+async def test_a_restart_arms_the_timer_of_an_owner_whose_jobs_only_wait(
+        tmp_path: Path) -> None:
+    store = OwnerDirectory(tmp_path, complete)
+    await store.service("waits").ingest([Job("later", "q", "q", 0, None, delay_ms=300)])
+    await store.close(1.0)
+    store = OwnerDirectory(tmp_path, complete)
+    assert store.recover() == []  # nothing due now: no tick loop, one timer
+    assert list(store._due_timers) == ["waits"]
+    assert "waits" not in store._open
+    assert (await _settled(store.service("waits"), "later")).outcome == "completed"
+    await store.close(1.0)
+
+
 async def test_a_creation_that_never_committed_is_skipped(tmp_path: Path) -> None:
     owners = tmp_path / "owners"
     owners.mkdir()

@@ -65,3 +65,31 @@ async def test_drain_validates_its_limits(shared: SharedHarness) -> None:
         await runtime.drain(max_ticks=0)
     with pytest.raises(InvalidArgument):
         await runtime.drain(budget_ms=-1)
+
+
+async def test_a_drain_with_a_budget_sleeps_until_a_job_due_within_it(
+        shared: SharedHarness) -> None:
+    """By database time: the drain waits for the job due in 0.3 s (it does not
+    spin: about one read per wait), and does not wait for one due after its
+    budget."""
+    runtime = shared.runtime(db_time=True)
+    await runtime.ingest(job("soon", queue="a", delay_ms=300))
+    await runtime.ingest(job("much-later", queue="b", delay_ms=60_000))
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    results = await runtime.drain(budget_ms=5_000)
+    waited = loop.time() - started
+    assert [(r.job_id, r.outcome) for r in results] == [("soon", "completed")]
+    assert 0.25 <= waited < 4.0, waited
+    started = loop.time()
+    assert await runtime.drain(budget_ms=500) == []  # due after the budget: no wait
+    assert loop.time() - started < 0.4
+    assert (await runtime.read("much-later")).state == "queued"  # type: ignore[union-attr]
+
+
+async def test_a_drain_without_a_budget_returns_when_nothing_is_due(
+        shared: SharedHarness) -> None:
+    runtime = shared.runtime(db_time=True)
+    await runtime.ingest(job("later", delay_ms=60_000))
+    assert await runtime.drain() == []
+    assert await runtime.next_tick_at() is not None

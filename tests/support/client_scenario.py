@@ -87,3 +87,23 @@ async def scenario(jobs: AsyncJobs, *, runs_beside: bool) -> None:
     else:
         assert await jobs.purge(q3) == 2
     assert await jobs.read(f"g-{n}") is None
+
+    # A job due in a day: stored with its delay and due time, counted as
+    # delayed, compared on replay as asked, and never run by this scenario.
+    q4, day = f"q4-{n}", 86_400_000
+    later = Job(f"later-{n}", q4, q4, 0, {"remind": "é"}, delay_ms=day)
+    assert await jobs.ingest(later) == "queued"
+    assert await jobs.ingest(later) == "duplicate"
+    with pytest.raises(IngestConflict) as other_delay:
+        await jobs.ingest(Job(later.job_id, q4, q4, 0, {"remind": "é"}, delay_ms=day + 1))
+    assert other_delay.value.fields == ("delay_ms",)
+    with pytest.raises(InvalidJob) as both:
+        await jobs.ingest(Job(f"both-{n}", q4, q4, 0, None, run_at=1, delay_ms=1))
+    assert both.value.field == "delay_ms"
+    stored = await jobs.read(later.job_id)
+    assert stored is not None and (stored.state, stored.delay_ms, stored.run_at) == (
+        "queued", day, None)
+    assert stored.due_at is not None and stored.due_at >= stored.enqueued_at + day
+    delayed = await jobs.queue_status(q4)
+    assert (delayed.queued, delayed.delayed) == (0, 1)
+    assert await jobs.read_queue_head(q4) is None
