@@ -18,7 +18,8 @@ def test_owner_local_benchmark_runs_and_prints_every_figure() -> None:
     )
     assert result.returncode == 0, result.stderr
     for label in ("engine ", "raw loop, bare table", "raw loop, engine table",
-                  "single-job ingest()", "depth   1,000", "ratio"):
+                  "single-job ingest()", "depth   1,000", "ratio",
+                  "1,000 due, none waiting", "waiting:"):
         assert label in result.stdout, label
 
 

@@ -1,9 +1,10 @@
 """Jobs with a due time (``run_at`` / ``delay_ms``), on every store.
 
-A job waits until it is due: no tick claims it, it holds no queue, the
-status reads count it as ``delayed``, and ``next_tick_at`` says when it will
-be due. Each test moves a manual clock (database time is overridden by it on
-the shared stores).
+A job waits until it is due: no tick claims it, it holds no queue, the status
+reads count it as ``delayed`` and ``next_tick_at`` says when it will be due.
+The first tick at or after that time moves it into the ready set (from then on
+it can head its queue) and may claim it. Each test moves a manual clock
+(database time is overridden by it on the shared stores).
 """
 
 from __future__ import annotations
@@ -36,12 +37,12 @@ async def test_a_delayed_job_waits_until_it_is_due(engine: Engine) -> None:
     now.advance(MINUTE - 1)
     assert (await jobs.tick()).status == "idle"
     now.advance(1)
-    assert await jobs.has_pending_work() is True
+    assert await jobs.has_pending_work() is True  # a tick has work: to move it
     assert await jobs.next_tick_at() == now()
+    # Until a tick moves it into the ready set, it is still counted as delayed.
     status = await jobs.queue_status("q")
-    assert (status.queued, status.delayed) == (1, 0)
-    head = await jobs.read_queue_head("q")
-    assert head is not None and head.job_id == "later"
+    assert (status.queued, status.delayed) == (0, 1)
+    assert await jobs.read_queue_head("q") is None
     result = await jobs.tick()
     assert (result.status, result.job_id, result.outcome) == ("settled", "later", "completed")
     assert await jobs.next_tick_at() is None
@@ -139,8 +140,9 @@ async def test_status_of_every_queue_counts_delayed_jobs(engine: Engine) -> None
     counts = {status.queue: (status.queued, status.delayed) for status in await jobs.status()}
     assert counts == {"a": (1, 1), "b": (0, 1)}
     now.advance(MINUTE)
+    assert (await jobs.tick()).job_id == "now"  # and both waiting jobs are moved
     counts = {status.queue: (status.queued, status.delayed) for status in await jobs.status()}
-    assert counts == {"a": (2, 0), "b": (1, 0)}
+    assert counts == {"a": (1, 0), "b": (1, 0)}
 
 
 async def test_purge_deletes_waiting_jobs_too(engine: Engine) -> None:

@@ -21,7 +21,7 @@ def test_queue_status_reads_indexes_only(harness: Harness) -> None:
     runtime = harness.runtime()
     runtime.ingest_many([job(f"j{n}", queue=f"q{n % 3}") for n in range(30)])
     text = sql.QUEUE_STATUS.render(sql.OWNER_LOCAL).text
-    plan = [row[-1] for row in harness.host_query("EXPLAIN QUERY PLAN " + text, ("q1", 0))]
+    plan = [row[-1] for row in harness.host_query("EXPLAIN QUERY PLAN " + text, ("q1",))]
     searches = [line for line in plan if "tickwork_jobs" in line]
     assert len(searches) == 4, plan  # queued, running, delayed, settled
     assert all(line.startswith("SEARCH tickwork_jobs USING") for line in searches), plan

@@ -1,21 +1,22 @@
 """Model-based test: random interleavings of every OwnerRuntime operation,
 checked step by step against a small pure-Python reference model of the spec.
 
-Each hypothesis example is a list of operations (ingest, conflicting and
-identical replays, tick, release of a blocked executor, cancel, fail_lane,
-purge, crash and rebuild, liveness changes, and a cancel/fail_lane/purge that
-lands while a tick awaits its liveness probe) run in one event loop over a
-fresh database of one owner kind, with or without a projector (which moves
-every transition into an owner transaction). After every step the runtime's
-durable view (every job, every queue head, has_pending_work, the raw table)
-is compared with the model, and the invariants are checked: at most one
-running job per queue, a settled job never changes again, no claim is
-executed twice, every operation and tick reports what the model says, and
-(with a projector) every settlement and head change was projected.
+Each hypothesis example is a list of operations (ingest, some of jobs due
+later, conflicting and identical replays, the clock moving on, tick, release
+of a blocked executor, cancel, fail_lane, purge, crash and rebuild, liveness
+changes, and a cancel/fail_lane/purge that lands while a tick awaits its
+liveness probe) run in one event loop over a fresh database of one owner kind,
+with or without a projector (which moves every transition into an owner
+transaction). After every step the runtime's durable view (every job, every
+queue head, has_pending_work, the raw table) is compared with the model, and
+the invariants are checked: at most one running job per queue, a settled job
+never changes again, no claim is executed twice, every operation and tick
+reports what the model says, and (with a projector) every settlement and head
+change was projected.
 
-Concurrency is made deterministic: at most one tick is in flight (its
-executor blocks on a gate until the test releases it, the signal aborts it,
-or the "process" crashes), and after every step the loop is spun with
+Concurrency is made deterministic: at most one tick is in flight (its executor
+blocks on a gate until the test releases it, the signal aborts it, or the
+"process" crashes), and after every step the loop is spun with
 ``asyncio.sleep(0)`` until that tick has either finished or is parked on its
 gate again. Time is a counter (``clock``), so claim order is started_at order.
 The machinery shared with test_concurrent_model.py is in model_support.py.
@@ -121,6 +122,14 @@ class ReleaseOp:
 
 
 @dataclass(frozen=True)
+class Advance:
+    """The clock moves on by ``epochs`` (see tests.support.models): waiting
+    jobs whose time has come are due."""
+
+    epochs: int
+
+
+@dataclass(frozen=True)
 class CancelMany:
     """Cancel every existing job, in job_id order (or reversed), with one id."""
 
@@ -131,7 +140,7 @@ class CancelMany:
 
 Operation: TypeAlias = (
     Ingest | Replay | Tick | RacedTick | ReleaseOp | Cancel | CancelMany | FailLane | Purge
-    | Crash | SetLiveness
+    | Crash | SetLiveness | Advance
 )
 
 specs = st.builds(
@@ -144,7 +153,11 @@ specs = st.builds(
     # they make the interesting interleavings.
     action=st.sampled_from((*ACTIONS, *BLOCKING, *BLOCKING, *BLOCKING)),
     max_recoveries=st.sampled_from((None, 0, 1, 2)),
-)
+    # Due now mostly; else a delay of 0 to 2 epochs, or a run_at in epoch 0
+    # to 3 (the clock starts in epoch 0: some are past by the time they come).
+    delay=st.sampled_from((None, None, None, None, 0, 1, 2)),
+    at=st.sampled_from((None, None, None, None, 0, 1, 3)),
+).filter(lambda spec: spec.delay is None or spec.at is None)
 
 
 # Work-creating steps outweigh the destructive ones (purge, fail_lane, cancel
@@ -164,6 +177,7 @@ operations: st.SearchStrategy[Operation] = weighted(
     (2, st.builds(Crash, liveness, st.booleans(), st.just(True))),
     (1, st.builds(SetLiveness, liveness, st.booleans())),
     (1, st.builds(RacedTick, st.sampled_from(("cancel", "fail_lane", "purge")))),
+    (2, st.builds(Advance, st.integers(1, 2))),
 )
 
 
@@ -186,12 +200,13 @@ class OwnerModel(Model):
         """Every waiting job not cancelled whose queue runs nothing."""
         busy = {j.spec.queue for j in self.jobs.values() if j.state == "running"}
         return [j for j in candidates if j.state == "queued" and j.cancellation_id is None
-                and j.spec.queue not in busy]
+                and j.spec.queue not in busy and not self.waits(j)]
 
     def ingest(self, spec: Spec) -> str | tuple[str, ...]:
         existing = self.jobs.get(spec.job_id)
         if existing is None:
-            self.jobs[spec.job_id] = ModelJob(spec, self.next_sequence)
+            self.jobs[spec.job_id] = ModelJob(spec, self.next_sequence,
+                                              due_epoch=spec.due_epoch(self.epoch))
             self.next_sequence += 1
             return "queued"
         return ingest_answer(spec, existing.spec)
@@ -210,6 +225,7 @@ class OwnerModel(Model):
         """tick() with ``race`` landing during the probe: (the tick's result,
         or None when it leaves an executor in flight; the jobs it probes; what
         ``race`` returned, if it ran)."""
+        self.promote()
         orphan = self.orphan_to_probe(SERIAL)
         raced = None if race is None or orphan is None else self.race(race, orphan)
         probed = [] if orphan is None else [orphan.spec.job_id]
@@ -308,6 +324,9 @@ class Scenario(ModelScenario[OwnerModel, OwnerRuntime]):
         elif isinstance(op, Cancel):
             self.cancel(self.cancel_target(op.target), op.cancellation_id, op.only_if_queued)
             await self.spin()  # an aborted executor that honours its signal stops now
+        elif isinstance(op, Advance):
+            model.epoch += op.epochs
+            event("the clock moves on")
         elif isinstance(op, CancelMany):
             for job_id in sorted(model.jobs, reverse=op.reverse):
                 self.cancel(job_id, op.cancellation_id, op.only_if_queued)

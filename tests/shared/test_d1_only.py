@@ -261,8 +261,7 @@ async def test_queue_status_counts_every_state_from_indexes_only(db: Any) -> Non
         SELECT 'old-' || n, 'q' || (n % 300), 'lane', 0, '{}', 'settled',
                CASE WHEN n % 3 = 0 THEN 'failed' ELSE 'completed' END, n, n, n FROM c
     """).run()
-    plan = await D1Binding(db).query("EXPLAIN QUERY PLAN " + d1_sql.QUEUE_STATUS.text,
-                                     ["q1", None])
+    plan = await D1Binding(db).query("EXPLAIN QUERY PLAN " + d1_sql.QUEUE_STATUS.text, ["q1"])
     text = "\n".join(str(row[-1]) for row in plan)
     assert "USING COVERING INDEX tickwork_jobs_queue_waiting (queue=?)" in text, text
     assert "tickwork_jobs_running (queue=?)" in text, text

@@ -213,7 +213,7 @@ async def test_claims_use_indexes_at_many_settled_rows(pool: Pool) -> None:
             (sql.HAS_PENDING_WORK, {"now": None}),
             (sql.NEXT_WORK, {"now": None}),
             (sql.PROMOTE_DUE, {"now": None}),
-            (sql.SELECT_QUEUE_HEAD, {"queue": "q1", "now": None}),
+            (sql.SELECT_QUEUE_HEAD, {"queue": "q1"}),
         ):
             plans += await plans_of(conn, statement, params)
     text = "\n".join(plans)
@@ -311,7 +311,7 @@ async def test_queue_status_counts_every_state_from_indexes_only(pool: Pool) -> 
                 await conn.set_autocommit(True)
                 await conn.execute(prepare)
                 await conn.set_autocommit(False)
-            plans = await plans_of(conn, sql.QUEUE_STATUS, {"queue": "q10", "now": None})
+            plans = await plans_of(conn, sql.QUEUE_STATUS, {"queue": "q10"})
         text = "\n".join(plans)
         assert "tickwork_jobs_queue_waiting" in text, text
         # Running jobs come from an index of running jobs only (either partial one).

@@ -35,7 +35,11 @@ pieces marked "(all three)" below. This module holds:
 * ``harness_of``, ``owner_model_test`` (the owner tests' draws),
   ``run_model`` and the example count (TICKWORK_MODEL_EXAMPLES, all three).
 
-Time is a counter (``clock``), so claim order is started_at order.
+Time is a counter (``clock``), so claim order is started_at order, plus
+whole *epochs* of ``EPOCH_MS`` that an operation moves forward (the owner
+model's ``Advance``): a job may be due ``delay`` epochs after its ingest, or
+once the clock passes the middle of epoch ``at``. An epoch is far longer
+than any example's ticking, so "due" depends on epochs alone.
 """
 
 from __future__ import annotations
@@ -117,9 +121,14 @@ IMMEDIATE_OUTCOMES: dict[str, tuple[str, str | None]] = {
 assert set(IMMEDIATE_OUTCOMES) == set(IMMEDIATE_ACTIONS)
 
 
+#: One epoch of the models' clock, in ms (see the module doc).
+EPOCH_MS = 10**9
+
+
 @dataclass(frozen=True)
 class Spec:
-    """A job as the test ingests it; its payload is the executor's script."""
+    """A job as the test ingests it; its payload is the executor's script.
+    ``delay`` (epochs after ingest) or ``at`` (an epoch) say when it is due."""
 
     job_id: str
     queue: str
@@ -127,6 +136,8 @@ class Spec:
     priority: int
     action: str
     max_recoveries: int | None
+    delay: int | None = None
+    at: int | None = None
 
     def payload(self) -> dict[str, Any]:
         return {"do": self.action}
@@ -134,11 +145,26 @@ class Spec:
     def recovery(self) -> Recovery | None:
         return None if self.max_recoveries is None else Recovery(self.max_recoveries)
 
+    def run_at(self) -> int | None:
+        return None if self.at is None else self.at * EPOCH_MS + EPOCH_MS // 2
+
+    def delay_ms(self) -> int | None:
+        return None if self.delay is None else self.delay * EPOCH_MS
+
+    def due_epoch(self, now_epoch: int) -> int | None:
+        """The epoch from which a job ingested in ``now_epoch`` is due; None: at once."""
+        if self.delay:
+            return now_epoch + self.delay
+        if self.at is not None and self.at >= now_epoch:
+            return self.at + 1  # run_at is the middle of epoch ``at``
+        return None
+
     def job(self) -> Job:
         return self.job_with(self.payload())
 
     def job_with(self, payload: dict[str, Any]) -> Job:
-        return Job(self.job_id, self.queue, self.lane, self.priority, payload, self.recovery())
+        return Job(self.job_id, self.queue, self.lane, self.priority, payload, self.recovery(),
+                   run_at=self.run_at(), delay_ms=self.delay_ms())
 
 
 @dataclass(frozen=True)
@@ -247,19 +273,34 @@ class SpecJob(Protocol):
 J = TypeVar("J", bound=SpecJob)
 
 
-def queue_head(jobs: Iterable[J], queue: str) -> J | None:
-    """What read_queue_head reports: running first, then priority, then age."""
+def _always_due(job: Any) -> bool:
+    return True
+
+
+def _never_waits(job: Any) -> bool:
+    return False
+
+
+def queue_head(jobs: Iterable[J], queue: str,
+               waits: Callable[[J], bool] = _never_waits) -> J | None:
+    """What read_queue_head reports: running first, then priority, then age,
+    among jobs in the ready set (one still waiting for its time, ``waits``,
+    holds no queue: a tick moves it into the ready set once it is due)."""
     mine = [j for j in jobs if j.spec.queue == queue]
     running = [j for j in mine if j.state == "running"]
     assert len(running) <= 1
     if running:
         return running[0]
-    return min((j for j in mine if j.state == "queued"),
+    return min((j for j in mine if j.state == "queued" and not waits(j)),
                key=lambda j: (-j.spec.priority, j.sequence), default=None)
 
 
-def has_pending(jobs: Iterable[SpecJob]) -> bool:
-    return any(job.state != "settled" for job in jobs)
+def has_pending(jobs: Iterable[SpecJob],
+                is_due: Callable[[Any], bool] = _always_due) -> bool:
+    """Work for a tick now: a running job, or a queued one that is due or
+    cancelled (a cancelled job settles without waiting for its time)."""
+    return any(job.state == "running" or (job.state == "queued" and (
+        job.cancellation_id is not None or is_due(job))) for job in jobs)
 
 
 def cancel_refusal(
@@ -304,6 +345,8 @@ def ingest_answer(spec: Spec, old: Spec) -> str | tuple[str, ...]:
         ("priority", spec.priority, old.priority),
         ("payload", spec.payload(), old.payload()),
         ("recovery", spec.max_recoveries, old.max_recoveries),
+        ("run_at", spec.run_at(), old.run_at()),
+        ("delay_ms", spec.delay_ms(), old.delay_ms()),
     ) if new_value != old_value]
     return tuple(differences) if differences else "duplicate"
 
@@ -333,6 +376,8 @@ class ModelJob:
     recoveries: int = 0
     cancellation_id: str | None = None
     claimed_at: int = 0  # claim order (the engine orders orphans by started_at)
+    # Waits until this epoch (None: in the ready set); a tick clears it once due.
+    due_epoch: int | None = None
 
 
 def claim_order(job: ModelJob) -> tuple[int, int]:
@@ -363,6 +408,7 @@ class Model:
     executions: dict[str, int] = field(default_factory=dict)  # per job_id, all incarnations
     # Per ticker: the claim order of the last orphan it spared.
     probe_after: dict[str, tuple[int, int]] = field(default_factory=dict)
+    epoch: int = 0  # the clock's current epoch (see the module doc)
 
     # -- what a subclass says
     def ticker_of(self, lane: str) -> str:
@@ -381,11 +427,25 @@ class Model:
     def in_queue(self, queue: str, state: str) -> list[ModelJob]:
         return [j for j in self.jobs.values() if j.spec.queue == queue and j.state == state]
 
+    def is_due(self, job: ModelJob) -> bool:
+        return job.due_epoch is None or self.epoch >= job.due_epoch
+
+    @staticmethod
+    def waits(job: ModelJob) -> bool:
+        return job.due_epoch is not None
+
+    def promote(self) -> None:
+        """A tick's first step: every waiting job whose time has come joins
+        the ready set."""
+        for job in self.jobs.values():
+            if job.state == "queued" and job.due_epoch is not None and self.is_due(job):
+                job.due_epoch = None
+
     def queue_head(self, queue: str) -> ModelJob | None:
-        return queue_head(self.jobs.values(), queue)
+        return queue_head(self.jobs.values(), queue, self.waits)
 
     def has_pending_work(self) -> bool:
-        return has_pending(self.jobs.values())
+        return has_pending(self.jobs.values(), self.is_due)
 
     def flight_of(self, job_id: str) -> Flight | None:
         return next((f for f in self.flights.values() if f.job_id == job_id), None)
@@ -436,6 +496,7 @@ class Model:
     def tick(self, ticker: str) -> tuple[TickResult | None, list[str]]:
         """(the tick's result, or None when it leaves an executor in flight;
         the claims it probed). Only ``ticker``'s jobs are looked at."""
+        self.promote()
         orphan = self.orphan_to_probe(ticker)
         return self.after_probe(ticker, orphan), [] if orphan is None else [orphan.spec.job_id]
 
@@ -690,7 +751,7 @@ class ModelScenario(Generic[M, R]):
     # -- the runtime
     def clock(self) -> int:
         self.now += 1
-        return self.now
+        return self.model.epoch * EPOCH_MS + self.now
 
     def build(self) -> R:
         options: dict[str, Any] = {}
@@ -841,7 +902,8 @@ class ModelScenario(Generic[M, R]):
     def check_heads(self, queues: Collection[str]) -> None:
         runtime = self.runtime
         compare_heads({queue: runtime.read_queue_head(queue) for queue in queues},
-                      runtime.has_pending_work(), self.model.jobs.values())
+                      runtime.has_pending_work(), self.model.jobs.values(), self.model.waits,
+                      self.model.is_due)
 
     def check_executions(self) -> None:
         """At most one execution per ticker, and exactly the model's in-flight
@@ -917,6 +979,7 @@ class RecordLedger:
         assert (record.queue, record.lane, record.priority, record.payload) == (
             spec.queue, spec.lane, spec.priority, spec.payload())
         assert record.recovery == spec.recovery()
+        assert (record.run_at, record.delay_ms) == (spec.run_at(), spec.delay_ms())
         names = ("state", "outcome", "failure_reason", "recoveries", "cancellation_id", *also)
         actual = tuple(getattr(record, name) for name in names)
         wanted = tuple(getattr(expected, name) for name in names)
@@ -934,15 +997,16 @@ class RecordLedger:
 
 
 def compare_heads(
-    heads: Mapping[str, JobRecord | None], pending: bool, jobs: Collection[SpecJob]
+    heads: Mapping[str, JobRecord | None], pending: bool, jobs: Collection[SpecJob],
+    waits: Callable[[Any], bool] = _never_waits, is_due: Callable[[Any], bool] = _always_due,
 ) -> None:
     """Each queue's head (what read_queue_head said of it) and
     has_pending_work (``pending``) as the model's ``jobs`` have them."""
     for queue, head in heads.items():
-        wanted_head = queue_head(jobs, queue)
+        wanted_head = queue_head(jobs, queue, waits)
         assert (None if head is None else head.job_id) == (
             None if wanted_head is None else wanted_head.spec.job_id), queue
-    assert pending == has_pending(jobs)
+    assert pending == has_pending(jobs, is_due)
 
 
 def check_runs(runs: Sequence[tuple[str, int | None]], executions: Mapping[str, int]) -> None:

@@ -46,8 +46,8 @@ class SharedStore(Protocol):
 
     async def find_cargo(self, job_id: str) -> ValidJob | None: ...
 
-    async def queue_head(self, queue: str, now: int | None) -> JobRecord | None:
-        """The queue's running job, else its best due waiting job."""
+    async def queue_head(self, queue: str) -> JobRecord | None:
+        """The queue's running job, else its best job in the ready set."""
 
     async def has_pending_work(self, now: int | None) -> bool:
         """Whether a job is due (or cancelled) and queued, or running."""
@@ -56,11 +56,11 @@ class SharedStore(Protocol):
         """``(pending, next_due, now)`` in one read: ``has_pending_work``, the
         earliest due time of a waiting job (or None), and the store's clock."""
 
-    async def status_groups(self, now: int | None) -> Sequence[Sequence[Any]]:
+    async def status_groups(self) -> Sequence[Sequence[Any]]:
         """``(queue, state, outcome, count)`` of every group of jobs, a queued
-        job not yet due in state ``delayed`` (one statement)."""
+        job still waiting for its time in state ``delayed`` (one statement)."""
 
-    async def queue_counts(self, queue: str, now: int | None) -> Sequence[Any]:
+    async def queue_counts(self, queue: str) -> Sequence[Any]:
         """One queue's ``(queued, running, delayed, then settled per outcome in
         tickwork.model.outcomes.OUTCOMES order)`` (one statement)."""
 

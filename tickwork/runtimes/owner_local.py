@@ -348,11 +348,11 @@ class _LocalRuntime:
         return {
             Find: lambda r: store.find(r.job_id),
             FindCargo: lambda r: store.find_cargo(r.job_id),
-            QueueHead: lambda r: store.queue_head(r.queue, clock()),
+            QueueHead: lambda r: store.queue_head(r.queue),
             HasPendingWork: lambda r: store.has_pending_work(clock()),
             NextWork: self._next_work,
-            StatusGroups: lambda r: store.status_groups(clock()),
-            QueueCounts: lambda r: store.queue_counts(r.queue, clock()),
+            StatusGroups: lambda r: store.status_groups(),
+            QueueCounts: lambda r: store.queue_counts(r.queue),
             LaneHasPending: lambda r: store.lane_has_pending(r.lane),
             Insert: self._insert,
             InsertMany: self._insert_many,
@@ -395,12 +395,18 @@ class _LocalRuntime:
 
     def _promote_due(self, now: int) -> None:
         """Move the jobs whose time has come into the ready set, once the
-        earliest known due time has passed (one statement, atomic alone)."""
+        earliest known due time has passed: one statement, and with a
+        projector the new heads of the queues it moved, in one transaction."""
         next_due = self._next_due
         if next_due is None or next_due > now:
             return
         store = self._store
-        store.promote_due(now, PROMOTE_BATCH)
+
+        def promote() -> None:
+            for queue in sorted(store.promote_due(now, PROMOTE_BATCH)):
+                self._project_queue(queue)
+
+        self._transition(promote)
         self._next_due = store.next_due()
 
     def _record_cancellation(self, request: RecordCancellation) -> bool:
@@ -586,8 +592,8 @@ class _LocalRuntime:
     def _project_queue(self, queue: str, settled: JobRecord | None = None) -> None:
         if self._project is None:
             return
-        head = self._store.queue_head(queue, self._clock())
-        result: Any = self._project(QueueTransition(queue, head, settled))
+        result: Any = self._project(QueueTransition(queue, self._store.queue_head(queue),
+                                                    settled))
         if inspect.isawaitable(result):
             # It would run outside the transaction; refuse, rolling back.
             if inspect.iscoroutine(result):

@@ -325,11 +325,11 @@ class SharedRuntime:
         return {
             Find: lambda r: store.find(r.job_id),
             FindCargo: lambda r: store.find_cargo(r.job_id),
-            QueueHead: lambda r: store.queue_head(r.queue, db_now()),
+            QueueHead: lambda r: store.queue_head(r.queue),
             HasPendingWork: lambda r: store.has_pending_work(db_now()),
             NextWork: lambda r: store.next_work(db_now()),
-            StatusGroups: lambda r: store.status_groups(db_now()),
-            QueueCounts: lambda r: store.queue_counts(r.queue, db_now()),
+            StatusGroups: lambda r: store.status_groups(),
+            QueueCounts: lambda r: store.queue_counts(r.queue),
             Insert: lambda r: store.insert(r.job, db_now()),
             InsertMany: lambda r: store.insert_many(list(r.jobs), db_now()),
             RecordCancellation: lambda r: store.record_cancellation(

@@ -31,7 +31,7 @@ def _render(template: sql.Template, *binds: str) -> sql.Statement:
 _INSERT_JOB = _render(sql.INSERT_JOB, *sql.JOB_PARAMS)
 _SELECT_JOB = _render(sql.SELECT_JOB, "job_id")
 _SELECT_CARGO = _render(sql.SELECT_CARGO, "job_id")
-_SELECT_QUEUE_HEAD = _render(sql.SELECT_QUEUE_HEAD, "queue", "now")
+_SELECT_QUEUE_HEAD = _render(sql.SELECT_QUEUE_HEAD, "queue")
 _SELECT_LATEST_SETTLED = _render(sql.SELECT_LATEST_SETTLED, "queue")
 _SELECT_CLAIM = _render(sql.SELECT_CLAIM, "sequence")
 _SETTLE = ("outcome", "failure_reason", "now", "sequence", "token")
@@ -49,9 +49,9 @@ _LANE_HAS_PENDING = _render(sql.LANE_HAS_PENDING, "lane")
 _PURGE_QUEUE = _render(sql.PURGE_QUEUE_COUNTED, "queue")
 _HAS_PENDING_WORK = _render(sql.HAS_PENDING_WORK, "now")
 _NEXT_DUE = _render(sql.NEXT_DUE)
-_PROMOTE_DUE = _render(sql.PROMOTE_DUE, "now", "limit")
-_STATUS = _render(sql.STATUS, "now")
-_QUEUE_STATUS = _render(sql.QUEUE_STATUS, "queue", "now")
+_PROMOTE_DUE = _render(sql.PROMOTE_DUE_QUEUES, "now", "limit")
+_STATUS = _render(sql.STATUS)
+_QUEUE_STATUS = _render(sql.QUEUE_STATUS, "queue")
 _READ_SETTLED = _render(sql.READ_SETTLED, "after_sequence", "limit")
 _READ_SETTLED_OUTSIDE_LANE = _render(sql.READ_SETTLED_OUTSIDE_LANE,
                                      "after_sequence", "limit", "lane")
@@ -143,8 +143,8 @@ class OwnerLocalStore:
         rows = self.database.query(_SELECT_CARGO.text, (job_id,))
         return CARGO.cargo(rows[0]) if rows else None
 
-    def queue_head(self, queue: str, now: int) -> JobRecord | None:
-        return self._read_one(_SELECT_QUEUE_HEAD, (queue, now))
+    def queue_head(self, queue: str) -> JobRecord | None:
+        return self._read_one(_SELECT_QUEUE_HEAD, (queue,))
 
     def latest_settled(self, queue: str) -> JobRecord | None:
         return self._read_one(_SELECT_LATEST_SETTLED, (queue,))
@@ -179,17 +179,18 @@ class OwnerLocalStore:
         rows = self.database.query(_NEXT_DUE.text)
         return int(rows[0][0]) if rows else None
 
-    def promote_due(self, now: int, limit: int) -> None:
-        """Move up to ``limit`` jobs whose time has come into the ready set."""
-        self.database.execute(_PROMOTE_DUE.text, (now, limit))
+    def promote_due(self, now: int, limit: int) -> set[str]:
+        """Move up to ``limit`` jobs whose time has come into the ready set;
+        the queues they are in."""
+        return {str(row[0]) for row in self.database.mutate(_PROMOTE_DUE.text, (now, limit))}
 
-    def status_groups(self, now: int) -> list[Row]:
+    def status_groups(self) -> list[Row]:
         """(queue, state, outcome, count) of every group of jobs (a full scan)."""
-        return self.database.query(_STATUS.text, (now,))
+        return self.database.query(_STATUS.text)
 
-    def queue_counts(self, queue: str, now: int) -> Row:
+    def queue_counts(self, queue: str) -> Row:
         """(queued, running, delayed, then settled per outcome in OUTCOMES order)."""
-        return self.database.query(_QUEUE_STATUS.text, (queue, now))[0]
+        return self.database.query(_QUEUE_STATUS.text, (queue,))[0]
 
     def _value(self, statement: sql.Statement, params: Sequence[Any], name: str) -> Any:
         columns: Columns | None = statement.columns

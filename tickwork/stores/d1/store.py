@@ -41,13 +41,13 @@ INGEST = _render(sql.INGEST, *_JOB)
 SELECT_CARGO_MANY = _render(sql.SELECT_CARGO_MANY, "job_ids")
 SELECT_JOB = _render(sql.SELECT_JOB, "job_id")
 SELECT_CARGO = _render(sql.SELECT_CARGO, "job_id")
-SELECT_QUEUE_HEAD = _render(sql.SELECT_QUEUE_HEAD, "queue", "now")
+SELECT_QUEUE_HEAD = _render(sql.SELECT_QUEUE_HEAD, "queue")
 SELECT_CLAIM = _render(sql.SELECT_CLAIM, "sequence", "now")
 HAS_PENDING_WORK = _render(sql.HAS_PENDING_WORK, "now")
 NEXT_WORK = _render(sql.NEXT_WORK, "now")
 PROMOTE_DUE = _render(sql.PROMOTE_DUE, "now", "limit")
-STATUS = _render(sql.STATUS, "now")
-QUEUE_STATUS = _render(sql.QUEUE_STATUS, "queue", "now")
+STATUS = _render(sql.STATUS)
+QUEUE_STATUS = _render(sql.QUEUE_STATUS, "queue")
 CLAIM_ONE = _render(sql.CLAIM, "token", "now", "lease_ms")
 CLAIM_IF_CLEAR = _render(sql.CLAIM_IF_CLEAR, "token", "now", "lease_ms")
 PROBE = _render(sql.PROBE, "now")
@@ -128,8 +128,8 @@ class D1Store:
         rows = await self.d1.query(SELECT_CARGO.text, (job_id,))
         return stored_cargo(CARGO.cargo(rows[0])) if rows else None
 
-    async def queue_head(self, queue: str, now: int | None) -> JobRecord | None:
-        return await self._one_job(SELECT_QUEUE_HEAD, (queue, now))
+    async def queue_head(self, queue: str) -> JobRecord | None:
+        return await self._one_job(SELECT_QUEUE_HEAD, (queue,))
 
     async def has_pending_work(self, now: int | None) -> bool:
         rows = await self.d1.query(HAS_PENDING_WORK.text, (now,))
@@ -138,11 +138,11 @@ class D1Store:
     async def next_work(self, now: int | None) -> tuple[Any, ...]:
         return (await self.d1.query(NEXT_WORK.text, (now,)))[0]
 
-    async def status_groups(self, now: int | None) -> list[tuple[Any, ...]]:
-        return await self.d1.query(STATUS.text, (now,))
+    async def status_groups(self) -> list[tuple[Any, ...]]:
+        return await self.d1.query(STATUS.text)
 
-    async def queue_counts(self, queue: str, now: int | None) -> tuple[Any, ...]:
-        return (await self.d1.query(QUEUE_STATUS.text, (queue, now)))[0]
+    async def queue_counts(self, queue: str) -> tuple[Any, ...]:
+        return (await self.d1.query(QUEUE_STATUS.text, (queue,)))[0]
 
     async def claim(
         self, token: str, lease_ms: int, now: int | None, *, guarded: bool

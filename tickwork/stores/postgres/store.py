@@ -128,8 +128,8 @@ class PostgresStore:
         rows = await self._rows(sql.SELECT_CARGO, {"job_id": job_id})
         return ValidJob(*rows[0]) if rows else None
 
-    async def queue_head(self, queue: str, now: int | None) -> JobRecord | None:
-        return await self._one_job(sql.SELECT_QUEUE_HEAD, {"queue": queue, "now": now})
+    async def queue_head(self, queue: str) -> JobRecord | None:
+        return await self._one_job(sql.SELECT_QUEUE_HEAD, {"queue": queue})
 
     async def has_pending_work(self, now: int | None) -> bool:
         return bool((await self._rows(sql.HAS_PENDING_WORK, {"now": now}))[0][0])
@@ -137,11 +137,11 @@ class PostgresStore:
     async def next_work(self, now: int | None) -> tuple[Any, ...]:
         return (await self._rows(sql.NEXT_WORK, {"now": now}))[0]
 
-    async def status_groups(self, now: int | None) -> list[tuple[Any, ...]]:
-        return await self._rows(sql.STATUS, {"now": now})
+    async def status_groups(self) -> list[tuple[Any, ...]]:
+        return await self._rows(sql.STATUS, {})
 
-    async def queue_counts(self, queue: str, now: int | None) -> tuple[Any, ...]:
-        return (await self._rows(sql.QUEUE_STATUS, {"queue": queue, "now": now}))[0]
+    async def queue_counts(self, queue: str) -> tuple[Any, ...]:
+        return (await self._rows(sql.QUEUE_STATUS, {"queue": queue}))[0]
 
     # ------------------------------------------------------------ claims
 

@@ -110,18 +110,18 @@ SELECT_QUEUE_HEAD = f"""
 (SELECT {JOB_SELECT} FROM tickwork_jobs WHERE queue = %(queue)s AND state = 'running' LIMIT 1)
 UNION ALL
 (SELECT {JOB_SELECT} FROM tickwork_jobs WHERE queue = %(queue)s AND state = 'queued'
-   AND (due_at IS NULL OR due_at <= {NOW})
+   AND due_at IS NULL
  ORDER BY priority DESC, sequence LIMIT 1)
 LIMIT 1
 """
 
 # Status of every queue: job counts by (queue, state, outcome), a queued job
-# not yet due counted as state 'delayed'. It reads every row of the table (no
+# still waiting for its time counted as state 'delayed'. It reads every row of the table (no
 # index holds every job's queue and outcome), the whole settled history
 # included; its cost grows with every job ever kept.
-STATUS = f"""
+STATUS = """
 SELECT queue,
-       CASE WHEN state = 'queued' AND due_at > {NOW} THEN 'delayed' ELSE state END,
+       CASE WHEN state = 'queued' AND due_at IS NOT NULL THEN 'delayed' ELSE state END,
        outcome, count(*)
 FROM tickwork_jobs
 GROUP BY 1, 2, 3
@@ -133,15 +133,15 @@ GROUP BY 1, 2, 3
 # per outcome from queue_settled (schema/postgres/0003_settled_by_queue.sql):
 # an index-only scan of the queue's own entries once VACUUM has set the
 # visibility map, an index or bitmap scan of them before. Columns: queued
-# (due), running, delayed (not yet due), then one count per outcome in
-# tickwork.model.outcomes.OUTCOMES order.
-QUEUE_STATUS = f"""
+# (in the ready set), running, delayed (waiting for their time), then one
+# count per outcome in tickwork.model.outcomes.OUTCOMES order.
+QUEUE_STATUS = """
 SELECT
     (SELECT count(*) FROM tickwork_jobs WHERE queue = %(queue)s AND state = 'queued'
-       AND (due_at IS NULL OR due_at <= {NOW})),
+       AND due_at IS NULL),
     (SELECT count(*) FROM tickwork_jobs WHERE queue = %(queue)s AND state = 'running'),
     (SELECT count(*) FROM tickwork_jobs WHERE queue = %(queue)s AND state = 'queued'
-       AND due_at > {NOW}),
+       AND due_at IS NOT NULL),
     count(*) FILTER (WHERE outcome = 'completed'),
     count(*) FILTER (WHERE outcome = 'failed'),
     count(*) FILTER (WHERE outcome = 'cancelled'),

@@ -174,9 +174,11 @@ SELECT_CARGO = Template("select_cargo", f"""
 SELECT {', '.join(CARGO_COLUMNS)} FROM tickwork_jobs WHERE job_id = :job_id
 """, ("job_id",), CARGO_ROWS)
 
-# A queue's head: its running job if any, else its due waiting job with the
-# highest priority, oldest first (a job waiting for its time is stepped
-# over: it holds no queue). Two index probes, never a scan of other queues.
+# A queue's head: its running job if any, else its ready job (in the ready
+# set: due_at cleared) with the highest priority, oldest first. A job waiting
+# for its time holds no queue; it becomes a head when a tick moves it into
+# the ready set (PROMOTE_DUE), a durable change a projector sees. Two index
+# probes, never a scan of other queues.
 SELECT_QUEUE_HEAD = Template("select_queue_head", f"""
 SELECT * FROM (
     SELECT {JOB_SELECT} FROM tickwork_jobs
@@ -185,11 +187,11 @@ SELECT * FROM (
 UNION ALL
 SELECT * FROM (
     SELECT {JOB_SELECT} FROM tickwork_jobs
-    WHERE queue = :queue AND state = 'queued' AND (due_at IS NULL OR due_at <= {{now}})
+    WHERE queue = :queue AND state = 'queued' AND due_at IS NULL
     ORDER BY priority DESC, sequence
     LIMIT 1)
 LIMIT 1
-""", ("queue", "now"), JOB_ROWS)
+""", ("queue",), JOB_ROWS)
 
 # A job with its current claim token and whether that claim is live (running,
 # and on D1 its lease unexpired, by database time): the careful settlement
@@ -200,22 +202,24 @@ FROM tickwork_jobs WHERE sequence = :sequence
 """, ("sequence", "now"), CLAIM_ROWS)
 
 # Status of every queue: job counts by (queue, state, outcome), a queued job
-# not yet due counted as state 'delayed'. Costly on purpose and said so: no
+# still waiting for its time (not yet in the ready set) counted as state
+# 'delayed'. Costly on purpose and said so: no
 # index holds every row's queue and outcome, so this reads every row of the
 # table, the whole settled history included (and sorts the groups),
 # O(all jobs ever kept). For a dashboard now and then, not for a hot path;
 # QUEUE_STATUS reads one queue from the indexes.
 STATUS = Template("status", """
 SELECT queue,
-       CASE WHEN state = 'queued' AND due_at > {now} THEN 'delayed' ELSE state END AS state,
+       CASE WHEN state = 'queued' AND due_at IS NOT NULL THEN 'delayed' ELSE state END
+           AS state,
        outcome, count(*) AS n
 FROM tickwork_jobs
 GROUP BY 1, 2, 3
-""", ("now",), Columns("queue", "state", "outcome", "n"))
+""", (), Columns("queue", "state", "outcome", "n"))
 
-# Status of one queue, one row: queued (due), running and delayed (not yet
-# due) counts from the queue_waiting (it holds due_at) and running indexes
-# (counted from the index alone), then the
+# Status of one queue, one row: queued (in the ready set), running and
+# delayed (waiting for their time) counts from the queue_waiting (it holds
+# due_at) and running indexes (counted from the index alone), then the
 # queue's settled jobs by outcome, found through the queue_settled index.
 # Owner-local, outcome is not in that index, so each settled row of the queue
 # is looked up: the cost grows with the queue's own settled history, never
@@ -226,12 +230,11 @@ GROUP BY 1, 2, 3
 QUEUE_STATUS = Template("queue_status", """
 SELECT
     (SELECT count(*) FROM tickwork_jobs INDEXED BY tickwork_jobs_queue_waiting
-     WHERE queue = :queue AND state = 'queued' AND (due_at IS NULL OR due_at <= {now}))
-        AS queued,
+     WHERE queue = :queue AND state = 'queued' AND due_at IS NULL) AS queued,
     (SELECT count(*) FROM tickwork_jobs INDEXED BY tickwork_jobs_running
      WHERE queue = :queue AND state = 'running') AS running,
     (SELECT count(*) FROM tickwork_jobs INDEXED BY tickwork_jobs_queue_waiting
-     WHERE queue = :queue AND state = 'queued' AND due_at > {now}) AS delayed,
+     WHERE queue = :queue AND state = 'queued' AND due_at IS NOT NULL) AS delayed,
     count(CASE WHEN outcome = 'completed' THEN 1 END) AS completed,
     count(CASE WHEN outcome = 'failed' THEN 1 END) AS failed,
     count(CASE WHEN outcome = 'cancelled' THEN 1 END) AS cancelled,
@@ -239,7 +242,7 @@ SELECT
     count(CASE WHEN outcome = 'interrupted' THEN 1 END) AS interrupted
 FROM tickwork_jobs INDEXED BY tickwork_jobs_queue_settled
 WHERE queue = :queue AND state = 'settled'
-""", ("queue", "now"), Columns("queued", "running", "delayed", "completed", "failed",
+""", ("queue",), Columns("queued", "running", "delayed", "completed", "failed",
                                  "cancelled", "outcome_unknown", "interrupted"))
 
 # Work for a tick now: a job due (ready, or due but not yet moved into the
@@ -280,19 +283,25 @@ SELECT ({HAS_PENDING_WORK.text.strip().removeprefix("SELECT").removesuffix("AS p
 # that is not due, however many wait). Up to :limit per statement, earliest
 # first; claims order them like any job (priority desc, oldest first).
 # Every runtime runs this before it claims (owner-local: when its cached
-# earliest due time has passed; D1: in the claim's batch; PostgreSQL: in the
-# claim's transaction, under the claim lock).
+# earliest due time has passed, with the projection of the queues it moved;
+# D1: in the claim's batch; PostgreSQL: in the claim's transaction, under
+# the claim lock).
 #: Most waiting jobs one PROMOTE_DUE moves (the PostgreSQL claim moves as many).
 PROMOTE_BATCH = 1000
 
-PROMOTE_DUE = Template("promote_due", """
+_PROMOTE_DUE = """
 UPDATE tickwork_jobs SET due_at = NULL
 WHERE sequence IN (
     SELECT sequence FROM tickwork_jobs
     WHERE state = 'queued' AND due_at IS NOT NULL AND due_at <= {now}
     ORDER BY due_at
     LIMIT :limit)
-""", ("now", "limit"))
+"""
+PROMOTE_DUE = Template("promote_due", _PROMOTE_DUE, ("now", "limit"))
+# The owner-local form: also says which queues it moved jobs into (for the
+# projector; a queue appears once per job).
+PROMOTE_DUE_QUEUES = Template("promote_due_queues", _PROMOTE_DUE + "RETURNING queue\n",
+                              ("now", "limit"), Columns("queue"), _local)
 
 LANE_HAS_PENDING = Template("lane_has_pending", """
 SELECT EXISTS (
