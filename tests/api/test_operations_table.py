@@ -73,6 +73,12 @@ def test_paths_are_unambiguous() -> None:
     ("fail_lane", {"reason": "gone", "extra": 1}, False),
     ("purge", {}, True),
     ("purge", {"now": True}, False),
+    ("ingest", {"job_id": "a", "queue": "q", "delay_ms": 5}, True),
+    ("ingest", {"job_id": "a", "queue": "q", "run_at": -1}, False),
+    ("ingest", {"job_id": "a", "queue": "q", "delay_ms": "soon"}, False),
+    ("pause", {}, True),
+    ("pause", {"until": 5}, False),
+    ("resume", {}, True),
 ])
 def test_the_body_schemas_agree_with_what_the_routes_accept(name: str, body: Any,
                                                             valid: bool) -> None:
@@ -146,6 +152,8 @@ CLIENT_ARGS: dict[str, tuple[Any, ...]] = {
     "cancel": ("j/1", "c-1", True),
     "fail_lane": ("lane", "down"),
     "purge": ("q",),
+    "pause": ("q é",),
+    "resume": ("q",),
     "status": (),
     "queue_status": ("q",),
 }

@@ -103,7 +103,7 @@ async def test_a_status_is_a_plain_value(engine: Engine) -> None:
         status.queued = 5  # type: ignore[misc]
     assert json.loads(json.dumps(dataclasses.asdict(status))) == {
         "queue": "q", "queued": 1, "running": 0, "settled": 0, "outcomes": NO_OUTCOMES,
-        "delayed": 0}
+        "delayed": 0, "paused": False}
     # Each status owns its outcomes: changing one changes no other status.
     status.outcomes["failed"] = 9  # type: ignore[index]
     assert (await runtime.queue_status("q")).outcomes == NO_OUTCOMES

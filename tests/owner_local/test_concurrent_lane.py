@@ -693,6 +693,23 @@ async def test_a_completed_receipt_and_a_failure_settle_in_parallel(harness: Har
     assert concurrent_result == TickResult("settled", job_id="c", outcome="completed")
 
 
+async def test_neither_ticker_claims_a_job_of_a_paused_queue(harness: Harness) -> None:
+    runtime = harness.concurrent_runtime(FAST)
+    runtime.ingest(concurrent("fast-a", queue="a"))
+    runtime.ingest(serial("slow-a", queue="a"))
+    runtime.ingest(concurrent("fast-b", queue="b"))
+    runtime.ingest(serial("slow-c", queue="c"))
+    assert runtime.pause("a") is True
+    assert (await runtime.tick_concurrent()).job_id == "fast-b"
+    assert (await runtime.tick_concurrent()).status == "idle"
+    assert (await runtime.tick()).job_id == "slow-c"
+    assert (await runtime.tick()).status == "idle"
+    assert runtime.has_pending_work() is False
+    assert runtime.resume("a") is True
+    assert (await runtime.tick_concurrent()).job_id == "fast-a"
+    assert (await runtime.tick()).job_id == "slow-a"
+
+
 async def test_waiting_jobs_hold_no_queue_in_either_ticker(harness: Harness) -> None:
     """A job waiting for its due time, in either partition, is claimed by
     neither ticker and holds its queue for neither; once due, its own ticker

@@ -76,7 +76,7 @@ async def test_a_version_1_database_is_upgraded_in_place_with_its_rows(harness: 
     before = _version_1_database(harness)
     runtime = harness.runtime()
     assert harness.host_query(
-        "SELECT value FROM tickwork_meta WHERE key = 'schema_version'") == [("2",)]
+        "SELECT value FROM tickwork_meta WHERE key = 'schema_version'") == [("3",)]
     after = harness.host_query("SELECT * FROM tickwork_jobs ORDER BY sequence")
     # Every value kept; the new columns (run_at, delay_ms, due_at) are NULL:
     # "due at once", as every job of version 1 was.

@@ -150,7 +150,7 @@ def test_status_head_and_queue_status(server: Serve) -> None:
     status, body = client.call("GET", f"{base}/queues/a")
     assert body["queue"] == {"queue": "a", "queued": 1, "running": 1, "settled": 0, "outcomes": {
         "completed": 0, "failed": 0, "cancelled": 0, "outcome_unknown": 0, "interrupted": 0},
-        "delayed": 0}
+        "delayed": 0, "paused": False}
     client.call("POST", f"{base}/jobs/s-running/cancel", {"cancellation_id": "x"})
     for name in ("s-running", "s-next", "s-b"):
         client.settled(owner, name)

@@ -275,8 +275,8 @@ async def test_queue_status_counts_every_state_from_indexes_only(db: Any) -> Non
 
 
 async def test_a_database_without_0004_is_refused_then_upgraded_with_its_rows(db: Any) -> None:
-    """A database at version 3 with real rows: refused (naming 0004, nothing
-    written) until 0004 runs; then every row is intact and runs as before."""
+    """A database at version 3 with real rows: refused (naming 0004 and 0005,
+    nothing written) until they run; then every row is intact and runs as before."""
     from tickwork.schemas import migrations
 
     for migration in migrations("d1")[:3]:
@@ -285,12 +285,14 @@ async def test_a_database_without_0004_is_refused_then_upgraded_with_its_rows(db
     await db.prepare(OLD_ROWS).run()
     before = await D1Binding(db).query("SELECT * FROM tickwork_jobs ORDER BY sequence")
     runtime = D1Runtime(db, execute=_complete, wake=CountingWake())
-    with pytest.raises(SchemaError, match=r"version 3, this package needs 4: "
-                                          r"apply 0004_due_times\.sql from schema/d1"):
+    with pytest.raises(SchemaError, match=r"version 3, this package needs 5: "
+                                          r"apply 0004_due_times\.sql, 0005_paused_queues\.sql "
+                                          r"from schema/d1"):
         await runtime.ingest(job("a"))
     assert await _count(db) == 2
-    for statement in migrations("d1")[3].statements():
-        await db.prepare(statement).run()
+    for migration in migrations("d1")[3:]:
+        for statement in migration.statements():
+            await db.prepare(statement).run()
     after = await D1Binding(db).query(
         "SELECT * FROM tickwork_jobs ORDER BY sequence")
     assert [(*row, None, None, None) for row in before] == after  # new columns NULL

@@ -357,13 +357,14 @@ async def test_a_database_without_0004_is_refused_then_upgraded_with_its_rows(
                 before = await (await conn.execute(
                     "SELECT * FROM tickwork_jobs ORDER BY sequence")).fetchall()
             runtime = _runtime(pool)
-            with pytest.raises(SchemaError, match=r"version 3, this package needs 4: apply "
-                                                  r"0004_due_times\.sql from schema/"
-                                                  r"postgres"):
+            with pytest.raises(SchemaError, match=r"version 3, this package needs 5: apply "
+                                                  r"0004_due_times\.sql, 0005_paused_queues"
+                                                  r"\.sql from schema/postgres"):
                 await runtime.ingest(job("a"))
             assert await _count(pool) == 2
             async with pool.connection() as conn:
-                await conn.execute(migrations("postgres")[3].sql.encode())
+                for migration in migrations("postgres")[3:]:
+                    await conn.execute(migration.sql.encode())
                 await conn.commit()
                 after = await (await conn.execute(
                     "SELECT * FROM tickwork_jobs ORDER BY sequence")).fetchall()

@@ -107,3 +107,11 @@ async def scenario(jobs: AsyncJobs, *, runs_beside: bool) -> None:
     delayed = await jobs.queue_status(q4)
     assert (delayed.queued, delayed.delayed) == (0, 1)
     assert await jobs.read_queue_head(q4) is None
+
+    # Pause and resume: idempotent, and the status says so.
+    assert await jobs.pause(q4) is True
+    assert await jobs.pause(q4) is False
+    assert (await jobs.queue_status(q4)).paused is True
+    assert await jobs.resume(q4) is True
+    assert await jobs.resume(q4) is False
+    assert (await jobs.queue_status(q4)).paused is False

@@ -93,6 +93,14 @@ class Jobs:
         deleted: int = await self._call("purge", queue)
         return deleted
 
+    async def pause(self, queue: str) -> bool:
+        changed: bool = await self._call("pause", queue)
+        return changed
+
+    async def resume(self, queue: str) -> bool:
+        changed: bool = await self._call("resume", queue)
+        return changed
+
     async def tick(self) -> TickResult:
         result: TickResult = await self.runtime.tick()
         return result

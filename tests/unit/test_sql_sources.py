@@ -12,7 +12,13 @@ import pytest
 from tickwork.schemas import migrations, split_statements
 from tickwork.stores import owner_local
 from tickwork.stores.d1 import store as d1_store
-from tickwork.stores.owner_schema import DUE_TIMES_SQL, SCHEMA_SQL, SCHEMA_STATEMENTS, UPGRADES
+from tickwork.stores.owner_schema import (
+    DUE_TIMES_SQL,
+    PAUSED_QUEUES_SQL,
+    SCHEMA_SQL,
+    SCHEMA_STATEMENTS,
+    UPGRADES,
+)
 from tickwork.stores.sql import sqlite as sql
 
 REPO = Path(__file__).resolve().parents[2]
@@ -112,10 +118,12 @@ def test_the_owner_local_ddl_is_the_schema_file() -> None:
     folder = REPO / "schema" / "owner_local"
     assert (folder / "0001_tickwork_jobs.sql").read_text() == SCHEMA_SQL
     assert (folder / "0002_due_times.sql").read_text() == DUE_TIMES_SQL
+    assert (folder / "0003_paused_queues.sql").read_text() == PAUSED_QUEUES_SQL
     assert sorted(path.name for path in folder.iterdir()) == [
-        "0001_tickwork_jobs.sql", "0002_due_times.sql"]
+        "0001_tickwork_jobs.sql", "0002_due_times.sql", "0003_paused_queues.sql"]
     assert list(SCHEMA_STATEMENTS) == split_statements(SCHEMA_SQL)
     assert list(UPGRADES[1]) == split_statements(DUE_TIMES_SQL)
+    assert list(UPGRADES[2]) == split_statements(PAUSED_QUEUES_SQL)
 
 
 def _objects(statements: list[str]) -> dict[str, str]:

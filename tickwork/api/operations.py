@@ -73,7 +73,8 @@ class Operation:
     #: Its arguments as RPC sends them (str, bool or JSON text), and back.
     args_to_rpc: Callable[[tuple[Any, ...]], tuple[Any, ...]] = lambda args: args
     args_from_rpc: Callable[[tuple[Any, ...]], tuple[Any, ...]] = lambda args: args
-    #: The only operation that may create an owner's store (tickwork serve).
+    #: Whether it may create an owner's store (tickwork serve): ingest, and
+    #: pause (a queue may be paused before its first job).
     creates_owner: bool = False
     #: OpenAPI: the request body's schema (POST), and the answers by status.
     body_schema: Mapping[str, Any] | None = None
@@ -186,7 +187,8 @@ def _decode_cancel(args: Sequence[str], body: Any) -> tuple[tuple[Any, ...], Any
     return (job_id, cancellation_id, only_if_queued), None
 
 
-def _decode_purge(args: Sequence[str], body: Any) -> tuple[tuple[Any, ...], Any]:
+def _decode_queue_action(args: Sequence[str], body: Any) -> tuple[tuple[Any, ...], Any]:
+    """A POST on a queue with an empty JSON object body: purge, pause, resume."""
     wire.fields(body, "body", ())
     return (check_id("queue", args[0]),), None
 
@@ -333,7 +335,7 @@ OPERATIONS: Final = (
         result_to_wire=_statuses_to_wire, result_from_wire=_statuses_from_wire,
         answers={200: "one entry per queue that has jobs"},
         reply_shape=('`{"queues": [{"queue", "queued", "running", "settled", "outcomes", '
-                     '"delayed"}, ...]}`'),
+                     '"delayed", "paused"}, ...]}`'),
         from_http=lambda body: _statuses_from_wire(body["queues"]), idempotent=True),
     Operation(
         "queue_status", "GET", ("queues", "{queue}"), "Job counts of one queue",
@@ -342,7 +344,8 @@ OPERATIONS: Final = (
         perform=lambda runtime, queue: runtime.queue_status(queue),
         result_to_wire=wire.status_to_wire, result_from_wire=wire.status_from_wire,
         answers={200: "the counts (all zero for a queue without jobs)"},
-        reply_shape='`{"queue": {"queue", "queued", "running", "settled", "outcomes", "delayed"}}`',
+        reply_shape=('`{"queue": {"queue", "queued", "running", "settled", "outcomes", '
+                     '"delayed", "paused"}}`'),
         from_http=lambda body: wire.status_from_wire(body["queue"]), idempotent=True),
     Operation(
         "read_queue_head", "GET", ("queues", "{queue}", "head"),
@@ -358,13 +361,41 @@ OPERATIONS: Final = (
     Operation(
         "purge", "POST", ("queues", "{queue}", "purge"),
         "Delete the queue's queued jobs; running and settled ones stay",
-        _decode_purge,
+        _decode_queue_action,
         lambda args, context, deleted: Reply(200, {"queue": args[0], "purged": deleted}),
         perform=lambda runtime, queue: runtime.purge(queue),
         result_to_wire=_same, result_from_wire=_same,
         body_schema=_EMPTY_SCHEMA, answers={200: "how many were deleted"},
         reply_shape='`{"queue", "purged"}`',
         to_http=lambda args: ((args[0],), {}), from_http=lambda body: body["purged"]),
+    Operation(
+        "pause", "POST", ("queues", "{queue}", "pause"),
+        "Pause the queue: no tick claims its jobs until it is resumed",
+        _decode_queue_action,
+        lambda args, context, changed: Reply(200, {"queue": args[0], "paused": True,
+                                                   "changed": changed}),
+        perform=lambda runtime, queue: runtime.pause(queue),
+        result_to_wire=_same, result_from_wire=_same,
+        # It may be the first call for an owner (pause before the first job).
+        creates_owner=True,
+        body_schema=_EMPTY_SCHEMA,
+        answers={200: "paused; changed says whether this call paused it"},
+        reply_shape='`{"queue", "paused": true, "changed"}`',
+        to_http=lambda args: ((args[0],), {}), from_http=lambda body: body["changed"],
+        idempotent=True),
+    Operation(
+        "resume", "POST", ("queues", "{queue}", "resume"),
+        "Resume a paused queue",
+        _decode_queue_action,
+        lambda args, context, changed: Reply(200, {"queue": args[0], "paused": False,
+                                                   "changed": changed}),
+        perform=lambda runtime, queue: runtime.resume(queue),
+        result_to_wire=_same, result_from_wire=_same,
+        body_schema=_EMPTY_SCHEMA,
+        answers={200: "not paused; changed says whether it was paused"},
+        reply_shape='`{"queue", "paused": false, "changed"}`',
+        to_http=lambda args: ((args[0],), {}), from_http=lambda body: body["changed"],
+        idempotent=True),
     Operation(
         "fail_lane", "POST", ("lanes", "{lane}", "fail"),
         "Settle up to 256 of the lane's queued and running jobs as failed",

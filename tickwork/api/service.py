@@ -62,6 +62,14 @@ class JobService:
         deleted: int = await self.perform(_PURGE, (queue,))
         return deleted
 
+    async def pause(self, queue: str) -> bool:
+        changed: bool = await self.perform(_PAUSE, (queue,))
+        return changed
+
+    async def resume(self, queue: str) -> bool:
+        changed: bool = await self.perform(_RESUME, (queue,))
+        return changed
+
     async def status(self) -> list[QueueStatus]:
         """Counts of every queue that has jobs, by queue name."""
         statuses: list[QueueStatus] = await self.perform(_STATUS, ())
@@ -78,6 +86,8 @@ _READ_QUEUE_HEAD = BY_NAME["read_queue_head"]
 _CANCEL = BY_NAME["cancel"]
 _FAIL_LANE = BY_NAME["fail_lane"]
 _PURGE = BY_NAME["purge"]
+_PAUSE = BY_NAME["pause"]
+_RESUME = BY_NAME["resume"]
 _STATUS = BY_NAME["status"]
 _QUEUE_STATUS = BY_NAME["queue_status"]
 

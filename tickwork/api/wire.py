@@ -272,6 +272,7 @@ def status_to_wire(status: QueueStatus) -> dict[str, Any]:
         "settled": status.settled,
         "outcomes": dict(status.outcomes),
         "delayed": status.delayed,
+        "paused": status.paused,
     }
 
 
@@ -283,6 +284,7 @@ def status_from_wire(value: Mapping[str, Any]) -> QueueStatus:
         settled=value["settled"],
         outcomes=dict(value["outcomes"]),
         delayed=value.get("delayed", 0),
+        paused=value.get("paused", False),
     )
 
 

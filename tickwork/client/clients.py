@@ -187,6 +187,16 @@ class AsyncJobs:
         deleted: int = await self._client.call(self.scope, "purge", (queue,))
         return deleted
 
+    async def pause(self, queue: str) -> bool:
+        """Pause the queue; True when this call paused it."""
+        changed: bool = await self._client.call(self.scope, "pause", (queue,))
+        return changed
+
+    async def resume(self, queue: str) -> bool:
+        """Resume the queue; True when it was paused."""
+        changed: bool = await self._client.call(self.scope, "resume", (queue,))
+        return changed
+
     async def status(self) -> list[QueueStatus]:
         statuses: list[QueueStatus] = await self._client.call(self.scope, "status", ())
         return statuses
@@ -275,6 +285,16 @@ class Jobs:
     def purge(self, queue: str) -> int:
         deleted: int = self._client.call(self.scope, "purge", (queue,))
         return deleted
+
+    def pause(self, queue: str) -> bool:
+        """Pause the queue; True when this call paused it."""
+        changed: bool = self._client.call(self.scope, "pause", (queue,))
+        return changed
+
+    def resume(self, queue: str) -> bool:
+        """Resume the queue; True when it was paused."""
+        changed: bool = self._client.call(self.scope, "resume", (queue,))
+        return changed
 
     def status(self) -> list[QueueStatus]:
         statuses: list[QueueStatus] = self._client.call(self.scope, "status", ())

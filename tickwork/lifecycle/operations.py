@@ -35,6 +35,7 @@ from tickwork.lifecycle.requests import (
     InsertMany,
     LaneHasPending,
     NextWork,
+    PauseQueue,
     Plan,
     Purge,
     QueueCounts,
@@ -42,6 +43,7 @@ from tickwork.lifecycle.requests import (
     ReadClaim,
     RecordCancellation,
     Requeue,
+    ResumeQueue,
     Settle,
     SettleNextCancelled,
     SettleRecovered,
@@ -156,8 +158,8 @@ def status() -> Plan[list[QueueStatus]]:
 def queue_status(queue: str) -> Plan[QueueStatus]:
     """Job counts of one queue (all zero for a queue without jobs)."""
     check_id("queue", queue)
-    queued, running, delayed, *outcomes = yield QueueCounts(queue)
-    return queue_status_from_counts(queue, queued, running, outcomes, delayed)
+    queued, running, delayed, paused, *outcomes = yield QueueCounts(queue)
+    return queue_status_from_counts(queue, queued, running, outcomes, delayed, paused)
 
 
 # -------------------------------------------------------------- mutations
@@ -253,6 +255,24 @@ def purge(queue: str) -> Plan[int]:
     if deleted:
         yield _WAKE_SOON
     return deleted
+
+
+def pause(queue: str) -> Plan[bool]:
+    """Pause the queue: no tick claims its jobs until it is resumed. Its
+    running job finishes; cancellations and lane failures still settle its
+    jobs. True when this call paused it, False when it was paused already."""
+    check_id("queue", queue)
+    paused: bool = yield PauseQueue(queue)
+    return paused
+
+
+def resume(queue: str) -> Plan[bool]:
+    """Resume a paused queue; True when it was paused, False when it was not."""
+    check_id("queue", queue)
+    resumed: bool = yield ResumeQueue(queue)
+    if resumed:
+        yield _WAKE_SOON
+    return resumed
 
 
 # ------------------------------------------------------------------ ticks

@@ -133,7 +133,7 @@ class StatusGroups(Request):
 
 @dataclass(slots=True)
 class QueueCounts(Request):
-    """One queue's ``(queued, running, delayed, settled per outcome...)`` -> one row."""
+    """One queue's ``(queued, running, delayed, paused, settled per outcome...)`` -> one row."""
 
     queue: str
 
@@ -191,6 +191,20 @@ class FailLane(Request):
 @dataclass(slots=True)
 class Purge(Request):
     """Delete the queue's queued jobs -> how many."""
+
+    queue: str
+
+
+@dataclass(slots=True)
+class PauseQueue(Request):
+    """Mark the queue paused -> ``bool``: False (nothing written) when it is already."""
+
+    queue: str
+
+
+@dataclass(slots=True)
+class ResumeQueue(Request):
+    """Unmark the queue -> ``bool``: False (nothing written) when it was not paused."""
 
     queue: str
 

@@ -115,8 +115,10 @@ class QueueStatus:
     settled: int
     outcomes: Mapping[str, int]
     #: Jobs waiting for their due time (not counted in ``queued``, which
-    #: counts only jobs due now).
+    #: counts the jobs in the ready set).
     delayed: int = 0
+    #: Whether the queue is paused (no tick claims its jobs).
+    paused: bool = False
 
     def __post_init__(self) -> None:
         given = self.outcomes
@@ -127,12 +129,13 @@ class QueueStatus:
 
 
 def queue_status_from_counts(queue: str, queued: int, running: int,
-                             outcome_counts: Iterable[Any], delayed: int = 0) -> QueueStatus:
+                             outcome_counts: Iterable[Any], delayed: int = 0,
+                             paused: bool = False) -> QueueStatus:
     """A QueueStatus from per-outcome counts given in ``OUTCOMES`` order."""
     counts: dict[str, int] = {
         name: int(count or 0) for name, count in zip(OUTCOMES, outcome_counts, strict=True)}
     return QueueStatus(queue, int(queued or 0), int(running or 0), sum(counts.values()), counts,
-                       int(delayed or 0))
+                       int(delayed or 0), bool(paused))
 
 
 def queue_statuses_from_groups(groups: Iterable[Sequence[Any]]) -> list[QueueStatus]:
@@ -146,6 +149,6 @@ def queue_statuses_from_groups(groups: Iterable[Sequence[Any]]) -> list[QueueSta
     return [
         queue_status_from_counts(queue, tally.get("queued", 0), tally.get("running", 0),
                                  [tally.get(name, 0) for name in OUTCOMES],
-                                 tally.get("delayed", 0))
+                                 tally.get("delayed", 0), bool(tally.get("paused", 0)))
         for queue, tally in sorted(tallies.items())
     ]

@@ -126,3 +126,9 @@ class SharedStore(Protocol):
         first; also says whether any remain."""
 
     async def purge(self, queue: str) -> int: ...
+
+    async def pause_queue(self, queue: str, now: int | None) -> bool:
+        """Mark the queue paused; False when it is already (nothing written)."""
+
+    async def resume_queue(self, queue: str) -> bool:
+        """Unmark the queue; False when it was not paused."""

@@ -51,6 +51,7 @@ from tickwork.lifecycle.requests import (
     InsertMany,
     LaneHasPending,
     NextWork,
+    PauseQueue,
     Plan,
     Probe,
     Purge,
@@ -60,6 +61,7 @@ from tickwork.lifecycle.requests import (
     RecordCancellation,
     Request,
     Requeue,
+    ResumeQueue,
     Settle,
     SettleNextCancelled,
     SettleRecovered,
@@ -286,6 +288,14 @@ class _LocalRuntime:
         """Delete the queue's queued jobs; running and settled jobs stay."""
         return self._perform(operations.purge(queue))
 
+    def pause(self, queue: str) -> bool:
+        """Pause the queue (no tick claims its jobs); True when this call paused it."""
+        return self._perform(operations.pause(queue))
+
+    def resume(self, queue: str) -> bool:
+        """Resume the queue; True when it was paused."""
+        return self._perform(operations.resume(queue))
+
     # ------------------------------------------------------------------- tick
 
     async def tick(self) -> TickResult:
@@ -359,6 +369,8 @@ class _LocalRuntime:
             RecordCancellation: self._record_cancellation,
             FailLane: self._fail_lane,
             Purge: self._purge,
+            PauseQueue: lambda r: store.pause_queue(r.queue, clock()),
+            ResumeQueue: lambda r: store.resume_queue(r.queue),
             ClaimOrProbe: self._claim_or_probe,
             Claim: self._claim,
             AskLiveness: self._ask_liveness,

@@ -54,6 +54,7 @@ from tickwork.lifecycle.requests import (
     Insert,
     InsertMany,
     NextWork,
+    PauseQueue,
     Plan,
     Probe,
     Purge,
@@ -63,6 +64,7 @@ from tickwork.lifecycle.requests import (
     RecordCancellation,
     Request,
     Requeue,
+    ResumeQueue,
     Settle,
     SettleNextCancelled,
     SettleRecovered,
@@ -224,6 +226,15 @@ class SharedRuntime:
         """Delete the queue's queued jobs; running and settled jobs stay."""
         return await self._drive(operations.purge(queue))
 
+    async def pause(self, queue: str) -> bool:
+        """Pause the queue on every worker (no claim takes its jobs); True
+        when this call paused it. Jobs already running finish."""
+        return await self._drive(operations.pause(queue))
+
+    async def resume(self, queue: str) -> bool:
+        """Resume the queue; True when it was paused."""
+        return await self._drive(operations.resume(queue))
+
     # ------------------------------------------------------------------- tick
 
     async def tick(self) -> TickResult:
@@ -337,6 +348,8 @@ class SharedRuntime:
                 "only_if_queued" if r.only_if_queued else "any"),
             FailLane: lambda r: store.fail_lane(r.lane, r.reason, r.limit, db_now()),
             Purge: lambda r: store.purge(r.queue),
+            PauseQueue: lambda r: store.pause_queue(r.queue, db_now()),
+            ResumeQueue: lambda r: store.resume_queue(r.queue),
             Commit: _every_write_committed,
             Abort: self._abort_all,
             Wake: lambda r: self._wake_now(),
@@ -489,8 +502,9 @@ class SharedRuntime:
 #: Every request's answer is awaited but these two, answered in memory.
 _AWAITED = frozenset({
     Find, FindCargo, QueueHead, HasPendingWork, NextWork, StatusGroups, QueueCounts, Insert,
-    InsertMany, RecordCancellation, FailLane, Purge, Wake, ClaimOrProbe, Claim, Requeue,
-    SettleRecovered, SettleNextCancelled, Execute, Settle, ReadClaim,
+    InsertMany, RecordCancellation, FailLane, Purge, PauseQueue, ResumeQueue, Wake,
+    ClaimOrProbe, Claim, Requeue, SettleRecovered, SettleNextCancelled, Execute, Settle,
+    ReadClaim,
 })
 
 

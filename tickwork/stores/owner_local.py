@@ -47,6 +47,8 @@ _RECORD_CANCELLATION_IF_QUEUED = _render(sql.RECORD_CANCELLATION_IF_QUEUED,
 _FAIL_LANE = _render(sql.FAIL_LANE, "lane", "reason", "limit", "now")
 _LANE_HAS_PENDING = _render(sql.LANE_HAS_PENDING, "lane")
 _PURGE_QUEUE = _render(sql.PURGE_QUEUE_COUNTED, "queue")
+_PAUSE_QUEUE = _render(sql.PAUSE_QUEUE, "queue", "now")
+_RESUME_QUEUE = _render(sql.RESUME_QUEUE, "queue")
 _HAS_PENDING_WORK = _render(sql.HAS_PENDING_WORK, "now")
 _NEXT_DUE = _render(sql.NEXT_DUE)
 _PROMOTE_DUE = _render(sql.PROMOTE_DUE_QUEUES, "now", "limit")
@@ -320,3 +322,9 @@ class OwnerLocalStore:
 
     def purge_queue(self, queue: str) -> int:
         return len(self.database.mutate(_PURGE_QUEUE.text, (queue,)))
+
+    def pause_queue(self, queue: str, now: int) -> bool:
+        return bool(self.database.mutate(_PAUSE_QUEUE.text, (queue, now)))
+
+    def resume_queue(self, queue: str) -> bool:
+        return bool(self.database.mutate(_RESUME_QUEUE.text, (queue,)))

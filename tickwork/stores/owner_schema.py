@@ -5,7 +5,8 @@ version lives in ``tickwork_meta`` and every runtime construction runs
 ``ensure_schema`` (idempotent; a handful of no-op statements once created).
 
 ``SCHEMA_SQL`` is ``schema/owner_local/0001_tickwork_jobs.sql`` and
-``DUE_TIMES_SQL`` is ``0002_due_times.sql``, character for character (the
+``DUE_TIMES_SQL`` is ``0002_due_times.sql`` and ``PAUSED_QUEUES_SQL``
+``0003_paused_queues.sql``, character for character (the
 tests pin them equal): the package cannot read those files inside a Worker,
 so the text lives here too, and the files are where people read it beside
 the D1 and PostgreSQL schemas. A database written by an older tickwork is
@@ -18,7 +19,7 @@ from tickwork.model.errors import SchemaError
 from tickwork.ports.database import SyncDatabase
 from tickwork.schemas import split_statements
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: schema/owner_local/0001_tickwork_jobs.sql
 SCHEMA_SQL = """-- tickwork owner-local job table: one owner's jobs in its own SQLite database
@@ -143,6 +144,19 @@ CREATE INDEX tickwork_jobs_due
     WHERE state = 'queued' AND due_at IS NOT NULL;
 """
 
+#: schema/owner_local/0003_paused_queues.sql (pinned equal like SCHEMA_SQL)
+PAUSED_QUEUES_SQL = """-- tickwork owner-local: paused queues.
+-- Applied by the runtime itself on first open, like 0002.
+--
+-- A queue named here is paused: no tick claims its jobs (running ones
+-- finish; cancellations and lane failures still settle). Pausing inserts
+-- the row, resuming deletes it, so both are idempotent.
+CREATE TABLE tickwork_paused_queues (
+    queue TEXT PRIMARY KEY,
+    paused_at INTEGER NOT NULL
+);
+"""
+
 #: The statements of SCHEMA_SQL; the first creates tickwork_meta.
 SCHEMA_STATEMENTS = tuple(split_statements(SCHEMA_SQL))
 
@@ -150,6 +164,7 @@ SCHEMA_STATEMENTS = tuple(split_statements(SCHEMA_SQL))
 UPGRADES: tuple[tuple[str, ...], ...] = (
     SCHEMA_STATEMENTS[1:],
     tuple(split_statements(DUE_TIMES_SQL)),
+    tuple(split_statements(PAUSED_QUEUES_SQL)),
 )
 assert len(UPGRADES) == SCHEMA_VERSION
 

@@ -243,7 +243,7 @@ class OwnerDirectory:
         only an ingest creates the owner's file, and only for valid jobs."""
 
         def resolve(operation: Operation, args: tuple[Any, ...]) -> JobService:
-            if operation.creates_owner:
+            if operation.name == "ingest":
                 validate_jobs(args[0])  # a refused batch must not create the file
             return self.jobs_for(key, create=operation.creates_owner)
 

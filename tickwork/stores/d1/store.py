@@ -63,6 +63,8 @@ RECORD_CANCELLATION_IF_QUEUED = _render(sql.RECORD_CANCELLATION_IF_QUEUED,
 FAIL_LANE = _render(sql.FAIL_LANE, "lane", "reason", "limit", "now")
 LANE_HAS_PENDING = _render(sql.LANE_HAS_PENDING, "lane")
 PURGE_QUEUE = _render(sql.PURGE_QUEUE, "queue")
+PAUSE_QUEUE = _render(sql.PAUSE_QUEUE, "queue", "now")
+RESUME_QUEUE = _render(sql.RESUME_QUEUE, "queue")
 
 
 def _names(statement: sql.Statement) -> tuple[str, ...]:
@@ -244,6 +246,12 @@ class D1Store:
 
     async def purge(self, queue: str) -> int:
         return await self.d1.run(PURGE_QUEUE.text, (queue,))
+
+    async def pause_queue(self, queue: str, now: int | None) -> bool:
+        return bool(await self.d1.query(PAUSE_QUEUE.text, (queue, now)))
+
+    async def resume_queue(self, queue: str) -> bool:
+        return bool(await self.d1.query(RESUME_QUEUE.text, (queue,)))
 
 
 def _probed(row: tuple[Any, ...]) -> tuple[Suspect | None, bool]:

@@ -329,6 +329,12 @@ class PostgresStore:
             cursor = await conn.execute(sql.PURGE_QUEUE, {"queue": queue})
             return int(cursor.rowcount)
 
+    async def pause_queue(self, queue: str, now: int | None) -> bool:
+        return bool(await self._rows(sql.PAUSE_QUEUE, {"queue": queue, "now": now}))
+
+    async def resume_queue(self, queue: str) -> bool:
+        return bool(await self._rows(sql.RESUME_QUEUE, {"queue": queue}))
+
 
 class _Undecided(Exception):
     """Rolls back an ingest_many transaction that could not decide."""

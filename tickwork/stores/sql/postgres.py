@@ -32,8 +32,8 @@ SCHEMA_VERSION = "SELECT value FROM tickwork_meta WHERE key = 'schema_version'"
 # is still ahead, after delay_ms if that is positive, else at once (NULL: a
 # job due at once never enters the due-time index). ``{run_at}`` and
 # ``{delay_ms}`` name where the values come from.
-_DUE_AT = ("CASE WHEN {run_at} > {now} THEN {run_at} "
-           "WHEN {delay_ms} > 0 THEN {now} + {delay_ms} END")
+_DUE_AT = ("CASE WHEN {run_at} IS NOT NULL THEN (CASE WHEN {run_at} > {now} THEN {run_at} END)"
+           " WHEN {delay_ms} > 0 THEN {now} + {delay_ms} END")
 _BOUND_DUE_AT = _DUE_AT.format(run_at="%(run_at)s::bigint", delay_ms="%(delay_ms)s::bigint",
                                now=NOW)
 
@@ -118,13 +118,16 @@ LIMIT 1
 # Status of every queue: job counts by (queue, state, outcome), a queued job
 # still waiting for its time counted as state 'delayed'. It reads every row of the table (no
 # index holds every job's queue and outcome), the whole settled history
-# included; its cost grows with every job ever kept.
+# included; its cost grows with every job ever kept. A paused queue adds a
+# row in state 'paused'.
 STATUS = """
 SELECT queue,
        CASE WHEN state = 'queued' AND due_at IS NOT NULL THEN 'delayed' ELSE state END,
        outcome, count(*)
 FROM tickwork_jobs
 GROUP BY 1, 2, 3
+UNION ALL
+SELECT queue, 'paused', NULL, 1 FROM tickwork_paused_queues
 """
 
 # Status of one queue, one row, from indexes only: queued and running counts
@@ -133,8 +136,8 @@ GROUP BY 1, 2, 3
 # per outcome from queue_settled (schema/postgres/0003_settled_by_queue.sql):
 # an index-only scan of the queue's own entries once VACUUM has set the
 # visibility map, an index or bitmap scan of them before. Columns: queued
-# (in the ready set), running, delayed (waiting for their time), then one
-# count per outcome in tickwork.model.outcomes.OUTCOMES order.
+# (in the ready set), running, delayed (waiting for their time), paused,
+# then one count per outcome in tickwork.model.outcomes.OUTCOMES order.
 QUEUE_STATUS = """
 SELECT
     (SELECT count(*) FROM tickwork_jobs WHERE queue = %(queue)s AND state = 'queued'
@@ -142,6 +145,7 @@ SELECT
     (SELECT count(*) FROM tickwork_jobs WHERE queue = %(queue)s AND state = 'running'),
     (SELECT count(*) FROM tickwork_jobs WHERE queue = %(queue)s AND state = 'queued'
        AND due_at IS NOT NULL),
+    EXISTS (SELECT 1 FROM tickwork_paused_queues WHERE queue = %(queue)s),
     count(*) FILTER (WHERE outcome = 'completed'),
     count(*) FILTER (WHERE outcome = 'failed'),
     count(*) FILTER (WHERE outcome = 'cancelled'),
@@ -156,7 +160,8 @@ WHERE queue = %(queue)s AND state = 'settled'
 # for its time is not. Four probes, each of its own partial index.
 _PENDING = f"""(
        EXISTS (SELECT 1 FROM tickwork_jobs
-               WHERE state = 'queued' AND cancellation_id IS NULL AND due_at IS NULL)
+               WHERE state = 'queued' AND cancellation_id IS NULL AND due_at IS NULL
+                 AND queue NOT IN (SELECT queue FROM tickwork_paused_queues))
     OR EXISTS (SELECT 1 FROM tickwork_jobs
                WHERE state = 'queued' AND cancellation_id IS NOT NULL)
     OR EXISTS (SELECT 1 FROM tickwork_jobs
@@ -207,13 +212,15 @@ FROM tickwork_settle_then_claim(
 
 # The exact claim of one job, for a tick that probed first: walks the runnable
 # index in global order and stops at the first job whose queue has no running
-# job, which is that queue's head. Runs after CLAIM_LOCK in one transaction,
+# job and is not paused, which is that queue's head. Runs after CLAIM_LOCK in one transaction,
 # and waits (FOR UPDATE) rather than skip a head.
 CLAIM_ONE = f"""
 WITH picked AS (
     SELECT candidate.sequence FROM tickwork_jobs AS candidate
     WHERE candidate.state = 'queued' AND candidate.cancellation_id IS NULL
       AND candidate.due_at IS NULL
+      AND NOT EXISTS (SELECT 1 FROM tickwork_paused_queues AS paused
+                      WHERE paused.queue = candidate.queue)
       AND NOT EXISTS (SELECT 1 FROM tickwork_jobs AS busy
                       WHERE busy.queue = candidate.queue AND busy.state = 'running')
     ORDER BY candidate.priority DESC, candidate.sequence
@@ -340,6 +347,16 @@ SELECT EXISTS (SELECT 1 FROM tickwork_jobs
 """
 
 PURGE_QUEUE = "DELETE FROM tickwork_jobs WHERE queue = %(queue)s AND state = 'queued'"
+
+# Pause: one row per paused queue; a row back says this call paused it.
+PAUSE_QUEUE = f"""
+INSERT INTO tickwork_paused_queues (queue, paused_at) VALUES (%(queue)s, {NOW})
+ON CONFLICT (queue) DO NOTHING
+RETURNING queue
+"""
+
+# Resume: the row goes; a row back says the queue was paused.
+RESUME_QUEUE = "DELETE FROM tickwork_paused_queues WHERE queue = %(queue)s RETURNING queue"
 
 # Erasure for a trusted producer SELECT naming queues: every job in them goes.
 PURGE_QUEUES = "DELETE FROM tickwork_jobs WHERE queue IN ({select})"

@@ -136,12 +136,20 @@ class Template:
 _local = (OWNER_LOCAL,)
 _d1 = (D1,)
 
+#: Claims take no job of a paused queue (one probe of the paused table's key).
+NOT_PAUSED = """AND NOT EXISTS (
+          SELECT 1 FROM tickwork_paused_queues AS paused
+          WHERE paused.queue = candidate.queue)"""
+
 # ---------------------------------------------------------------- ingest
 
 # When a new job becomes due, by the store's clock at ingest: at run_at if
 # that is still ahead, after delay_ms if that is positive, else at once
-# (NULL: a job due at once never enters the due-time index).
-DUE_AT = "CASE WHEN :run_at > {now} THEN :run_at WHEN :delay_ms > 0 THEN {now} + :delay_ms END"
+# (NULL: a job due at once never enters the due-time index). Written so that
+# a job that names no time never reads the clock here (D1's clock is an
+# expression evaluated per use).
+DUE_AT = ("CASE WHEN :run_at IS NOT NULL THEN (CASE WHEN :run_at > {now} THEN :run_at END)"
+          " WHEN :delay_ms > 0 THEN {now} + :delay_ms END")
 
 #: What every insert of a job binds, in this order.
 JOB_PARAMS = ("job_id", "queue", "lane", "priority", "payload_json", "max_recoveries",
@@ -207,7 +215,8 @@ FROM tickwork_jobs WHERE sequence = :sequence
 # index holds every row's queue and outcome, so this reads every row of the
 # table, the whole settled history included (and sorts the groups),
 # O(all jobs ever kept). For a dashboard now and then, not for a hot path;
-# QUEUE_STATUS reads one queue from the indexes.
+# QUEUE_STATUS reads one queue from the indexes. A paused queue adds a row
+# in state 'paused' (so it is listed even without jobs).
 STATUS = Template("status", """
 SELECT queue,
        CASE WHEN state = 'queued' AND due_at IS NOT NULL THEN 'delayed' ELSE state END
@@ -215,6 +224,8 @@ SELECT queue,
        outcome, count(*) AS n
 FROM tickwork_jobs
 GROUP BY 1, 2, 3
+UNION ALL
+SELECT queue, 'paused', NULL, 1 FROM tickwork_paused_queues
 """, (), Columns("queue", "state", "outcome", "n"))
 
 # Status of one queue, one row: queued (in the ready set), running and
@@ -225,8 +236,8 @@ GROUP BY 1, 2, 3
 # is looked up: the cost grows with the queue's own settled history, never
 # with other queues'. On D1 the index is (queue, outcome)
 # (schema/d1/0003_settled_by_queue.sql): counted from the index alone.
-# Columns: queued, running, delayed, then one count per outcome in
-# tickwork.model.outcomes.OUTCOMES order.
+# Columns: queued, running, delayed, paused (0 or 1), then one count per
+# outcome in tickwork.model.outcomes.OUTCOMES order.
 QUEUE_STATUS = Template("queue_status", """
 SELECT
     (SELECT count(*) FROM tickwork_jobs INDEXED BY tickwork_jobs_queue_waiting
@@ -235,6 +246,7 @@ SELECT
      WHERE queue = :queue AND state = 'running') AS running,
     (SELECT count(*) FROM tickwork_jobs INDEXED BY tickwork_jobs_queue_waiting
      WHERE queue = :queue AND state = 'queued' AND due_at IS NOT NULL) AS delayed,
+    EXISTS (SELECT 1 FROM tickwork_paused_queues WHERE queue = :queue) AS paused,
     count(CASE WHEN outcome = 'completed' THEN 1 END) AS completed,
     count(CASE WHEN outcome = 'failed' THEN 1 END) AS failed,
     count(CASE WHEN outcome = 'cancelled' THEN 1 END) AS cancelled,
@@ -242,16 +254,19 @@ SELECT
     count(CASE WHEN outcome = 'interrupted' THEN 1 END) AS interrupted
 FROM tickwork_jobs INDEXED BY tickwork_jobs_queue_settled
 WHERE queue = :queue AND state = 'settled'
-""", ("queue",), Columns("queued", "running", "delayed", "completed", "failed",
+""", ("queue",), Columns("queued", "running", "delayed", "paused", "completed", "failed",
                                  "cancelled", "outcome_unknown", "interrupted"))
 
-# Work for a tick now: a job due (ready, or due but not yet moved into the
-# ready set), a cancelled job to settle, or a running claim. A job waiting
-# for its time is not: NEXT_DUE says when it will be. Written as four probes
-# so each uses its partial index (runnable, cancel_pending, due, running).
+# Work for a tick now: a ready job of a queue that is not paused, a job due
+# but not yet moved into the ready set, a cancelled job to settle, or a
+# running claim. A job waiting for its time is not: NEXT_DUE says when it
+# will be. Written as four probes so each uses its partial index (runnable,
+# cancel_pending, due, running); the first steps over the ready jobs of
+# paused queues that come first in pick order.
 HAS_PENDING_WORK = Template("has_pending_work", """
 SELECT EXISTS (SELECT 1 FROM tickwork_jobs
-               WHERE state = 'queued' AND cancellation_id IS NULL AND due_at IS NULL)
+               WHERE state = 'queued' AND cancellation_id IS NULL AND due_at IS NULL
+                 AND queue NOT IN (SELECT queue FROM tickwork_paused_queues))
     OR EXISTS (SELECT 1 FROM tickwork_jobs
                WHERE state = 'queued' AND cancellation_id IS NOT NULL)
     OR EXISTS (SELECT 1 FROM tickwork_jobs
@@ -319,7 +334,7 @@ LIMIT 1
 # ----------------------------------------------------------------- claims
 
 # Claim: picks the first runnable job in global order (priority desc, oldest
-# first) whose queue has no running job, and marks it running under the
+# first) whose queue has no running job and is not paused, and marks it running under the
 # private token :token (on D1 with a lease of :lease_ms), in one statement.
 # The first such job is its queue's head: any better job of the same queue
 # would come earlier and be just as free. A store runs one statement at a
@@ -336,6 +351,7 @@ WHERE sequence = (
       AND NOT EXISTS (
           SELECT 1 FROM tickwork_jobs AS busy
           WHERE busy.queue = candidate.queue AND busy.state = 'running')
+      {NOT_PAUSED}
     ORDER BY candidate.priority DESC, candidate.sequence
     LIMIT 1)
 {{guard}}
@@ -425,6 +441,22 @@ SET state = 'settled', outcome = :outcome, failure_reason = :failure_reason,
 WHERE sequence = :sequence AND state = 'running' AND claim_token = :token {{lease_dead}}
 RETURNING {JOB_SELECT}
 """, _SETTLE_PARAMS, JOB_ROWS)
+
+# ------------------------------------------------------- pause, resume
+
+# Pause: one row per paused queue; RETURNING says whether this call paused
+# it (no row: it was paused already, nothing written).
+PAUSE_QUEUE = Template("pause_queue", """
+INSERT INTO tickwork_paused_queues (queue, paused_at) VALUES (:queue, {now})
+ON CONFLICT (queue) DO NOTHING
+RETURNING queue
+""", ("queue", "now"), Columns("queue"))
+
+# Resume: the row goes; RETURNING says whether the queue was paused.
+RESUME_QUEUE = Template("resume_queue", """
+DELETE FROM tickwork_paused_queues WHERE queue = :queue
+RETURNING queue
+""", ("queue",), Columns("queue"))
 
 # --------------------------------------------------- cancel, fail, purge
 
@@ -580,6 +612,7 @@ _SERIAL_PICK = f"""(
         INDEXED BY tickwork_jobs_runnable
     WHERE candidate.state = 'queued' AND candidate.cancellation_id IS NULL
       AND candidate.due_at IS NULL AND candidate.lane <> :lane {_HEADS_ITS_QUEUE}
+      {NOT_PAUSED}
     ORDER BY candidate.priority DESC, candidate.sequence
     LIMIT 1)"""
 
@@ -608,14 +641,14 @@ THEN coalesce(
         WHERE state = 'queued' AND cancellation_id IS NULL AND due_at IS NULL
         ORDER BY priority DESC, sequence
         LIMIT 64) AS candidate
-     WHERE candidate.lane = :lane {_HEADS_ITS_QUEUE}
+     WHERE candidate.lane = :lane {_HEADS_ITS_QUEUE} {NOT_PAUSED}
      ORDER BY candidate.priority DESC, candidate.sequence
      LIMIT 1),
     (SELECT candidate.sequence FROM tickwork_jobs AS candidate
         INDEXED BY tickwork_jobs_lane_pending
      WHERE candidate.lane = :lane AND candidate.state IN ('queued', 'running')
        AND candidate.state = 'queued' AND candidate.cancellation_id IS NULL
-       AND candidate.due_at IS NULL {_HEADS_ITS_QUEUE}
+       AND candidate.due_at IS NULL {_HEADS_ITS_QUEUE} {NOT_PAUSED}
      ORDER BY candidate.priority DESC, candidate.sequence
      LIMIT 1))
 END)"""

@@ -1,0 +1,102 @@
+-- tickwork: paused queues, for PostgreSQL (13+).
+-- Apply after 0004.
+--
+-- A queue named here is paused: no claim takes its jobs (running ones
+-- finish; cancellations and lane failures still settle). Pausing inserts
+-- the row, resuming deletes it, so both are idempotent.
+CREATE TABLE tickwork_paused_queues (
+    queue text PRIMARY KEY,
+    paused_at bigint NOT NULL
+);
+
+-- The group commit of 0004, now passing over the heads of paused queues (its
+-- other steps unchanged; see 0001 for their comments).
+CREATE OR REPLACE FUNCTION tickwork_settle_then_claim(
+    settle_sequences bigint[], settle_tokens text[], settle_outcomes text[],
+    settle_reasons text[], claim_tokens text[], lease_ms bigint, scan_limit integer,
+    clock_override bigint)
+RETURNS TABLE (
+    job_id text, queue text, lane text, priority bigint, payload_json text,
+    max_recoveries bigint, state text, outcome text, failure_reason text, sequence bigint,
+    recoveries bigint, enqueued_at bigint, started_at bigint, settled_at bigint,
+    cancellation_id text, run_at bigint, delay_ms bigint, due_at bigint,
+    claim_index integer, settled_token text)
+LANGUAGE plpgsql VOLATILE
+AS $$
+#variable_conflict use_column
+DECLARE
+    now_ms bigint := coalesce(clock_override, tickwork_now_ms());
+BEGIN
+    IF cardinality(settle_sequences) > 0 THEN
+        RETURN QUERY
+        UPDATE tickwork_jobs AS job
+        SET state = 'settled', outcome = settle.outcome, failure_reason = settle.reason,
+            settled_at = now_ms
+        FROM unnest(settle_sequences, settle_tokens, settle_outcomes, settle_reasons)
+             AS settle(sequence, token, outcome, reason)
+        WHERE job.sequence = settle.sequence AND job.state = 'running'
+          AND job.claim_token = settle.token AND job.lease_expires_at > now_ms
+          AND job.cancellation_id IS NULL
+        RETURNING NULL::text, NULL::text, NULL::text, NULL::bigint, NULL::text, NULL::bigint,
+                  NULL::text, NULL::text, NULL::text, job.sequence, NULL::bigint, NULL::bigint,
+                  NULL::bigint, NULL::bigint, NULL::text, NULL::bigint, NULL::bigint,
+                  NULL::bigint, NULL::integer, job.claim_token;
+    END IF;
+    IF cardinality(claim_tokens) > 0 THEN
+        PERFORM pg_advisory_xact_lock(7361626972690001);
+        now_ms := coalesce(clock_override, tickwork_now_ms());
+        -- Jobs whose time has come join the ready set first (under the claim
+        -- lock, so one claimer at a time does it); up to 1000 per call.
+        UPDATE tickwork_jobs SET due_at = NULL
+        WHERE sequence IN (
+            SELECT sequence FROM tickwork_jobs
+            WHERE state = 'queued' AND due_at IS NOT NULL AND due_at <= now_ms
+            ORDER BY due_at LIMIT 1000);
+        RETURN QUERY
+        WITH scan AS (
+            SELECT sequence, queue, priority FROM tickwork_jobs
+            WHERE state = 'queued' AND cancellation_id IS NULL AND due_at IS NULL
+            ORDER BY priority DESC, sequence
+            LIMIT scan_limit),
+        heads AS (
+            SELECT DISTINCT ON (queue) sequence, queue FROM scan
+            ORDER BY queue, priority DESC, sequence),
+        picked AS (
+            SELECT candidate.sequence, candidate.priority FROM tickwork_jobs AS candidate
+            WHERE candidate.sequence IN (
+                    SELECT heads.sequence FROM heads
+                    WHERE NOT EXISTS (SELECT 1 FROM tickwork_jobs AS busy
+                                      WHERE busy.queue = heads.queue
+                                        AND busy.state = 'running'))
+              AND candidate.state = 'queued' AND candidate.cancellation_id IS NULL
+              AND candidate.due_at IS NULL
+              AND NOT EXISTS (SELECT 1 FROM tickwork_paused_queues AS paused
+                              WHERE paused.queue = candidate.queue)
+              AND NOT EXISTS (SELECT 1 FROM tickwork_jobs AS expired
+                              WHERE expired.state = 'running'
+                                AND expired.lease_expires_at <= now_ms)
+              AND NOT EXISTS (SELECT 1 FROM tickwork_jobs AS cancelled
+                              WHERE cancelled.state = 'queued'
+                                AND cancelled.cancellation_id IS NOT NULL)
+            ORDER BY candidate.priority DESC, candidate.sequence
+            LIMIT cardinality(claim_tokens)
+            FOR UPDATE SKIP LOCKED),
+        numbered AS (
+            SELECT picked.sequence,
+                   row_number() OVER (ORDER BY picked.priority DESC, picked.sequence) AS n
+            FROM picked)
+        UPDATE tickwork_jobs AS job
+        SET state = 'running', claim_token = claim_tokens[numbered.n],
+            started_at = now_ms, lease_expires_at = now_ms + lease_ms
+        FROM numbered
+        WHERE job.sequence = numbered.sequence
+        RETURNING job.job_id, job.queue, job.lane, job.priority, job.payload_json,
+                  job.max_recoveries, job.state, job.outcome, job.failure_reason,
+                  job.sequence, job.recoveries, job.enqueued_at, job.started_at,
+                  job.settled_at, job.cancellation_id, job.run_at, job.delay_ms, job.due_at,
+                  numbered.n::integer, NULL::text;
+    END IF;
+END
+$$;
+
+UPDATE tickwork_meta SET value = '5' WHERE key = 'schema_version';
