@@ -28,7 +28,12 @@ class Wake(Protocol):
     """Arms the host's next timer or alarm; ``recompute`` may be sync or async.
 
     Called after every durable change that can alter when the next tick
-    should run.
+    should run. The wake learns *when* from the runtime: ``next_tick_at()``
+    is now while a job is due or running, the earliest due time while jobs
+    only wait for theirs, and None when there is nothing (``AlarmWake`` arms
+    the Durable Object's alarm for it; ``tickwork serve`` a timer per owner).
+    Pulled rather than passed, because the answer is a read the wake makes
+    when it applies, after every change a burst of recomputes reported.
     """
 
     def recompute(self) -> Any: ...

@@ -81,8 +81,8 @@ class D1Runtime(SharedRuntime):
         An identical replay writes nothing; a conflicting one fails the batch.
         """
         valid = validate_job(job)
-        return self._d1_store.d1.prepare(statements.ENQUEUE.text,
-                                         statements.job_values(valid, self._db_now()))
+        return self._d1_store.d1.prepare(*statements.job_statement(
+            valid, self._db_now(), statements.ENQUEUE, statements.ENQUEUE_AT_ONCE))
 
     def enqueue_from_select(self, text: str, values: Sequence[Any] = ()) -> Any:
         """A statement inserting the rows of a trusted SELECT, for the producer's batch.

@@ -29,6 +29,7 @@ def _render(template: sql.Template, *binds: str) -> sql.Statement:
 
 
 _INSERT_JOB = _render(sql.INSERT_JOB, *sql.JOB_PARAMS)
+_INSERT_JOB_AT_ONCE = _render(sql.INSERT_JOB_AT_ONCE, *sql.JOB_PARAMS_AT_ONCE)
 _SELECT_JOB = _render(sql.SELECT_JOB, "job_id")
 _SELECT_CARGO = _render(sql.SELECT_CARGO, "job_id")
 _SELECT_QUEUE_HEAD = _render(sql.SELECT_QUEUE_HEAD, "queue")
@@ -203,11 +204,16 @@ class OwnerLocalStore:
 
     def insert(self, job: ValidJob, now: int) -> bool:
         """Insert a new queued job; False when the job_id already exists."""
-        rows = self.database.mutate(
-            _INSERT_JOB.text,
-            (job.job_id, job.queue, job.lane, job.priority, job.payload_json,
-             job.max_recoveries, job.run_at, job.delay_ms, now),
-        )
+        if job.run_at is None and job.delay_ms is None:
+            rows = self.database.mutate(
+                _INSERT_JOB_AT_ONCE.text,
+                (job.job_id, job.queue, job.lane, job.priority, job.payload_json,
+                 job.max_recoveries, now))
+        else:
+            rows = self.database.mutate(
+                _INSERT_JOB.text,
+                (job.job_id, job.queue, job.lane, job.priority, job.payload_json,
+                 job.max_recoveries, job.run_at, job.delay_ms, now))
         return bool(rows)
 
     def insert_many(

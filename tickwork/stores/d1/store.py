@@ -38,6 +38,11 @@ SCHEMA_VERSION = _render(sql.SCHEMA_VERSION)
 INSERT_JOB = _render(sql.INSERT_JOB, *_JOB)
 ENQUEUE = _render(sql.ENQUEUE, *_JOB)
 INGEST = _render(sql.INGEST, *_JOB)
+# The same three for a job that names no time: two binds fewer.
+_AT_ONCE = sql.JOB_PARAMS_AT_ONCE
+INSERT_JOB_AT_ONCE = _render(sql.INSERT_JOB_AT_ONCE, *_AT_ONCE)
+ENQUEUE_AT_ONCE = _render(sql.ENQUEUE_AT_ONCE, *_AT_ONCE)
+INGEST_AT_ONCE = _render(sql.INGEST_AT_ONCE, *_AT_ONCE)
 SELECT_CARGO_MANY = _render(sql.SELECT_CARGO_MANY, "job_ids")
 SELECT_JOB = _render(sql.SELECT_JOB, "job_id")
 SELECT_CARGO = _render(sql.SELECT_CARGO, "job_id")
@@ -94,7 +99,7 @@ class D1Store:
                              apply_with="wrangler d1 migrations apply <DB>")
 
     async def insert(self, job: ValidJob, now: int | None) -> bool:
-        rows = await self.d1.query(INSERT_JOB.text, job_values(job, now))
+        rows = await self.d1.query(*job_statement(job, now, INSERT_JOB, INSERT_JOB_AT_ONCE))
         return bool(rows)
 
     async def insert_many(
@@ -107,7 +112,7 @@ class D1Store:
         # One batch, one round trip: the caller's statements, then one per job.
         try:
             results = await self.d1.batch(
-                [*leading, *((INGEST.text, job_values(job, now)) for job in jobs)],
+                [*leading, *(job_statement(job, now, INGEST, INGEST_AT_ONCE) for job in jobs)],
                 [*([None] * len(leading)), *([SEQUENCE.names] * len(jobs))],
             )
         except Exception as error:
@@ -265,10 +270,15 @@ def _probed(row: tuple[Any, ...]) -> tuple[Suspect | None, bool]:
             cancelled_waiting)
 
 
-def job_values(job: ValidJob, now: int | None) -> tuple[Any, ...]:
-    """What INSERT_JOB, ENQUEUE and INGEST bind, in their order."""
-    return (job.job_id, job.queue, job.lane, job.priority, job.payload_json,
-            job.max_recoveries, job.run_at, job.delay_ms, now)
+def job_statement(job: ValidJob, now: int | None, timed: sql.Statement,
+                  at_once: sql.Statement) -> tuple[str, tuple[Any, ...]]:
+    """``(text, values)`` inserting ``job``: ``at_once`` (INSERT_JOB_AT_ONCE,
+    ENQUEUE_AT_ONCE, INGEST_AT_ONCE) when it names no time, else ``timed``."""
+    if job.run_at is None and job.delay_ms is None:
+        return at_once.text, (job.job_id, job.queue, job.lane, job.priority, job.payload_json,
+                              job.max_recoveries, now)
+    return timed.text, (job.job_id, job.queue, job.lane, job.priority, job.payload_json,
+                        job.max_recoveries, job.run_at, job.delay_ms, now)
 
 
 def _promote(now: int | None) -> tuple[str, tuple[Any, ...]]:

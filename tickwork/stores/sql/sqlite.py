@@ -170,6 +170,22 @@ INSERT_JOB = Template("insert_job", _INSERT_JOB + """ON CONFLICT (job_id) DO NOT
 RETURNING sequence
 """, JOB_PARAMS, SEQUENCE_ROWS)
 
+
+def at_once(template: Template) -> Template:
+    """``template`` for a job that names no time (the common case): run_at,
+    delay_ms and due_at are NULL literals, so it binds two values fewer and
+    computes nothing; otherwise the very same statement."""
+    text = (template.text.replace(DUE_AT, "NULL")
+            .replace(":run_at", "NULL").replace(":delay_ms", "NULL"))
+    params = tuple(name for name in template.params if name not in ("run_at", "delay_ms"))
+    return Template(f"{template.name}_at_once", text, params, template.columns,
+                    template.targets)
+
+
+INSERT_JOB_AT_ONCE = at_once(INSERT_JOB)
+#: What an insert of a job that names no time binds, in this order.
+JOB_PARAMS_AT_ONCE = INSERT_JOB_AT_ONCE.params
+
 # ----------------------------------------------------------------- reads
 
 SELECT_JOB = Template("select_job", f"""
@@ -794,6 +810,8 @@ ENQUEUE = Template("enqueue", _INSERT_JOB + ON_REPLAY.replace("{", "{{").replace
 # whole batch.
 INGEST = Template("ingest", ENQUEUE.text + "RETURNING sequence\n", JOB_PARAMS,
                   SEQUENCE_ROWS, _d1)
+ENQUEUE_AT_ONCE = at_once(ENQUEUE)
+INGEST_AT_ONCE = at_once(INGEST)
 
 # After a batch failed on a conflict: the stored cargo of the batch's job ids
 # (:job_ids is a JSON array of them: one bound value however many jobs), so
