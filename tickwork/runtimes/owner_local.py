@@ -204,8 +204,9 @@ class _LocalRuntime:
         # The earliest due time of a waiting job, as far as this runtime knows
         # (it is the database's only writer): a tick moves due jobs into the
         # ready set only once this has passed, so the common tick pays
-        # nothing for due times. Only ever earlier than the truth (a rolled
-        # back ingest, a purge): then one tick looks and finds nothing.
+        # nothing for due times. Earlier than the truth after a rolled back
+        # ingest or a purge (then one tick looks and finds nothing); re-read
+        # by every tick that finds nothing to do.
         self._next_due: int | None = self._store.next_due()
         self.transactional = TransactionalJobs(self)
 
@@ -463,6 +464,12 @@ class _LocalRuntime:
         if job is not None:
             return _Execution(job, token, AbortSignal(), ticker), None
         sequence, cancelled_waiting = self._store.probe(partition, executing, ticker.probe_after)
+        if sequence is None and not cancelled_waiting:
+            # Nothing to do: re-read the earliest due time, so that a job no
+            # write of this runtime told it about (another runtime on the
+            # same database, which the owner-local contract rules out) waits
+            # at most one more tick.
+            self._next_due = self._store.next_due()
         suspect = None
         if sequence is not None:
             found = self._store.find_claim(sequence)
