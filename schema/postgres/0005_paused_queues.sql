@@ -9,7 +9,8 @@ CREATE TABLE tickwork_paused_queues (
     paused_at bigint NOT NULL
 );
 
--- The group commit of 0004, now passing over the heads of paused queues (its
+-- The group commit of 0004, now passing over the heads of paused queues and
+-- moving due jobs into the ready set before it takes the claim lock (its
 -- other steps unchanged; see 0001 for their comments).
 CREATE OR REPLACE FUNCTION tickwork_settle_then_claim(
     settle_sequences bigint[], settle_tokens text[], settle_outcomes text[],
@@ -26,6 +27,7 @@ AS $$
 #variable_conflict use_column
 DECLARE
     now_ms bigint := coalesce(clock_override, tickwork_now_ms());
+    any_paused boolean;
 BEGIN
     IF cardinality(settle_sequences) > 0 THEN
         RETURN QUERY
@@ -43,15 +45,22 @@ BEGIN
                   NULL::bigint, NULL::integer, job.claim_token;
     END IF;
     IF cardinality(claim_tokens) > 0 THEN
-        PERFORM pg_advisory_xact_lock(7361626972690001);
-        now_ms := coalesce(clock_override, tickwork_now_ms());
-        -- Jobs whose time has come join the ready set first (under the claim
-        -- lock, so one claimer at a time does it); up to 1000 per call.
+        -- Jobs whose time has come join the ready set first, up to 1000 per
+        -- call, before the claim lock: everything under that lock runs one
+        -- claimer at a time. SKIP LOCKED leaves rows another claimer is
+        -- moving to it (they are claimed once it commits), so promoters never
+        -- wait on or deadlock with one another.
         UPDATE tickwork_jobs SET due_at = NULL
         WHERE sequence IN (
             SELECT sequence FROM tickwork_jobs
             WHERE state = 'queued' AND due_at IS NOT NULL AND due_at <= now_ms
-            ORDER BY due_at LIMIT 1000);
+            ORDER BY due_at LIMIT 1000
+            FOR UPDATE SKIP LOCKED);
+        PERFORM pg_advisory_xact_lock(7361626972690001);
+        now_ms := coalesce(clock_override, tickwork_now_ms());
+        -- Read after the lock, like the claim itself: when no queue is paused
+        -- (the common case) the claim skips the per-candidate check.
+        any_paused := EXISTS (SELECT 1 FROM tickwork_paused_queues);
         RETURN QUERY
         WITH scan AS (
             SELECT sequence, queue, priority FROM tickwork_jobs
@@ -70,8 +79,9 @@ BEGIN
                                         AND busy.state = 'running'))
               AND candidate.state = 'queued' AND candidate.cancellation_id IS NULL
               AND candidate.due_at IS NULL
-              AND NOT EXISTS (SELECT 1 FROM tickwork_paused_queues AS paused
-                              WHERE paused.queue = candidate.queue)
+              AND (NOT any_paused OR NOT EXISTS (
+                       SELECT 1 FROM tickwork_paused_queues AS paused
+                       WHERE paused.queue = candidate.queue))
               AND NOT EXISTS (SELECT 1 FROM tickwork_jobs AS expired
                               WHERE expired.state = 'running'
                                 AND expired.lease_expires_at <= now_ms)

@@ -153,8 +153,8 @@ class PostgresStore:
             # The exact form, for ticks that probed first; rare.
             params = {"token": token, "lease_ms": lease_ms, "now": now}
             async with self._connection() as conn, conn.transaction():
-                await conn.execute(sql.CLAIM_LOCK)
                 await conn.execute(sql.PROMOTE_DUE, {"now": now})
+                await conn.execute(sql.CLAIM_LOCK)
                 cursor = await conn.execute(sql.CLAIM_ONE, params)
                 row = await cursor.fetchone()
             return None if row is None else JOB.job(row)

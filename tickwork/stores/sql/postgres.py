@@ -178,15 +178,18 @@ SELECT {_PENDING},
        {NOW}
 """
 
-# Waiting jobs whose time has come join the ready set (the claim's
-# transaction runs this after the claim lock, before CLAIM_ONE; the group
-# commit's function does the same), up to 1000, earliest first.
+# Waiting jobs whose time has come join the ready set, up to 1000, earliest
+# first: the claim's transaction runs this before the claim lock (the group
+# commit's function does the same), since everything under that lock runs
+# one claimer at a time. SKIP LOCKED leaves rows another claimer is moving to
+# it, so promoters never wait on or deadlock with one another.
 PROMOTE_DUE = f"""
 UPDATE tickwork_jobs SET due_at = NULL
 WHERE sequence IN (
     SELECT sequence FROM tickwork_jobs
     WHERE state = 'queued' AND due_at IS NOT NULL AND due_at <= {NOW}
-    ORDER BY due_at LIMIT 1000)
+    ORDER BY due_at LIMIT 1000
+    FOR UPDATE SKIP LOCKED)
 """
 
 # The lock every claim takes first (transaction-scoped): a claim statement
