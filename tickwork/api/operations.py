@@ -282,6 +282,24 @@ _FAIL_LANE_SCHEMA: Final = {
 _EMPTY_SCHEMA: Final = {"type": "object", "additionalProperties": False}
 
 
+def _pausing(name: str, summary: str, *, paused: bool, creates_owner: bool = False
+             ) -> Operation:
+    """``pause`` or ``resume``: a POST on a queue whose result says whether it
+    changed anything, answered with the state the queue is now in."""
+    return Operation(
+        name, "POST", ("queues", "{queue}", name), summary, _decode_queue_action,
+        lambda args, context, changed: Reply(200, {"queue": args[0], "paused": paused,
+                                                   "changed": changed}),
+        perform=lambda runtime, queue: getattr(runtime, name)(queue),
+        result_to_wire=_same, result_from_wire=_same, creates_owner=creates_owner,
+        body_schema=_EMPTY_SCHEMA,
+        answers={200: f"{'paused' if paused else 'not paused'}; changed says whether "
+                      f"this call {'paused' if paused else 'resumed'} it"},
+        reply_shape=f'`{{"queue", "paused": {"true" if paused else "false"}, "changed"}}`',
+        to_http=lambda args: ((args[0],), {}), from_http=lambda body: body["changed"],
+        idempotent=True)
+
+
 # ------------------------------------------------------------------ the table
 
 OPERATIONS: Final = (
@@ -368,34 +386,10 @@ OPERATIONS: Final = (
         body_schema=_EMPTY_SCHEMA, answers={200: "how many were deleted"},
         reply_shape='`{"queue", "purged"}`',
         to_http=lambda args: ((args[0],), {}), from_http=lambda body: body["purged"]),
-    Operation(
-        "pause", "POST", ("queues", "{queue}", "pause"),
-        "Pause the queue: no tick claims its jobs until it is resumed",
-        _decode_queue_action,
-        lambda args, context, changed: Reply(200, {"queue": args[0], "paused": True,
-                                                   "changed": changed}),
-        perform=lambda runtime, queue: runtime.pause(queue),
-        result_to_wire=_same, result_from_wire=_same,
-        # It may be the first call for an owner (pause before the first job).
-        creates_owner=True,
-        body_schema=_EMPTY_SCHEMA,
-        answers={200: "paused; changed says whether this call paused it"},
-        reply_shape='`{"queue", "paused": true, "changed"}`',
-        to_http=lambda args: ((args[0],), {}), from_http=lambda body: body["changed"],
-        idempotent=True),
-    Operation(
-        "resume", "POST", ("queues", "{queue}", "resume"),
-        "Resume a paused queue",
-        _decode_queue_action,
-        lambda args, context, changed: Reply(200, {"queue": args[0], "paused": False,
-                                                   "changed": changed}),
-        perform=lambda runtime, queue: runtime.resume(queue),
-        result_to_wire=_same, result_from_wire=_same,
-        body_schema=_EMPTY_SCHEMA,
-        answers={200: "not paused; changed says whether it was paused"},
-        reply_shape='`{"queue", "paused": false, "changed"}`',
-        to_http=lambda args: ((args[0],), {}), from_http=lambda body: body["changed"],
-        idempotent=True),
+    # It may be the first call for an owner (pause before the first job).
+    _pausing("pause", "Pause the queue: no tick claims its jobs until it is resumed",
+             paused=True, creates_owner=True),
+    _pausing("resume", "Resume a paused queue", paused=False),
     Operation(
         "fail_lane", "POST", ("lanes", "{lane}", "fail"),
         "Settle up to 256 of the lane's queued and running jobs as failed",
