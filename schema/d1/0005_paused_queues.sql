@@ -5,7 +5,7 @@
 -- finish; cancellations and lane failures still settle). Pausing inserts
 -- the row, resuming deletes it, so both are idempotent.
 CREATE TABLE tickwork_paused_queues (
-    queue TEXT PRIMARY KEY,
+    queue TEXT NOT NULL PRIMARY KEY,
     paused_at INTEGER NOT NULL
 );
 

@@ -152,7 +152,7 @@ PAUSED_QUEUES_SQL = """-- tickwork owner-local: paused queues.
 -- finish; cancellations and lane failures still settle). Pausing inserts
 -- the row, resuming deletes it, so both are idempotent.
 CREATE TABLE tickwork_paused_queues (
-    queue TEXT PRIMARY KEY,
+    queue TEXT NOT NULL PRIMARY KEY,
     paused_at INTEGER NOT NULL
 );
 """

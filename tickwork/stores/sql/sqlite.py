@@ -227,12 +227,12 @@ FROM tickwork_jobs WHERE sequence = :sequence
 
 # Status of every queue: job counts by (queue, state, outcome), a queued job
 # still waiting for its time (not yet in the ready set) counted as state
-# 'delayed'. Costly on purpose and said so: no
-# index holds every row's queue and outcome, so this reads every row of the
-# table, the whole settled history included (and sorts the groups),
-# O(all jobs ever kept). For a dashboard now and then, not for a hot path;
-# QUEUE_STATUS reads one queue from the indexes. A paused queue adds a row
-# in state 'paused' (so it is listed even without jobs).
+# 'delayed'. Costly on purpose and said so: no index holds every row's queue
+# and outcome, so this reads every row of the table, the whole settled
+# history included (and sorts the groups), O(all jobs ever kept). For a
+# dashboard now and then, not for a hot path; QUEUE_STATUS reads one queue
+# from the indexes. A paused queue adds a row in state 'paused' (so it is
+# listed even without jobs).
 STATUS = Template("status", """
 SELECT queue,
        CASE WHEN state = 'queued' AND due_at IS NOT NULL THEN 'delayed' ELSE state END
@@ -315,8 +315,8 @@ SELECT ({HAS_PENDING_WORK.text.strip().removeprefix("SELECT").removesuffix("AS p
 # first; claims order them like any job (priority desc, oldest first).
 # Every runtime runs this before it claims (owner-local: when its cached
 # earliest due time has passed, with the projection of the queues it moved;
-# D1: in the claim's batch; PostgreSQL: in the claim's transaction, under
-# the claim lock).
+# D1: in the claim's batch; PostgreSQL: in the claim's transaction, before
+# the claim lock: see stores/sql/postgres.py).
 #: Most waiting jobs one PROMOTE_DUE moves (the PostgreSQL claim moves as many).
 PROMOTE_BATCH = 1000
 
