@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.support.serve import ROOT, TOKEN, Serve, job
+from tests.support.serve import ROOT, TOKEN, Serve, job, owner_path
 from tickwork.__main__ import main
 
 
@@ -31,12 +31,12 @@ def test_queue_table(server: Serve, capsys: pytest.CaptureFixture[str]) -> None:
     assert (code, err) == (0, "")
     lines = out.splitlines()
     assert lines[0] == f"owner 'inspected' at {server.url}"
-    assert lines[2].split() == ["queue", "queued", "running", "settled", "completed",
+    assert lines[2].split() == ["queue", "queued", "delayed", "running", "settled", "completed",
                                 "failed", "cancelled", "unknown", "interrupted"]
     rows = {line.split()[0]: line.split()[1:] for line in lines[4:]}
-    assert rows == {"billing": ["0", "0", "2", "0", "2", "0", "0", "0"],
-                    "q": ["0", "0", "1", "1", "0", "0", "0", "0"],
-                    "(total)": ["0", "0", "3", "1", "2", "0", "0", "0"]}
+    assert rows == {"billing": ["0", "0", "0", "2", "0", "2", "0", "0", "0"],
+                    "q": ["0", "0", "0", "1", "1", "0", "0", "0", "0"],
+                    "(total)": ["0", "0", "0", "3", "1", "2", "0", "0", "0"]}
 
 
 def test_one_job_and_one_queue(server: Serve, capsys: pytest.CaptureFixture[str],
@@ -100,3 +100,23 @@ def test_watch_prints_again_until_interrupted(server: Serve) -> None:
     assert process.returncode == 0, err
     assert out.count("owner 'watched'") >= 2
     assert "every 0.1 s" in out
+
+
+def test_delayed_jobs_and_paused_queues_show(server: Serve,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    client = server.client()
+    later = {**job("later-1"), "delay_ms": 86_400_000}
+    client.enqueue("inspect later", later)
+    status, body = client.call(
+        "POST", f"{owner_path('inspect later')}/queues/held/pause", {})
+    assert (status, body) == (200, {"queue": "held", "paused": True, "changed": True}), body
+    code, out, _ = inspect(capsys, "--url", server.url, "--token", TOKEN,
+                           "--owner", "inspect later")
+    assert code == 0
+    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()[4:]}
+    assert rows["q"][:3] == ["0", "1", "0"], out  # queued, delayed, running
+    assert rows["held"][0] == "(paused)"
+    code, out, _ = inspect(capsys, "--url", server.url, "--token", TOKEN,
+                           "--owner", "inspect later", "--job", "later-1")
+    fields = dict(line.split(None, 1) for line in out.splitlines())
+    assert fields["due"].startswith("86400 s after it was stored (waits until ")

@@ -155,8 +155,10 @@ def format_queues(queues: Sequence[Mapping[str, Any]], title: str) -> str:
     """A table of queue statuses, with a total row when there are several."""
     if not queues:
         return f"{title}\n\nno jobs"
-    header = ["queue", "queued", "running", "settled", *(name for _, name in OUTCOME_COLUMNS)]
-    rows = [[str(item["queue"]), *(str(item[key]) for key in ("queued", "running", "settled")),
+    header = ["queue", "queued", "delayed", "running", "settled",
+              *(name for _, name in OUTCOME_COLUMNS)]
+    rows = [[str(item["queue"]) + (" (paused)" if item.get("paused") else ""),
+             *(str(item.get(key, 0)) for key in ("queued", "delayed", "running", "settled")),
              *(str(item["outcomes"].get(key, 0)) for key, _ in OUTCOME_COLUMNS)]
             for item in queues]
     if len(rows) > 1:
@@ -186,6 +188,7 @@ def format_job(job: Mapping[str, Any]) -> str:
         ("recoveries", f"{job['recoveries']} ({budget})"),
         ("sequence", str(job["sequence"])),
         ("enqueued", _time(job.get("enqueued_at"))),
+        *_due(job),
         ("started", _time(job.get("started_at"))),
         ("settled", _time(job.get("settled_at")) + _took(job)),
     ]
@@ -194,6 +197,19 @@ def format_job(job: Mapping[str, Any]) -> str:
     fields.append(("payload", json.dumps(job.get("payload"), ensure_ascii=False)))
     width = max(len(name) for name, _ in fields)
     return "\n".join(f"{name.ljust(width)}  {value}" for name, value in fields)
+
+
+def _due(job: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The job's asked-for time, and its due time while it waits, if any."""
+    if job.get("run_at") is not None:
+        asked = f"at {_time(job['run_at'])}"
+    elif job.get("delay_ms") is not None:
+        asked = f"{job['delay_ms'] / 1000:g} s after it was stored"
+    else:
+        return []
+    if job.get("due_at") is not None:
+        asked += f" (waits until {_time(job['due_at'])})"
+    return [("due", asked)]
 
 
 def _state(job: Mapping[str, Any]) -> str:
