@@ -60,6 +60,26 @@ INGEST_FOREVER = CHILD_PRELUDE + textwrap.dedent("""
 """)
 
 
+TICK_DUE_JOBS_FOREVER = CHILD_PRELUDE + textwrap.dedent("""
+    async def noop(job, signal):
+        return Completed()
+
+    async def main():
+        engine = runtime(noop)
+        for batch in range(10):
+            engine.ingest_many([Job(f"due-{batch}-{n:02}", f"q{n % 5}", "lane", 0, {},
+                                    Recovery(1), delay_ms=1 + n) for n in range(50)])
+        ticks = 0
+        while True:
+            await engine.tick()
+            ticks += 1
+            if ticks == 100:
+                print("ticking", flush=True)
+
+    asyncio.run(main())
+""")
+
+
 class Wake:
     def recompute(self) -> None:
         pass
@@ -242,3 +262,42 @@ async def test_a_failing_read_after_a_committed_lane_refusal_changes_nothing_it_
     runtime.ingest(job("late", lane="late"))
     owner.fail_on = _LANE_HAS_PENDING.text
     assert runtime.fail_lane("late", "x") == FailLaneResult(1, False)
+
+
+async def test_process_killed_while_ticking_through_due_jobs_loses_none(
+        tmp_path: Path) -> None:
+    """Kill -9 while ticks move due jobs into the ready set and run them: the
+    survivor finds every job once, runs each left one, and none stays waiting."""
+    database = tmp_path / "jobs.sqlite3"
+    open_runtime(database)
+    assert kill_after_line(spawn(TICK_DUE_JOBS_FOREVER, database)) == "ticking"
+    connection = sqlite3.connect(database)
+    assert connection.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    assert connection.execute("SELECT count(*) FROM tickwork_jobs").fetchone() == (500,)
+    runtime = open_runtime(database)
+    while (result := await runtime.tick()).status != "idle" or result.job_id is not None:
+        pass
+    rows = connection.execute(
+        "SELECT state, outcome, due_at IS NULL, count(*) FROM tickwork_jobs GROUP BY 1, 2, 3"
+    ).fetchall()
+    assert rows == [("settled", "completed", 1, 500)]
+    assert runtime.next_tick_at() is None
+
+
+async def test_store_failure_while_moving_due_jobs_changes_nothing(tmp_path: Path) -> None:
+    from tests.support.shared import ManualNow
+
+    owner = FailingOwner(sqlite3.connect(tmp_path / "jobs.sqlite3", isolation_level=None))
+    now = ManualNow()
+    executor = ScriptedExecutor()
+    runtime = OwnerRuntime(owner, execute=executor, is_alive=lambda job: False, wake=Wake(),
+                           clock=now)
+    runtime.ingest(job("later", delay_ms=1_000))
+    now.advance(1_000)
+    owner.fail_next_write = True  # the promotion's write
+    with pytest.raises(sqlite3.OperationalError, match="injected"):
+        await runtime.tick()
+    record = runtime.read("later")
+    assert record is not None and (record.state, record.due_at) == ("queued", now())
+    assert executor.started == []
+    assert (await runtime.tick()).outcome == "completed"  # the next tick moves and runs it
