@@ -93,3 +93,20 @@ async def test_a_drain_without_a_budget_returns_when_nothing_is_due(
     await runtime.ingest(job("later", delay_ms=60_000))
     assert await runtime.drain() == []
     assert await runtime.next_tick_at() is not None
+
+
+async def test_a_budgeted_drain_ends_instead_of_spinning_on_work_it_cannot_take(
+        shared: SharedHarness) -> None:
+    """Another worker runs the only queue's job: pending work, but none this
+    drain can take. It ends at once (a few reads), not after its budget."""
+    other, runtime = shared.runtime(db_time=True), shared.runtime(db_time=True)
+    await other.ingest(job("held", queue="a", payload={"do": "block"}))
+    await other.ingest(job("behind", queue="a"))
+    task = asyncio.create_task(other.tick())
+    await until(lambda: "held" in shared.executor.started)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    assert await runtime.drain(budget_ms=3_000) == []
+    assert loop.time() - started < 1.0
+    shared.executor.release("held")
+    assert (await task).outcome == "completed"

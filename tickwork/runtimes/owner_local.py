@@ -361,7 +361,7 @@ class _LocalRuntime:
             FindCargo: lambda r: store.find_cargo(r.job_id),
             QueueHead: lambda r: store.queue_head(r.queue),
             HasPendingWork: lambda r: store.has_pending_work(clock()),
-            NextWork: self._next_work,
+            NextWork: lambda r: store.next_work(clock()),
             StatusGroups: lambda r: store.status_groups(),
             QueueCounts: lambda r: store.queue_counts(r.queue),
             LaneHasPending: lambda r: store.lane_has_pending(r.lane),
@@ -400,11 +400,6 @@ class _LocalRuntime:
         if job.run_at is not None or job.delay_ms is not None:
             self._next_due = _LOOK  # it may wait: the next tick looks
         self._project_queue(job.queue)
-
-    def _next_work(self, request: NextWork) -> tuple[bool, int | None, int]:
-        now = self._clock()
-        pending = self._store.has_pending_work(now)
-        return pending, None if pending else self._store.next_due(), now
 
     def _promote_due(self, now: int) -> None:
         """Move the jobs whose time has come into the ready set, once the

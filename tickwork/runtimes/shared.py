@@ -298,11 +298,15 @@ class SharedRuntime:
 
     async def _sleep_until_due(self, deadline: float) -> bool:
         """Sleep until the next waiting job is due, if that is before ``deadline``
-        (the runtime's monotonic clock); False when there is none in time."""
+        (the runtime's monotonic clock); False when there is none in time.
+
+        Only a waiting job counts: other pending work the idle tick could not
+        take (a queue whose job runs on another worker) ends the drain, as
+        ticking again at once would spin. A job already due but not yet in
+        the ready set means one more tick (which moves it), never a loop:
+        once moved it no longer waits."""
         clock = self._clock
-        pending, next_due, now = await self._drive(operations.next_work())
-        if pending:
-            return True  # work arrived meanwhile: tick again at once
+        _, next_due, now = await self._drive(operations.next_work())
         if next_due is None:
             return False
         wait_ms = max(0, next_due - now)

@@ -52,6 +52,7 @@ _PAUSE_QUEUE = _render(sql.PAUSE_QUEUE, "queue", "now")
 _RESUME_QUEUE = _render(sql.RESUME_QUEUE, "queue")
 _HAS_PENDING_WORK = _render(sql.HAS_PENDING_WORK, "now")
 _NEXT_DUE = _render(sql.NEXT_DUE)
+_NEXT_WORK = _render(sql.NEXT_WORK, "now")
 _PROMOTE_DUE = _render(sql.PROMOTE_DUE_QUEUES, "now", "limit")
 _STATUS = _render(sql.STATUS)
 _QUEUE_STATUS = _render(sql.QUEUE_STATUS, "queue")
@@ -181,6 +182,10 @@ class OwnerLocalStore:
         """The earliest due time of a job still waiting for it, if any."""
         rows = self.database.query(_NEXT_DUE.text)
         return int(rows[0][0]) if rows else None
+
+    def next_work(self, now: int) -> Row:
+        """(pending, the earliest due time of a waiting job or None, now), one read."""
+        return self.database.query(_NEXT_WORK.text, (now,))[0]
 
     def promote_due(self, now: int, limit: int) -> set[str]:
         """Move up to ``limit`` jobs whose time has come into the ready set;
