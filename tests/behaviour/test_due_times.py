@@ -171,3 +171,24 @@ async def test_a_bad_due_time_is_refused_by_name_and_nothing_changes(
         await jobs.ingest(job("bad", **fields))  # type: ignore[arg-type]
     assert refused.value.field == field and problem in refused.value.problem
     assert await engine.table() == before
+
+
+async def test_the_largest_due_times_cross_every_store_exactly(engine: Engine) -> None:
+    """run_at at 2**53 - 1 and the longest delay: stored, read back, compared
+    on replay and reported by next_tick_at exactly (on a Durable Object these
+    cross to JS, where that integer must travel as a Number, not a BigInt)."""
+    from tickwork.model.jobs import MAX_DELAY_MS, MAX_SAFE_INTEGER
+
+    jobs, now = engine.timed_runtime()
+    far = job("far", queue="a", run_at=MAX_SAFE_INTEGER)
+    longest = job("longest", queue="b", delay_ms=MAX_DELAY_MS)
+    assert await jobs.ingest_many([far, longest]) == ["queued", "queued"]
+    assert await jobs.ingest(far) == "duplicate"
+    assert await jobs.ingest(longest) == "duplicate"
+    stored = await jobs.read("far")
+    assert stored is not None and (stored.run_at, stored.due_at) == (
+        MAX_SAFE_INTEGER, MAX_SAFE_INTEGER)
+    stored = await jobs.read("longest")
+    assert stored is not None and stored.due_at == now() + MAX_DELAY_MS
+    assert await jobs.next_tick_at() == now() + MAX_DELAY_MS
+    assert (await jobs.tick()).status == "idle"

@@ -403,3 +403,11 @@ async def test_a_job_due_sooner_brings_the_alarm_forward_and_the_later_one_is_re
     assert await host.alarm() == host.clock()
     await host.scheduler.run_due()
     assert await host.alarm() == start + DAY_MS
+
+
+async def test_an_alarm_for_the_largest_due_time_is_armed_exactly(host: Host) -> None:
+    """2**53 - 1 crosses to setAlarm as a Number (a BigInt is refused there)."""
+    from tickwork.model.jobs import MAX_SAFE_INTEGER
+
+    await host.stub().ingest(job("last", run_at=MAX_SAFE_INTEGER))
+    assert await host.alarm() == MAX_SAFE_INTEGER

@@ -81,6 +81,7 @@ from tickwork.hosts.cpython.common import Log, finish_tasks, stderr
 from tickwork.hosts.cpython.progress import Progress
 from tickwork.hosts.ticking import tick_until_idle
 from tickwork.model.jobs import JobRecord, validate_jobs
+from tickwork.ports.host import wall_clock_ms
 from tickwork.stores import Sqlite3Database
 
 #: Hex digits of the key's SHA-256 in a file name.
@@ -295,11 +296,12 @@ class OwnerDirectory:
                     # opened (and looked at) when an open one goes idle.
                     self._waiting[key] = path
                     continue
-            if owner.runtime.has_pending_work():
+            at = owner.runtime.next_tick_at()
+            if _due_now(at):
                 started.append(key)
                 self.wake(key)
             else:
-                self._arm_due_timer(owner)
+                self._arm_due_timer(owner, at)
                 self._close_owner(owner)
         return started
 
@@ -313,8 +315,9 @@ class OwnerDirectory:
         if owner.loop is not None:
             owner.again = True  # the running loop looks again before it stops
             return
-        if not owner.runtime.has_pending_work():
-            self._arm_due_timer(owner)
+        at = owner.runtime.next_tick_at()
+        if not _due_now(at):
+            self._arm_due_timer(owner, at)  # nothing now: a timer, if anything waits
             return
         if owner.retry is not None:
             owner.retry.cancel()
@@ -348,7 +351,7 @@ class OwnerDirectory:
             owner.last_used = time.monotonic()
             if not self._stopping:
                 if self._open.get(owner.key) is owner:
-                    self._arm_due_timer(owner)
+                    self._arm_due_timer(owner, owner.runtime.next_tick_at())
                 if self._waiting:
                     self._admit_waiting()
 
@@ -371,11 +374,10 @@ class OwnerDirectory:
             del self._waiting[key]
             self.wake(key)
 
-    def _arm_due_timer(self, owner: _Owner) -> None:
-        """Arm (or move, or drop) the owner's timer for its next due time."""
+    def _arm_due_timer(self, owner: _Owner, at: int | None) -> None:
+        """Arm (or move, or drop) the owner's timer for ``at``, its next_tick_at()."""
         if self._stopping:
             return
-        at = owner.runtime.next_tick_at()
         armed = self._due_timers.get(owner.key)
         if armed is not None and armed[0] == at:
             return
@@ -495,6 +497,12 @@ class OwnerDirectory:
         if self._open.get(owner.key) is owner:
             del self._open[owner.key]
         owner.connection.close()
+
+
+def _due_now(at: int | None) -> bool:
+    """Whether a runtime's next_tick_at() means "tick now" (its clock is the
+    wall clock here)."""
+    return at is not None and at <= wall_clock_ms()
 
 
 def _out_of_descriptors() -> bool:

@@ -328,7 +328,7 @@ WHERE sequence IN (
     ORDER BY due_at
     LIMIT :limit)
 """
-PROMOTE_DUE = Template("promote_due", _PROMOTE_DUE, ("now", "limit"))
+PROMOTE_DUE = Template("promote_due", _PROMOTE_DUE, ("now", "limit"), None, _d1)
 # The owner-local form: also says which queues it moved jobs into (for the
 # projector; a queue appears once per job).
 PROMOTE_DUE_QUEUES = Template("promote_due_queues", _PROMOTE_DUE + "RETURNING queue\n",
