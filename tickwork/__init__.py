@@ -2,7 +2,8 @@
 
 Everything a program using tickwork needs is importable from here:
 
-* the model: ``Job``, ``Recovery``, ``JobRecord``, the outcomes an executor
+* the model: ``Job``, ``Recovery``, ``Retry``, ``JobRecord`` (with its
+  ``Attempt`` history), the outcomes an executor
   returns, the results operations report, ``AbortSignal``, the errors;
 * the runtimes: ``OwnerRuntime`` (one owner's SQLite database: Python's
   sqlite3 through ``Sqlite3Database``, a Durable Object's storage through
@@ -29,17 +30,19 @@ from tickwork.model.errors import (
     SchemaError,
     TickworkError,
 )
-from tickwork.model.jobs import Job, JobRecord, Recovery
+from tickwork.model.jobs import Attempt, Job, JobRecord, Recovery, Retry
 from tickwork.model.outcomes import (
     Cancelled,
     CancelResult,
     Completed,
+    DeadLetters,
     ExecutionResult,
     Failed,
     FailLaneResult,
     OutcomeUnknown,
     QueueStatus,
     QueueTransition,
+    RedriveResult,
     TickResult,
 )
 from tickwork.model.signals import AbortSignal, LeasedSignal
@@ -58,12 +61,14 @@ __all__ = [
     "DEFAULT_LEASE_MS",
     "DEFAULT_RENEW_EVERY_MS",
     "AbortSignal",
+    "Attempt",
     "CancelResult",
     "Cancelled",
     "Completed",
     "ConcurrentOwnerRuntime",
     "D1Runtime",
     "DatabaseUnusable",
+    "DeadLetters",
     "DurableObjectDatabase",
     "ExecutionResult",
     "FailLaneResult",
@@ -82,6 +87,8 @@ __all__ = [
     "QueueStatus",
     "QueueTransition",
     "Recovery",
+    "RedriveResult",
+    "Retry",
     "SchemaError",
     "SharedRuntime",
     "Sqlite3Database",

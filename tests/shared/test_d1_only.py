@@ -275,7 +275,7 @@ async def test_queue_status_counts_every_state_from_indexes_only(db: Any) -> Non
 
 
 async def test_a_database_without_0004_is_refused_then_upgraded_with_its_rows(db: Any) -> None:
-    """A database at version 3 with real rows: refused (naming 0004 and 0005,
+    """A database at version 3 with real rows: refused (naming 0004 to 0006,
     nothing written) until they run; then every row is intact and runs as before."""
     from tickwork.schemas import migrations
 
@@ -285,9 +285,9 @@ async def test_a_database_without_0004_is_refused_then_upgraded_with_its_rows(db
     await db.prepare(OLD_ROWS).run()
     before = await D1Binding(db).query("SELECT * FROM tickwork_jobs ORDER BY sequence")
     runtime = D1Runtime(db, execute=_complete, wake=CountingWake())
-    with pytest.raises(SchemaError, match=r"version 3, this package needs 5: "
-                                          r"apply 0004_due_times\.sql, 0005_paused_queues\.sql "
-                                          r"from schema/d1"):
+    with pytest.raises(SchemaError, match=r"version 3, this package needs 6: "
+                                          r"apply 0004_due_times\.sql, 0005_paused_queues\.sql, "
+                                          r"0006_retries\.sql from schema/d1"):
         await runtime.ingest(job("a"))
     assert await _count(db) == 2
     for migration in migrations("d1")[3:]:
@@ -295,7 +295,9 @@ async def test_a_database_without_0004_is_refused_then_upgraded_with_its_rows(db
             await db.prepare(statement).run()
     after = await D1Binding(db).query(
         "SELECT * FROM tickwork_jobs ORDER BY sequence")
-    assert [(*row, None, None, None) for row in before] == after  # new columns NULL
+    # New columns NULL (due at once, no retry policy, no history), and every
+    # job on its first attempt.
+    assert [(*row, None, None, None, None, 1, None) for row in before] == after
     assert await runtime.ingest(job("old-queued", payload={"n": 1})) == "duplicate"
     assert await runtime.ingest(job("later", delay_ms=60_000)) == "queued"
     result = await runtime.tick()

@@ -357,9 +357,10 @@ async def test_a_database_without_0004_is_refused_then_upgraded_with_its_rows(
                 before = await (await conn.execute(
                     "SELECT * FROM tickwork_jobs ORDER BY sequence")).fetchall()
             runtime = _runtime(pool)
-            with pytest.raises(SchemaError, match=r"version 3, this package needs 5: apply "
+            with pytest.raises(SchemaError, match=r"version 3, this package needs 6: apply "
                                                   r"0004_due_times\.sql, 0005_paused_queues"
-                                                  r"\.sql from schema/postgres"):
+                                                  r"\.sql, 0006_retries\.sql from "
+                                                  r"schema/postgres"):
                 await runtime.ingest(job("a"))
             assert await _count(pool) == 2
             async with pool.connection() as conn:
@@ -368,7 +369,9 @@ async def test_a_database_without_0004_is_refused_then_upgraded_with_its_rows(
                 await conn.commit()
                 after = await (await conn.execute(
                     "SELECT * FROM tickwork_jobs ORDER BY sequence")).fetchall()
-            assert [(*row, None, None, None) for row in before] == after  # new columns NULL
+            # New columns NULL (due at once, no retry policy, no history), and
+            # every job on its first attempt.
+            assert [(*row, None, None, None, None, 1, None) for row in before] == after
             assert await runtime.ingest(job("old-queued", payload={"n": 1})) == "duplicate"
             assert await runtime.ingest(job("later", delay_ms=60_000)) == "queued"
             result = await runtime.tick()

@@ -23,6 +23,7 @@ from tickwork import (
     OwnerRuntime,
     QueueTransition,
     Recovery,
+    Retry,
 )
 from tickwork.ports.database import SyncDatabase
 from tickwork.runtimes.owner_local import ConcurrentOwnerRuntime
@@ -44,9 +45,10 @@ def job(
     *,
     run_at: int | None = None,
     delay_ms: int | None = None,
+    retry: Retry | None = None,
 ) -> Job:
     return Job(job_id, queue, lane, priority, {} if payload is None else payload, recovery,
-               run_at=run_at, delay_ms=delay_ms)
+               run_at=run_at, delay_ms=delay_ms, retry=retry)
 
 
 class CountingWake:
@@ -107,6 +109,13 @@ class ScriptedExecutor:
             await asyncio.sleep(0)
             if action in IMMEDIATE_ACTIONS:
                 return immediate_result(action, payload)
+            if action == "fail_until":
+                # Fails (or, with "raise", raises) until attempt "succeed_on".
+                if job.attempt >= payload.get("succeed_on", 1_000_000):
+                    return Completed()
+                if payload.get("raise"):
+                    raise RuntimeError(f"attempt {job.attempt} exploded")
+                return Failed(f"attempt-{job.attempt}", payload.get("retry_after_ms"))
             if action == "block":
                 gate = self._gate(job.job_id)
                 aborted = asyncio.ensure_future(signal.wait())

@@ -24,9 +24,11 @@ from typing import Any
 from tickwork import DEFAULT_LEASE_MS, Job, JobRecord
 from tickwork.model.outcomes import (
     CancelResult,
+    DeadLetters,
     FailLaneResult,
     IngestStatus,
     QueueStatus,
+    RedriveResult,
     TickResult,
 )
 
@@ -100,6 +102,15 @@ class Jobs:
     async def resume(self, queue: str) -> bool:
         changed: bool = await self._call("resume", queue)
         return changed
+
+    async def dead_letters(self, queue: str, *, limit: int = 50,
+                           cursor: str | None = None) -> DeadLetters:
+        page: DeadLetters = await self._call("dead_letters", queue, limit=limit, cursor=cursor)
+        return page
+
+    async def redrive(self, job_id: str, redrive_id: str) -> RedriveResult:
+        result: RedriveResult = await self._call("redrive", job_id, redrive_id)
+        return result
 
     async def tick(self) -> TickResult:
         result: TickResult = await self.runtime.tick()

@@ -14,6 +14,7 @@ before any store is touched.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Final
 
@@ -25,6 +26,7 @@ from tickwork.lifecycle.requests import (
     Claim,
     ClaimOrProbe,
     Commit,
+    DeadLetterPage,
     Execute,
     FailLane,
     Find,
@@ -42,7 +44,10 @@ from tickwork.lifecycle.requests import (
     QueueHead,
     ReadClaim,
     RecordCancellation,
+    RecordRedrive,
+    RedriveApplied,
     Requeue,
+    RequeueForRetry,
     ResumeQueue,
     Settle,
     SettleNextCancelled,
@@ -60,12 +65,15 @@ from tickwork.lifecycle.rules import (
     Settlement,
     decide_cancel,
     decide_recovery,
+    decide_redrive,
+    decide_retry,
     recovery_settlement,
     settlement_under_cancellation,
 )
 from tickwork.model.errors import IngestConflict, InvalidArgument
 from tickwork.model.jobs import (
     MAX_LANE_LENGTH,
+    MAX_SAFE_INTEGER,
     Job,
     JobRecord,
     cargo_differences,
@@ -78,9 +86,11 @@ from tickwork.model.jobs import (
 )
 from tickwork.model.outcomes import (
     CancelResult,
+    DeadLetters,
     FailLaneResult,
     IngestStatus,
     QueueStatus,
+    RedriveResult,
     TickResult,
     queue_status_from_counts,
     queue_statuses_from_groups,
@@ -112,6 +122,16 @@ def settled(job: JobRecord) -> TickResult:
 def _written(job: JobRecord, settlement: Settlement) -> TickResult:
     return TickResult("settled", job_id=job.job_id, outcome=settlement.outcome,
                       failure_reason=settlement.failure_reason)
+
+
+def _retried(job: JobRecord, settlement: Settlement) -> TickResult:
+    return TickResult("retried", job_id=job.job_id, outcome=settlement.outcome,
+                      failure_reason=settlement.failure_reason, retry_at=job.due_at)
+
+
+#: dead_letters returns at most this many jobs per page.
+MAX_DEAD_LETTER_PAGE = 100
+_CURSOR = re.compile(r"-?[0-9]{1,16}\.[0-9]{1,19}", re.ASCII)
 
 
 # ------------------------------------------------------------------ reads
@@ -160,6 +180,30 @@ def queue_status(queue: str) -> Plan[QueueStatus]:
     check_id("queue", queue)
     queued, running, delayed, paused, *outcomes = yield QueueCounts(queue)
     return queue_status_from_counts(queue, queued, running, outcomes, delayed, paused)
+
+
+def dead_letters(queue: str, limit: int = 50, cursor: str | None = None
+                 ) -> Plan[DeadLetters]:
+    """One page of the queue's dead letters (jobs settled failed,
+    outcome_unknown or interrupted), newest settlement first: up to
+    ``limit`` (1 to 100) jobs after ``cursor`` (from the previous page)."""
+    check_id("queue", queue)
+    if not isinstance(limit, int) or isinstance(limit, bool) or not (
+            1 <= limit <= MAX_DEAD_LETTER_PAGE):
+        raise InvalidArgument("limit", f"must be an integer from 1 to {MAX_DEAD_LETTER_PAGE}, "
+                                       f"got {limit!r}")
+    before = (MAX_SAFE_INTEGER, MAX_SAFE_INTEGER) if cursor is None else _parse_cursor(cursor)
+    jobs: list[JobRecord] = yield DeadLetterPage(queue, before, limit)
+    last = jobs[-1] if len(jobs) == limit else None
+    return DeadLetters(jobs, None if last is None else f"{last.settled_at}.{last.sequence}")
+
+
+def _parse_cursor(cursor: object) -> tuple[int, int]:
+    # A cursor is "<settled_at>.<sequence>" of the last job of a page.
+    if isinstance(cursor, str) and _CURSOR.fullmatch(cursor):
+        settled, _, sequence = cursor.partition(".")
+        return int(settled), int(sequence)
+    raise InvalidArgument("cursor", f"is not a cursor a dead_letters page returned: {cursor!r}")
 
 
 # -------------------------------------------------------------- mutations
@@ -275,6 +319,29 @@ def resume(queue: str) -> Plan[bool]:
     return resumed
 
 
+def redrive(job_id: str, redrive_id: str) -> Plan[RedriveResult]:
+    """Put a dead letter (a job settled failed, outcome_unknown or
+    interrupted) back to queued, due at once, as a new attempt chain; its
+    last attempt stays in its history. ``redrive_id`` makes it replay-safe:
+    a repeated request with any id already applied to the job is
+    ``replayed`` and changes nothing."""
+    check_id("job_id", job_id)
+    check_id("redrive_id", redrive_id)
+    for _ in range(MAX_ROUNDS):
+        job = yield Find(job_id)
+        applied = False if job is None else (yield RedriveApplied(job_id, redrive_id))
+        decision = decide_redrive(job, applied)
+        if not decision.record:
+            return RedriveResult(decision.status, job_id, decision.reason)
+        # Fenced on that decision still holding; else decide again.
+        if (yield RecordRedrive(job_id, redrive_id)) is not None:
+            break
+    else:
+        raise RuntimeError(f"redrive of job {job_id!r} did not converge")
+    yield _WAKE_SOON
+    return RedriveResult("redriven", job_id)
+
+
 # ------------------------------------------------------------------ ticks
 
 
@@ -340,14 +407,25 @@ def recover(suspect: Suspect, ticker: object) -> Plan[TickResult | None]:
 
 
 def run(held: Held, *, claim_next: bool = False) -> Plan[Ticked]:
-    """Execute a held claim and record exactly one outcome for it."""
+    """Execute a held claim and record exactly one outcome for it: its
+    settlement, or, when its retry policy retries this attempt, its return
+    to the queue as the next attempt (the job's one outcome comes later)."""
     settlement, interruption = yield Execute(held)
-    written, next_held = yield Settle(held, settlement,
-                                      claim_next=claim_next and interruption is None)
-    if written:
-        result = _written(held.job, settlement)
+    retry_in = decide_retry(held.job, settlement)
+    next_held = None
+    if retry_in is not None:
+        retried = yield RequeueForRetry(held, settlement, retry_in)
+        if retried is not None:
+            result = _retried(retried, settlement)
+        else:
+            result = yield from settle_unusual(held, settlement, retry_in)
     else:
-        result = yield from settle_unusual(held, settlement)
+        written, next_held = yield Settle(held, settlement,
+                                          claim_next=claim_next and interruption is None)
+        if written:
+            result = _written(held.job, settlement)
+        else:
+            result = yield from settle_unusual(held, settlement)
     if interruption is not None:
         yield _WAKE_SOON
         raise interruption
@@ -355,8 +433,10 @@ def run(held: Held, *, claim_next: bool = False) -> Plan[Ticked]:
     return result, next_held
 
 
-def settle_unusual(held: Held, settlement: Settlement) -> Plan[TickResult]:
-    """The fenced settlement matched nothing: find out why and act on it.
+def settle_unusual(held: Held, settlement: Settlement,
+                   retry_in: int | None = None) -> Plan[TickResult]:
+    """The fenced settlement (or retry, ``retry_in`` ms later) matched
+    nothing: find out why and act on it.
 
     Each round reads, then writes fenced on what it read.
     """
@@ -380,6 +460,11 @@ def settle_unusual(held: Held, settlement: Settlement) -> Plan[TickResult]:
         # A cancellation recorded while the job ran (through any path) decides
         # the outcome: the durable record, not the local signal.
         final = settlement_under_cancellation(settlement) if cancelled else settlement
+        if retry_in is not None and not cancelled:
+            retried = yield RequeueForRetry(held, settlement, retry_in)
+            if retried is not None:
+                return _retried(retried, settlement)
+            continue
         written, _ = yield Settle(held, final, cancelled=cancelled)
         if written:
             return _written(job, final)

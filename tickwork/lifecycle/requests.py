@@ -139,6 +139,24 @@ class QueueCounts(Request):
 
 
 @dataclass(slots=True)
+class DeadLetterPage(Request):
+    """Up to ``limit`` of the queue's dead letters settled before ``before``
+    (``(settled_at, sequence)``, exclusive), newest first -> ``list[JobRecord]``."""
+
+    queue: str
+    before: tuple[int, int]
+    limit: int
+
+
+@dataclass(slots=True)
+class RedriveApplied(Request):
+    """Whether ``redrive_id`` was applied to the job before -> ``bool``."""
+
+    job_id: str
+    redrive_id: str
+
+
+@dataclass(slots=True)
 class LaneHasPending(Request):
     """Whether the lane still has a queued or running job -> ``bool``."""
 
@@ -175,6 +193,17 @@ class RecordCancellation(Request):
     job_id: str
     cancellation_id: str
     only_if_queued: bool
+
+
+@dataclass(slots=True)
+class RecordRedrive(Request):
+    """Put a dead letter back to queued as a new attempt chain, remembering
+    ``redrive_id`` -> the job as queued again, or None (nothing written) when
+    it no longer applies: the job is not a dead letter now, or the id was
+    applied meanwhile."""
+
+    job_id: str
+    redrive_id: str
 
 
 @dataclass(slots=True)
@@ -320,6 +349,18 @@ class Settle(Request):
     settlement: Settlement
     cancelled: bool = False
     claim_next: bool = False
+
+
+@dataclass(slots=True)
+class RequeueForRetry(Request):
+    """Put a held claim's job back to queued as its next attempt, due
+    ``delay_ms`` from now by the store's clock, with the attempt that ended
+    (``settlement``) in its history -> the job as queued, or None when the
+    fence (as ``Settle``'s, with no cancellation) matched nothing."""
+
+    held: Held
+    settlement: Settlement
+    delay_ms: int
 
 
 @dataclass(slots=True)

@@ -8,11 +8,21 @@ in one place.
 from __future__ import annotations
 
 import asyncio
+import math
+import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
-from tickwork.model.jobs import JobRecord, Outcome
-from tickwork.model.outcomes import Cancelled, CancelStatus, Completed, Failed, OutcomeUnknown
+from tickwork.model.jobs import JobRecord, Outcome, Retry
+from tickwork.model.outcomes import (
+    Cancelled,
+    CancelStatus,
+    Completed,
+    Failed,
+    OutcomeUnknown,
+    RedriveStatus,
+)
 
 # Reason codes the engine itself writes as failure_reason.
 EXECUTION_FAILED = "execution_failed"
@@ -43,6 +53,8 @@ class Settlement:
 
     outcome: Outcome
     failure_reason: str | None = None
+    #: The executor's own delay before a retry (``Failed.retry_after_ms``).
+    retry_after_ms: int | None = None
 
 
 def settlement_for_result(result: object) -> Settlement:
@@ -50,7 +62,7 @@ def settlement_for_result(result: object) -> Settlement:
     if isinstance(result, Completed):
         return Settlement("completed")
     if isinstance(result, Failed):
-        return Settlement("failed", result.reason)
+        return Settlement("failed", result.reason, result.retry_after_ms)
     if isinstance(result, Cancelled):
         return Settlement("cancelled")
     if isinstance(result, OutcomeUnknown):
@@ -78,6 +90,70 @@ def settlement_under_cancellation(settlement: Settlement) -> Settlement:
     if settlement.outcome == "completed":
         return Settlement("cancelled", EXECUTOR_COMPLETED)
     return Settlement("cancelled")
+
+
+def backoff_ms(policy: Retry, attempt: int, draw: Callable[[], float] = random.random) -> int:
+    """How long after failed attempt ``attempt`` (1-based) the next one is due:
+    the policy's exponential delay, capped, less up to ``jitter`` of it."""
+    try:
+        raw = policy.base_delay_ms * policy.factor ** (attempt - 1)
+    except OverflowError:  # far past any cap
+        raw = math.inf
+    delay = policy.max_delay_ms if raw >= policy.max_delay_ms else int(raw)
+    if policy.jitter:
+        delay -= int(delay * policy.jitter * draw())
+    return max(delay, 0)
+
+
+def decide_retry(job: JobRecord, settlement: Settlement,
+                 draw: Callable[[], float] = random.random) -> int | None:
+    """The delay (ms) after which the attempt that ended with ``settlement``
+    is retried, or None when the job settles: no policy, no attempts left, or
+    an outcome the policy does not retry (``outcome_unknown`` only with
+    ``retry_unknown``; never ``completed`` or ``cancelled``)."""
+    policy = job.retry
+    if policy is None or job.attempt >= policy.attempts:
+        return None
+    if settlement.outcome == "failed":
+        pass
+    elif settlement.outcome != "outcome_unknown" or not policy.retry_unknown:
+        return None
+    if settlement.retry_after_ms is not None:
+        return settlement.retry_after_ms
+    return backoff_ms(policy, job.attempt, draw)
+
+
+#: Outcomes a job may settle with and be redriven from (its dead letters).
+DEAD_OUTCOMES: tuple[Outcome, ...] = ("failed", "outcome_unknown", "interrupted")
+#: Why a redrive was refused (RedriveResult.reason).
+NOT_SETTLED = "not_settled"
+NOT_DEAD = "not_dead"
+CANCELLATION_RECORDED = "cancellation_recorded"
+
+
+@dataclass(frozen=True, slots=True)
+class RedriveDecision:
+    status: RedriveStatus
+    record: bool  # write the redrive?
+    reason: str | None = None
+
+
+def decide_redrive(job: JobRecord | None, already_applied: bool) -> RedriveDecision:
+    """What a redrive request does to ``job`` (None when it does not exist),
+    given whether its redrive id was applied to the job before."""
+    if job is None:
+        return RedriveDecision("not_found", record=False)
+    if already_applied:
+        return RedriveDecision("replayed", record=False)
+    if job.state != "settled":
+        return RedriveDecision("refused", record=False, reason=NOT_SETTLED)
+    if job.cancellation_id is not None:
+        # Its cancellation id answers replays of that cancellation; a new
+        # chain under it would be cancelled at once, or contradict it.
+        return RedriveDecision("refused", record=False, reason=CANCELLATION_RECORDED)
+    if job.outcome not in DEAD_OUTCOMES:
+        return RedriveDecision("refused", record=False, reason=NOT_DEAD)
+    return RedriveDecision("redriven", record=True)
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,12 @@ MAX_INGEST_BATCH = 100
 #: Longest delay a job may ask for (about 2,854 centuries): far beyond any use,
 #: and small enough that "now + delay" stays an integer JS stores exactly.
 MAX_DELAY_MS = 2**53 // 1000
+#: Most attempts a retry policy may allow (each one a claim and an execution).
+MAX_ATTEMPTS = 1000
+#: Largest factor by which a retry policy's backoff may grow per attempt.
+MAX_BACKOFF_FACTOR = 100.0
+#: How many earlier attempts a job's history keeps (the oldest are dropped).
+MAX_HISTORY = 20
 
 JobState: TypeAlias = Literal["queued", "running", "settled"]
 Outcome: TypeAlias = Literal["completed", "failed", "cancelled", "outcome_unknown", "interrupted"]
@@ -37,13 +43,51 @@ class Recovery:
 
 
 @dataclass(frozen=True, slots=True)
+class Retry:
+    """Retry a failed attempt after a backoff, up to ``attempts`` attempts in all.
+
+    Attempt ``n`` (1-based) that fails is retried after
+    ``min(max_delay_ms, base_delay_ms * factor ** (n - 1))`` milliseconds,
+    less up to ``jitter`` of it at random (0: exact; 1: anywhere from 0 to
+    the full delay), unless its executor asked for a delay of its own
+    (``Failed(retry_after_ms=...)``). An ``outcome_unknown`` attempt may have
+    had its effect, so it is retried only with ``retry_unknown=True``.
+    Cancelled, interrupted (crash recovery, see ``Recovery``) and lane-failed
+    jobs are never retried.
+    """
+
+    attempts: int
+    base_delay_ms: int = 1000
+    factor: float = 2.0
+    max_delay_ms: int = 3_600_000
+    jitter: float = 0.0
+    retry_unknown: bool = False
+
+
+class Attempt(NamedTuple):
+    """One earlier attempt of a job: how it ended, and when.
+
+    ``redrive_id`` is set on the last attempt of a chain a redrive started
+    over (the attempt numbers then begin again at 1).
+    """
+
+    attempt: int
+    outcome: Outcome
+    failure_reason: str | None
+    started_at: int | None
+    ended_at: int
+    redrive_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Job:
     """A unit of work. ``payload`` is opaque JSON; tickwork never looks inside it.
 
     A job is due at once, unless it names when: ``run_at`` (epoch ms) or
     ``delay_ms`` (from the moment it is stored, by the store's clock:
     database time on D1 and PostgreSQL), never both. Until it is due it
-    waits: no tick claims it, and it holds no queue.
+    waits: no tick claims it, and it holds no queue. ``retry`` opts in to
+    retries of failed attempts (see ``Retry``).
     """
 
     job_id: str
@@ -54,6 +98,7 @@ class Job:
     recovery: Recovery | None = None
     run_at: int | None = None
     delay_ms: int | None = None
+    retry: Retry | None = None
 
 
 class JobRecord(NamedTuple):
@@ -85,6 +130,12 @@ class JobRecord(NamedTuple):
     #: While the job waits for its time: when it becomes due. None once it is
     #: due (or when it never waited): it is then claimable like any job.
     due_at: int | None = None
+    #: The job's retry policy (cargo), if it has one.
+    retry: Retry | None = None
+    #: The attempt this is (1 for the first; a redrive starts again at 1).
+    attempt: int = 1
+    #: The attempts before this one, oldest first, at most ``MAX_HISTORY``.
+    history: tuple[Attempt, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +150,8 @@ class ValidJob:
     max_recoveries: int | None
     run_at: int | None = None
     delay_ms: int | None = None
+    #: The retry policy as canonical JSON (``retry_json``), or None.
+    retry_json: str | None = None
 
 
 def check_text(field: str, value: object, max_length: int, error: type[InvalidArgument]) -> str:
@@ -219,8 +272,65 @@ def validate_job(job: object) -> ValidJob:
         delay_ms = check_safe_int("delay_ms", job.delay_ms, InvalidJob, 0)
         if delay_ms > MAX_DELAY_MS:
             raise InvalidJob("delay_ms", f"must be at most {MAX_DELAY_MS}, got {delay_ms}")
+    retry_json = None if job.retry is None else retry_policy_json(job.retry, "retry")
     return ValidJob(job_id, queue, lane, priority, canonical_json(job.payload), max_recoveries,
-                    run_at, delay_ms)
+                    run_at, delay_ms, retry_json)
+
+
+def _check_number(field: str, value: object, minimum: float, maximum: float) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise InvalidJob(field, f"must be a number, got {type(value).__name__}")
+    if not (math.isfinite(value) and minimum <= value <= maximum):
+        raise InvalidJob(field, f"must be within {minimum} and {maximum}, got {value!r}")
+    return float(value)
+
+
+def check_retry(policy: object, field: str = "retry") -> Retry:
+    """A valid retry policy, or InvalidJob naming the bad field."""
+    if not isinstance(policy, Retry):
+        raise InvalidJob(field, f"must be a tickwork.Retry or None, got {type(policy).__name__}")
+    attempts = check_safe_int(f"{field}.attempts", policy.attempts, InvalidJob, 1)
+    if attempts > MAX_ATTEMPTS:
+        raise InvalidJob(f"{field}.attempts", f"must be at most {MAX_ATTEMPTS}, got {attempts}")
+    base = check_safe_int(f"{field}.base_delay_ms", policy.base_delay_ms, InvalidJob, 0)
+    cap = check_safe_int(f"{field}.max_delay_ms", policy.max_delay_ms, InvalidJob, 0)
+    for name, value in (("base_delay_ms", base), ("max_delay_ms", cap)):
+        if value > MAX_DELAY_MS:
+            raise InvalidJob(f"{field}.{name}", f"must be at most {MAX_DELAY_MS}, got {value}")
+    if cap < base:
+        raise InvalidJob(f"{field}.max_delay_ms",
+                         f"must be at least base_delay_ms ({base}), got {cap}")
+    factor = _check_number(f"{field}.factor", policy.factor, 1.0, MAX_BACKOFF_FACTOR)
+    jitter = _check_number(f"{field}.jitter", policy.jitter, 0.0, 1.0)
+    if not isinstance(policy.retry_unknown, bool):
+        raise InvalidJob(f"{field}.retry_unknown", "must be a bool")
+    return Retry(attempts, base, factor, cap, jitter, policy.retry_unknown)
+
+
+def retry_policy_json(policy: object, field: str = "retry") -> str:
+    """A retry policy validated and written as canonical JSON (as stored)."""
+    valid = check_retry(policy, field)
+    return _CANONICAL.encode({
+        "attempts": valid.attempts, "base_delay_ms": valid.base_delay_ms,
+        "factor": valid.factor, "jitter": valid.jitter, "max_delay_ms": valid.max_delay_ms,
+        "retry_unknown": valid.retry_unknown})
+
+
+def retry_from_json(text: str) -> Retry:
+    """The retry policy stored as ``retry_json``."""
+    value = json.loads(text)
+    return Retry(value["attempts"], value["base_delay_ms"], float(value["factor"]),
+                 value["max_delay_ms"], float(value["jitter"]), value["retry_unknown"])
+
+
+def history_from_json(text: str | None) -> tuple[Attempt, ...]:
+    """A job's attempt history as stored (``history_json``, a JSON array)."""
+    if text is None:
+        return ()
+    return tuple(
+        Attempt(entry["attempt"], entry["outcome"], entry.get("reason"),
+                entry.get("started_at"), entry["ended_at"], entry.get("redrive_id"))
+        for entry in json.loads(text))
 
 
 # ValidJob fields that make up a job's cargo, with the names errors report.
@@ -235,6 +345,7 @@ _CARGO_FIELDS = (
     # does not move the due time); run_at vs delay_ms always differs.
     ("run_at", "run_at"),
     ("delay_ms", "delay_ms"),
+    ("retry_json", "retry"),
 )
 
 
@@ -251,7 +362,7 @@ def stored_cargo(stored: ValidJob) -> ValidJob:
     except (ValueError, InvalidJob):  # not something ingest could have stored
         return stored
     return ValidJob(stored.job_id, stored.queue, stored.lane, stored.priority, canonical,
-                    stored.max_recoveries, stored.run_at, stored.delay_ms)
+                    stored.max_recoveries, stored.run_at, stored.delay_ms, stored.retry_json)
 
 
 def cargo_differences(new: ValidJob, stored: ValidJob) -> tuple[str, ...]:

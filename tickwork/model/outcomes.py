@@ -6,7 +6,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
-from tickwork.model.jobs import JobRecord, Outcome, check_reason
+from tickwork.model.errors import InvalidArgument
+from tickwork.model.jobs import MAX_DELAY_MS, JobRecord, Outcome, check_reason, check_safe_int
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,15 +19,27 @@ class Completed:
 class Failed:
     """The job failed; ``reason`` is an optional short code (1 to 256 characters).
 
-    A bad reason raises ``InvalidArgument`` (a ``ValueError``) here, inside the
-    executor, which then settles as ``execution_failed``.
+    ``retry_after_ms`` asks for the next attempt after that delay instead
+    of the policy's backoff (say, from a ``Retry-After`` header); it is
+    granted only while the job's retry policy has attempts left, and a job
+    without a policy settles ``failed`` as always.
+
+    A bad reason or delay raises ``InvalidArgument`` (a ``ValueError``) here,
+    inside the executor, which then settles as ``execution_failed``.
     """
 
     reason: str | None = None
+    retry_after_ms: int | None = None
 
     def __post_init__(self) -> None:
         if self.reason is not None:
             check_reason("Failed.reason", self.reason)
+        if self.retry_after_ms is not None:
+            check_safe_int("Failed.retry_after_ms", self.retry_after_ms, InvalidArgument, 0)
+            if self.retry_after_ms > MAX_DELAY_MS:
+                raise InvalidArgument("Failed.retry_after_ms",
+                                      f"must be at most {MAX_DELAY_MS}, "
+                                      f"got {self.retry_after_ms}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,10 +54,12 @@ class OutcomeUnknown:
 
 ExecutionResult: TypeAlias = Completed | Failed | Cancelled | OutcomeUnknown
 
-TickStatus: TypeAlias = Literal["idle", "busy", "settled", "requeued", "liveness_unknown"]
+TickStatus: TypeAlias = Literal[
+    "idle", "busy", "settled", "retried", "requeued", "liveness_unknown"]
 CancelStatus: TypeAlias = Literal[
     "recorded", "replayed", "conflict", "refused", "not_found", "already_settled"
 ]
+RedriveStatus: TypeAlias = Literal["redriven", "replayed", "refused", "not_found"]
 IngestStatus: TypeAlias = Literal["queued", "duplicate"]
 
 
@@ -53,9 +68,11 @@ class TickResult:
     """What one tick did.
 
     ``status``: ``idle`` (nothing to do), ``busy`` (a tick of this kind is in
-    flight), ``settled`` (this tick settled ``job_id``), ``requeued`` (recovery
-    put ``job_id`` back and nothing else ran) or ``liveness_unknown`` (the
-    liveness probe for ``job_id`` raised; ``reason`` says why).
+    flight), ``settled`` (this tick settled ``job_id``), ``retried`` (the
+    attempt ended with ``outcome`` and the job waits for its next attempt,
+    due at ``retry_at``), ``requeued`` (recovery put ``job_id`` back and
+    nothing else ran) or ``liveness_unknown`` (the liveness probe for
+    ``job_id`` raised; ``reason`` says why).
     """
 
     status: TickStatus
@@ -63,12 +80,35 @@ class TickResult:
     outcome: Outcome | None = None
     failure_reason: str | None = None
     reason: str | None = None
+    retry_at: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class CancelResult:
     status: CancelStatus
     job_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class RedriveResult:
+    """What ``redrive`` did: ``redriven`` (the job is queued again, a new
+    attempt chain), ``replayed`` (this redrive id was applied already),
+    ``refused`` (``reason``: ``not_settled``, ``not_dead`` for a completed or
+    cancelled job, or ``cancellation_recorded``) or ``not_found``."""
+
+    status: RedriveStatus
+    job_id: str
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetters:
+    """One page of a queue's dead letters (jobs settled ``failed``,
+    ``outcome_unknown`` or ``interrupted``), newest settlement first.
+    ``cursor`` asks for the next page; None when this page is the last."""
+
+    jobs: list[JobRecord]
+    cursor: str | None
 
 
 @dataclass(frozen=True, slots=True)

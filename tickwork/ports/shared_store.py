@@ -132,3 +132,24 @@ class SharedStore(Protocol):
 
     async def resume_queue(self, queue: str) -> bool:
         """Unmark the queue; False when it was not paused."""
+
+    async def retry(
+        self, sequence: int, token: str, settlement: Settlement, delay_ms: int,
+        now: int | None,
+    ) -> JobRecord | None:
+        """Put a live claim's job back to queued as its next attempt, due
+        ``delay_ms`` from now (database time), the ended attempt in its
+        history; fenced like ``settle(cancelled=False)``."""
+
+    async def dead_letters(
+        self, queue: str, before: tuple[int, int], limit: int
+    ) -> list[JobRecord]:
+        """Up to ``limit`` dead letters of the queue settled before ``before``
+        (``(settled_at, sequence)``), newest first (one statement)."""
+
+    async def redrive_applied(self, job_id: str, redrive_id: str) -> bool:
+        """Whether ``redrive_id`` was applied to the job before."""
+
+    async def redrive(self, job_id: str, redrive_id: str, now: int | None) -> JobRecord | None:
+        """Queue a dead letter again as a new attempt chain and remember the
+        redrive id, in one transaction or batch; None when it no longer applies."""

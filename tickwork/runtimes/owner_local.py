@@ -42,6 +42,7 @@ from tickwork.lifecycle.requests import (
     Claim,
     ClaimOrProbe,
     ClaimView,
+    DeadLetterPage,
     Execute,
     FailLane,
     Find,
@@ -59,8 +60,11 @@ from tickwork.lifecycle.requests import (
     QueueHead,
     ReadClaim,
     RecordCancellation,
+    RecordRedrive,
+    RedriveApplied,
     Request,
     Requeue,
+    RequeueForRetry,
     ResumeQueue,
     Settle,
     SettleNextCancelled,
@@ -83,10 +87,12 @@ from tickwork.model.jobs import (
 )
 from tickwork.model.outcomes import (
     CancelResult,
+    DeadLetters,
     FailLaneResult,
     IngestStatus,
     QueueStatus,
     QueueTransition,
+    RedriveResult,
     TickResult,
 )
 from tickwork.model.signals import AbortSignal
@@ -241,6 +247,13 @@ class _LocalRuntime:
         """Job counts of one queue (all zero for a queue without jobs), from its indexes."""
         return self._read(operations.queue_status(queue))
 
+    def dead_letters(self, queue: str, *, limit: int = 50,
+                     cursor: str | None = None) -> DeadLetters:
+        """One page of the queue's dead letters (settled failed,
+        outcome_unknown or interrupted), newest settlement first; pass the
+        page's ``cursor`` to read the next one."""
+        return self._read(operations.dead_letters(queue, limit, cursor))
+
     def read_settled(self, limit: int, after_sequence: int = 0) -> list[JobRecord]:
         """The settled feed: settled jobs in enqueue order, after ``after_sequence``.
 
@@ -296,6 +309,11 @@ class _LocalRuntime:
     def resume(self, queue: str) -> bool:
         """Resume the queue; True when it was paused."""
         return self._perform(operations.resume(queue))
+
+    def redrive(self, job_id: str, redrive_id: str) -> RedriveResult:
+        """Put a dead letter back in its queue as a new attempt chain (see
+        ``RedriveResult``); replay-safe by ``redrive_id``."""
+        return self._perform(operations.redrive(job_id, redrive_id))
 
     # ------------------------------------------------------------------- tick
 
@@ -365,6 +383,9 @@ class _LocalRuntime:
             StatusGroups: lambda r: store.status_groups(),
             QueueCounts: lambda r: store.queue_counts(r.queue),
             LaneHasPending: lambda r: store.lane_has_pending(r.lane),
+            DeadLetterPage: lambda r: store.dead_letters(r.queue, r.before, r.limit),
+            RedriveApplied: lambda r: store.redrive_applied(r.job_id, r.redrive_id),
+            RecordRedrive: self._record_redrive,
             Insert: self._insert,
             InsertMany: self._insert_many,
             RecordCancellation: self._record_cancellation,
@@ -380,6 +401,7 @@ class _LocalRuntime:
             SettleNextCancelled: self._settle_next_cancelled,
             Execute: self._execute_claim,
             Settle: self._settle,
+            RequeueForRetry: self._requeue_for_retry,
             ReadClaim: self._read_claim,
             Wake: self._wake_for_tick if self._wake_is_async else self._wake_at_once,
         }
@@ -424,6 +446,12 @@ class _LocalRuntime:
             return False
         self._project_queue(queue)
         return True
+
+    def _record_redrive(self, request: RecordRedrive) -> JobRecord | None:
+        job = self._store.redrive(request.job_id, request.redrive_id, self._clock())
+        if job is not None:
+            self._project_queue(job.queue)
+        return job
 
     def _fail_lane(self, request: FailLane) -> tuple[list[JobRecord], None]:
         failed = self._store.fail_lane(request.lane, request.reason, request.limit,
@@ -565,6 +593,24 @@ class _LocalRuntime:
             return True
 
         return self._database.atomic(settle), None
+
+    def _requeue_for_retry(self, request: RequeueForRetry) -> JobRecord | None:
+        execution: _Execution = request.held  # type: ignore[assignment]
+        now = self._clock()
+
+        def retry() -> JobRecord | None:
+            job = self._store.retry_claim(execution.job.sequence, execution.token,
+                                          request.settlement, request.delay_ms, now)
+            if job is not None:
+                self._project_queue(job.queue)
+            return job
+
+        job = self._transition(retry)
+        if job is not None and job.due_at is not None:
+            # It waits now: promotion must look once its time comes.
+            known = self._next_due
+            self._next_due = job.due_at if known is None else min(known, job.due_at)
+        return job
 
     def _read_claim(self, request: ReadClaim) -> ClaimView | None:
         found = self._store.find_claim(request.held.job.sequence)

@@ -46,6 +46,7 @@ from tickwork.lifecycle.requests import (
     ClaimOrProbe,
     ClaimView,
     Commit,
+    DeadLetterPage,
     Execute,
     FailLane,
     Find,
@@ -62,8 +63,11 @@ from tickwork.lifecycle.requests import (
     QueueHead,
     ReadClaim,
     RecordCancellation,
+    RecordRedrive,
+    RedriveApplied,
     Request,
     Requeue,
+    RequeueForRetry,
     ResumeQueue,
     Settle,
     SettleNextCancelled,
@@ -76,9 +80,11 @@ from tickwork.model.errors import InvalidArgument
 from tickwork.model.jobs import MAX_SAFE_INTEGER, Job, JobRecord, check_safe_int
 from tickwork.model.outcomes import (
     CancelResult,
+    DeadLetters,
     FailLaneResult,
     IngestStatus,
     QueueStatus,
+    RedriveResult,
     TickResult,
 )
 from tickwork.model.signals import AbortSignal, LeasedSignal
@@ -188,6 +194,13 @@ class SharedRuntime:
         """Job counts of one queue (all zero for a queue without jobs), in one statement."""
         return await self._drive(operations.queue_status(queue))
 
+    async def dead_letters(self, queue: str, *, limit: int = 50,
+                           cursor: str | None = None) -> DeadLetters:
+        """One page of the queue's dead letters (settled failed,
+        outcome_unknown or interrupted), newest settlement first, in one
+        statement; pass the page's ``cursor`` to read the next one."""
+        return await self._drive(operations.dead_letters(queue, limit, cursor))
+
     # -------------------------------------------------------------- mutations
 
     async def ingest(self, job: Job) -> IngestStatus:
@@ -234,6 +247,11 @@ class SharedRuntime:
     async def resume(self, queue: str) -> bool:
         """Resume the queue; True when it was paused."""
         return await self._drive(operations.resume(queue))
+
+    async def redrive(self, job_id: str, redrive_id: str) -> RedriveResult:
+        """Put a dead letter back in its queue as a new attempt chain (see
+        ``RedriveResult``); replay-safe by ``redrive_id``."""
+        return await self._drive(operations.redrive(job_id, redrive_id))
 
     # ------------------------------------------------------------------- tick
 
@@ -354,6 +372,9 @@ class SharedRuntime:
             Purge: lambda r: store.purge(r.queue),
             PauseQueue: lambda r: store.pause_queue(r.queue, db_now()),
             ResumeQueue: lambda r: store.resume_queue(r.queue),
+            DeadLetterPage: lambda r: store.dead_letters(r.queue, r.before, r.limit),
+            RedriveApplied: lambda r: store.redrive_applied(r.job_id, r.redrive_id),
+            RecordRedrive: lambda r: store.redrive(r.job_id, r.redrive_id, db_now()),
             Commit: _every_write_committed,
             Abort: self._abort_all,
             Wake: lambda r: self._wake_now(),
@@ -366,6 +387,7 @@ class SharedRuntime:
             SettleNextCancelled: lambda r: store.settle_next_cancelled(db_now()),
             Execute: self._execute_claim,
             Settle: self._settle,
+            RequeueForRetry: self._requeue_for_retry,
             ReadClaim: self._read_claim,
         }
 
@@ -429,6 +451,14 @@ class SharedRuntime:
                 job.sequence, claim.token, settlement, self._db_now(),
                 next_token=carried.token, lease_ms=self._lease_ms)
             return written, None if next_job is None else carried.holding(next_job)
+        finally:
+            self._release(claim)
+
+    async def _requeue_for_retry(self, request: RequeueForRetry) -> JobRecord | None:
+        claim: _Claim = request.held  # type: ignore[assignment]
+        try:
+            return await self._store.retry(claim.job.sequence, claim.token, request.settlement,
+                                           request.delay_ms, self._db_now())
         finally:
             self._release(claim)
 
@@ -508,7 +538,7 @@ _AWAITED = frozenset({
     Find, FindCargo, QueueHead, HasPendingWork, NextWork, StatusGroups, QueueCounts, Insert,
     InsertMany, RecordCancellation, FailLane, Purge, PauseQueue, ResumeQueue, Wake,
     ClaimOrProbe, Claim, Requeue, SettleRecovered, SettleNextCancelled, Execute, Settle,
-    ReadClaim,
+    ReadClaim, DeadLetterPage, RedriveApplied, RecordRedrive, RequeueForRetry,
 })
 
 

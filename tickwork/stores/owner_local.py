@@ -42,6 +42,12 @@ _SETTLE_CLAIM_RECORD = _render(sql.SETTLE_CLAIM_RECORD, *_SETTLE)
 _SETTLE_CANCELLED_CLAIM_RECORD = _render(sql.SETTLE_CANCELLED_CLAIM_RECORD, *_SETTLE)
 _SETTLE_RECOVERED_CLAIM = _render(sql.SETTLE_RECOVERED_CLAIM, *_SETTLE)
 _REQUEUE_CLAIM = _render(sql.REQUEUE_CLAIM, "sequence", "token")
+_RETRY_CLAIM = _render(sql.RETRY_CLAIM, "now", "delay_ms", "outcome", "failure_reason",
+                       "sequence", "token")
+_REDRIVE_APPLIED = _render(sql.REDRIVE_APPLIED, "job_id", "redrive_id")
+_REDRIVE_JOB = _render(sql.REDRIVE_JOB, "redrive_id", "job_id")
+_NOTE_REDRIVE = _render(sql.NOTE_REDRIVE, "redrive_id", "now", "job_id")
+_DEAD_LETTERS = _render(sql.DEAD_LETTERS, "queue", "before_settled", "before_sequence", "limit")
 _RECORD_CANCELLATION = _render(sql.RECORD_CANCELLATION, "cancellation_id", "job_id")
 _RECORD_CANCELLATION_IF_QUEUED = _render(sql.RECORD_CANCELLATION_IF_QUEUED,
                                          "cancellation_id", "job_id")
@@ -209,7 +215,7 @@ class OwnerLocalStore:
 
     def insert(self, job: ValidJob, now: int) -> bool:
         """Insert a new queued job; False when the job_id already exists."""
-        if job.run_at is None and job.delay_ms is None:
+        if job.run_at is None and job.delay_ms is None and job.retry_json is None:
             rows = self.database.mutate(
                 _INSERT_JOB_AT_ONCE.text,
                 (job.job_id, job.queue, job.lane, job.priority, job.payload_json,
@@ -218,7 +224,7 @@ class OwnerLocalStore:
             rows = self.database.mutate(
                 _INSERT_JOB.text,
                 (job.job_id, job.queue, job.lane, job.priority, job.payload_json,
-                 job.max_recoveries, job.run_at, job.delay_ms, now))
+                 job.max_recoveries, job.run_at, job.delay_ms, job.retry_json, now))
         return bool(rows)
 
     def insert_many(
@@ -310,6 +316,36 @@ class OwnerLocalStore:
 
     def requeue_claim(self, sequence: int, token: str) -> JobRecord | None:
         return self._write_one(_REQUEUE_CLAIM, (sequence, token))
+
+    def retry_claim(
+        self, sequence: int, token: str, settlement: Settlement, delay_ms: int, now: int
+    ) -> JobRecord | None:
+        """Put the claim's job back to queued as its next attempt, due
+        ``delay_ms`` after ``now``; None when it is no longer the job's claim
+        or a cancellation is recorded."""
+        return self._write_one(_RETRY_CLAIM, (now, delay_ms, settlement.outcome,
+                                              settlement.failure_reason, sequence, token))
+
+    # ----------------------------------------------- dead letters, redrive
+
+    def dead_letters(self, queue: str, before: tuple[int, int], limit: int) -> list[JobRecord]:
+        rows = self.database.query(_DEAD_LETTERS.text, (queue, *before, limit))
+        return [JOB.job(row) for row in rows]
+
+    def redrive_applied(self, job_id: str, redrive_id: str) -> bool:
+        return bool(self._value(_REDRIVE_APPLIED, (job_id, redrive_id), "applied"))
+
+    def redrive(self, job_id: str, redrive_id: str, now: int) -> JobRecord | None:
+        """Queue a dead letter again as a new attempt chain and remember the
+        redrive id, in one transaction; None when it no longer applies."""
+
+        def redrive_and_note() -> JobRecord | None:
+            job = self._write_one(_REDRIVE_JOB, (redrive_id, job_id))
+            if job is not None:
+                self.database.mutate(_NOTE_REDRIVE.text, (redrive_id, now, job_id))
+            return job
+
+        return self.database.atomic(redrive_and_note)
 
     # ------------------------------------------------- cancel, fail, purge
 

@@ -5,8 +5,8 @@ version lives in ``tickwork_meta`` and every runtime construction runs
 ``ensure_schema`` (idempotent; a handful of no-op statements once created).
 
 ``SCHEMA_SQL`` is ``schema/owner_local/0001_tickwork_jobs.sql`` and
-``DUE_TIMES_SQL`` is ``0002_due_times.sql`` and ``PAUSED_QUEUES_SQL``
-``0003_paused_queues.sql``, character for character (the
+``DUE_TIMES_SQL`` is ``0002_due_times.sql``, ``PAUSED_QUEUES_SQL``
+``0003_paused_queues.sql`` and ``RETRIES_SQL`` ``0004_retries.sql``, character for character (the
 tests pin them equal): the package cannot read those files inside a Worker,
 so the text lives here too, and the files are where people read it beside
 the D1 and PostgreSQL schemas. A database written by an older tickwork is
@@ -19,7 +19,7 @@ from tickwork.model.errors import SchemaError
 from tickwork.ports.database import SyncDatabase
 from tickwork.schemas import split_statements
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 #: schema/owner_local/0001_tickwork_jobs.sql
 SCHEMA_SQL = """-- tickwork owner-local job table: one owner's jobs in its own SQLite database
@@ -157,6 +157,38 @@ CREATE TABLE tickwork_paused_queues (
 );
 """
 
+#: schema/owner_local/0004_retries.sql (pinned equal like SCHEMA_SQL)
+RETRIES_SQL = """-- tickwork owner-local: retries with backoff, attempt history, dead letters
+-- and redrive. Applied by the runtime itself on first open, like 0002.
+-- Existing rows keep every value: a job without a retry policy is on its
+-- first attempt with no history, exactly what every job was.
+--
+-- * retry_json: the job's retry policy as canonical JSON (cargo), or NULL.
+-- * attempt: which attempt the job is on (1-based; a redrive starts again).
+-- * history_json: the attempts before this one, a JSON array of at most 20
+--   {attempt, outcome, reason, started_at, ended_at[, redrive_id]}, oldest
+--   first; NULL until the first retry or redrive.
+ALTER TABLE tickwork_jobs ADD COLUMN retry_json TEXT;
+ALTER TABLE tickwork_jobs ADD COLUMN attempt INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE tickwork_jobs ADD COLUMN history_json TEXT;
+
+-- A queue's dead letters (settled failed, outcome_unknown or interrupted),
+-- in settlement order: listing them newest first, a page at a time, costs
+-- O(log n + page) however much completed history the queue keeps.
+CREATE INDEX tickwork_jobs_dead
+    ON tickwork_jobs (queue, settled_at, sequence)
+    WHERE state = 'settled' AND outcome IN ('failed', 'outcome_unknown', 'interrupted');
+
+-- Every redrive id applied to a job, so a replay of any of them (not only
+-- the latest) is answered "replayed" and never starts another chain.
+CREATE TABLE tickwork_redrives (
+    job_id TEXT NOT NULL,
+    redrive_id TEXT NOT NULL,
+    redriven_at INTEGER NOT NULL,
+    PRIMARY KEY (job_id, redrive_id)
+);
+"""
+
 #: The statements of SCHEMA_SQL; the first creates tickwork_meta.
 SCHEMA_STATEMENTS = tuple(split_statements(SCHEMA_SQL))
 
@@ -165,6 +197,7 @@ UPGRADES: tuple[tuple[str, ...], ...] = (
     SCHEMA_STATEMENTS[1:],
     tuple(split_statements(DUE_TIMES_SQL)),
     tuple(split_statements(PAUSED_QUEUES_SQL)),
+    tuple(split_statements(RETRIES_SQL)),
 )
 assert len(UPGRADES) == SCHEMA_VERSION
 

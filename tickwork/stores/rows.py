@@ -18,7 +18,15 @@ from collections.abc import Callable, Sequence
 from operator import itemgetter
 from typing import Any, Final, cast
 
-from tickwork.model.jobs import JobRecord, JobState, Outcome, Recovery, ValidJob
+from tickwork.model.jobs import (
+    JobRecord,
+    JobState,
+    Outcome,
+    Recovery,
+    ValidJob,
+    history_from_json,
+    retry_from_json,
+)
 
 #: The columns of a job, in ``JobRecord`` field order (payload_json decodes
 #: to ``payload``, max_recoveries to ``recovery``).
@@ -26,11 +34,12 @@ JOB_COLUMNS: Final = (
     "job_id", "queue", "lane", "priority", "payload_json", "max_recoveries", "state",
     "outcome", "failure_reason", "sequence", "recoveries", "enqueued_at", "started_at",
     "settled_at", "cancellation_id", "run_at", "delay_ms", "due_at",
+    "retry_json", "attempt", "history_json",
 )
 
 #: A job's identity and cargo, in ``ValidJob`` field order (replay checks).
 CARGO_COLUMNS: Final = ("job_id", "queue", "lane", "priority", "payload_json",
-                        "max_recoveries", "run_at", "delay_ms")
+                        "max_recoveries", "run_at", "delay_ms", "retry_json")
 
 #: ``JOB_COLUMNS`` as a select list.
 JOB_SELECT: Final = ", ".join(JOB_COLUMNS)
@@ -45,13 +54,15 @@ def select_list(columns: Sequence[str], alias: str) -> str:
 
 def _job(values: Sequence[Any]) -> JobRecord:
     """A JobRecord from the job columns' values, in ``JOB_COLUMNS`` order."""
-    max_recoveries = values[5]
+    max_recoveries, retry_json, history_json = values[5], values[18], values[20]
     return JobRecord(
         values[0], values[1], values[2], values[3], _decode_json(values[4]),
         None if max_recoveries is None else Recovery(max_recoveries),
         cast(JobState, values[6]), cast("Outcome | None", values[7]),
         values[8], values[9], values[10], values[11], values[12], values[13], values[14],
         values[15], values[16], values[17],
+        None if retry_json is None else retry_from_json(retry_json), values[19],
+        () if history_json is None else history_from_json(history_json),
     )
 
 

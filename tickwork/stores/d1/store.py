@@ -70,6 +70,12 @@ LANE_HAS_PENDING = _render(sql.LANE_HAS_PENDING, "lane")
 PURGE_QUEUE = _render(sql.PURGE_QUEUE, "queue")
 PAUSE_QUEUE = _render(sql.PAUSE_QUEUE, "queue", "now")
 RESUME_QUEUE = _render(sql.RESUME_QUEUE, "queue")
+RETRY_CLAIM = _render(sql.RETRY_CLAIM, "now", "delay_ms", "outcome", "failure_reason",
+                      "sequence", "token")
+REDRIVE_APPLIED = _render(sql.REDRIVE_APPLIED, "job_id", "redrive_id")
+REDRIVE_JOB = _render(sql.REDRIVE_JOB, "redrive_id", "job_id")
+NOTE_REDRIVE = _render(sql.NOTE_REDRIVE, "redrive_id", "now", "job_id")
+DEAD_LETTERS = _render(sql.DEAD_LETTERS, "queue", "before_settled", "before_sequence", "limit")
 
 
 def _names(statement: sql.Statement) -> tuple[str, ...]:
@@ -258,6 +264,32 @@ class D1Store:
     async def resume_queue(self, queue: str) -> bool:
         return bool(await self.d1.query(RESUME_QUEUE.text, (queue,)))
 
+    async def retry(
+        self, sequence: int, token: str, settlement: Settlement, delay_ms: int,
+        now: int | None,
+    ) -> JobRecord | None:
+        return await self._one_job(RETRY_CLAIM, (now, delay_ms, settlement.outcome,
+                                                 settlement.failure_reason, sequence, token))
+
+    async def dead_letters(
+        self, queue: str, before: tuple[int, int], limit: int
+    ) -> list[JobRecord]:
+        rows = await self.d1.query(DEAD_LETTERS.text, (queue, *before, limit))
+        return [JOB.job(row) for row in rows]
+
+    async def redrive_applied(self, job_id: str, redrive_id: str) -> bool:
+        rows = await self.d1.query(REDRIVE_APPLIED.text, (job_id, redrive_id))
+        return bool(rows[0][0])
+
+    async def redrive(self, job_id: str, redrive_id: str, now: int | None) -> JobRecord | None:
+        # One batch (one round trip, one transaction): the job queued again,
+        # then its redrive id remembered (only if the first statement applied it).
+        redriven, _ = await self.d1.batch(
+            [(REDRIVE_JOB.text, (redrive_id, job_id)),
+             (NOTE_REDRIVE.text, (redrive_id, now, job_id))],
+            [_names(REDRIVE_JOB), None])
+        return JOB.job(redriven[0]) if redriven else None
+
 
 def _probed(row: tuple[Any, ...]) -> tuple[Suspect | None, bool]:
     """A PROBE row: the oldest expired claim, if any, and whether a cancelled job waits."""
@@ -273,12 +305,13 @@ def _probed(row: tuple[Any, ...]) -> tuple[Suspect | None, bool]:
 def job_statement(job: ValidJob, now: int | None, timed: sql.Statement,
                   at_once: sql.Statement) -> tuple[str, tuple[Any, ...]]:
     """``(text, values)`` inserting ``job``: ``at_once`` (INSERT_JOB_AT_ONCE,
-    ENQUEUE_AT_ONCE, INGEST_AT_ONCE) when it names no time, else ``timed``."""
-    if job.run_at is None and job.delay_ms is None:
+    ENQUEUE_AT_ONCE, INGEST_AT_ONCE) when it names no time and no retry
+    policy, else ``timed``."""
+    if job.run_at is None and job.delay_ms is None and job.retry_json is None:
         return at_once.text, (job.job_id, job.queue, job.lane, job.priority, job.payload_json,
                               job.max_recoveries, now)
     return timed.text, (job.job_id, job.queue, job.lane, job.priority, job.payload_json,
-                        job.max_recoveries, job.run_at, job.delay_ms, now)
+                        job.max_recoveries, job.run_at, job.delay_ms, job.retry_json, now)
 
 
 def _promote(now: int | None) -> tuple[str, tuple[Any, ...]]:

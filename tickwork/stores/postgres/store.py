@@ -97,6 +97,7 @@ class PostgresStore:
             "max_recoveries": [job.max_recoveries for job in jobs],
             "run_ats": [job.run_at for job in jobs],
             "delays": [job.delay_ms for job in jobs],
+            "retries": [job.retry_json for job in jobs],
             "now": now,
         }
         # One transaction: insert the new ids, read the cargo of the others,
@@ -335,6 +336,29 @@ class PostgresStore:
     async def resume_queue(self, queue: str) -> bool:
         return bool(await self._rows(sql.RESUME_QUEUE, {"queue": queue}))
 
+    async def retry(
+        self, sequence: int, token: str, settlement: Settlement, delay_ms: int,
+        now: int | None,
+    ) -> JobRecord | None:
+        params = {"sequence": sequence, "token": token, "now": now, "delay_ms": delay_ms,
+                  "outcome": settlement.outcome, "reason": settlement.failure_reason}
+        return await self._one_job(sql.RETRY_CLAIM, params)
+
+    async def dead_letters(
+        self, queue: str, before: tuple[int, int], limit: int
+    ) -> list[JobRecord]:
+        params = {"queue": queue, "before_settled": before[0], "before_sequence": before[1],
+                  "limit": limit}
+        return [JOB.job(row) for row in await self._rows(sql.DEAD_LETTERS, params)]
+
+    async def redrive_applied(self, job_id: str, redrive_id: str) -> bool:
+        rows = await self._rows(sql.REDRIVE_APPLIED, {"job_id": job_id, "redrive_id": redrive_id})
+        return bool(rows[0][0])
+
+    async def redrive(self, job_id: str, redrive_id: str, now: int | None) -> JobRecord | None:
+        return await self._one_job(sql.REDRIVE, {"job_id": job_id, "redrive_id": redrive_id,
+                                                 "now": now})
+
 
 class _Undecided(Exception):
     """Rolls back an ingest_many transaction that could not decide."""
@@ -364,7 +388,7 @@ def job_params(job: ValidJob, now: int | None) -> dict[str, Any]:
     return {"job_id": job.job_id, "queue": job.queue, "lane": job.lane,
             "priority": job.priority, "payload_json": job.payload_json,
             "max_recoveries": job.max_recoveries, "run_at": job.run_at,
-            "delay_ms": job.delay_ms, "now": now}
+            "delay_ms": job.delay_ms, "retry_json": job.retry_json, "now": now}
 
 
 _STORES: weakref.WeakKeyDictionary[Any, PostgresStore] = weakref.WeakKeyDictionary()

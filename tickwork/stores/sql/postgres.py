@@ -41,10 +41,11 @@ _BOUND_DUE_AT = _DUE_AT.format(run_at="%(run_at)s::bigint", delay_ms="%(delay_ms
 # and returns no row (the runtime then compares cargo).
 INSERT_JOB = f"""
 INSERT INTO tickwork_jobs
-    (job_id, queue, lane, priority, payload_json, max_recoveries, run_at, delay_ms, due_at,
-     state, enqueued_at)
+    (job_id, queue, lane, priority, payload_json, max_recoveries, run_at, delay_ms, retry_json,
+     due_at, state, enqueued_at)
 VALUES (%(job_id)s, %(queue)s, %(lane)s, %(priority)s, %(payload_json)s,
-        %(max_recoveries)s, %(run_at)s, %(delay_ms)s, {_BOUND_DUE_AT}, 'queued', {NOW})
+        %(max_recoveries)s, %(run_at)s, %(delay_ms)s, %(retry_json)s, {_BOUND_DUE_AT}, 'queued',
+        {NOW})
 ON CONFLICT (job_id) DO NOTHING
 RETURNING sequence
 """
@@ -55,19 +56,20 @@ RETURNING sequence
 # failing the caller's transaction.
 ENQUEUE = f"""
 INSERT INTO tickwork_jobs AS stored
-    (job_id, queue, lane, priority, payload_json, max_recoveries, run_at, delay_ms, due_at,
-     state, enqueued_at)
+    (job_id, queue, lane, priority, payload_json, max_recoveries, run_at, delay_ms, retry_json,
+     due_at, state, enqueued_at)
 VALUES (%(job_id)s, %(queue)s, %(lane)s, %(priority)s, %(payload_json)s,
-        %(max_recoveries)s, %(run_at)s, %(delay_ms)s, {_BOUND_DUE_AT}, 'queued', {NOW})
+        %(max_recoveries)s, %(run_at)s, %(delay_ms)s, %(retry_json)s, {_BOUND_DUE_AT}, 'queued',
+        {NOW})
 ON CONFLICT (job_id) DO UPDATE SET
     queue = excluded.queue, lane = excluded.lane, priority = excluded.priority,
     payload_json = excluded.payload_json, max_recoveries = excluded.max_recoveries,
-    run_at = excluded.run_at, delay_ms = excluded.delay_ms
+    run_at = excluded.run_at, delay_ms = excluded.delay_ms, retry_json = excluded.retry_json
 WHERE (stored.queue, stored.lane, stored.priority, stored.payload_json, stored.max_recoveries,
-       stored.run_at, stored.delay_ms)
+       stored.run_at, stored.delay_ms, stored.retry_json)
       IS DISTINCT FROM
       (excluded.queue, excluded.lane, excluded.priority, excluded.payload_json,
-       excluded.max_recoveries, excluded.run_at, excluded.delay_ms)
+       excluded.max_recoveries, excluded.run_at, excluded.delay_ms, excluded.retry_json)
 """
 
 # ingest_many, step 1 of one transaction: insert the jobs whose job_id is new,
@@ -77,15 +79,16 @@ WHERE (stored.queue, stored.lane, stored.priority, stored.payload_json, stored.m
 # wait for its outcome (the unique index), so step 2 then sees its row.
 INSERT_JOBS = f"""
 INSERT INTO tickwork_jobs
-    (job_id, queue, lane, priority, payload_json, max_recoveries, run_at, delay_ms, due_at,
-     state, enqueued_at)
+    (job_id, queue, lane, priority, payload_json, max_recoveries, run_at, delay_ms, retry_json,
+     due_at, state, enqueued_at)
 SELECT job_id, queue, lane, priority, payload_json, max_recoveries, run_at, delay_ms,
-       {_DUE_AT.format(run_at="run_at", delay_ms="delay_ms", now=NOW)}, 'queued', {NOW}
+       retry_json, {_DUE_AT.format(run_at="run_at", delay_ms="delay_ms", now=NOW)}, 'queued',
+       {NOW}
 FROM unnest(%(job_ids)s::text[], %(queues)s::text[], %(lanes)s::text[],
             %(priorities)s::bigint[], %(payloads)s::text[], %(max_recoveries)s::bigint[],
-            %(run_ats)s::bigint[], %(delays)s::bigint[])
+            %(run_ats)s::bigint[], %(delays)s::bigint[], %(retries)s::text[])
      WITH ORDINALITY AS job(job_id, queue, lane, priority, payload_json, max_recoveries,
-                            run_at, delay_ms, ord)
+                            run_at, delay_ms, retry_json, ord)
 ORDER BY ord
 ON CONFLICT (job_id) DO NOTHING
 RETURNING job_id
@@ -350,6 +353,75 @@ SELECT EXISTS (SELECT 1 FROM tickwork_jobs
 """
 
 PURGE_QUEUE = "DELETE FROM tickwork_jobs WHERE queue = %(queue)s AND state = 'queued'"
+
+# ------------------------------------------------- retries, dead letters
+
+# The attempt that just ended appended to history_json, keeping the newest 20
+# entries (one is dropped at most: one is added at a time). SET expressions
+# read the row as it was. {entry} is the jsonb_build_object of the entry.
+_APPEND_HISTORY = """((CASE WHEN jsonb_array_length(coalesce(history_json::jsonb, '[]')) >= 20
+               THEN history_json::jsonb - 0
+               ELSE coalesce(history_json::jsonb, '[]') END)
+          || jsonb_build_array({entry}))::text"""
+
+# A failed attempt with attempts left: back to queued as the next attempt,
+# due %(delay_ms)s from now, the ended attempt in its history. Fenced like
+# the settlement (token, running, live lease, no cancellation); it keeps its
+# sequence, so once due it is its queue's head again.
+RETRY_CLAIM = f"""
+UPDATE tickwork_jobs
+SET state = 'queued', started_at = NULL, lease_expires_at = NULL, claim_token = NULL,
+    attempt = attempt + 1, due_at = {NOW} + %(delay_ms)s::bigint,
+    history_json = {_APPEND_HISTORY.format(entry=(
+        "jsonb_build_object('attempt', attempt, 'outcome', %(outcome)s::text, "
+        "'reason', %(reason)s::text, 'started_at', started_at, 'ended_at', " + NOW + ")"))}
+WHERE sequence = %(sequence)s AND state = 'running' AND claim_token = %(token)s
+  AND lease_expires_at > {NOW} AND cancellation_id IS NULL
+RETURNING {JOB_SELECT}
+"""
+
+REDRIVE_APPLIED = """
+SELECT EXISTS (SELECT 1 FROM tickwork_redrives
+               WHERE job_id = %(job_id)s AND redrive_id = %(redrive_id)s)
+"""
+
+# Redrive: a dead letter back to queued, due at once, as a new attempt chain
+# (attempt 1, no recoveries), its last attempt in its history with the
+# redrive id, and the id remembered, in one statement. Fenced on still being
+# a dead letter without a cancellation and on the id not applied; a
+# concurrent redrive waits on the row and then matches nothing.
+REDRIVE = f"""
+WITH redriven AS (
+    UPDATE tickwork_jobs
+    SET state = 'queued', outcome = NULL, failure_reason = NULL, started_at = NULL,
+        settled_at = NULL, claim_token = NULL, lease_expires_at = NULL, due_at = NULL,
+        attempt = 1, recoveries = 0,
+        history_json = {_APPEND_HISTORY.format(entry=(
+            "jsonb_build_object('attempt', attempt, 'outcome', outcome, "
+            "'reason', failure_reason, 'started_at', started_at, 'ended_at', settled_at, "
+            "'redrive_id', %(redrive_id)s::text)"))}
+    WHERE job_id = %(job_id)s AND state = 'settled'
+      AND outcome IN ('failed', 'outcome_unknown', 'interrupted') AND cancellation_id IS NULL
+      AND NOT EXISTS (SELECT 1 FROM tickwork_redrives
+                      WHERE job_id = %(job_id)s AND redrive_id = %(redrive_id)s)
+    RETURNING {JOB_SELECT}),
+noted AS (
+    INSERT INTO tickwork_redrives (job_id, redrive_id, redriven_at)
+    SELECT job_id, %(redrive_id)s, {NOW} FROM redriven
+    ON CONFLICT (job_id, redrive_id) DO NOTHING)
+SELECT {JOB_SELECT} FROM redriven
+"""
+
+# A queue's dead letters, newest settlement first, one page after the cursor,
+# through the partial index of dead letters (tickwork_jobs_dead).
+DEAD_LETTERS = f"""
+SELECT {JOB_SELECT} FROM tickwork_jobs
+WHERE queue = %(queue)s AND state = 'settled'
+  AND outcome IN ('failed', 'outcome_unknown', 'interrupted')
+  AND (settled_at, sequence) < (%(before_settled)s::bigint, %(before_sequence)s::bigint)
+ORDER BY settled_at DESC, sequence DESC
+LIMIT %(limit)s
+"""
 
 # Pause: one row per paused queue; a row back says this call paused it.
 PAUSE_QUEUE = f"""

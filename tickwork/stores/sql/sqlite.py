@@ -153,7 +153,7 @@ DUE_AT = ("CASE WHEN :run_at IS NOT NULL THEN (CASE WHEN :run_at > {now} THEN :r
 
 #: What every insert of a job binds, in this order.
 JOB_PARAMS = ("job_id", "queue", "lane", "priority", "payload_json", "max_recoveries",
-              "run_at", "delay_ms", "now")
+              "run_at", "delay_ms", "retry_json", "now")
 
 # A new job_id inserts one queued row and returns its sequence; an existing
 # one inserts nothing and returns no row, and the lifecycle compares cargo
@@ -162,9 +162,9 @@ JOB_PARAMS = ("job_id", "queue", "lane", "priority", "payload_json", "max_recove
 _INSERT_JOB = f"""
 INSERT INTO tickwork_jobs
     (job_id, queue, lane, priority, payload_json, max_recoveries, run_at, delay_ms,
-     due_at, state, enqueued_at)
+     retry_json, due_at, state, enqueued_at)
 VALUES (:job_id, :queue, :lane, :priority, :payload_json, :max_recoveries, :run_at,
-        :delay_ms, {DUE_AT}, 'queued', {{now}})
+        :delay_ms, :retry_json, {DUE_AT}, 'queued', {{now}})
 """
 INSERT_JOB = Template("insert_job", _INSERT_JOB + """ON CONFLICT (job_id) DO NOTHING
 RETURNING sequence
@@ -172,18 +172,20 @@ RETURNING sequence
 
 
 def at_once(template: Template) -> Template:
-    """``template`` for a job that names no time (the common case): run_at,
-    delay_ms and due_at are NULL literals, so it binds two values fewer and
-    computes nothing; otherwise the very same statement."""
-    text = (template.text.replace(DUE_AT, "NULL")
-            .replace(":run_at", "NULL").replace(":delay_ms", "NULL"))
-    params = tuple(name for name in template.params if name not in ("run_at", "delay_ms"))
+    """``template`` for a job that names no time and no retry policy (the
+    common case): run_at, delay_ms, retry_json and due_at are NULL literals,
+    so it binds three values fewer and computes nothing; otherwise the very
+    same statement."""
+    text = (template.text.replace(DUE_AT, "NULL").replace(":run_at", "NULL")
+            .replace(":delay_ms", "NULL").replace(":retry_json", "NULL"))
+    params = tuple(name for name in template.params
+                   if name not in ("run_at", "delay_ms", "retry_json"))
     return Template(f"{template.name}_at_once", text, params, template.columns,
                     template.targets)
 
 
 INSERT_JOB_AT_ONCE = at_once(INSERT_JOB)
-#: What an insert of a job that names no time binds, in this order.
+#: What an insert of a job that names no time and no retry binds, in this order.
 JOB_PARAMS_AT_ONCE = INSERT_JOB_AT_ONCE.params
 
 # ----------------------------------------------------------------- reads
@@ -457,6 +459,88 @@ SET state = 'settled', outcome = :outcome, failure_reason = :failure_reason,
 WHERE sequence = :sequence AND state = 'running' AND claim_token = :token {{lease_dead}}
 RETURNING {JOB_SELECT}
 """, _SETTLE_PARAMS, JOB_ROWS)
+
+# ------------------------------------------------- retries, dead letters
+
+#: Appends the attempt that just ended to history_json, keeping the newest
+#: MAX_HISTORY (20) entries (one is dropped at most: one is added at a time).
+#: SET expressions read the row as it was, so started_at and attempt are
+#: the ended attempt's. {entry} is the json_object of the entry.
+_APPEND_HISTORY = """json_insert(
+        CASE WHEN json_array_length(coalesce(history_json, '[]')) >= 20
+             THEN json_remove(history_json, '$[0]')
+             ELSE coalesce(history_json, '[]') END,
+        '$[#]', {entry})"""
+
+# A failed attempt with attempts left (the lifecycle decided, by the job's
+# policy): the job goes back to queued, due :delay_ms from now, as its next
+# attempt, with the ended attempt in its history. Fenced exactly like
+# SETTLE_CLAIM (token, running, on D1 a live lease, no cancellation): a
+# claim that is no longer the job's matches no row, and a cancellation
+# recorded meanwhile makes the lifecycle settle it cancelled instead. The
+# job keeps its sequence, so once due it is its queue's head again. Returns
+# the job (its due_at and attempt), for the tick's result.
+RETRY_CLAIM = Template("retry_claim", f"""
+UPDATE tickwork_jobs
+SET state = 'queued', started_at = NULL, claim_token = NULL{{clear_lease}},
+    attempt = attempt + 1, due_at = {{now}} + :delay_ms,
+    history_json = {_APPEND_HISTORY.format(entry=(
+        "json_object('attempt', attempt, 'outcome', :outcome, 'reason', :failure_reason, "
+        "'started_at', started_at, 'ended_at', {now})"))}
+WHERE sequence = :sequence AND state = 'running' AND claim_token = :token {{lease_live}}
+  AND cancellation_id IS NULL
+RETURNING {JOB_SELECT}
+""", ("now", "delay_ms", "outcome", "failure_reason", "sequence", "token"), JOB_ROWS)
+
+# Whether a redrive id was applied to the job before (redrives are kept per
+# job, forever, so any earlier id replays, not only the latest).
+REDRIVE_APPLIED = Template("redrive_applied", """
+SELECT EXISTS (SELECT 1 FROM tickwork_redrives
+               WHERE job_id = :job_id AND redrive_id = :redrive_id) AS applied
+""", ("job_id", "redrive_id"), Columns("applied"))
+
+# Redrive, step 1: a dead letter goes back to queued, due at once, as a new
+# attempt chain (attempt 1, no recoveries counted), its last attempt kept in
+# its history with the redrive id. Fenced on what the lifecycle decided
+# from: still settled with a dead outcome and no cancellation, and this id
+# not applied (a concurrent redrive with the same id matches nothing). The
+# job keeps its sequence: it runs before jobs enqueued after it.
+REDRIVE_JOB = Template("redrive_job", f"""
+UPDATE tickwork_jobs
+SET state = 'queued', outcome = NULL, failure_reason = NULL, started_at = NULL,
+    settled_at = NULL, claim_token = NULL, due_at = NULL, attempt = 1, recoveries = 0,
+    history_json = {_APPEND_HISTORY.format(entry=(
+        "json_object('attempt', attempt, 'outcome', outcome, 'reason', failure_reason, "
+        "'started_at', started_at, 'ended_at', settled_at, 'redrive_id', :redrive_id)"))}
+WHERE job_id = :job_id AND state = 'settled'
+  AND outcome IN ('failed', 'outcome_unknown', 'interrupted') AND cancellation_id IS NULL
+  AND NOT EXISTS (SELECT 1 FROM tickwork_redrives
+                  WHERE job_id = :job_id AND redrive_id = :redrive_id)
+RETURNING {JOB_SELECT}
+""", ("redrive_id", "job_id"), JOB_ROWS)
+
+# Redrive, step 2, in the same transaction (owner-local) or batch (D1):
+# remember the id, if step 1 applied it (then the job's newest history
+# entry carries it); a replay finds the row there and writes nothing.
+NOTE_REDRIVE = Template("note_redrive", """
+INSERT INTO tickwork_redrives (job_id, redrive_id, redriven_at)
+SELECT job_id, :redrive_id, {now} FROM tickwork_jobs
+WHERE job_id = :job_id AND state = 'queued'
+  AND json_extract(history_json, '$[#-1].redrive_id') = :redrive_id
+ON CONFLICT (job_id, redrive_id) DO NOTHING
+""", ("redrive_id", "now", "job_id"))
+
+# A queue's dead letters, newest settlement first, one page after the
+# cursor (:before_settled, :before_sequence), through the partial index of
+# dead letters (tickwork_jobs_dead): O(log n + page) whatever the history.
+DEAD_LETTERS = Template("dead_letters", f"""
+SELECT {JOB_SELECT} FROM tickwork_jobs
+WHERE queue = :queue AND state = 'settled'
+  AND outcome IN ('failed', 'outcome_unknown', 'interrupted')
+  AND (settled_at, sequence) < (:before_settled, :before_sequence)
+ORDER BY settled_at DESC, sequence DESC
+LIMIT :limit
+""", ("queue", "before_settled", "before_sequence", "limit"), JOB_ROWS)
 
 # ------------------------------------------------------- pause, resume
 
