@@ -12,7 +12,7 @@ import jsonschema
 import pytest
 from openapi_spec_validator import validate
 
-from tickwork import InvalidArgument, InvalidJob, Job
+from tickwork import InvalidArgument, InvalidJob, Job, Retry
 from tickwork.api import OPERATIONS, ApiError, JobOwnerRpc, JobService, rpc_methods
 from tickwork.api.openapi import openapi_document, openapi_json, route_table
 from tickwork.api.rpc import RpcService
@@ -146,7 +146,9 @@ async def test_an_rpc_call_with_the_wrong_number_of_arguments_is_refused_as_data
 
 #: Arguments of every operation, as a caller passes them.
 CLIENT_ARGS: dict[str, tuple[Any, ...]] = {
-    "ingest": ([Job("j/1", "q", "lane", 3, {"f": 1.0}), Job("j2", "q", "q", 0, None)],),
+    "ingest": ([Job("j/1", "q", "lane", 3, {"f": 1.0}), Job("j2", "q", "q", 0, None),
+                Job("j3", "q", "q", 0, None, delay_ms=5,
+                    retry=Retry(4, base_delay_ms=10, factor=1.5, jitter=0.25))],),
     "read": ("j/1",),
     "read_queue_head": ("q é",),
     "cancel": ("j/1", "c-1", True),
@@ -156,6 +158,8 @@ CLIENT_ARGS: dict[str, tuple[Any, ...]] = {
     "resume": ("q",),
     "status": (),
     "queue_status": ("q",),
+    "dead_letters": ("q é", 20, "17.3"),
+    "redrive": ("j/1", "r-1"),
 }
 
 

@@ -448,3 +448,58 @@ def test_refuse_early_answers_from_the_head_alone(api: JobApi, owners: Owners) -
         refused = api.refuse_early(*args)
         assert refused is not None and refused.status == status, (args, refused)
     assert owners.runtimes == {}
+
+
+# ------------------------------------------------------ dead letters, redrive
+
+
+async def test_dead_letters_page_through_the_query_and_redrive(
+        api: JobApi, owners: Owners) -> None:
+    await call(api, "POST", "/v1/owners/acme/jobs", {"jobs": [
+        a_job("a", lane="bad"), a_job("b", lane="bad"), a_job("c", lane="good")]})
+    await call(api, "POST", "/v1/owners/acme/lanes/bad/fail", {"reason": "suspended"})
+    first = await api.handle(ApiRequest("GET", "/v1/owners/acme/queues/emails/dead-letters",
+                                        AUTH, query="limit=1"))
+    assert first.status == 200
+    assert [job["job_id"] for job in first.body["jobs"]] == ["b"]
+    assert first.body["jobs"][0]["history"] == [] and first.body["jobs"][0]["attempt"] == 1
+    cursor = first.body["cursor"]
+    second = await api.handle(ApiRequest("GET", "/v1/owners/acme/queues/emails/dead-letters",
+                                         AUTH, query=f"limit=1&cursor={cursor}"))
+    assert [job["job_id"] for job in second.body["jobs"]] == ["a"]
+
+    redriven = await call(api, "POST", "/v1/owners/acme/jobs/a/redrive", {"redrive_id": "r1"})
+    assert (redriven.status, redriven.body) == (
+        200, {"job_id": "a", "status": "redriven", "reason": None})
+    replayed = await call(api, "POST", "/v1/owners/acme/jobs/a/redrive", {"redrive_id": "r1"})
+    assert (replayed.status, replayed.body["status"]) == (200, "replayed")
+    refused = await call(api, "POST", "/v1/owners/acme/jobs/c/redrive", {"redrive_id": "r1"})
+    assert (refused.status, refused.body) == (
+        409, {"job_id": "c", "status": "refused", "reason": "not_settled"})
+    missing = await call(api, "POST", "/v1/owners/acme/jobs/zz/redrive", {"redrive_id": "r1"})
+    assert (missing.status, missing.body["status"]) == (404, "not_found")
+
+
+@pytest.mark.parametrize(("query", "field"), [
+    ("limit=0", "limit"), ("limit=101", "limit"), ("limit=ten", "limit"), ("limit=", "limit"),
+    ("limit=1&limit=2", "limit"), ("page=2", "query"), ("cursor=nope", "cursor"),
+    ("limit", "query"),
+])
+async def test_bad_dead_letter_queries_are_refused_by_name(
+        api: JobApi, owners: Owners, query: str, field: str) -> None:
+    answer = await api.handle(ApiRequest("GET", "/v1/owners/acme/queues/emails/dead-letters",
+                                         AUTH, query=query))
+    assert answer.status == 400
+    assert answer.body["error"]["field"] == field
+
+
+@pytest.mark.parametrize("body", [{}, {"redrive_id": ""}, {"redrive_id": 3},
+                                  {"redrive_id": "r", "extra": 1}])
+async def test_bad_redrive_bodies_change_nothing(api: JobApi, owners: Owners,
+                                                 body: Any) -> None:
+    await call(api, "POST", "/v1/owners/acme/jobs", a_job("a", lane="bad"))
+    await call(api, "POST", "/v1/owners/acme/lanes/bad/fail", {"reason": "suspended"})
+    answer = await call(api, "POST", "/v1/owners/acme/jobs/a/redrive", body)
+    assert answer.status == 400
+    job = owners.runtimes["acme"].read("a")
+    assert job is not None and job.state == "settled"

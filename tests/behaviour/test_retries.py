@@ -254,6 +254,12 @@ async def test_the_retry_policy_is_part_of_the_cargo(engine: Engine) -> None:
     assert raised.value.fields == ("retry",)
     with pytest.raises(IngestConflict):
         await jobs.ingest(job("p"))
+    # ingest_many compares the same way (a batch, on the shared stores).
+    assert await jobs.ingest_many([job("p", retry=policy)]) == ["duplicate"]
+    with pytest.raises(IngestConflict) as in_batch:
+        await jobs.ingest_many([job("other"), job("p", retry=Retry(3, base_delay_ms=501))])
+    assert in_batch.value.fields == ("retry",)
+    assert await jobs.read("other") is None
     record = await jobs.read("p")
     assert record is not None and record.retry == Retry(3, 500, 2.0, 3_600_000, 0.0, False)
 

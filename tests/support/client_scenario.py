@@ -10,9 +10,18 @@ from typing import Any
 
 import pytest
 
-from tickwork import CancelResult, FailLaneResult, Job, JobRecord, QueueStatus
+from tickwork import (
+    CancelResult,
+    DeadLetters,
+    FailLaneResult,
+    Job,
+    JobRecord,
+    QueueStatus,
+    RedriveResult,
+    Retry,
+)
 from tickwork.client import AsyncJobs
-from tickwork.model.errors import IngestConflict, InvalidJob
+from tickwork.model.errors import IngestConflict, InvalidArgument, InvalidJob
 
 names = itertools.count()
 
@@ -88,6 +97,27 @@ async def scenario(jobs: AsyncJobs, *, runs_beside: bool) -> None:
         assert await jobs.purge(q3) == 2
     assert await jobs.read(f"g-{n}") is None
 
+    # The failed job is a dead letter of its queue, read a page at a time,
+    # and redriven once whatever the replays.
+    page = await jobs.dead_letters(q2, limit=1)
+    assert isinstance(page, DeadLetters)
+    assert [(r.job_id, r.failure_reason) for r in page.jobs] == [(f"c-{n}", "lane_down")]
+    assert page.cursor is not None
+    assert await jobs.dead_letters(q2, limit=1, cursor=page.cursor) == DeadLetters([], None)
+    with pytest.raises(InvalidArgument) as bad_page:
+        await jobs.dead_letters(q2, limit=0)
+    assert bad_page.value.field == "limit"
+    assert await jobs.redrive(f"c-{n}", "redrive-1") == RedriveResult("redriven", f"c-{n}")
+    assert await jobs.redrive(f"c-{n}", "redrive-1") == RedriveResult("replayed", f"c-{n}")
+    assert await jobs.redrive(a.job_id, "redrive-1") == RedriveResult(
+        "refused", a.job_id, "not_settled")
+    assert (await jobs.redrive(f"nothing-{n}", "redrive-1")).status == "not_found"
+    redriven = await jobs.read(f"c-{n}")
+    assert redriven is not None and redriven.state in ("queued", "running")
+    assert [(entry.outcome, entry.redrive_id) for entry in redriven.history] == [
+        ("failed", "redrive-1")]
+    assert (await jobs.dead_letters(q2)).jobs == []
+
     # A job due in a day: stored with its delay and due time, counted as
     # delayed, compared on replay as asked, and never run by this scenario.
     q4, day = f"q4-{n}", 86_400_000
@@ -103,9 +133,23 @@ async def scenario(jobs: AsyncJobs, *, runs_beside: bool) -> None:
     stored = await jobs.read(later.job_id)
     assert stored is not None and (stored.state, stored.delay_ms, stored.run_at) == (
         "queued", day, None)
+    # A retry policy travels and is compared like any cargo.
+    policy = Retry(5, base_delay_ms=250, factor=1.5, max_delay_ms=60_000, jitter=0.1)
+    retried = Job(f"retried-{n}", q4, q4, 0, None, delay_ms=day, retry=policy)
+    assert await jobs.ingest(retried) == "queued"
+    assert await jobs.ingest(retried) == "duplicate"
+    with pytest.raises(IngestConflict) as other_policy:
+        await jobs.ingest(Job(retried.job_id, q4, q4, 0, None, delay_ms=day, retry=Retry(6)))
+    assert other_policy.value.fields == ("retry",)
+    with pytest.raises(InvalidJob) as bad_policy:
+        await jobs.ingest(Job(f"bad-policy-{n}", q4, q4, 0, None, retry=Retry(3, factor=0.5)))
+    assert bad_policy.value.field == "retry.factor"
+    read_back = await jobs.read(retried.job_id)
+    assert read_back is not None and (read_back.retry, read_back.attempt, read_back.history) == (
+        policy, 1, ())
     assert stored.due_at is not None and stored.due_at >= stored.enqueued_at + day
     delayed = await jobs.queue_status(q4)
-    assert (delayed.queued, delayed.delayed) == (0, 1)
+    assert (delayed.queued, delayed.delayed) == (0, 2)
     assert await jobs.read_queue_head(q4) is None
 
     # Pause and resume: idempotent, and the status says so.

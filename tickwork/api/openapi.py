@@ -51,7 +51,10 @@ def _operation(operation: Operation, tag: str, owner: bool) -> dict[str, Any]:
         "summary": operation.summary,
         "tags": [tag],
         "parameters": [_path_parameter(name)
-                       for name in (("owner",) if owner else ()) + operation.path_params],
+                       for name in (("owner",) if owner else ()) + operation.path_params]
+        + [{"name": name, "in": "query", "required": False, "description": text,
+            "schema": dict(schema)}
+           for name, (schema, text) in operation.query_params.items()],
         "responses": {
             str(status): {"description": text,
                           "content": {"application/json": {"schema": (
@@ -117,7 +120,9 @@ def route_table() -> str:
     for operation in OPERATIONS:
         path = "/v1/{scope}/" + "/".join(operation.path)
         schema = operation.body_schema
-        if schema is None:
+        if operation.query_params:
+            body = "query: " + ", ".join(f"`{name}`" for name in operation.query_params)
+        elif schema is None:
             body = ""
         elif operation.name == "ingest":
             body = 'a job, or `{"jobs": [...]}` (1 to 100)'

@@ -18,14 +18,18 @@ client's ``to_http`` and ``from_http``), and its method on the clients
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from tickwork.api import wire
 from tickwork.api.wire import ApiError
+from tickwork.lifecycle.operations import MAX_DEAD_LETTER_PAGE
 from tickwork.model.errors import IngestConflict, InvalidArgument, InvalidJob
 from tickwork.model.jobs import (
+    MAX_ATTEMPTS,
+    MAX_BACKOFF_FACTOR,
     MAX_DELAY_MS,
     MAX_INGEST_BATCH,
     MAX_LANE_LENGTH,
@@ -76,8 +80,10 @@ class Operation:
     #: Whether it may create an owner's store (tickwork serve): ingest, and
     #: pause (a queue may be paused before its first job).
     creates_owner: bool = False
-    #: OpenAPI: the request body's schema (POST), and the answers by status.
+    #: OpenAPI: the request body's schema (POST), the query parameters (GET:
+    #: name -> (schema, description)), and the answers by status.
     body_schema: Mapping[str, Any] | None = None
+    query_params: Mapping[str, tuple[Mapping[str, Any], str]] = field(default_factory=dict)
     answers: Mapping[int, str] = field(default_factory=dict)
     #: The reply body's shape, for the reference docs.
     reply_shape: str = ""
@@ -199,11 +205,49 @@ def _decode_fail_lane(args: Sequence[str], body: Any) -> tuple[tuple[Any, ...], 
     return (lane, reason), None
 
 
+def _decode_redrive(args: Sequence[str], body: Any) -> tuple[tuple[Any, ...], Any]:
+    job_id = check_id("job_id", args[0])
+    given = wire.fields(body, "body", ("redrive_id",))
+    return (job_id, check_id("redrive_id", given["redrive_id"])), None
+
+
+def _decode_dead_letters(args: Sequence[str], query: Any) -> tuple[tuple[Any, ...], Any]:
+    """A GET's query (``limit``, ``cursor``; strings, as sent) as arguments."""
+    queue = check_id("queue", args[0])
+    given = wire.fields({} if query is None else query, "query", (), ("limit", "cursor"))
+    limit: Any = given.get("limit", "50")
+    if not (isinstance(limit, str) and limit.isascii() and limit.isdigit()
+            and 1 <= int(limit) <= MAX_DEAD_LETTER_PAGE):
+        raise InvalidArgument("limit",
+                              f"must be an integer from 1 to {MAX_DEAD_LETTER_PAGE}, "
+                              f"got {limit!r}")
+    cursor = given.get("cursor")
+    if cursor is not None and not isinstance(cursor, str):
+        raise InvalidArgument("cursor", "must be a string")
+    return (queue, int(limit), cursor), None
+
+
+def _dead_letters_to_http(args: tuple[Any, ...]) -> tuple[tuple[str, ...], Any]:
+    queue, limit, cursor = args
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise InvalidArgument("limit", f"must be an integer from 1 to {MAX_DEAD_LETTER_PAGE}, "
+                                       f"got {limit!r}")
+    if cursor is not None and not isinstance(cursor, str):
+        raise InvalidArgument("cursor", f"must be a string, got {type(cursor).__name__}")
+    query = {"limit": str(limit)}
+    if cursor is not None:
+        query["cursor"] = cursor
+    return (queue,), query
+
+
 def _reply_read(args: tuple[Any, ...], context: Any, record: Any) -> Reply:
     if record is None:
         raise ApiError(404, "job_not_found", f"no job {args[0]!r}", "job_id")
     return Reply(200, {"job": wire.record_to_wire(record)})
 
+
+#: Redrive statuses as HTTP: the body always carries the engine's status.
+REDRIVE_STATUS: Final = {"redriven": 200, "replayed": 200, "refused": 409, "not_found": 404}
 
 #: Cancel statuses as HTTP: the body always carries the engine's status.
 CANCEL_STATUS: Final = {
@@ -236,6 +280,15 @@ def _same(value: Any) -> Any:
     return value
 
 
+def _json_from_rpc(text: Any) -> Any:
+    if not isinstance(text, str):
+        raise InvalidArgument("arguments", f"must be JSON text, got {type(text).__name__}")
+    try:
+        return json.loads(text)
+    except ValueError as error:
+        raise InvalidArgument("arguments", f"is not JSON: {error}") from None
+
+
 # ---------------------------------------------------------------- schemas
 # JSON Schema (OpenAPI 3.1) of the request bodies; the answers' shapes are in
 # docs/reference/http-api.md.
@@ -262,6 +315,20 @@ JOB_SCHEMA: Final = {
             "type": "integer", "minimum": 0, "maximum": MAX_DELAY_MS,
             "description": "ms after ingest (store's clock) before which the job is not "
                            "claimed; not with run_at"}]},
+        "retry": {"oneOf": [{"type": "null"}, {
+            "type": "object", "required": ["attempts"], "additionalProperties": False,
+            "description": "retry failed attempts after an exponential backoff",
+            "properties": {
+                "attempts": {"type": "integer", "minimum": 1, "maximum": MAX_ATTEMPTS,
+                             "description": "attempts in all, the first included"},
+                "base_delay_ms": {"type": "integer", "minimum": 0, "maximum": MAX_DELAY_MS,
+                                  "default": 1000},
+                "factor": {"type": "number", "minimum": 1, "maximum": MAX_BACKOFF_FACTOR,
+                           "default": 2.0},
+                "max_delay_ms": {"type": "integer", "minimum": 0, "maximum": MAX_DELAY_MS,
+                                 "default": 3_600_000},
+                "jitter": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.0},
+                "retry_unknown": {"type": "boolean", "default": False}}}]},
     },
 }
 
@@ -280,6 +347,10 @@ _FAIL_LANE_SCHEMA: Final = {
     "properties": {"reason": {"type": "string", "minLength": 1, "maxLength": 256}}}
 
 _EMPTY_SCHEMA: Final = {"type": "object", "additionalProperties": False}
+
+_REDRIVE_SCHEMA: Final = {
+    "type": "object", "required": ["redrive_id"], "additionalProperties": False,
+    "properties": {"redrive_id": {"type": "string", "minLength": 1, "maxLength": 256}}}
 
 
 def _pausing(name: str, summary: str, *, paused: bool, creates_owner: bool = False
@@ -390,6 +461,43 @@ OPERATIONS: Final = (
     _pausing("pause", "Pause the queue: no tick claims its jobs until it is resumed",
              paused=True, creates_owner=True),
     _pausing("resume", "Resume a paused queue", paused=False),
+    Operation(
+        "dead_letters", "GET", ("queues", "{queue}", "dead-letters"),
+        "One page of the queue's dead letters (failed, outcome_unknown, interrupted), "
+        "newest first",
+        _decode_dead_letters,
+        lambda args, context, page: Reply(200, {"queue": args[0],
+                                                **wire.dead_letters_to_wire(page)}),
+        perform=lambda runtime, queue, limit, cursor: runtime.dead_letters(
+            queue, limit=limit, cursor=cursor),
+        result_to_wire=wire.dead_letters_to_wire, result_from_wire=wire.dead_letters_from_wire,
+        # The limit and the cursor (or null) cross RPC as JSON text.
+        args_to_rpc=lambda args: (args[0], wire.to_json_text(args[1]),
+                                  wire.to_json_text(args[2])),
+        args_from_rpc=lambda args: (args[0], _json_from_rpc(args[1]), _json_from_rpc(args[2])),
+        query_params={
+            "limit": ({"type": "integer", "minimum": 1, "maximum": MAX_DEAD_LETTER_PAGE,
+                       "default": 50}, "jobs per page"),
+            "cursor": ({"type": "string"}, "the cursor of the previous page")},
+        answers={200: "up to limit jobs, newest settlement first; cursor (for the next "
+                      "page) is null on the last page"},
+        reply_shape='`{"queue", "jobs": [{...}, ...], "cursor"}`',
+        to_http=_dead_letters_to_http, from_http=wire.dead_letters_from_wire,
+        idempotent=True),
+    Operation(
+        "redrive", "POST", ("jobs", "{job_id}", "redrive"),
+        "Queue a dead letter again as a new attempt chain; replay-safe by redrive_id",
+        _decode_redrive,
+        lambda args, context, result: Reply(REDRIVE_STATUS[result.status],
+                                            wire.redrive_to_wire(result)),
+        perform=lambda runtime, job_id, redrive_id: runtime.redrive(job_id, redrive_id),
+        result_to_wire=wire.redrive_to_wire, result_from_wire=wire.redrive_from_wire,
+        body_schema=_REDRIVE_SCHEMA,
+        answers={200: "redriven, or replayed", 404: "no such job",
+                 409: "refused: reason is not_settled, not_dead or cancellation_recorded"},
+        reply_shape='`{"job_id", "status", "reason"}`',
+        to_http=lambda args: ((args[0],), {"redrive_id": args[1]}),
+        from_http=wire.redrive_from_wire, idempotent=True),
     Operation(
         "fail_lane", "POST", ("lanes", "{lane}", "fail"),
         "Settle up to 256 of the lane's queued and running jobs as failed",

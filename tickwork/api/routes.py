@@ -27,7 +27,7 @@ import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import parse_qsl, unquote
 
 from tickwork.api import wire
 from tickwork.api.operations import OPERATIONS, Operation
@@ -52,12 +52,14 @@ OwnerServices = Callable[[str], JobService | Awaitable[JobService]]
 @dataclass(frozen=True, slots=True)
 class ApiRequest:
     """An HTTP request as the API sees it. ``headers`` keys are lower case;
-    ``path`` is the raw (still percent-encoded) path without the query."""
+    ``path`` is the raw (still percent-encoded) path without the query, and
+    ``query`` the raw query string (without the ``?``)."""
 
     method: str
     path: str
     headers: Mapping[str, str] = field(default_factory=dict)
     body: bytes = b""
+    query: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +158,9 @@ class JobApi:
         if len(request.body) > self.max_body_bytes:
             raise _too_large(len(request.body), self.max_body_bytes)
         scope, operation, path_args = route
-        body = _json_body(request) if operation.method == "POST" else None
+        # A GET's "body" is its query: the parameters a read takes (a POST
+        # takes none in its query).
+        body = _json_body(request) if operation.method == "POST" else _query(request.query)
         # The whole request is valid once decode returns; only then is any
         # service (a Durable Object, a file) touched.
         args, context = operation.decode(path_args, body)
@@ -252,6 +256,25 @@ def _allow(request: ApiRequest, method: str) -> None:
         raise ApiError(405, "method_not_allowed",
                        f"{request.method[:40]} is not allowed here; use {method}",
                        headers={"allow": method})
+
+
+def _query(query: str) -> dict[str, str] | None:
+    """The query's parameters (None without a query); a repeated or
+    malformed parameter is refused."""
+    if not query:
+        return None
+    try:
+        pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=True,
+                          errors="strict", max_num_fields=20)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise ApiError(400, "invalid_argument", f"query: is malformed: {error}",
+                       "query") from None
+    found: dict[str, str] = {}
+    for name, value in pairs:
+        if name in found:
+            raise ApiError(400, "invalid_argument", f"{name}: is given more than once", name)
+        found[name] = value
+    return found
 
 
 def _json_body(request: ApiRequest) -> Any:

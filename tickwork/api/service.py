@@ -24,7 +24,14 @@ from typing import Any
 
 from tickwork.api.operations import BY_NAME, Operation
 from tickwork.model.jobs import Job, JobRecord
-from tickwork.model.outcomes import CancelResult, FailLaneResult, IngestStatus, QueueStatus
+from tickwork.model.outcomes import (
+    CancelResult,
+    DeadLetters,
+    FailLaneResult,
+    IngestStatus,
+    QueueStatus,
+    RedriveResult,
+)
 
 
 class JobService:
@@ -70,6 +77,14 @@ class JobService:
         changed: bool = await self.perform(_RESUME, (queue,))
         return changed
 
+    async def dead_letters(self, queue: str, limit: int, cursor: str | None) -> DeadLetters:
+        page: DeadLetters = await self.perform(_DEAD_LETTERS, (queue, limit, cursor))
+        return page
+
+    async def redrive(self, job_id: str, redrive_id: str) -> RedriveResult:
+        result: RedriveResult = await self.perform(_REDRIVE, (job_id, redrive_id))
+        return result
+
     async def status(self) -> list[QueueStatus]:
         """Counts of every queue that has jobs, by queue name."""
         statuses: list[QueueStatus] = await self.perform(_STATUS, ())
@@ -88,6 +103,8 @@ _FAIL_LANE = BY_NAME["fail_lane"]
 _PURGE = BY_NAME["purge"]
 _PAUSE = BY_NAME["pause"]
 _RESUME = BY_NAME["resume"]
+_DEAD_LETTERS = BY_NAME["dead_letters"]
+_REDRIVE = BY_NAME["redrive"]
 _STATUS = BY_NAME["status"]
 _QUEUE_STATUS = BY_NAME["queue_status"]
 

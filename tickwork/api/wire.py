@@ -15,11 +15,20 @@ from collections.abc import Mapping
 from typing import Any
 
 from tickwork.model.errors import IngestConflict, InvalidArgument, InvalidJob, TickworkError
-from tickwork.model.jobs import MAX_INGEST_BATCH, Job, JobRecord, Recovery
-from tickwork.model.outcomes import CancelResult, FailLaneResult, QueueStatus
+from tickwork.model.jobs import MAX_INGEST_BATCH, Attempt, Job, JobRecord, Recovery, Retry
+from tickwork.model.outcomes import (
+    CancelResult,
+    DeadLetters,
+    FailLaneResult,
+    QueueStatus,
+    RedriveResult,
+)
 
 _JOB_KEYS = ("job_id", "queue", "lane", "priority", "payload", "recovery", "run_at",
-             "delay_ms")
+             "delay_ms", "retry")
+#: A retry policy's fields; only ``attempts`` is required.
+_RETRY_KEYS = ("attempts", "base_delay_ms", "factor", "max_delay_ms", "jitter",
+               "retry_unknown")
 _REQUIRED_JOB_KEYS = ("job_id", "queue")
 
 
@@ -99,9 +108,9 @@ def refusal_from_wire(status: int, body: object) -> Exception | None:
 
 def job_from_wire(value: object, where: str = "job") -> Job:
     """A Job from its JSON object. ``lane`` defaults to the queue name,
-    ``priority`` to 0, ``payload`` to null, ``recovery``, ``run_at`` and
-    ``delay_ms`` to none; every field is then validated by the engine as for
-    any other ingest."""
+    ``priority`` to 0, ``payload`` to null, ``recovery``, ``run_at``,
+    ``delay_ms`` and ``retry`` to none; every field is then validated by the
+    engine as for any other ingest."""
     if not isinstance(value, Mapping):
         raise InvalidJob(where, f"must be a JSON object, got {_json_type(value)}")
     unknown = sorted(str(key) for key in value if key not in _JOB_KEYS)
@@ -114,6 +123,9 @@ def job_from_wire(value: object, where: str = "job") -> Job:
     recovery = value.get("recovery")
     if recovery is not None:
         recovery = _recovery_from_wire(recovery, f"{where}.recovery")
+    retry = value.get("retry")
+    if retry is not None:
+        retry = _retry_from_wire(retry, f"{where}.retry")
     queue = value["queue"]
     return Job(
         job_id=value["job_id"],
@@ -124,7 +136,23 @@ def job_from_wire(value: object, where: str = "job") -> Job:
         recovery=recovery,
         run_at=value.get("run_at"),
         delay_ms=value.get("delay_ms"),
+        retry=retry,
     )
+
+
+def _retry_from_wire(value: object, where: str) -> Retry:
+    # The engine validates each value (naming job.retry.<field>); here only
+    # the shape: an object with attempts and known keys.
+    if not isinstance(value, Mapping):
+        raise InvalidJob(where, f"must be null or a JSON object, got {_json_type(value)}")
+    unknown = sorted(str(key) for key in value if key not in _RETRY_KEYS)
+    if unknown:
+        raise InvalidJob(where, f"unknown field(s) {', '.join(unknown)}; "
+                                f"a retry policy has {', '.join(_RETRY_KEYS)}")
+    if "attempts" not in value:
+        raise InvalidJob(f"{where}.attempts", "is required")
+    defaults = Retry(1)
+    return Retry(**{key: value.get(key, getattr(defaults, key)) for key in _RETRY_KEYS})
 
 
 def _recovery_from_wire(value: object, where: str) -> Recovery:
@@ -199,7 +227,12 @@ def job_to_wire(job: Job | JobRecord) -> dict[str, Any]:
                      else {"max_recoveries": job.recovery.max_recoveries}),
         "run_at": job.run_at,
         "delay_ms": job.delay_ms,
+        "retry": None if job.retry is None else retry_to_wire(job.retry),
     }
+
+
+def retry_to_wire(policy: Retry) -> dict[str, Any]:
+    return {key: getattr(policy, key) for key in _RETRY_KEYS}
 
 
 def to_json_text(value: Any) -> str:
@@ -237,11 +270,19 @@ def record_to_wire(job: JobRecord) -> dict[str, Any]:
         "started_at": job.started_at,
         "settled_at": job.settled_at,
         "due_at": job.due_at,
+        "attempt": job.attempt,
+        "history": [_attempt_to_wire(entry) for entry in job.history],
     }
 
 
+def _attempt_to_wire(entry: Attempt) -> dict[str, Any]:
+    return {"attempt": entry.attempt, "outcome": entry.outcome,
+            "failure_reason": entry.failure_reason, "started_at": entry.started_at,
+            "ended_at": entry.ended_at, "redrive_id": entry.redrive_id}
+
+
 def record_from_wire(value: Mapping[str, Any]) -> JobRecord:
-    recovery = value.get("recovery")
+    recovery, retry = value.get("recovery"), value.get("retry")
     return JobRecord(
         job_id=value["job_id"],
         queue=value["queue"],
@@ -261,6 +302,12 @@ def record_from_wire(value: Mapping[str, Any]) -> JobRecord:
         run_at=value.get("run_at"),
         delay_ms=value.get("delay_ms"),
         due_at=value.get("due_at"),
+        retry=None if retry is None else Retry(**retry),
+        attempt=value.get("attempt", 1),
+        history=tuple(Attempt(entry["attempt"], entry["outcome"], entry.get("failure_reason"),
+                              entry.get("started_at"), entry["ended_at"],
+                              entry.get("redrive_id"))
+                      for entry in value.get("history", ())),
     )
 
 
@@ -302,3 +349,19 @@ def fail_lane_to_wire(result: FailLaneResult) -> dict[str, Any]:
 
 def fail_lane_from_wire(value: Mapping[str, Any]) -> FailLaneResult:
     return FailLaneResult(value["settled"], value["more"])
+
+
+def redrive_to_wire(result: RedriveResult) -> dict[str, Any]:
+    return {"job_id": result.job_id, "status": result.status, "reason": result.reason}
+
+
+def redrive_from_wire(value: Mapping[str, Any]) -> RedriveResult:
+    return RedriveResult(value["status"], value["job_id"], value.get("reason"))
+
+
+def dead_letters_to_wire(page: DeadLetters) -> dict[str, Any]:
+    return {"jobs": [record_to_wire(job) for job in page.jobs], "cursor": page.cursor}
+
+
+def dead_letters_from_wire(value: Mapping[str, Any]) -> DeadLetters:
+    return DeadLetters([record_from_wire(job) for job in value["jobs"]], value["cursor"])

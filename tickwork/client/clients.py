@@ -39,7 +39,14 @@ from tickwork.client.core import (
 )
 from tickwork.model.errors import InvalidArgument
 from tickwork.model.jobs import Job, JobRecord, validate_job
-from tickwork.model.outcomes import CancelResult, FailLaneResult, IngestStatus, QueueStatus
+from tickwork.model.outcomes import (
+    CancelResult,
+    DeadLetters,
+    FailLaneResult,
+    IngestStatus,
+    QueueStatus,
+    RedriveResult,
+)
 
 #: Seconds one request may take, connecting included.
 DEFAULT_TIMEOUT_S = 10.0
@@ -197,6 +204,19 @@ class AsyncJobs:
         changed: bool = await self._client.call(self.scope, "resume", (queue,))
         return changed
 
+    async def dead_letters(self, queue: str, *, limit: int = 50,
+                           cursor: str | None = None) -> DeadLetters:
+        """One page of the queue's dead letters, newest first."""
+        page: DeadLetters = await self._client.call(self.scope, "dead_letters",
+                                                    (queue, limit, cursor))
+        return page
+
+    async def redrive(self, job_id: str, redrive_id: str) -> RedriveResult:
+        """Queue a dead letter again as a new attempt chain (replay-safe)."""
+        result: RedriveResult = await self._client.call(self.scope, "redrive",
+                                                        (job_id, redrive_id))
+        return result
+
     async def status(self) -> list[QueueStatus]:
         statuses: list[QueueStatus] = await self._client.call(self.scope, "status", ())
         return statuses
@@ -295,6 +315,18 @@ class Jobs:
         """Resume the queue; True when it was paused."""
         changed: bool = self._client.call(self.scope, "resume", (queue,))
         return changed
+
+    def dead_letters(self, queue: str, *, limit: int = 50,
+                     cursor: str | None = None) -> DeadLetters:
+        """One page of the queue's dead letters, newest first."""
+        page: DeadLetters = self._client.call(self.scope, "dead_letters",
+                                              (queue, limit, cursor))
+        return page
+
+    def redrive(self, job_id: str, redrive_id: str) -> RedriveResult:
+        """Queue a dead letter again as a new attempt chain (replay-safe)."""
+        result: RedriveResult = self._client.call(self.scope, "redrive", (job_id, redrive_id))
+        return result
 
     def status(self) -> list[QueueStatus]:
         statuses: list[QueueStatus] = self._client.call(self.scope, "status", ())

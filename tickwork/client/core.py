@@ -16,7 +16,7 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 from tickwork.api import wire
 from tickwork.api.operations import Operation
@@ -161,7 +161,11 @@ def request_for(base_url: str, token: str | None, scope: tuple[str, ...],
     if token is not None:
         headers["authorization"] = f"Bearer {token}"
     encoded = None
-    if body is not None:
+    if operation.method == "GET":
+        # A read's parameters travel in its query.
+        if body:
+            path += "?" + urlencode(body, quote_via=quote)
+    elif body is not None:
         headers["content-type"] = "application/json"
         encoded = wire.to_json_text(body).encode()
     return HttpRequest(operation.method, f"{base_url}/{path}", headers, encoded)

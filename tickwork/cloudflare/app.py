@@ -332,7 +332,8 @@ async def read_request(request: Any, api: JobApi) -> ApiRequest | ApiResponse:
     read, so a request without the token never has its body parsed or
     buffered (``discard_body`` drops it)."""
     method = _method(request)
-    path = urlsplit(str(request.url)).path or "/"
+    url = urlsplit(str(request.url))
+    path = url.path or "/"
     headers = {name: value for name in ("authorization", "content-type", "content-length")
                if (value := _header(request, name)) is not None}
     has_body = method not in ("GET", "HEAD")
@@ -350,7 +351,7 @@ async def read_request(request: Any, api: JobApi) -> ApiRequest | ApiResponse:
         return refused
     # An undeclared or understated body over the limit is refused by api.handle.
     body = await _body(request) if has_body else b""
-    return ApiRequest(method=method, path=path, headers=headers, body=body)
+    return ApiRequest(method=method, path=path, headers=headers, body=body, query=url.query)
 
 
 def to_response(answer: ApiResponse) -> Any:

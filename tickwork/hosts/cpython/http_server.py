@@ -81,6 +81,11 @@ class RequestHead:
         """The raw path, without the query."""
         return self.target.split("?", 1)[0]
 
+    @property
+    def query(self) -> str:
+        """The raw query string, without the ``?`` (empty when none)."""
+        return self.target.partition("?")[2]
+
 
 def parse_head(data: bytes, *, max_body_bytes: int) -> RequestHead:
     """Parse a request head (everything up to and including the blank line).
@@ -298,7 +303,7 @@ class ApiServer:
             return self._failed(head)
 
     async def _handle(self, head: RequestHead, body: bytes) -> ApiResponse:
-        request = ApiRequest(head.method, head.path, head.headers, body)
+        request = ApiRequest(head.method, head.path, head.headers, body, head.query)
         try:
             return await self.api.handle(request)
         except Exception:

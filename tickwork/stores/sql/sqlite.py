@@ -876,12 +876,13 @@ ON_REPLAY = f"""
 ON CONFLICT (job_id) DO UPDATE SET
     queue = excluded.queue, lane = excluded.lane, priority = excluded.priority,
     payload_json = excluded.payload_json, max_recoveries = excluded.max_recoveries,
-    run_at = excluded.run_at, delay_ms = excluded.delay_ms
+    run_at = excluded.run_at, delay_ms = excluded.delay_ms, retry_json = excluded.retry_json
 WHERE queue IS NOT excluded.queue OR lane IS NOT excluded.lane
    OR priority IS NOT excluded.priority
    OR (payload_json IS NOT excluded.payload_json AND {_PAYLOADS_DIFFER})
    OR max_recoveries IS NOT excluded.max_recoveries
    OR run_at IS NOT excluded.run_at OR delay_ms IS NOT excluded.delay_ms
+   OR retry_json IS NOT excluded.retry_json
 """
 
 ENQUEUE = Template("enqueue", _INSERT_JOB + ON_REPLAY.replace("{", "{{").replace("}", "}}"),
