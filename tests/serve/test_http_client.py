@@ -102,6 +102,18 @@ async def test_post_sends_exactly_what_it_is_given(loopback: Loopback) -> None:
     assert body == '{"a":1}'
 
 
+async def test_post_reports_the_retry_after_header(loopback: Loopback) -> None:
+    async def reply(request: bytes, reader: Any, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 120\r\n"
+                     b"Content-Length: 0\r\n\r\n")
+
+    loopback.reply = reply
+    answer = await http_post(loopback.url, b"{}", {}, 5.0, AbortSignal())
+    assert (answer.status, answer.retry_after) == (429, "120")
+    loopback.reply = Loopback.ok
+    assert (await http_post(loopback.url, b"{}", {}, 5.0, AbortSignal())).retry_after is None
+
+
 @pytest.mark.parametrize(("wire", "status", "body", "truncated"), [
     (b"HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nok", 201, b"ok", False),
     (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"

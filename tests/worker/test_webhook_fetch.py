@@ -25,9 +25,10 @@ class Receiver:
     """A ``workers.fetch`` handler standing in for the receiving server."""
 
     def __init__(self, workers_module: Any, status: int = 200, error: str | None = None,
-                 hang: bool = False) -> None:
+                 hang: bool = False, headers: dict[str, str] | None = None) -> None:
         self.workers = workers_module
         self.status = status
+        self.headers = headers
         self.error = error
         self.hang = hang
         self.calls: list[tuple[str, dict[str, Any]]] = []
@@ -43,7 +44,7 @@ class Receiver:
             raise OSError(f"AbortError: The operation was aborted ({signal.reason})")
         if self.error is not None:
             raise OSError(self.error)
-        return self.workers.Response("ok", status=self.status)
+        return self.workers.Response("ok", status=self.status, headers=self.headers)
 
 
 def webhook(job_id: str, path: str = "/hook", **payload: Any) -> dict[str, Any]:
@@ -93,6 +94,20 @@ async def test_replies_and_failures_map_to_outcomes(
     await send(worker, shape, "POST", "/v1/shared/jobs", webhook("w"))
     await drain_once(worker, env)
     assert await outcome(query, "w") == expected
+
+
+async def test_a_refusal_with_retry_after_is_retried_after_it(
+        worker: Any, env: Any, shape: str, workers_module: Any, query: Any) -> None:
+    """A 429 with ``Retry-After: 3600`` fails the attempt with the reply's
+    delay: a job with a retry policy waits that hour for its next attempt."""
+    use_fetch(Receiver(workers_module, status=429, headers={"Retry-After": "3600"}))
+    await send(worker, shape, "POST", "/v1/shared/jobs",
+               {**webhook("w"), "retry": {"attempts": 5, "base_delay_ms": 1000}})
+    await drain_once(worker, env)
+    [(state, attempt, waits_ms, history)] = await query(
+        "SELECT state, attempt, due_at - json_extract(history_json, '$[0].ended_at'), "
+        "json_extract(history_json, '$[0].reason') FROM tickwork_jobs WHERE job_id = 'w'")
+    assert (state, attempt, waits_ms, history) == ("queued", 2, 3_600_000, "http_429")
 
 
 async def test_a_bad_payload_sends_nothing(

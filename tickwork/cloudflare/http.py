@@ -65,7 +65,10 @@ async def workers_fetch_post(
             signal=controller.signal,
         )
         text = await response.text()
-        return HttpReply(int(response.status), str(text))
+        # A missing header is JS null (jsnull: not None, and truthy).
+        retry_after = response.headers.get("retry-after")
+        return HttpReply(int(response.status), str(text),
+                         retry_after if isinstance(retry_after, str) else None)
 
     try:
         return await asyncio.wait_for(exchange(), timeout_s)

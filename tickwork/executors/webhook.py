@@ -39,7 +39,8 @@ payload invalid (nothing sent)                         ``Failed("bad_payload")``
 signal already aborted before sending (nothing sent)   ``Cancelled()``
 reply 2xx                                              ``Completed()``
 reply 3xx (redirects are not followed) or 4xx,         ``Failed("http_<code>")``,
-including 408 and 429                                  e.g. ``http_429``
+including 408 and 429                                  e.g. ``http_429``, with
+                                                       the reply's Retry-After
 reply 5xx, or any status outside 200-599               ``OutcomeUnknown()``
 ``HttpTimeout``: no reply in time                      ``OutcomeUnknown()``
 ``HttpUnreachable``: connection failed before sending  ``Failed("unreachable")``
@@ -52,10 +53,14 @@ signal aborted while the request is in flight          ``OutcomeUnknown()``
 
 Why: a 4xx (and a 3xx) is the receiver refusing the request, so it did not
 act; 408 and 429 are refusals too ("too slow", "too many"): they fail with
-their code, and whoever wants a retry enqueues a new job. A 5xx may come
+their code. A job with a retry policy (``tickwork.Retry``) is then retried
+after its backoff, or after the reply's ``Retry-After`` (delay-seconds,
+capped at a day) when it sent one. A 5xx may come
 after the receiver acted (a crash after the write, a proxy timing out), and
 so may a timeout or a dropped connection: only ``OutcomeUnknown`` is honest
-there. Only ``HttpUnreachable`` proves that nothing was sent.
+there, and a policy retries it only with ``retry_unknown=True`` (safe when
+the receiver drops repeated deliveries by their ``idempotency-key``). Only
+``HttpUnreachable`` proves that nothing was sent.
 
 The abort signal (cancellation, failing a lane, lost lease): checked before
 sending (then nothing is sent and the job is ``Cancelled``), and forwarded to
@@ -133,10 +138,29 @@ _PRINTABLE_ASCII = re.compile(r"[\x20-\x7e]*")  # used with fullmatch
 
 @dataclass(frozen=True, slots=True)
 class HttpReply:
-    """What the receiver answered: the status code and the body as text."""
+    """What the receiver answered: the status code, the body as text, and its
+    ``retry-after`` header as sent (None without one)."""
 
     status: int
     body: str
+    retry_after: str | None = None
+
+
+#: The longest Retry-After the executor passes on (a day); a longer one is
+#: capped, so a receiver cannot park a job for years.
+MAX_RETRY_AFTER_MS = 86_400_000
+
+
+def retry_after_ms(value: str | None) -> int | None:
+    """A ``retry-after`` header in delay-seconds as milliseconds (capped at a
+    day), or None when there is none or it is not delay-seconds (an HTTP
+    date is not read: the receiver's clock is not the store's)."""
+    if value is None:
+        return None
+    text = value.strip()
+    if not (text.isascii() and text.isdigit() and len(text) <= 12):
+        return None
+    return min(int(text) * 1000, MAX_RETRY_AFTER_MS)
 
 
 class HttpTimeout(Exception):
@@ -170,12 +194,13 @@ class HttpPost(Protocol):
     ) -> HttpReply: ...
 
 
-def outcome_for_status(status: int) -> ExecutionResult:
-    """The outcome of a reply with ``status`` (see the module's table)."""
+def outcome_for_status(status: int, retry_after: str | None = None) -> ExecutionResult:
+    """The outcome of a reply with ``status`` (see the module's table); a
+    refusal's ``retry-after`` becomes ``Failed.retry_after_ms``."""
     if 200 <= status < 300:
         return Completed()
     if 300 <= status < 500:
-        return Failed(f"http_{status}")
+        return Failed(f"http_{status}", retry_after_ms(retry_after))
     return OutcomeUnknown()
 
 
@@ -244,7 +269,8 @@ async def _send(post: HttpPost, request: _Request, timeout_s: float,
         status = getattr(reply, "status", None)
         if isinstance(status, bool) or not isinstance(status, int):
             return OutcomeUnknown()  # a broken transport: the request may have left
-        return outcome_for_status(status)
+        after = getattr(reply, "retry_after", None)
+        return outcome_for_status(status, after if isinstance(after, str) else None)
     if isinstance(error, HttpUnreachable):
         return Failed(UNREACHABLE)
     if isinstance(error, HttpRefused):

@@ -117,7 +117,7 @@ async def http_post(
     to any destination (see ``guarded_http_post`` for one that checks)."""
     response = await request("POST", url, body=body, headers=headers, timeout_s=timeout_s,
                              signal=signal)
-    return HttpReply(response.status, response.body.decode("utf-8", errors="replace"))
+    return _reply(response)
 
 
 def guarded_http_post(policy: DestinationPolicy) -> HttpPost:
@@ -128,9 +128,14 @@ def guarded_http_post(policy: DestinationPolicy) -> HttpPost:
                    signal: AbortSignal) -> HttpReply:
         response = await request("POST", url, body=body, headers=headers,
                                  timeout_s=timeout_s, signal=signal, destinations=policy)
-        return HttpReply(response.status, response.body.decode("utf-8", errors="replace"))
+        return _reply(response)
 
     return post
+
+
+def _reply(response: HttpResponse) -> HttpReply:
+    return HttpReply(response.status, response.body.decode("utf-8", errors="replace"),
+                     response.headers.get("retry-after"))
 
 
 async def request(
