@@ -25,7 +25,7 @@ The machinery shared with test_concurrent_model.py is in model_support.py.
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeAlias
 
 import pytest
@@ -65,6 +65,7 @@ from tickwork import (
     Job,
     JobRecord,
     OwnerRuntime,
+    RedriveResult,
     TickResult,
 )
 from tickwork.model.jobs import MAX_SAFE_INTEGER
@@ -130,6 +131,15 @@ class Advance:
 
 
 @dataclass(frozen=True)
+class Redrive:
+    """Redrive the job ``index`` (in job_id order; past the end: one that
+    never existed) with ``redrive_id``."""
+
+    index: int
+    redrive_id: str
+
+
+@dataclass(frozen=True)
 class CancelMany:
     """Cancel every existing job, in job_id order (or reversed), with one id."""
 
@@ -140,7 +150,7 @@ class CancelMany:
 
 Operation: TypeAlias = (
     Ingest | Replay | Tick | RacedTick | ReleaseOp | Cancel | CancelMany | FailLane | Purge
-    | Crash | SetLiveness | Advance
+    | Crash | SetLiveness | Advance | Redrive
 )
 
 specs = st.builds(
@@ -157,6 +167,11 @@ specs = st.builds(
     # to 3 (the clock starts in epoch 0: some are past by the time they come).
     delay=st.sampled_from((None, None, None, None, 0, 1, 2)),
     at=st.sampled_from((None, None, None, None, 0, 1, 3)),
+    # A retry policy now and then: 2 or 3 attempts, each retry due at once
+    # or an epoch later; outcome_unknown retried or not.
+    attempts=st.sampled_from((None, None, 2, 3)),
+    retry_delay=st.sampled_from((0, 0, 1)),
+    retry_unknown=st.booleans(),
 ).filter(lambda spec: spec.delay is None or spec.at is None)
 
 
@@ -178,6 +193,7 @@ operations: st.SearchStrategy[Operation] = weighted(
     (1, st.builds(SetLiveness, liveness, st.booleans())),
     (1, st.builds(RacedTick, st.sampled_from(("cancel", "fail_lane", "purge")))),
     (2, st.builds(Advance, st.integers(1, 2))),
+    (2, st.builds(Redrive, st.integers(0, 8), st.sampled_from(("r1", "r2")))),
 )
 
 
@@ -192,6 +208,27 @@ class OwnerModel(Model):
     immediate: ClassVar[dict[str, tuple[str, str | None]]] = IMMEDIATE_OUTCOMES
 
     next_sequence: int = 0
+    # Every (job_id, redrive_id) a redrive applied.
+    redrives: set[tuple[str, str]] = field(default_factory=set)
+
+    def redrive(self, job_id: str, redrive_id: str) -> RedriveResult:
+        job = self.jobs.get(job_id)
+        if job is None:
+            return RedriveResult("not_found", job_id)
+        if (job_id, redrive_id) in self.redrives:
+            return RedriveResult("replayed", job_id)
+        if job.state != "settled":
+            return RedriveResult("refused", job_id, "not_settled")
+        if job.cancellation_id is not None:
+            return RedriveResult("refused", job_id, "cancellation_recorded")
+        if job.outcome not in ("failed", "outcome_unknown", "interrupted"):
+            return RedriveResult("refused", job_id, "not_dead")
+        assert job.outcome is not None
+        job.history = [*job.history, (job.attempt, job.outcome, job.failure_reason)][-20:]
+        job.state, job.outcome, job.failure_reason = "queued", None, None
+        job.attempt, job.recoveries, job.due_epoch = 1, 0, None
+        self.redrives.add((job_id, redrive_id))
+        return RedriveResult("redriven", job_id)
 
     def ticker_of(self, lane: str) -> str:
         return ticker_of(lane)
@@ -327,6 +364,15 @@ class Scenario(ModelScenario[OwnerModel, OwnerRuntime]):
         elif isinstance(op, Advance):
             model.epoch += op.epochs
             event("the clock moves on")
+        elif isinstance(op, Redrive):
+            known = sorted(model.jobs)
+            job_id = known[op.index] if op.index < len(known) else "ghost"
+            expected_redrive = model.redrive(job_id, op.redrive_id)
+            assert self.runtime.redrive(job_id, op.redrive_id) == expected_redrive
+            if expected_redrive.status == "redriven":
+                # Settled once, it may settle again: the ledger forgets it.
+                self.ledger.settled.pop(job_id, None)
+                event("redriven")
         elif isinstance(op, CancelMany):
             for job_id in sorted(model.jobs, reverse=op.reverse):
                 self.cancel(job_id, op.cancellation_id, op.only_if_queued)
@@ -377,9 +423,12 @@ class Scenario(ModelScenario[OwnerModel, OwnerRuntime]):
         ledger.touched.update(model.jobs)
         for job_id in sorted(ledger.touched):
             record = runtime.read(job_id)
-            if not ledger.compare(job_id, record, model.jobs.get(job_id)):
+            expected = model.jobs.get(job_id)
+            if not ledger.compare(job_id, record, expected, "attempt"):
                 continue
-            assert record is not None
+            assert record is not None and expected is not None
+            assert [(entry.attempt, entry.outcome, entry.failure_reason)
+                    for entry in record.history] == expected.history
             # Record consistency.
             assert (record.outcome is not None) == (record.state == "settled")
             assert (record.settled_at is not None) == (record.state == "settled")

@@ -49,7 +49,7 @@ import contextlib
 import os
 import tempfile
 from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Literal, Protocol, TypeAlias, TypeVar
 
@@ -71,6 +71,7 @@ from tickwork import (
     OwnerRuntime,
     QueueTransition,
     Recovery,
+    Retry,
     TickResult,
 )
 
@@ -138,9 +139,21 @@ class Spec:
     max_recoveries: int | None
     delay: int | None = None
     at: int | None = None
+    #: A retry policy: ``attempts`` in all, each retry due ``retry_delay``
+    #: epochs after the failed attempt; None: no policy.
+    attempts: int | None = None
+    retry_delay: int = 0
+    retry_unknown: bool = False
 
     def payload(self) -> dict[str, Any]:
         return {"do": self.action}
+
+    def retry(self) -> Retry | None:
+        if self.attempts is None:
+            return None
+        delay = self.retry_delay * EPOCH_MS
+        return Retry(self.attempts, base_delay_ms=delay, factor=1.0, max_delay_ms=delay,
+                     retry_unknown=self.retry_unknown)
 
     def recovery(self) -> Recovery | None:
         return None if self.max_recoveries is None else Recovery(self.max_recoveries)
@@ -164,7 +177,7 @@ class Spec:
 
     def job_with(self, payload: dict[str, Any]) -> Job:
         return Job(self.job_id, self.queue, self.lane, self.priority, payload, self.recovery(),
-                   run_at=self.run_at(), delay_ms=self.delay_ms())
+                   run_at=self.run_at(), delay_ms=self.delay_ms(), retry=self.retry())
 
 
 @dataclass(frozen=True)
@@ -347,6 +360,7 @@ def ingest_answer(spec: Spec, old: Spec) -> str | tuple[str, ...]:
         ("recovery", spec.max_recoveries, old.max_recoveries),
         ("run_at", spec.run_at(), old.run_at()),
         ("delay_ms", spec.delay_ms(), old.delay_ms()),
+        ("retry", spec.retry(), old.retry()),
     ) if new_value != old_value]
     return tuple(differences) if differences else "duplicate"
 
@@ -378,6 +392,24 @@ class ModelJob:
     claimed_at: int = 0  # claim order (the engine orders orphans by started_at)
     # Waits until this epoch (None: in the ready set); a tick clears it once due.
     due_epoch: int | None = None
+    attempt: int = 1
+    # The attempts before this one: (attempt, outcome, reason).
+    history: list[tuple[int, str, str | None]] = field(default_factory=list)
+
+
+def retried_result(job: ModelJob, outcome: str, reason: str | None) -> TickResult:
+    """The tick result of an attempt of ``job`` that ended in a retry; its
+    ``retry_at`` is the epoch the job is due in (``in_epochs`` turns the
+    runtime's into that)."""
+    return TickResult("retried", job_id=job.spec.job_id, outcome=outcome,  # type: ignore[arg-type]
+                      failure_reason=reason, retry_at=job.due_epoch)
+
+
+def in_epochs(result: TickResult) -> TickResult:
+    """``result`` with its ``retry_at`` as the epoch it falls in."""
+    if result.retry_at is None:
+        return result
+    return replace(result, retry_at=result.retry_at // EPOCH_MS)
 
 
 def claim_order(job: ModelJob) -> tuple[int, int]:
@@ -392,6 +424,8 @@ class Flight:
     job_id: str
     honours_signal: bool
     finished: bool = False  # the tick should have returned by the end of this step
+    # The attempt's (outcome, reason) when it ended in a retry, not a settlement.
+    retried: tuple[str, str | None] | None = None
 
 
 @dataclass
@@ -423,6 +457,24 @@ class Model:
     def settle(self, job: ModelJob, outcome: str, reason: str | None = None) -> None:
         assert job.state != "settled"
         job.state, job.outcome, job.failure_reason = "settled", outcome, reason
+
+    def end_attempt(self, job: ModelJob, outcome: str, reason: str | None) -> bool:
+        """The attempt of a running ``job`` ended with ``outcome``: retried
+        (True: queued again, due ``retry_delay`` epochs from now, as its next
+        attempt) while its policy has attempts left for that outcome, else
+        settled."""
+        spec = job.spec
+        retried = (spec.attempts is not None and job.attempt < spec.attempts
+                   and job.cancellation_id is None
+                   and (outcome == "failed"
+                        or (outcome == "outcome_unknown" and spec.retry_unknown)))
+        if not retried:
+            self.settle(job, outcome, reason)
+            return False
+        job.history = [*job.history, (job.attempt, outcome, reason)][-20:]
+        job.state, job.attempt = "queued", job.attempt + 1
+        job.due_epoch = self.epoch + spec.retry_delay
+        return True
 
     def in_queue(self, queue: str, state: str) -> list[ModelJob]:
         return [j for j in self.jobs.values() if j.spec.queue == queue and j.state == state]
@@ -490,7 +542,8 @@ class Model:
             # executor says; a completion is kept as the reason.
             outcome, reason = "cancelled", ("executor_completed" if outcome == "completed"
                                             else None)
-        self.settle(job, outcome, reason)
+        if self.end_attempt(job, outcome, reason):
+            flight.retried = (outcome, reason)
 
     # -- a tick of ``ticker``: probe one orphan, then recover it or go on
     def tick(self, ticker: str) -> tuple[TickResult | None, list[str]]:
@@ -559,7 +612,8 @@ class Model:
                 self.flights[ticker] = Flight(job_id, honours_signal=action == "block")
                 return None
             outcome, reason = self.immediate[action]
-            self.settle(job, outcome, reason)
+            if self.end_attempt(job, outcome, reason):
+                return retried_result(job, outcome, reason)
             return TickResult("settled", job_id=job_id, outcome=outcome,  # type: ignore[arg-type]
                               failure_reason=reason)
         if unknown is not None:
@@ -799,11 +853,16 @@ class ModelScenario(Generic[M, R]):
                 continue
             assert task.done(), f"the {ticker} tick of {flight.job_id} should have finished"
             job = self.model.jobs[flight.job_id]
-            assert job.state == "settled"
-            expected = TickResult("settled", job_id=flight.job_id, outcome=job.outcome,  # type: ignore[arg-type]
-                                  failure_reason=job.failure_reason)
-            assert task.result() == expected, ticker
-            event(f"in-flight {self.named(ticker)} finished: {job.outcome}")
+            if flight.retried is not None:
+                expected = retried_result(job, *flight.retried)
+                event(f"in-flight {self.named(ticker)} finished: retried")
+            else:
+                assert job.state == "settled"
+                expected = TickResult("settled", job_id=flight.job_id,
+                                      outcome=job.outcome,  # type: ignore[arg-type]
+                                      failure_reason=job.failure_reason)
+                event(f"in-flight {self.named(ticker)} finished: {job.outcome}")
+            assert in_epochs(task.result()) == expected, ticker
             del self.tasks[ticker]
             del flights[ticker]
 
@@ -841,7 +900,7 @@ class ModelScenario(Generic[M, R]):
             await asyncio.sleep(0)
         assert task.done(), "a tick with nothing to wait for did not finish"
         result = task.result()
-        assert result == expected, ticker
+        assert in_epochs(result) == expected, ticker
         return result
 
     async def tick_busy(self, ticker: str) -> None:
@@ -980,6 +1039,7 @@ class RecordLedger:
             spec.queue, spec.lane, spec.priority, spec.payload())
         assert record.recovery == spec.recovery()
         assert (record.run_at, record.delay_ms) == (spec.run_at(), spec.delay_ms())
+        assert record.retry == spec.retry()
         names = ("state", "outcome", "failure_reason", "recoveries", "cancellation_id", *also)
         actual = tuple(getattr(record, name) for name in names)
         wanted = tuple(getattr(expected, name) for name in names)
