@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.support import ScriptedExecutor, job
-from tickwork import Completed, OwnerRuntime, Recovery, TickResult
+from tickwork import Completed, Failed, OwnerRuntime, Recovery, Retry, TickResult
 from tickwork.stores import Sqlite3Database
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,6 +75,29 @@ TICK_DUE_JOBS_FOREVER = CHILD_PRELUDE + textwrap.dedent("""
             ticks += 1
             if ticks == 100:
                 print("ticking", flush=True)
+
+    asyncio.run(main())
+""")
+
+
+RETRY_JOBS_FOREVER = CHILD_PRELUDE + textwrap.dedent("""
+    from tickwork import Failed, Retry
+
+    async def fail_twice(job, signal):
+        return Completed() if job.attempt >= 3 else Failed(f"attempt-{job.attempt}")
+
+    async def main():
+        engine = runtime(fail_twice)
+        for batch in range(5):
+            engine.ingest_many([Job(f"retry-{batch}-{n:02}", f"q{n % 5}", "lane", 0, {},
+                                    Recovery(1), retry=Retry(3, base_delay_ms=1))
+                                for n in range(100)])
+        ticks = 0
+        while True:
+            await engine.tick()
+            ticks += 1
+            if ticks == 300:
+                print("retrying", flush=True)
 
     asyncio.run(main())
 """)
@@ -301,3 +324,59 @@ async def test_store_failure_while_moving_due_jobs_changes_nothing(tmp_path: Pat
     assert record is not None and (record.state, record.due_at) == ("queued", now())
     assert executor.started == []
     assert (await runtime.tick()).outcome == "completed"  # the next tick moves and runs it
+
+
+async def test_process_killed_while_retrying_loses_no_attempt(tmp_path: Path) -> None:
+    """Kill -9 while ticks fail attempts and put their jobs back: every job
+    still ends with one outcome after exactly its three attempts, each of the
+    first two in its history once (an attempt the kill cut short is recovered
+    by Recovery, not counted as a retry)."""
+    database = tmp_path / "jobs.sqlite3"
+    open_runtime(database)
+    assert kill_after_line(spawn(RETRY_JOBS_FOREVER, database)) == "retrying"
+    connection = sqlite3.connect(database)
+    assert connection.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    mid_flight = connection.execute(
+        "SELECT count(*) FROM tickwork_jobs WHERE attempt > 1 AND state <> 'settled'"
+    ).fetchone()[0]
+    assert mid_flight > 0  # the kill came while jobs were between attempts
+
+    async def fail_twice(job: Any, signal: Any) -> Any:
+        return Completed() if job.attempt >= 3 else Failed(f"attempt-{job.attempt}")
+
+    runtime = open_runtime(database, execute=fail_twice)
+    while runtime.next_tick_at() is not None:  # a retry waits 1 ms
+        if (await runtime.tick()).status == "idle":
+            await asyncio.sleep(0.002)
+    rows = connection.execute(
+        "SELECT state, outcome, attempt, json_array_length(history_json), count(*)"
+        " FROM tickwork_jobs GROUP BY 1, 2, 3, 4").fetchall()
+    assert rows == [("settled", "completed", 3, 2, 500)]
+    histories = {row[0] for row in connection.execute(
+        "SELECT group_concat(json_extract(entry.value, '$.attempt') || ':' ||"
+        " json_extract(entry.value, '$.reason'), ',')"
+        " FROM tickwork_jobs, json_each(tickwork_jobs.history_json) AS entry"
+        " GROUP BY tickwork_jobs.sequence")}
+    assert histories == {"1:attempt-1,2:attempt-2"}
+
+
+async def test_store_failure_while_retrying_leaves_a_recoverable_claim(tmp_path: Path) -> None:
+    owner = FailingOwner(sqlite3.connect(tmp_path / "jobs.sqlite3", isolation_level=None))
+    runs: list[int] = []
+
+    async def execute(job: Any, signal: Any) -> Any:
+        runs.append(job.attempt)
+        owner.fail_next_write = len(runs) == 1  # the first retry write fails
+        return Failed("boom") if job.attempt == 1 else Completed()
+
+    runtime = OwnerRuntime(owner, execute=execute, is_alive=lambda job: False, wake=Wake())
+    runtime.ingest(job("a", recovery=Recovery(1), retry=Retry(2, base_delay_ms=0)))
+    with pytest.raises(sqlite3.OperationalError, match="injected"):
+        await runtime.tick()
+    record = runtime.read("a")
+    assert record is not None and (record.state, record.attempt, record.history) == (
+        "running", 1, ())  # nothing half-written
+    assert await runtime.tick() == TickResult("requeued", job_id="a")
+    assert (await runtime.tick()).status == "retried"
+    assert (await runtime.tick()).outcome == "completed"
+    assert runs == [1, 1, 2]
