@@ -120,3 +120,19 @@ def test_delayed_jobs_and_paused_queues_show(server: Serve,
                            "--owner", "inspect later", "--job", "later-1")
     fields = dict(line.split(None, 1) for line in out.splitlines())
     assert fields["due"].startswith("86400 s after it was stored (waits until ")
+
+
+def test_a_retried_job_shows_its_attempts(server: Serve,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    client = server.client()
+    failing = {"job_id": "flaky-1", "queue": "flaky",
+               "payload": {"kind": "no-such-kind"},  # fails: no_executor
+               "retry": {"attempts": 2, "base_delay_ms": 0}}
+    client.enqueue("inspect retries", failing)
+    client.settled("inspect retries", "flaky-1")
+    code, out, _ = inspect(capsys, "--url", server.url, "--token", TOKEN,
+                           "--owner", "inspect retries", "--job", "flaky-1")
+    assert code == 0
+    fields = dict(line.split("  ", 1) for line in out.splitlines())
+    assert fields["attempt"].strip() == "2 of 2", out
+    assert fields["attempt 1"].strip().startswith("failed (no_executor) at "), out

@@ -186,6 +186,7 @@ def format_job(job: Mapping[str, Any]) -> str:
         ("priority", str(job["priority"])),
         ("state", _state(job)),
         ("recoveries", f"{job['recoveries']} ({budget})"),
+        *_attempts(job),
         ("sequence", str(job["sequence"])),
         ("enqueued", _time(job.get("enqueued_at"))),
         *_due(job),
@@ -197,6 +198,24 @@ def format_job(job: Mapping[str, Any]) -> str:
     fields.append(("payload", json.dumps(job.get("payload"), ensure_ascii=False)))
     width = max(len(name) for name, _ in fields)
     return "\n".join(f"{name.ljust(width)}  {value}" for name, value in fields)
+
+
+def _attempts(job: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The attempt the job is on (of its policy's), and its earlier attempts."""
+    retry = job.get("retry")
+    if retry is None and not job.get("history"):
+        return []
+    attempt = str(job.get("attempt", 1))
+    if retry is not None:
+        attempt += f" of {retry['attempts']}"
+    lines = [("attempt", attempt)]
+    for entry in job.get("history", ()):
+        ended = f"{entry['outcome']}" + (f" ({entry['failure_reason']})"
+                                         if entry.get("failure_reason") else "")
+        redriven = f", redriven as {entry['redrive_id']}" if entry.get("redrive_id") else ""
+        lines.append((f"attempt {entry['attempt']}",
+                      f"{ended} at {_time(entry.get('ended_at'))}{redriven}"))
+    return lines
 
 
 def _due(job: Mapping[str, Any]) -> list[tuple[str, str]]:
