@@ -3,7 +3,7 @@
 Everything a program using tickwork needs is importable from here:
 
 * the model: ``Job``, ``Recovery``, ``Retry``, ``JobRecord`` (with its
-  ``Attempt`` history), the outcomes an executor
+  ``Attempt`` history), ``Schedule`` and ``ScheduledJob``, the outcomes an executor
   returns, the results operations report, ``AbortSignal``, the errors;
 * the runtimes: ``OwnerRuntime`` (one owner's SQLite database: Python's
   sqlite3 through ``Sqlite3Database``, a Durable Object's storage through
@@ -45,6 +45,7 @@ from tickwork.model.outcomes import (
     RedriveResult,
     TickResult,
 )
+from tickwork.model.schedules import Schedule, ScheduledJob, ScheduleRecord
 from tickwork.model.signals import AbortSignal, LeasedSignal
 from tickwork.runtimes.d1 import D1Runtime, purge_d1_queues
 from tickwork.runtimes.owner_local import (
@@ -89,6 +90,9 @@ __all__ = [
     "Recovery",
     "RedriveResult",
     "Retry",
+    "Schedule",
+    "ScheduleRecord",
+    "ScheduledJob",
     "SchemaError",
     "SharedRuntime",
     "Sqlite3Database",

@@ -76,7 +76,7 @@ async def test_a_version_1_database_is_upgraded_in_place_with_its_rows(harness: 
     before = _version_1_database(harness)
     runtime = harness.runtime()
     assert harness.host_query(
-        "SELECT value FROM tickwork_meta WHERE key = 'schema_version'") == [("4",)]
+        "SELECT value FROM tickwork_meta WHERE key = 'schema_version'") == [("5",)]
     after = harness.host_query("SELECT * FROM tickwork_jobs ORDER BY sequence")
     # Every value kept; the new columns (run_at, delay_ms, due_at; retry_json,
     # attempt, history_json) say "due at once, first attempt, no retry

@@ -154,12 +154,16 @@ async def test_a_missing_schema_names_the_migration_to_apply(db: Any) -> None:
 
 
 async def test_operation_costs_in_round_trips(db: Any) -> None:
-    """The costs the benchmark prints, pinned: a tick is claim + settle."""
+    """The costs the benchmark prints, pinned: a tick is claim + settle. A
+    runtime's first tick also reads once when the next schedule slot comes
+    (then again every SCHEDULE_LOOK_MS, or when a slot has come)."""
     runtime = await _runtime(db)
     await runtime.has_pending_work()  # the one-time schema check
     costs = {}
     for name, operation in (
         ("ingest", lambda: runtime.ingest(job("a"))),
+        ("first tick", runtime.tick),
+        ("again", lambda: runtime.ingest(job("b"))),
         ("tick", runtime.tick),
         ("idle tick", runtime.tick),
         ("cancel", lambda: runtime.cancel("a", "c")),
@@ -168,7 +172,8 @@ async def test_operation_costs_in_round_trips(db: Any) -> None:
         before = db.stats.snapshot()
         await operation()
         costs[name] = db.stats.since(before).round_trips
-    assert costs == {"ingest": 1, "tick": 2, "idle tick": 1, "cancel": 1, "fail_lane": 1}
+    assert costs == {"ingest": 1, "first tick": 3, "again": 1, "tick": 2, "idle tick": 1,
+                     "cancel": 1, "fail_lane": 1}
 
 
 async def test_drain_costs_one_round_trip_per_job(db: Any) -> None:
@@ -179,8 +184,15 @@ async def test_drain_costs_one_round_trip_per_job(db: Any) -> None:
     before = db.stats.snapshot()
     results = await runtime.drain()
     assert len(results) == 10
-    # first claim + 10 settle-and-claim batches + the idle tick that ends it
-    assert db.stats.since(before).round_trips == 12
+    # the runtime's one read of its next schedule slot, the first claim, 10
+    # settle-and-claim batches, and the idle tick that ends it
+    assert db.stats.since(before).round_trips == 13
+    before = db.stats.snapshot()
+    for index in range(10):
+        await runtime.ingest(job(f"k{index}", queue=f"q{index}"))
+    ingested = db.stats.since(before).round_trips
+    assert len(await runtime.drain()) == 10
+    assert db.stats.since(before).round_trips - ingested == 12  # and no more reads
 
 
 async def test_ingest_many_costs_one_round_trip(db: Any) -> None:
@@ -285,9 +297,10 @@ async def test_a_database_without_0004_is_refused_then_upgraded_with_its_rows(db
     await db.prepare(OLD_ROWS).run()
     before = await D1Binding(db).query("SELECT * FROM tickwork_jobs ORDER BY sequence")
     runtime = D1Runtime(db, execute=_complete, wake=CountingWake())
-    with pytest.raises(SchemaError, match=r"version 3, this package needs 6: "
+    with pytest.raises(SchemaError, match=r"version 3, this package needs 7: "
                                           r"apply 0004_due_times\.sql, 0005_paused_queues\.sql, "
-                                          r"0006_retries\.sql from schema/d1"):
+                                          r"0006_retries\.sql, 0007_schedules\.sql "
+                                          r"from schema/d1"):
         await runtime.ingest(job("a"))
     assert await _count(db) == 2
     for migration in migrations("d1")[3:]:

@@ -21,7 +21,7 @@ import inspect
 from collections.abc import Sequence
 from typing import Any
 
-from tickwork import DEFAULT_LEASE_MS, Job, JobRecord
+from tickwork import DEFAULT_LEASE_MS, Job, JobRecord, Schedule, ScheduleRecord
 from tickwork.model.outcomes import (
     CancelResult,
     DeadLetters,
@@ -111,6 +111,30 @@ class Jobs:
     async def redrive(self, job_id: str, redrive_id: str) -> RedriveResult:
         result: RedriveResult = await self._call("redrive", job_id, redrive_id)
         return result
+
+    async def put_schedule(self, schedule: Schedule) -> str:
+        status: str = await self._call("put_schedule", schedule)
+        return status
+
+    async def schedules(self) -> list[ScheduleRecord]:
+        records: list[ScheduleRecord] = await self._call("schedules")
+        return records
+
+    async def pause_schedule(self, name: str) -> bool:
+        changed: bool = await self._call("pause_schedule", name)
+        return changed
+
+    async def resume_schedule(self, name: str) -> bool:
+        changed: bool = await self._call("resume_schedule", name)
+        return changed
+
+    async def delete_schedule(self, name: str) -> bool:
+        changed: bool = await self._call("delete_schedule", name)
+        return changed
+
+    async def fire_schedules(self) -> int:
+        created: int = await self._call("fire_schedules")
+        return created
 
     async def tick(self) -> TickResult:
         result: TickResult = await self.runtime.tick()

@@ -48,6 +48,9 @@ from tickwork.lifecycle.rules import FAIL_LANE_BATCH, Settlement
 from tickwork.model.jobs import validate_job
 from tickwork.model.outcomes import TickResult
 
+#: The answer to a tick's first request when no schedule slot has come.
+NO_SLOTS: tuple[list[Any], None] = ([], None)
+
 
 def record(job_id: str = "a", state: str = "running", cancellation_id: str | None = None,
            recovery: Recovery | None = None, recoveries: int = 0,
@@ -202,22 +205,23 @@ def test_a_store_that_knows_whether_more_remain_is_not_asked() -> None:
 def test_the_common_tick_is_claim_execute_settle_wake() -> None:
     held = Held(record())
     asked, (result, carried) = script(operations.tick("ticker"), [
-        (held, None), (Settlement("completed"), None), (True, None), None])
-    assert kinds(asked) == ["ClaimOrProbe", "Execute", "Settle", "Wake"]
+        NO_SLOTS, (held, None), (Settlement("completed"), None), (True, None), None])
+    assert kinds(asked) == ["DueSchedules", "ClaimOrProbe", "Execute", "Settle", "Wake"]
     assert result == TickResult("settled", job_id="a", outcome="completed")
     assert carried is None
 
 
 def test_an_idle_tick_asks_once() -> None:
-    asked, (result, _) = script(operations.tick("ticker"), [(None, Probe(None, False, False))])
-    assert (kinds(asked), result) == (["ClaimOrProbe"], TickResult("idle"))
+    asked, (result, _) = script(operations.tick("ticker"), [
+        NO_SLOTS, (None, Probe(None, False, False))])
+    assert (kinds(asked), result) == (["DueSchedules", "ClaimOrProbe"], TickResult("idle"))
 
 
 def test_recovery_of_an_expired_lease_comes_first_and_is_the_ticks_one_transition() -> None:
     suspect = Suspect(record(recovery=Recovery(1)), "old", lease_expired=True)
     asked, (result, _) = script(operations.tick(None), [
-        (None, Probe(suspect, True, True)), True, None])
-    assert kinds(asked) == ["ClaimOrProbe", "Requeue", "Wake"]
+        NO_SLOTS, (None, Probe(suspect, True, True)), True, None])
+    assert kinds(asked) == ["DueSchedules", "ClaimOrProbe", "Requeue", "Wake"]
     assert result == TickResult("requeued", job_id="a")
 
 
@@ -226,10 +230,11 @@ def test_an_owner_local_suspect_is_asked_about_and_read_again_before_recovery() 
     cancelled_meanwhile = record(cancellation_id="c1")
     settled = record(state="settled", outcome="cancelled", cancellation_id="c1")
     asked, (result, _) = script(operations.tick("ticker"), [
-        (None, Probe(suspect, False, True)), DEAD, cancelled_meanwhile, settled, None])
-    assert kinds(asked) == ["ClaimOrProbe", "AskLiveness", "Find", "SettleRecovered", "Wake"]
-    assert isinstance(asked[3], SettleRecovered)
-    assert asked[3].settlement == Settlement("cancelled")
+        NO_SLOTS, (None, Probe(suspect, False, True)), DEAD, cancelled_meanwhile, settled, None])
+    assert kinds(asked) == ["DueSchedules", "ClaimOrProbe", "AskLiveness", "Find",
+                            "SettleRecovered", "Wake"]
+    assert isinstance(asked[4], SettleRecovered)
+    assert asked[4].settlement == Settlement("cancelled")
     assert result.outcome == "cancelled"
 
 
@@ -237,34 +242,37 @@ def test_an_alive_suspect_lets_the_tick_claim_unguarded() -> None:
     suspect = Suspect(record("other"), "old", lease_expired=False)
     held = Held(record("b"))
     asked, (result, _) = script(operations.tick("ticker"), [
-        (None, Probe(suspect, False, True)), ALIVE, held,
+        NO_SLOTS, (None, Probe(suspect, False, True)), ALIVE, held,
         (Settlement("completed"), None), (True, None), None])
-    assert kinds(asked) == ["ClaimOrProbe", "AskLiveness", "Claim", "Execute", "Settle", "Wake"]
+    assert kinds(asked) == ["DueSchedules", "ClaimOrProbe", "AskLiveness", "Claim", "Execute",
+                            "Settle", "Wake"]
     assert result.job_id == "b"
 
 
 def test_an_unanswerable_probe_is_reported_only_when_nothing_else_runs() -> None:
     suspect = Suspect(record("other"), "old", lease_expired=False)
     asked, (result, _) = script(operations.tick("ticker"), [
-        (None, Probe(suspect, False, True)), "TimeoutError: slow", None])
-    assert kinds(asked) == ["ClaimOrProbe", "AskLiveness", "Claim"]
+        NO_SLOTS, (None, Probe(suspect, False, True)), "TimeoutError: slow", None])
+    assert kinds(asked) == ["DueSchedules", "ClaimOrProbe", "AskLiveness", "Claim"]
     assert result == TickResult("liveness_unknown", job_id="other", reason="TimeoutError: slow")
 
 
 def test_a_cancelled_waiting_job_settles_before_any_claim() -> None:
     asked, (result, _) = script(operations.tick("ticker"), [
-        (None, Probe(None, True, True)), record(state="settled", outcome="cancelled"), None])
-    assert kinds(asked) == ["ClaimOrProbe", "SettleNextCancelled", "Wake"]
+        NO_SLOTS, (None, Probe(None, True, True)), record(state="settled", outcome="cancelled"),
+        None])
+    assert kinds(asked) == ["DueSchedules", "ClaimOrProbe", "SettleNextCancelled", "Wake"]
     assert result.outcome == "cancelled"
 
 
 def test_a_cancellation_recorded_while_running_decides_the_outcome() -> None:
     held = Held(record())
     asked, (result, _) = script(operations.tick("ticker"), [
-        (held, None), (Settlement("completed"), None), (False, None),
+        NO_SLOTS, (held, None), (Settlement("completed"), None), (False, None),
         ClaimView(record(cancellation_id="c1"), "t1", lease_live=True), (True, None), None])
-    assert kinds(asked) == ["ClaimOrProbe", "Execute", "Settle", "ReadClaim", "Settle", "Wake"]
-    final = asked[4]
+    assert kinds(asked) == ["DueSchedules", "ClaimOrProbe", "Execute", "Settle", "ReadClaim",
+                            "Settle", "Wake"]
+    final = asked[5]
     assert isinstance(final, Settle) and final.cancelled
     assert final.settlement == Settlement("cancelled", "executor_completed")
     assert (result.outcome, result.failure_reason) == ("cancelled", "executor_completed")
@@ -282,7 +290,8 @@ def test_a_cancellation_recorded_while_running_decides_the_outcome() -> None:
 def test_a_settlement_that_matched_nothing_reports_why(view: ClaimView | None,
                                                        expected: TickResult) -> None:
     _, (result, _) = script(operations.tick("ticker"), [
-        (Held(record()), None), (Settlement("completed"), None), (False, None), view, None])
+        NO_SLOTS, (Held(record()), None), (Settlement("completed"), None), (False, None), view,
+        None])
     assert result == expected
 
 
@@ -290,7 +299,7 @@ def test_an_interrupted_execution_is_recorded_then_reraised() -> None:
     interruption = asyncio.CancelledError()
     plan = operations.tick("ticker")
     with pytest.raises(asyncio.CancelledError):
-        script(plan, [(Held(record()), None),
+        script(plan, [NO_SLOTS, (Held(record()), None),
                       (Settlement("failed", "execution_interrupted"), interruption),
                       (True, None), None])
 
@@ -298,8 +307,8 @@ def test_an_interrupted_execution_is_recorded_then_reraised() -> None:
 def test_a_worker_loop_claims_the_next_job_in_the_settlement() -> None:
     nxt = Held(record("b"), "t2")
     asked, (_, carried) = script(operations.tick(None, claim_next=True), [
-        (Held(record()), None), (Settlement("completed"), None), (True, nxt), None])
-    settle = asked[2]
+        NO_SLOTS, (Held(record()), None), (Settlement("completed"), None), (True, nxt), None])
+    settle = asked[3]
     assert isinstance(settle, Settle) and settle.claim_next
     assert carried is nxt
 

@@ -26,18 +26,25 @@ from tickwork.lifecycle.requests import (
     Claim,
     ClaimOrProbe,
     Commit,
+    CreateSchedule,
     DeadLetterPage,
+    DeleteSchedule,
+    DueSchedules,
     Execute,
     FailLane,
     Find,
     FindCargo,
+    FindSchedule,
+    FireSlots,
     HasPendingWork,
     Held,
     Insert,
     InsertMany,
     LaneHasPending,
+    ListSchedules,
     NextWork,
     PauseQueue,
+    PauseSchedule,
     Plan,
     Purge,
     QueueCounts,
@@ -46,13 +53,16 @@ from tickwork.lifecycle.requests import (
     RecordCancellation,
     RecordRedrive,
     RedriveApplied,
+    ReplaceSchedule,
     Requeue,
     RequeueForRetry,
     ResumeQueue,
+    ResumeSchedule,
     Settle,
     SettleNextCancelled,
     SettleRecovered,
     StatusGroups,
+    StoreNow,
     Suspect,
     Wake,
 )
@@ -94,6 +104,14 @@ from tickwork.model.outcomes import (
     TickResult,
     queue_status_from_counts,
     queue_statuses_from_groups,
+)
+from tickwork.model.schedules import (
+    MAX_SCHEDULE_NAME,
+    ScheduleRecord,
+    ScheduleStatus,
+    StoredSchedule,
+    schedule_from_json,
+    validate_schedule,
 )
 
 #: A tick that found nothing to do.
@@ -342,6 +360,88 @@ def redrive(job_id: str, redrive_id: str) -> Plan[RedriveResult]:
     return RedriveResult("redriven", job_id)
 
 
+# -------------------------------------------------------------- schedules
+
+
+def put_schedule(schedule: object) -> Plan[ScheduleStatus]:
+    """Create the schedule, or replace the one of its name: ``created``,
+    ``replaced`` (it starts afresh from the next slot after now; jobs of
+    earlier slots stay), or ``unchanged`` (the same definition: nothing
+    written, its next slot kept)."""
+    valid = validate_schedule(schedule)
+    for _ in range(MAX_ROUNDS):
+        stored: StoredSchedule | None = yield FindSchedule(valid.name)
+        if stored is not None and stored.spec_json == valid.spec_json:
+            return "unchanged"
+        now: int = yield StoreNow()
+        next_at = valid.next_after(now)
+        if stored is None:
+            if (yield CreateSchedule(valid, next_at)):
+                status: ScheduleStatus = "created"
+                break
+        elif (yield ReplaceSchedule(valid, stored.spec_json, next_at)):
+            status = "replaced"
+            break
+    else:
+        raise RuntimeError(f"put_schedule of {valid.name!r} did not converge")
+    yield _WAKE_SOON
+    return status
+
+
+def _check_schedule_name(name: object) -> str:
+    return check_text("name", name, MAX_SCHEDULE_NAME, InvalidArgument)
+
+
+def schedules() -> Plan[list[ScheduleRecord]]:
+    """Every schedule, by name."""
+    rows: list[StoredSchedule] = yield ListSchedules()
+    return [row.record() for row in rows]
+
+
+def pause_schedule(name: str) -> Plan[bool]:
+    """Stop creating the schedule's jobs until it is resumed; True when this
+    call paused it."""
+    _check_schedule_name(name)
+    paused: bool = yield PauseSchedule(name)
+    return paused
+
+
+def resume_schedule(name: str) -> Plan[bool]:
+    """Resume a paused schedule from its next slot after now (the slots of
+    the pause get no job); True when it was paused."""
+    _check_schedule_name(name)
+    for _ in range(MAX_ROUNDS):
+        stored: StoredSchedule | None = yield FindSchedule(name)
+        if stored is None or not stored.paused:
+            return False
+        now: int = yield StoreNow()
+        next_at = schedule_from_json(name, stored.spec_json).next_after(now)
+        if (yield ResumeSchedule(name, stored.spec_json, next_at)):
+            yield _WAKE_SOON
+            return True
+    raise RuntimeError(f"resume_schedule of {name!r} did not converge")
+
+
+def delete_schedule(name: str) -> Plan[bool]:
+    """Delete the schedule (the jobs it created stay); True when there was one."""
+    _check_schedule_name(name)
+    deleted: bool = yield DeleteSchedule(name)
+    return deleted
+
+
+def fire_schedules() -> Plan[int]:
+    """Create the jobs of every schedule slot that has come: per schedule,
+    the latest ``catch_up`` slots since its last, each once, and move it past
+    now. How many jobs were created."""
+    due, now = yield DueSchedules()
+    created = 0
+    for row in due:
+        schedule = schedule_from_json(row.name, row.spec_json)
+        slots, next_at = schedule.due_slots(row.next_at, now)
+        created += yield FireSlots(schedule, slots, next_at)
+    return created
+
+
 # ------------------------------------------------------------------ ticks
 
 
@@ -350,8 +450,11 @@ def tick(ticker: object, *, claim_next: bool = False) -> Plan[Ticked]:
 
     The common tick is one request before the executor runs: the claim only
     happens when nothing must come first, and otherwise the same answer says
-    what must (in that order: recovery, then cancelled jobs).
+    what must (in that order: recovery, then cancelled jobs). Before it, the
+    jobs of schedule slots that have come are created (a runtime that knows
+    none has come answers that without reading).
     """
+    yield from fire_schedules()
     held, probe = yield ClaimOrProbe(ticker)
     if held is not None:
         return (yield from run(held, claim_next=claim_next))

@@ -21,6 +21,7 @@ from typing import Any, Final, Protocol, TypeAlias, TypeVar
 
 from tickwork.lifecycle.rules import Settlement
 from tickwork.model.jobs import JobRecord, ValidJob
+from tickwork.model.schedules import ValidSchedule
 
 T = TypeVar("T")
 
@@ -263,6 +264,88 @@ class Wake(Request):
     """
 
     now: bool = True
+
+
+# -------------------------------------------------------------- schedules
+
+
+@dataclass(slots=True)
+class StoreNow(Request):
+    """The store's clock (epoch ms; database time on D1 and PostgreSQL) -> ``int``."""
+
+
+@dataclass(slots=True)
+class FindSchedule(Request):
+    """The schedule ``name`` -> ``StoredSchedule | None``."""
+
+    name: str
+
+
+@dataclass(slots=True)
+class ListSchedules(Request):
+    """Every schedule, by name -> ``list[StoredSchedule]``."""
+
+
+@dataclass(slots=True)
+class CreateSchedule(Request):
+    """Store a new schedule whose first slot is ``next_at`` -> ``bool``:
+    False (nothing written) when the name exists."""
+
+    schedule: ValidSchedule
+    next_at: int
+
+
+@dataclass(slots=True)
+class ReplaceSchedule(Request):
+    """Replace the definition ``old_spec_json`` of the schedule with
+    ``schedule``, its next slot ``next_at`` -> ``bool``: False (nothing
+    written) when the stored definition is another one (or gone)."""
+
+    schedule: ValidSchedule
+    old_spec_json: str
+    next_at: int
+
+
+@dataclass(slots=True)
+class PauseSchedule(Request):
+    """Pause the schedule -> ``bool``: False when it is paused already, or gone."""
+
+    name: str
+
+
+@dataclass(slots=True)
+class ResumeSchedule(Request):
+    """Resume the paused schedule (still ``spec_json``) from ``next_at`` ->
+    ``bool``: False when it is not paused, or was replaced meanwhile."""
+
+    name: str
+    spec_json: str
+    next_at: int
+
+
+@dataclass(slots=True)
+class DeleteSchedule(Request):
+    """Delete the schedule -> ``bool``: False when there was none."""
+
+    name: str
+
+
+@dataclass(slots=True)
+class DueSchedules(Request):
+    """The running schedules with a slot that has come, and the store's clock
+    they were judged by -> ``(list[StoredSchedule], now)``. A runtime that
+    knows no slot has come answers ``([], None)`` without reading."""
+
+
+@dataclass(slots=True)
+class FireSlots(Request):
+    """Create the jobs of ``slots`` (each fenced on the schedule still being
+    as read, and created once) and move the schedule's next slot to
+    ``next_at``, in one transaction or batch -> how many jobs were created."""
+
+    schedule: ValidSchedule
+    slots: Sequence[int]
+    next_at: int
 
 
 # ----------------------------------------------------------------- ticks

@@ -15,6 +15,7 @@ from typing import Any, Literal, Protocol, TypeAlias
 from tickwork.lifecycle import Settlement
 from tickwork.lifecycle.requests import ClaimView, Suspect
 from tickwork.model.jobs import JobRecord, ValidJob
+from tickwork.model.schedules import StoredSchedule, ValidSchedule
 
 RenewAnswer: TypeAlias = Literal["held", "cancelled", "lost"]
 """``held``: the lease was extended; ``cancelled``: extended, and a cancellation
@@ -53,8 +54,10 @@ class SharedStore(Protocol):
         """Whether a job is due (or cancelled) and queued, or running."""
 
     async def next_work(self, now: int | None) -> Sequence[Any]:
-        """``(pending, next_due, now)`` in one read: ``has_pending_work``, the
-        earliest due time of a waiting job (or None), and the store's clock."""
+        """``(pending, next_due, now, next_slot)`` in one read:
+        ``has_pending_work``, the earliest due time of a waiting job or next
+        schedule slot (or None), the store's clock, and the next schedule
+        slot alone (or None)."""
 
     async def status_groups(self) -> Sequence[Sequence[Any]]:
         """``(queue, state, outcome, count)`` of every group of jobs, a queued
@@ -153,3 +156,38 @@ class SharedStore(Protocol):
     async def redrive(self, job_id: str, redrive_id: str, now: int | None) -> JobRecord | None:
         """Queue a dead letter again as a new attempt chain and remember the
         redrive id, in one transaction or batch; None when it no longer applies."""
+
+    async def store_now(self, now: int | None) -> int:
+        """Database time (epoch ms), or ``now`` when given."""
+
+    async def find_schedule(self, name: str) -> StoredSchedule | None: ...
+
+    async def list_schedules(self) -> list[StoredSchedule]: ...
+
+    async def create_schedule(self, schedule: ValidSchedule, next_at: int,
+                              now: int | None) -> bool:
+        """Store a new schedule; False (nothing written) when the name exists."""
+
+    async def replace_schedule(self, schedule: ValidSchedule, old_spec_json: str,
+                               next_at: int, now: int | None) -> bool:
+        """Replace the schedule while it is still ``old_spec_json``."""
+
+    async def pause_schedule(self, name: str, now: int | None) -> bool: ...
+
+    async def resume_schedule(self, name: str, spec_json: str, next_at: int,
+                              now: int | None) -> bool: ...
+
+    async def delete_schedule(self, name: str) -> bool: ...
+
+    async def due_schedules(self, now: int | None) -> tuple[list[StoredSchedule], int | None]:
+        """The running schedules whose next slot has come, and the database
+        time they were judged by (None when there are none)."""
+
+    async def next_slot(self) -> int | None:
+        """The earliest next slot of a running schedule."""
+
+    async def fire_slots(self, schedule: ValidSchedule, slots: Sequence[int], next_at: int,
+                         now: int | None) -> int:
+        """Create the slots' jobs (each fenced on the schedule as read, and
+        created once) and advance the schedule, in one transaction or batch;
+        how many jobs were created."""

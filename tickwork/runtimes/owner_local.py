@@ -42,17 +42,24 @@ from tickwork.lifecycle.requests import (
     Claim,
     ClaimOrProbe,
     ClaimView,
+    CreateSchedule,
     DeadLetterPage,
+    DeleteSchedule,
+    DueSchedules,
     Execute,
     FailLane,
     Find,
     FindCargo,
+    FindSchedule,
+    FireSlots,
     HasPendingWork,
     Insert,
     InsertMany,
     LaneHasPending,
+    ListSchedules,
     NextWork,
     PauseQueue,
+    PauseSchedule,
     Plan,
     Probe,
     Purge,
@@ -62,14 +69,17 @@ from tickwork.lifecycle.requests import (
     RecordCancellation,
     RecordRedrive,
     RedriveApplied,
+    ReplaceSchedule,
     Request,
     Requeue,
     RequeueForRetry,
     ResumeQueue,
+    ResumeSchedule,
     Settle,
     SettleNextCancelled,
     SettleRecovered,
     StatusGroups,
+    StoreNow,
     Suspect,
     Wake,
 )
@@ -95,6 +105,7 @@ from tickwork.model.outcomes import (
     RedriveResult,
     TickResult,
 )
+from tickwork.model.schedules import Schedule, ScheduleRecord, ScheduleStatus, StoredSchedule
 from tickwork.model.signals import AbortSignal
 from tickwork.ports.database import SyncDatabase
 from tickwork.ports.host import (
@@ -214,6 +225,9 @@ class _LocalRuntime:
         # ingest or a purge (then one tick looks and finds nothing); re-read
         # by every tick that finds nothing to do.
         self._next_due: int | None = self._store.next_due()
+        # Likewise the next slot of a running schedule: a tick creates slot
+        # jobs only once it has passed (re-read after every schedule change).
+        self._next_slot: int | None = self._store.next_slot()
         self.transactional = TransactionalJobs(self)
 
     # ------------------------------------------------------------------ reads
@@ -310,6 +324,35 @@ class _LocalRuntime:
         """Resume the queue; True when it was paused."""
         return self._perform(operations.resume(queue))
 
+    # ------------------------------------------------------------- schedules
+
+    def put_schedule(self, schedule: Schedule) -> ScheduleStatus:
+        """Create or replace a schedule (see ``tickwork.Schedule``): ``created``,
+        ``replaced`` (afresh from its next slot after now) or ``unchanged``."""
+        return self._perform(operations.put_schedule(schedule))
+
+    def schedules(self) -> list[ScheduleRecord]:
+        """Every schedule, by name, with its next slot."""
+        return self._read(operations.schedules())
+
+    def pause_schedule(self, name: str) -> bool:
+        """Stop creating the schedule's jobs; True when this call paused it."""
+        return self._perform(operations.pause_schedule(name))
+
+    def resume_schedule(self, name: str) -> bool:
+        """Resume from the next slot after now; True when it was paused."""
+        return self._perform(operations.resume_schedule(name))
+
+    def delete_schedule(self, name: str) -> bool:
+        """Delete the schedule (its jobs stay); True when there was one."""
+        return self._perform(operations.delete_schedule(name))
+
+    def fire_schedules(self) -> int:
+        """Create the jobs of the schedule slots that have come (every tick
+        does this first); how many were created."""
+        self._next_slot = _LOOK
+        return self._perform(operations.fire_schedules())
+
     def redrive(self, job_id: str, redrive_id: str) -> RedriveResult:
         """Put a dead letter back in its queue as a new attempt chain (see
         ``RedriveResult``); replay-safe by ``redrive_id``."""
@@ -386,6 +429,20 @@ class _LocalRuntime:
             DeadLetterPage: lambda r: store.dead_letters(r.queue, r.before, r.limit),
             RedriveApplied: lambda r: store.redrive_applied(r.job_id, r.redrive_id),
             RecordRedrive: self._record_redrive,
+            StoreNow: lambda r: clock(),
+            FindSchedule: lambda r: store.find_schedule(r.name),
+            ListSchedules: lambda r: store.list_schedules(),
+            CreateSchedule: lambda r: self._schedules_changed(
+                store.create_schedule(r.schedule, r.next_at, clock())),
+            ReplaceSchedule: lambda r: self._schedules_changed(
+                store.replace_schedule(r.schedule, r.old_spec_json, r.next_at, clock())),
+            PauseSchedule: lambda r: self._schedules_changed(
+                store.pause_schedule(r.name, clock())),
+            ResumeSchedule: lambda r: self._schedules_changed(
+                store.resume_schedule(r.name, r.spec_json, r.next_at, clock())),
+            DeleteSchedule: lambda r: self._schedules_changed(store.delete_schedule(r.name)),
+            DueSchedules: self._due_schedules,
+            FireSlots: self._fire_slots,
             Insert: self._insert,
             InsertMany: self._insert_many,
             RecordCancellation: self._record_cancellation,
@@ -446,6 +503,35 @@ class _LocalRuntime:
             return False
         self._project_queue(queue)
         return True
+
+    def _schedules_changed(self, changed: bool) -> bool:
+        if changed:
+            self._next_slot = _LOOK  # the next tick reads when
+        return changed
+
+    def _due_schedules(self, request: DueSchedules) -> tuple[list[StoredSchedule], int | None]:
+        now = self._clock()
+        next_slot = self._next_slot
+        if next_slot is None or next_slot > now:
+            return [], None
+        due = self._store.due_schedules(now)
+        if not due:
+            self._next_slot = self._store.next_slot()
+        return due, now
+
+    def _fire_slots(self, request: FireSlots) -> int:
+        store = self._store
+
+        def fire() -> int:
+            queues = store.fire_slots(request.schedule, request.slots, request.next_at,
+                                      self._clock())
+            for queue in sorted(set(queues)):
+                self._project_queue(queue)
+            return len(queues)
+
+        created = self._transition(fire)
+        self._next_slot = store.next_slot()
+        return created
 
     def _record_redrive(self, request: RecordRedrive) -> JobRecord | None:
         job = self._store.redrive(request.job_id, request.redrive_id, self._clock())

@@ -25,9 +25,10 @@ from __future__ import annotations
 import asyncio
 import inspect
 import secrets
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from tickwork.leases import (
     DEFAULT_LEASE_MS,
@@ -46,16 +47,23 @@ from tickwork.lifecycle.requests import (
     ClaimOrProbe,
     ClaimView,
     Commit,
+    CreateSchedule,
     DeadLetterPage,
+    DeleteSchedule,
+    DueSchedules,
     Execute,
     FailLane,
     Find,
     FindCargo,
+    FindSchedule,
+    FireSlots,
     HasPendingWork,
     Insert,
     InsertMany,
+    ListSchedules,
     NextWork,
     PauseQueue,
+    PauseSchedule,
     Plan,
     Probe,
     Purge,
@@ -65,14 +73,17 @@ from tickwork.lifecycle.requests import (
     RecordCancellation,
     RecordRedrive,
     RedriveApplied,
+    ReplaceSchedule,
     Request,
     Requeue,
     RequeueForRetry,
     ResumeQueue,
+    ResumeSchedule,
     Settle,
     SettleNextCancelled,
     SettleRecovered,
     StatusGroups,
+    StoreNow,
     Wake,
 )
 from tickwork.lifecycle.rules import ABORT_CANCELLED, Settlement
@@ -87,6 +98,7 @@ from tickwork.model.outcomes import (
     RedriveResult,
     TickResult,
 )
+from tickwork.model.schedules import Schedule, ScheduleRecord, ScheduleStatus, StoredSchedule
 from tickwork.model.signals import AbortSignal, LeasedSignal
 from tickwork.ports.host import SharedExecutor
 from tickwork.ports.host import Wake as WakePort
@@ -104,6 +116,10 @@ Now = Callable[[], int]
 Answers = Mapping[type[Request], Callable[[Any], Any]]
 
 _BUSY = TickResult("busy")
+#: "This runtime does not know when the next schedule slot is": look.
+_UNKNOWN: Final = object()
+#: How often (ms) a runtime looks for schedule slots it was not told of.
+SCHEDULE_LOOK_MS = 60_000
 
 
 @dataclass(slots=True)
@@ -162,6 +178,12 @@ class SharedRuntime:
         self._executions: dict[str, _Claim] = {}
         self._busy = False
         self._schema_checked = False
+        # The next slot of a running schedule as far as this runtime knows
+        # (_UNKNOWN: look at the next tick), and when it last looked (the
+        # monotonic clock): ticks look for slots only when one has come, or
+        # every SCHEDULE_LOOK_MS for schedules other workers created.
+        self._next_slot: int | object | None = _UNKNOWN
+        self._slots_read_at = 0.0
         self._answers = self._answer_table()
 
     # ------------------------------------------------------------------ reads
@@ -248,6 +270,36 @@ class SharedRuntime:
         """Resume the queue; True when it was paused."""
         return await self._drive(operations.resume(queue))
 
+    # ------------------------------------------------------------- schedules
+
+    async def put_schedule(self, schedule: Schedule) -> ScheduleStatus:
+        """Create or replace a schedule (see ``tickwork.Schedule``): ``created``,
+        ``replaced`` (afresh from its next slot after now) or ``unchanged``."""
+        return await self._drive(operations.put_schedule(schedule))
+
+    async def schedules(self) -> list[ScheduleRecord]:
+        """Every schedule, by name, with its next slot."""
+        return await self._drive(operations.schedules())
+
+    async def pause_schedule(self, name: str) -> bool:
+        """Stop creating the schedule's jobs on every worker; True when this call paused it."""
+        return await self._drive(operations.pause_schedule(name))
+
+    async def resume_schedule(self, name: str) -> bool:
+        """Resume from the next slot after now; True when it was paused."""
+        return await self._drive(operations.resume_schedule(name))
+
+    async def delete_schedule(self, name: str) -> bool:
+        """Delete the schedule (its jobs stay); True when there was one."""
+        return await self._drive(operations.delete_schedule(name))
+
+    async def fire_schedules(self) -> int:
+        """Create the jobs of the schedule slots that have come (ticks do
+        this when a slot has come); how many were created. Safe on any
+        number of workers at once: each slot gets one job."""
+        self._next_slot = _UNKNOWN
+        return await self._drive(operations.fire_schedules())
+
     async def redrive(self, job_id: str, redrive_id: str) -> RedriveResult:
         """Put a dead letter back in its queue as a new attempt chain (see
         ``RedriveResult``); replay-safe by ``redrive_id``."""
@@ -298,6 +350,9 @@ class SharedRuntime:
             while True:
                 more = ((max_ticks is None or len(results) + 1 < max_ticks)
                         and (deadline is None or clock.now_ms() < deadline))
+                if carried is not None and self._slot_may_be_due():
+                    # A long run of carried claims still fills schedule slots.
+                    await self._drive(operations.fire_schedules())
                 if carried is not None:
                     plan = operations.run(carried, claim_next=more)
                 else:
@@ -360,7 +415,7 @@ class SharedRuntime:
             FindCargo: lambda r: store.find_cargo(r.job_id),
             QueueHead: lambda r: store.queue_head(r.queue),
             HasPendingWork: lambda r: store.has_pending_work(db_now()),
-            NextWork: lambda r: store.next_work(db_now()),
+            NextWork: lambda r: self._next_work(store.next_work(db_now())),
             StatusGroups: lambda r: store.status_groups(),
             QueueCounts: lambda r: store.queue_counts(r.queue),
             Insert: lambda r: store.insert(r.job, db_now()),
@@ -373,6 +428,20 @@ class SharedRuntime:
             PauseQueue: lambda r: store.pause_queue(r.queue, db_now()),
             ResumeQueue: lambda r: store.resume_queue(r.queue),
             DeadLetterPage: lambda r: store.dead_letters(r.queue, r.before, r.limit),
+            StoreNow: lambda r: store.store_now(db_now()),
+            FindSchedule: lambda r: store.find_schedule(r.name),
+            ListSchedules: lambda r: store.list_schedules(),
+            CreateSchedule: lambda r: self._schedules_changed(
+                store.create_schedule(r.schedule, r.next_at, db_now())),
+            ReplaceSchedule: lambda r: self._schedules_changed(
+                store.replace_schedule(r.schedule, r.old_spec_json, r.next_at, db_now())),
+            PauseSchedule: lambda r: self._schedules_changed(
+                store.pause_schedule(r.name, db_now())),
+            ResumeSchedule: lambda r: self._schedules_changed(
+                store.resume_schedule(r.name, r.spec_json, r.next_at, db_now())),
+            DeleteSchedule: lambda r: self._schedules_changed(store.delete_schedule(r.name)),
+            DueSchedules: self._due_schedules,
+            FireSlots: self._fire_slots,
             RedriveApplied: lambda r: store.redrive_applied(r.job_id, r.redrive_id),
             RecordRedrive: lambda r: store.redrive(r.job_id, r.redrive_id, db_now()),
             Commit: _every_write_committed,
@@ -462,6 +531,64 @@ class SharedRuntime:
         finally:
             self._release(claim)
 
+    # --------------------------------------------------------- schedules
+
+    def _slot_may_be_due(self) -> bool:
+        """Whether the next tick should look for schedule slots: this runtime
+        knows one has come, or does not know (it has not read yet, or not for
+        SCHEDULE_LOOK_MS: another worker may have created a schedule)."""
+        next_slot = self._next_slot
+        if next_slot is _UNKNOWN or self._slots_stale():
+            return True
+        return next_slot is not None and next_slot <= self._wall_ms()  # type: ignore[operator]
+
+    def _slots_stale(self) -> bool:
+        return self._clock.now_ms() - self._slots_read_at >= SCHEDULE_LOOK_MS
+
+    def _wall_ms(self) -> int:
+        """Epoch ms: the test clock, else this machine's (database time judges
+        the slots; this only decides when to ask)."""
+        return self._now() if self._now is not None else int(time.time() * 1000)
+
+    async def _due_schedules(self, request: DueSchedules) -> tuple[
+            list[StoredSchedule], int | None]:
+        if not self._slot_may_be_due():
+            return [], None
+        if self._next_slot is _UNKNOWN or self._slots_stale():
+            # One read says when the next slot comes; only a slot that has
+            # come costs the read of the due schedules.
+            await self._read_next_slot()
+            if not self._slot_may_be_due():
+                return [], None
+        due, now = await self._store.due_schedules(self._db_now())
+        if not due:
+            await self._read_next_slot()
+        return due, now
+
+    async def _fire_slots(self, request: FireSlots) -> int:
+        created = await self._store.fire_slots(request.schedule, request.slots, request.next_at,
+                                               self._db_now())
+        await self._read_next_slot()
+        return created
+
+    async def _read_next_slot(self) -> None:
+        self._next_slot = await self._store.next_slot()
+        self._slots_read_at = self._clock.now_ms()
+
+    async def _schedules_changed(self, changed: Awaitable[bool]) -> bool:
+        if await changed:
+            self._next_slot = _UNKNOWN
+            return True
+        return False
+
+    async def _next_work(self, answer: Awaitable[Sequence[Any]]) -> Sequence[Any]:
+        # The same read says when the next schedule slot comes: kept, so a
+        # drain that waits for it fills it when it wakes.
+        pending, next_due, now, next_slot = await answer
+        self._next_slot = None if next_slot is None else int(next_slot)
+        self._slots_read_at = self._clock.now_ms()
+        return pending, next_due, now
+
     async def _read_claim(self, request: ReadClaim) -> ClaimView | None:
         return await self._store.read_claim(request.held.job.sequence, self._db_now())
 
@@ -539,6 +666,8 @@ _AWAITED = frozenset({
     InsertMany, RecordCancellation, FailLane, Purge, PauseQueue, ResumeQueue, Wake,
     ClaimOrProbe, Claim, Requeue, SettleRecovered, SettleNextCancelled, Execute, Settle,
     ReadClaim, DeadLetterPage, RedriveApplied, RecordRedrive, RequeueForRetry,
+    StoreNow, FindSchedule, ListSchedules, CreateSchedule, ReplaceSchedule, PauseSchedule,
+    ResumeSchedule, DeleteSchedule, DueSchedules, FireSlots,
 })
 
 

@@ -14,8 +14,9 @@ from typing import Any
 from tickwork.lifecycle import Settlement
 from tickwork.model.errors import IngestConflict
 from tickwork.model.jobs import JobRecord, ValidJob, cargo_differences
+from tickwork.model.schedules import StoredSchedule, ValidSchedule
 from tickwork.ports.database import Row, SyncDatabase
-from tickwork.stores.rows import CARGO, CLAIM, JOB, Columns
+from tickwork.stores.rows import CARGO, CLAIM, JOB, Columns, schedule_row
 from tickwork.stores.sql import sqlite as sql
 
 
@@ -48,6 +49,18 @@ _REDRIVE_APPLIED = _render(sql.REDRIVE_APPLIED, "job_id", "redrive_id")
 _REDRIVE_JOB = _render(sql.REDRIVE_JOB, "redrive_id", "job_id")
 _NOTE_REDRIVE = _render(sql.NOTE_REDRIVE, "redrive_id", "now", "job_id")
 _DEAD_LETTERS = _render(sql.DEAD_LETTERS, "queue", "before_settled", "before_sequence", "limit")
+_SELECT_SCHEDULE = _render(sql.SELECT_SCHEDULE, "name")
+_LIST_SCHEDULES = _render(sql.LIST_SCHEDULES)
+_CREATE_SCHEDULE = _render(sql.CREATE_SCHEDULE, "name", "spec_json", "next_at", "now")
+_REPLACE_SCHEDULE = _render(sql.REPLACE_SCHEDULE, "spec_json", "next_at", "now", "name",
+                            "old_spec_json")
+_PAUSE_SCHEDULE = _render(sql.PAUSE_SCHEDULE, "now", "name")
+_RESUME_SCHEDULE = _render(sql.RESUME_SCHEDULE, "next_at", "now", "name", "spec_json")
+_DELETE_SCHEDULE = _render(sql.DELETE_SCHEDULE, "name")
+_DUE_SCHEDULES = _render(sql.DUE_SCHEDULES, "now")
+_NEXT_SLOT = _render(sql.NEXT_SLOT)
+_FIRE_SLOT = _render(sql.FIRE_SLOT, *sql.FIRE_SLOT.params)
+_ADVANCE_SCHEDULE = _render(sql.ADVANCE_SCHEDULE, "next_at", "name", "spec_json")
 _RECORD_CANCELLATION = _render(sql.RECORD_CANCELLATION, "cancellation_id", "job_id")
 _RECORD_CANCELLATION_IF_QUEUED = _render(sql.RECORD_CANCELLATION_IF_QUEUED,
                                          "cancellation_id", "job_id")
@@ -191,7 +204,7 @@ class OwnerLocalStore:
 
     def next_work(self, now: int) -> Row:
         """(pending, the earliest due time of a waiting job or None, now), one read."""
-        return self.database.query(_NEXT_WORK.text, (now,))[0]
+        return self.database.query(_NEXT_WORK.text, (now,))[0][:3]
 
     def promote_due(self, now: int, limit: int) -> set[str]:
         """Move up to ``limit`` jobs whose time has come into the ready set;
@@ -375,3 +388,59 @@ class OwnerLocalStore:
 
     def resume_queue(self, queue: str) -> bool:
         return bool(self.database.mutate(_RESUME_QUEUE.text, (queue,)))
+
+    # ------------------------------------------------------------ schedules
+
+    def find_schedule(self, name: str) -> StoredSchedule | None:
+        rows = self.database.query(_SELECT_SCHEDULE.text, (name,))
+        return schedule_row(rows[0]) if rows else None
+
+    def list_schedules(self) -> list[StoredSchedule]:
+        return [schedule_row(row) for row in self.database.query(_LIST_SCHEDULES.text)]
+
+    def create_schedule(self, schedule: ValidSchedule, next_at: int, now: int) -> bool:
+        return bool(self.database.mutate(_CREATE_SCHEDULE.text,
+                                         (schedule.name, schedule.spec_json, next_at, now)))
+
+    def replace_schedule(self, schedule: ValidSchedule, old_spec_json: str, next_at: int,
+                         now: int) -> bool:
+        return bool(self.database.mutate(
+            _REPLACE_SCHEDULE.text,
+            (schedule.spec_json, next_at, now, schedule.name, old_spec_json)))
+
+    def pause_schedule(self, name: str, now: int) -> bool:
+        return bool(self.database.mutate(_PAUSE_SCHEDULE.text, (now, name)))
+
+    def resume_schedule(self, name: str, spec_json: str, next_at: int, now: int) -> bool:
+        return bool(self.database.mutate(_RESUME_SCHEDULE.text,
+                                         (next_at, now, name, spec_json)))
+
+    def delete_schedule(self, name: str) -> bool:
+        return bool(self.database.mutate(_DELETE_SCHEDULE.text, (name,)))
+
+    def due_schedules(self, now: int) -> list[StoredSchedule]:
+        return [schedule_row(row) for row in self.database.query(_DUE_SCHEDULES.text, (now,))]
+
+    def next_slot(self) -> int | None:
+        """When the next slot of a running schedule comes, if any."""
+        rows = self.database.query(_NEXT_SLOT.text)
+        return int(rows[0][0]) if rows else None
+
+    def fire_slots(self, schedule: ValidSchedule, slots: Sequence[int], next_at: int,
+                   now: int) -> list[str]:
+        """The jobs of ``slots`` and the schedule's advance, in one
+        transaction; the queues of the jobs created."""
+
+        def fire() -> list[str]:
+            queues = []
+            for slot in slots:
+                job = schedule.slot_job(slot)
+                rows = self.database.mutate(_FIRE_SLOT.text, sql.fire_slot_values(
+                    job, now, schedule))
+                queues += [str(row[0]) for row in rows]
+            self.database.mutate(_ADVANCE_SCHEDULE.text,
+                                 (next_at, schedule.name, schedule.spec_json))
+            return queues
+
+        return self.database.atomic(fire)
+

@@ -6,7 +6,8 @@ version lives in ``tickwork_meta`` and every runtime construction runs
 
 ``SCHEMA_SQL`` is ``schema/owner_local/0001_tickwork_jobs.sql`` and
 ``DUE_TIMES_SQL`` is ``0002_due_times.sql``, ``PAUSED_QUEUES_SQL``
-``0003_paused_queues.sql`` and ``RETRIES_SQL`` ``0004_retries.sql``, character for character (the
+``0003_paused_queues.sql``, ``RETRIES_SQL`` ``0004_retries.sql`` and
+``SCHEDULES_SQL`` ``0005_schedules.sql``, character for character (the
 tests pin them equal): the package cannot read those files inside a Worker,
 so the text lives here too, and the files are where people read it beside
 the D1 and PostgreSQL schemas. A database written by an older tickwork is
@@ -19,7 +20,7 @@ from tickwork.model.errors import SchemaError
 from tickwork.ports.database import SyncDatabase
 from tickwork.schemas import split_statements
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 #: schema/owner_local/0001_tickwork_jobs.sql
 SCHEMA_SQL = """-- tickwork owner-local job table: one owner's jobs in its own SQLite database
@@ -189,6 +190,33 @@ CREATE TABLE tickwork_redrives (
 );
 """
 
+#: schema/owner_local/0005_schedules.sql (pinned equal like SCHEMA_SQL)
+SCHEDULES_SQL = """-- tickwork owner-local: durable schedules. Applied by the runtime itself on
+-- first open, like 0002.
+--
+-- * spec_json: the schedule as canonical JSON (cron or every_ms, catch_up,
+--   the job template); a replace changes it, and every slot's insert is
+--   fenced on it, so a slot computed from an older definition adds nothing.
+-- * next_at: the first slot that has no job yet (epoch ms). A tick creates
+--   the jobs of the slots up to now and moves it past now, in one
+--   transaction; each slot's job id is the name and the slot, so no slot
+--   gets two jobs.
+CREATE TABLE tickwork_schedules (
+    name TEXT NOT NULL PRIMARY KEY,
+    spec_json TEXT NOT NULL,
+    next_at INTEGER NOT NULL,
+    paused INTEGER NOT NULL DEFAULT 0 CHECK (paused IN (0, 1)),
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL
+);
+
+-- The earliest next slot of the schedules that run: when a tick next has a
+-- slot to fill, for the host's alarm or timer.
+CREATE INDEX tickwork_schedules_next
+    ON tickwork_schedules (next_at)
+    WHERE paused = 0;
+"""
+
 #: The statements of SCHEMA_SQL; the first creates tickwork_meta.
 SCHEMA_STATEMENTS = tuple(split_statements(SCHEMA_SQL))
 
@@ -198,6 +226,7 @@ UPGRADES: tuple[tuple[str, ...], ...] = (
     tuple(split_statements(DUE_TIMES_SQL)),
     tuple(split_statements(PAUSED_QUEUES_SQL)),
     tuple(split_statements(RETRIES_SQL)),
+    tuple(split_statements(SCHEDULES_SQL)),
 )
 assert len(UPGRADES) == SCHEMA_VERSION
 

@@ -27,6 +27,7 @@ from tickwork.model.jobs import (
     history_from_json,
     retry_from_json,
 )
+from tickwork.model.schedules import StoredSchedule
 
 #: The columns of a job, in ``JobRecord`` field order (payload_json decodes
 #: to ``payload``, max_recoveries to ``recovery``).
@@ -119,3 +120,10 @@ SEQUENCE: Final = Columns("sequence")
 def decode_job(row: Sequence[Any]) -> JobRecord:
     """The job in a row of ``JOB`` columns (``JOB_COLUMNS`` first)."""
     return _job(row)
+
+
+def schedule_row(row: Sequence[Any]) -> StoredSchedule:
+    """A schedule row (name, spec_json, next_at, paused, created_at,
+    updated_at first) as stored, on every store."""
+    return StoredSchedule(str(row[0]), str(row[1]), int(row[2]), bool(row[3]), int(row[4]),
+                          int(row[5]))

@@ -13,9 +13,10 @@ from typing import Any
 from tickwork.lifecycle import Settlement
 from tickwork.lifecycle.requests import ClaimView, Suspect
 from tickwork.model.jobs import JobRecord, ValidJob, replay_flags, stored_cargo
+from tickwork.model.schedules import StoredSchedule, ValidSchedule
 from tickwork.ports.shared_store import CancelWrite, RenewAnswer
 from tickwork.stores.d1.binding import D1Binding
-from tickwork.stores.rows import CARGO, CLAIM, JOB, SEQUENCE, Columns
+from tickwork.stores.rows import CARGO, CLAIM, JOB, SEQUENCE, Columns, schedule_row
 from tickwork.stores.schema_version import MIGRATIONS, check_schema_version
 from tickwork.stores.sql import sqlite as sql
 
@@ -76,6 +77,19 @@ REDRIVE_APPLIED = _render(sql.REDRIVE_APPLIED, "job_id", "redrive_id")
 REDRIVE_JOB = _render(sql.REDRIVE_JOB, "redrive_id", "job_id")
 NOTE_REDRIVE = _render(sql.NOTE_REDRIVE, "redrive_id", "now", "job_id")
 DEAD_LETTERS = _render(sql.DEAD_LETTERS, "queue", "before_settled", "before_sequence", "limit")
+STORE_NOW = _render(sql.STORE_NOW, "now")
+SELECT_SCHEDULE = _render(sql.SELECT_SCHEDULE, "name")
+LIST_SCHEDULES = _render(sql.LIST_SCHEDULES)
+CREATE_SCHEDULE = _render(sql.CREATE_SCHEDULE, "name", "spec_json", "next_at", "now")
+REPLACE_SCHEDULE = _render(sql.REPLACE_SCHEDULE, "spec_json", "next_at", "now", "name",
+                           "old_spec_json")
+PAUSE_SCHEDULE = _render(sql.PAUSE_SCHEDULE, "now", "name")
+RESUME_SCHEDULE = _render(sql.RESUME_SCHEDULE, "next_at", "now", "name", "spec_json")
+DELETE_SCHEDULE = _render(sql.DELETE_SCHEDULE, "name")
+DUE_SCHEDULES = _render(sql.DUE_SCHEDULES, "now")
+NEXT_SLOT = _render(sql.NEXT_SLOT)
+FIRE_SLOT = _render(sql.FIRE_SLOT, *sql.FIRE_SLOT.params)
+ADVANCE_SCHEDULE = _render(sql.ADVANCE_SCHEDULE, "next_at", "name", "spec_json")
 
 
 def _names(statement: sql.Statement) -> tuple[str, ...]:
@@ -289,6 +303,67 @@ class D1Store:
              (NOTE_REDRIVE.text, (redrive_id, now, job_id))],
             [_names(REDRIVE_JOB), None])
         return JOB.job(redriven[0]) if redriven else None
+
+
+    # ------------------------------------------------------------ schedules
+
+    async def store_now(self, now: int | None) -> int:
+        return int((await self.d1.query(STORE_NOW.text, (now,)))[0][0])
+
+    async def find_schedule(self, name: str) -> StoredSchedule | None:
+        rows = await self.d1.query(SELECT_SCHEDULE.text, (name,))
+        return schedule_row(rows[0]) if rows else None
+
+    async def list_schedules(self) -> list[StoredSchedule]:
+        return [schedule_row(row) for row in await self.d1.query(LIST_SCHEDULES.text, ())]
+
+    async def create_schedule(self, schedule: ValidSchedule, next_at: int,
+                              now: int | None) -> bool:
+        return bool(await self.d1.query(CREATE_SCHEDULE.text,
+                                        (schedule.name, schedule.spec_json, next_at, now)))
+
+    async def replace_schedule(self, schedule: ValidSchedule, old_spec_json: str,
+                               next_at: int, now: int | None) -> bool:
+        return bool(await self.d1.query(
+            REPLACE_SCHEDULE.text,
+            (schedule.spec_json, next_at, now, schedule.name, old_spec_json)))
+
+    async def pause_schedule(self, name: str, now: int | None) -> bool:
+        return bool(await self.d1.query(PAUSE_SCHEDULE.text, (now, name)))
+
+    async def resume_schedule(self, name: str, spec_json: str, next_at: int,
+                              now: int | None) -> bool:
+        return bool(await self.d1.query(RESUME_SCHEDULE.text,
+                                        (next_at, now, name, spec_json)))
+
+    async def delete_schedule(self, name: str) -> bool:
+        return bool(await self.d1.query(DELETE_SCHEDULE.text, (name,)))
+
+    async def due_schedules(self, now: int | None) -> tuple[list[StoredSchedule], int | None]:
+        rows = await self.d1.query(DUE_SCHEDULES.text, (now,))
+        columns = DUE_SCHEDULES.columns
+        assert columns is not None
+        due_now = int(columns.value(rows[0], "now")) if rows else None
+        return [schedule_row(row) for row in rows], due_now
+
+    async def next_slot(self) -> int | None:
+        rows = await self.d1.query(NEXT_SLOT.text, ())
+        return int(rows[0][0]) if rows else None
+
+    async def fire_slots(self, schedule: ValidSchedule, slots: Sequence[int], next_at: int,
+                         now: int | None) -> int:
+        # One batch (one round trip, one transaction): every slot's job,
+        # then the schedule's advance.
+        if not slots:
+            await self.d1.query(ADVANCE_SCHEDULE.text,
+                                (next_at, schedule.name, schedule.spec_json))
+            return 0
+        statements = [(FIRE_SLOT.text, sql.fire_slot_values(schedule.slot_job(slot), now, schedule))
+                      for slot in slots]
+        statements.append((ADVANCE_SCHEDULE.text,
+                           (next_at, schedule.name, schedule.spec_json)))
+        results = await self.d1.batch(statements, [_names(FIRE_SLOT)] * len(slots) + [None])
+        return sum(len(rows) for rows in results[:-1])
 
 
 def _probed(row: tuple[Any, ...]) -> tuple[Suspect | None, bool]:

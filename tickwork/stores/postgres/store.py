@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import contextlib
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
 from tickwork.lifecycle import Settlement
 from tickwork.lifecycle.requests import ClaimView, Suspect
 from tickwork.model.jobs import JobRecord, ValidJob, replay_flags
+from tickwork.model.schedules import StoredSchedule, ValidSchedule
 from tickwork.ports.shared_store import CancelWrite, RenewAnswer
 from tickwork.stores.postgres.batching import Coalescer
 from tickwork.stores.postgres.connection import autocommit_connection
-from tickwork.stores.rows import CARGO, CLAIM, JOB
+from tickwork.stores.rows import CARGO, CLAIM, JOB, schedule_row
 from tickwork.stores.schema_version import MIGRATIONS, check_schema_version
 from tickwork.stores.sql import postgres as sql
 
@@ -358,6 +360,68 @@ class PostgresStore:
     async def redrive(self, job_id: str, redrive_id: str, now: int | None) -> JobRecord | None:
         return await self._one_job(sql.REDRIVE, {"job_id": job_id, "redrive_id": redrive_id,
                                                  "now": now})
+
+
+    # ------------------------------------------------------------ schedules
+
+    async def store_now(self, now: int | None) -> int:
+        return int((await self._rows(sql.STORE_NOW, {"now": now}))[0][0])
+
+    async def find_schedule(self, name: str) -> StoredSchedule | None:
+        rows = await self._rows(sql.SELECT_SCHEDULE, {"name": name})
+        return schedule_row(rows[0]) if rows else None
+
+    async def list_schedules(self) -> list[StoredSchedule]:
+        return [schedule_row(row) for row in await self._rows(sql.LIST_SCHEDULES, {})]
+
+    async def create_schedule(self, schedule: ValidSchedule, next_at: int,
+                              now: int | None) -> bool:
+        params = {"name": schedule.name, "spec_json": schedule.spec_json, "next_at": next_at,
+                  "now": now}
+        return bool(await self._rows(sql.CREATE_SCHEDULE, params))
+
+    async def replace_schedule(self, schedule: ValidSchedule, old_spec_json: str,
+                               next_at: int, now: int | None) -> bool:
+        params = {"name": schedule.name, "spec_json": schedule.spec_json, "next_at": next_at,
+                  "old_spec_json": old_spec_json, "now": now}
+        return bool(await self._rows(sql.REPLACE_SCHEDULE, params))
+
+    async def pause_schedule(self, name: str, now: int | None) -> bool:
+        return bool(await self._rows(sql.PAUSE_SCHEDULE, {"name": name, "now": now}))
+
+    async def resume_schedule(self, name: str, spec_json: str, next_at: int,
+                              now: int | None) -> bool:
+        params = {"name": name, "spec_json": spec_json, "next_at": next_at, "now": now}
+        return bool(await self._rows(sql.RESUME_SCHEDULE, params))
+
+    async def delete_schedule(self, name: str) -> bool:
+        return bool(await self._rows(sql.DELETE_SCHEDULE, {"name": name}))
+
+    async def due_schedules(self, now: int | None) -> tuple[list[StoredSchedule], int | None]:
+        rows = await self._rows(sql.DUE_SCHEDULES, {"now": now})
+        column = sql.DUE_SCHEDULES_COLUMNS.index["now"]
+        return [schedule_row(row) for row in rows], int(rows[0][column]) if rows else None
+
+    async def next_slot(self) -> int | None:
+        value = (await self._rows(sql.NEXT_SLOT, {}))[0][0]
+        return None if value is None else int(value)
+
+    async def fire_slots(self, schedule: ValidSchedule, slots: Sequence[int], next_at: int,
+                         now: int | None) -> int:
+        created = 0
+        async with self._connection() as conn, conn.transaction():
+            for slot in slots:
+                job = schedule.slot_job(slot)
+                cursor = await conn.execute(sql.FIRE_SLOT, {
+                    "job_id": job.job_id, "queue": job.queue, "lane": job.lane,
+                    "priority": job.priority, "payload_json": job.payload_json,
+                    "max_recoveries": job.max_recoveries, "run_at": job.run_at,
+                    "retry_json": job.retry_json, "now": now, "name": schedule.name,
+                    "spec_json": schedule.spec_json})
+                created += len(await cursor.fetchall())
+            await conn.execute(sql.ADVANCE_SCHEDULE, {
+                "next_at": next_at, "name": schedule.name, "spec_json": schedule.spec_json})
+        return created
 
 
 class _Undecided(Exception):

@@ -169,16 +169,22 @@ _PENDING = f"""(
                WHERE state = 'queued' AND cancellation_id IS NOT NULL)
     OR EXISTS (SELECT 1 FROM tickwork_jobs
                WHERE state = 'queued' AND due_at IS NOT NULL AND due_at <= {NOW})
-    OR EXISTS (SELECT 1 FROM tickwork_jobs WHERE state = 'running'))"""
+    OR EXISTS (SELECT 1 FROM tickwork_jobs WHERE state = 'running')
+    OR EXISTS (SELECT 1 FROM tickwork_schedules WHERE NOT paused AND next_at <= {NOW}))"""
 HAS_PENDING_WORK = f"SELECT {_PENDING}"
 
 # When a tick next has work, in one read: pending now, the earliest due time
 # of a waiting job (one probe of the due index), and database time.
 NEXT_WORK = f"""
 SELECT {_PENDING},
-       (SELECT due_at FROM tickwork_jobs WHERE state = 'queued' AND due_at IS NOT NULL
-        ORDER BY due_at LIMIT 1),
-       {NOW}
+       (SELECT min(at) FROM (
+            SELECT (SELECT due_at FROM tickwork_jobs WHERE state = 'queued'
+                    AND due_at IS NOT NULL ORDER BY due_at LIMIT 1) AS at
+            UNION ALL
+            SELECT (SELECT next_at FROM tickwork_schedules WHERE NOT paused
+                    ORDER BY next_at LIMIT 1)) AS next_times),
+       {NOW},
+       (SELECT min(next_at) FROM tickwork_schedules WHERE NOT paused)
 """
 
 # Waiting jobs whose time has come join the ready set, up to 1000, earliest
@@ -422,6 +428,66 @@ WHERE queue = %(queue)s AND state = 'settled'
 ORDER BY settled_at DESC, sequence DESC
 LIMIT %(limit)s
 """
+
+# -------------------------------------------------------------- schedules
+# The statements of tickwork.stores.sql.sqlite's schedules section, for
+# PostgreSQL (see the comments there); a replace, pause, resume, slot and
+# advance are each fenced on the schedule as the lifecycle read it.
+
+SCHEDULE_COLUMNS: Final = Columns("name", "spec_json", "next_at", "paused", "created_at",
+                                  "updated_at")
+_SCHEDULE_SELECT = ", ".join(SCHEDULE_COLUMNS.names)
+
+SELECT_SCHEDULE = f"SELECT {_SCHEDULE_SELECT} FROM tickwork_schedules WHERE name = %(name)s"
+LIST_SCHEDULES = f"SELECT {_SCHEDULE_SELECT} FROM tickwork_schedules ORDER BY name"
+CREATE_SCHEDULE = f"""
+INSERT INTO tickwork_schedules (name, spec_json, next_at, paused, created_at, updated_at)
+VALUES (%(name)s, %(spec_json)s, %(next_at)s, false, {NOW}, {NOW})
+ON CONFLICT (name) DO NOTHING
+RETURNING name
+"""
+REPLACE_SCHEDULE = f"""
+UPDATE tickwork_schedules SET spec_json = %(spec_json)s, next_at = %(next_at)s,
+    updated_at = {NOW}
+WHERE name = %(name)s AND spec_json = %(old_spec_json)s
+RETURNING name
+"""
+PAUSE_SCHEDULE = f"""
+UPDATE tickwork_schedules SET paused = true, updated_at = {NOW}
+WHERE name = %(name)s AND NOT paused
+RETURNING name
+"""
+RESUME_SCHEDULE = f"""
+UPDATE tickwork_schedules SET paused = false, next_at = %(next_at)s, updated_at = {NOW}
+WHERE name = %(name)s AND paused AND spec_json = %(spec_json)s
+RETURNING name
+"""
+DELETE_SCHEDULE = "DELETE FROM tickwork_schedules WHERE name = %(name)s RETURNING name"
+DUE_SCHEDULES_COLUMNS: Final = Columns(*SCHEDULE_COLUMNS.names, "now")
+DUE_SCHEDULES = f"""
+SELECT {_SCHEDULE_SELECT}, {NOW} FROM tickwork_schedules
+WHERE NOT paused AND next_at <= {NOW}
+ORDER BY next_at
+LIMIT 100
+"""
+NEXT_SLOT = "SELECT min(next_at) FROM tickwork_schedules WHERE NOT paused"
+FIRE_SLOT = f"""
+INSERT INTO tickwork_jobs
+    (job_id, queue, lane, priority, payload_json, max_recoveries, run_at, retry_json,
+     state, enqueued_at)
+SELECT %(job_id)s, %(queue)s, %(lane)s, %(priority)s, %(payload_json)s, %(max_recoveries)s,
+       %(run_at)s, %(retry_json)s, 'queued', {NOW}
+FROM tickwork_schedules
+WHERE name = %(name)s AND spec_json = %(spec_json)s AND NOT paused
+  AND next_at <= %(run_at)s
+ON CONFLICT (job_id) DO NOTHING
+RETURNING queue
+"""
+ADVANCE_SCHEDULE = """
+UPDATE tickwork_schedules SET next_at = %(next_at)s
+WHERE name = %(name)s AND spec_json = %(spec_json)s AND next_at < %(next_at)s
+"""
+STORE_NOW = f"SELECT {NOW}"
 
 # Pause: one row per paused queue; a row back says this call paused it.
 PAUSE_QUEUE = f"""

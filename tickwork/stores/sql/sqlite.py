@@ -31,8 +31,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
+from tickwork.model.jobs import ValidJob
+from tickwork.model.schedules import ValidSchedule
 from tickwork.stores.rows import CARGO as CARGO_ROWS
 from tickwork.stores.rows import CARGO_COLUMNS, JOB_COLUMNS, JOB_SELECT, Columns
 from tickwork.stores.rows import CLAIM as CLAIM_ROWS
@@ -277,10 +279,11 @@ WHERE queue = :queue AND state = 'settled'
 
 # Work for a tick now: a ready job of a queue that is not paused, a job due
 # but not yet moved into the ready set, a cancelled job to settle, or a
-# running claim. A job waiting for its time is not: NEXT_DUE says when it
-# will be. Written as four probes so each uses its partial index (runnable,
-# cancel_pending, due, running); the first steps over the ready jobs of
-# paused queues that come first in pick order.
+# running claim, or a schedule slot that has come. A job waiting for its
+# time is not: NEXT_DUE says when it will be. Written as five probes so each
+# uses its partial index (runnable, cancel_pending, due, running, the
+# schedules' next); the first steps over the ready jobs of paused queues
+# that come first in pick order.
 HAS_PENDING_WORK = Template("has_pending_work", """
 SELECT EXISTS (SELECT 1 FROM tickwork_jobs
                WHERE state = 'queued' AND cancellation_id IS NULL AND due_at IS NULL
@@ -289,7 +292,9 @@ SELECT EXISTS (SELECT 1 FROM tickwork_jobs
                WHERE state = 'queued' AND cancellation_id IS NOT NULL)
     OR EXISTS (SELECT 1 FROM tickwork_jobs
                WHERE state = 'queued' AND due_at IS NOT NULL AND due_at <= {now})
-    OR EXISTS (SELECT 1 FROM tickwork_jobs WHERE state = 'running') AS pending
+    OR EXISTS (SELECT 1 FROM tickwork_jobs WHERE state = 'running')
+    OR EXISTS (SELECT 1 FROM tickwork_schedules WHERE paused = 0 AND next_at <= {now})
+        AS pending
 """, ("now",), Columns("pending"))
 
 # The earliest due time of a job still waiting for it (NULL: none waits):
@@ -302,14 +307,22 @@ ORDER BY due_at
 LIMIT 1
 """, (), Columns("due_at"))
 
-# When a tick next has work, in one read: HAS_PENDING_WORK, NEXT_DUE and the
-# store's clock (database time on D1), so a host compares like with like.
+# When a tick next has work, in one read: HAS_PENDING_WORK, the earlier of
+# NEXT_DUE and the next schedule slot, and the store's clock (database time
+# on D1), so a host compares like with like; and the next slot alone (a
+# shared runtime keeps it, to know when its ticks must fill slots).
 NEXT_WORK = Template("next_work", f"""
 SELECT ({HAS_PENDING_WORK.text.strip().removeprefix("SELECT").removesuffix("AS pending")})
            AS pending,
-       ({NEXT_DUE.text.strip()}) AS next_due,
-       {{now}} AS now
-""", ("now",), Columns("pending", "next_due", "now"))
+       (SELECT min(at) FROM (
+            SELECT ({NEXT_DUE.text.strip()}) AS at
+            UNION ALL
+            SELECT (SELECT next_at FROM tickwork_schedules WHERE paused = 0
+                    ORDER BY next_at LIMIT 1))) AS next_due,
+       {{now}} AS now,
+       (SELECT next_at FROM tickwork_schedules WHERE paused = 0
+        ORDER BY next_at LIMIT 1) AS next_slot
+""", ("now",), Columns("pending", "next_due", "now", "next_slot"))
 
 # Waiting jobs whose time has come join the ready set (due_at cleared: the
 # runnable index holds only such jobs, so a claim never steps over a job
@@ -541,6 +554,106 @@ WHERE queue = :queue AND state = 'settled'
 ORDER BY settled_at DESC, sequence DESC
 LIMIT :limit
 """, ("queue", "before_settled", "before_sequence", "limit"), JOB_ROWS)
+
+# -------------------------------------------------------------- schedules
+
+#: A schedule's row, as every schedule read returns it.
+SCHEDULE_ROWS = Columns("name", "spec_json", "next_at", "paused", "created_at", "updated_at")
+_SCHEDULE_SELECT = ", ".join(SCHEDULE_ROWS.names)
+
+SELECT_SCHEDULE = Template("select_schedule", f"""
+SELECT {_SCHEDULE_SELECT} FROM tickwork_schedules WHERE name = :name
+""", ("name",), SCHEDULE_ROWS)
+
+LIST_SCHEDULES = Template("list_schedules", f"""
+SELECT {_SCHEDULE_SELECT} FROM tickwork_schedules ORDER BY name
+""", (), SCHEDULE_ROWS)
+
+# Create: a new name inserts one row (RETURNING says so); an existing name
+# (created meanwhile) inserts nothing, and the lifecycle reads again.
+CREATE_SCHEDULE = Template("create_schedule", """
+INSERT INTO tickwork_schedules (name, spec_json, next_at, paused, created_at, updated_at)
+VALUES (:name, :spec_json, :next_at, 0, {now}, {now})
+ON CONFLICT (name) DO NOTHING
+RETURNING name
+""", ("name", "spec_json", "next_at", "now"), Columns("name"))
+
+# Replace: fenced on the definition the lifecycle read (a concurrent
+# replace matches nothing, and it reads again); it starts afresh from the
+# next slot after now, running (a paused schedule stays paused).
+REPLACE_SCHEDULE = Template("replace_schedule", """
+UPDATE tickwork_schedules SET spec_json = :spec_json, next_at = :next_at, updated_at = {now}
+WHERE name = :name AND spec_json = :old_spec_json
+RETURNING name
+""", ("spec_json", "next_at", "now", "name", "old_spec_json"), Columns("name"))
+
+PAUSE_SCHEDULE = Template("pause_schedule", """
+UPDATE tickwork_schedules SET paused = 1, updated_at = {now}
+WHERE name = :name AND paused = 0
+RETURNING name
+""", ("now", "name"), Columns("name"))
+
+# Resume: from the next slot after now (the slots of the pause are not
+# caught up), fenced on the definition the lifecycle computed it from.
+RESUME_SCHEDULE = Template("resume_schedule", """
+UPDATE tickwork_schedules SET paused = 0, next_at = :next_at, updated_at = {now}
+WHERE name = :name AND paused = 1 AND spec_json = :spec_json
+RETURNING name
+""", ("next_at", "now", "name", "spec_json"), Columns("name"))
+
+DELETE_SCHEDULE = Template("delete_schedule", """
+DELETE FROM tickwork_schedules WHERE name = :name RETURNING name
+""", ("name",), Columns("name"))
+
+# The schedules with a slot to fill (oldest first, a batch at a time), and
+# the store's clock they were judged by, in one read.
+DUE_SCHEDULES = Template("due_schedules", f"""
+SELECT {_SCHEDULE_SELECT}, {{now}} AS now FROM tickwork_schedules
+WHERE paused = 0 AND next_at <= {{now}}
+ORDER BY next_at
+LIMIT 100
+""", ("now",), Columns(*SCHEDULE_ROWS.names, "now"))
+
+# When the next slot of a running schedule comes (NULL: none).
+NEXT_SLOT = Template("next_slot", """
+SELECT next_at FROM tickwork_schedules WHERE paused = 0 ORDER BY next_at LIMIT 1
+""", (), Columns("next_at"))
+
+# One slot's job. Inserted only while the schedule is as the lifecycle read
+# it (same definition, running, this slot not yet passed: a lagging node
+# that computed the same slot adds nothing, even if the job was purged
+# since), and never twice (the job id is the name and the slot: an
+# existing id is left as it is). Due at its slot, which has come.
+FIRE_SLOT = Template("fire_slot", """
+INSERT INTO tickwork_jobs
+    (job_id, queue, lane, priority, payload_json, max_recoveries, run_at, retry_json,
+     state, enqueued_at)
+SELECT :job_id, :queue, :lane, :priority, :payload_json, :max_recoveries, :run_at,
+       :retry_json, 'queued', {now}
+FROM tickwork_schedules
+WHERE name = :name AND spec_json = :spec_json AND paused = 0 AND next_at <= :run_at
+ON CONFLICT (job_id) DO NOTHING
+RETURNING queue
+""", ("job_id", "queue", "lane", "priority", "payload_json", "max_recoveries", "run_at",
+      "retry_json", "now", "name", "spec_json"), Columns("queue"))
+
+def fire_slot_values(job: ValidJob, now: int | None,
+                     schedule: ValidSchedule) -> tuple[Any, ...]:
+    """FIRE_SLOT's values for ``job`` (a slot's), in its binding order."""
+    return (job.job_id, job.queue, job.lane, job.priority, job.payload_json,
+            job.max_recoveries, job.run_at, job.retry_json, now, schedule.name,
+            schedule.spec_json)
+
+
+# After the slots' jobs, in the same transaction or batch: the schedule's
+# next slot moves past now, forward only.
+ADVANCE_SCHEDULE = Template("advance_schedule", """
+UPDATE tickwork_schedules SET next_at = :next_at
+WHERE name = :name AND spec_json = :spec_json AND next_at < :next_at
+""", ("next_at", "name", "spec_json"))
+
+# The store's clock (database time on D1), for a schedule's next slot.
+STORE_NOW = Template("store_now", "SELECT {now} AS now", ("now",), Columns("now"))
 
 # ------------------------------------------------------- pause, resume
 
