@@ -12,7 +12,7 @@ import jsonschema
 import pytest
 from openapi_spec_validator import validate
 
-from tickwork import InvalidArgument, InvalidJob, Job, Retry
+from tickwork import InvalidArgument, InvalidJob, Job, Retry, Schedule, ScheduledJob
 from tickwork.api import OPERATIONS, ApiError, JobOwnerRpc, JobService, rpc_methods
 from tickwork.api.openapi import openapi_document, openapi_json, route_table
 from tickwork.api.rpc import RpcService
@@ -160,6 +160,13 @@ CLIENT_ARGS: dict[str, tuple[Any, ...]] = {
     "queue_status": ("q",),
     "dead_letters": ("q é", 20, "17.3"),
     "redrive": ("j/1", "r-1"),
+    "put_schedule": (Schedule("nightly é", ScheduledJob("q", "lane", 2, {"f": 1.0},
+                                                     retry=Retry(3)), cron="0 2 * * *",
+                              catch_up=4),),
+    "schedules": (),
+    "pause_schedule": ("nightly é",),
+    "resume_schedule": ("n",),
+    "delete_schedule": ("n",),
 }
 
 

@@ -503,3 +503,49 @@ async def test_bad_redrive_bodies_change_nothing(api: JobApi, owners: Owners,
     assert answer.status == 400
     job = owners.runtimes["acme"].read("a")
     assert job is not None and job.state == "settled"
+
+
+# ---------------------------------------------------------------- schedules
+
+
+def a_schedule(**fields: Any) -> dict[str, Any]:
+    return {"name": "nightly", "cron": "0 2 * * *",
+            "job": {"queue": "reports", "payload": {"report": "sales"}}, **fields}
+
+
+async def test_schedules_are_created_listed_and_acted_on(api: JobApi, owners: Owners) -> None:
+    created = await call(api, "POST", "/v1/owners/acme/schedules", a_schedule())
+    assert (created.status, created.body) == (201, {"name": "nightly", "status": "created"})
+    again = await call(api, "POST", "/v1/owners/acme/schedules", a_schedule())
+    assert (again.status, again.body["status"]) == (200, "unchanged")
+    listed = await call(api, "GET", "/v1/owners/acme/schedules")
+    [entry] = listed.body["schedules"]
+    assert (entry["name"], entry["cron"], entry["every_ms"], entry["catch_up"]) == (
+        "nightly", "0 2 * * *", None, 1)
+    assert entry["job"] == {"queue": "reports", "lane": "reports", "priority": 0,
+                            "payload": {"report": "sales"}, "recovery": None, "retry": None}
+    for action, changed in (("pause", True), ("pause", False), ("resume", True),
+                            ("delete", True), ("delete", False)):
+        answer = await call(api, "POST", f"/v1/owners/acme/schedules/nightly/{action}")
+        assert (answer.status, answer.body) == (200, {"name": "nightly", "changed": changed})
+    wrong = await call(api, "PUT", "/v1/owners/acme/schedules", a_schedule())
+    assert (wrong.status, wrong.headers["allow"]) == (405, "GET, POST")
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    (a_schedule(cron="0 2 * *"), "cron"),
+    (a_schedule(every_ms=60_000), "cron"),
+    (a_schedule(catch_up=0), "catch_up"),
+    (a_schedule(job={"lane": "x"}), "job.queue"),
+    (a_schedule(job={"queue": "q", "job_id": "x"}), "job"),
+    (a_schedule(job={"queue": "q", "retry": {"attempts": 0}}), "job.retry.attempts"),
+    (a_schedule(job={"queue": "q", "recovery": {"max": 1}}), "job.recovery"),
+    (a_schedule(extra=1), "body"),
+    ({"cron": "0 2 * * *", "job": {"queue": "q"}}, "name"),
+])
+async def test_bad_schedules_are_refused_by_name_and_store_nothing(
+        api: JobApi, owners: Owners, body: Any, field: str) -> None:
+    answer = await call(api, "POST", "/v1/owners/acme/schedules", body)
+    assert answer.status == 400
+    assert answer.body["error"]["field"] == field
+    assert "acme" not in owners.runtimes or owners.runtimes["acme"].schedules() == []

@@ -19,6 +19,8 @@ from tickwork import (
     QueueStatus,
     RedriveResult,
     Retry,
+    Schedule,
+    ScheduledJob,
 )
 from tickwork.client import AsyncJobs
 from tickwork.model.errors import IngestConflict, InvalidArgument, InvalidJob
@@ -151,6 +153,26 @@ async def scenario(jobs: AsyncJobs, *, runs_beside: bool) -> None:
     delayed = await jobs.queue_status(q4)
     assert (delayed.queued, delayed.delayed) == (0, 2)
     assert await jobs.read_queue_head(q4) is None
+
+    # A schedule: created once, replaced, listed, paused, resumed, deleted.
+    # Its yearly slot is far off: no job comes of it here.
+    yearly = Schedule(f"yearly-{n}", ScheduledJob(q4, q4, 1, {"report": "é"}, retry=Retry(2)),
+                      cron="0 0 1 1 *", catch_up=2)
+    assert await jobs.put_schedule(yearly) == "created"
+    assert await jobs.put_schedule(yearly) == "unchanged"
+    monthly = Schedule(yearly.name, yearly.job, cron="0 0 1 * *")
+    assert await jobs.put_schedule(monthly) == "replaced"
+    [listed] = [r for r in await jobs.schedules() if r.schedule.name == yearly.name]
+    assert listed.schedule == monthly and listed.paused is False
+    assert listed.next_at > listed.updated_at
+    assert await jobs.pause_schedule(yearly.name) is True
+    assert await jobs.pause_schedule(yearly.name) is False
+    assert await jobs.resume_schedule(yearly.name) is True
+    with pytest.raises(InvalidArgument) as bad_cron:
+        await jobs.put_schedule(Schedule(f"bad-{n}", yearly.job, cron="0 0 30 2 *"))
+    assert bad_cron.value.field == "cron"
+    assert await jobs.delete_schedule(yearly.name) is True
+    assert await jobs.delete_schedule(yearly.name) is False
 
     # Pause and resume: idempotent, and the status says so.
     assert await jobs.pause(q4) is True

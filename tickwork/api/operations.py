@@ -42,6 +42,7 @@ from tickwork.model.jobs import (
     validate_jobs,
 )
 from tickwork.model.outcomes import QueueStatus
+from tickwork.model.schedules import MAX_CATCH_UP, MAX_SCHEDULE_NAME, validate_schedule
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,6 +241,19 @@ def _dead_letters_to_http(args: tuple[Any, ...]) -> tuple[tuple[str, ...], Any]:
     return (queue,), query
 
 
+def _decode_schedule(args: Sequence[str], body: Any) -> tuple[tuple[Any, ...], Any]:
+    schedule = wire.schedule_from_wire(body)
+    valid = validate_schedule(schedule)  # refused here, before any store is touched
+    if valid.name in (".", ".."):
+        raise InvalidArgument("name", f"{valid.name!r} cannot be addressed in a URL path")
+    return (schedule,), None
+
+
+def _schedule_name(args: Sequence[str], body: Any) -> tuple[tuple[Any, ...], Any]:
+    wire.fields({} if body is None else body, "body", ())
+    return (check_text("name", args[0], MAX_SCHEDULE_NAME, InvalidArgument),), None
+
+
 def _reply_read(args: tuple[Any, ...], context: Any, record: Any) -> Reply:
     if record is None:
         raise ApiError(404, "job_not_found", f"no job {args[0]!r}", "job_id")
@@ -274,6 +288,14 @@ def _statuses_to_wire(statuses: list[QueueStatus]) -> list[dict[str, Any]]:
 
 def _statuses_from_wire(values: list[Any]) -> list[QueueStatus]:
     return [wire.status_from_wire(value) for value in values]
+
+
+def _records_to_wire(records: list[Any]) -> list[dict[str, Any]]:
+    return [wire.schedule_record_to_wire(record) for record in records]
+
+
+def _records_from_wire(values: list[Any]) -> list[Any]:
+    return [wire.schedule_record_from_wire(value) for value in values]
 
 
 def _same(value: Any) -> Any:
@@ -348,9 +370,40 @@ _FAIL_LANE_SCHEMA: Final = {
 
 _EMPTY_SCHEMA: Final = {"type": "object", "additionalProperties": False}
 
+_JOB_PROPERTIES: Final[dict[str, Any]] = JOB_SCHEMA["properties"]  # type: ignore[assignment]
+
+_SCHEDULE_SCHEMA: Final = {
+    "type": "object", "required": ["name", "job"], "additionalProperties": False,
+    "properties": {
+        "name": {"type": "string", "minLength": 1, "maxLength": MAX_SCHEDULE_NAME},
+        "cron": {"oneOf": [{"type": "null"}, {
+            "type": "string", "description": "five fields, UTC; not with every_ms"}]},
+        "every_ms": {"oneOf": [{"type": "null"}, {
+            "type": "integer", "minimum": 1000, "maximum": MAX_DELAY_MS,
+            "description": "whole seconds; slots at its multiples since the epoch"}]},
+        "catch_up": {"type": "integer", "minimum": 1, "maximum": MAX_CATCH_UP, "default": 1},
+        "job": {"type": "object", "required": ["queue"], "additionalProperties": False,
+                "properties": {key: value for key, value in _JOB_PROPERTIES.items()
+                               if key not in ("job_id", "run_at", "delay_ms")}},
+    }}
+
 _REDRIVE_SCHEMA: Final = {
     "type": "object", "required": ["redrive_id"], "additionalProperties": False,
     "properties": {"redrive_id": {"type": "string", "minLength": 1, "maxLength": 256}}}
+
+
+def _schedule_action(name: str, summary: str, answer: str) -> Operation:
+    """pause_schedule, resume_schedule, delete_schedule: a POST on a schedule
+    whose result says whether it changed anything."""
+    action = name.removesuffix("_schedule")
+    return Operation(
+        name, "POST", ("schedules", "{name}", action), summary, _schedule_name,
+        lambda args, context, changed: Reply(200, {"name": args[0], "changed": changed}),
+        perform=lambda runtime, schedule: getattr(runtime, name)(schedule),
+        result_to_wire=_same, result_from_wire=_same, body_schema=_EMPTY_SCHEMA,
+        answers={200: answer}, reply_shape='`{"name", "changed"}`',
+        to_http=lambda args: ((args[0],), {}), from_http=lambda body: body["changed"],
+        idempotent=True)
 
 
 def _pausing(name: str, summary: str, *, paused: bool, creates_owner: bool = False
@@ -498,6 +551,39 @@ OPERATIONS: Final = (
         reply_shape='`{"job_id", "status", "reason"}`',
         to_http=lambda args: ((args[0],), {"redrive_id": args[1]}),
         from_http=wire.redrive_from_wire, idempotent=True),
+    Operation(
+        "put_schedule", "POST", ("schedules",),
+        "Create a schedule, or replace the one of its name",
+        _decode_schedule,
+        lambda args, context, status: Reply(201 if status == "created" else 200,
+                                            {"name": args[0].name, "status": status}),
+        perform=lambda runtime, schedule: runtime.put_schedule(schedule),
+        result_to_wire=_same, result_from_wire=_same,
+        args_to_rpc=lambda args: (wire.to_json_text(wire.schedule_to_wire(args[0])),),
+        args_from_rpc=lambda args: (wire.schedule_from_wire(_json_from_rpc(args[0])),),
+        creates_owner=True, body_schema=_SCHEDULE_SCHEMA,
+        answers={201: "created", 200: "replaced (afresh from its next slot after now), or "
+                                      "unchanged (the same definition)"},
+        reply_shape='`{"name", "status"}`',
+        to_http=lambda args: ((), wire.schedule_to_wire(args[0])),
+        from_http=lambda body: body["status"], idempotent=True),
+    Operation(
+        "schedules", "GET", ("schedules",), "Every schedule, by name, with its next slot",
+        _nothing,
+        lambda args, context, records: Reply(200, {"schedules": _records_to_wire(records)}),
+        perform=lambda runtime: runtime.schedules(),
+        result_to_wire=_records_to_wire, result_from_wire=_records_from_wire,
+        answers={200: "the schedules"},
+        reply_shape='`{"schedules": [{"name", "cron", "every_ms", "catch_up", "job", '
+                    '"next_at", "paused", "created_at", "updated_at"}, ...]}`',
+        from_http=lambda body: _records_from_wire(body["schedules"]), idempotent=True),
+    _schedule_action("pause_schedule", "Pause a schedule: its slots get no job",
+                     "changed says whether this call paused it"),
+    _schedule_action("resume_schedule",
+                     "Resume a paused schedule from its next slot after now",
+                     "changed says whether it was paused"),
+    _schedule_action("delete_schedule", "Delete a schedule; the jobs it created stay",
+                     "changed says whether there was one"),
     Operation(
         "fail_lane", "POST", ("lanes", "{lane}", "fail"),
         "Settle up to 256 of the lane's queued and running jobs as failed",

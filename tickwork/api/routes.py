@@ -147,9 +147,7 @@ class JobApi:
         # The token first: without it, no route (nor its argument checks)
         # tells the caller anything about the API.
         self._authorise(request)
-        route = _match(_decoded(raw[1:]))
-        _allow(request, route[1].method)
-        return route
+        return _match(_decoded(raw[1:]), request.method)
 
     async def _handle(self, request: ApiRequest) -> ApiResponse:
         route = self._check_head(request)
@@ -218,8 +216,9 @@ def _decoded(segments: list[str]) -> list[str]:
         raise ApiError(400, "bad_path", "path is not valid percent-encoded UTF-8") from None
 
 
-def _match(rest: list[str]) -> Route:
-    """(scope, action, path arguments) for the path after /v1."""
+def _match(rest: list[str], method: str) -> Route:
+    """(scope, action, path arguments) for ``method`` on the path after /v1
+    (405, naming the methods the path takes, for another method)."""
     for segment in rest:
         if segment in (".", ".."):
             # URL parsers (WHATWG, so the Workers runtime) resolve these before
@@ -234,10 +233,19 @@ def _match(rest: list[str]) -> Route:
         tail = rest[2:]
     else:
         raise _no_route(rest)
+    allowed: list[str] = []
     for operation in OPERATIONS:
         args = operation.match(tail)
         if args is not None:
-            return scope, operation, args
+            # Method names are case-sensitive (RFC 9110, 9.1): "get" is not GET.
+            if operation.method == method:
+                return scope, operation, args
+            allowed.append(operation.method)
+    if allowed:
+        methods = sorted(set(allowed))
+        raise ApiError(405, "method_not_allowed",
+                       f"{method[:40]} is not allowed here; use {' or '.join(methods)}",
+                       headers={"allow": ", ".join(methods)})
     raise _no_route(rest)
 
 

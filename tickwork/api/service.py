@@ -32,6 +32,7 @@ from tickwork.model.outcomes import (
     QueueStatus,
     RedriveResult,
 )
+from tickwork.model.schedules import Schedule, ScheduleRecord, ScheduleStatus
 
 
 class JobService:
@@ -85,6 +86,26 @@ class JobService:
         result: RedriveResult = await self.perform(_REDRIVE, (job_id, redrive_id))
         return result
 
+    async def put_schedule(self, schedule: Schedule) -> ScheduleStatus:
+        status: ScheduleStatus = await self.perform(_PUT_SCHEDULE, (schedule,))
+        return status
+
+    async def schedules(self) -> list[ScheduleRecord]:
+        records: list[ScheduleRecord] = await self.perform(_SCHEDULES, ())
+        return records
+
+    async def pause_schedule(self, name: str) -> bool:
+        changed: bool = await self.perform(_PAUSE_SCHEDULE, (name,))
+        return changed
+
+    async def resume_schedule(self, name: str) -> bool:
+        changed: bool = await self.perform(_RESUME_SCHEDULE, (name,))
+        return changed
+
+    async def delete_schedule(self, name: str) -> bool:
+        changed: bool = await self.perform(_DELETE_SCHEDULE, (name,))
+        return changed
+
     async def status(self) -> list[QueueStatus]:
         """Counts of every queue that has jobs, by queue name."""
         statuses: list[QueueStatus] = await self.perform(_STATUS, ())
@@ -105,6 +126,11 @@ _PAUSE = BY_NAME["pause"]
 _RESUME = BY_NAME["resume"]
 _DEAD_LETTERS = BY_NAME["dead_letters"]
 _REDRIVE = BY_NAME["redrive"]
+_PUT_SCHEDULE = BY_NAME["put_schedule"]
+_SCHEDULES = BY_NAME["schedules"]
+_PAUSE_SCHEDULE = BY_NAME["pause_schedule"]
+_RESUME_SCHEDULE = BY_NAME["resume_schedule"]
+_DELETE_SCHEDULE = BY_NAME["delete_schedule"]
 _STATUS = BY_NAME["status"]
 _QUEUE_STATUS = BY_NAME["queue_status"]
 

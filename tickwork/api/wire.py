@@ -23,6 +23,7 @@ from tickwork.model.outcomes import (
     QueueStatus,
     RedriveResult,
 )
+from tickwork.model.schedules import Schedule, ScheduledJob, ScheduleRecord
 
 _JOB_KEYS = ("job_id", "queue", "lane", "priority", "payload", "recovery", "run_at",
              "delay_ms", "retry")
@@ -365,3 +366,61 @@ def dead_letters_to_wire(page: DeadLetters) -> dict[str, Any]:
 
 def dead_letters_from_wire(value: Mapping[str, Any]) -> DeadLetters:
     return DeadLetters([record_from_wire(job) for job in value["jobs"]], value["cursor"])
+
+
+# ---------------------------------------------------------------- schedules
+
+_SCHEDULE_KEYS = ("name", "cron", "every_ms", "catch_up", "job")
+_TEMPLATE_KEYS = ("queue", "lane", "priority", "payload", "recovery", "retry")
+
+
+def schedule_from_wire(value: object) -> Schedule:
+    """A Schedule from its JSON object (``job``'s ``lane`` defaults to its
+    queue, like a job's); the engine then validates every field."""
+    given = fields(value, "body", ("name", "job"), ("cron", "every_ms", "catch_up"))
+    template = given["job"]
+    if not isinstance(template, Mapping):
+        raise InvalidArgument("job", f"must be a JSON object, got {_json_type(template)}")
+    unknown = sorted(str(key) for key in template if key not in _TEMPLATE_KEYS)
+    if unknown:
+        raise InvalidArgument("job", f"unknown field(s) {', '.join(unknown)}; a scheduled "
+                                     f"job has {', '.join(_TEMPLATE_KEYS)}")
+    if "queue" not in template:
+        raise InvalidArgument("job.queue", "is required")
+    recovery, retry = template.get("recovery"), template.get("retry")
+    queue = template["queue"]
+    try:
+        job = ScheduledJob(
+            queue, template.get("lane", queue), template.get("priority", 0),
+            template.get("payload"),
+            None if recovery is None else _recovery_from_wire(recovery, "job.recovery"),
+            None if retry is None else _retry_from_wire(retry, "job.retry"))
+    except InvalidJob as error:
+        raise InvalidArgument(error.field, error.problem) from None
+    return Schedule(given["name"], job, given.get("cron"), given.get("every_ms"),
+                    given.get("catch_up", 1))
+
+
+def schedule_to_wire(schedule: Schedule) -> dict[str, Any]:
+    job = schedule.job
+    return {
+        "name": schedule.name, "cron": schedule.cron, "every_ms": schedule.every_ms,
+        "catch_up": schedule.catch_up,
+        "job": {"queue": job.queue, "lane": job.lane, "priority": job.priority,
+                "payload": job.payload,
+                "recovery": (None if job.recovery is None
+                             else {"max_recoveries": job.recovery.max_recoveries}),
+                "retry": None if job.retry is None else retry_to_wire(job.retry)},
+    }
+
+
+def schedule_record_to_wire(record: ScheduleRecord) -> dict[str, Any]:
+    return {**schedule_to_wire(record.schedule), "next_at": record.next_at,
+            "paused": record.paused, "created_at": record.created_at,
+            "updated_at": record.updated_at}
+
+
+def schedule_record_from_wire(value: Mapping[str, Any]) -> ScheduleRecord:
+    schedule = {key: value[key] for key in _SCHEDULE_KEYS}
+    return ScheduleRecord(schedule_from_wire(schedule), value["next_at"], value["paused"],
+                          value["created_at"], value["updated_at"])

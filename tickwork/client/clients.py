@@ -47,6 +47,7 @@ from tickwork.model.outcomes import (
     QueueStatus,
     RedriveResult,
 )
+from tickwork.model.schedules import Schedule, ScheduleRecord, ScheduleStatus
 
 #: Seconds one request may take, connecting included.
 DEFAULT_TIMEOUT_S = 10.0
@@ -217,6 +218,28 @@ class AsyncJobs:
                                                         (job_id, redrive_id))
         return result
 
+    async def put_schedule(self, schedule: Schedule) -> ScheduleStatus:
+        """Create or replace a schedule: created, replaced or unchanged."""
+        status: ScheduleStatus = await self._client.call(self.scope, "put_schedule",
+                                                         (schedule,))
+        return status
+
+    async def schedules(self) -> list[ScheduleRecord]:
+        records: list[ScheduleRecord] = await self._client.call(self.scope, "schedules", ())
+        return records
+
+    async def pause_schedule(self, name: str) -> bool:
+        changed: bool = await self._client.call(self.scope, "pause_schedule", (name,))
+        return changed
+
+    async def resume_schedule(self, name: str) -> bool:
+        changed: bool = await self._client.call(self.scope, "resume_schedule", (name,))
+        return changed
+
+    async def delete_schedule(self, name: str) -> bool:
+        changed: bool = await self._client.call(self.scope, "delete_schedule", (name,))
+        return changed
+
     async def status(self) -> list[QueueStatus]:
         statuses: list[QueueStatus] = await self._client.call(self.scope, "status", ())
         return statuses
@@ -327,6 +350,27 @@ class Jobs:
         """Queue a dead letter again as a new attempt chain (replay-safe)."""
         result: RedriveResult = self._client.call(self.scope, "redrive", (job_id, redrive_id))
         return result
+
+    def put_schedule(self, schedule: Schedule) -> ScheduleStatus:
+        """Create or replace a schedule: created, replaced or unchanged."""
+        status: ScheduleStatus = self._client.call(self.scope, "put_schedule", (schedule,))
+        return status
+
+    def schedules(self) -> list[ScheduleRecord]:
+        records: list[ScheduleRecord] = self._client.call(self.scope, "schedules", ())
+        return records
+
+    def pause_schedule(self, name: str) -> bool:
+        changed: bool = self._client.call(self.scope, "pause_schedule", (name,))
+        return changed
+
+    def resume_schedule(self, name: str) -> bool:
+        changed: bool = self._client.call(self.scope, "resume_schedule", (name,))
+        return changed
+
+    def delete_schedule(self, name: str) -> bool:
+        changed: bool = self._client.call(self.scope, "delete_schedule", (name,))
+        return changed
 
     def status(self) -> list[QueueStatus]:
         statuses: list[QueueStatus] = self._client.call(self.scope, "status", ())
