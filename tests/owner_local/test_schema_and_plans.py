@@ -97,6 +97,12 @@ async def test_a_version_1_database_is_upgraded_in_place_with_its_rows(harness: 
     assert [(r.status, r.job_id) for r in results] == [
         ("requeued", "left-running"), ("settled", "waiting"), ("settled", "left-running")]
     assert (await rebuilt.tick()).status == "idle"  # "later" waits for its time
+    # And what later versions added works on the upgraded database.
+    from tickwork import Schedule, ScheduledJob
+
+    assert rebuilt.put_schedule(Schedule("s", ScheduledJob("q", "lane"), every_ms=60_000)) == \
+        "created"
+    assert rebuilt.dead_letters("q").jobs == []
 
 
 def test_a_failed_upgrade_leaves_the_database_as_it_was(harness: Harness) -> None:
