@@ -103,6 +103,42 @@ RETRY_JOBS_FOREVER = CHILD_PRELUDE + textwrap.dedent("""
 """)
 
 
+FIRE_SCHEDULE_FOREVER = textwrap.dedent("""
+    import asyncio, sqlite3, sys, time
+    from tickwork import Completed, OwnerRuntime, Schedule, ScheduledJob
+    from tickwork.stores import Sqlite3Database
+
+    class Wake:
+        def recompute(self):
+            pass
+
+    START = 1_800_000_000_000
+    begun = time.monotonic()
+
+    def clock():  # a second of slots every millisecond
+        return START + int((time.monotonic() - begun) * 1_000_000)
+
+    async def noop(job, signal):
+        return Completed()
+
+    async def main():
+        connection = sqlite3.connect(sys.argv[1], isolation_level=None)
+        connection.execute("PRAGMA journal_mode = WAL")
+        engine = OwnerRuntime(Sqlite3Database(connection), execute=noop,
+                              is_alive=lambda job: False, wake=Wake(), clock=clock)
+        engine.put_schedule(Schedule("beat", ScheduledJob("beats", "beats"), every_ms=1000,
+                                     catch_up=1000))
+        ticks = 0
+        while True:
+            await engine.tick()
+            ticks += 1
+            if ticks == 300:
+                print("firing", flush=True)
+
+    asyncio.run(main())
+""")
+
+
 class Wake:
     def recompute(self) -> None:
         pass
@@ -380,3 +416,31 @@ async def test_store_failure_while_retrying_leaves_a_recoverable_claim(tmp_path:
     assert (await runtime.tick()).status == "retried"
     assert (await runtime.tick()).outcome == "completed"
     assert runs == [1, 1, 2]
+
+
+async def test_process_killed_while_filling_schedule_slots_loses_and_repeats_none(
+        tmp_path: Path) -> None:
+    """Kill -9 while ticks fill a fast schedule's slots: every slot up to the
+    schedule's next one has exactly one job, none after it, and a survivor
+    goes on from there without a gap or a repeat."""
+    database = tmp_path / "jobs.sqlite3"
+    open_runtime(database)
+    assert kill_after_line(spawn(FIRE_SCHEDULE_FOREVER, database)) == "firing"
+    connection = sqlite3.connect(database)
+    assert connection.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    (next_at,) = connection.execute(
+        "SELECT next_at FROM tickwork_schedules WHERE name = 'beat'").fetchone()
+    runs = [row[0] for row in connection.execute(
+        "SELECT run_at FROM tickwork_jobs ORDER BY run_at")]
+    firings = connection.execute(
+        "SELECT count(DISTINCT enqueued_at) FROM tickwork_jobs").fetchone()[0]
+    assert firings > 20  # the kill came after many firings
+    first = runs[0]
+    assert runs == list(range(first, next_at, 1000))  # no gap, no repeat, none ahead
+    survivor = open_runtime(database, clock=lambda: next_at + 4_500)
+    assert survivor.fire_schedules() == 5
+    runs = [row[0] for row in connection.execute(
+        "SELECT run_at FROM tickwork_jobs ORDER BY run_at")]
+    assert runs == list(range(first, next_at + 5_000, 1000))
+    assert len({row[0] for row in connection.execute("SELECT job_id FROM tickwork_jobs")}) == \
+        len(runs)

@@ -379,3 +379,31 @@ async def test_a_database_without_0004_is_refused_then_upgraded_with_its_rows(
             assert (await runtime.tick()).status == "idle"  # "later" waits
     finally:
         postgres_server.drop_database(name)
+
+
+async def test_workers_firing_one_schedule_at_once_create_each_slot_once(pool: Pool) -> None:
+    """Eight workers, each on its own connection, fill the same 40 missed
+    slots at the same moment (and again, and once more after a replace races
+    them): every slot has one job, with the definition it was read with."""
+    from tickwork import Schedule, ScheduledJob
+
+    now = ManualNow()
+    workers = [_runtime(pool, now=now) for _ in range(8)]
+    beat = Schedule("beat", ScheduledJob("beats", "beats", 0, {"v": 1}), every_ms=60_000,
+                    catch_up=40)
+    assert await workers[0].put_schedule(beat) == "created"
+    now.advance(40 * 60_000)
+    created = await asyncio.gather(*(worker.fire_schedules() for worker in workers))
+    assert sum(created) == 40 and await _count(pool) == 40
+    assert sum(await asyncio.gather(*(worker.fire_schedules() for worker in workers))) == 0
+    now.advance(10 * 60_000)
+    replaced = Schedule("beat", ScheduledJob("beats", "beats", 0, {"v": 2}), every_ms=60_000,
+                        catch_up=40)
+    results = await asyncio.gather(workers[0].put_schedule(replaced),
+                                   *(worker.fire_schedules() for worker in workers[1:]))
+    assert results[0] == "replaced"
+    assert await _count(pool) == 40 + sum(results[1:])  # each slot filled once at most
+    async with pool.connection() as conn:
+        rows = await (await conn.execute(
+            "SELECT count(*), count(DISTINCT job_id) FROM tickwork_jobs")).fetchall()
+    assert rows[0][0] == rows[0][1]
