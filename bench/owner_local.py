@@ -15,6 +15,12 @@
    due jobs and 100,000 jobs due in a year (stored first, at a higher
    priority: the worst place for a claim walk), against 1,000 due jobs alone
    (target: within 1.5x).
+5. Schedule slots: filling 1,000 missed slots of one schedule (one
+   ``fire_schedules``: a job per slot and the schedule's advance, in one
+   transaction) beside ``ingest_many`` of the same 1,000 jobs in batches of
+   100; and the mean tick with 100 schedules whose slots are hours away
+   beside the mean tick with none (what schedules cost a tick that has no
+   slot to fill).
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tickwork import Completed, Job, OwnerRuntime
+from tickwork import Completed, Job, OwnerRuntime, Schedule, ScheduledJob
 from tickwork.stores import Sqlite3Database
 
 
@@ -206,6 +212,52 @@ def mean_tick_seconds(depth: int, queues: int, samples: int, waiting: int = 0) -
     return statistics.fmean(asyncio.run(run()))
 
 
+SLOT_START = 1_800_000_000_000
+
+
+def slot_filling(slots: int) -> tuple[float, float]:
+    """(slot jobs created per second by one fire_schedules, the same jobs
+    stored per second by ingest_many in batches of 100), on :memory:."""
+    now = [SLOT_START]
+    runtime = OwnerRuntime(Sqlite3Database(connect(":memory:")), execute=noop,
+                           is_alive=lambda job: False, wake=NoWake(), clock=lambda: now[0])
+    runtime.put_schedule(Schedule("beat", ScheduledJob("beats", "beats", 0, {"n": 1}),
+                                  every_ms=1000, catch_up=slots))
+    now[0] += slots * 1000
+    started = time.perf_counter()
+    created = runtime.fire_schedules()
+    filling = created / (time.perf_counter() - started)
+    assert created == slots, created
+    baseline = runtime_over(connect(":memory:"))
+    jobs = [Job(f"beat@{n}", "beats", "beats", 0, {"n": 1}, run_at=SLOT_START + n * 1000)
+            for n in range(slots)]
+    started = time.perf_counter()
+    for first in range(0, slots, 100):
+        baseline.ingest_many(jobs[first:first + 100])
+    return filling, slots / (time.perf_counter() - started)
+
+
+def mean_tick_with_schedules(schedules: int, depth: int, samples: int) -> float:
+    """Mean tick over ``depth`` queued jobs with ``schedules`` schedules
+    whose slots are hours away."""
+    connection = connect(":memory:")
+    bulk_load(connection, depth, 50)
+    runtime = OwnerRuntime(Sqlite3Database(connection), execute=noop,
+                           is_alive=lambda job: False, wake=NoWake(),
+                           clock=lambda: SLOT_START)
+    for n in range(schedules):
+        runtime.put_schedule(Schedule(f"daily-{n}", ScheduledJob("q", "q"),
+                                      cron=f"{n % 60} {(n // 60) % 24} * * *"))
+
+    async def run() -> float:
+        started = time.perf_counter()
+        for _ in range(samples):
+            await runtime.tick()
+        return (time.perf_counter() - started) / samples
+
+    return asyncio.run(run())
+
+
 def _engine_run(target: Callable[[], str], jobs: int, queues: int) -> float:
     return engine_ticks(target(), jobs, queues)
 
@@ -268,6 +320,19 @@ def main() -> None:
     print(f"  1,000 due, none waiting:      {alone * 1e6:7.1f} us/tick")
     print(f"  1,000 due, {deep:>7,} waiting: {beside * 1e6:7.1f} us/tick   ratio"
           f" {beside / alone:4.2f}x (target <= 1.5x)")
+
+    slots = 1_000
+    filling, ingesting = max(slot_filling(slots) for _ in range(repeats))
+    print(f"schedule slots: {slots:,} missed slots filled by one fire_schedules (best of"
+          f" {repeats})")
+    print(f"  fire_schedules          {filling:9,.0f} jobs/s")
+    print(f"  ingest_many, 100/call   {ingesting:9,.0f} jobs/s   ratio"
+          f" {filling / ingesting:4.2f}x")
+    without = mean_tick_with_schedules(0, 5_000, samples)
+    with_schedules = mean_tick_with_schedules(100, 5_000, samples)
+    print(f"  tick, no schedules:            {without * 1e6:7.1f} us")
+    print(f"  tick, 100 schedules not due:   {with_schedules * 1e6:7.1f} us   ratio"
+          f" {with_schedules / without:4.2f}x")
 
 
 if __name__ == "__main__":
