@@ -35,6 +35,7 @@ from hypothesis import strategies as st
 from tests.support import IMMEDIATE_ACTIONS, Harness, immediate_result
 from tests.support.models import (
     BLOCKING,
+    EPOCH_MS,
     IMMEDIATE_OUTCOMES,
     RELEASES,
     SERIAL,
@@ -66,8 +67,11 @@ from tickwork import (
     JobRecord,
     OwnerRuntime,
     RedriveResult,
+    Schedule,
+    ScheduledJob,
     TickResult,
 )
+from tickwork.model.cron import slot_text
 from tickwork.model.jobs import MAX_SAFE_INTEGER
 
 # ----------------------------------------------------------------- the world
@@ -82,6 +86,7 @@ PRIORITIES = (-MAX_SAFE_INTEGER, -1, 0, 1, MAX_SAFE_INTEGER)
 ACTIONS: tuple[str, ...] = (*IMMEDIATE_OUTCOMES, *BLOCKING)
 RaceKind: TypeAlias = Literal["cancel", "fail_lane", "purge"]
 RACE_CANCELLATION = "race"
+SCHEDULES = ("s1", "s2")
 RACE_REASON = "raced"
 
 
@@ -140,6 +145,25 @@ class Redrive:
 
 
 @dataclass(frozen=True)
+class PutSchedule:
+    """Create or replace schedule ``name``: a slot every epoch (at the
+    epoch's start), ``catch_up`` missed slots at most, its jobs' payload
+    version ``variant``."""
+
+    name: str
+    catch_up: int
+    variant: int
+
+
+@dataclass(frozen=True)
+class ScheduleAction:
+    """Pause, resume or delete schedule ``name``."""
+
+    action: Literal["pause", "resume", "delete"]
+    name: str
+
+
+@dataclass(frozen=True)
 class CancelMany:
     """Cancel every existing job, in job_id order (or reversed), with one id."""
 
@@ -150,7 +174,7 @@ class CancelMany:
 
 Operation: TypeAlias = (
     Ingest | Replay | Tick | RacedTick | ReleaseOp | Cancel | CancelMany | FailLane | Purge
-    | Crash | SetLiveness | Advance | Redrive
+    | Crash | SetLiveness | Advance | Redrive | PutSchedule | ScheduleAction
 )
 
 specs = st.builds(
@@ -194,10 +218,43 @@ operations: st.SearchStrategy[Operation] = weighted(
     (1, st.builds(RacedTick, st.sampled_from(("cancel", "fail_lane", "purge")))),
     (2, st.builds(Advance, st.integers(1, 2))),
     (2, st.builds(Redrive, st.integers(0, 8), st.sampled_from(("r1", "r2")))),
+    (1, st.builds(PutSchedule, st.sampled_from(SCHEDULES), st.integers(1, 3),
+                  st.integers(1, 2))),
+    (1, st.builds(ScheduleAction, st.sampled_from(("pause", "resume", "delete")),
+                  st.sampled_from(SCHEDULES))),
 )
 
 
 # --------------------------------------------------------------------- model
+
+
+@dataclass
+class ModelSchedule:
+    catch_up: int
+    variant: int
+    next_epoch: int
+    paused: bool
+
+
+@dataclass(frozen=True)
+class SlotSpec(ReplaySpec):
+    """The job a schedule slot created: due at the slot (the start of epoch
+    ``slot``), its payload's version the schedule's ``variant``."""
+
+    slot: int = 0
+    variant: int = 1
+
+    def payload(self, *, reverse: bool = False) -> dict[str, Any]:
+        items: list[tuple[str, Any]] = [("do", self.action), ("v", self.variant)]
+        return dict(reversed(items) if reverse else items)
+
+    def run_at(self) -> int | None:
+        return self.slot * EPOCH_MS
+
+
+def schedule_of(op: PutSchedule) -> Schedule:
+    return Schedule(op.name, ScheduledJob("qc", "la", 0, {"do": "complete", "v": op.variant}),
+                    every_ms=EPOCH_MS, catch_up=op.catch_up)
 
 
 @dataclass
@@ -210,6 +267,53 @@ class OwnerModel(Model):
     next_sequence: int = 0
     # Every (job_id, redrive_id) a redrive applied.
     redrives: set[tuple[str, str]] = field(default_factory=set)
+    # Schedules by name: (catch_up, variant, the epoch of the next slot
+    # without a job, paused).
+    schedules: dict[str, ModelSchedule] = field(default_factory=dict)
+
+    def put_schedule(self, op: PutSchedule) -> str:
+        existing = self.schedules.get(op.name)
+        if existing is not None and (existing.catch_up, existing.variant) == (
+                op.catch_up, op.variant):
+            return "unchanged"
+        paused = existing is not None and existing.paused
+        self.schedules[op.name] = ModelSchedule(op.catch_up, op.variant, self.epoch + 1, paused)
+        return "created" if existing is None else "replaced"
+
+    def schedule_action(self, op: ScheduleAction) -> bool:
+        schedule = self.schedules.get(op.name)
+        if schedule is None:
+            return False
+        if op.action == "delete":
+            del self.schedules[op.name]
+            return True
+        if op.action == "pause":
+            changed = not schedule.paused
+            schedule.paused = True
+            return changed
+        if not schedule.paused:
+            return False
+        schedule.paused, schedule.next_epoch = False, self.epoch + 1
+        return True
+
+    def fire(self) -> None:
+        """A tick's first step: the jobs of the slots that have come."""
+        for name, schedule in sorted(self.schedules.items(),
+                                     key=lambda item: (item[1].next_epoch, item[0])):
+            if schedule.paused or schedule.next_epoch > self.epoch:
+                continue
+            first = max(schedule.next_epoch, self.epoch - schedule.catch_up + 1)
+            for slot in range(first, self.epoch + 1):
+                spec = SlotSpec(f"{name}@{slot_text(slot * EPOCH_MS)}", "qc", "la", 0,
+                                "complete", None, slot=slot, variant=schedule.variant)
+                self.jobs[spec.job_id] = ModelJob(spec, self.next_sequence)
+                self.next_sequence += 1
+            schedule.next_epoch = self.epoch + 1
+
+    def has_pending_work(self) -> bool:
+        return super().has_pending_work() or any(
+            not schedule.paused and schedule.next_epoch <= self.epoch
+            for schedule in self.schedules.values())
 
     def redrive(self, job_id: str, redrive_id: str) -> RedriveResult:
         job = self.jobs.get(job_id)
@@ -228,6 +332,9 @@ class OwnerModel(Model):
         job.state, job.outcome, job.failure_reason = "queued", None, None
         job.attempt, job.recoveries, job.due_epoch = 1, 0, None
         self.redrives.add((job_id, redrive_id))
+        flight = self.flight_of(job_id)
+        if flight is not None:  # its lane was failed while it ran, and it still runs
+            flight.replaced = True
         return RedriveResult("redriven", job_id)
 
     def ticker_of(self, lane: str) -> str:
@@ -262,6 +369,7 @@ class OwnerModel(Model):
         """tick() with ``race`` landing during the probe: (the tick's result,
         or None when it leaves an executor in flight; the jobs it probes; what
         ``race`` returned, if it ran)."""
+        self.fire()
         self.promote()
         orphan = self.orphan_to_probe(SERIAL)
         raced = None if race is None or orphan is None else self.race(race, orphan)
@@ -373,6 +481,13 @@ class Scenario(ModelScenario[OwnerModel, OwnerRuntime]):
                 # Settled once, it may settle again: the ledger forgets it.
                 self.ledger.settled.pop(job_id, None)
                 event("redriven")
+        elif isinstance(op, PutSchedule):
+            expected_put = model.put_schedule(op)
+            assert self.runtime.put_schedule(schedule_of(op)) == expected_put
+            event(f"schedule {expected_put}")
+        elif isinstance(op, ScheduleAction):
+            expected_change = model.schedule_action(op)
+            assert getattr(self.runtime, f"{op.action}_schedule")(op.name) == expected_change
         elif isinstance(op, CancelMany):
             for job_id in sorted(model.jobs, reverse=op.reverse):
                 self.cancel(job_id, op.cancellation_id, op.only_if_queued)
@@ -442,6 +557,10 @@ class Scenario(ModelScenario[OwnerModel, OwnerRuntime]):
         assert all(count <= 1 for count in running_per_queue.values()), running_per_queue
         ledger.check_order(model.jobs)
         self.check_heads(QUEUES)
+        assert [(r.schedule.name, r.next_at, r.paused, r.schedule.catch_up)
+                for r in runtime.schedules()] == [
+            (name, s.next_epoch * EPOCH_MS, s.paused, s.catch_up)
+            for name, s in sorted(model.schedules.items())]
         # The raw table: nothing beyond the model, one running job per queue.
         rows = self.harness.host_query("SELECT job_id, state, queue FROM tickwork_jobs")
         assert sorted(row[0] for row in rows) == sorted(model.jobs)

@@ -426,6 +426,9 @@ class Flight:
     finished: bool = False  # the tick should have returned by the end of this step
     # The attempt's (outcome, reason) when it ended in a retry, not a settlement.
     retried: tuple[str, str | None] | None = None
+    # The job was redriven while this execution (of its settled claim) ran:
+    # the claim is no longer the job's.
+    replaced: bool = False
 
 
 @dataclass
@@ -533,6 +536,8 @@ class Model:
     def release(self, ticker: str, result: Release) -> None:
         flight = self.flights[ticker]
         flight.finished = True
+        if flight.replaced:
+            return  # redriven meanwhile: the new chain is not this claim's
         job = self.jobs[flight.job_id]
         if job.state == "settled":
             return  # refused while it ran: the committed failure is reported
@@ -853,7 +858,10 @@ class ModelScenario(Generic[M, R]):
                 continue
             assert task.done(), f"the {ticker} tick of {flight.job_id} should have finished"
             job = self.model.jobs[flight.job_id]
-            if flight.retried is not None:
+            if flight.replaced:
+                expected = TickResult("idle", job_id=flight.job_id, reason="claim_replaced")
+                event(f"in-flight {self.named(ticker)} finished: claim replaced")
+            elif flight.retried is not None:
                 expected = retried_result(job, *flight.retried)
                 event(f"in-flight {self.named(ticker)} finished: retried")
             else:
@@ -962,7 +970,7 @@ class ModelScenario(Generic[M, R]):
         runtime = self.runtime
         compare_heads({queue: runtime.read_queue_head(queue) for queue in queues},
                       runtime.has_pending_work(), self.model.jobs.values(), self.model.waits,
-                      self.model.is_due)
+                      self.model.is_due, self.model.has_pending_work())
 
     def check_executions(self) -> None:
         """At most one execution per ticker, and exactly the model's in-flight
@@ -1059,14 +1067,17 @@ class RecordLedger:
 def compare_heads(
     heads: Mapping[str, JobRecord | None], pending: bool, jobs: Collection[SpecJob],
     waits: Callable[[Any], bool] = _never_waits, is_due: Callable[[Any], bool] = _always_due,
+    expected_pending: bool | None = None,
 ) -> None:
     """Each queue's head (what read_queue_head said of it) and
-    has_pending_work (``pending``) as the model's ``jobs`` have them."""
+    has_pending_work (``pending``) as the model's ``jobs`` have them (or as
+    ``expected_pending`` says, for a model with more than jobs)."""
     for queue, head in heads.items():
         wanted_head = queue_head(jobs, queue, waits)
         assert (None if head is None else head.job_id) == (
             None if wanted_head is None else wanted_head.spec.job_id), queue
-    assert pending == has_pending(jobs, is_due)
+    assert pending == (has_pending(jobs, is_due) if expected_pending is None
+                       else expected_pending)
 
 
 def check_runs(runs: Sequence[tuple[str, int | None]], executions: Mapping[str, int]) -> None:

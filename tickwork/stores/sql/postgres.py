@@ -439,7 +439,8 @@ SCHEDULE_COLUMNS: Final = Columns("name", "spec_json", "next_at", "paused", "cre
 _SCHEDULE_SELECT = ", ".join(SCHEDULE_COLUMNS.names)
 
 SELECT_SCHEDULE = f"SELECT {_SCHEDULE_SELECT} FROM tickwork_schedules WHERE name = %(name)s"
-LIST_SCHEDULES = f"SELECT {_SCHEDULE_SELECT} FROM tickwork_schedules ORDER BY name"
+LIST_SCHEDULES = (f"SELECT {_SCHEDULE_SELECT} FROM tickwork_schedules"
+                  ' ORDER BY name COLLATE "C"')
 CREATE_SCHEDULE = f"""
 INSERT INTO tickwork_schedules (name, spec_json, next_at, paused, created_at, updated_at)
 VALUES (%(name)s, %(spec_json)s, %(next_at)s, false, {NOW}, {NOW})
@@ -467,7 +468,7 @@ DUE_SCHEDULES_COLUMNS: Final = Columns(*SCHEDULE_COLUMNS.names, "now")
 DUE_SCHEDULES = f"""
 SELECT {_SCHEDULE_SELECT}, {NOW} FROM tickwork_schedules
 WHERE NOT paused AND next_at <= {NOW}
-ORDER BY next_at
+ORDER BY next_at, name COLLATE "C"
 LIMIT 100
 """
 NEXT_SLOT = "SELECT min(next_at) FROM tickwork_schedules WHERE NOT paused"

@@ -605,12 +605,13 @@ DELETE_SCHEDULE = Template("delete_schedule", """
 DELETE FROM tickwork_schedules WHERE name = :name RETURNING name
 """, ("name",), Columns("name"))
 
-# The schedules with a slot to fill (oldest first, a batch at a time), and
-# the store's clock they were judged by, in one read.
+# The schedules with a slot to fill (oldest first, then by name, so every
+# store creates their jobs in one order; a batch at a time), and the store's
+# clock they were judged by, in one read.
 DUE_SCHEDULES = Template("due_schedules", f"""
 SELECT {_SCHEDULE_SELECT}, {{now}} AS now FROM tickwork_schedules
 WHERE paused = 0 AND next_at <= {{now}}
-ORDER BY next_at
+ORDER BY next_at, name
 LIMIT 100
 """, ("now",), Columns(*SCHEDULE_ROWS.names, "now"))
 
