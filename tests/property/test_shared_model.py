@@ -242,6 +242,10 @@ specs = st.builds(
     # immediate outcomes still come up often, and every drain at the end runs them).
     action=st.sampled_from((*IMMEDIATE, *BLOCKING * 3, "block", "block", "block")),
     max_recoveries=st.sampled_from((None, 0, 1, 2)),
+    # Now and then a retry policy (2 or 3 attempts, due again at once: the
+    # next claim moves it into the ready set), outcome_unknown retried or not.
+    attempts=st.sampled_from((None, None, None, 2, 3)),
+    retry_unknown=st.booleans(),
 )
 
 
@@ -302,6 +306,10 @@ class MJob:
     started_at: int | None = None
     settled_at: int | None = None
     refused_claim: int | None = None  # fail_lane settled it while it ran under this claim
+    attempt: int = 1
+    history: list[tuple[int, str, str | None]] = field(default_factory=list)
+    # Retried and due, but not yet moved into the ready set (a claim moves it).
+    waiting: bool = False
 
 
 @dataclass
@@ -367,7 +375,7 @@ class Model:
         return next((job for job in self.jobs.values() if job.sequence == sequence), None)
 
     def queue_head(self, queue: str) -> MJob | None:
-        return queue_head(self.jobs.values(), queue)
+        return queue_head(self.jobs.values(), queue, lambda job: job.waiting)
 
     def has_pending_work(self) -> bool:
         return has_pending(self.jobs.values())
@@ -390,7 +398,7 @@ class Model:
         busy = {job.spec.queue for job in self.jobs.values() if job.state == "running"}
         ready = [job for job in self.jobs.values()
                  if job.state == "queued" and job.cancellation_id is None
-                 and job.spec.queue not in busy]
+                 and job.spec.queue not in busy and not job.waiting]
         return min(ready, key=lambda job: (-job.spec.priority, job.sequence), default=None)
 
     def parked(self) -> list[MExec]:
@@ -398,6 +406,19 @@ class Model:
                 if flight is not None and flight.parked is not None]
 
     # -- writes
+    def promote(self) -> None:
+        """What every claim does first: retried jobs (all due at once) join
+        the ready set."""
+        for job in self.jobs.values():
+            if job.state == "queued" and job.waiting:
+                job.waiting = False
+
+    def retries(self, job: MJob, settlement: Settlement) -> bool:
+        spec = job.spec
+        return (spec.attempts is not None and job.attempt < spec.attempts
+                and (settlement.outcome == "failed"
+                     or (settlement.outcome == "outcome_unknown" and spec.retry_unknown)))
+
     def settle(self, job: MJob, settlement: Settlement) -> None:
         assert job.state != "settled"
         job.state, job.outcome = "settled", settlement.outcome
@@ -544,6 +565,7 @@ class Model:
 
     def tick(self, worker: str, more: bool) -> tuple[TickResult, int | None] | None:
         """One tick: the guarded claim, else recovery, else a cancelled job, else idle."""
+        self.promote()
         expired, cancelled = self.expired(), self.cancelled_waiting()
         if expired is None and cancelled is None:
             ready = self.ready()
@@ -595,10 +617,25 @@ class Model:
         job = self.by_sequence(execution.sequence)
         written = self.live(job, execution.claim) and job is not None and (
             job.cancellation_id is None)
+        if written and self.retries(job, settlement):  # type: ignore[arg-type]
+            assert job is not None
+            # Back to queued as its next attempt, due at once; the retry
+            # carries no next claim (the drain's next tick takes one).
+            job.history = [*job.history, (job.attempt, settlement.outcome,
+                                          settlement.failure_reason)][-20:]
+            job.state, job.attempt, job.waiting = "queued", job.attempt + 1, True
+            job.claim = job.lease = job.started_at = None
+            self.events.append("retried")
+            return TickResult("retried", job_id=job.spec.job_id,
+                              outcome=settlement.outcome,  # type: ignore[arg-type]
+                              failure_reason=settlement.failure_reason,
+                              retry_at=self.now), None
         if written:
             assert job is not None
             self.settle(job, settlement)
         carried = None
+        if execution.more:
+            self.promote()  # the settlement's batch or commit moves due jobs first
         if execution.more and self.expired() is None and self.cancelled_waiting() is None:
             ready = self.ready()
             carried = None if ready is None else self.claim(ready)
@@ -690,16 +727,18 @@ class GatedExecutor:
     one log, and a killed worker's executor is replaced. The gate itself is
     model_support's ``park``."""
 
-    def __init__(self, worker: str, log: list[tuple[str, str, int | None]]) -> None:
+    def __init__(self, worker: str, log: list[tuple[str, str, int | None, int]]) -> None:
         self.worker = worker
-        self.log = log  # (worker, job_id, started_at) of every execution, all workers
+        # (worker, job_id, started_at, attempt) of every execution, all workers
+        # (a retried job may be claimed again within the same millisecond).
+        self.log = log
         self.waiting: str | None = None  # job parked on its gate
         self.gate: asyncio.Future[Release] | None = None
         self.signal: AbortSignal | None = None
         self.honours = False
 
     async def __call__(self, job: JobRecord, signal: AbortSignal) -> Any:
-        self.log.append((self.worker, job.job_id, job.started_at))
+        self.log.append((self.worker, job.job_id, job.started_at, job.attempt))
         action = job.payload["do"]
         await asyncio.sleep(0)
         if action in IMMEDIATE_ACTIONS:
@@ -724,7 +763,7 @@ Query = Callable[[str], Awaitable[list[tuple[Any, ...]]]]
 RAW_ROWS = (
     "SELECT job_id, state, queue, claim_token, lease_expires_at, lane, priority, payload_json,"
     " max_recoveries, outcome, failure_reason, sequence, recoveries, enqueued_at, started_at,"
-    " settled_at, cancellation_id FROM tickwork_jobs")
+    " settled_at, cancellation_id, due_at, attempt FROM tickwork_jobs")
 Factory = Callable[..., SharedRuntime]
 
 
@@ -752,7 +791,7 @@ class Scenario:
         self.now = ManualNow()
         self.wake = CountingWake()
         self.model = Model(now=self.now())
-        self.log: list[tuple[str, str, int | None]] = []
+        self.log: list[tuple[str, str, int | None, int]] = []
         self.workers = {name: self.open(name) for name in WORKERS}
         self.tokens: dict[int, str] = {}  # model claim -> the runtime's private token
         self.ledger = RecordLedger()
@@ -1016,14 +1055,21 @@ class Scenario:
         for job_id, answer in zip(stale, records, strict=True):
             self.records[job_id] = (table.get(job_id), answer)
         for job_id in sorted(ledger.touched):
-            ledger.compare(job_id, self.records[job_id][1], model.jobs.get(job_id),
-                           "enqueued_at", "started_at", "settled_at")
+            expected = model.jobs.get(job_id)
+            record = self.records[job_id][1]
+            if ledger.compare(job_id, record, expected, "enqueued_at", "started_at",
+                              "settled_at", "attempt"):
+                assert record is not None and expected is not None
+                assert [(entry.attempt, entry.outcome, entry.failure_reason)
+                        for entry in record.history] == expected.history
         ledger.check_order(model.jobs)
-        compare_heads(dict(zip(QUEUES, heads, strict=True)), pending, model.jobs.values())
+        compare_heads(dict(zip(QUEUES, heads, strict=True)), pending, model.jobs.values(),
+                      lambda job: job.waiting)
         self.check_claims(rows)
         self.check_timers()
         # Executions: exactly the claims the model made ran, each once.
-        check_runs([(job_id, started_at) for _, job_id, started_at in self.log],
+        check_runs([(job_id, (started_at, attempt)) for _, job_id, started_at, attempt
+                    in self.log],
                    model.executions)
         # Every job is reported settled by at most one tick.
         assert self.reported == model.reports

@@ -1080,8 +1080,9 @@ def compare_heads(
                        else expected_pending)
 
 
-def check_runs(runs: Sequence[tuple[str, int | None]], executions: Mapping[str, int]) -> None:
-    """``runs``, every execution's (job_id, started_at): exactly the claims
+def check_runs(runs: Sequence[tuple[str, object]], executions: Mapping[str, int]) -> None:
+    """``runs``, every execution's (job_id, when: its started_at, or what else
+    tells its claims apart): exactly the claims
     the model made (``executions``, per job) were executed, each once."""
     executed: dict[str, int] = {}
     for job_id, _started_at in runs:
