@@ -5,6 +5,7 @@ back from the object's SQLite file."""
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -411,3 +412,28 @@ async def test_an_alarm_for_the_largest_due_time_is_armed_exactly(host: Host) ->
 
     await host.stub().ingest(job("last", run_at=MAX_SAFE_INTEGER))
     assert await host.alarm() == MAX_SAFE_INTEGER
+
+
+async def test_an_owner_whose_only_work_is_a_schedule_has_one_alarm_per_slot(
+        host: Host) -> None:
+    """A schedule put over RPC arms the one alarm for its next slot; the alarm
+    creates and runs the slot's job, then is armed for the next slot."""
+    import json
+
+    start = host.clock()
+    every = 6 * 3_600_000
+    first = (start // every + 1) * every
+    schedule = {"name": "report", "every_ms": every, "catch_up": 1, "cron": None,
+                "job": {"queue": "reports", "lane": "reports", "priority": 0,
+                        "payload": None, "recovery": None, "retry": None}}
+    reply = await host.stub().put_schedule(json.dumps(schedule))
+    assert reply["value"] == "created"
+    assert await host.alarm() == first
+    await host.scheduler.evict(OWNER)
+    assert (await host.stub().schedules())["value"][0]["next_at"] == first
+    assert await host.alarm() == first
+    deliveries = await host.scheduler.run_due(first)
+    assert [d.outcome for d in deliveries] == ["ok"]
+    slot = "report@" + datetime.fromtimestamp(first / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert host.rows()[slot][:2] == ("settled", "completed")
+    assert await host.alarm() == first + every
