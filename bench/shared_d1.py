@@ -62,6 +62,9 @@ async def measure(bridge: D1Bridge, jobs: int) -> list[tuple[str, str, str]]:
     await apply_d1_schema(db)
     runtime = D1Runtime(db, execute=_complete, wake=_Wake())
     await runtime.has_pending_work()  # the one-time schema check
+    trips, statements = await _cost(db, runtime.tick)
+    rows.append(("a runtime's first (idle) tick", f"{trips} rt / {statements} st",
+                 "and when the next schedule slot comes"))
 
     # Costs per operation.
     trips, statements = await _cost(db, lambda: runtime.ingest(Job("c1", "q", "l", 0, {})))
