@@ -142,6 +142,9 @@ specs = st.builds(
     priority=st.sampled_from(PRIORITIES),
     action=st.sampled_from(("complete", "fail", "raise", "cancel", *BLOCKING, *BLOCKING)),
     max_recoveries=st.sampled_from((None, 0, 1)),
+    # Now and then a retry policy: a failed attempt goes back, due at once
+    # (the next tick of either ticker moves it into the ready set).
+    attempts=st.sampled_from((None, None, None, 2, 3)),
 )
 tickers = st.sampled_from(TICKERS)
 
@@ -300,7 +303,10 @@ class Scenario(ModelScenario[ConcurrentModel, ConcurrentOwnerRuntime]):
         # The durable state, every row in one read.
         rows = self.harness.host_query(
             "SELECT job_id, state, outcome, failure_reason, recoveries, cancellation_id,"
-            " sequence, queue, started_at, settled_at, claim_token FROM tickwork_jobs")
+            " sequence, queue, started_at, settled_at, claim_token, attempt,"
+            " (SELECT group_concat(json_extract(entry.value, '$.attempt') || ':'"
+            "  || json_extract(entry.value, '$.outcome'), ',')"
+            "  FROM json_each(tickwork_jobs.history_json) AS entry) FROM tickwork_jobs")
         stored = {row[0]: row for row in rows}
         assert sorted(stored) == sorted(model.jobs)
         for job_id, expected in model.jobs.items():
@@ -308,6 +314,8 @@ class Scenario(ModelScenario[ConcurrentModel, ConcurrentOwnerRuntime]):
             wanted = (job_id, expected.state, expected.outcome, expected.failure_reason,
                       expected.recoveries, expected.cancellation_id, expected.sequence)
             assert row[:7] == wanted, f"{job_id}: engine {row[:7]} != model {wanted}"
+            history = ",".join(f"{attempt}:{outcome}" for attempt, outcome, _ in expected.history)
+            assert (row[11], row[12] or "") == (expected.attempt, history), job_id
             if expected.state == "settled":
                 # One terminal outcome: a settled job never changes again.
                 before = self.settled.setdefault(job_id, row)
