@@ -151,6 +151,9 @@ async def test_bad_redrive_arguments_are_refused_by_name(
 @pytest.mark.parametrize(("limit", "cursor", "field"), [
     (0, None, "limit"), (101, None, "limit"), (True, None, "limit"), ("5", None, "limit"),
     (10, "nonsense", "cursor"), (10, "1.2.3", "cursor"), (10, 5, "cursor"),
+    # Beyond what a D1 or Durable Object binding takes (no stored value is).
+    (10, "9007199254740992.1", "cursor"), (10, "1.9007199254740992", "cursor"),
+    (10, "-9007199254740992.1", "cursor"),
 ])
 async def test_bad_dead_letter_pages_are_refused_by_name(
         engine: Engine, limit: object, cursor: object, field: str) -> None:
@@ -158,3 +161,14 @@ async def test_bad_dead_letter_pages_are_refused_by_name(
     with pytest.raises(InvalidArgument) as raised:
         await jobs.dead_letters("q", limit=limit, cursor=cursor)  # type: ignore[arg-type]
     assert raised.value.field == field
+
+
+async def test_a_cursor_at_the_integer_bounds_pages_on_every_store(engine: Engine) -> None:
+    """The largest cursor binds as a JS Number on D1 and a Durable Object
+    (``+-(2**53 - 1)`` cross as BigInt unless tickwork converts them)."""
+    jobs, now = engine.timed_runtime()
+    await _settle_all(engine, now, [("f1", "q", "fail")])
+    edge = 2**53 - 1
+    page = await jobs.dead_letters("q", cursor=f"{edge}.{edge}")
+    assert [record.job_id for record in page.jobs] == ["f1"]
+    assert (await jobs.dead_letters("q", cursor=f"-{edge}.{edge}")).jobs == []

@@ -57,6 +57,7 @@ from tests.support.models import (
     liveness,
     model_examples,
     owner_model_test,
+    redrive_refusal,
     run_model,
     weighted,
 )
@@ -317,17 +318,10 @@ class OwnerModel(Model):
 
     def redrive(self, job_id: str, redrive_id: str) -> RedriveResult:
         job = self.jobs.get(job_id)
-        if job is None:
-            return RedriveResult("not_found", job_id)
-        if (job_id, redrive_id) in self.redrives:
-            return RedriveResult("replayed", job_id)
-        if job.state != "settled":
-            return RedriveResult("refused", job_id, "not_settled")
-        if job.cancellation_id is not None:
-            return RedriveResult("refused", job_id, "cancellation_recorded")
-        if job.outcome not in ("failed", "outcome_unknown", "interrupted"):
-            return RedriveResult("refused", job_id, "not_dead")
-        assert job.outcome is not None
+        refusal = redrive_refusal(job, job_id, (job_id, redrive_id) in self.redrives)
+        if refusal is not None:
+            return refusal
+        assert job is not None and job.outcome is not None
         job.history = [*job.history, (job.attempt, job.outcome, job.failure_reason)][-20:]
         job.state, job.outcome, job.failure_reason = "queued", None, None
         job.attempt, job.recoveries, job.due_epoch = 1, 0, None

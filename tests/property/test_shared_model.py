@@ -78,6 +78,7 @@ from tests.support.models import (
     purge_queue,
     queue_head,
     recovery_of,
+    redrive_refusal,
     weighted,
 )
 from tests.support.pg.fixtures import (  # noqa: F401
@@ -493,17 +494,10 @@ class Model:
         once per redrive id; its claim (a stubborn execution of a failed
         lane may still run it) is no longer the job's."""
         job = self.jobs.get(job_id)
-        if job is None:
-            return RedriveResult("not_found", job_id)
-        if (job_id, redrive_id) in self.redrives:
-            return RedriveResult("replayed", job_id)
-        if job.state != "settled":
-            return RedriveResult("refused", job_id, "not_settled")
-        if job.cancellation_id is not None:
-            return RedriveResult("refused", job_id, "cancellation_recorded")
-        if job.outcome not in ("failed", "outcome_unknown", "interrupted"):
-            return RedriveResult("refused", job_id, "not_dead")
-        assert job.outcome is not None
+        refusal = redrive_refusal(job, job_id, (job_id, redrive_id) in self.redrives)
+        if refusal is not None:
+            return refusal
+        assert job is not None and job.outcome is not None
         job.history = [*job.history, (job.attempt, job.outcome, job.failure_reason)][-20:]
         job.state, job.outcome, job.failure_reason = "queued", None, None
         job.attempt, job.recoveries, job.due_at = 1, 0, None

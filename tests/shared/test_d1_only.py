@@ -394,3 +394,24 @@ async def test_enqueue_from_select_takes_anonymous_placeholders(db: Any) -> None
     # Erasure takes them too.
     await db.batch([purge_d1_queues(db, "SELECT ? AS q", ["shipping?"])])
     assert await _count(db) == 0
+
+
+async def test_filling_a_schedules_slots_costs_one_batch(db: Any) -> None:
+    """When a slot has come: one read of when, one of the due schedules, then
+    one batch with the slots' jobs, the advance and the next slot; after
+    it, a look finds nothing due in one read."""
+    from tests.support.shared import ManualNow
+    from tickwork import Schedule, ScheduledJob
+
+    await apply_d1_schema(db)
+    now = ManualNow()
+    runtime = D1Runtime(db, execute=_complete, wake=CountingWake(), now=now)
+    await runtime.put_schedule(Schedule("beat", ScheduledJob("q", "q"), every_ms=60_000,
+                                        catch_up=5))
+    now.advance(10 * 60_000)
+    costs = {}
+    for name in ("fire", "fire again"):
+        before = db.stats.snapshot()
+        created = await runtime.fire_schedules()
+        costs[name] = (db.stats.since(before).round_trips, created)
+    assert costs == {"fire": (3, 5), "fire again": (1, 0)}

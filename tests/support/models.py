@@ -71,6 +71,7 @@ from tickwork import (
     OwnerRuntime,
     QueueTransition,
     Recovery,
+    RedriveResult,
     Retry,
     TickResult,
 )
@@ -281,6 +282,8 @@ class SpecJob(Protocol):
     def recoveries(self) -> int: ...
     @property
     def cancellation_id(self) -> str | None: ...
+    @property
+    def outcome(self) -> str | None: ...
 
 
 J = TypeVar("J", bound=SpecJob)
@@ -329,6 +332,22 @@ def cancel_refusal(
         return "already_settled"
     if only_if_queued and job.state == "running":
         return "refused"
+    return None
+
+
+def redrive_refusal(job: SpecJob | None, job_id: str, applied: bool) -> RedriveResult | None:
+    """What redrive answers without writing anything (``applied``: this
+    redrive id was applied to the job before); None when it redrives."""
+    if job is None:
+        return RedriveResult("not_found", job_id)
+    if applied:
+        return RedriveResult("replayed", job_id)
+    if job.state != "settled":
+        return RedriveResult("refused", job_id, "not_settled")
+    if job.cancellation_id is not None:
+        return RedriveResult("refused", job_id, "cancellation_recorded")
+    if job.outcome not in ("failed", "outcome_unknown", "interrupted"):
+        return RedriveResult("refused", job_id, "not_dead")
     return None
 
 

@@ -224,12 +224,15 @@ def job_to_wire(job: Job | JobRecord) -> dict[str, Any]:
         "lane": job.lane,
         "priority": job.priority,
         "payload": job.payload,
-        "recovery": (None if job.recovery is None
-                     else {"max_recoveries": job.recovery.max_recoveries}),
+        "recovery": recovery_to_wire(job.recovery),
         "run_at": job.run_at,
         "delay_ms": job.delay_ms,
         "retry": None if job.retry is None else retry_to_wire(job.retry),
     }
+
+
+def recovery_to_wire(recovery: Recovery | None) -> dict[str, Any] | None:
+    return None if recovery is None else {"max_recoveries": recovery.max_recoveries}
 
 
 def retry_to_wire(policy: Retry) -> dict[str, Any]:
@@ -407,9 +410,7 @@ def schedule_to_wire(schedule: Schedule) -> dict[str, Any]:
         "name": schedule.name, "cron": schedule.cron, "every_ms": schedule.every_ms,
         "catch_up": schedule.catch_up,
         "job": {"queue": job.queue, "lane": job.lane, "priority": job.priority,
-                "payload": job.payload,
-                "recovery": (None if job.recovery is None
-                             else {"max_recoveries": job.recovery.max_recoveries}),
+                "payload": job.payload, "recovery": recovery_to_wire(job.recovery),
                 "retry": None if job.retry is None else retry_to_wire(job.retry)},
     }
 

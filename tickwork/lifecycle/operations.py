@@ -120,6 +120,8 @@ IDLE: Final = TickResult("idle")
 # Requests are never changed once made: the two wakes are made once.
 _WAKE: Final = Wake()
 _WAKE_SOON: Final = Wake(now=False)
+# Every tick asks it first: made once, like the wakes.
+_DUE_SCHEDULES: Final = DueSchedules()
 
 #: How often a plan re-reads after a fenced write matched nothing because a
 #: concurrent change moved the job first. States only move forward, so a few
@@ -149,7 +151,7 @@ def _retried(job: JobRecord, settlement: Settlement) -> TickResult:
 
 #: dead_letters returns at most this many jobs per page.
 MAX_DEAD_LETTER_PAGE = 100
-_CURSOR = re.compile(r"-?[0-9]{1,16}\.[0-9]{1,19}", re.ASCII)
+_CURSOR = re.compile(r"-?[0-9]{1,16}\.[0-9]{1,16}", re.ASCII)
 
 
 # ------------------------------------------------------------------ reads
@@ -218,9 +220,14 @@ def dead_letters(queue: str, limit: int = 50, cursor: str | None = None
 
 def _parse_cursor(cursor: object) -> tuple[int, int]:
     # A cursor is "<settled_at>.<sequence>" of the last job of a page.
+    # Both parts are bound as SQL values: beyond +-(2**53 - 1) a D1 or Durable
+    # Object binding would refuse them (no stored value is), so they are
+    # refused here by name.
     if isinstance(cursor, str) and _CURSOR.fullmatch(cursor):
         settled, _, sequence = cursor.partition(".")
-        return int(settled), int(sequence)
+        settled_at, after = int(settled), int(sequence)
+        if abs(settled_at) <= MAX_SAFE_INTEGER and after <= MAX_SAFE_INTEGER:
+            return settled_at, after
     raise InvalidArgument("cursor", f"is not a cursor a dead_letters page returned: {cursor!r}")
 
 
@@ -433,7 +440,7 @@ def fire_schedules() -> Plan[int]:
     """Create the jobs of every schedule slot that has come: per schedule,
     the latest ``catch_up`` slots since its last, each once, and move it past
     now. How many jobs were created."""
-    due, now = yield DueSchedules()
+    due, now = yield _DUE_SCHEDULES
     created = 0
     for row in due:
         schedule = schedule_from_json(row.name, row.spec_json)

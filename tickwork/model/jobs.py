@@ -318,7 +318,11 @@ def retry_policy_json(policy: object, field: str = "retry") -> str:
 
 def retry_from_json(text: str) -> Retry:
     """The retry policy stored as ``retry_json``."""
-    value = json.loads(text)
+    return retry_from_value(json.loads(text))
+
+
+def retry_from_value(value: Mapping[str, Any]) -> Retry:
+    """A retry policy from its stored JSON object (``retry_json`` decoded)."""
     return Retry(value["attempts"], value["base_delay_ms"], float(value["factor"]),
                  value["max_delay_ms"], float(value["jitter"]), value["retry_unknown"])
 

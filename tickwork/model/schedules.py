@@ -27,6 +27,7 @@ from tickwork.model.jobs import (
     ValidJob,
     check_safe_int,
     check_text,
+    retry_from_value,
     validate_job,
 )
 
@@ -199,9 +200,7 @@ def schedule_from_json(name: str, spec_json: str) -> ValidSchedule:
         name, ScheduledJob(job["queue"], job["lane"], job["priority"], job["payload"],
                            None if job["max_recoveries"] is None
                            else Recovery(job["max_recoveries"]),
-                           None if retry is None else Retry(
-                               retry["attempts"], retry["base_delay_ms"], retry["factor"],
-                               retry["max_delay_ms"], retry["jitter"], retry["retry_unknown"])),
+                           None if retry is None else retry_from_value(retry)),
         spec["cron"], spec["every_ms"], spec["catch_up"])
     return ValidSchedule(name, spec_json, schedule,
                          None if spec["cron"] is None else Cron.parse(spec["cron"]))

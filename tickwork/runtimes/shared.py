@@ -554,25 +554,30 @@ class SharedRuntime:
             list[StoredSchedule], int | None]:
         if not self._slot_may_be_due():
             return [], None
-        if self._next_slot is _UNKNOWN or self._slots_stale():
+        looked = self._next_slot is _UNKNOWN or self._slots_stale()
+        if looked:
             # One read says when the next slot comes; only a slot that has
             # come costs the read of the due schedules.
             await self._read_next_slot()
             if not self._slot_may_be_due():
                 return [], None
         due, now = await self._store.due_schedules(self._db_now())
-        if not due:
-            await self._read_next_slot()
+        if not due and not looked:
+            await self._read_next_slot()  # this machine's clock ran ahead of the database's
         return due, now
 
     async def _fire_slots(self, request: FireSlots) -> int:
-        created = await self._store.fire_slots(request.schedule, request.slots, request.next_at,
-                                               self._db_now())
-        await self._read_next_slot()
+        created, next_slot = await self._store.fire_slots(
+            request.schedule, request.slots, request.next_at, self._db_now())
+        self._learn_next_slot(next_slot)
         return created
 
     async def _read_next_slot(self) -> None:
-        self._next_slot = await self._store.next_slot()
+        self._learn_next_slot(await self._store.next_slot())
+
+    def _learn_next_slot(self, next_slot: int | None) -> None:
+        """What a read of the database said of the next schedule slot, now."""
+        self._next_slot = next_slot
         self._slots_read_at = self._clock.now_ms()
 
     async def _schedules_changed(self, changed: Awaitable[bool]) -> bool:
@@ -585,8 +590,7 @@ class SharedRuntime:
         # The same read says when the next schedule slot comes: kept, so a
         # drain that waits for it fills it when it wakes.
         pending, next_due, now, next_slot = await answer
-        self._next_slot = None if next_slot is None else int(next_slot)
-        self._slots_read_at = self._clock.now_ms()
+        self._learn_next_slot(None if next_slot is None else int(next_slot))
         return pending, next_due, now
 
     async def _read_claim(self, request: ReadClaim) -> ClaimView | None:

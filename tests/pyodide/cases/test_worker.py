@@ -128,3 +128,33 @@ async def test_scheduled_drains_with_the_controller_alone_or_with_env_and_ctx(
     logged = capsys.readouterr()
     assert logged.out.count("1 job(s) settled") == 2, logged
     assert "cron" not in logged.err  # informational lines are not errors
+
+
+async def test_the_fetch_transport_reads_retry_after_through_the_ffi() -> None:
+    """A real JS Response: its Retry-After header comes back a str, a missing
+    one as JS null (jsnull, truthy), which must read as no header; the
+    webhook executor then asks for the header's delay, or for none."""
+    import js  # type: ignore[import-not-found]
+    from pyodide.ffi import to_js  # type: ignore[import-not-found]
+
+    from tickwork import AbortSignal, Failed, JobRecord
+    from tickwork.cloudflare.http import workers_fetch_post
+    from tickwork.executors import webhook_executor
+
+    answering = js.eval("(headers) => async () => new Response('', {status: 429, headers})")
+    original = js.fetch
+    deliver = webhook_executor(workers_fetch_post)
+    record = JobRecord("w", "webhooks", "l", 0, {"url": "https://receiver.example/hook",
+                                                  "body": {}},
+                       None, "running", None, None, 1, 0, 0, 0, None)
+    try:
+        for headers, expected, delay in (({"Retry-After": "30"}, "30", 30_000),
+                                         ({}, None, None)):
+            js.globalThis.fetch = answering(to_js(headers,
+                                                  dict_converter=js.Object.fromEntries))
+            reply = await workers_fetch_post("https://receiver.example/hook", b"{}", {}, 5.0,
+                                             AbortSignal())
+            assert (reply.status, reply.retry_after) == (429, expected)
+            assert await deliver(record, AbortSignal()) == Failed("http_429", delay)
+    finally:
+        js.globalThis.fetch = original

@@ -351,19 +351,19 @@ class D1Store:
         return int(rows[0][0]) if rows else None
 
     async def fire_slots(self, schedule: ValidSchedule, slots: Sequence[int], next_at: int,
-                         now: int | None) -> int:
-        # One batch (one round trip, one transaction): every slot's job,
-        # then the schedule's advance.
-        if not slots:
-            await self.d1.query(ADVANCE_SCHEDULE.text,
-                                (next_at, schedule.name, schedule.spec_json))
-            return 0
+                         now: int | None) -> tuple[int, int | None]:
+        # One batch (one round trip, one transaction): every slot's job, the
+        # schedule's advance, then when the next slot of any schedule comes.
         statements = [(FIRE_SLOT.text, sql.fire_slot_values(schedule.slot_job(slot), now, schedule))
                       for slot in slots]
         statements.append((ADVANCE_SCHEDULE.text,
                            (next_at, schedule.name, schedule.spec_json)))
-        results = await self.d1.batch(statements, [_names(FIRE_SLOT)] * len(slots) + [None])
-        return sum(len(rows) for rows in results[:-1])
+        statements.append((NEXT_SLOT.text, ()))
+        results = await self.d1.batch(
+            statements, [_names(FIRE_SLOT)] * len(slots) + [None, _names(NEXT_SLOT)])
+        next_slot = results[-1]
+        return (sum(len(rows) for rows in results[:-2]),
+                int(next_slot[0][0]) if next_slot else None)
 
 
 def _probed(row: tuple[Any, ...]) -> tuple[Suspect | None, bool]:

@@ -407,7 +407,7 @@ class PostgresStore:
         return None if value is None else int(value)
 
     async def fire_slots(self, schedule: ValidSchedule, slots: Sequence[int], next_at: int,
-                         now: int | None) -> int:
+                         now: int | None) -> tuple[int, int | None]:
         created = 0
         async with self._connection() as conn, conn.transaction():
             for slot in slots:
@@ -421,7 +421,9 @@ class PostgresStore:
                 created += len(await cursor.fetchall())
             await conn.execute(sql.ADVANCE_SCHEDULE, {
                 "next_at": next_at, "name": schedule.name, "spec_json": schedule.spec_json})
-        return created
+            row = await (await conn.execute(sql.NEXT_SLOT)).fetchone()
+        assert row is not None
+        return created, None if row[0] is None else int(row[0])
 
 
 class _Undecided(Exception):
