@@ -14,9 +14,10 @@ segments are percent-decoded, so ids may hold any text.
 
 Every /v1 route needs ``Authorization: Bearer <token>``: mutations by the
 contract, reads because job payloads are the caller's data. Only
-``GET /v1/health`` is open. A refused request changes nothing: the token
-(first), the route and the whole body, every job validated, are checked
-before any service is called.
+``GET /v1/health`` is open. The dashboard's paths (``tickwork.api.dashboard``)
+check the same token themselves, or the session cookie derived from it.
+A refused request changes nothing: the token (first), the route and the
+whole body, every job validated, are checked before any service is called.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, unquote
 
-from tickwork.api import wire
+from tickwork.api import dashboard, wire
 from tickwork.api.operations import OPERATIONS, Operation
 from tickwork.api.service import JobService, call
 from tickwork.api.wire import ApiError
@@ -60,15 +61,23 @@ class ApiRequest:
     headers: Mapping[str, str] = field(default_factory=dict)
     body: bytes = b""
     query: str = ""
+    #: "https" or "http": how the request reached the host (the dashboard's
+    #: session cookie is ``Secure`` over https).
+    scheme: str = "http"
 
 
 @dataclass(frozen=True, slots=True)
 class ApiResponse:
+    """An answer: ``body`` is JSON data, or bytes sent as they are (with their
+    own ``content-type`` in ``headers``, which override the defaults)."""
+
     status: int
     body: Any
     headers: Mapping[str, str] = field(default_factory=dict)
 
     def encoded(self) -> bytes:
+        if isinstance(self.body, bytes):
+            return self.body
         return json.dumps(self.body, separators=(",", ":"), ensure_ascii=False).encode()
 
     def all_headers(self) -> dict[str, str]:
@@ -106,6 +115,7 @@ class JobApi:
         self._owners = owners
         self._shared = shared
         self.max_body_bytes = max_body_bytes
+        self._dashboard = dashboard.Dashboard(self._token, self._service)
 
     async def handle(self, request: ApiRequest) -> ApiResponse:
         try:
@@ -135,8 +145,9 @@ class JobApi:
             return answer
         return None
 
-    def _check_head(self, request: ApiRequest) -> Route | None:
-        """Path, token, route and method; None for the health route."""
+    def _check_head(self, request: ApiRequest) -> Route | dashboard.DashboardRoute | None:
+        """Path, token, route and method; None for the health route. A
+        dashboard path checks its own session or token (``dashboard``)."""
         raw = _raw_segments(request.path)
         if raw == [API_VERSION, "health"]:
             _allow(request, "GET")
@@ -144,6 +155,9 @@ class JobApi:
         if not raw or raw[0] != API_VERSION:
             raise ApiError(404, "no_route", f"no route for {request.path[:200]!r}; the API "
                                             f"lives under /{API_VERSION}")
+        page = dashboard.match(raw[1:], request.method)
+        if page is not None:
+            return page
         # The token first: without it, no route (nor its argument checks)
         # tells the caller anything about the API.
         self._authorise(request)
@@ -155,6 +169,9 @@ class JobApi:
             return ApiResponse(200, {"ok": True, "api": API_VERSION})
         if len(request.body) > self.max_body_bytes:
             raise _too_large(len(request.body), self.max_body_bytes)
+        if isinstance(route, dashboard.DashboardRoute):
+            status, page, headers = await self._dashboard.handle(route, request)
+            return ApiResponse(status, page, headers)
         scope, operation, path_args = route
         # A GET's "body" is its query: the parameters a read takes (a POST
         # takes none in its query).

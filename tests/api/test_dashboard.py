@@ -1,0 +1,369 @@
+"""The dashboard (tickwork.api.dashboard) through ``JobApi``, over real
+owner-local runtimes on sqlite3: login, sessions, CSRF, escaping, actions.
+
+The browser test (tests/dashboard/test_browser.py) drives the same pages in
+Chromium against a real ``tickwork serve``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import html
+import re
+from typing import Any
+from urllib.parse import parse_qs, urlencode, urlsplit
+
+import pytest
+
+from tests.api.test_routes import AUTH, TOKEN, Owners, call
+from tickwork.api import ApiRequest, ApiResponse, JobApi
+from tickwork.api.dashboard import COOKIE_NAME, SECURITY_HEADERS
+from tickwork.model.schedules import Schedule, ScheduledJob
+
+HOST = "dash.example"
+SESSION = hmac.new(TOKEN.encode(), b"tickwork dashboard session", hashlib.sha256).hexdigest()
+CSRF = hmac.new(TOKEN.encode(), b"tickwork dashboard csrf", hashlib.sha256).hexdigest()
+#: What a browser sends with the dashboard's own forms.
+SAME_ORIGIN = {"host": HOST, "origin": f"http://{HOST}", "sec-fetch-site": "same-origin",
+               "content-type": "application/x-www-form-urlencoded"}
+COOKIE = {"cookie": f"other=1; {COOKIE_NAME}={SESSION}"}
+HOSTILE = "<script>alert(\"x\")</script>'&"
+
+
+@pytest.fixture
+def owners() -> Owners:
+    return Owners()
+
+
+@pytest.fixture
+def api(owners: Owners) -> JobApi:
+    # The shared scope is an owner-local runtime of its own: the JobService is the same.
+    return JobApi(token=TOKEN, owners=owners, shared=Owners()("shared"))
+
+
+async def get(api: JobApi, path: str, headers: dict[str, str] | None = None,
+              query: str = "") -> ApiResponse:
+    return await api.handle(ApiRequest("GET", path, {"host": HOST, **(headers or {})},
+                                       query=query))
+
+
+async def post(api: JobApi, path: str, form: dict[str, str],
+               headers: dict[str, str] | None = None, scheme: str = "http") -> ApiResponse:
+    sent = {**SAME_ORIGIN, **COOKIE, **(headers or {})}
+    return await api.handle(ApiRequest("POST", path, {k: v for k, v in sent.items() if v},
+                                       urlencode(form).encode(), scheme=scheme))
+
+
+def text(response: ApiResponse) -> str:
+    assert isinstance(response.body, bytes)
+    return response.body.decode()
+
+
+def assert_html(response: ApiResponse) -> None:
+    headers = response.all_headers()
+    assert headers["content-type"] == "text/html; charset=utf-8"
+    for name, value in SECURITY_HEADERS.items():
+        assert headers[name] == value
+    assert "frame-ancestors 'none'" in headers["content-security-policy"]
+
+
+async def enqueue(api: JobApi, owner: str, job: dict[str, Any]) -> None:
+    response = await call(api, "POST", f"/v1/owners/{owner}/jobs", job)
+    assert response.status == 201, response.body
+
+
+def a_job(job_id: str = "j1", queue: str = "emails", **fields: Any) -> dict[str, Any]:
+    return {"job_id": job_id, "queue": queue, "lane": "tenant-1",
+            "payload": {"to": "a@example.com", "secret": "PAYLOAD-TEXT"}, **fields}
+
+
+# ------------------------------------------------------------------- login
+
+
+async def test_login_page_is_open_and_holds_no_job_data(api: JobApi, owners: Owners) -> None:
+    response = await get(api, "/v1/dashboard")
+    assert response.status == 200
+    assert_html(response)
+    page = text(response)
+    assert '<form method="post" action="/v1/dashboard/login">' in page
+    assert 'name="viewport"' in page
+    assert "<script src=\"/v1/dashboard/static/dashboard.js\" defer></script>" in page
+    assert owners.runtimes == {}
+
+
+async def test_wrong_token_sets_no_cookie(api: JobApi) -> None:
+    for token in ("wrong", "", TOKEN + "x", SESSION):
+        response = await post(api, "/v1/dashboard/login", {"token": token}, {"cookie": ""})
+        assert response.status == 401
+        assert "set-cookie" not in response.all_headers()
+        assert "Wrong token." in text(response)
+
+
+async def test_login_sets_a_derived_session_cookie(api: JobApi) -> None:
+    response = await post(api, "/v1/dashboard/login", {"token": TOKEN}, {"cookie": ""})
+    assert response.status == 303
+    headers = response.all_headers()
+    assert headers["location"] == "/v1/dashboard"
+    cookie = headers["set-cookie"]
+    assert cookie.startswith(f"{COOKIE_NAME}={SESSION};")
+    assert TOKEN not in cookie
+    for attribute in ("HttpOnly", "SameSite=Strict", "Path=/v1"):
+        assert attribute in cookie.split("; ")
+    assert "Secure" not in cookie.split("; ")
+    over_https = await post(api, "/v1/dashboard/login", {"token": TOKEN}, {"cookie": ""},
+                            scheme="https")
+    assert "Secure" in over_https.all_headers()["set-cookie"].split("; ")
+
+
+async def test_login_from_another_site_is_refused(api: JobApi) -> None:
+    for headers in ({"origin": "https://evil.example"}, {"sec-fetch-site": "cross-site"},
+                    {"origin": "null"}):
+        response = await post(api, "/v1/dashboard/login", {"token": TOKEN}, headers)
+        assert response.status == 403
+        assert "cross_site_request" in text(response)
+        assert "set-cookie" not in response.all_headers()
+
+
+async def test_logout_clears_the_cookie(api: JobApi) -> None:
+    response = await post(api, "/v1/dashboard/logout", {"csrf": CSRF})
+    assert response.status == 303
+    assert response.all_headers()["set-cookie"].startswith(f"{COOKIE_NAME}=; Max-Age=0;")
+
+
+async def test_home_shows_the_scope_picker_once_logged_in(api: JobApi) -> None:
+    page = text(await get(api, "/v1/dashboard", COOKIE))
+    assert 'href="/v1/shared/dashboard"' in page
+    assert 'action="/v1/dashboard/open"' in page
+    opened = await get(api, "/v1/dashboard/open", query="owner=a%2Fb c")
+    assert opened.status == 303
+    assert opened.all_headers()["location"] == "/v1/owners/a%2Fb%20c/dashboard"
+    shared = await get(api, "/v1/dashboard/open", query="scope=shared")
+    assert shared.all_headers()["location"] == "/v1/shared/dashboard"
+    assert (await get(api, "/v1/dashboard/open", query="owner=")).status == 400
+
+
+async def test_no_token_configured_fails_closed(owners: Owners) -> None:
+    api = JobApi(token=None, owners=owners)
+    for response in (await get(api, "/v1/dashboard"),
+                     await get(api, "/v1/owners/acme/dashboard", COOKIE),
+                     await post(api, "/v1/dashboard/login", {"token": ""})):
+        assert response.status == 503
+        assert "token_not_configured" in text(response)
+    assert owners.runtimes == {}
+
+
+# ---------------------------------------------------------- scope pages
+
+
+async def test_scope_page_without_a_session_redirects_and_shows_nothing(
+        api: JobApi, owners: Owners) -> None:
+    await enqueue(api, "acme", a_job())
+    for headers in ({}, {"cookie": f"{COOKIE_NAME}=stale"}, {"cookie": f"{COOKIE_NAME}={TOKEN}"}):
+        response = await get(api, "/v1/owners/acme/dashboard", headers)
+        assert response.status == 303
+        assert response.all_headers()["location"] == "/v1/dashboard"
+        assert "PAYLOAD-TEXT" not in text(response) and "j1" not in text(response)
+    wrong = await get(api, "/v1/owners/acme/dashboard", {"authorization": "Bearer wrong"})
+    assert wrong.status == 401
+    assert "PAYLOAD-TEXT" not in text(wrong)
+
+
+async def test_a_refused_request_touches_no_owner(api: JobApi, owners: Owners) -> None:
+    await get(api, "/v1/owners/fresh/dashboard")
+    await post(api, "/v1/owners/fresh/dashboard/actions/pause", {"queue": "q"}, {"cookie": ""})
+    assert "fresh" not in owners.runtimes
+
+
+@pytest.mark.parametrize("credentials", [COOKIE, AUTH], ids=["cookie", "bearer"])
+async def test_scope_page_shows_queues_and_jobs(api: JobApi, owners: Owners,
+                                                credentials: dict[str, str]) -> None:
+    await enqueue(api, "acme", a_job("ready"))
+    await enqueue(api, "acme", a_job("later", delay_ms=3_600_000))
+    response = await get(api, "/v1/owners/acme/dashboard", credentials)
+    assert response.status == 200
+    assert_html(response)
+    page = text(response)
+    assert "owner acme" in page
+    row = re.search(r'<tr data-queue="emails">(.*?)</tr>', page)
+    assert row is not None
+    cells = re.findall(r'<td class="num" data-label="([^"]+)">(\d+)</td>', row[1])
+    assert cells[:3] == [("queued", "1"), ("due later", "1"), ("running", "0")]
+    assert '<tr data-job="ready">' in page
+    assert "PAYLOAD-TEXT" in page
+    assert f'name="csrf" value="{CSRF}"' in page
+
+
+async def test_shared_scope_page(api: JobApi) -> None:
+    response = await call(api, "POST", "/v1/shared/jobs", a_job("s1", queue="reports"))
+    assert response.status == 201
+    page = text(await get(api, "/v1/shared/dashboard", COOKIE))
+    assert "shared queues" in page and '<tr data-job="s1">' in page
+
+
+async def test_unconfigured_scope_is_a_page_naming_it(owners: Owners) -> None:
+    api = JobApi(token=TOKEN, owners=owners)
+    response = await get(api, "/v1/shared/dashboard", COOKIE)
+    assert response.status == 404
+    assert "scope_not_configured" in text(response)
+
+
+async def test_hostile_text_is_escaped_everywhere(api: JobApi, owners: Owners) -> None:
+    await enqueue(api, "acme", {"job_id": HOSTILE, "queue": HOSTILE, "lane": HOSTILE,
+                                "payload": {"do": "fail", "reason": HOSTILE, "x": HOSTILE}})
+    await owners.runtimes["acme"].tick()  # settles failed: a dead letter with the reason
+    await enqueue(api, "acme", {"job_id": HOSTILE + "2", "queue": HOSTILE,
+                                "payload": {"x": "</code></td>" + HOSTILE}})
+    owners.runtimes["acme"].put_schedule(Schedule(
+        HOSTILE, ScheduledJob(queue=HOSTILE, lane=HOSTILE, payload=HOSTILE), every_ms=60_000))
+    query = urlencode({"did": "cancel", "result": "recorded", "subject": HOSTILE})
+    page = text(await get(api, "/v1/owners/acme/dashboard", COOKIE, query=query))
+    assert "<script>" not in page.replace('<script src="/v1/dashboard/static/dashboard.js"', "")
+    assert "</code></td><script" not in page
+    escaped = html.escape(HOSTILE, quote=True)
+    assert page.count(escaped) >= 8  # queue, jobs, lane, reason, schedule, flash...
+    assert f'<p class="flash" role="status">Cancel of job <span class="id">{escaped}</span>' \
+        in page
+
+
+async def test_flash_wording_is_fixed(api: JobApi) -> None:
+    query = urlencode({"did": "Your token expired; visit evil.example", "result": "recorded",
+                       "subject": "x"})
+    page = text(await get(api, "/v1/owners/acme/dashboard", COOKIE, query=query))
+    assert "evil.example" not in page
+
+
+# ----------------------------------------------------------------- actions
+
+
+async def test_cancel_from_the_page_reaches_the_store(api: JobApi, owners: Owners) -> None:
+    await enqueue(api, "acme", a_job("j1"))
+    response = await post(api, "/v1/owners/acme/dashboard/actions/cancel",
+                          {"csrf": CSRF, "job_id": "j1"})
+    assert response.status == 303
+    location = urlsplit(response.all_headers()["location"])
+    assert location.path == "/v1/owners/acme/dashboard"
+    assert parse_qs(location.query) == {"did": ["cancel"], "result": ["recorded"],
+                                        "subject": ["j1"]}
+    record = owners.runtimes["acme"].read("j1")
+    assert record is not None and record.cancellation_id == "dashboard"
+    await owners.runtimes["acme"].tick()  # a recorded cancellation settles on the next tick
+    settled = owners.runtimes["acme"].read("j1")
+    assert settled is not None and settled.outcome == "cancelled"
+
+
+@pytest.mark.parametrize(("form", "headers", "status", "code"), [
+    ({"job_id": "j1"}, {}, 403, "csrf_mismatch"),
+    ({"job_id": "j1", "csrf": CSRF[:-1] + ("1" if CSRF[-1] == "0" else "0")}, {}, 403,
+     "csrf_mismatch"),
+    ({"job_id": "j1", "csrf": ""}, {}, 403, "csrf_mismatch"),
+    ({"job_id": "j1", "csrf": CSRF}, {"origin": "https://evil.example"}, 403,
+     "cross_site_request"),
+    ({"job_id": "j1", "csrf": CSRF}, {"sec-fetch-site": "same-site"}, 403,
+     "cross_site_request"),
+    ({"job_id": "j1", "csrf": CSRF}, {"cookie": ""}, 401, "unauthorized"),
+    ({"job_id": "j1", "csrf": CSRF}, {"cookie": f"{COOKIE_NAME}=forged"}, 401, "unauthorized"),
+    ({"job_id": "j1", "csrf": CSRF}, {"content-type": "application/json"}, 415,
+     "unsupported_media_type"),
+], ids=["no-csrf", "wrong-csrf", "empty-csrf", "foreign-origin", "same-site", "no-session",
+        "forged-session", "json"])
+async def test_refused_actions_change_nothing(api: JobApi, owners: Owners, form: dict[str, str],
+                                              headers: dict[str, str], status: int,
+                                              code: str) -> None:
+    await enqueue(api, "acme", a_job("j1"))
+    response = await post(api, "/v1/owners/acme/dashboard/actions/cancel", form, headers)
+    assert response.status == status
+    assert code in text(response)
+    assert_html(response)
+    record = owners.runtimes["acme"].read("j1")
+    assert record is not None and record.state == "queued" and record.cancellation_id is None
+
+
+async def test_bearer_token_with_csrf_may_act(api: JobApi, owners: Owners) -> None:
+    await enqueue(api, "acme", a_job("j1"))
+    response = await post(api, "/v1/owners/acme/dashboard/actions/pause",
+                          {"csrf": CSRF, "queue": "emails"}, {"cookie": "", **AUTH})
+    assert response.status == 303
+    assert [status.paused for status in owners.runtimes["acme"].status()] == [True]
+
+
+async def test_pause_resume_and_schedule_actions(api: JobApi, owners: Owners) -> None:
+    await enqueue(api, "acme", a_job("j1"))
+    owners.runtimes["acme"].put_schedule(Schedule(
+        "nightly", ScheduledJob(queue="emails", lane="l"), cron="0 3 * * *"))
+    path = "/v1/owners/acme/dashboard/actions"
+    assert (await post(api, f"{path}/pause", {"csrf": CSRF, "queue": "emails"})).status == 303
+    page = text(await get(api, "/v1/owners/acme/dashboard", COOKIE))
+    assert '<span class="badge paused">paused</span>' in page
+    assert f'{path}/resume"' in page
+    assert (await post(api, f"{path}/resume", {"csrf": CSRF, "queue": "emails"})).status == 303
+    assert [status.paused for status in owners.runtimes["acme"].status()] == [False]
+    page = text(await get(api, "/v1/owners/acme/dashboard", COOKIE))
+    assert '<tr data-schedule="nightly">' in page and "cron 0 3 * * *" in page
+    assert (await post(api, f"{path}/pause_schedule", {"csrf": CSRF, "name": "nightly"})
+            ).status == 303
+    assert [record.paused for record in owners.runtimes["acme"].schedules()] == [True]
+    assert (await post(api, f"{path}/resume_schedule", {"csrf": CSRF, "name": "nightly"})
+            ).status == 303
+    assert [record.paused for record in owners.runtimes["acme"].schedules()] == [False]
+    missing = await post(api, f"{path}/pause", {"csrf": CSRF})
+    assert missing.status == 400 and "queue" in text(missing)
+
+
+async def test_dead_letter_redrive(api: JobApi, owners: Owners) -> None:
+    await enqueue(api, "acme", a_job("bad", payload={"do": "fail", "reason": "smtp down"}))
+    await owners.runtimes["acme"].tick()
+    page = text(await get(api, "/v1/owners/acme/dashboard", COOKIE))
+    assert "smtp down" in page
+    record = owners.runtimes["acme"].read("bad")
+    assert record is not None and record.outcome == "failed"
+    redrive_id = f"dashboard-{record.settled_at}"
+    assert f'name="redrive_id" value="{redrive_id}"' in page
+    form = {"csrf": CSRF, "job_id": "bad", "redrive_id": redrive_id}
+    response = await post(api, "/v1/owners/acme/dashboard/actions/redrive", form)
+    assert parse_qs(urlsplit(response.all_headers()["location"]).query)["result"] == ["redriven"]
+    again = owners.runtimes["acme"].read("bad")
+    assert again is not None and again.state == "queued"
+    # A second submit of the same form replays: no second chain.
+    replay = await post(api, "/v1/owners/acme/dashboard/actions/redrive", form)
+    assert parse_qs(urlsplit(replay.all_headers()["location"]).query)["result"] == ["replayed"]
+
+
+# ------------------------------------------------------------ the rest
+
+
+async def test_static_files_are_open_with_their_types(api: JobApi) -> None:
+    css = await get(api, "/v1/dashboard/static/dashboard.css")
+    js = await get(api, "/v1/dashboard/static/dashboard.js")
+    assert css.status == js.status == 200
+    assert css.all_headers()["content-type"] == "text/css; charset=utf-8"
+    assert js.all_headers()["content-type"] == "text/javascript; charset=utf-8"
+    assert js.all_headers()["x-content-type-options"] == "nosniff"
+    assert b"data-confirm" in js.body and b"@media" in css.body
+    assert (await get(api, "/v1/dashboard/static/secrets.txt")).status == 404
+
+
+async def test_methods_and_unknown_pages(api: JobApi) -> None:
+    assert (await api.handle(ApiRequest("POST", "/v1/dashboard"))).status == 405
+    assert (await get(api, "/v1/dashboard/login")).status == 405
+    assert (await get(api, "/v1/owners/acme/dashboard/actions/cancel", COOKIE)).status == 405
+    assert (await post(api, "/v1/owners/acme/dashboard/actions/purge",
+                       {"csrf": CSRF, "queue": "q"})).status == 404
+    assert (await get(api, "/v1/dashboard/nope")).status == 404
+
+
+async def test_refuse_early_lets_dashboard_requests_reach_their_own_checks(
+        api: JobApi) -> None:
+    for method, path in [("GET", "/v1/dashboard"), ("POST", "/v1/dashboard/login"),
+                         ("GET", "/v1/owners/acme/dashboard"),
+                         ("POST", "/v1/owners/acme/dashboard/actions/cancel")]:
+        assert api.refuse_early(method, path, {}, 20) is None
+    refused = api.refuse_early("POST", "/v1/dashboard/login", {}, api.max_body_bytes + 1)
+    assert refused is not None and refused.status == 413
+    # The JSON API still wants its token.
+    assert api.refuse_early("GET", "/v1/owners/acme/queues", COOKIE, None) is not None
+
+
+async def test_json_routes_refuse_the_cookie(api: JobApi) -> None:
+    response = await call(api, "GET", "/v1/owners/acme/queues", headers=COOKIE)
+    assert response.status == 401

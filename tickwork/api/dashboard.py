@@ -1,0 +1,660 @@
+"""The dashboard: server-rendered HTML of a scope's queues, behind the API token.
+
+Sans-I/O like the rest of ``tickwork.api``: ``JobApi`` hands it the requests
+of its paths and it answers with bytes; it renders and acts only through the
+scope's ``JobService``, so the Worker (D1, Durable Objects over RPC) and
+``tickwork serve`` (owner files, PostgreSQL) serve the same pages.
+
+Paths (``docs/how-to/use-the-dashboard.md``):
+
+* ``GET /v1/dashboard``: the login form (no job data), or once logged in
+  the scope picker; ``POST /v1/dashboard/login`` (form field ``token``)
+  sets the session cookie; ``POST /v1/dashboard/logout`` clears it;
+  ``GET /v1/dashboard/open?owner=KEY`` redirects to that owner's page.
+* ``GET /v1/shared/dashboard``, ``GET /v1/owners/{owner}/dashboard``: a
+  scope's page. Needs the session cookie or ``Authorization: Bearer``;
+  without either it redirects to the login form (a wrong bearer token: 401).
+* ``POST /v1/{scope}/dashboard/actions/{action}``: cancel, pause, resume,
+  redrive, pause_schedule, resume_schedule. Needs the session (or bearer)
+  and the form's CSRF field; a cross-site request (``Sec-Fetch-Site``, or an
+  ``Origin`` of another host) is refused before anything else.
+* ``GET /v1/dashboard/static/dashboard.css`` and ``dashboard.js``: open,
+  they hold no data.
+
+Security: the session cookie is HMAC-SHA256(token, "tickwork dashboard
+session"), not the token, so a leaked cookie does not open the JSON API and
+rotating the token ends every session; ``HttpOnly; SameSite=Strict;
+Path=/v1``, ``Secure`` over https. The CSRF field is HMAC-SHA256(token,
+"tickwork dashboard csrf"), compared in constant time. Every text from the
+store is escaped; pages carry a strict Content-Security-Policy (no inline
+script or style: the script is served by the host) and ``no-store``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import html
+import json
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
+
+from tickwork.api import wire
+from tickwork.api.service import JobService
+from tickwork.api.wire import ApiError
+from tickwork.model.jobs import JobRecord, check_id
+from tickwork.model.outcomes import OUTCOMES, QueueStatus
+from tickwork.model.schedules import ScheduleRecord
+
+from .dashboard_assets import STATIC
+
+if TYPE_CHECKING:
+    from tickwork.api.routes import ApiRequest
+
+#: ("shared", None) or ("owner", key), as ``JobApi`` resolves scopes.
+Scope = tuple[str, str | None]
+#: (status, body, headers): what ``JobApi`` turns into an ``ApiResponse``.
+Answer = tuple[int, bytes, dict[str, str]]
+
+COOKIE_NAME = "tickwork_dashboard"
+#: How long a session cookie lives (the browser forgets it then).
+SESSION_MAX_AGE_S = 12 * 3600
+LOGIN_PATH = "/v1/dashboard"
+STATIC_PATH = "/v1/dashboard/static"
+
+#: Queues whose jobs are listed (all of them are counted in the table): each
+#: costs a few reads (RPC calls to a Durable Object, D1 queries).
+MAX_DETAILED_QUEUES = 20
+#: Jobs per list on a queue (queued, running, failures, dead letters).
+JOBS_PER_LIST = 10
+#: Characters of a payload shown (as JSON), and of an error message.
+PAYLOAD_EXCERPT = 160
+MESSAGE_EXCERPT = 300
+TRACEBACK_EXCERPT = 4000
+
+ACTIONS = ("cancel", "pause", "resume", "redrive", "pause_schedule", "resume_schedule")
+
+SECURITY_HEADERS = {
+    "cache-control": "no-store",
+    "content-security-policy": (
+        "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; "
+        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"),
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+}
+
+_SESSION_LABEL = b"tickwork dashboard session"
+_CSRF_LABEL = b"tickwork dashboard csrf"
+#: How an action's result reads in the flash message after it.
+_DONE = {"cancel": "Cancel of job", "pause": "Pause of queue", "resume": "Resume of queue",
+         "redrive": "Redrive of job", "pause_schedule": "Pause of schedule",
+         "resume_schedule": "Resume of schedule"}
+_RESULTS = {"recorded": "recorded", "replayed": "already done", "conflict": "conflict",
+            "refused": "refused", "not_found": "not found",
+            "already_settled": "refused: the job is settled already", "redriven": "redriven",
+            "changed": "done", "unchanged": "nothing to change"}
+
+
+@dataclass(frozen=True, slots=True)
+class DashboardRoute:
+    """A dashboard path: ``page`` is home, login, logout, open, static, scope
+    or action; ``scope`` the scope of a scope page or action; ``name`` the
+    static file or the action."""
+
+    page: str
+    scope: Scope | None = None
+    name: str = ""
+
+
+def match(raw: Sequence[str], method: str) -> DashboardRoute | None:
+    """The dashboard route of the path after /v1 (``raw``: still
+    percent-encoded segments), None when it is no dashboard path; an unknown
+    dashboard path is refused (404), a wrong method too (405)."""
+    if raw[:1] == ["dashboard"]:
+        rest = list(raw[1:])
+        if not rest:
+            return _allowed(method, "GET", DashboardRoute("home"))
+        if rest in (["login"], ["logout"]):
+            return _allowed(method, "POST", DashboardRoute(rest[0]))
+        if rest == ["open"]:
+            return _allowed(method, "GET", DashboardRoute("open"))
+        if len(rest) == 2 and rest[0] == "static" and rest[1] in STATIC:
+            return _allowed(method, "GET", DashboardRoute("static", name=rest[1]))
+        raise _no_page(raw)
+    if raw[:2] == ["shared", "dashboard"]:
+        scope: Scope = ("shared", None)
+        tail = list(raw[2:])
+    elif raw[:1] == ["owners"] and len(raw) >= 3 and raw[2] == "dashboard":
+        scope = ("owner", check_id("owner", _decode(raw[1])))
+        tail = list(raw[3:])
+    else:
+        return None
+    if not tail:
+        return _allowed(method, "GET", DashboardRoute("scope", scope))
+    if len(tail) == 2 and tail[0] == "actions" and tail[1] in ACTIONS:
+        return _allowed(method, "POST", DashboardRoute("action", scope, tail[1]))
+    raise _no_page(raw)
+
+
+class Dashboard:
+    """The dashboard of one API: ``token`` is the API token (None: every
+    page but the static files answers 503), ``service(scope)`` resolves a
+    scope's ``JobService`` (``JobApi._service``)."""
+
+    def __init__(self, token: bytes | None,
+                 service: Callable[[Scope], Awaitable[JobService]]) -> None:
+        self._token = token
+        self._service = service
+        self._session = _derive(token, _SESSION_LABEL) if token else ""
+        self._csrf = _derive(token, _CSRF_LABEL) if token else ""
+
+    async def handle(self, route: DashboardRoute, request: ApiRequest) -> Answer:
+        """The answer to ``request`` on ``route``; refusals are HTML pages."""
+        try:
+            return await self._dispatch(route, request)
+        except Exception as error:
+            refused = wire.error_for(error)
+            if refused is None:
+                raise
+            return _page(refused.status, "Refused", _error_body(refused), refused.headers)
+
+    async def _dispatch(self, route: DashboardRoute, request: ApiRequest) -> Answer:
+        if route.page == "static":
+            content_type, body = STATIC[route.name]
+            return 200, body, {**SECURITY_HEADERS, "content-type": content_type,
+                               "cache-control": "max-age=300"}
+        if self._token is None:
+            raise ApiError(503, "token_not_configured",
+                           "the server has no API token configured; set TICKWORK_TOKEN")
+        if route.page == "home":
+            if self._authenticated(request):
+                return _page(200, "Scopes", self._picker())
+            return _page(200, "Log in", _login_form(""))
+        if route.page == "open":
+            return self._open(request)
+        if route.page == "login":
+            return self._login(request)
+        if route.page == "logout":
+            _same_origin(request)
+            return _redirect(LOGIN_PATH, {"set-cookie": _cookie("", 0, request.scheme)})
+        assert route.scope is not None
+        if route.page == "scope":
+            if not self._authenticated(request):
+                return _redirect(LOGIN_PATH)
+            service = await self._service(route.scope)
+            return _page(200, _scope_title(route.scope),
+                         await self._render(route.scope, service, request.query))
+        return await self._act(route.scope, route.name, request)
+
+    # ------------------------------------------------------------ sessions
+
+    def _authenticated(self, request: ApiRequest) -> bool:
+        """True with a valid session cookie or bearer token, False with
+        neither; a wrong bearer token is refused (401)."""
+        assert self._token is not None
+        header = request.headers.get("authorization")
+        if header:
+            scheme, _, presented = header.partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(
+                    presented.strip().encode(), self._token):
+                raise ApiError(401, "unauthorized", "wrong bearer token")
+            return True
+        cookie = _cookie_value(request.headers.get("cookie", ""))
+        return cookie is not None and hmac.compare_digest(cookie.encode(),
+                                                          self._session.encode())
+
+    def _login(self, request: ApiRequest) -> Answer:
+        assert self._token is not None
+        _same_origin(request)
+        form = _form(request)
+        presented = form.get("token", "").strip()
+        # Constant time in the token's content; only its length may leak.
+        if not presented or not hmac.compare_digest(presented.encode(), self._token):
+            return _page(401, "Log in", _login_form("Wrong token."))
+        return _redirect(LOGIN_PATH, {
+            "set-cookie": _cookie(self._session, SESSION_MAX_AGE_S, request.scheme)})
+
+    def _open(self, request: ApiRequest) -> Answer:
+        query = dict(parse_qsl(request.query, max_num_fields=5))
+        owner = query.get("owner", "").strip()
+        if query.get("scope") == "shared":
+            return _redirect(scope_path(("shared", None)))
+        return _redirect(scope_path(("owner", check_id("owner", owner))))
+
+    # ------------------------------------------------------------- actions
+
+    async def _act(self, scope: Scope, action: str, request: ApiRequest) -> Answer:
+        # Cross-site first: such a request is refused whatever it carries.
+        _same_origin(request)
+        if not self._authenticated(request):
+            raise ApiError(401, "unauthorized",
+                           "not logged in (or the session ended); log in again")
+        form = _form(request)
+        if not hmac.compare_digest(form.get("csrf", "").encode(), self._csrf.encode()):
+            raise ApiError(403, "csrf_mismatch", "the form's CSRF field is missing or "
+                                                 "stale; reload the page and try again")
+        service = await self._service(scope)
+        result: str
+        if action == "cancel":
+            subject = check_id("job_id", form.get("job_id"))
+            # One cancellation id per job: a second click replays the first.
+            result = (await service.cancel(subject, "dashboard", False)).status
+        elif action == "redrive":
+            subject = check_id("job_id", form.get("job_id"))
+            # The form names the settlement it redrives: a double submit
+            # replays, a later failure of the same job gets a new redrive.
+            redrive_id = check_id("redrive_id", form.get("redrive_id"))
+            result = (await service.redrive(subject, redrive_id)).status
+        elif action in ("pause", "resume"):
+            subject = check_id("queue", form.get("queue"))
+            changed = await (service.pause(subject) if action == "pause"
+                             else service.resume(subject))
+            result = "changed" if changed else "unchanged"
+        else:
+            subject = check_id("name", form.get("name"))
+            changed = await (service.pause_schedule(subject) if action == "pause_schedule"
+                             else service.resume_schedule(subject))
+            result = "changed" if changed else "unchanged"
+        return _redirect(scope_path(scope) + "?" + urlencode(
+            {"did": action, "result": result, "subject": subject[:200]}))
+
+    # ----------------------------------------------------------- rendering
+
+    def _picker(self) -> str:
+        return (
+            '<main class="login"><h2>Open a scope</h2>'
+            f'<p><a href="{_e(scope_path(("shared", None)))}">Shared queues</a></p>'
+            '<form method="get" action="/v1/dashboard/open">'
+            '<label for="owner">Owner key</label>'
+            '<input type="text" id="owner" name="owner" required maxlength="256" '
+            'autocomplete="off" autocapitalize="off" spellcheck="false">'
+            '<p><button type="submit" class="primary">Open owner</button></p></form>'
+            f"{self._logout()}</main>")
+
+    def _logout(self) -> str:
+        return ('<form method="post" action="/v1/dashboard/logout" class="inline">'
+                f'<input type="hidden" name="csrf" value="{_e(self._csrf)}">'
+                '<button type="submit">Log out</button></form>')
+
+    def _button(self, scope: Scope, action: str, label: str, fields: Mapping[str, str],
+                confirm: str | None = None, danger: bool = False) -> str:
+        hidden = "".join(f'<input type="hidden" name="{_e(name)}" value="{_e(value)}">'
+                         for name, value in {"csrf": self._csrf, **fields}.items())
+        ask = f' data-confirm="{_e(confirm)}"' if confirm else ""
+        css = ' class="danger"' if danger else ""
+        return (f'<form method="post" class="inline" '
+                f'action="{_e(scope_path(scope))}/actions/{action}"{ask}>{hidden}'
+                f'<button type="submit"{css}>{_e(label)}</button></form>')
+
+    async def _render(self, scope: Scope, service: JobService, query: str) -> str:
+        statuses = sorted(await service.status(), key=lambda status: status.queue)
+        schedules = await service.schedules()
+        parts = [
+            "<header>",
+            f'<h1>tickwork <span class="scope">{_e(_scope_title(scope))}</span></h1>',
+            '<label class="toggle"><input type="checkbox" id="autorefresh"> '
+            "auto-refresh</label>",
+            f'<a href="{LOGIN_PATH}">Scopes</a>', self._logout(), "</header><main>",
+            _flash(query),
+            self._queues_table(scope, statuses),
+        ]
+        detailed = statuses[:MAX_DETAILED_QUEUES]
+        if detailed:
+            parts.append('<section id="jobs"><h2>Jobs by queue</h2>')
+            if len(statuses) > len(detailed):
+                parts.append(f'<p class="muted">Jobs of the first {len(detailed)} queues '
+                             f"of {len(statuses)}.</p>")
+            for status in detailed:
+                parts.append(await self._queue_jobs(scope, service, status))
+            parts.append("</section>")
+        parts.append(self._schedules_table(scope, schedules))
+        parts.append("</main>")
+        return "".join(parts)
+
+    def _queues_table(self, scope: Scope, statuses: Sequence[QueueStatus]) -> str:
+        if not statuses:
+            return ('<section id="queues"><h2>Queues</h2>'
+                    '<p class="muted">No queue has jobs.</p></section>')
+        head = "".join(f'<th class="num">{_e(_label(name))}</th>' for name in
+                       ("queued", "due later", "running", *OUTCOMES))
+        rows = []
+        for status in statuses:
+            counts = [status.queued, status.delayed, status.running,
+                      *(status.outcomes[name] for name in OUTCOMES)]
+            names = ["queued", "due later", "running", *OUTCOMES]
+            cells = "".join(f'<td class="num" data-label="{_e(_label(name))}">{count}</td>'
+                            for name, count in zip(names, counts, strict=True))
+            if status.paused:
+                state = '<span class="badge paused">paused</span>'
+                action = self._button(scope, "resume", "Resume", {"queue": status.queue})
+            else:
+                state = "active"
+                action = self._button(scope, "pause", "Pause", {"queue": status.queue},
+                                      confirm=f"Pause queue {status.queue}?")
+            link = f'<a class="id" href="#queue-{_anchor(status.queue)}">{_e(status.queue)}</a>'
+            rows.append(f'<tr data-queue="{_e(status.queue)}">'
+                        f'<td data-label="queue">{link}</td>{cells}'
+                        f'<td data-label="state">{state}</td><td>{action}</td></tr>')
+        return ('<section id="queues"><h2>Queues</h2><div class="scroll">'
+                f'<table class="stack"><thead><tr><th>queue</th>{head}<th>state</th><th></th>'
+                f'</tr></thead><tbody>{"".join(rows)}</tbody></table></div></section>')
+
+    async def _queue_jobs(self, scope: Scope, service: JobService, status: QueueStatus) -> str:
+        queue = status.queue
+        badge = ' <span class="badge paused">paused</span>' if status.paused else ""
+        parts = [f'<div class="queue" id="queue-{_anchor(queue)}" data-queue="{_e(queue)}">'
+                 f'<h3><span class="id">{_e(queue)}</span>{badge}</h3>']
+        head = await service.read_queue_head(queue)
+        parts.append("<h3>Head</h3>")
+        parts.append(self._jobs_table(scope, [head] if head else [], "no job is ready"))
+        lister = getattr(service, "list_jobs", None)
+        if lister is not None:
+            queued = await lister(queue, None, "queued", None, "oldest", JOBS_PER_LIST, None)
+            running = await lister(queue, None, "running", None, "oldest", JOBS_PER_LIST, None)
+            failed = await lister(queue, None, "settled", "failed", "newest", JOBS_PER_LIST,
+                                  None)
+            parts.append("<h3>Queued and due later</h3>")
+            parts.append(self._jobs_table(scope, queued.jobs, "none"))
+            parts.append("<h3>Running</h3>")
+            parts.append(self._jobs_table(scope, running.jobs, "none"))
+            failures = list(failed.jobs)
+        else:
+            failures = []
+        dead = await service.dead_letters(queue, JOBS_PER_LIST, None)
+        if lister is None:
+            # Without job listings the dead letters carry the recent failures.
+            failures = [job for job in dead.jobs if job.outcome == "failed"]
+        parts.append("<h3>Recent failures</h3>")
+        parts.append(self._settled_table(scope, failures, "none", redrive=False))
+        parts.append("<h3>Dead letters</h3>")
+        parts.append(self._settled_table(scope, dead.jobs, "none", redrive=True))
+        parts.append("</div>")
+        return "".join(parts)
+
+    def _jobs_table(self, scope: Scope, jobs: Iterable[JobRecord], empty: str) -> str:
+        rows = []
+        for job in jobs:
+            due = _time(job.due_at) if job.due_at is not None else ""
+            cancel = self._button(scope, "cancel", "Cancel", {"job_id": job.job_id},
+                                  confirm=f"Cancel job {job.job_id}?", danger=True)
+            rows.append(
+                f'<tr data-job="{_e(job.job_id)}">'
+                f'<td data-label="job"><span class="id">{_e(job.job_id)}</span></td>'
+                f'<td data-label="lane"><span class="id">{_e(job.lane)}</span></td>'
+                f'<td data-label="state">{_e(job.state)}</td>'
+                f'<td data-label="attempt" class="num">{job.attempt}</td>'
+                f'<td data-label="enqueued">{_time(job.enqueued_at)}</td>'
+                f'<td data-label="due">{due}</td>'
+                f'<td data-label="payload"><code class="payload">{_e(_excerpt(job.payload))}'
+                f"</code></td><td>{cancel}</td></tr>")
+        if not rows:
+            return f'<p class="muted">{_e(empty)}</p>'
+        return ('<div class="scroll"><table class="stack"><thead><tr><th>job</th><th>lane</th>'
+                '<th>state</th><th class="num">attempt</th><th>enqueued</th><th>due</th>'
+                f'<th>payload</th><th></th></tr></thead><tbody>{"".join(rows)}</tbody></table>'
+                "</div>")
+
+    def _settled_table(self, scope: Scope, jobs: Iterable[JobRecord], empty: str, *,
+                       redrive: bool) -> str:
+        rows = []
+        for job in jobs:
+            action = ""
+            if redrive:
+                action = self._button(
+                    scope, "redrive", "Redrive",
+                    {"job_id": job.job_id, "redrive_id": f"dashboard-{job.settled_at}"},
+                    confirm=f"Queue job {job.job_id} again?")
+            rows.append(
+                f'<tr data-job="{_e(job.job_id)}">'
+                f'<td data-label="job"><span class="id">{_e(job.job_id)}</span></td>'
+                f'<td data-label="outcome"><span class="badge failed">{_e(job.outcome)}'
+                "</span></td>"
+                f'<td data-label="settled">{_time(job.settled_at)}</td>'
+                f'<td data-label="error">{_error_summary(job)}</td>'
+                f'<td data-label="payload"><code class="payload">{_e(_excerpt(job.payload))}'
+                f"</code></td><td>{action}</td></tr>")
+        if not rows:
+            return f'<p class="muted">{_e(empty)}</p>'
+        return ('<div class="scroll"><table class="stack"><thead><tr><th>job</th>'
+                '<th>outcome</th><th>settled</th><th>error</th><th>payload</th><th></th>'
+                f'</tr></thead><tbody>{"".join(rows)}</tbody></table></div>')
+
+    def _schedules_table(self, scope: Scope, schedules: Sequence[ScheduleRecord]) -> str:
+        if not schedules:
+            return ('<section id="schedules"><h2>Schedules</h2>'
+                    '<p class="muted">No schedules.</p></section>')
+        rows = []
+        for record in sorted(schedules, key=lambda item: item.schedule.name):
+            schedule = record.schedule
+            timing = f"cron {schedule.cron}" if schedule.cron is not None \
+                else f"every {schedule.every_ms} ms"
+            if record.paused:
+                state = '<span class="badge paused">paused</span>'
+                action = self._button(scope, "resume_schedule", "Resume",
+                                      {"name": schedule.name})
+            else:
+                state = "active"
+                action = self._button(scope, "pause_schedule", "Pause", {"name": schedule.name},
+                                      confirm=f"Pause schedule {schedule.name}?")
+            rows.append(
+                f'<tr data-schedule="{_e(schedule.name)}">'
+                f'<td data-label="schedule"><span class="id">{_e(schedule.name)}</span></td>'
+                f'<td data-label="queue"><span class="id">{_e(schedule.job.queue)}</span></td>'
+                f'<td data-label="timing"><code>{_e(timing)}</code></td>'
+                f'<td data-label="next slot">{_time(record.next_at)}</td>'
+                f'<td data-label="state">{state}</td><td>{action}</td></tr>')
+        return ('<section id="schedules"><h2>Schedules</h2><div class="scroll">'
+                '<table class="stack"><thead><tr><th>schedule</th><th>queue</th><th>timing</th>'
+                '<th>next slot</th><th>state</th><th></th></tr></thead>'
+                f'<tbody>{"".join(rows)}</tbody></table></div></section>')
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def scope_path(scope: Scope) -> str:
+    """The path of a scope's dashboard page."""
+    kind, owner = scope
+    if kind == "shared":
+        return "/v1/shared/dashboard"
+    assert owner is not None
+    return f"/v1/owners/{quote(owner, safe='')}/dashboard"
+
+
+def _derive(token: bytes, label: bytes) -> str:
+    return hmac.new(token, label, hashlib.sha256).hexdigest()
+
+
+def _e(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _label(name: str) -> str:
+    return name.replace("_", " ")
+
+
+def _anchor(queue: str) -> str:
+    # An id attribute's value; hex keeps any queue name a valid fragment.
+    return queue.encode().hex()[:64]
+
+
+def _scope_title(scope: Scope) -> str:
+    return "shared queues" if scope[0] == "shared" else f"owner {scope[1]}"
+
+
+def _excerpt(payload: Any) -> str:
+    try:
+        text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError):
+        text = repr(payload)
+    return text if len(text) <= PAYLOAD_EXCERPT else text[:PAYLOAD_EXCERPT] + "\u2026"
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + "\u2026"
+
+
+def _time(epoch_ms: int | None) -> str:
+    if epoch_ms is None:
+        return ""
+    try:
+        moment = datetime.fromtimestamp(epoch_ms / 1000, UTC)
+    except (OverflowError, OSError, ValueError):
+        return _e(epoch_ms)
+    iso = moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+    return (f'<time datetime="{iso}" data-ms="{int(epoch_ms)}">'
+            f'{moment.strftime("%Y-%m-%d %H:%M:%S")} UTC</time>')
+
+
+def _error_summary(job: JobRecord) -> str:
+    """The job's error summary (type, message, traceback) when its record
+    has one, else its failure reason."""
+    error = getattr(job, "error", None)
+    parts = []
+    if job.failure_reason:
+        parts.append(f'<code>{_e(_clip(job.failure_reason, MESSAGE_EXCERPT))}</code>')
+    if error is not None:
+        kind = getattr(error, "type", None) or ""
+        message = getattr(error, "message", None) or ""
+        parts.append(f"<div><strong>{_e(_clip(str(kind), 200))}</strong>: "
+                     f"{_e(_clip(str(message), MESSAGE_EXCERPT))}</div>")
+        trace = getattr(error, "traceback", None)
+        if trace:
+            parts.append(f"<details><summary>traceback</summary>"
+                         f"<pre>{_e(_clip(str(trace), TRACEBACK_EXCERPT))}</pre></details>")
+    return "".join(parts)
+
+
+def _flash(query: str) -> str:
+    """The message of the action just done (from the redirect's query):
+    fixed wording, only the subject comes from the query (escaped)."""
+    found = dict(parse_qsl(query, max_num_fields=5))
+    done = _DONE.get(found.get("did", ""))
+    result = _RESULTS.get(found.get("result", ""))
+    if done is None or result is None:
+        return ""
+    subject = _clip(found.get("subject", ""), 200)
+    return (f'<p class="flash" role="status">{_e(done)} <span class="id">{_e(subject)}</span>: '
+            f"{_e(result)}</p>")
+
+
+def _login_form(message: str) -> str:
+    note = f'<p class="flash error" role="alert">{_e(message)}</p>' if message else ""
+    return ('<main class="login"><h1>tickwork dashboard</h1>'
+            f"{note}"
+            '<form method="post" action="/v1/dashboard/login">'
+            '<label for="token">API token</label>'
+            '<input type="password" id="token" name="token" required '
+            'autocomplete="current-password">'
+            '<p><button type="submit" class="primary">Log in</button></p></form>'
+            '<p class="muted">The token is the server\'s TICKWORK_TOKEN. The session '
+            "cookie is derived from it; rotating the token ends every session.</p></main>")
+
+
+def _error_body(error: ApiError) -> str:
+    return ('<main class="login"><h1>Refused</h1>'
+            f'<p class="flash error" role="alert">{error.status} <code>{_e(error.code)}</code>: '
+            f"{_e(error.message)}</p>"
+            f'<p><a href="{LOGIN_PATH}">Back to the dashboard</a></p></main>')
+
+
+def _page(status: int, title: str, body: str,
+          headers: Mapping[str, str] | None = None) -> Answer:
+    document = (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>tickwork \u00b7 {_e(title)}</title>"
+        f'<link rel="stylesheet" href="{STATIC_PATH}/dashboard.css">'
+        f'<script src="{STATIC_PATH}/dashboard.js" defer></script>'
+        f"</head><body>{body}</body></html>")
+    return status, document.encode(), {**SECURITY_HEADERS,
+                                       "content-type": "text/html; charset=utf-8",
+                                       **(headers or {})}
+
+
+def _redirect(location: str, headers: Mapping[str, str] | None = None) -> Answer:
+    body = f'<!doctype html><p><a href="{_e(location)}">continue</a></p>'.encode()
+    return 303, body, {**SECURITY_HEADERS, "content-type": "text/html; charset=utf-8",
+                       "location": location, **(headers or {})}
+
+
+def _cookie(value: str, max_age: int, scheme: str) -> str:
+    secure = "; Secure" if scheme == "https" else ""
+    return (f"{COOKIE_NAME}={value}; Max-Age={max_age}; Path=/v1; HttpOnly; "
+            f"SameSite=Strict{secure}")
+
+
+def _cookie_value(header: str) -> str | None:
+    for item in header.split(";"):
+        name, _, value = item.strip().partition("=")
+        if name == COOKIE_NAME:
+            return value.strip()
+    return None
+
+
+def _same_origin(request: ApiRequest) -> None:
+    """Refuse a request another site made the browser send (403): by
+    ``Sec-Fetch-Site`` when the browser sends it, and by an ``Origin``
+    naming another host. The host is compared, not the scheme, so a proxy
+    that ends TLS in front of the host does not break the check."""
+    site = request.headers.get("sec-fetch-site")
+    if site is not None and site.strip().lower() != "same-origin":
+        raise ApiError(403, "cross_site_request",
+                       f"refused a {site[:40]!r} request (Sec-Fetch-Site); use the "
+                       "dashboard's own forms")
+    origin = request.headers.get("origin")
+    if origin is not None:
+        host = request.headers.get("host", "")
+        try:
+            origin_host = urlsplit(origin.strip()).netloc
+        except ValueError:
+            origin_host = ""
+        if not host or origin_host.lower() != host.strip().lower():
+            raise ApiError(403, "cross_site_request",
+                           f"refused a request from origin {origin[:100]!r}; use the "
+                           "dashboard's own forms")
+
+
+def _form(request: ApiRequest) -> dict[str, str]:
+    """The form fields of a POST (application/x-www-form-urlencoded only; a
+    repeated field is refused)."""
+    content_type = request.headers.get("content-type", "")
+    if content_type.split(";")[0].strip().lower() != "application/x-www-form-urlencoded":
+        raise ApiError(415, "unsupported_media_type",
+                       f"content-type {content_type[:100]!r}; the dashboard's forms send "
+                       "application/x-www-form-urlencoded")
+    try:
+        pairs = parse_qsl(request.body.decode("utf-8"), keep_blank_values=True,
+                          strict_parsing=False, errors="strict", max_num_fields=10)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise ApiError(400, "invalid_argument", f"form: is malformed: {error}",
+                       "form") from None
+    found: dict[str, str] = {}
+    for name, value in pairs:
+        if name in found:
+            raise ApiError(400, "invalid_argument", f"{name}: is given more than once", name)
+        found[name] = value
+    return found
+
+
+def _decode(segment: str) -> str:
+    try:
+        return unquote(segment, errors="strict")
+    except UnicodeDecodeError:
+        raise ApiError(400, "bad_path", "path is not valid percent-encoded UTF-8") from None
+
+
+def _allowed(method: str, wanted: str, route: DashboardRoute) -> DashboardRoute:
+    # Method names are case-sensitive (RFC 9110, 9.1): "get" is not GET.
+    if method != wanted:
+        raise ApiError(405, "method_not_allowed",
+                       f"{method[:40]} is not allowed here; use {wanted}",
+                       headers={"allow": wanted})
+    return route
+
+
+def _no_page(raw: Sequence[str]) -> ApiError:
+    return ApiError(404, "no_route", f"no dashboard page /v1/{'/'.join(raw)[:200]}")
