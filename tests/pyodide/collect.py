@@ -45,7 +45,7 @@ SUITES: dict[str, tuple[str, ...]] = {
     # The Worker, the JobOwner Durable Object and the FFI facts, Pyodide-only.
     "workers": tuple(f"tests.pyodide.cases.{name}" for name in (
         "test_ffi_facts", "test_do_storage_facts", "test_d1_facts", "test_job_owner",
-        "test_worker", "test_client", "test_example_project")),
+        "test_worker", "test_client", "test_example_project", "test_dashboard")),
 }
 
 #: Per suite, the tier fixture that answers to a test's argument name.

@@ -66,9 +66,14 @@ label.toggle { font-size: .9rem; color: var(--muted); white-space: nowrap; }
   main { padding: .3rem .5rem 2rem; }
   header { padding: .5rem; }
   table.stack thead { display: none; }
-  table.stack, table.stack tbody, table.stack tr, table.stack td { display: block; width: 100%; }
-  table.stack tr { border-bottom: 1px solid var(--line); padding: .3rem 0; }
-  table.stack td { border: 0; padding: .1rem .2rem; text-align: left; }
+  table.stack, table.stack tbody { display: block; width: 100%; }
+  /* A row becomes a card: short cells flow side by side, long ones take a line. */
+  table.stack tr { display: flex; flex-wrap: wrap; gap: 0 .9rem;
+    border-bottom: 1px solid var(--line); padding: .4rem 0; }
+  table.stack td { display: block; border: 0; padding: .1rem .2rem; text-align: left; }
+  table.stack td[data-label="queue"], table.stack td[data-label="job"],
+  table.stack td[data-label="schedule"], table.stack td[data-label="payload"],
+  table.stack td[data-label="error"] { flex-basis: 100%; }
   table.stack td[data-label]::before { content: attr(data-label) ": "; color: var(--muted); }
   button, input[type=submit] { min-height: 2.4rem; }
 }

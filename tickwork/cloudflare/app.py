@@ -326,6 +326,12 @@ async def discard_body(request: Any, declared: int | None) -> None:
         log(f"could not discard a refused request's body ({type(error).__name__}: {error})")
 
 
+#: The request headers the API reads: the token and body ones, and the
+#: dashboard's session cookie and same-origin checks.
+_FORWARDED_HEADERS = ("authorization", "content-type", "content-length", "cookie", "origin",
+                      "sec-fetch-site")
+
+
 async def read_request(request: Any, api: JobApi) -> ApiRequest | ApiResponse:
     """The Workers ``Request`` (either SDK) as an ``ApiRequest``, or the refusal
     it gets from its head alone: ``api.refuse_early`` runs before the body is
@@ -334,8 +340,10 @@ async def read_request(request: Any, api: JobApi) -> ApiRequest | ApiResponse:
     method = _method(request)
     url = urlsplit(str(request.url))
     path = url.path or "/"
-    headers = {name: value for name in ("authorization", "content-type", "content-length")
+    headers = {name: value for name in _FORWARDED_HEADERS
                if (value := _header(request, name)) is not None}
+    # The dashboard compares a form's Origin with the host the runtime saw.
+    headers["host"] = url.netloc
     has_body = method not in ("GET", "HEAD")
     declared = headers.get("content-length") if has_body else None
     length = None
@@ -351,11 +359,13 @@ async def read_request(request: Any, api: JobApi) -> ApiRequest | ApiResponse:
         return refused
     # An undeclared or understated body over the limit is refused by api.handle.
     body = await _body(request) if has_body else b""
-    return ApiRequest(method=method, path=path, headers=headers, body=body, query=url.query)
+    return ApiRequest(method=method, path=path, headers=headers, body=body, query=url.query,
+                      scheme=url.scheme or "https")
 
 
 def to_response(answer: ApiResponse) -> Any:
-    """An ``ApiResponse`` as a ``workers.Response``."""
+    """An ``ApiResponse`` as a ``workers.Response``, with every header of the
+    answer (the dashboard's ``set-cookie`` and ``location`` too)."""
     return Response(answer.encoded(), status=answer.status, headers=answer.all_headers())
 
 
