@@ -11,6 +11,7 @@ import hashlib
 import hmac
 import html
 import re
+import time
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
@@ -22,7 +23,16 @@ from tickwork.api.dashboard import COOKIE_NAME, SECURITY_HEADERS
 from tickwork.model.schedules import Schedule, ScheduledJob
 
 HOST = "dash.example"
-SESSION = hmac.new(TOKEN.encode(), b"tickwork dashboard session", hashlib.sha256).hexdigest()
+
+
+def session(expires_s: int) -> str:
+    """A session cookie's value: the expiry and its HMAC under the token."""
+    mac = hmac.new(TOKEN.encode(), b"tickwork dashboard session %d" % expires_s,
+                   hashlib.sha256).hexdigest()
+    return f"{expires_s}.{mac}"
+
+
+SESSION = session(int(time.time()) + 3600)
 CSRF = hmac.new(TOKEN.encode(), b"tickwork dashboard csrf", hashlib.sha256).hexdigest()
 #: What a browser sends with the dashboard's own forms.
 SAME_ORIGIN = {"host": HOST, "origin": f"http://{HOST}", "sec-fetch-site": "same-origin",
@@ -106,8 +116,11 @@ async def test_login_sets_a_derived_session_cookie(api: JobApi) -> None:
     headers = response.all_headers()
     assert headers["location"] == "/v1/dashboard"
     cookie = headers["set-cookie"]
-    assert cookie.startswith(f"{COOKIE_NAME}={SESSION};")
-    assert TOKEN not in cookie
+    value = cookie.split(";")[0].removeprefix(f"{COOKIE_NAME}=")
+    expires = int(value.split(".")[0])
+    assert abs(expires - (time.time() + 12 * 3600)) < 60
+    assert value == session(expires)
+    assert TOKEN not in cookie and "Max-Age=43200" in cookie.split("; ")
     for attribute in ("HttpOnly", "SameSite=Strict", "Path=/v1"):
         assert attribute in cookie.split("; ")
     assert "Secure" not in cookie.split("; ")
@@ -159,7 +172,12 @@ async def test_no_token_configured_fails_closed(owners: Owners) -> None:
 async def test_scope_page_without_a_session_redirects_and_shows_nothing(
         api: JobApi, owners: Owners) -> None:
     await enqueue(api, "acme", a_job())
-    for headers in ({}, {"cookie": f"{COOKIE_NAME}=stale"}, {"cookie": f"{COOKIE_NAME}={TOKEN}"}):
+    expired = session(int(time.time()) - 1)
+    later = int(time.time()) + 7200
+    extended = f"{later}.{SESSION.split('.')[1]}"  # a real MAC on another expiry
+    for headers in ({}, {"cookie": f"{COOKIE_NAME}=stale"}, {"cookie": f"{COOKIE_NAME}={TOKEN}"},
+                    {"cookie": f"{COOKIE_NAME}={expired}"}, {"cookie": f"{COOKIE_NAME}={extended}"},
+                    {"cookie": f"{COOKIE_NAME}=.{SESSION.split('.')[1]}"}):
         response = await get(api, "/v1/owners/acme/dashboard", headers)
         assert response.status == 303
         assert response.all_headers()["location"] == "/v1/dashboard"
@@ -367,3 +385,10 @@ async def test_refuse_early_lets_dashboard_requests_reach_their_own_checks(
 async def test_json_routes_refuse_the_cookie(api: JobApi) -> None:
     response = await call(api, "GET", "/v1/owners/acme/queues", headers=COOKIE)
     assert response.status == 401
+
+
+async def test_rotating_the_token_ends_every_session(owners: Owners) -> None:
+    rotated = JobApi(token=TOKEN + "-rotated", owners=owners)
+    response = await get(rotated, "/v1/owners/acme/dashboard", COOKIE)
+    assert response.status == 303 and response.all_headers()["location"] == "/v1/dashboard"
+    assert "acme" not in owners.runtimes

@@ -21,9 +21,10 @@ Paths (``docs/how-to/use-the-dashboard.md``):
 * ``GET /v1/dashboard/static/dashboard.css`` and ``dashboard.js``: open,
   they hold no data.
 
-Security: the session cookie is HMAC-SHA256(token, "tickwork dashboard
-session"), not the token, so a leaked cookie does not open the JSON API and
-rotating the token ends every session; ``HttpOnly; SameSite=Strict;
+Security: the session cookie is its expiry and HMAC-SHA256(token, "tickwork
+dashboard session <expiry>"), not the token, so a leaked cookie does not
+open the JSON API, ends on its own after ``SESSION_MAX_AGE_S`` and rotating
+the token ends every session; ``HttpOnly; SameSite=Strict;
 Path=/v1``, ``Secure`` over https. The CSRF field is HMAC-SHA256(token,
 "tickwork dashboard csrf"), compared in constant time. Every text from the
 store is escaped; pages carry a strict Content-Security-Policy (no inline
@@ -36,6 +37,7 @@ import hashlib
 import hmac
 import html
 import json
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -147,11 +149,28 @@ class Dashboard:
     scope's ``JobService`` (``JobApi._service``)."""
 
     def __init__(self, token: bytes | None,
-                 service: Callable[[Scope], Awaitable[JobService]]) -> None:
+                 service: Callable[[Scope], Awaitable[JobService]], *,
+                 now_s: Callable[[], float] = time.time) -> None:
         self._token = token
         self._service = service
-        self._session = _derive(token, _SESSION_LABEL) if token else ""
+        self._now_s = now_s
         self._csrf = _derive(token, _CSRF_LABEL) if token else ""
+
+    def session_value(self, expires_s: int) -> str:
+        """The session cookie's value for a session ending at ``expires_s``
+        (epoch seconds): the expiry and its HMAC under the token, so the
+        server, not only the browser, ends a session, and nobody without
+        the token can make or extend one."""
+        assert self._token is not None
+        return f"{expires_s}.{_derive(self._token, _SESSION_LABEL + b' %d' % expires_s)}"
+
+    def _valid_session(self, value: str) -> bool:
+        expires, _, _ = value.partition(".")
+        if not (expires.isascii() and expires.isdigit() and len(expires) <= 12):
+            return False
+        if int(expires) <= self._now_s():
+            return False
+        return hmac.compare_digest(value.encode(), self.session_value(int(expires)).encode())
 
     async def handle(self, route: DashboardRoute, request: ApiRequest) -> Answer:
         """The answer to ``request`` on ``route``; refusals are HTML pages."""
@@ -205,8 +224,7 @@ class Dashboard:
                 raise ApiError(401, "unauthorized", "wrong bearer token")
             return True
         cookie = _cookie_value(request.headers.get("cookie", ""))
-        return cookie is not None and hmac.compare_digest(cookie.encode(),
-                                                          self._session.encode())
+        return cookie is not None and self._valid_session(cookie)
 
     def _login(self, request: ApiRequest) -> Answer:
         assert self._token is not None
@@ -216,8 +234,10 @@ class Dashboard:
         # Constant time in the token's content; only its length may leak.
         if not presented or not hmac.compare_digest(presented.encode(), self._token):
             return _page(401, "Log in", _login_form("Wrong token."))
+        expires = int(self._now_s()) + SESSION_MAX_AGE_S
         return _redirect(LOGIN_PATH, {
-            "set-cookie": _cookie(self._session, SESSION_MAX_AGE_S, request.scheme)})
+            "set-cookie": _cookie(self.session_value(expires), SESSION_MAX_AGE_S,
+                                  request.scheme)})
 
     def _open(self, request: ApiRequest) -> Answer:
         query = dict(parse_qsl(request.query, max_num_fields=5))
