@@ -244,6 +244,15 @@ async def test_hostile_text_is_escaped_everywhere(api: JobApi, owners: Owners) -
         in page
 
 
+async def test_a_malformed_query_is_no_failure(api: JobApi) -> None:
+    many = "&".join(f"p{n}=1" for n in range(20))
+    for query in (many, "subject=%ff", "did=cancel&result=recorded&subject=%ff"):
+        response = await get(api, "/v1/owners/acme/dashboard", COOKIE, query=query)
+        assert response.status == 200 and 'class="flash"' not in text(response)
+    refused = await get(api, "/v1/dashboard/open", query=many)
+    assert refused.status == 400 and "query" in text(refused)
+
+
 async def test_flash_wording_is_fixed(api: JobApi) -> None:
     query = urlencode({"did": "Your token expired; visit evil.example", "result": "recorded",
                        "subject": "x"})

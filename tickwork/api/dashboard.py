@@ -240,7 +240,9 @@ class Dashboard:
                                   request.scheme)})
 
     def _open(self, request: ApiRequest) -> Answer:
-        query = dict(parse_qsl(request.query, max_num_fields=5))
+        query = _query_fields(request.query)
+        if query is None:
+            raise ApiError(400, "invalid_argument", "query: is malformed", "query")
         owner = query.get("owner", "").strip()
         if query.get("scope") == "shared":
             return _redirect(scope_path(("shared", None)))
@@ -553,7 +555,7 @@ def _error_summary(job: JobRecord) -> str:
 def _flash(query: str) -> str:
     """The message of the action just done (from the redirect's query):
     fixed wording, only the subject comes from the query (escaped)."""
-    found = dict(parse_qsl(query, max_num_fields=5))
+    found = _query_fields(query) or {}
     done = _DONE.get(found.get("did", ""))
     result = _RESULTS.get(found.get("result", ""))
     if done is None or result is None:
@@ -561,6 +563,14 @@ def _flash(query: str) -> str:
     subject = _clip(found.get("subject", ""), 200)
     return (f'<p class="flash" role="status">{_e(done)} <span class="id">{_e(subject)}</span>: '
             f"{_e(result)}</p>")
+
+
+def _query_fields(query: str) -> dict[str, str] | None:
+    """A page's few query parameters; None when the query is malformed."""
+    try:
+        return dict(parse_qsl(query, max_num_fields=5, errors="strict"))
+    except (ValueError, UnicodeDecodeError):
+        return None
 
 
 def _login_form(message: str) -> str:
