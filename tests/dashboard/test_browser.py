@@ -160,9 +160,10 @@ def test_dashboard_in_chromium(server: Serve, context: Any) -> None:
     assert reports.locator('td[data-label="due later"]').inner_text() == "1"
     exports = page.locator('#queues tr[data-queue="exports"]')
     assert exports.locator('td[data-label="running"]').inner_text() == "1"
-    head = page.locator('.queue[data-queue="mail"] tr[data-job="welcome-ada"]')
+    head = page.locator('.queue[data-queue="mail"] [data-list="head"] tr[data-job="welcome-ada"]')
     assert SECRET in head.locator(".payload").inner_text()
-    dead = page.locator('.queue[data-queue="reports"] tr[data-job="report-2026-11"]').first
+    dead = page.locator('.queue[data-queue="reports"] [data-list="dead"] '
+                        'tr[data-job="report-2026-11"]')
     assert "upstream returned 503" in dead.inner_text()
     assert "0 3 * * *" in page.locator('tr[data-schedule="nightly-digest"]').inner_text()
     # The script ran under the page's CSP: times read as relative ones.
@@ -200,8 +201,8 @@ def test_dashboard_in_chromium(server: Serve, context: Any) -> None:
     # Cancel the running job (the head of its queue): its executor is aborted.
     page.once("dialog", lambda dialog: dialog.accept())
     with page.expect_navigation():
-        page.locator('.queue[data-queue="exports"] tr[data-job="export-large"]').first.locator(
-            "button:has-text('Cancel')").click()
+        page.locator('.queue[data-queue="exports"] [data-list="head"] '
+                     'tr[data-job="export-large"] button:has-text("Cancel")').click()
     assert Client(server.url).settled(OWNER, "export-large")["outcome"] == "cancelled"
     # Resume the mail queue: the cancelled job settles cancelled, the other completes.
     with page.expect_navigation():

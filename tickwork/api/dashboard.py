@@ -369,36 +369,42 @@ class Dashboard:
     async def _queue_jobs(self, scope: Scope, service: JobService, status: QueueStatus) -> str:
         queue = status.queue
         badge = ' <span class="badge paused">paused</span>' if status.paused else ""
-        parts = [f'<div class="queue" id="queue-{_anchor(queue)}" data-queue="{_e(queue)}">'
-                 f'<h3><span class="id">{_e(queue)}</span>{badge}</h3>']
         head = await service.read_queue_head(queue)
-        parts.append("<h3>Head</h3>")
-        parts.append(self._jobs_table(scope, [head] if head else [], "no job is ready"))
+        lists = [("head", "Head", self._jobs_table(scope, [head] if head else []))]
         lister = getattr(service, "list_jobs", None)
         if lister is not None:
             queued = await lister(queue, None, "queued", None, "oldest", JOBS_PER_LIST, None)
             running = await lister(queue, None, "running", None, "oldest", JOBS_PER_LIST, None)
             failed = await lister(queue, None, "settled", "failed", "newest", JOBS_PER_LIST,
                                   None)
-            parts.append("<h3>Queued and due later</h3>")
-            parts.append(self._jobs_table(scope, queued.jobs, "none"))
-            parts.append("<h3>Running</h3>")
-            parts.append(self._jobs_table(scope, running.jobs, "none"))
+            # The head is shown above; each list holds the others.
+            shown = head.job_id if head else None
+            lists.append(("queued", "Queued and due later", self._jobs_table(
+                scope, [job for job in queued.jobs if job.job_id != shown])))
+            lists.append(("running", "Running", self._jobs_table(
+                scope, [job for job in running.jobs if job.job_id != shown])))
             failures = list(failed.jobs)
-        else:
-            failures = []
         dead = await service.dead_letters(queue, JOBS_PER_LIST, None)
         if lister is None:
             # Without job listings the dead letters carry the recent failures.
             failures = [job for job in dead.jobs if job.outcome == "failed"]
-        parts.append("<h3>Recent failures</h3>")
-        parts.append(self._settled_table(scope, failures, "none", redrive=False))
-        parts.append("<h3>Dead letters</h3>")
-        parts.append(self._settled_table(scope, dead.jobs, "none", redrive=True))
+        lists.append(("failures", "Recent failures",
+                      self._settled_table(scope, failures, redrive=False)))
+        lists.append(("dead", "Dead letters", self._settled_table(scope, dead.jobs, redrive=True)))
+        parts = [f'<div class="queue" id="queue-{_anchor(queue)}" data-queue="{_e(queue)}">'
+                 f'<h3><span class="id">{_e(queue)}</span>{badge}</h3>']
+        parts += [f'<div class="list" data-list="{name}"><h3>{_e(title)}</h3>{table}</div>'
+                  for name, title, table in lists if table]
+        # Empty lists take one line between them, not a heading each.
+        empty = [title.lower() for _, title, table in lists if not table]
+        if empty:
+            parts.append(f'<p class="muted">Empty: {_e(", ".join(empty))}.</p>'
+                         if len(empty) < len(lists) else '<p class="muted">No job to list.</p>')
         parts.append("</div>")
         return "".join(parts)
 
-    def _jobs_table(self, scope: Scope, jobs: Iterable[JobRecord], empty: str) -> str:
+    def _jobs_table(self, scope: Scope, jobs: Iterable[JobRecord]) -> str:
+        """The jobs as a table ("" for none)."""
         rows = []
         for job in jobs:
             due = _time(job.due_at) if job.due_at is not None else ""
@@ -415,14 +421,15 @@ class Dashboard:
                 f'<td data-label="payload"><code class="payload">{_e(_excerpt(job.payload))}'
                 f"</code></td><td>{cancel}</td></tr>")
         if not rows:
-            return f'<p class="muted">{_e(empty)}</p>'
+            return ""
         return ('<div class="scroll"><table class="stack"><thead><tr><th>job</th><th>lane</th>'
                 '<th>state</th><th class="num">attempt</th><th>enqueued</th><th>due</th>'
                 f'<th>payload</th><th></th></tr></thead><tbody>{"".join(rows)}</tbody></table>'
                 "</div>")
 
-    def _settled_table(self, scope: Scope, jobs: Iterable[JobRecord], empty: str, *,
+    def _settled_table(self, scope: Scope, jobs: Iterable[JobRecord], *,
                        redrive: bool) -> str:
+        """Settled jobs with their errors as a table ("" for none)."""
         rows = []
         for job in jobs:
             action = ""
@@ -441,7 +448,7 @@ class Dashboard:
                 f'<td data-label="payload"><code class="payload">{_e(_excerpt(job.payload))}'
                 f"</code></td><td>{action}</td></tr>")
         if not rows:
-            return f'<p class="muted">{_e(empty)}</p>'
+            return ""
         return ('<div class="scroll"><table class="stack"><thead><tr><th>job</th>'
                 '<th>outcome</th><th>settled</th><th>error</th><th>payload</th><th></th>'
                 f'</tr></thead><tbody>{"".join(rows)}</tbody></table></div>')
