@@ -401,3 +401,23 @@ async def test_rotating_the_token_ends_every_session(owners: Owners) -> None:
     response = await get(rotated, "/v1/owners/acme/dashboard", COOKIE)
     assert response.status == 303 and response.all_headers()["location"] == "/v1/dashboard"
     assert "acme" not in owners.runtimes
+
+
+def test_an_error_summary_is_escaped_and_its_traceback_folded() -> None:
+    # Records carry ``error`` (type, message, traceback) once error summaries
+    # are stored; the renderer reads whatever record has one.
+    from types import SimpleNamespace
+
+    from tickwork.api.dashboard import _error_summary
+
+    record: Any = SimpleNamespace(
+        failure_reason="execution_failed",
+        error=SimpleNamespace(type="ValueError<x>", message=HOSTILE,
+                              traceback="Traceback:\n  File \"<stdin>\"\n" + HOSTILE))
+    rendered = _error_summary(record)
+    assert "<script>" not in rendered and "<x>" not in rendered and '"<stdin>"' not in rendered
+    assert "<strong>ValueError&lt;x&gt;</strong>: " + html.escape(HOSTILE) in rendered
+    assert "<details><summary>traceback</summary><pre>Traceback:\n" in rendered
+    assert "<code>execution_failed</code>" in rendered
+    nothing: Any = SimpleNamespace(failure_reason=None, error=None)
+    assert _error_summary(nothing) == ""
