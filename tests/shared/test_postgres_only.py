@@ -357,10 +357,11 @@ async def test_a_database_without_0004_is_refused_then_upgraded_with_its_rows(
                 before = await (await conn.execute(
                     "SELECT * FROM tickwork_jobs ORDER BY sequence")).fetchall()
             runtime = _runtime(pool)
-            with pytest.raises(SchemaError, match=r"version 3, this package needs 7: apply "
+            with pytest.raises(SchemaError, match=r"version 3, this package needs 8: apply "
                                                   r"0004_due_times\.sql, 0005_paused_queues"
                                                   r"\.sql, 0006_retries\.sql, 0007_schedules"
-                                                  r"\.sql from schema/postgres"):
+                                                  r"\.sql, 0008_error_summaries\.sql "
+                                                  r"from schema/postgres"):
                 await runtime.ingest(job("a"))
             assert await _count(pool) == 2
             async with pool.connection() as conn:

@@ -5,12 +5,17 @@ by the rules of ``lifecycle``. If the tick itself is cancelled while the
 executor runs (host shutdown), the executor is told to stop through its
 signal, the interruption is recorded, and the caller re-raises it after
 settling.
+
+An executor that raises is logged here, once per raise, on the
+``tickwork.execution`` logger (level ERROR, with the traceback), naming the
+job: a settlement written twice (a retried statement) logs nothing more.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -19,6 +24,8 @@ from tickwork.model.jobs import JobRecord
 from tickwork.model.signals import AbortSignal
 
 SignalT = TypeVar("SignalT", bound=AbortSignal)
+
+logger = logging.getLogger("tickwork.execution")
 
 
 async def run_executor(
@@ -35,4 +42,9 @@ async def run_executor(
         signal._abort(lifecycle.ABORT_INTERRUPTED)
         return lifecycle.settlement_for_exception(error), error
     except Exception as error:
-        return lifecycle.settlement_for_exception(error), None
+        settlement = lifecycle.settlement_for_exception(error)
+        summary = settlement.error
+        logger.error("job %s (queue %s) attempt %d raised %s: %s", job.job_id, job.queue,
+                     job.attempt, summary.type if summary else type(error).__name__,
+                     summary.message if summary else "", exc_info=error)
+        return settlement, None
