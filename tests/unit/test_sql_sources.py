@@ -14,10 +14,10 @@ from tickwork.stores import owner_local
 from tickwork.stores.d1 import store as d1_store
 from tickwork.stores.owner_schema import (
     DUE_TIMES_SQL,
+    ERROR_SUMMARIES_SQL,
     PAUSED_QUEUES_SQL,
     RETRIES_SQL,
     SCHEDULES_SQL,
-    ERROR_SUMMARIES_SQL,
     SCHEMA_SQL,
     SCHEMA_STATEMENTS,
     UPGRADES,

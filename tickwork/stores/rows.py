@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from operator import itemgetter
 from typing import Any, Final, cast
 
+from tickwork.model.failures import summary_from_json
 from tickwork.model.jobs import (
     JobRecord,
     JobState,
@@ -27,7 +28,6 @@ from tickwork.model.jobs import (
     history_from_json,
     retry_from_json,
 )
-from tickwork.model.failures import summary_from_json
 from tickwork.model.schedules import StoredSchedule
 
 #: The columns of a job, in ``JobRecord`` field order (payload_json decodes

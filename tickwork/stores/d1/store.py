@@ -207,14 +207,16 @@ class D1Store:
     ) -> JobRecord | None:
         return await self._one_job(
             SETTLE_EXPIRED,
-            (settlement.outcome, settlement.failure_reason, settlement.error_json, now, sequence, token))
+            (settlement.outcome, settlement.failure_reason, settlement.error_json, now,
+             sequence, token))
 
     async def settle(
         self, sequence: int, token: str, settlement: Settlement, now: int | None,
         *, cancelled: bool,
     ) -> bool:
         statement = SETTLE_CANCELLED if cancelled else SETTLE
-        values = (settlement.outcome, settlement.failure_reason, settlement.error_json, now, sequence, token)
+        values = (settlement.outcome, settlement.failure_reason, settlement.error_json, now,
+                  sequence, token)
         return bool(await self.d1.query(statement.text, values))
 
     async def settle_and_claim(
@@ -224,8 +226,8 @@ class D1Store:
         # One batch: the settlement, due jobs into the ready set, then the
         # next claim, in one round trip.
         settled, _, claimed = await self.d1.batch(
-            [(SETTLE.text, (settlement.outcome, settlement.failure_reason, settlement.error_json, now,
-                            sequence, token)),
+            [(SETTLE.text, (settlement.outcome, settlement.failure_reason,
+                            settlement.error_json, now, sequence, token)),
              _promote(now),
              (CLAIM_IF_CLEAR.text, (next_token, now, lease_ms))],
             [_names(SETTLE), None, _names(CLAIM_IF_CLEAR)],
@@ -282,8 +284,9 @@ class D1Store:
         self, sequence: int, token: str, settlement: Settlement, delay_ms: int,
         now: int | None,
     ) -> JobRecord | None:
-        return await self._one_job(RETRY_CLAIM, (now, delay_ms, settlement.error_json, settlement.outcome,
-                                                 settlement.failure_reason, settlement.error_line, sequence, token))
+        return await self._one_job(RETRY_CLAIM, (
+            now, delay_ms, settlement.error_json, settlement.outcome,
+            settlement.failure_reason, settlement.error_line, sequence, token))
 
     async def dead_letters(
         self, queue: str, before: tuple[int, int], limit: int
