@@ -308,9 +308,9 @@ async def test_a_database_without_0004_is_refused_then_upgraded_with_its_rows(db
             await db.prepare(statement).run()
     after = await D1Binding(db).query(
         "SELECT * FROM tickwork_jobs ORDER BY sequence")
-    # New columns NULL (due at once, no retry policy, no history), and every
-    # job on its first attempt.
-    assert [(*row, None, None, None, None, 1, None) for row in before] == after
+    # New columns NULL (due at once, no retry policy, no history, no error
+    # kept), and every job on its first attempt.
+    assert [(*row, None, None, None, None, 1, None, None) for row in before] == after
     assert await runtime.ingest(job("old-queued", payload={"n": 1})) == "duplicate"
     assert await runtime.ingest(job("later", delay_ms=60_000)) == "queued"
     result = await runtime.tick()
