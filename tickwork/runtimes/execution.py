@@ -8,7 +8,8 @@ settling.
 
 An executor that raises is logged here, once per raise, on the
 ``tickwork.execution`` logger (level ERROR, with the traceback), naming the
-job: a settlement written twice (a retried statement) logs nothing more.
+job; writing its settlement (however often a store retries that) logs
+nothing more.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ async def run_executor(
     except Exception as error:
         settlement = lifecycle.settlement_for_exception(error)
         summary = settlement.error
+        assert summary is not None  # every raise that is no interruption has one
         logger.error("job %s (queue %s) attempt %d raised %s: %s", job.job_id, job.queue,
-                     job.attempt, summary.type if summary else type(error).__name__,
-                     summary.message if summary else "", exc_info=error)
+                     job.attempt, summary.type, summary.message, exc_info=error)
         return settlement, None
