@@ -161,7 +161,7 @@ async def _history(dsn: str, settled_rows: int, jobs: int) -> list[str]:
             (jobs,))
         await conn.execute("VACUUM ANALYZE tickwork_jobs")
         plan = await _nested_plans(conn, sql.SETTLE_THEN_CLAIM, {
-            "sequences": [], "settle_tokens": [], "outcomes": [], "reasons": [],
+            "sequences": [], "settle_tokens": [], "outcomes": [], "reasons": [], "errors": [],
             "claim_tokens": ["t1"], "lease_ms": 1000, "scan": 36, "now": None})
         full = await timed_ticks()
     scans = sorted({line.strip().removeprefix("->").strip().split("  (")[0]

@@ -30,6 +30,13 @@ from tickwork.model.errors import (
     SchemaError,
     TickworkError,
 )
+from tickwork.model.failures import (
+    MAX_ERROR_MESSAGE,
+    MAX_ERROR_TRACEBACK,
+    MAX_ERROR_TYPE,
+    ErrorSummary,
+    summarize_exception,
+)
 from tickwork.model.jobs import Attempt, Job, JobRecord, Recovery, Retry
 from tickwork.model.outcomes import (
     Cancelled,
@@ -61,6 +68,9 @@ from tickwork.stores.sqlite3_database import Sqlite3Database
 __all__ = [
     "DEFAULT_LEASE_MS",
     "DEFAULT_RENEW_EVERY_MS",
+    "MAX_ERROR_MESSAGE",
+    "MAX_ERROR_TRACEBACK",
+    "MAX_ERROR_TYPE",
     "AbortSignal",
     "Attempt",
     "CancelResult",
@@ -71,6 +81,7 @@ __all__ = [
     "DatabaseUnusable",
     "DeadLetters",
     "DurableObjectDatabase",
+    "ErrorSummary",
     "ExecutionResult",
     "FailLaneResult",
     "Failed",
@@ -103,4 +114,5 @@ __all__ = [
     "TransactionalJobs",
     "purge_d1_queues",
     "purge_postgres_queues",
+    "summarize_exception",
 ]

@@ -549,3 +549,40 @@ async def test_bad_schedules_are_refused_by_name_and_store_nothing(
     assert answer.status == 400
     assert answer.body["error"]["field"] == field
     assert "acme" not in owners.runtimes or owners.runtimes["acme"].schedules() == []
+
+
+async def test_a_raising_job_reads_back_with_its_error_and_the_client_decodes_it(
+        api: JobApi, owners: Owners) -> None:
+    from tickwork import Retry
+    from tickwork.api.operations import BY_NAME
+    from tickwork.client import HttpAnswer
+    from tickwork.client.core import result_of
+
+    retried = {"job_id": "r", "queue": "q", "payload": {"do": "fail_until", "raise": True},
+               "retry": {"attempts": 2, "base_delay_ms": 0}}
+    await call(api, "POST", "/v1/owners/acme/jobs", {"jobs": [retried]})
+    runtime = owners.runtimes["acme"]
+    while (await runtime.tick()).status != "idle":
+        pass
+    read = await call(api, "GET", "/v1/owners/acme/jobs/r")
+    body = read.body["job"]
+    error = body["error"]
+    assert set(error) == {"type", "message", "traceback"}
+    assert (error["type"], error["message"]) == ("RuntimeError", "attempt 2 exploded")
+    assert error["traceback"].endswith("RuntimeError: attempt 2 exploded\n")
+    assert [entry["error"] for entry in body["history"]] == ["RuntimeError: attempt 1 exploded"]
+    # The client turns that body back into the very record the runtime reads.
+    decoded = result_of(BY_NAME["read"], HttpAnswer(200, {}, json.dumps(read.body).encode()))
+    assert decoded == runtime.read("r")
+    assert decoded.retry == Retry(2, base_delay_ms=0)
+    # A job that raised nothing carries null, and a body from an older server
+    # (no "error" anywhere) decodes as no error.
+    await call(api, "POST", "/v1/owners/acme/jobs", {"jobs": [a_job("fine")]})
+    fine = await call(api, "GET", "/v1/owners/acme/jobs/fine")
+    assert fine.body["job"]["error"] is None
+    old = dict(body, error=None, history=[
+        {key: value for key, value in entry.items() if key != "error"}
+        for entry in body["history"]])
+    del old["error"]
+    decoded = result_of(BY_NAME["read"], HttpAnswer(200, {}, json.dumps({"job": old}).encode()))
+    assert decoded.error is None and decoded.history[0].error is None

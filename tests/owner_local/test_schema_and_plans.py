@@ -76,14 +76,15 @@ async def test_a_version_1_database_is_upgraded_in_place_with_its_rows(harness: 
     before = _version_1_database(harness)
     runtime = harness.runtime()
     assert harness.host_query(
-        "SELECT value FROM tickwork_meta WHERE key = 'schema_version'") == [("5",)]
+        "SELECT value FROM tickwork_meta WHERE key = 'schema_version'") == [("6",)]
     after = harness.host_query("SELECT * FROM tickwork_jobs ORDER BY sequence")
     # Every value kept; the new columns (run_at, delay_ms, due_at; retry_json,
-    # attempt, history_json) say "due at once, first attempt, no retry
-    # policy, no history", as every job of version 1 was.
-    assert after == [(*tuple(row), None, None, None, None, 1, None) for row in before]
+    # attempt, history_json; error_json) say "due at once, first attempt, no
+    # retry policy, no history, no error kept", as every job of version 1 was.
+    assert after == [(*tuple(row), None, None, None, None, 1, None, None) for row in before]
     settled = runtime.read("settled")
     assert settled is not None and (settled.outcome, settled.failure_reason) == ("failed", "boom")
+    assert settled.error is None
     # A replay of a version 1 job is still a duplicate (its cargo is unchanged).
     assert runtime.ingest(job("waiting", lane="lane", priority=3, payload={"n": 1})) == \
         "duplicate"

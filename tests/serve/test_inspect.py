@@ -136,3 +136,24 @@ def test_a_retried_job_shows_its_attempts(server: Serve,
     fields = dict(line.split("  ", 1) for line in out.splitlines())
     assert fields["attempt"].strip() == "2 of 2", out
     assert fields["attempt 1"].strip().startswith("failed (no_executor) at "), out
+
+
+def test_a_job_whose_executor_raised_shows_its_error(server: Serve,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    client = server.client()
+    raising = {"job_id": "raise-1", "queue": "raising", "payload": {"kind": "raise"},
+               "retry": {"attempts": 2, "base_delay_ms": 0}}
+    client.enqueue("inspect errors", raising)
+    client.settled("inspect errors", "raise-1")
+    code, out, _ = inspect(capsys, "--url", server.url, "--token", TOKEN,
+                           "--owner", "inspect errors", "--job", "raise-1")
+    assert code == 0
+    table, _, traceback = out.partition("\ntraceback\n")
+    fields = dict(line.split("  ", 1) for line in table.splitlines())
+    assert fields["state"].strip() == "settled: failed (execution_failed)", out
+    assert fields["error"].strip() == "RuntimeError: the test executor raised", out
+    assert fields["attempt 1"].strip().endswith(
+        ", raised RuntimeError: the test executor raised"), out
+    lines = traceback.rstrip("\n").split("\n")
+    assert lines[0] == "  Traceback (most recent call last):", out
+    assert lines[-1] == "  RuntimeError: the test executor raised", out

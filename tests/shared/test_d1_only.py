@@ -297,10 +297,10 @@ async def test_a_database_without_0004_is_refused_then_upgraded_with_its_rows(db
     await db.prepare(OLD_ROWS).run()
     before = await D1Binding(db).query("SELECT * FROM tickwork_jobs ORDER BY sequence")
     runtime = D1Runtime(db, execute=_complete, wake=CountingWake())
-    with pytest.raises(SchemaError, match=r"version 3, this package needs 7: "
+    with pytest.raises(SchemaError, match=r"version 3, this package needs 8: "
                                           r"apply 0004_due_times\.sql, 0005_paused_queues\.sql, "
-                                          r"0006_retries\.sql, 0007_schedules\.sql "
-                                          r"from schema/d1"):
+                                          r"0006_retries\.sql, 0007_schedules\.sql, "
+                                          r"0008_error_summaries\.sql from schema/d1"):
         await runtime.ingest(job("a"))
     assert await _count(db) == 2
     for migration in migrations("d1")[3:]:
@@ -308,9 +308,9 @@ async def test_a_database_without_0004_is_refused_then_upgraded_with_its_rows(db
             await db.prepare(statement).run()
     after = await D1Binding(db).query(
         "SELECT * FROM tickwork_jobs ORDER BY sequence")
-    # New columns NULL (due at once, no retry policy, no history), and every
-    # job on its first attempt.
-    assert [(*row, None, None, None, None, 1, None) for row in before] == after
+    # New columns NULL (due at once, no retry policy, no history, no error
+    # kept), and every job on its first attempt.
+    assert [(*row, None, None, None, None, 1, None, None) for row in before] == after
     assert await runtime.ingest(job("old-queued", payload={"n": 1})) == "duplicate"
     assert await runtime.ingest(job("later", delay_ms=60_000)) == "queued"
     result = await runtime.tick()

@@ -205,8 +205,8 @@ async def test_claims_use_indexes_at_many_settled_rows(pool: Pool) -> None:
         for statement, params in (
             (sql.SETTLE_THEN_CLAIM, {
                 "sequences": [1], "settle_tokens": ["t"], "outcomes": ["completed"],
-                "reasons": [None], "claim_tokens": ["t1", "t2"], "lease_ms": 1000,
-                "scan": 40, "now": None}),
+                "reasons": [None], "errors": [None], "claim_tokens": ["t1", "t2"],
+                "lease_ms": 1000, "scan": 40, "now": None}),
             (sql.CLAIM_ONE, {"token": "t3", "lease_ms": 1000, "now": None}),
             (sql.PROBE, {"now": None}),
             (sql.RENEW, {"sequence": 1, "token": "t", "lease_ms": 5, "now": None}),
@@ -357,10 +357,11 @@ async def test_a_database_without_0004_is_refused_then_upgraded_with_its_rows(
                 before = await (await conn.execute(
                     "SELECT * FROM tickwork_jobs ORDER BY sequence")).fetchall()
             runtime = _runtime(pool)
-            with pytest.raises(SchemaError, match=r"version 3, this package needs 7: apply "
+            with pytest.raises(SchemaError, match=r"version 3, this package needs 8: apply "
                                                   r"0004_due_times\.sql, 0005_paused_queues"
                                                   r"\.sql, 0006_retries\.sql, 0007_schedules"
-                                                  r"\.sql from schema/postgres"):
+                                                  r"\.sql, 0008_error_summaries\.sql "
+                                                  r"from schema/postgres"):
                 await runtime.ingest(job("a"))
             assert await _count(pool) == 2
             async with pool.connection() as conn:
@@ -369,9 +370,9 @@ async def test_a_database_without_0004_is_refused_then_upgraded_with_its_rows(
                 await conn.commit()
                 after = await (await conn.execute(
                     "SELECT * FROM tickwork_jobs ORDER BY sequence")).fetchall()
-            # New columns NULL (due at once, no retry policy, no history), and
-            # every job on its first attempt.
-            assert [(*row, None, None, None, None, 1, None) for row in before] == after
+            # New columns NULL (due at once, no retry policy, no history, no
+            # error kept), and every job on its first attempt.
+            assert [(*row, None, None, None, None, 1, None, None) for row in before] == after
             assert await runtime.ingest(job("old-queued", payload={"n": 1})) == "duplicate"
             assert await runtime.ingest(job("later", delay_ms=60_000)) == "queued"
             result = await runtime.tick()

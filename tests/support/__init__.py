@@ -110,10 +110,11 @@ class ScriptedExecutor:
             if action in IMMEDIATE_ACTIONS:
                 return immediate_result(action, payload)
             if action == "fail_until":
-                # Fails (or, with "raise", raises) until attempt "succeed_on".
+                # Fails (or, with "raise", raises; with "raise_before", raises
+                # on the attempts before that one) until attempt "succeed_on".
                 if job.attempt >= payload.get("succeed_on", 1_000_000):
                     return Completed()
-                if payload.get("raise"):
+                if payload.get("raise") or job.attempt < payload.get("raise_before", 0):
                     raise RuntimeError(f"attempt {job.attempt} exploded")
                 return Failed(f"attempt-{job.attempt}", payload.get("retry_after_ms"))
             if action == "block":

@@ -7,7 +7,17 @@ from typing import Any
 
 import pytest
 
-from tickwork import Cancelled, Completed, Failed, JobRecord, OutcomeUnknown, Recovery, lifecycle
+from tickwork import (
+    Cancelled,
+    Completed,
+    ErrorSummary,
+    Failed,
+    JobRecord,
+    OutcomeUnknown,
+    Recovery,
+    lifecycle,
+    summarize_exception,
+)
 from tickwork.lifecycle import Settlement
 from tickwork.model.jobs import JobState, Outcome
 
@@ -175,20 +185,35 @@ def test_settlement_for_result(result: object, expected: Settlement) -> None:
     "result", [None, "done", True, 0, {"outcome": "completed"}, Completed, [Completed()]]
 )
 def test_settlement_for_a_non_outcome_is_invalid_outcome(result: Any) -> None:
-    assert lifecycle.settlement_for_result(result) == Settlement("failed", "invalid_outcome")
+    settlement = lifecycle.settlement_for_result(result)
+    assert (settlement.outcome, settlement.failure_reason) == ("failed", "invalid_outcome")
+    # What was returned, named as a TypeError; nothing was raised, so no traceback.
+    assert settlement.error == ErrorSummary(
+        "TypeError", f"the executor returned {type(result).__qualname__}, not an outcome "
+        "(Completed, Failed, Cancelled or OutcomeUnknown)", "")
 
 
 @pytest.mark.parametrize(
     "error", [RuntimeError("boom"), ValueError(), KeyboardInterrupt(), Exception("x")]
 )
 def test_settlement_for_an_exception_is_execution_failed(error: BaseException) -> None:
-    assert lifecycle.settlement_for_exception(error) == Settlement("failed", "execution_failed")
+    assert lifecycle.settlement_for_exception(error) == Settlement(
+        "failed", "execution_failed", error=summarize_exception(error))
+    assert lifecycle.settlement_for_exception(error).error == ErrorSummary(
+        type(error).__name__, str(error), f"{type(error).__name__}: {error}\n"
+        if str(error) else f"{type(error).__name__}\n")
 
 
 def test_settlement_for_an_interruption_is_execution_interrupted() -> None:
     assert lifecycle.settlement_for_exception(asyncio.CancelledError()) == Settlement(
         "failed", "execution_interrupted"
     )
+
+
+def test_a_raise_under_cancellation_settles_cancelled_with_its_error() -> None:
+    raised = lifecycle.settlement_for_exception(ValueError("late"))
+    assert lifecycle.settlement_under_cancellation(raised) == Settlement(
+        "cancelled", error=ErrorSummary("ValueError", "late", "ValueError: late\n"))
 
 
 def test_a_completion_under_cancellation_settles_cancelled_and_says_so() -> None:

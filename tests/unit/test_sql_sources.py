@@ -14,6 +14,7 @@ from tickwork.stores import owner_local
 from tickwork.stores.d1 import store as d1_store
 from tickwork.stores.owner_schema import (
     DUE_TIMES_SQL,
+    ERROR_SUMMARIES_SQL,
     PAUSED_QUEUES_SQL,
     RETRIES_SQL,
     SCHEDULES_SQL,
@@ -123,14 +124,16 @@ def test_the_owner_local_ddl_is_the_schema_file() -> None:
     assert (folder / "0003_paused_queues.sql").read_text() == PAUSED_QUEUES_SQL
     assert (folder / "0004_retries.sql").read_text() == RETRIES_SQL
     assert (folder / "0005_schedules.sql").read_text() == SCHEDULES_SQL
+    assert (folder / "0006_error_summaries.sql").read_text() == ERROR_SUMMARIES_SQL
     assert sorted(path.name for path in folder.iterdir()) == [
         "0001_tickwork_jobs.sql", "0002_due_times.sql", "0003_paused_queues.sql",
-        "0004_retries.sql", "0005_schedules.sql"]
+        "0004_retries.sql", "0005_schedules.sql", "0006_error_summaries.sql"]
     assert list(SCHEMA_STATEMENTS) == split_statements(SCHEMA_SQL)
     assert list(UPGRADES[1]) == split_statements(DUE_TIMES_SQL)
     assert list(UPGRADES[2]) == split_statements(PAUSED_QUEUES_SQL)
     assert list(UPGRADES[3]) == split_statements(RETRIES_SQL)
     assert list(UPGRADES[4]) == split_statements(SCHEDULES_SQL)
+    assert list(UPGRADES[5]) == split_statements(ERROR_SUMMARIES_SQL)
 
 
 def _objects(statements: list[str]) -> dict[str, str]:

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tickwork.model.errors import IngestConflict, InvalidArgument, InvalidJob, TickworkError
+from tickwork.model.failures import summary_from_value, summary_to_value
 from tickwork.model.jobs import MAX_INGEST_BATCH, Attempt, Job, JobRecord, Recovery, Retry
 from tickwork.model.outcomes import (
     CancelResult,
@@ -276,13 +277,14 @@ def record_to_wire(job: JobRecord) -> dict[str, Any]:
         "due_at": job.due_at,
         "attempt": job.attempt,
         "history": [_attempt_to_wire(entry) for entry in job.history],
+        "error": None if job.error is None else summary_to_value(job.error),
     }
 
 
 def _attempt_to_wire(entry: Attempt) -> dict[str, Any]:
     return {"attempt": entry.attempt, "outcome": entry.outcome,
             "failure_reason": entry.failure_reason, "started_at": entry.started_at,
-            "ended_at": entry.ended_at, "redrive_id": entry.redrive_id}
+            "ended_at": entry.ended_at, "redrive_id": entry.redrive_id, "error": entry.error}
 
 
 def record_from_wire(value: Mapping[str, Any]) -> JobRecord:
@@ -310,8 +312,9 @@ def record_from_wire(value: Mapping[str, Any]) -> JobRecord:
         attempt=value.get("attempt", 1),
         history=tuple(Attempt(entry["attempt"], entry["outcome"], entry.get("failure_reason"),
                               entry.get("started_at"), entry["ended_at"],
-                              entry.get("redrive_id"))
+                              entry.get("redrive_id"), entry.get("error"))
                       for entry in value.get("history", ())),
+        error=summary_from_value(value.get("error")),
     )
 
 

@@ -14,6 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
+from tickwork.model.failures import (
+    MAX_ERROR_MESSAGE,
+    ErrorSummary,
+    clean_text,
+    summarize_exception,
+    summary_to_json,
+)
 from tickwork.model.jobs import JobRecord, Outcome, Retry
 from tickwork.model.outcomes import (
     Cancelled,
@@ -55,6 +62,19 @@ class Settlement:
     failure_reason: str | None = None
     #: The executor's own delay before a retry (``Failed.retry_after_ms``).
     retry_after_ms: int | None = None
+    #: What the executor raised (or, for ``invalid_outcome``, what it
+    #: returned instead of an outcome); None when it reported an outcome.
+    error: ErrorSummary | None = None
+
+    @property
+    def error_json(self) -> str | None:
+        """``error`` as the ``error_json`` column stores it."""
+        return None if self.error is None else summary_to_json(self.error)
+
+    @property
+    def error_line(self) -> str | None:
+        """``error`` as the history entry of this attempt keeps it."""
+        return None if self.error is None else self.error.line
 
 
 def settlement_for_result(result: object) -> Settlement:
@@ -68,14 +88,30 @@ def settlement_for_result(result: object) -> Settlement:
     if isinstance(result, OutcomeUnknown):
         return Settlement("outcome_unknown")
     # Anything else is an executor bug; recording "completed" would be a lie.
-    return Settlement("failed", INVALID_OUTCOME)
+    return Settlement("failed", INVALID_OUTCOME, error=invalid_outcome_error(result))
+
+
+def invalid_outcome_error(result: object) -> ErrorSummary:
+    """The error an ``invalid_outcome`` records: a TypeError naming what the
+    executor returned, with no traceback (nothing was raised)."""
+    returned = type(result)
+    name = returned.__qualname__
+    if returned.__module__ not in ("builtins", "__main__"):
+        name = f"{returned.__module__}.{name}"
+    message = (f"the executor returned {name}, not an outcome (Completed, Failed, "
+               "Cancelled or OutcomeUnknown)")
+    return ErrorSummary("TypeError", clean_text(message)[:MAX_ERROR_MESSAGE], "")
 
 
 def settlement_for_exception(error: BaseException) -> Settlement:
-    """Map an executor that raised (or was interrupted) to the outcome to record."""
+    """Map an executor that raised (or was interrupted) to the outcome to record.
+
+    A raise keeps its summary (``summarize_exception``); an interruption
+    (the host cancelled the tick) is no executor error, and keeps none.
+    """
     if isinstance(error, asyncio.CancelledError):
         return Settlement("failed", EXECUTION_INTERRUPTED)
-    return Settlement("failed", EXECUTION_FAILED)
+    return Settlement("failed", EXECUTION_FAILED, error=summarize_exception(error))
 
 
 def settlement_under_cancellation(settlement: Settlement) -> Settlement:
@@ -89,7 +125,8 @@ def settlement_under_cancellation(settlement: Settlement) -> Settlement:
     """
     if settlement.outcome == "completed":
         return Settlement("cancelled", EXECUTOR_COMPLETED)
-    return Settlement("cancelled")
+    # An executor that raised keeps its error: the attempt ended that way.
+    return Settlement("cancelled", error=settlement.error)
 
 
 def backoff_ms(policy: Retry, attempt: int, draw: Callable[[], float] = random.random) -> int:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, TypeAlias
 
 from tickwork.model.errors import IngestConflict, InvalidArgument, InvalidJob
+from tickwork.model.failures import ErrorSummary
 
 #: Largest integer a Durable Object (JS double) stores exactly.
 MAX_SAFE_INTEGER = 2**53 - 1
@@ -68,7 +69,10 @@ class Attempt(NamedTuple):
     """One earlier attempt of a job: how it ended, and when.
 
     ``redrive_id`` is set on the last attempt of a chain a redrive started
-    over (the attempt numbers then begin again at 1).
+    over (the attempt numbers then begin again at 1). ``error`` is
+    ``"Type: message"`` of the exception the attempt's executor raised, cut
+    to ``MAX_ERROR_LINE`` (300) characters, or None (it did not raise, or
+    the entry was written before tickwork kept errors).
     """
 
     attempt: int
@@ -77,6 +81,7 @@ class Attempt(NamedTuple):
     started_at: int | None
     ended_at: int
     redrive_id: str | None = None
+    error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +141,10 @@ class JobRecord(NamedTuple):
     attempt: int = 1
     #: The attempts before this one, oldest first, at most ``MAX_HISTORY``.
     history: tuple[Attempt, ...] = ()
+    #: What the latest ended attempt's executor raised (type, message,
+    #: traceback, capped), or None when it did not raise. A job queued for
+    #: its next attempt (a retry, a redrive) keeps the ended attempt's.
+    error: ErrorSummary | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,7 +342,8 @@ def history_from_json(text: str | None) -> tuple[Attempt, ...]:
         return ()
     return tuple(
         Attempt(entry["attempt"], entry["outcome"], entry.get("reason"),
-                entry.get("started_at"), entry["ended_at"], entry.get("redrive_id"))
+                entry.get("started_at"), entry["ended_at"], entry.get("redrive_id"),
+                entry.get("error"))
         for entry in json.loads(text))
 
 

@@ -5,12 +5,18 @@ by the rules of ``lifecycle``. If the tick itself is cancelled while the
 executor runs (host shutdown), the executor is told to stop through its
 signal, the interruption is recorded, and the caller re-raises it after
 settling.
+
+An executor that raises is logged here, once per raise, on the
+``tickwork.execution`` logger (level ERROR, with the traceback), naming the
+job; writing its settlement (however often a store retries that) logs
+nothing more.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -19,6 +25,8 @@ from tickwork.model.jobs import JobRecord
 from tickwork.model.signals import AbortSignal
 
 SignalT = TypeVar("SignalT", bound=AbortSignal)
+
+logger = logging.getLogger("tickwork.execution")
 
 
 async def run_executor(
@@ -35,4 +43,9 @@ async def run_executor(
         signal._abort(lifecycle.ABORT_INTERRUPTED)
         return lifecycle.settlement_for_exception(error), error
     except Exception as error:
-        return lifecycle.settlement_for_exception(error), None
+        settlement = lifecycle.settlement_for_exception(error)
+        summary = settlement.error
+        assert summary is not None  # every raise that is no interruption has one
+        logger.error("job %s (queue %s) attempt %d raised %s: %s", job.job_id, job.queue,
+                     job.attempt, summary.type, summary.message, exc_info=error)
+        return settlement, None

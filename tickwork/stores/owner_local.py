@@ -36,15 +36,15 @@ _SELECT_CARGO = _render(sql.SELECT_CARGO, "job_id")
 _SELECT_QUEUE_HEAD = _render(sql.SELECT_QUEUE_HEAD, "queue")
 _SELECT_LATEST_SETTLED = _render(sql.SELECT_LATEST_SETTLED, "queue")
 _SELECT_CLAIM = _render(sql.SELECT_CLAIM, "sequence")
-_SETTLE = ("outcome", "failure_reason", "now", "sequence", "token")
+_SETTLE = ("outcome", "failure_reason", "error_json", "now", "sequence", "token")
 _SETTLE_CLAIM = _render(sql.SETTLE_CLAIM, *_SETTLE)
 _SETTLE_CANCELLED_CLAIM = _render(sql.SETTLE_CANCELLED_CLAIM, *_SETTLE)
 _SETTLE_CLAIM_RECORD = _render(sql.SETTLE_CLAIM_RECORD, *_SETTLE)
 _SETTLE_CANCELLED_CLAIM_RECORD = _render(sql.SETTLE_CANCELLED_CLAIM_RECORD, *_SETTLE)
 _SETTLE_RECOVERED_CLAIM = _render(sql.SETTLE_RECOVERED_CLAIM, *_SETTLE)
 _REQUEUE_CLAIM = _render(sql.REQUEUE_CLAIM, "sequence", "token")
-_RETRY_CLAIM = _render(sql.RETRY_CLAIM, "now", "delay_ms", "outcome", "failure_reason",
-                       "sequence", "token")
+_RETRY_CLAIM = _render(sql.RETRY_CLAIM, "now", "delay_ms", "error_json", "outcome",
+                       "failure_reason", "error_line", "sequence", "token")
 _REDRIVE_APPLIED = _render(sql.REDRIVE_APPLIED, "job_id", "redrive_id")
 _REDRIVE_JOB = _render(sql.REDRIVE_JOB, "redrive_id", "job_id")
 _NOTE_REDRIVE = _render(sql.NOTE_REDRIVE, "redrive_id", "now", "job_id")
@@ -306,7 +306,8 @@ class OwnerLocalStore:
         """Settle the claim; False when it is no longer the job's current claim,
         or its cancellation is not (``cancelled=False``: is) recorded."""
         statement = _SETTLE_CANCELLED_CLAIM if cancelled else _SETTLE_CLAIM
-        params = (settlement.outcome, settlement.failure_reason, now, sequence, token)
+        params = (settlement.outcome, settlement.failure_reason, settlement.error_json, now,
+                  sequence, token)
         return bool(self.database.mutate(statement.text, params))
 
     def settle_claim_record(
@@ -314,7 +315,8 @@ class OwnerLocalStore:
     ) -> JobRecord | None:
         """settle_claim, returning the settled job (for the projector)."""
         statement = _SETTLE_CANCELLED_CLAIM_RECORD if cancelled else _SETTLE_CLAIM_RECORD
-        params = (settlement.outcome, settlement.failure_reason, now, sequence, token)
+        params = (settlement.outcome, settlement.failure_reason, settlement.error_json, now,
+                  sequence, token)
         return self._write_one(statement, params)
 
     def settle_next_cancelled(self, partition: Partition, now: int) -> JobRecord | None:
@@ -324,7 +326,8 @@ class OwnerLocalStore:
         self, sequence: int, token: str, settlement: Settlement, now: int
     ) -> JobRecord | None:
         """Settle a claim whose execution is gone, releasing its token."""
-        params = (settlement.outcome, settlement.failure_reason, now, sequence, token)
+        params = (settlement.outcome, settlement.failure_reason, settlement.error_json, now,
+                  sequence, token)
         return self._write_one(_SETTLE_RECOVERED_CLAIM, params)
 
     def requeue_claim(self, sequence: int, token: str) -> JobRecord | None:
@@ -336,8 +339,9 @@ class OwnerLocalStore:
         """Put the claim's job back to queued as its next attempt, due
         ``delay_ms`` after ``now``; None when it is no longer the job's claim
         or a cancellation is recorded."""
-        return self._write_one(_RETRY_CLAIM, (now, delay_ms, settlement.outcome,
-                                              settlement.failure_reason, sequence, token))
+        return self._write_one(_RETRY_CLAIM, (
+            now, delay_ms, settlement.error_json, settlement.outcome,
+            settlement.failure_reason, settlement.error_line, sequence, token))
 
     # ----------------------------------------------- dead letters, redrive
 

@@ -7,7 +7,8 @@ version lives in ``tickwork_meta`` and every runtime construction runs
 ``SCHEMA_SQL`` is ``schema/owner_local/0001_tickwork_jobs.sql`` and
 ``DUE_TIMES_SQL`` is ``0002_due_times.sql``, ``PAUSED_QUEUES_SQL``
 ``0003_paused_queues.sql``, ``RETRIES_SQL`` ``0004_retries.sql`` and
-``SCHEDULES_SQL`` ``0005_schedules.sql``, character for character (the
+``SCHEDULES_SQL`` ``0005_schedules.sql`` and ``ERROR_SUMMARIES_SQL``
+``0006_error_summaries.sql``, character for character (the
 tests pin them equal): the package cannot read those files inside a Worker,
 so the text lives here too, and the files are where people read it beside
 the D1 and PostgreSQL schemas. A database written by an older tickwork is
@@ -20,7 +21,7 @@ from tickwork.model.errors import SchemaError
 from tickwork.ports.database import SyncDatabase
 from tickwork.schemas import split_statements
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 #: schema/owner_local/0001_tickwork_jobs.sql
 SCHEMA_SQL = """-- tickwork owner-local job table: one owner's jobs in its own SQLite database
@@ -217,6 +218,18 @@ CREATE INDEX tickwork_schedules_next
     WHERE paused = 0;
 """
 
+#: schema/owner_local/0006_error_summaries.sql (pinned equal like SCHEMA_SQL)
+ERROR_SUMMARIES_SQL = """-- tickwork owner-local: error summaries. Applied by the runtime itself on
+-- first open, like 0002. Existing rows keep every value: their error_json is
+-- NULL, "no error kept", which is what tickwork knew of them.
+--
+-- * error_json: what the latest ended attempt's executor raised, as JSON
+--   {type, message, traceback} (at most 200, 2,000 and 8,000 characters),
+--   or NULL when it did not raise. History entries keep its short line
+--   ("Type: message", at most 300 characters) as their "error".
+ALTER TABLE tickwork_jobs ADD COLUMN error_json TEXT;
+"""
+
 #: The statements of SCHEMA_SQL; the first creates tickwork_meta.
 SCHEMA_STATEMENTS = tuple(split_statements(SCHEMA_SQL))
 
@@ -227,6 +240,7 @@ UPGRADES: tuple[tuple[str, ...], ...] = (
     tuple(split_statements(PAUSED_QUEUES_SQL)),
     tuple(split_statements(RETRIES_SQL)),
     tuple(split_statements(SCHEDULES_SQL)),
+    tuple(split_statements(ERROR_SUMMARIES_SQL)),
 )
 assert len(UPGRADES) == SCHEMA_VERSION
 

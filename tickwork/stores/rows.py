@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from operator import itemgetter
 from typing import Any, Final, cast
 
+from tickwork.model.failures import summary_from_json
 from tickwork.model.jobs import (
     JobRecord,
     JobState,
@@ -35,7 +36,7 @@ JOB_COLUMNS: Final = (
     "job_id", "queue", "lane", "priority", "payload_json", "max_recoveries", "state",
     "outcome", "failure_reason", "sequence", "recoveries", "enqueued_at", "started_at",
     "settled_at", "cancellation_id", "run_at", "delay_ms", "due_at",
-    "retry_json", "attempt", "history_json",
+    "retry_json", "attempt", "history_json", "error_json",
 )
 
 #: A job's identity and cargo, in ``ValidJob`` field order (replay checks).
@@ -64,6 +65,7 @@ def _job(values: Sequence[Any]) -> JobRecord:
         values[15], values[16], values[17],
         None if retry_json is None else retry_from_json(retry_json), values[19],
         () if history_json is None else history_from_json(history_json),
+        None if values[21] is None else summary_from_json(values[21]),
     )
 
 

@@ -195,9 +195,22 @@ def format_job(job: Mapping[str, Any]) -> str:
     ]
     if job.get("cancellation_id") is not None:
         fields.append(("cancellation", str(job["cancellation_id"])))
+    error = job.get("error")
+    if error is not None:
+        fields.append(("error", _one_line(f"{error['type']}: {error['message']}")))
     fields.append(("payload", json.dumps(job.get("payload"), ensure_ascii=False)))
     width = max(len(name) for name, _ in fields)
-    return "\n".join(f"{name.ljust(width)}  {value}" for name, value in fields)
+    text = "\n".join(f"{name.ljust(width)}  {value}" for name, value in fields)
+    if error is not None and error.get("traceback"):
+        # Last, whole and indented: the innermost frames are at its end.
+        lines = str(error["traceback"]).rstrip("\n").split("\n")
+        text += "\ntraceback\n" + "\n".join(f"  {line}" for line in lines)
+    return text
+
+
+def _one_line(text: str) -> str:
+    """``text`` on one line of the table (a message may hold newlines)."""
+    return " ".join(text.splitlines()) if "\n" in text or "\r" in text else text
 
 
 def _attempts(job: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -213,8 +226,9 @@ def _attempts(job: Mapping[str, Any]) -> list[tuple[str, str]]:
         ended = f"{entry['outcome']}" + (f" ({entry['failure_reason']})"
                                          if entry.get("failure_reason") else "")
         redriven = f", redriven as {entry['redrive_id']}" if entry.get("redrive_id") else ""
+        raised = f", raised {_one_line(entry['error'])}" if entry.get("error") else ""
         lines.append((f"attempt {entry['attempt']}",
-                      f"{ended} at {_time(entry.get('ended_at'))}{redriven}"))
+                      f"{ended} at {_time(entry.get('ended_at'))}{redriven}{raised}"))
     return lines
 
 

@@ -34,7 +34,7 @@ def _render(template: sql.Template, *binds: str) -> sql.Statement:
 
 
 _JOB = sql.JOB_PARAMS
-_SETTLE = ("outcome", "failure_reason", "now", "sequence", "token")
+_SETTLE = ("outcome", "failure_reason", "error_json", "now", "sequence", "token")
 SCHEMA_VERSION = _render(sql.SCHEMA_VERSION)
 INSERT_JOB = _render(sql.INSERT_JOB, *_JOB)
 ENQUEUE = _render(sql.ENQUEUE, *_JOB)
@@ -71,8 +71,8 @@ LANE_HAS_PENDING = _render(sql.LANE_HAS_PENDING, "lane")
 PURGE_QUEUE = _render(sql.PURGE_QUEUE, "queue")
 PAUSE_QUEUE = _render(sql.PAUSE_QUEUE, "queue", "now")
 RESUME_QUEUE = _render(sql.RESUME_QUEUE, "queue")
-RETRY_CLAIM = _render(sql.RETRY_CLAIM, "now", "delay_ms", "outcome", "failure_reason",
-                      "sequence", "token")
+RETRY_CLAIM = _render(sql.RETRY_CLAIM, "now", "delay_ms", "error_json", "outcome",
+                      "failure_reason", "error_line", "sequence", "token")
 REDRIVE_APPLIED = _render(sql.REDRIVE_APPLIED, "job_id", "redrive_id")
 REDRIVE_JOB = _render(sql.REDRIVE_JOB, "redrive_id", "job_id")
 NOTE_REDRIVE = _render(sql.NOTE_REDRIVE, "redrive_id", "now", "job_id")
@@ -207,14 +207,16 @@ class D1Store:
     ) -> JobRecord | None:
         return await self._one_job(
             SETTLE_EXPIRED,
-            (settlement.outcome, settlement.failure_reason, now, sequence, token))
+            (settlement.outcome, settlement.failure_reason, settlement.error_json, now,
+             sequence, token))
 
     async def settle(
         self, sequence: int, token: str, settlement: Settlement, now: int | None,
         *, cancelled: bool,
     ) -> bool:
         statement = SETTLE_CANCELLED if cancelled else SETTLE
-        values = (settlement.outcome, settlement.failure_reason, now, sequence, token)
+        values = (settlement.outcome, settlement.failure_reason, settlement.error_json, now,
+                  sequence, token)
         return bool(await self.d1.query(statement.text, values))
 
     async def settle_and_claim(
@@ -224,8 +226,8 @@ class D1Store:
         # One batch: the settlement, due jobs into the ready set, then the
         # next claim, in one round trip.
         settled, _, claimed = await self.d1.batch(
-            [(SETTLE.text, (settlement.outcome, settlement.failure_reason, now, sequence,
-                            token)),
+            [(SETTLE.text, (settlement.outcome, settlement.failure_reason,
+                            settlement.error_json, now, sequence, token)),
              _promote(now),
              (CLAIM_IF_CLEAR.text, (next_token, now, lease_ms))],
             [_names(SETTLE), None, _names(CLAIM_IF_CLEAR)],
@@ -282,8 +284,9 @@ class D1Store:
         self, sequence: int, token: str, settlement: Settlement, delay_ms: int,
         now: int | None,
     ) -> JobRecord | None:
-        return await self._one_job(RETRY_CLAIM, (now, delay_ms, settlement.outcome,
-                                                 settlement.failure_reason, sequence, token))
+        return await self._one_job(RETRY_CLAIM, (
+            now, delay_ms, settlement.error_json, settlement.outcome,
+            settlement.failure_reason, settlement.error_line, sequence, token))
 
     async def dead_letters(
         self, queue: str, before: tuple[int, int], limit: int

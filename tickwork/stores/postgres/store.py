@@ -214,6 +214,7 @@ class PostgresStore:
             "settle_tokens": [r.token for _, r in ordered],
             "outcomes": [r.settlement.outcome for _, r in ordered],
             "reasons": [r.settlement.failure_reason for _, r in ordered],
+            "errors": [r.settlement.error_json for _, r in ordered],
             "claim_tokens": [r.token for _, r in claims],
             "lease_ms": first_claim.lease_ms if first_claim is not None else 0,
             "scan": 4 * len(claims) + 32,
@@ -262,7 +263,8 @@ class PostgresStore:
         self, sequence: int, token: str, settlement: Settlement, now: int | None
     ) -> JobRecord | None:
         params = {"sequence": sequence, "token": token, "now": now,
-                  "outcome": settlement.outcome, "reason": settlement.failure_reason}
+                  "outcome": settlement.outcome, "reason": settlement.failure_reason,
+                  "error_json": settlement.error_json}
         return await self._one_job(sql.SETTLE_EXPIRED, params)
 
     # ------------------------------------------------------- settlements
@@ -273,7 +275,8 @@ class PostgresStore:
     ) -> bool:
         if cancelled:
             params = {"sequence": sequence, "token": token, "now": now,
-                      "outcome": settlement.outcome, "reason": settlement.failure_reason}
+                      "outcome": settlement.outcome, "reason": settlement.failure_reason,
+                      "error_json": settlement.error_json}
             return bool(await self._rows(sql.SETTLE_CANCELLED, params))
         answer = await self._commits.submit(_SettleRequest(sequence, token, settlement, now))
         return bool(answer)
@@ -343,7 +346,8 @@ class PostgresStore:
         now: int | None,
     ) -> JobRecord | None:
         params = {"sequence": sequence, "token": token, "now": now, "delay_ms": delay_ms,
-                  "outcome": settlement.outcome, "reason": settlement.failure_reason}
+                  "outcome": settlement.outcome, "reason": settlement.failure_reason,
+                  "error_json": settlement.error_json, "error_line": settlement.error_line}
         return await self._one_job(sql.RETRY_CLAIM, params)
 
     async def dead_letters(

@@ -218,8 +218,8 @@ SETTLE_THEN_CLAIM = f"""
 SELECT {JOB_SELECT}, claim_index, settled_token
 FROM tickwork_settle_then_claim(
     %(sequences)s::bigint[], %(settle_tokens)s::text[], %(outcomes)s::text[],
-    %(reasons)s::text[], %(claim_tokens)s::text[], %(lease_ms)s::bigint, %(scan)s::integer,
-    %(now)s::bigint)
+    %(reasons)s::text[], %(errors)s::text[], %(claim_tokens)s::text[], %(lease_ms)s::bigint,
+    %(scan)s::integer, %(now)s::bigint)
 """
 
 # The exact claim of one job, for a tick that probed first: walks the runnable
@@ -277,7 +277,7 @@ RETURNING sequence
 SETTLE_EXPIRED = f"""
 UPDATE tickwork_jobs
 SET state = 'settled', outcome = %(outcome)s, failure_reason = %(reason)s, settled_at = {NOW},
-    claim_token = NULL
+    error_json = %(error_json)s, claim_token = NULL
 WHERE sequence = %(sequence)s AND state = 'running' AND claim_token = %(token)s
   AND lease_expires_at <= {NOW}
 RETURNING {JOB_SELECT}
@@ -289,7 +289,8 @@ RETURNING {JOB_SELECT}
 # and the cancellation still being there.
 SETTLE_CANCELLED = f"""
 UPDATE tickwork_jobs
-SET state = 'settled', outcome = %(outcome)s, failure_reason = %(reason)s, settled_at = {NOW}
+SET state = 'settled', outcome = %(outcome)s, failure_reason = %(reason)s, settled_at = {NOW},
+    error_json = %(error_json)s
 WHERE sequence = %(sequence)s AND state = 'running' AND claim_token = %(token)s
   AND lease_expires_at > {NOW} AND cancellation_id IS NOT NULL
 RETURNING sequence
@@ -314,7 +315,8 @@ RETURNING cancellation_id IS NOT NULL
 
 SETTLE_NEXT_CANCELLED = f"""
 UPDATE tickwork_jobs
-SET state = 'settled', outcome = 'cancelled', failure_reason = NULL, settled_at = {NOW}
+SET state = 'settled', outcome = 'cancelled', failure_reason = NULL, error_json = NULL,
+    settled_at = {NOW}
 WHERE sequence = (
     SELECT sequence FROM tickwork_jobs
     WHERE state = 'queued' AND cancellation_id IS NOT NULL
@@ -347,7 +349,8 @@ locked AS (
     ORDER BY sequence
     FOR UPDATE)
 UPDATE tickwork_jobs AS job
-SET state = 'settled', outcome = 'failed', failure_reason = %(reason)s, settled_at = {NOW}
+SET state = 'settled', outcome = 'failed', failure_reason = %(reason)s, error_json = NULL,
+    settled_at = {NOW}
 FROM locked
 WHERE job.sequence = locked.sequence AND job.state <> 'settled'
 RETURNING {_qualified("job")}
@@ -370,17 +373,25 @@ _APPEND_HISTORY = """((CASE WHEN jsonb_array_length(coalesce(history_json::jsonb
                ELSE coalesce(history_json::jsonb, '[]') END)
           || jsonb_build_array({entry}))::text"""
 
+# The short line of the row's error_json ("Type: message", at most 300
+# characters, as ErrorSummary.line), or NULL. left() counts characters.
+_ERROR_LINE = ("left((error_json::jsonb ->> 'type') || ': ' || "
+               "(error_json::jsonb ->> 'message'), 300)")
+
 # A failed attempt with attempts left: back to queued as the next attempt,
 # due %(delay_ms)s from now, the ended attempt in its history. Fenced like
 # the settlement (token, running, live lease, no cancellation); it keeps its
-# sequence, so once due it is its queue's head again.
+# sequence, so once due it is its queue's head again. It keeps the ended
+# attempt's error summary (error_json), and its history entry the short line.
 RETRY_CLAIM = f"""
 UPDATE tickwork_jobs
 SET state = 'queued', started_at = NULL, lease_expires_at = NULL, claim_token = NULL,
     attempt = attempt + 1, due_at = {NOW} + %(delay_ms)s::bigint,
+    error_json = %(error_json)s,
     history_json = {_APPEND_HISTORY.format(entry=(
         "jsonb_build_object('attempt', attempt, 'outcome', %(outcome)s::text, "
-        "'reason', %(reason)s::text, 'started_at', started_at, 'ended_at', " + NOW + ")"))}
+        "'reason', %(reason)s::text, 'started_at', started_at, 'ended_at', " + NOW + ", "
+        "'error', %(error_line)s::text)"))}
 WHERE sequence = %(sequence)s AND state = 'running' AND claim_token = %(token)s
   AND lease_expires_at > {NOW} AND cancellation_id IS NULL
 RETURNING {JOB_SELECT}
@@ -395,7 +406,8 @@ SELECT EXISTS (SELECT 1 FROM tickwork_redrives
 # (attempt 1, no recoveries), its last attempt in its history with the
 # redrive id, and the id remembered, in one statement. Fenced on still being
 # a dead letter without a cancellation and on the id not applied; a
-# concurrent redrive waits on the row and then matches nothing.
+# concurrent redrive waits on the row and then matches nothing. error_json
+# stays: the last attempt's error, until the next attempt ends.
 REDRIVE = f"""
 WITH redriven AS (
     UPDATE tickwork_jobs
@@ -405,7 +417,7 @@ WITH redriven AS (
         history_json = {_APPEND_HISTORY.format(entry=(
             "jsonb_build_object('attempt', attempt, 'outcome', outcome, "
             "'reason', failure_reason, 'started_at', started_at, 'ended_at', settled_at, "
-            "'redrive_id', %(redrive_id)s::text)"))}
+            "'redrive_id', %(redrive_id)s::text, 'error', " + _ERROR_LINE + ")"))}
     WHERE job_id = %(job_id)s AND state = 'settled'
       AND outcome IN ('failed', 'outcome_unknown', 'interrupted') AND cancellation_id IS NULL
       AND NOT EXISTS (SELECT 1 FROM tickwork_redrives

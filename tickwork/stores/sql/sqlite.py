@@ -414,16 +414,18 @@ CLAIM_IF_CLEAR = Template("claim_if_clear", _CLAIM.replace("{guard}", _CLAIM_GUA
 # the durable record and settles with SETTLE_CANCELLED_CLAIM, which matches
 # only while the cancellation is there. The _RECORD forms (owner-local, for
 # the projector) return the settled job; the others only the sequence, all
-# the hot path needs to know it landed.
+# the hot path needs to know it landed. error_json is the attempt's error
+# summary (NULL when its executor did not raise), replacing an earlier
+# attempt's: the record holds the latest ended attempt's.
 _SETTLE = """
 UPDATE tickwork_jobs
 SET state = 'settled', outcome = :outcome, failure_reason = :failure_reason,
-    settled_at = {{now}}
+    error_json = :error_json, settled_at = {{now}}
 WHERE sequence = :sequence AND state = 'running' AND claim_token = :token {{lease_live}}
   AND cancellation_id {cancelled}
 RETURNING {returning}
 """
-_SETTLE_PARAMS = ("outcome", "failure_reason", "now", "sequence", "token")
+_SETTLE_PARAMS = ("outcome", "failure_reason", "error_json", "now", "sequence", "token")
 SETTLE_CLAIM = Template("settle_claim", _SETTLE.format(
     cancelled="IS NULL", returning="sequence"), _SETTLE_PARAMS, SEQUENCE_ROWS)
 SETTLE_CANCELLED_CLAIM = Template("settle_cancelled_claim", _SETTLE.format(
@@ -437,7 +439,8 @@ SETTLE_CANCELLED_CLAIM_RECORD = Template("settle_cancelled_claim_record", _SETTL
 # Its queue's head may be busy; cancellation does not wait for it.
 SETTLE_NEXT_CANCELLED = Template("settle_next_cancelled", f"""
 UPDATE tickwork_jobs
-SET state = 'settled', outcome = 'cancelled', failure_reason = NULL, settled_at = {{now}}
+SET state = 'settled', outcome = 'cancelled', failure_reason = NULL, error_json = NULL,
+    settled_at = {{now}}
 WHERE sequence = (
     SELECT sequence FROM tickwork_jobs
     WHERE state = 'queued' AND cancellation_id IS NOT NULL
@@ -468,7 +471,7 @@ RETURNING {JOB_SELECT}
 SETTLE_RECOVERED_CLAIM = Template("settle_recovered_claim", f"""
 UPDATE tickwork_jobs
 SET state = 'settled', outcome = :outcome, failure_reason = :failure_reason,
-    settled_at = {{now}}, claim_token = NULL
+    error_json = :error_json, settled_at = {{now}}, claim_token = NULL
 WHERE sequence = :sequence AND state = 'running' AND claim_token = :token {{lease_dead}}
 RETURNING {JOB_SELECT}
 """, _SETTLE_PARAMS, JOB_ROWS)
@@ -485,25 +488,34 @@ _APPEND_HISTORY = """json_insert(
              ELSE coalesce(history_json, '[]') END,
         '$[#]', {entry})"""
 
+#: The short line of the row's error_json ("Type: message", at most 300
+#: characters, as ErrorSummary.line), or NULL. substr counts characters.
+_ERROR_LINE = ("CASE WHEN error_json IS NULL THEN NULL ELSE substr("
+               "json_extract(error_json, '$.type') || ': ' || "
+               "json_extract(error_json, '$.message'), 1, 300) END")
+
 # A failed attempt with attempts left (the lifecycle decided, by the job's
 # policy): the job goes back to queued, due :delay_ms from now, as its next
 # attempt, with the ended attempt in its history. Fenced exactly like
 # SETTLE_CLAIM (token, running, on D1 a live lease, no cancellation): a
 # claim that is no longer the job's matches no row, and a cancellation
 # recorded meanwhile makes the lifecycle settle it cancelled instead. The
-# job keeps its sequence, so once due it is its queue's head again. Returns
-# the job (its due_at and attempt), for the tick's result.
+# job keeps its sequence, so once due it is its queue's head again. It keeps
+# the ended attempt's error summary in error_json (NULL when it did not
+# raise), and its history entry the short "Type: message" (:error_line).
+# Returns the job (its due_at and attempt), for the tick's result.
 RETRY_CLAIM = Template("retry_claim", f"""
 UPDATE tickwork_jobs
 SET state = 'queued', started_at = NULL, claim_token = NULL{{clear_lease}},
-    attempt = attempt + 1, due_at = {{now}} + :delay_ms,
+    attempt = attempt + 1, due_at = {{now}} + :delay_ms, error_json = :error_json,
     history_json = {_APPEND_HISTORY.format(entry=(
         "json_object('attempt', attempt, 'outcome', :outcome, 'reason', :failure_reason, "
-        "'started_at', started_at, 'ended_at', {now})"))}
+        "'started_at', started_at, 'ended_at', {now}, 'error', :error_line)"))}
 WHERE sequence = :sequence AND state = 'running' AND claim_token = :token {{lease_live}}
   AND cancellation_id IS NULL
 RETURNING {JOB_SELECT}
-""", ("now", "delay_ms", "outcome", "failure_reason", "sequence", "token"), JOB_ROWS)
+""", ("now", "delay_ms", "error_json", "outcome", "failure_reason", "error_line", "sequence",
+      "token"), JOB_ROWS)
 
 # Whether a redrive id was applied to the job before (redrives are kept per
 # job, forever, so any earlier id replays, not only the latest).
@@ -517,14 +529,17 @@ SELECT EXISTS (SELECT 1 FROM tickwork_redrives
 # its history with the redrive id. Fenced on what the lifecycle decided
 # from: still settled with a dead outcome and no cancellation, and this id
 # not applied (a concurrent redrive with the same id matches nothing). The
-# job keeps its sequence: it runs before jobs enqueued after it.
+# job keeps its sequence: it runs before jobs enqueued after it. It keeps
+# error_json (the last attempt's error, until the next attempt ends), and the
+# history entry the error's short line.
 REDRIVE_JOB = Template("redrive_job", f"""
 UPDATE tickwork_jobs
 SET state = 'queued', outcome = NULL, failure_reason = NULL, started_at = NULL,
     settled_at = NULL, claim_token = NULL, due_at = NULL, attempt = 1, recoveries = 0,
     history_json = {_APPEND_HISTORY.format(entry=(
         "json_object('attempt', attempt, 'outcome', outcome, 'reason', failure_reason, "
-        "'started_at', started_at, 'ended_at', settled_at, 'redrive_id', :redrive_id)"))}
+        "'started_at', started_at, 'ended_at', settled_at, 'redrive_id', :redrive_id, "
+        "'error', " + _ERROR_LINE + ")"))}
 WHERE job_id = :job_id AND state = 'settled'
   AND outcome IN ('failed', 'outcome_unknown', 'interrupted') AND cancellation_id IS NULL
   AND NOT EXISTS (SELECT 1 FROM tickwork_redrives
@@ -697,7 +712,8 @@ RECORD_CANCELLATION_IF_QUEUED = Template(
 # SQLite prove that partial index applies).
 FAIL_LANE = Template("fail_lane", f"""
 UPDATE tickwork_jobs
-SET state = 'settled', outcome = 'failed', failure_reason = :reason, settled_at = {{now}}
+SET state = 'settled', outcome = 'failed', failure_reason = :reason, error_json = NULL,
+    settled_at = {{now}}
 WHERE sequence IN (
     SELECT sequence FROM (
         SELECT sequence FROM tickwork_jobs INDEXED BY tickwork_jobs_running
@@ -904,7 +920,8 @@ SELECT
 # while its queue's head is busy (in either ticker).
 _PARTITION_SETTLE_NEXT_CANCELLED = f"""
 UPDATE tickwork_jobs
-SET state = 'settled', outcome = 'cancelled', failure_reason = NULL, settled_at = {{{{now}}}}
+SET state = 'settled', outcome = 'cancelled', failure_reason = NULL, error_json = NULL,
+    settled_at = {{{{now}}}}
 WHERE sequence = (
     SELECT sequence FROM tickwork_jobs
     WHERE state = 'queued' AND cancellation_id IS NOT NULL AND lane {{op}} :lane
