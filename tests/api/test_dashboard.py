@@ -403,21 +403,21 @@ async def test_rotating_the_token_ends_every_session(owners: Owners) -> None:
     assert "acme" not in owners.runtimes
 
 
-def test_an_error_summary_is_escaped_and_its_traceback_folded() -> None:
-    # Records carry ``error`` (type, message, traceback) once error summaries
-    # are stored; the renderer reads whatever record has one.
-    from types import SimpleNamespace
+async def test_an_executors_error_is_shown_escaped_with_its_traceback_folded(
+        api: JobApi, owners: Owners) -> None:
+    async def explode(job: Any, signal: Any) -> Any:
+        raise ValueError(HOSTILE)
 
-    from tickwork.api.dashboard import _error_summary
-
-    record: Any = SimpleNamespace(
-        failure_reason="execution_failed",
-        error=SimpleNamespace(type="ValueError<x>", message=HOSTILE,
-                              traceback="Traceback:\n  File \"<stdin>\"\n" + HOSTILE))
-    rendered = _error_summary(record)
-    assert "<script>" not in rendered and "<x>" not in rendered and '"<stdin>"' not in rendered
-    assert "<strong>ValueError&lt;x&gt;</strong>: " + html.escape(HOSTILE) in rendered
-    assert "<details><summary>traceback</summary><pre>Traceback:\n" in rendered
-    assert "<code>execution_failed</code>" in rendered
-    nothing: Any = SimpleNamespace(failure_reason=None, error=None)
-    assert _error_summary(nothing) == ""
+    owners.executor = explode  # type: ignore[assignment]
+    await enqueue(api, "acme", a_job("boom"))
+    await owners.runtimes["acme"].tick()
+    record = owners.runtimes["acme"].read("boom")
+    assert record is not None and record.error is not None  # the store kept the summary
+    page = text(await get(api, "/v1/owners/acme/dashboard", COOKIE))
+    failures = page.split('data-list="failures"', 1)[1].split('data-list="dead"', 1)[0]
+    assert f'<div class="error"><strong>ValueError</strong>: {html.escape(HOSTILE)}</div>' \
+        in failures
+    assert "<details><summary>traceback</summary><pre>Traceback (most recent call last):" \
+        in failures
+    assert html.escape(record.error.traceback[:200]) in failures
+    assert "<script>" not in failures

@@ -106,6 +106,7 @@ def seed(server: Serve) -> None:
     api(server, "POST", owner_path("jobs"), {"jobs": [
         {"job_id": "report-2026-11", "queue": "reports",
          "payload": {"kind": "fail", "reason": "upstream returned 503"}},
+        {"job_id": "import-csv", "queue": "reports", "payload": {"kind": "raise"}},
         {"job_id": "digest-weekly", "queue": "reports", "delay_ms": 3_600_000,
          "payload": {"kind": "complete"}},
         {"job_id": "export-large", "queue": "exports", "payload": {"kind": "slow"}},
@@ -115,6 +116,7 @@ def seed(server: Serve) -> None:
         "job": {"queue": "reports", "payload": {"kind": "complete"}}})
     client = Client(server.url)
     client.settled(OWNER, "report-2026-11")
+    client.settled(OWNER, "import-csv")
     client.running(OWNER, "export-large")
 
 
@@ -156,7 +158,7 @@ def test_dashboard_in_chromium(server: Serve, context: Any) -> None:
     assert mail.locator('td[data-label="queued"]').inner_text() == "2"
     assert mail.locator(".badge.paused").inner_text() == "paused"
     reports = page.locator('#queues tr[data-queue="reports"]')
-    assert reports.locator('td[data-label="failed"]').inner_text() == "1"
+    assert reports.locator('td[data-label="failed"]').inner_text() == "2"
     assert reports.locator('td[data-label="due later"]').inner_text() == "1"
     exports = page.locator('#queues tr[data-queue="exports"]')
     assert exports.locator('td[data-label="running"]').inner_text() == "1"
@@ -165,6 +167,14 @@ def test_dashboard_in_chromium(server: Serve, context: Any) -> None:
     dead = page.locator('.queue[data-queue="reports"] [data-list="dead"] '
                         'tr[data-job="report-2026-11"]')
     assert "upstream returned 503" in dead.inner_text()
+    # The executor that raised: its error summary, the traceback folded away.
+    raised = page.locator('.queue[data-queue="reports"] [data-list="failures"] '
+                          'tr[data-job="import-csv"]')
+    assert "RuntimeError: the test executor raised" in raised.inner_text()
+    assert not raised.locator("pre").is_visible()
+    raised.locator("summary").click()
+    assert "Traceback (most recent call last)" in raised.locator("pre").inner_text()
+    raised.locator("summary").click()
     assert "0 3 * * *" in page.locator('tr[data-schedule="nightly-digest"]').inner_text()
     # The script ran under the page's CSP: times read as relative ones.
     assert re.search(r"ago$", head.locator('td[data-label="enqueued"] time').inner_text())

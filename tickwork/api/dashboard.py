@@ -92,6 +92,10 @@ SECURITY_HEADERS = {
 
 _SESSION_LABEL = b"tickwork dashboard session"
 _CSRF_LABEL = b"tickwork dashboard csrf"
+#: How each empty list of a queue reads.
+_NONE = {"head": "no job ready", "queued": "no other job waiting",
+         "running": "no other job running", "failures": "no recent failures",
+         "dead": "no dead letters"}
 #: How an action's result reads in the flash message after it.
 _DONE = {"cancel": "Cancel of job", "pause": "Pause of queue", "resume": "Resume of queue",
          "redrive": "Redrive of job", "pause_schedule": "Pause of schedule",
@@ -396,10 +400,10 @@ class Dashboard:
         parts += [f'<div class="list" data-list="{name}"><h3>{_e(title)}</h3>{table}</div>'
                   for name, title, table in lists if table]
         # Empty lists take one line between them, not a heading each.
-        empty = [title.lower() for _, title, table in lists if not table]
+        empty = [_NONE[name] for name, _, table in lists if not table]
         if empty:
-            parts.append(f'<p class="muted">Empty: {_e(", ".join(empty))}.</p>'
-                         if len(empty) < len(lists) else '<p class="muted">No job to list.</p>')
+            line = "; ".join(empty)
+            parts.append(f'<p class="muted">{_e(line[:1].upper() + line[1:])}.</p>')
         parts.append("</div>")
         return "".join(parts)
 
@@ -541,21 +545,18 @@ def _time(epoch_ms: int | None) -> str:
 
 
 def _error_summary(job: JobRecord) -> str:
-    """The job's error summary (type, message, traceback) when its record
-    has one, else its failure reason."""
-    error = getattr(job, "error", None)
+    """The job's failure reason, and the error its executor raised (type,
+    message, the traceback folded) when it raised one."""
     parts = []
     if job.failure_reason:
-        parts.append(f'<code>{_e(_clip(job.failure_reason, MESSAGE_EXCERPT))}</code>')
+        parts.append(f"<code>{_e(_clip(job.failure_reason, MESSAGE_EXCERPT))}</code>")
+    error = job.error
     if error is not None:
-        kind = getattr(error, "type", None) or ""
-        message = getattr(error, "message", None) or ""
-        parts.append(f"<div><strong>{_e(_clip(str(kind), 200))}</strong>: "
-                     f"{_e(_clip(str(message), MESSAGE_EXCERPT))}</div>")
-        trace = getattr(error, "traceback", None)
-        if trace:
-            parts.append(f"<details><summary>traceback</summary>"
-                         f"<pre>{_e(_clip(str(trace), TRACEBACK_EXCERPT))}</pre></details>")
+        parts.append(f'<div class="error"><strong>{_e(_clip(error.type, 200))}</strong>: '
+                     f"{_e(_clip(error.message, MESSAGE_EXCERPT))}</div>")
+        if error.traceback:
+            parts.append("<details><summary>traceback</summary>"
+                         f"<pre>{_e(_clip(error.traceback, TRACEBACK_EXCERPT))}</pre></details>")
     return "".join(parts)
 
 
