@@ -14,6 +14,7 @@ Everything a program using tickwork needs is importable from here:
 See docs/reference/python-api.md.
 """
 
+from tickwork._version import VERSION
 from tickwork.leases import (
     DEFAULT_LEASE_MS,
     DEFAULT_RENEW_EVERY_MS,
@@ -46,6 +47,7 @@ from tickwork.model.outcomes import (
     ExecutionResult,
     Failed,
     FailLaneResult,
+    JobPage,
     OutcomeUnknown,
     QueueStatus,
     QueueTransition,
@@ -64,6 +66,8 @@ from tickwork.runtimes.postgres import PostgresRuntime, purge_postgres_queues
 from tickwork.runtimes.shared import SharedRuntime
 from tickwork.stores.durable_object_database import DurableObjectDatabase
 from tickwork.stores.sqlite3_database import Sqlite3Database
+
+__version__ = VERSION
 
 __all__ = [
     "DEFAULT_LEASE_MS",
@@ -90,6 +94,7 @@ __all__ = [
     "InvalidArgument",
     "InvalidJob",
     "Job",
+    "JobPage",
     "JobRecord",
     "LeaseKeeper",
     "LeasedSignal",

@@ -208,6 +208,10 @@ async def test_scope_page_shows_queues_and_jobs(api: JobApi, owners: Owners,
     cells = re.findall(r'<td class="num" data-label="([^"]+)">(\d+)</td>', row[1])
     assert cells[:3] == [("queued", "1"), ("due later", "1"), ("running", "0")]
     assert '<tr data-job="ready">' in page
+    queued = page.split('data-list="queued"', 1)[1].split("</table>", 1)[0]
+    # The head (ready) is not listed again; the job due later is, with its time.
+    assert '<tr data-job="later">' in queued and 'data-job="ready"' not in queued
+    assert 'data-label="due"><time datetime=' in queued
     assert "PAYLOAD-TEXT" in page
     assert f'name="csrf" value="{CSRF}"' in page
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+import tickwork
 from tests.support import CountingWake, ScriptedExecutor
 from tickwork import OwnerRuntime
 from tickwork.api import ApiRequest, ApiResponse, JobApi, RuntimeService
@@ -68,7 +69,8 @@ def a_job(job_id: str = "j1", **fields: Any) -> dict[str, Any]:
 
 async def test_health_needs_no_token(api: JobApi) -> None:
     response = await call(api, "GET", "/v1/health", headers={})
-    assert (response.status, response.body) == (200, {"ok": True, "api": "v1"})
+    assert (response.status, response.body) == (200, {
+        "ok": True, "api": "v1", "version": tickwork.__version__})
 
 
 @pytest.mark.parametrize("headers", [
@@ -320,7 +322,7 @@ async def test_bad_fail_lane_and_purge_requests_change_nothing(
     ("GET", "/v1/owners", 404, "no_route"),
     ("GET", "/v1/owners/acme/jobs/j1/extra", 404, "no_route"),
     ("GET", "/v1/tenants/acme/jobs", 404, "no_route"),
-    ("GET", "/v1/owners/acme/jobs", 405, "method_not_allowed"),
+    ("PUT", "/v1/owners/acme/jobs", 405, "method_not_allowed"),
     ("DELETE", "/v1/owners/acme/jobs/j1", 405, "method_not_allowed"),
     ("POST", "/v1/owners/acme/queues", 405, "method_not_allowed"),
     ("GET", "/v1/shared/queues", 404, "scope_not_configured"),
@@ -333,7 +335,7 @@ async def test_unknown_routes_and_methods(api: JobApi, method: str, path: str, s
 
 @pytest.mark.parametrize(("method", "path", "allowed"), [
     ("get", "/v1/owners/acme/jobs/j1", "GET"),
-    ("Post", "/v1/owners/acme/jobs", "POST"),
+    ("Post", "/v1/owners/acme/jobs", "GET, POST"),
     ("get", "/v1/health", "GET"),
 ])
 async def test_method_names_are_case_sensitive(api: JobApi, owners: Owners, method: str,
@@ -440,7 +442,7 @@ def test_refuse_early_answers_from_the_head_alone(api: JobApi, owners: Owners) -
     cases = [
         (("POST", "/v1/owners/acme/jobs", {}, 10), 401),
         (("POST", "/v1/owners/acme/jobs", AUTH, api.max_body_bytes + 1), 413),
-        (("GET", "/v1/owners/acme/jobs", AUTH, None), 405),
+        (("PUT", "/v1/owners/acme/jobs", AUTH, None), 405),
         (("GET", "/v1/owners/acme/jobs/..", AUTH, None), 400),
         (("GET", "/nothing", AUTH, None), 404),
     ]

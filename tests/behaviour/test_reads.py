@@ -10,7 +10,7 @@ import pytest
 
 from tests.support import job
 from tests.support.engine import Engine
-from tickwork import InvalidArgument, QueueStatus, Recovery
+from tickwork import InvalidArgument, QueueStatus, Recovery, SchemaError
 
 NO_OUTCOMES = {"completed": 0, "failed": 0, "cancelled": 0, "outcome_unknown": 0,
                "interrupted": 0}
@@ -168,3 +168,17 @@ async def test_has_pending_work(engine: Engine) -> None:
     engine.executor.release("a")
     await task
     assert await runtime.has_pending_work() is False
+
+
+async def test_readiness_reads_the_store_and_names_its_schema_version(engine: Engine) -> None:
+    from tickwork.stores.owner_schema import SCHEMA_VERSION as OWNER_VERSION
+    from tickwork.stores.schema_version import SCHEMA_VERSION as SHARED_VERSION
+
+    jobs = engine.runtime()
+    expected = OWNER_VERSION if engine.local else SHARED_VERSION
+    assert await jobs.check_ready() == expected
+    # It reads the store at every call: a schema this package does not know
+    # is refused by name.
+    await engine.set_schema_version(expected + 1)
+    with pytest.raises(SchemaError, match="schema version"):
+        await jobs.check_ready()

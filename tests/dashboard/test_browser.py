@@ -164,6 +164,12 @@ def test_dashboard_in_chromium(server: Serve, context: Any) -> None:
     assert exports.locator('td[data-label="running"]').inner_text() == "1"
     head = page.locator('.queue[data-queue="mail"] [data-list="head"] tr[data-job="welcome-ada"]')
     assert SECRET in head.locator(".payload").inner_text()
+    # The other jobs waiting: the mail queue's second, the report due in an hour.
+    waiting = page.locator('.queue[data-queue="mail"] [data-list="queued"] tr[data-job]')
+    assert waiting.evaluate_all("rows => rows.map(row => row.dataset.job)") == ["welcome-bob"]
+    later = page.locator('.queue[data-queue="reports"] [data-list="queued"] '
+                         'tr[data-job="digest-weekly"]')
+    assert later.locator('td[data-label="due"] time').inner_text() == "in 1 h"
     dead = page.locator('.queue[data-queue="reports"] [data-list="dead"] '
                         'tr[data-job="report-2026-11"]')
     assert "upstream returned 503" in dead.inner_text()

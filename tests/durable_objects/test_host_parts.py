@@ -191,9 +191,9 @@ async def test_the_default_executor_is_the_worker_registry(tmp_path: Path) -> No
 
 
 RPC_METHODS = ["alarm", "cancel", "dead_letters", "delete_schedule", "fail_lane", "ingest",
-               "pause", "pause_schedule", "purge", "put_schedule", "queue_status", "read",
-               "read_queue_head", "redrive", "resume", "resume_schedule", "schedules",
-               "status"]
+               "list_jobs", "pause", "pause_schedule", "purge", "put_schedule", "queue_status",
+               "read", "read_queue_head", "read_settled", "ready", "redrive", "resume",
+               "resume_schedule", "schedules", "status"]
 
 
 def _own_public_functions(cls: type) -> list[str]:

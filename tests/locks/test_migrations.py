@@ -23,7 +23,7 @@ def test_the_migration_creates_exactly_what_table_ddl_describes(dialect: str,
     assert names == ["0001_tickwork_jobs.sql", "0002_job_locks.sql",
                      "0003_settled_by_queue.sql", "0004_due_times.sql",
                      "0005_paused_queues.sql", "0006_retries.sql", "0007_schedules.sql",
-                     "0008_error_summaries.sql"]
+                     "0008_error_summaries.sql", "0009_browse.sql"]
     migration = migrations(folder)[1]
     statements = migration.statements()
     assert statements == split_statements(migration.sql)
@@ -32,8 +32,8 @@ def test_the_migration_creates_exactly_what_table_ddl_describes(dialect: str,
     assert statements[-1] == "UPDATE tickwork_meta SET value = '2' WHERE key = 'schema_version'"
 
 
-@pytest.mark.parametrize("index", [1, 2, 3, 4, 5, 6, 7],
-                         ids=["0002", "0003", "0004", "0005", "0006", "0007", "0008"])
+@pytest.mark.parametrize("index", [1, 2, 3, 4, 5, 6, 7, 8],
+                         ids=["0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009"])
 def test_the_d1_migration_has_no_transaction_statements(index: int) -> None:
     migration = migrations("d1")[index]
     for statement in migration.statements():
@@ -47,11 +47,11 @@ def test_the_d1_migration_has_no_transaction_statements(index: int) -> None:
 
 
 @pytest.mark.parametrize("locks", ["postgres", "d1-external", "d1-builtin"], indirect=True)
-async def test_a_migrated_database_is_at_schema_version_8(locks: LockHarness) -> None:
-    """Every migration ran (0003 to 0008 after the locks' 0002), and the lock
+async def test_a_migrated_database_is_at_schema_version_9(locks: LockHarness) -> None:
+    """Every migration ran (0003 to 0009 after the locks' 0002), and the lock
     tables are there."""
     rows = await locks.query("SELECT value FROM tickwork_meta WHERE key = 'schema_version'")
-    assert rows == [("8",)]
+    assert rows == [("9",)]
     for table in ("tickwork_job_locks", "tickwork_job_locks_slots"):
         assert await locks.table_exists(table)
     if locks.kind == "postgres":

@@ -26,8 +26,8 @@ from typing import Any
 
 _BEHAVIOUR = tuple(f"tests.behaviour.{name}" for name in (
     "test_cancel", "test_dead_letters", "test_due_times", "test_error_summaries",
-    "test_fail_lane", "test_ingest", "test_pause", "test_reads", "test_recovery", "test_retries",
-    "test_schedules", "test_tick"))
+    "test_fail_lane", "test_ingest", "test_list_jobs", "test_pause", "test_reads",
+    "test_recovery", "test_retries", "test_schedules", "test_tick"))
 
 #: The suites the tier runs. The fixtures each needs come from inside/fixtures.py.
 SUITES: dict[str, tuple[str, ...]] = {

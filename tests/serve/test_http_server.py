@@ -285,7 +285,7 @@ async def test_a_refusal_from_the_head_never_reads_the_body(running: Any) -> Non
     for request, status in (
         (b"POST /v1/owners/o/nowhere HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer t\r\n"
          b"Content-Length: 50\r\n\r\n", 404),
-        (b"GET /v1/owners/o/jobs HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer t\r\n"
+        (b"PUT /v1/owners/o/jobs HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer t\r\n"
          b"Content-Length: 50\r\n\r\n", 405),
         (b"POST /v1/owners/o/jobs HTTP/1.1\r\nHost: h\r\nContent-Length: 50\r\n"
          b"Expect: 100-continue\r\n\r\n", 401),  # no 100 Continue either

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+import tickwork
 from tests.support.serve import TOKEN, Serve, job, owner_path
 from tickwork.hosts.cpython.owners import owner_file_name
 
@@ -47,7 +48,8 @@ def split_reply(reply: bytes) -> tuple[int, dict[str, str], Any]:
 
 
 def test_health_needs_no_token(server: Serve) -> None:
-    assert server.client(token=None).call("GET", "/v1/health") == (200, {"ok": True, "api": "v1"})
+    assert server.client(token=None).call("GET", "/v1/health") == (200, {
+        "ok": True, "api": "v1", "version": tickwork.__version__})
 
 
 def test_enqueued_jobs_run_and_their_outcomes_are_readable(server: Serve) -> None:
@@ -209,7 +211,7 @@ BAD_REQUESTS = [
         {"job_id": "twice", "queue": "q", "priority": 1},
         {"job_id": "twice", "queue": "q", "priority": 2}]}).encode(), 409, "ingest_conflict"),
     ("unknown route", "POST", "/jobs/a/explode", b"{}", 404, "no_route"),
-    ("wrong method", "GET", "/jobs", b"", 405, "method_not_allowed"),
+    ("wrong method", "PUT", "/jobs", b"", 405, "method_not_allowed"),
     ("cancel without id", "POST", "/jobs/a/cancel", b"{}", 400, "invalid_argument"),
 ]
 

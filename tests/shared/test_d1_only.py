@@ -263,7 +263,7 @@ async def test_ingest_many_before_must_be_a_list_of_statements(db: Any) -> None:
 
 async def test_queue_status_counts_every_state_from_indexes_only(db: Any) -> None:
     """Queued, running and settled counts each come from a covering index
-    (settled ones from 0003's queue_settled): no statement scans the table."""
+    (settled ones from 0009's queue_outcomes): no statement scans the table."""
     runtime = await _runtime(db)
     await runtime.ingest_many([job(f"j{n}", queue=f"q{n % 3}") for n in range(30)])
     await db.prepare("""
@@ -277,13 +277,47 @@ async def test_queue_status_counts_every_state_from_indexes_only(db: Any) -> Non
     text = "\n".join(str(row[-1]) for row in plan)
     assert "USING COVERING INDEX tickwork_jobs_queue_waiting (queue=?)" in text, text
     assert "tickwork_jobs_running (queue=?)" in text, text
-    assert "USING COVERING INDEX tickwork_jobs_queue_settled (queue=?)" in text, text
+    assert "USING COVERING INDEX tickwork_jobs_queue_outcomes (queue=?)" in text, text
     assert "SCAN tickwork_jobs" not in text, text
     status = await runtime.queue_status("q1")
     assert (status.queued, status.running, status.settled) == (10, 0, 10)
     assert (status.outcomes["completed"], status.outcomes["failed"]) == (10, 0)
     status = await runtime.queue_status("q3")
     assert (status.queued, status.settled, status.outcomes["failed"]) == (0, 10, 10)
+
+
+async def test_every_page_of_list_jobs_is_an_index_range_on_d1(db: Any) -> None:
+    """On D1's engine too, each listing's statement walks the index it names
+    in its order (no table scan, no sort): a page reads O(log n + page) rows,
+    which D1 bills."""
+    runtime = await _runtime(db)
+    await db.prepare("""
+        WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c WHERE n < 3000)
+        INSERT INTO tickwork_jobs (job_id, queue, lane, priority, payload_json, state,
+                                   outcome, enqueued_at, started_at, settled_at)
+        SELECT 'old-' || n, 'q' || (n % 30), 'lane' || (n % 7), 0, '{}',
+               CASE WHEN n % 10 = 0 THEN 'queued' ELSE 'settled' END,
+               CASE WHEN n % 10 = 0 THEN NULL WHEN n % 3 = 0 THEN 'failed'
+                    ELSE 'completed' END, n, n, CASE WHEN n % 10 = 0 THEN NULL ELSE n END
+        FROM c
+    """).run()
+    for (by, state, _, newest), statement in d1_sql.LIST_JOBS.items():
+        values = {"value": "q7" if by == "queue" else "lane3", "outcome": "failed",
+                  "after_settled": 10**9 if newest else -1,
+                  "after_sequence": 10**9 if newest else 0, "limit": 50}
+        plan = [str(row[-1]) for row in await D1Binding(db).query(
+            "EXPLAIN QUERY PLAN " + statement.text, [values[n] for n in statement.params])]
+        index = statement.text.split("INDEXED BY ")[1].split()[0]
+        if (by, state) == ("lane", "running"):  # every running claim, filtered
+            assert plan == [f"SCAN tickwork_jobs USING INDEX {index}",
+                            "USE TEMP B-TREE FOR ORDER BY"], plan
+            continue
+        assert plan and plan[0].startswith(f"SEARCH tickwork_jobs USING INDEX {index} ("), (
+            statement.name, plan)
+        assert len(plan) == 1, (statement.name, plan)  # no sort
+    page = await runtime.list_jobs(lane="lane3", state="settled", outcome="failed", limit=2)
+    assert [r.job_id for r in page.jobs] == [
+        f"old-{n}" for n in range(3000, 0, -1) if n % 7 == 3 and n % 10 and n % 3 == 0][:2]
 
 
 async def test_a_database_without_0004_is_refused_then_upgraded_with_its_rows(db: Any) -> None:
@@ -297,10 +331,11 @@ async def test_a_database_without_0004_is_refused_then_upgraded_with_its_rows(db
     await db.prepare(OLD_ROWS).run()
     before = await D1Binding(db).query("SELECT * FROM tickwork_jobs ORDER BY sequence")
     runtime = D1Runtime(db, execute=_complete, wake=CountingWake())
-    with pytest.raises(SchemaError, match=r"version 3, this package needs 8: "
+    with pytest.raises(SchemaError, match=r"version 3, this package needs 9: "
                                           r"apply 0004_due_times\.sql, 0005_paused_queues\.sql, "
                                           r"0006_retries\.sql, 0007_schedules\.sql, "
-                                          r"0008_error_summaries\.sql from schema/d1"):
+                                          r"0008_error_summaries\.sql, 0009_browse\.sql "
+                                          r"from schema/d1"):
         await runtime.ingest(job("a"))
     assert await _count(db) == 2
     for migration in migrations("d1")[3:]:

@@ -27,6 +27,7 @@ from tickwork.model.outcomes import (
     DeadLetters,
     FailLaneResult,
     IngestStatus,
+    JobPage,
     QueueStatus,
     RedriveResult,
     TickResult,
@@ -106,6 +107,14 @@ class Jobs:
     async def dead_letters(self, queue: str, *, limit: int = 50,
                            cursor: str | None = None) -> DeadLetters:
         page: DeadLetters = await self._call("dead_letters", queue, limit=limit, cursor=cursor)
+        return page
+
+    async def check_ready(self) -> int:
+        version: int = await self._call("check_ready")
+        return version
+
+    async def list_jobs(self, queue: str | None = None, **options: Any) -> JobPage:
+        page: JobPage = await self._call("list_jobs", queue, **options)
         return page
 
     async def redrive(self, job_id: str, redrive_id: str) -> RedriveResult:
@@ -204,6 +213,15 @@ class Engine:
     async def table(self) -> list[tuple[Any, ...]]:
         """Every stored job, every column, in enqueue order ("nothing changed" checks)."""
         return await self.rows("SELECT * FROM tickwork_jobs ORDER BY sequence")
+
+    async def set_schema_version(self, version: int) -> None:
+        """Write another schema version into the store, as a newer tickwork would."""
+        statement = (f"UPDATE tickwork_meta SET value = '{int(version)}' "
+                     "WHERE key = 'schema_version'")
+        if self.local:
+            self.harness.host_query(statement)
+        else:
+            await self.harness.query(statement)
 
     async def job_states(self) -> dict[str, tuple[str, str | None]]:
         rows = await self.rows("SELECT job_id, state, outcome FROM tickwork_jobs")

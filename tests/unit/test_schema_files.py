@@ -48,8 +48,9 @@ def test_the_migration_list_is_pinned() -> None:
     assert MIGRATIONS == ("0001_tickwork_jobs.sql", "0002_job_locks.sql",
                           "0003_settled_by_queue.sql", "0004_due_times.sql",
                           "0005_paused_queues.sql", "0006_retries.sql",
-                          "0007_schedules.sql", "0008_error_summaries.sql")
-    assert SCHEMA_VERSION == 8
+                          "0007_schedules.sql", "0008_error_summaries.sql",
+                          "0009_browse.sql")
+    assert SCHEMA_VERSION == 9
 
 
 @pytest.mark.parametrize("dialect", ["d1", "postgres"])
@@ -70,13 +71,15 @@ def test_schema_errors_name_the_missing_migrations() -> None:
     with pytest.raises(SchemaError, match=r"apply 0002_job_locks\.sql, 0003_settled_by_queue"
                                           r"\.sql, 0004_due_times\.sql, 0005_paused_queues\.sql, "
                                           r"0006_retries\.sql, 0007_schedules\.sql, "
-                                          r"0008_error_summaries\.sql from schema/d1"):
+                                          r"0008_error_summaries\.sql, 0009_browse\.sql "
+                                          r"from schema/d1"):
         check_schema_version(1, database="D1", folder="schema/d1", apply_with="wrangler")
-    with pytest.raises(SchemaError, match=r"version 2, this package needs 8: "
+    with pytest.raises(SchemaError, match=r"version 2, this package needs 9: "
                                           r"apply 0003_settled_by_queue\.sql, "
                                           r"0004_due_times\.sql, 0005_paused_queues\.sql, "
                                           r"0006_retries\.sql, 0007_schedules\.sql, "
-                                          r"0008_error_summaries\.sql from schema/d1"):
+                                          r"0008_error_summaries\.sql, 0009_browse\.sql "
+                                          r"from schema/d1"):
         check_schema_version(2, database="D1", folder="schema/d1", apply_with="wrangler")
     check_schema_version(SCHEMA_VERSION, database="D1", folder="schema/d1", apply_with="x")
     with pytest.raises(SchemaError, match="upgrade tickwork"):

@@ -13,6 +13,7 @@ from tickwork.schemas import migrations, split_statements
 from tickwork.stores import owner_local
 from tickwork.stores.d1 import store as d1_store
 from tickwork.stores.owner_schema import (
+    BROWSE_SQL,
     DUE_TIMES_SQL,
     ERROR_SUMMARIES_SQL,
     PAUSED_QUEUES_SQL,
@@ -125,15 +126,18 @@ def test_the_owner_local_ddl_is_the_schema_file() -> None:
     assert (folder / "0004_retries.sql").read_text() == RETRIES_SQL
     assert (folder / "0005_schedules.sql").read_text() == SCHEDULES_SQL
     assert (folder / "0006_error_summaries.sql").read_text() == ERROR_SUMMARIES_SQL
+    assert (folder / "0007_browse.sql").read_text() == BROWSE_SQL
     assert sorted(path.name for path in folder.iterdir()) == [
         "0001_tickwork_jobs.sql", "0002_due_times.sql", "0003_paused_queues.sql",
-        "0004_retries.sql", "0005_schedules.sql", "0006_error_summaries.sql"]
+        "0004_retries.sql", "0005_schedules.sql", "0006_error_summaries.sql",
+        "0007_browse.sql"]
     assert list(SCHEMA_STATEMENTS) == split_statements(SCHEMA_SQL)
     assert list(UPGRADES[1]) == split_statements(DUE_TIMES_SQL)
     assert list(UPGRADES[2]) == split_statements(PAUSED_QUEUES_SQL)
     assert list(UPGRADES[3]) == split_statements(RETRIES_SQL)
     assert list(UPGRADES[4]) == split_statements(SCHEDULES_SQL)
     assert list(UPGRADES[5]) == split_statements(ERROR_SUMMARIES_SQL)
+    assert list(UPGRADES[6]) == split_statements(BROWSE_SQL)
 
 
 def _objects(statements: list[str]) -> dict[str, str]:
@@ -166,9 +170,10 @@ def test_the_owner_local_table_is_d1s_without_leases() -> None:
     local_columns, local = _schema_of(sql.OWNER_LOCAL)
     d1_columns, d1 = _schema_of(sql.D1)
     assert local_columns == [name for name in d1_columns if name != "lease_expires_at"]
-    # Indexes of the same name are the same index, but for the two that differ
-    # on purpose (schema/owner_local/0001_tickwork_jobs.sql says why).
-    differ = {"tickwork_jobs_running", "tickwork_jobs_queue_settled"}
+    # Indexes of the same name are the same index, but for the one that
+    # differs on purpose (schema/owner_local/0001_tickwork_jobs.sql says why;
+    # tickwork_jobs_queue_settled differed until D1's 0008).
+    differ = {"tickwork_jobs_running"}
     for name in set(local) & set(d1) - differ - {"tickwork_jobs", "tickwork_meta"}:
         assert local[name] == d1[name], name
     assert local["tickwork_jobs_running"] == d1["tickwork_jobs_running"].replace("UNIQUE ", "")

@@ -87,7 +87,7 @@ async def test_bad_requests_are_4xx_and_change_nothing(
 
 async def test_other_refusals(worker: Any, env: Any, shape: str, query: Any) -> None:
     cases = [
-        ("GET", "/v1/shared/jobs", None, {}, 405, "method_not_allowed"),
+        ("PUT", "/v1/shared/jobs", None, {}, 405, "method_not_allowed"),
         ("PUT", "/v1/shared/jobs", job("a"), {}, 405, "method_not_allowed"),
         ("POST", "/v1/shared/jobs", job("a"), {"content-type": "text/plain"}, 415,
          "unsupported_media_type"),

@@ -7,7 +7,10 @@ from typing import Any
 
 import pytest
 
+import tickwork
 from tests.support.worker import job, send
+from tickwork.stores.owner_schema import SCHEMA_VERSION as OWNER_VERSION
+from tickwork.stores.schema_version import SCHEMA_VERSION as SHARED_VERSION
 
 pytestmark = pytest.mark.usefixtures("js_module")
 
@@ -28,7 +31,32 @@ async def stored_jobs(env: Any, scope: str, query: Any) -> dict[str, tuple[Any, 
 
 async def test_health_is_open(worker: Any, shape: str) -> None:
     assert await send(worker, shape, "GET", "/v1/health", token=None) == (
-        200, {"ok": True, "api": "v1"})
+        200, {"ok": True, "api": "v1", "version": tickwork.__version__})
+
+
+@pytest.mark.parametrize("scope", SCOPES)
+async def test_browse_ready_and_the_settled_feed(worker: Any, shape: str, scope: str) -> None:
+    """list_jobs pages through a scope's jobs (over RPC for an owner, from
+    D1 for the shared queues); ready reads the store; only owners have a
+    settled feed."""
+    for name in ("a", "b", "c"):
+        assert (await send(worker, shape, "POST", f"/v1/{scope}/jobs", job(name)))[0] == 201
+    status, body = await send(worker, shape, "GET", f"/v1/{scope}/jobs?queue=q&limit=2")
+    assert status == 200, body
+    assert [j["job_id"] for j in body["jobs"]] == ["c", "b"]
+    status, body = await send(worker, shape, "GET",
+                              f"/v1/{scope}/jobs?queue=q&limit=2&cursor={body['cursor']}")
+    assert (status, [j["job_id"] for j in body["jobs"]], body["cursor"]) == (200, ["a"], None)
+    status, body = await send(worker, shape, "GET", f"/v1/{scope}/jobs?queue=q&state=done")
+    assert (status, body["error"]["field"]) == (400, "state")
+    assert await send(worker, shape, "GET", f"/v1/{scope}/ready") == (
+        200, {"ready": True, "version": tickwork.__version__,
+              "schema_version": SHARED_VERSION if scope == "shared" else OWNER_VERSION})
+    status, body = await send(worker, shape, "GET", f"/v1/{scope}/settled?limit=10")
+    if scope == "shared":
+        assert (status, body["error"]["code"]) == (404, "not_available")
+    else:
+        assert (status, body) == (200, {"jobs": []})  # nothing settled yet
 
 
 @pytest.mark.parametrize("scope", SCOPES)

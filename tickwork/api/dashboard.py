@@ -374,27 +374,25 @@ class Dashboard:
         queue = status.queue
         badge = ' <span class="badge paused">paused</span>' if status.paused else ""
         head = await service.read_queue_head(queue)
-        lists = [("head", "Head", self._jobs_table(scope, [head] if head else []))]
-        lister = getattr(service, "list_jobs", None)
-        if lister is not None:
-            queued = await lister(queue, None, "queued", None, "oldest", JOBS_PER_LIST, None)
-            running = await lister(queue, None, "running", None, "oldest", JOBS_PER_LIST, None)
-            failed = await lister(queue, None, "settled", "failed", "newest", JOBS_PER_LIST,
-                                  None)
-            # The head is shown above; each list holds the others.
-            shown = head.job_id if head else None
-            lists.append(("queued", "Queued and due later", self._jobs_table(
-                scope, [job for job in queued.jobs if job.job_id != shown])))
-            lists.append(("running", "Running", self._jobs_table(
-                scope, [job for job in running.jobs if job.job_id != shown])))
-            failures = list(failed.jobs)
+        queued = await service.list_jobs(queue, None, "queued", None, "oldest",
+                                         JOBS_PER_LIST, None)
+        running = await service.list_jobs(queue, None, "running", None, "oldest",
+                                          JOBS_PER_LIST, None)
+        failed = await service.list_jobs(queue, None, "settled", "failed", "newest",
+                                         JOBS_PER_LIST, None)
         dead = await service.dead_letters(queue, JOBS_PER_LIST, None)
-        if lister is None:
-            # Without job listings the dead letters carry the recent failures.
-            failures = [job for job in dead.jobs if job.outcome == "failed"]
-        lists.append(("failures", "Recent failures",
-                      self._settled_table(scope, failures, redrive=False)))
-        lists.append(("dead", "Dead letters", self._settled_table(scope, dead.jobs, redrive=True)))
+        # The head is shown first; the other lists hold the others.
+        shown = head.job_id if head else None
+        lists = [
+            ("head", "Head", self._jobs_table(scope, [head] if head else [])),
+            ("queued", "Queued and due later", self._jobs_table(
+                scope, [job for job in queued.jobs if job.job_id != shown])),
+            ("running", "Running", self._jobs_table(
+                scope, [job for job in running.jobs if job.job_id != shown])),
+            ("failures", "Recent failures",
+             self._settled_table(scope, failed.jobs, redrive=False)),
+            ("dead", "Dead letters", self._settled_table(scope, dead.jobs, redrive=True)),
+        ]
         parts = [f'<div class="queue" id="queue-{_anchor(queue)}" data-queue="{_e(queue)}">'
                  f'<h3><span class="id">{_e(queue)}</span>{badge}</h3>']
         parts += [f'<div class="list" data-list="{name}"><h3>{_e(title)}</h3>{table}</div>'

@@ -23,9 +23,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from tickwork._version import VERSION
 from tickwork.api import wire
 from tickwork.api.wire import ApiError
-from tickwork.lifecycle.operations import MAX_DEAD_LETTER_PAGE
+from tickwork.lifecycle.operations import (
+    MAX_DEAD_LETTER_PAGE,
+    MAX_JOB_PAGE,
+    READ_SETTLED_MAX_LIMIT,
+    list_jobs_request,
+)
 from tickwork.model.errors import IngestConflict, InvalidArgument, InvalidJob
 from tickwork.model.jobs import (
     MAX_ATTEMPTS,
@@ -33,6 +39,7 @@ from tickwork.model.jobs import (
     MAX_DELAY_MS,
     MAX_INGEST_BATCH,
     MAX_LANE_LENGTH,
+    MAX_SAFE_INTEGER,
     Job,
     check_id,
     check_reason,
@@ -41,7 +48,7 @@ from tickwork.model.jobs import (
     validate_job,
     validate_jobs,
 )
-from tickwork.model.outcomes import QueueStatus
+from tickwork.model.outcomes import OUTCOMES, QueueStatus
 from tickwork.model.schedules import MAX_CATCH_UP, MAX_SCHEDULE_NAME, validate_schedule
 
 
@@ -241,6 +248,80 @@ def _dead_letters_to_http(args: tuple[Any, ...]) -> tuple[tuple[str, ...], Any]:
     return (queue,), query
 
 
+#: list_jobs's query parameters, in the order of its arguments after limit.
+_LIST_FILTERS = ("queue", "lane", "state", "outcome", "order")
+
+
+def _decode_list_jobs(args: Sequence[str], query: Any) -> tuple[tuple[Any, ...], Any]:
+    """A GET's query (strings, as sent) as list_jobs's arguments, every one
+    checked as the runtime checks it."""
+    given = wire.fields({} if query is None else query, "query", (),
+                        (*_LIST_FILTERS, "limit", "cursor"))
+    limit: Any = given.get("limit", "50")
+    if not (isinstance(limit, str) and limit.isascii() and limit.isdigit()
+            and 1 <= int(limit) <= MAX_JOB_PAGE):
+        raise InvalidArgument("limit", f"must be an integer from 1 to {MAX_JOB_PAGE}, "
+                                       f"got {limit!r}")
+    arguments = (given.get("queue"), given.get("lane"), given.get("state", "queued"),
+                 given.get("outcome"), given.get("order", "newest"), int(limit),
+                 given.get("cursor"))
+    list_jobs_request(*arguments)
+    return arguments, None
+
+
+def _list_jobs_to_http(args: tuple[Any, ...]) -> tuple[tuple[str, ...], Any]:
+    list_jobs_request(*args)  # refused here as the server would
+    *filters, limit, cursor = args
+    query = {name: value for name, value in zip(_LIST_FILTERS, filters, strict=True)
+             if value is not None}
+    query["limit"] = str(limit)
+    if cursor is not None:
+        query["cursor"] = cursor
+    return (), query
+
+
+def _settled_feed(runtime: Any) -> Any:
+    """The runtime's read_settled; the shared queues have no settled feed."""
+    read_settled = getattr(runtime, "read_settled", None)
+    if read_settled is None:
+        raise ApiError(404, "not_available", "the settled feed is an owner's: the shared "
+                                             "queues have none; use list_jobs")
+    return read_settled
+
+
+def _decode_read_settled(args: Sequence[str], query: Any) -> tuple[tuple[Any, ...], Any]:
+    given = wire.fields({} if query is None else query, "query", (),
+                        ("limit", "after_sequence"))
+    limit: Any = given.get("limit", "100")
+    after: Any = given.get("after_sequence", "0")
+    for name, value, high in (("limit", limit, READ_SETTLED_MAX_LIMIT),
+                              ("after_sequence", after, MAX_SAFE_INTEGER)):
+        low = 1 if name == "limit" else 0
+        if not (isinstance(value, str) and value.isascii() and value.isdigit()
+                and len(value) <= 16 and low <= int(value) <= high):
+            raise InvalidArgument(name, f"must be an integer from {low} to {high}, "
+                                        f"got {value!r}")
+    return (int(limit), int(after)), None
+
+
+def _decode_ready(args: Sequence[str], query: Any) -> tuple[tuple[Any, ...], Any]:
+    wire.fields({} if query is None else query, "query", ())
+    return (), None
+
+
+async def _check_ready(runtime: Any) -> int:
+    """The runtime's readiness check (a real read of its store); any failure
+    of the store is a 503 naming it, never a 500."""
+    try:
+        version = runtime.check_ready()
+        if inspect.isawaitable(version):
+            version = await version
+    except Exception as error:
+        raise ApiError(503, "not_ready", f"the store did not answer the readiness check: "
+                                         f"{type(error).__name__}: {str(error)[:300]}") from None
+    return int(version)
+
+
 def _decode_schedule(args: Sequence[str], body: Any) -> tuple[tuple[Any, ...], Any]:
     schedule = wire.schedule_from_wire(body)
     valid = validate_schedule(schedule)  # refused here, before any store is touched
@@ -300,6 +381,14 @@ def _records_from_wire(values: list[Any]) -> list[Any]:
 
 def _same(value: Any) -> Any:
     return value
+
+
+def _each_as_json_text(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(wire.to_json_text(arg) for arg in args)
+
+
+def _each_from_json_text(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(_json_from_rpc(arg) for arg in args)
 
 
 def _json_from_rpc(text: Any) -> Any:
@@ -536,6 +625,73 @@ OPERATIONS: Final = (
                       "page) is null on the last page"},
         reply_shape='`{"queue", "jobs": [{...}, ...], "cursor"}`',
         to_http=_dead_letters_to_http, from_http=wire.dead_letters_from_wire,
+        idempotent=True),
+    Operation(
+        "list_jobs", "GET", ("jobs",),
+        "One page of the jobs of a queue or a lane in one state (settled ones "
+        "optionally of one outcome), newest or oldest first",
+        _decode_list_jobs,
+        lambda args, context, page: Reply(200, wire.job_page_to_wire(page)),
+        perform=lambda runtime, queue, lane, state, outcome, order, limit, cursor:
+            runtime.list_jobs(queue, lane=lane, state=state, outcome=outcome, order=order,
+                              limit=limit, cursor=cursor),
+        result_to_wire=wire.job_page_to_wire, result_from_wire=wire.job_page_from_wire,
+        # Every argument (a string, null or the limit) crosses RPC as JSON text.
+        args_to_rpc=_each_as_json_text, args_from_rpc=_each_from_json_text,
+        query_params={
+            "queue": ({"type": "string"}, "the queue (give exactly one of queue and lane)"),
+            "lane": ({"type": "string"}, "the lane"),
+            "state": ({"type": "string", "enum": ["queued", "running", "settled"],
+                       "default": "queued"}, "the jobs' state"),
+            "outcome": ({"type": "string", "enum": list(OUTCOMES)},
+                        "only settled jobs of this outcome (state=settled)"),
+            "order": ({"type": "string", "enum": ["newest", "oldest"], "default": "newest"},
+                      "queued and running jobs go by enqueue order, settled ones by "
+                      "settlement"),
+            "limit": ({"type": "integer", "minimum": 1, "maximum": MAX_JOB_PAGE,
+                       "default": 50}, "jobs per page"),
+            "cursor": ({"type": "string"}, "the cursor of the previous page")},
+        answers={200: "up to limit jobs; cursor (for the next page) is null on the last "
+                      "page"},
+        reply_shape='`{"jobs": [{...}, ...], "cursor"}`',
+        to_http=_list_jobs_to_http, from_http=wire.job_page_from_wire,
+        idempotent=True),
+    Operation(
+        "read_settled", "GET", ("settled",),
+        "The settled feed of an owner: settled jobs in enqueue order after after_sequence, "
+        "stopping before the first job not settled yet",
+        _decode_read_settled,
+        lambda args, context, jobs: Reply(200, {"jobs": [wire.record_to_wire(job)
+                                                         for job in jobs]}),
+        perform=lambda runtime, limit, after: _settled_feed(runtime)(limit, after),
+        result_to_wire=lambda jobs: [wire.record_to_wire(job) for job in jobs],
+        result_from_wire=lambda value: [wire.record_from_wire(job) for job in value],
+        # Two integers cross RPC as JSON text (an int near 2**53 would be a BigInt).
+        args_to_rpc=_each_as_json_text, args_from_rpc=_each_from_json_text,
+        query_params={
+            "limit": ({"type": "integer", "minimum": 1, "maximum": READ_SETTLED_MAX_LIMIT,
+                       "default": 100}, "jobs at most"),
+            "after_sequence": ({"type": "integer", "minimum": 0, "default": 0},
+                               "the sequence of the last job read")},
+        answers={200: "settled jobs in enqueue order; read on with the last one's sequence",
+                 404: "the shared queues have no settled feed (not_available)"},
+        reply_shape='`{"jobs": [{...}, ...]}`',
+        to_http=lambda args: ((), {"limit": str(args[0]), "after_sequence": str(args[1])}),
+        from_http=lambda body: [wire.record_from_wire(job) for job in body["jobs"]],
+        idempotent=True),
+    Operation(
+        "ready", "GET", ("ready",),
+        "Readiness: read the scope's store (an owner's storage, or D1 or PostgreSQL) now",
+        _decode_ready,
+        lambda args, context, schema_version: Reply(200, {
+            "ready": True, "schema_version": schema_version, "version": VERSION}),
+        perform=_check_ready,
+        result_to_wire=_same, result_from_wire=_same,
+        answers={200: "the store answered, at the schema version this package needs",
+                 503: "the store did not answer, or its schema is not this package's "
+                      "(not_ready)"},
+        reply_shape='`{"ready": true, "schema_version", "version"}`',
+        to_http=lambda args: ((), None), from_http=lambda body: body["schema_version"],
         idempotent=True),
     Operation(
         "redrive", "POST", ("jobs", "{job_id}", "redrive"),

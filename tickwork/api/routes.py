@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, unquote
 
+from tickwork._version import VERSION
 from tickwork.api import dashboard, wire
 from tickwork.api.operations import OPERATIONS, Operation
 from tickwork.api.service import JobService, call
@@ -166,7 +167,7 @@ class JobApi:
     async def _handle(self, request: ApiRequest) -> ApiResponse:
         route = self._check_head(request)
         if route is None:
-            return ApiResponse(200, {"ok": True, "api": API_VERSION})
+            return ApiResponse(200, {"ok": True, "api": API_VERSION, "version": VERSION})
         if len(request.body) > self.max_body_bytes:
             raise _too_large(len(request.body), self.max_body_bytes)
         if isinstance(route, dashboard.DashboardRoute):

@@ -29,6 +29,7 @@ from tickwork.model.outcomes import (
     DeadLetters,
     FailLaneResult,
     IngestStatus,
+    JobPage,
     QueueStatus,
     RedriveResult,
 )
@@ -82,6 +83,24 @@ class JobService:
         page: DeadLetters = await self.perform(_DEAD_LETTERS, (queue, limit, cursor))
         return page
 
+    async def list_jobs(self, queue: str | None, lane: str | None, state: str,
+                        outcome: str | None, order: str, limit: int,
+                        cursor: str | None) -> JobPage:
+        """One page of a queue's or a lane's jobs in one state."""
+        page: JobPage = await self.perform(
+            _LIST_JOBS, (queue, lane, state, outcome, order, limit, cursor))
+        return page
+
+    async def read_settled(self, limit: int, after_sequence: int) -> list[JobRecord]:
+        """An owner's settled feed (the shared queues answer 404 not_available)."""
+        jobs: list[JobRecord] = await self.perform(_READ_SETTLED, (limit, after_sequence))
+        return jobs
+
+    async def ready(self) -> int:
+        """Read the scope's store now; its schema version (503 not_ready if it fails)."""
+        version: int = await self.perform(_READY, ())
+        return version
+
     async def redrive(self, job_id: str, redrive_id: str) -> RedriveResult:
         result: RedriveResult = await self.perform(_REDRIVE, (job_id, redrive_id))
         return result
@@ -126,6 +145,9 @@ _PAUSE = BY_NAME["pause"]
 _RESUME = BY_NAME["resume"]
 _DEAD_LETTERS = BY_NAME["dead_letters"]
 _REDRIVE = BY_NAME["redrive"]
+_LIST_JOBS = BY_NAME["list_jobs"]
+_READY = BY_NAME["ready"]
+_READ_SETTLED = BY_NAME["read_settled"]
 _PUT_SCHEDULE = BY_NAME["put_schedule"]
 _SCHEDULES = BY_NAME["schedules"]
 _PAUSE_SCHEDULE = BY_NAME["pause_schedule"]

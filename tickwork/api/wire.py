@@ -21,6 +21,7 @@ from tickwork.model.outcomes import (
     CancelResult,
     DeadLetters,
     FailLaneResult,
+    JobPage,
     QueueStatus,
     RedriveResult,
 )
@@ -372,6 +373,14 @@ def dead_letters_to_wire(page: DeadLetters) -> dict[str, Any]:
 
 def dead_letters_from_wire(value: Mapping[str, Any]) -> DeadLetters:
     return DeadLetters([record_from_wire(job) for job in value["jobs"]], value["cursor"])
+
+
+def job_page_to_wire(page: JobPage) -> dict[str, Any]:
+    return {"jobs": [record_to_wire(job) for job in page.jobs], "cursor": page.cursor}
+
+
+def job_page_from_wire(value: Mapping[str, Any]) -> JobPage:
+    return JobPage([record_from_wire(job) for job in value["jobs"]], value["cursor"])
 
 
 # ---------------------------------------------------------------- schedules

@@ -38,12 +38,14 @@ from tickwork.client.core import (
     result_of,
 )
 from tickwork.model.errors import InvalidArgument
-from tickwork.model.jobs import Job, JobRecord, validate_job
+from tickwork.model.jobs import Job, JobRecord, JobState, Outcome, validate_job
 from tickwork.model.outcomes import (
     CancelResult,
     DeadLetters,
     FailLaneResult,
     IngestStatus,
+    JobPage,
+    ListOrder,
     QueueStatus,
     RedriveResult,
 )
@@ -212,6 +214,26 @@ class AsyncJobs:
                                                     (queue, limit, cursor))
         return page
 
+    async def list_jobs(self, queue: str | None = None, *, lane: str | None = None,
+                        state: JobState = "queued", outcome: Outcome | None = None,
+                        order: ListOrder = "newest", limit: int = 50,
+                        cursor: str | None = None) -> JobPage:
+        """One page of a queue's (or a lane's) jobs in ``state``."""
+        page: JobPage = await self._client.call(
+            self.scope, "list_jobs", (queue, lane, state, outcome, order, limit, cursor))
+        return page
+
+    async def read_settled(self, limit: int = 100, after_sequence: int = 0) -> list[JobRecord]:
+        """An owner's settled feed after ``after_sequence`` (owners only)."""
+        jobs: list[JobRecord] = await self._client.call(self.scope, "read_settled",
+                                                         (limit, after_sequence))
+        return jobs
+
+    async def ready(self) -> int:
+        """Ask the scope to read its store now; its schema version (ApiError 503 if not)."""
+        version: int = await self._client.call(self.scope, "ready", ())
+        return version
+
     async def redrive(self, job_id: str, redrive_id: str) -> RedriveResult:
         """Queue a dead letter again as a new attempt chain (replay-safe)."""
         result: RedriveResult = await self._client.call(self.scope, "redrive",
@@ -345,6 +367,26 @@ class Jobs:
         page: DeadLetters = self._client.call(self.scope, "dead_letters",
                                               (queue, limit, cursor))
         return page
+
+    def list_jobs(self, queue: str | None = None, *, lane: str | None = None,
+                  state: JobState = "queued", outcome: Outcome | None = None,
+                  order: ListOrder = "newest", limit: int = 50,
+                  cursor: str | None = None) -> JobPage:
+        """One page of a queue's (or a lane's) jobs in ``state``."""
+        page: JobPage = self._client.call(
+            self.scope, "list_jobs", (queue, lane, state, outcome, order, limit, cursor))
+        return page
+
+    def read_settled(self, limit: int = 100, after_sequence: int = 0) -> list[JobRecord]:
+        """An owner's settled feed after ``after_sequence`` (owners only)."""
+        jobs: list[JobRecord] = self._client.call(self.scope, "read_settled",
+                                                   (limit, after_sequence))
+        return jobs
+
+    def ready(self) -> int:
+        """Ask the scope to read its store now; its schema version (ApiError 503 if not)."""
+        version: int = self._client.call(self.scope, "ready", ())
+        return version
 
     def redrive(self, job_id: str, redrive_id: str) -> RedriveResult:
         """Queue a dead letter again as a new attempt chain (replay-safe)."""

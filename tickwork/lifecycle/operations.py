@@ -40,7 +40,9 @@ from tickwork.lifecycle.requests import (
     Held,
     Insert,
     InsertMany,
+    JobListing,
     LaneHasPending,
+    ListJobs,
     ListSchedules,
     NextWork,
     PauseQueue,
@@ -95,10 +97,12 @@ from tickwork.model.jobs import (
     validate_jobs,
 )
 from tickwork.model.outcomes import (
+    OUTCOMES,
     CancelResult,
     DeadLetters,
     FailLaneResult,
     IngestStatus,
+    JobPage,
     QueueStatus,
     RedriveResult,
     TickResult,
@@ -208,18 +212,23 @@ def dead_letters(queue: str, limit: int = 50, cursor: str | None = None
     outcome_unknown or interrupted), newest settlement first: up to
     ``limit`` (1 to 100) jobs after ``cursor`` (from the previous page)."""
     check_id("queue", queue)
-    if not isinstance(limit, int) or isinstance(limit, bool) or not (
-            1 <= limit <= MAX_DEAD_LETTER_PAGE):
-        raise InvalidArgument("limit", f"must be an integer from 1 to {MAX_DEAD_LETTER_PAGE}, "
-                                       f"got {limit!r}")
-    before = (MAX_SAFE_INTEGER, MAX_SAFE_INTEGER) if cursor is None else _parse_cursor(cursor)
+    _check_page_limit(limit, MAX_DEAD_LETTER_PAGE)
+    before = ((MAX_SAFE_INTEGER, MAX_SAFE_INTEGER) if cursor is None
+              else _parse_position(cursor, "a dead_letters page"))
     jobs: list[JobRecord] = yield DeadLetterPage(queue, before, limit)
     last = jobs[-1] if len(jobs) == limit else None
     return DeadLetters(jobs, None if last is None else f"{last.settled_at}.{last.sequence}")
 
 
-def _parse_cursor(cursor: object) -> tuple[int, int]:
-    # A cursor is "<settled_at>.<sequence>" of the last job of a page.
+def _check_page_limit(limit: object, maximum: int) -> int:
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= maximum:
+        raise InvalidArgument("limit", f"must be an integer from 1 to {maximum}, got {limit!r}")
+    return limit
+
+
+def _parse_position(cursor: object, source: str) -> tuple[int, int]:
+    # A cursor is "<settled_at>.<sequence>" of the last job of a page (the
+    # first part 0 for a listing in enqueue order).
     # Both parts are bound as SQL values: beyond +-(2**53 - 1) a D1 or Durable
     # Object binding would refuse them (no stored value is), so they are
     # refused here by name.
@@ -228,7 +237,68 @@ def _parse_cursor(cursor: object) -> tuple[int, int]:
         settled_at, after = int(settled), int(sequence)
         if abs(settled_at) <= MAX_SAFE_INTEGER and after <= MAX_SAFE_INTEGER:
             return settled_at, after
-    raise InvalidArgument("cursor", f"is not a cursor a dead_letters page returned: {cursor!r}")
+    raise InvalidArgument("cursor", f"is not a cursor {source} returned: {cursor!r}")
+
+
+#: list_jobs returns at most this many jobs per page.
+MAX_JOB_PAGE = 100
+#: An owner's read_settled returns at most this many jobs per call.
+READ_SETTLED_MAX_LIMIT = 1000
+_JOB_STATES = ("queued", "running", "settled")
+_ORDERS = ("newest", "oldest")
+
+
+def list_jobs(queue: str | None = None, lane: str | None = None, state: str = "queued",
+              outcome: str | None = None, order: str = "newest", limit: int = 50,
+              cursor: str | None = None) -> Plan[JobPage]:
+    """One page of the jobs of one queue or one lane (exactly one of the
+    two) in ``state``, settled ones optionally of one ``outcome``: queued
+    and running jobs in enqueue order, settled ones in settlement order,
+    ``newest`` or ``oldest`` first; up to ``limit`` (1 to 100) jobs after
+    ``cursor`` (from the previous page of the same listing). Each page is
+    one indexed statement: O(log n + page) however many jobs are stored."""
+    request = list_jobs_request(queue, lane, state, outcome, order, limit, cursor)
+    jobs: list[JobRecord] = yield request
+    if len(jobs) < limit:
+        return JobPage(jobs, None)
+    last = jobs[-1]
+    position = last.settled_at if state == "settled" else 0
+    return JobPage(jobs, f"{position}.{last.sequence}")
+
+
+def list_jobs_request(queue: object, lane: object, state: object, outcome: object,
+                      order: object, limit: object, cursor: object) -> ListJobs:
+    """The store request of a ``list_jobs`` call, every argument checked
+    (InvalidArgument naming the first bad one); the HTTP API validates a
+    request with it before touching any store."""
+    listing = _job_listing(queue, lane, state, outcome, order)
+    page_size = _check_page_limit(limit, MAX_JOB_PAGE)
+    edge = MAX_SAFE_INTEGER if listing.newest else -MAX_SAFE_INTEGER
+    after = (edge, edge) if cursor is None else _parse_position(cursor, "a list_jobs page")
+    return ListJobs(listing, after, page_size)
+
+
+def _job_listing(queue: object, lane: object, state: object, outcome: object,
+                 order: object) -> JobListing:
+    if (queue is None) == (lane is None):
+        raise InvalidArgument("queue", "give exactly one of queue and lane")
+    if queue is not None:
+        by, value = "queue", check_id("queue", queue)
+    else:
+        by, value = "lane", check_text("lane", lane, MAX_LANE_LENGTH, InvalidArgument)
+    if state not in _JOB_STATES:
+        raise InvalidArgument("state", f"must be one of {', '.join(_JOB_STATES)}, got {state!r}")
+    if outcome is not None:
+        if outcome not in OUTCOMES:
+            raise InvalidArgument("outcome", f"must be one of {', '.join(OUTCOMES)}, "
+                                             f"got {outcome!r}")
+        if state != "settled":
+            raise InvalidArgument("outcome", f"only settled jobs have an outcome; "
+                                             f"state is {state!r}")
+    if order not in _ORDERS:
+        raise InvalidArgument("order", f"must be newest or oldest, got {order!r}")
+    return JobListing(by, value, str(state), None if outcome is None else str(outcome),
+                      order == "newest")
 
 
 # -------------------------------------------------------------- mutations

@@ -149,6 +149,37 @@ class DeadLetterPage(Request):
     limit: int
 
 
+@dataclass(frozen=True, slots=True)
+class JobListing:
+    """Which jobs a browse lists, in which order: the jobs of one queue
+    (``by`` "queue") or one lane (``by`` "lane") named ``value``, in
+    ``state``, settled ones optionally of one ``outcome``; ``newest`` first
+    or oldest first. Queued and running jobs go by enqueue order
+    (``sequence``), settled ones by settlement (``settled_at``, ``sequence``)."""
+
+    by: str
+    value: str
+    state: str
+    outcome: str | None
+    newest: bool
+
+    @property
+    def shape(self) -> tuple[str, str, bool, bool]:
+        """What picks a store's statement: (by, state, outcome given, newest)."""
+        return self.by, self.state, self.outcome is not None, self.newest
+
+
+@dataclass(slots=True)
+class ListJobs(Request):
+    """Up to ``limit`` jobs of ``listing`` strictly past ``after`` (its
+    ``(settled_at, sequence)`` position for settled jobs, ``(0, sequence)``
+    otherwise) in the listing's order -> ``list[JobRecord]``."""
+
+    listing: JobListing
+    after: tuple[int, int]
+    limit: int
+
+
 @dataclass(slots=True)
 class RedriveApplied(Request):
     """Whether ``redrive_id`` was applied to the job before -> ``bool``."""

@@ -61,6 +61,8 @@ CancelStatus: TypeAlias = Literal[
 ]
 RedriveStatus: TypeAlias = Literal["redriven", "replayed", "refused", "not_found"]
 IngestStatus: TypeAlias = Literal["queued", "duplicate"]
+#: How a browse orders its page: ``newest`` first or ``oldest`` first.
+ListOrder: TypeAlias = Literal["newest", "oldest"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +108,15 @@ class DeadLetters:
     """One page of a queue's dead letters (jobs settled ``failed``,
     ``outcome_unknown`` or ``interrupted``), newest settlement first.
     ``cursor`` asks for the next page; None when this page is the last."""
+
+    jobs: list[JobRecord]
+    cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    """One page of a browse (``list_jobs``). ``cursor`` asks for the next
+    page; None when this page is the last."""
 
     jobs: list[JobRecord]
     cursor: str | None

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any, Literal, Protocol, TypeAlias
 
 from tickwork.lifecycle import Settlement
-from tickwork.lifecycle.requests import ClaimView, Suspect
+from tickwork.lifecycle.requests import ClaimView, JobListing, Suspect
 from tickwork.model.jobs import JobRecord, ValidJob
 from tickwork.model.schedules import StoredSchedule, ValidSchedule
 
@@ -149,6 +149,12 @@ class SharedStore(Protocol):
     ) -> list[JobRecord]:
         """Up to ``limit`` dead letters of the queue settled before ``before``
         (``(settled_at, sequence)``), newest first (one statement)."""
+
+    async def list_jobs(
+        self, listing: JobListing, after: tuple[int, int], limit: int
+    ) -> list[JobRecord]:
+        """Up to ``limit`` jobs of ``listing`` past ``after``, in its order
+        (one statement)."""
 
     async def redrive_applied(self, job_id: str, redrive_id: str) -> bool:
         """Whether ``redrive_id`` was applied to the job before."""

@@ -35,6 +35,7 @@ from typing import Any, Self, TypeVar, overload
 
 from tickwork.lifecycle import operations
 from tickwork.lifecycle.drive import Deferred, drive, drive_async
+from tickwork.lifecycle.operations import READ_SETTLED_MAX_LIMIT
 from tickwork.lifecycle.requests import (
     ALIVE,
     DEAD,
@@ -56,6 +57,7 @@ from tickwork.lifecycle.requests import (
     Insert,
     InsertMany,
     LaneHasPending,
+    ListJobs,
     ListSchedules,
     NextWork,
     PauseQueue,
@@ -84,12 +86,14 @@ from tickwork.lifecycle.requests import (
     Wake,
 )
 from tickwork.lifecycle.rules import ABORT_CANCELLED, Settlement
-from tickwork.model.errors import InvalidArgument
+from tickwork.model.errors import InvalidArgument, SchemaError
 from tickwork.model.jobs import (
     MAX_LANE_LENGTH,
     MAX_SAFE_INTEGER,
     Job,
     JobRecord,
+    JobState,
+    Outcome,
     ValidJob,
     check_id,
     check_safe_int,
@@ -100,6 +104,8 @@ from tickwork.model.outcomes import (
     DeadLetters,
     FailLaneResult,
     IngestStatus,
+    JobPage,
+    ListOrder,
     QueueStatus,
     QueueTransition,
     RedriveResult,
@@ -126,7 +132,7 @@ from tickwork.stores.owner_local import (
     inside_lane,
     outside_lane,
 )
-from tickwork.stores.owner_schema import ensure_schema
+from tickwork.stores.owner_schema import SCHEMA_VERSION, ensure_schema
 from tickwork.stores.sql.sqlite import PROMOTE_BATCH
 
 __all__ = [
@@ -137,9 +143,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-
-#: read_settled returns at most this many jobs per call.
-READ_SETTLED_MAX_LIMIT = 1000
 
 _BUSY = TickResult("busy")
 
@@ -267,6 +270,27 @@ class _LocalRuntime:
         outcome_unknown or interrupted), newest settlement first; pass the
         page's ``cursor`` to read the next one."""
         return self._read(operations.dead_letters(queue, limit, cursor))
+
+    def list_jobs(self, queue: str | None = None, *, lane: str | None = None,
+                  state: JobState = "queued", outcome: Outcome | None = None,
+                  order: ListOrder = "newest", limit: int = 50,
+                  cursor: str | None = None) -> JobPage:
+        """One page of the jobs of ``queue`` (or of ``lane``) in ``state``,
+        settled ones optionally of one ``outcome``, ``newest`` or ``oldest``
+        first, in one indexed statement; pass the page's ``cursor`` to read
+        the next one (see ``tickwork.lifecycle.operations.list_jobs``)."""
+        return self._read(operations.list_jobs(queue, lane, state, outcome, order, limit,
+                                               cursor))
+
+    def check_ready(self) -> int:
+        """Readiness: read the owner's storage (its schema version, which
+        this package must understand) and return that version; whatever the
+        storage raises propagates, and a wrong version is a SchemaError."""
+        stored = self._store.schema_version()
+        if stored != SCHEMA_VERSION:
+            raise SchemaError(f"the owner's tickwork tables are at schema version {stored}; "
+                              f"this runtime needs {SCHEMA_VERSION}")
+        return stored
 
     def read_settled(self, limit: int, after_sequence: int = 0) -> list[JobRecord]:
         """The settled feed: settled jobs in enqueue order, after ``after_sequence``.
@@ -427,6 +451,7 @@ class _LocalRuntime:
             QueueCounts: lambda r: store.queue_counts(r.queue),
             LaneHasPending: lambda r: store.lane_has_pending(r.lane),
             DeadLetterPage: lambda r: store.dead_letters(r.queue, r.before, r.limit),
+            ListJobs: lambda r: store.list_jobs(r.listing, r.after, r.limit),
             RedriveApplied: lambda r: store.redrive_applied(r.job_id, r.redrive_id),
             RecordRedrive: self._record_redrive,
             StoreNow: lambda r: clock(),

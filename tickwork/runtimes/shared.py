@@ -60,6 +60,7 @@ from tickwork.lifecycle.requests import (
     HasPendingWork,
     Insert,
     InsertMany,
+    ListJobs,
     ListSchedules,
     NextWork,
     PauseQueue,
@@ -88,12 +89,21 @@ from tickwork.lifecycle.requests import (
 )
 from tickwork.lifecycle.rules import ABORT_CANCELLED, Settlement
 from tickwork.model.errors import InvalidArgument
-from tickwork.model.jobs import MAX_SAFE_INTEGER, Job, JobRecord, check_safe_int
+from tickwork.model.jobs import (
+    MAX_SAFE_INTEGER,
+    Job,
+    JobRecord,
+    JobState,
+    Outcome,
+    check_safe_int,
+)
 from tickwork.model.outcomes import (
     CancelResult,
     DeadLetters,
     FailLaneResult,
     IngestStatus,
+    JobPage,
+    ListOrder,
     QueueStatus,
     RedriveResult,
     TickResult,
@@ -104,6 +114,7 @@ from tickwork.ports.host import SharedExecutor
 from tickwork.ports.host import Wake as WakePort
 from tickwork.ports.shared_store import SharedStore
 from tickwork.runtimes.execution import run_executor
+from tickwork.stores.schema_version import SCHEMA_VERSION
 
 __all__ = ["LeasedSignal", "Now", "SharedRuntime"]
 
@@ -222,6 +233,25 @@ class SharedRuntime:
         outcome_unknown or interrupted), newest settlement first, in one
         statement; pass the page's ``cursor`` to read the next one."""
         return await self._drive(operations.dead_letters(queue, limit, cursor))
+
+    async def list_jobs(self, queue: str | None = None, *, lane: str | None = None,
+                        state: JobState = "queued", outcome: Outcome | None = None,
+                        order: ListOrder = "newest", limit: int = 50,
+                        cursor: str | None = None) -> JobPage:
+        """One page of the jobs of ``queue`` (or of ``lane``) in ``state``,
+        settled ones optionally of one ``outcome``, ``newest`` or ``oldest``
+        first, in one indexed statement; pass the page's ``cursor`` to read
+        the next one (see ``tickwork.lifecycle.operations.list_jobs``)."""
+        return await self._drive(operations.list_jobs(queue, lane, state, outcome, order,
+                                                      limit, cursor))
+
+    async def check_ready(self) -> int:
+        """Readiness: read the shared database (its schema version, one
+        round trip, every call) and return the version; whatever the
+        database raises propagates, and a missing migration is a SchemaError."""
+        await self._store.check_schema()
+        self._schema_checked = True
+        return SCHEMA_VERSION
 
     # -------------------------------------------------------------- mutations
 
@@ -428,6 +458,7 @@ class SharedRuntime:
             PauseQueue: lambda r: store.pause_queue(r.queue, db_now()),
             ResumeQueue: lambda r: store.resume_queue(r.queue),
             DeadLetterPage: lambda r: store.dead_letters(r.queue, r.before, r.limit),
+            ListJobs: lambda r: store.list_jobs(r.listing, r.after, r.limit),
             StoreNow: lambda r: store.store_now(db_now()),
             FindSchedule: lambda r: store.find_schedule(r.name),
             ListSchedules: lambda r: store.list_schedules(),
@@ -671,7 +702,7 @@ _AWAITED = frozenset({
     ClaimOrProbe, Claim, Requeue, SettleRecovered, SettleNextCancelled, Execute, Settle,
     ReadClaim, DeadLetterPage, RedriveApplied, RecordRedrive, RequeueForRetry,
     StoreNow, FindSchedule, ListSchedules, CreateSchedule, ReplaceSchedule, PauseSchedule,
-    ResumeSchedule, DeleteSchedule, DueSchedules, FireSlots,
+    ResumeSchedule, DeleteSchedule, DueSchedules, FireSlots, ListJobs,
 })
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tickwork.lifecycle import Settlement
+from tickwork.lifecycle.requests import JobListing
 from tickwork.model.errors import IngestConflict
 from tickwork.model.jobs import JobRecord, ValidJob, cargo_differences
 from tickwork.model.schedules import StoredSchedule, ValidSchedule
@@ -49,6 +50,8 @@ _REDRIVE_APPLIED = _render(sql.REDRIVE_APPLIED, "job_id", "redrive_id")
 _REDRIVE_JOB = _render(sql.REDRIVE_JOB, "redrive_id", "job_id")
 _NOTE_REDRIVE = _render(sql.NOTE_REDRIVE, "redrive_id", "now", "job_id")
 _DEAD_LETTERS = _render(sql.DEAD_LETTERS, "queue", "before_settled", "before_sequence", "limit")
+_SCHEMA_VERSION = _render(sql.SCHEMA_VERSION)
+_LIST_JOBS = {key: template.render(sql.OWNER_LOCAL) for key, template in sql.LIST_JOBS.items()}
 _SELECT_SCHEDULE = _render(sql.SELECT_SCHEDULE, "name")
 _LIST_SCHEDULES = _render(sql.LIST_SCHEDULES)
 _CREATE_SCHEDULE = _render(sql.CREATE_SCHEDULE, "name", "spec_json", "next_at", "now")
@@ -219,6 +222,10 @@ class OwnerLocalStore:
         """(queued, running, delayed, then settled per outcome in OUTCOMES order)."""
         return self.database.query(_QUEUE_STATUS.text, (queue,))[0]
 
+    def schema_version(self) -> int:
+        """The schema version the database holds (a storage read)."""
+        return int(self._value(_SCHEMA_VERSION, (), "value"))
+
     def _value(self, statement: sql.Statement, params: Sequence[Any], name: str) -> Any:
         columns: Columns | None = statement.columns
         assert columns is not None
@@ -347,6 +354,13 @@ class OwnerLocalStore:
 
     def dead_letters(self, queue: str, before: tuple[int, int], limit: int) -> list[JobRecord]:
         rows = self.database.query(_DEAD_LETTERS.text, (queue, *before, limit))
+        return [JOB.job(row) for row in rows]
+
+    def list_jobs(self, listing: JobListing, after: tuple[int, int],
+                  limit: int) -> list[JobRecord]:
+        statement = _LIST_JOBS[listing.shape]
+        rows = self.database.query(statement.text,
+                                   sql.listing_values(statement, listing, after, limit))
         return [JOB.job(row) for row in rows]
 
     def redrive_applied(self, job_id: str, redrive_id: str) -> bool:

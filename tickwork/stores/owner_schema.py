@@ -6,9 +6,10 @@ version lives in ``tickwork_meta`` and every runtime construction runs
 
 ``SCHEMA_SQL`` is ``schema/owner_local/0001_tickwork_jobs.sql`` and
 ``DUE_TIMES_SQL`` is ``0002_due_times.sql``, ``PAUSED_QUEUES_SQL``
-``0003_paused_queues.sql``, ``RETRIES_SQL`` ``0004_retries.sql`` and
-``SCHEDULES_SQL`` ``0005_schedules.sql`` and ``ERROR_SUMMARIES_SQL``
-``0006_error_summaries.sql``, character for character (the
+``0003_paused_queues.sql``, ``RETRIES_SQL`` ``0004_retries.sql``,
+``SCHEDULES_SQL`` ``0005_schedules.sql``, ``ERROR_SUMMARIES_SQL``
+``0006_error_summaries.sql`` and ``BROWSE_SQL`` ``0007_browse.sql``,
+character for character (the
 tests pin them equal): the package cannot read those files inside a Worker,
 so the text lives here too, and the files are where people read it beside
 the D1 and PostgreSQL schemas. A database written by an older tickwork is
@@ -21,7 +22,7 @@ from tickwork.model.errors import SchemaError
 from tickwork.ports.database import SyncDatabase
 from tickwork.schemas import split_statements
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 #: schema/owner_local/0001_tickwork_jobs.sql
 SCHEMA_SQL = """-- tickwork owner-local job table: one owner's jobs in its own SQLite database
@@ -230,6 +231,33 @@ ERROR_SUMMARIES_SQL = """-- tickwork owner-local: error summaries. Applied by th
 ALTER TABLE tickwork_jobs ADD COLUMN error_json TEXT;
 """
 
+#: schema/owner_local/0007_browse.sql (pinned equal like SCHEMA_SQL)
+BROWSE_SQL = """-- tickwork owner-local: browsing jobs a page at a time (list_jobs). Applied
+-- by the runtime itself on first open, like 0002. Only indexes: no row
+-- changes. Every page of list_jobs is one range scan of one of them (or of
+-- an index it already had), O(log n + page) however many jobs are stored.
+--
+-- A queue's queued and running jobs in enqueue order. state is not in the
+-- key, so a claim (queued -> running) does not touch this index; ingest adds
+-- an entry and settlement removes it (like tickwork_jobs_lane_pending).
+CREATE INDEX tickwork_jobs_queue_pending
+    ON tickwork_jobs (queue, sequence)
+    WHERE state IN ('queued', 'running');
+
+-- A queue's settled jobs of one outcome in settlement order (the failures
+-- among a long completed history). It also covers queue_status's counts per
+-- outcome, which no longer read a row each.
+CREATE INDEX tickwork_jobs_queue_outcomes
+    ON tickwork_jobs (queue, outcome, settled_at, sequence)
+    WHERE state = 'settled';
+
+-- A lane's settled jobs in settlement order (its queued and running ones
+-- go through tickwork_jobs_lane_pending).
+CREATE INDEX tickwork_jobs_lane_settled
+    ON tickwork_jobs (lane, settled_at, sequence)
+    WHERE state = 'settled';
+"""
+
 #: The statements of SCHEMA_SQL; the first creates tickwork_meta.
 SCHEMA_STATEMENTS = tuple(split_statements(SCHEMA_SQL))
 
@@ -241,6 +269,7 @@ UPGRADES: tuple[tuple[str, ...], ...] = (
     tuple(split_statements(RETRIES_SQL)),
     tuple(split_statements(SCHEDULES_SQL)),
     tuple(split_statements(ERROR_SUMMARIES_SQL)),
+    tuple(split_statements(BROWSE_SQL)),
 )
 assert len(UPGRADES) == SCHEMA_VERSION
 

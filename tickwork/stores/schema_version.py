@@ -13,7 +13,7 @@ from tickwork.model.errors import SchemaError
 #: The migrations of schema/d1 and schema/postgres, in order (same names in both).
 MIGRATIONS = ("0001_tickwork_jobs.sql", "0002_job_locks.sql", "0003_settled_by_queue.sql",
               "0004_due_times.sql", "0005_paused_queues.sql", "0006_retries.sql",
-              "0007_schedules.sql", "0008_error_summaries.sql")
+              "0007_schedules.sql", "0008_error_summaries.sql", "0009_browse.sql")
 
 #: The schema_version a database has once every migration above has run.
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+import tickwork
+
 EDGE = 2**53 - 1
 SCOPES = ("owners/tenant", "shared")
 
@@ -19,7 +21,8 @@ def job(job_id: str, queue: str = "q", **fields: Any) -> dict[str, Any]:
 
 async def test_health_is_open(deployment: Any) -> None:
     status, text = await deployment.send("GET", "/v1/health", token=None)
-    assert (status, json.loads(text)) == (200, {"ok": True, "api": "v1"})
+    assert (status, json.loads(text)) == (200, {
+        "ok": True, "api": "v1", "version": tickwork.__version__})
 
 
 @pytest.mark.parametrize("scope", SCOPES)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tickwork.lifecycle import Settlement
-from tickwork.lifecycle.requests import ClaimView, Suspect
+from tickwork.lifecycle.requests import ClaimView, JobListing, Suspect
 from tickwork.model.jobs import JobRecord, ValidJob, replay_flags, stored_cargo
 from tickwork.model.schedules import StoredSchedule, ValidSchedule
 from tickwork.ports.shared_store import CancelWrite, RenewAnswer
@@ -77,6 +77,7 @@ REDRIVE_APPLIED = _render(sql.REDRIVE_APPLIED, "job_id", "redrive_id")
 REDRIVE_JOB = _render(sql.REDRIVE_JOB, "redrive_id", "job_id")
 NOTE_REDRIVE = _render(sql.NOTE_REDRIVE, "redrive_id", "now", "job_id")
 DEAD_LETTERS = _render(sql.DEAD_LETTERS, "queue", "before_settled", "before_sequence", "limit")
+LIST_JOBS = {key: template.render(sql.D1) for key, template in sql.LIST_JOBS.items()}
 STORE_NOW = _render(sql.STORE_NOW, "now")
 SELECT_SCHEDULE = _render(sql.SELECT_SCHEDULE, "name")
 LIST_SCHEDULES = _render(sql.LIST_SCHEDULES)
@@ -292,6 +293,14 @@ class D1Store:
         self, queue: str, before: tuple[int, int], limit: int
     ) -> list[JobRecord]:
         rows = await self.d1.query(DEAD_LETTERS.text, (queue, *before, limit))
+        return [JOB.job(row) for row in rows]
+
+    async def list_jobs(
+        self, listing: JobListing, after: tuple[int, int], limit: int
+    ) -> list[JobRecord]:
+        statement = LIST_JOBS[listing.shape]
+        rows = await self.d1.query(statement.text,
+                                   sql.listing_values(statement, listing, after, limit))
         return [JOB.job(row) for row in rows]
 
     async def redrive_applied(self, job_id: str, redrive_id: str) -> bool:

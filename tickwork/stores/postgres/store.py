@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from tickwork.lifecycle import Settlement
-from tickwork.lifecycle.requests import ClaimView, Suspect
+from tickwork.lifecycle.requests import ClaimView, JobListing, Suspect
 from tickwork.model.jobs import JobRecord, ValidJob, replay_flags
 from tickwork.model.schedules import StoredSchedule, ValidSchedule
 from tickwork.ports.shared_store import CancelWrite, RenewAnswer
@@ -356,6 +356,14 @@ class PostgresStore:
         params = {"queue": queue, "before_settled": before[0], "before_sequence": before[1],
                   "limit": limit}
         return [JOB.job(row) for row in await self._rows(sql.DEAD_LETTERS, params)]
+
+    async def list_jobs(
+        self, listing: JobListing, after: tuple[int, int], limit: int
+    ) -> list[JobRecord]:
+        statement = sql.LIST_JOBS[listing.shape]
+        params = {"value": listing.value, "outcome": listing.outcome,
+                  "after_settled": after[0], "after_sequence": after[1], "limit": limit}
+        return [JOB.job(row) for row in await self._rows(statement, params)]
 
     async def redrive_applied(self, job_id: str, redrive_id: str) -> bool:
         rows = await self._rows(sql.REDRIVE_APPLIED, {"job_id": job_id, "redrive_id": redrive_id})

@@ -136,7 +136,7 @@ SELECT queue, 'paused', NULL, 1 FROM tickwork_paused_queues
 # Status of one queue, one row, from indexes only: queued and running counts
 # from partial indexes of waiting jobs (queue_waiting) and of running jobs
 # (the planner may take running or lease, both small); then its settled jobs
-# per outcome from queue_settled (schema/postgres/0003_settled_by_queue.sql):
+# per outcome from queue_outcomes (schema/postgres/0009_browse.sql):
 # an index-only scan of the queue's own entries once VACUUM has set the
 # visibility map, an index or bitmap scan of them before. Columns: queued
 # (in the ready set), running, delayed (waiting for their time), paused,
@@ -440,6 +440,45 @@ WHERE queue = %(queue)s AND state = 'settled'
 ORDER BY settled_at DESC, sequence DESC
 LIMIT %(limit)s
 """
+
+# ------------------------------------------------------------ browsing
+# list_jobs: the statements of tickwork.stores.sql.sqlite's browsing
+# section, for PostgreSQL (see the table of indexes there; the planner picks
+# them, and tests/shared/test_postgres_only.py checks its plans on 200,000
+# rows). A page starts strictly past the previous page's last job.
+_LISTING_STATE = {
+    "queued": "state = 'queued'",
+    "running": "state = 'running'",
+    "settled": "state = 'settled'",
+}
+
+
+def _listing(by: str, state: str, outcome: bool, newest: bool) -> str:
+    further, direction = ("<", "DESC") if newest else (">", "ASC")
+    where = f"{by} = %(value)s AND {_LISTING_STATE[state]}"
+    if outcome:
+        where += " AND outcome = %(outcome)s"
+    if state == "settled":
+        where += (f" AND (settled_at, sequence) {further} "
+                  "(%(after_settled)s::bigint, %(after_sequence)s::bigint)")
+        order = f"settled_at {direction}, sequence {direction}"
+    else:
+        where += f" AND sequence {further} %(after_sequence)s::bigint"
+        order = f"sequence {direction}"
+    return f"""
+SELECT {JOB_SELECT} FROM tickwork_jobs
+WHERE {where}
+ORDER BY {order}
+LIMIT %(limit)s
+"""
+
+
+#: JobListing.shape (by, state, outcome given, newest first) -> its statement.
+LIST_JOBS: Final = {
+    (by, state, outcome, newest): _listing(by, state, outcome, newest)
+    for by in ("queue", "lane") for state in ("queued", "running", "settled")
+    for outcome in ((False, True) if state == "settled" else (False,))
+    for newest in (True, False)}
 
 # -------------------------------------------------------------- schedules
 # The statements of tickwork.stores.sql.sqlite's schedules section, for

@@ -251,11 +251,10 @@ SELECT queue, 'paused', NULL, 1 FROM tickwork_paused_queues
 # Status of one queue, one row: queued (in the ready set), running and
 # delayed (waiting for their time) counts from the queue_waiting (it holds
 # due_at) and running indexes (counted from the index alone), then the
-# queue's settled jobs by outcome, found through the queue_settled index.
-# Owner-local, outcome is not in that index, so each settled row of the queue
-# is looked up: the cost grows with the queue's own settled history, never
-# with other queues'. On D1 the index is (queue, outcome)
-# (schema/d1/0003_settled_by_queue.sql): counted from the index alone.
+# queue's settled jobs by outcome, counted from the queue_outcomes index
+# alone (its key starts with (queue, outcome): schema 0007 owner-local, 0009
+# on D1); the cost grows with the queue's own settled history, never with
+# other queues'.
 # Columns: queued, running, delayed, paused (0 or 1), then one count per
 # outcome in tickwork.model.outcomes.OUTCOMES order.
 QUEUE_STATUS = Template("queue_status", """
@@ -272,7 +271,7 @@ SELECT
     count(CASE WHEN outcome = 'cancelled' THEN 1 END) AS cancelled,
     count(CASE WHEN outcome = 'outcome_unknown' THEN 1 END) AS outcome_unknown,
     count(CASE WHEN outcome = 'interrupted' THEN 1 END) AS interrupted
-FROM tickwork_jobs INDEXED BY tickwork_jobs_queue_settled
+FROM tickwork_jobs INDEXED BY tickwork_jobs_queue_outcomes
 WHERE queue = :queue AND state = 'settled'
 """, ("queue",), Columns("queued", "running", "delayed", "paused", "completed", "failed",
                                  "cancelled", "outcome_unknown", "interrupted"))
@@ -569,6 +568,72 @@ WHERE queue = :queue AND state = 'settled'
 ORDER BY settled_at DESC, sequence DESC
 LIMIT :limit
 """, ("queue", "before_settled", "before_sequence", "limit"), JOB_ROWS)
+
+# ------------------------------------------------------------ browsing
+# list_jobs: one statement per (by, state, outcome given, order), each a
+# range scan of the index named in it (INDEXED BY: a missing index is an
+# error, never a silent table scan), so a page costs O(log n + page):
+#   queue queued   tickwork_jobs_queue_pending  (queue, sequence)
+#   queue running  tickwork_jobs_running        (queue) + rowid (sequence)
+#   queue settled  tickwork_jobs_queue_settled  (queue, settled_at, sequence)
+#   ... outcome    tickwork_jobs_queue_outcomes (queue, outcome, settled_at, sequence)
+#   lane queued    tickwork_jobs_lane_pending   (lane, sequence)
+#   lane running   tickwork_jobs_running        every running claim (few), filtered
+#   lane settled   tickwork_jobs_lane_settled   (lane, settled_at, sequence)
+#   ... outcome    the same, filtered on outcome (reads past the lane's
+#                  settlements of other outcomes)
+# The page starts strictly past :after_settled/:after_sequence (the last job
+# of the previous page) in the listing's order. "state IN (...) AND state =
+# ..." lets SQLite use the partial index of queued and running jobs.
+_LISTING_INDEX = {
+    ("queue", "queued", False): "tickwork_jobs_queue_pending",
+    ("queue", "running", False): "tickwork_jobs_running",
+    ("queue", "settled", False): "tickwork_jobs_queue_settled",
+    ("queue", "settled", True): "tickwork_jobs_queue_outcomes",
+    ("lane", "queued", False): "tickwork_jobs_lane_pending",
+    ("lane", "running", False): "tickwork_jobs_running",
+    ("lane", "settled", False): "tickwork_jobs_lane_settled",
+    ("lane", "settled", True): "tickwork_jobs_lane_settled",
+}
+_LISTING_STATE = {
+    "queued": "state IN ('queued', 'running') AND state = 'queued'",
+    "running": "state = 'running'",
+    "settled": "state = 'settled'",
+}
+
+
+def _listing(by: str, state: str, outcome: bool, newest: bool) -> Template:
+    index = _LISTING_INDEX[(by, state, outcome)]
+    further, direction = ("<", "DESC") if newest else (">", "ASC")
+    where = f"{by} = :value AND {_LISTING_STATE[state]}"
+    if outcome:
+        where += " AND outcome = :outcome"
+    if state == "settled":
+        where += f" AND (settled_at, sequence) {further} (:after_settled, :after_sequence)"
+        order = f"settled_at {direction}, sequence {direction}"
+    else:
+        where += f" AND sequence {further} :after_sequence"
+        order = f"sequence {direction}"
+    name = f"list_{by}_{state}{'_outcome' if outcome else ''}_{'newest' if newest else 'oldest'}"
+    return Template(name, f"""
+SELECT {JOB_SELECT} FROM tickwork_jobs INDEXED BY {index}
+WHERE {where}
+ORDER BY {order}
+LIMIT :limit
+""", ("value", "outcome", "after_settled", "after_sequence", "limit"), JOB_ROWS)
+
+
+#: JobListing.shape (by, state, outcome given, newest first) -> its statement.
+LIST_JOBS: Final = {(by, state, outcome, newest): _listing(by, state, outcome, newest)
+                    for by, state, outcome in _LISTING_INDEX for newest in (True, False)}
+
+
+def listing_values(statement: Statement, listing: Any, after: tuple[int, int],
+                   limit: int) -> tuple[Any, ...]:
+    """The values ``statement`` (a rendered LIST_JOBS entry) binds, in its order."""
+    named = {"value": listing.value, "outcome": listing.outcome, "after_settled": after[0],
+             "after_sequence": after[1], "limit": limit}
+    return tuple(named[name] for name in statement.params)
 
 # -------------------------------------------------------------- schedules
 
@@ -960,9 +1025,11 @@ SETTLE_NEXT_CANCELLED_IN_LANE = Template(
 # D1 is shared by every Worker invocation: leases, renewals, the schema
 # check, and the statements a producer puts in its own db.batch.
 
+# The schema version a database holds: D1's runtime checks it before its
+# first operation; both stores' readiness checks read it (a real storage read).
 SCHEMA_VERSION = Template("schema_version", """
 SELECT value FROM tickwork_meta WHERE key = 'schema_version'
-""", (), Columns("value"), _d1)
+""", (), Columns("value"))
 
 # The oldest expired claim (with its token) and whether a cancelled job is
 # still queued, in one read. Both come from small partial indexes.
