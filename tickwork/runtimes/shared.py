@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
+from tickwork.events import EventHook, check_hook, emit
 from tickwork.leases import (
     DEFAULT_LEASE_MS,
     DEFAULT_RENEW_EVERY_MS,
@@ -74,6 +76,7 @@ from tickwork.lifecycle.requests import (
     RecordRedrive,
     RedriveApplied,
     ReplaceSchedule,
+    Report,
     Request,
     Requeue,
     RequeueForRetry,
@@ -85,6 +88,7 @@ from tickwork.lifecycle.requests import (
     StatusGroups,
     StoreNow,
     Wake,
+    event_of,
 )
 from tickwork.lifecycle.rules import ABORT_CANCELLED, Settlement
 from tickwork.model.errors import InvalidArgument
@@ -108,6 +112,8 @@ from tickwork.runtimes.execution import run_executor
 __all__ = ["LeasedSignal", "Now", "SharedRuntime"]
 
 T = TypeVar("T")
+
+logger = logging.getLogger("tickwork.events")
 
 #: ``now()``: the test clock replacing database time (epoch ms), or None.
 Now = Callable[[], int]
@@ -158,6 +164,7 @@ class SharedRuntime:
         lease_ms: int = DEFAULT_LEASE_MS,
         renew_every_ms: int = DEFAULT_RENEW_EVERY_MS,
         clock: Clock | None = None,
+        on_event: EventHook | None = None,
     ) -> None:
         lease_ms = check_safe_int("lease_ms", lease_ms, InvalidArgument, 1)
         renew_every_ms = check_safe_int("renew_every_ms", renew_every_ms, InvalidArgument, 1)
@@ -175,6 +182,7 @@ class SharedRuntime:
         self._lease_ms = lease_ms
         self._renew_every_ms = renew_every_ms
         self._clock: Clock = clock if clock is not None else LoopClock()
+        self._on_event = check_hook(on_event)
         self._executions: dict[str, _Claim] = {}
         self._busy = False
         self._schema_checked = False
@@ -458,7 +466,27 @@ class SharedRuntime:
             Settle: self._settle,
             RequeueForRetry: self._requeue_for_retry,
             ReadClaim: self._read_claim,
+            Report: self._report,
         }
+
+    def _report(self, report: Report) -> None:
+        """Tell the hook of a transition: every write here committed on its
+        own before its answer returned, so it is durable. Never raises."""
+        hook = self._on_event
+        if hook is None:
+            return
+        try:
+            duration = None
+            claim = report.subject
+            if isinstance(claim, _Claim) and report.kind != "claimed":
+                # This machine's monotonic clock, from just before the claim:
+                # database time and this clock may disagree.
+                duration = max(0, int(self._clock.now_ms() - claim.started_ms))
+            event = event_of(report, self._wall_ms(), duration)
+        except Exception:
+            logger.exception("tickwork could not build a %s event", report.kind)
+            return
+        emit(hook, event)
 
     # ------------------------------------------------------------- tick steps
 
