@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from typing import Any
 
 import pytest
@@ -112,6 +113,8 @@ async def test_transactional_changes_the_host_rolls_back_are_not_reported(
     assert runtime.read("a") is None
 
 
+@pytest.mark.skipif(sys.platform == "emscripten",
+                    reason="the Pyodide tier calls every test from its running event loop")
 def test_without_an_event_loop_a_transactional_change_is_not_reported(
     harness: Harness,
 ) -> None:
