@@ -26,7 +26,8 @@ fit, a queue being the destination and a job the message:
 * ``tickwork.events`` (counter): every event, by ``tickwork.event.kind``,
   ``messaging.destination.name`` and ``tickwork.outcome``.
 
-Not for Workers: the Worker and the Durable Object log JSON lines instead
+Not for Workers (it imports nothing until built, so the bundle may carry it):
+the Worker and the Durable Object log JSON lines instead
 (``tickwork.logs``).
 """
 
