@@ -836,7 +836,9 @@ class OwnerRuntime(_LocalRuntime):
     whether a running claim that this runtime does not own still has a live
     execution; ``wake.recompute()`` is called after every durable change that
     can alter when the next tick should run; ``project(transition)`` (optional)
-    runs inside the transaction of every change to a queue.
+    runs inside the transaction of every change to a queue; ``on_event(event)``
+    (optional) is told of every transition once it committed
+    (``tickwork.events``: a hook that raises is logged, never raised).
 
     ``concurrent_lane`` (optional) reserves one lane for a second ticker:
     the constructor then returns a ``ConcurrentOwnerRuntime``, which has

@@ -152,7 +152,8 @@ class _Claim:
 
 
 class SharedRuntime:
-    """Same operations and results as ``OwnerRuntime``, all of them async."""
+    """Same operations and results as ``OwnerRuntime``, all of them async;
+    ``on_event`` likewise (``tickwork.events``)."""
 
     def __init__(
         self,
