@@ -254,3 +254,26 @@ async def _work(jobs: Any, prefix: str) -> list[Any]:
     said = [replace(value, retry_at=None) if isinstance(value, TickResult) else value
             for value in said]
     return [repr(value).replace(f"{prefix}-", "") for value in said + stored]
+
+
+async def test_a_schedule_slots_job_is_reported_ingested_once(engine: Engine) -> None:
+    from datetime import UTC, datetime
+
+    from tickwork import Schedule, ScheduledJob
+
+    events, hook = recorder()
+    jobs, now = engine.timed_runtime(on_event=hook)
+    await jobs.put_schedule(Schedule("nightly", ScheduledJob("reports", "reports", 0, {}),
+                                     cron="0 2 * * *", catch_up=2))
+    slot = int(datetime(2026, 12, 3, 2, tzinfo=UTC).timestamp() * 1000)
+    now.advance(slot - now())  # three slots went by: the latest two are caught up
+    other = (engine.another_process(clock=now, on_event=hook) if engine.local
+             else engine.another_process(on_event=hook))
+    assert await jobs.fire_schedules() == 2
+    assert await other.fire_schedules() == 0
+    assert [(event.kind, event.job_id, event.queue, event.at) for event in events] == [
+        ("ingested", "nightly@2026-12-02T02:00:00Z", "reports", slot),
+        ("ingested", "nightly@2026-12-03T02:00:00Z", "reports", slot)]
+    events.clear()
+    assert (await jobs.tick()).status == "settled"  # a tick reports what it claims
+    assert [event.kind for event in events] == ["claimed", "settled"]

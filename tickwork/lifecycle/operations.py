@@ -87,6 +87,7 @@ from tickwork.model.jobs import (
     MAX_SAFE_INTEGER,
     Job,
     JobRecord,
+    ValidJob,
     cargo_differences,
     check_cancel_args,
     check_id,
@@ -464,7 +465,10 @@ def fire_schedules() -> Plan[int]:
     for row in due:
         schedule = schedule_from_json(row.name, row.spec_json)
         slots, next_at = schedule.due_slots(row.next_at, now)
-        created += yield FireSlots(schedule, slots, next_at)
+        jobs: list[ValidJob] = yield FireSlots(schedule, slots, next_at)
+        for job in jobs:
+            yield Report("ingested", job)
+        created += len(jobs)
     return created
 
 

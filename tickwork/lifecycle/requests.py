@@ -342,7 +342,8 @@ class DueSchedules(Request):
 class FireSlots(Request):
     """Create the jobs of ``slots`` (each fenced on the schedule still being
     as read, and created once) and move the schedule's next slot to
-    ``next_at``, in one transaction or batch -> how many jobs were created."""
+    ``next_at``, in one transaction or batch -> the jobs created
+    (``ValidJob``), in slot order."""
 
     schedule: ValidSchedule
     slots: Sequence[int]

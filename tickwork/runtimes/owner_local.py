@@ -550,15 +550,15 @@ class _LocalRuntime:
             self._next_slot = self._store.next_slot()
         return due, now
 
-    def _fire_slots(self, request: FireSlots) -> int:
+    def _fire_slots(self, request: FireSlots) -> list[ValidJob]:
         store = self._store
 
-        def fire() -> int:
-            queues = store.fire_slots(request.schedule, request.slots, request.next_at,
-                                      self._clock())
-            for queue in sorted(set(queues)):
+        def fire() -> list[ValidJob]:
+            jobs = store.fire_slots(request.schedule, request.slots, request.next_at,
+                                    self._clock())
+            for queue in sorted({job.queue for job in jobs}):
                 self._project_queue(queue)
-            return len(queues)
+            return jobs
 
         created = self._transition(fire)
         self._next_slot = store.next_slot()

@@ -92,7 +92,7 @@ from tickwork.lifecycle.requests import (
 )
 from tickwork.lifecycle.rules import ABORT_CANCELLED, Settlement
 from tickwork.model.errors import InvalidArgument
-from tickwork.model.jobs import MAX_SAFE_INTEGER, Job, JobRecord, check_safe_int
+from tickwork.model.jobs import MAX_SAFE_INTEGER, Job, JobRecord, ValidJob, check_safe_int
 from tickwork.model.outcomes import (
     CancelResult,
     DeadLetters,
@@ -595,7 +595,7 @@ class SharedRuntime:
             await self._read_next_slot()  # this machine's clock ran ahead of the database's
         return due, now
 
-    async def _fire_slots(self, request: FireSlots) -> int:
+    async def _fire_slots(self, request: FireSlots) -> list[ValidJob]:
         created, next_slot = await self._store.fire_slots(
             request.schedule, request.slots, request.next_at, self._db_now())
         self._learn_next_slot(next_slot)
