@@ -36,6 +36,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeAlias
 
+from tickwork.model.errors import InvalidArgument
+
 __all__ = ["EVENT_KINDS", "Event", "EventHook", "EventKind", "emit", "fan_out"]
 
 EventKind: TypeAlias = Literal[
@@ -116,7 +118,6 @@ def fan_out(*hooks: EventHook) -> EventHook:
 def check_hook(on_event: object) -> EventHook | None:
     """``on_event`` as given to a runtime: None or a callable."""
     if on_event is not None and not callable(on_event):
-        from tickwork.model.errors import InvalidArgument
         raise InvalidArgument("on_event", f"must be a callable taking an Event, got "
                                           f"{type(on_event).__name__}")
     return on_event
