@@ -26,8 +26,8 @@ from typing import Any
 
 _BEHAVIOUR = tuple(f"tests.behaviour.{name}" for name in (
     "test_cancel", "test_dead_letters", "test_due_times", "test_error_summaries",
-    "test_fail_lane", "test_ingest", "test_list_jobs", "test_pause", "test_reads",
-    "test_recovery", "test_retries", "test_schedules", "test_tick"))
+    "test_events", "test_fail_lane", "test_ingest", "test_list_jobs", "test_pause",
+    "test_reads", "test_recovery", "test_retries", "test_schedules", "test_tick"))
 
 #: The suites the tier runs. The fixtures each needs come from inside/fixtures.py.
 SUITES: dict[str, tuple[str, ...]] = {
@@ -38,7 +38,8 @@ SUITES: dict[str, tuple[str, ...]] = {
     "behaviour-d1": _BEHAVIOUR,
     # What only the owner-local runtime has, on the same JS ctx.storage.
     "owner-local": tuple(f"tests.owner_local.{name}" for name in (
-        "test_concurrent_lane", "test_due_times", "test_projection", "test_recovery",
+        "test_concurrent_lane", "test_due_times", "test_events", "test_projection",
+        "test_recovery",
         "test_schema_and_plans", "test_transactional")),
     # What only the shared runtimes have (leases, drain, edge values), on D1.
     "shared-d1": tuple(f"tests.shared.{name}" for name in (

@@ -22,7 +22,7 @@
 // * The Python side (inside/run.py) collects the cases (collect.py) and runs them.
 
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdirSync, readdirSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, realpathSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Miniflare } from "miniflare";
@@ -100,6 +100,13 @@ async function main() {
   mkdirSync(dirname(args.out), { recursive: true });
   py.FS.mkdirTree("/repo");
   py.FS.mount(py.FS.filesystems.NODEFS, { root: ROOT }, "/repo");
+  // A git worktree may share another checkout's virtualenv through a
+  // symlink: its absolute target must exist inside Pyodide's file system too.
+  const venv = realpathSync(join(ROOT, ".venv"));
+  if (venv !== join(ROOT, ".venv")) {
+    py.FS.mkdirTree(venv);
+    py.FS.mount(py.FS.filesystems.NODEFS, { root: venv }, venv);
+  }
   py.FS.mkdirTree("/out");
   py.FS.mount(py.FS.filesystems.NODEFS, { root: dirname(args.out) }, "/out");
   const bundle = "/repo/dist/pyodide-tier";

@@ -36,6 +36,7 @@ from tickwork.lifecycle.requests import (
     Probe,
     ReadClaim,
     RecordCancellation,
+    Report,
     Request,
     Requeue,
     Settle,
@@ -66,9 +67,14 @@ class Held:
     token: str = "t1"
 
 
-def script(plan: Any, answers: list[Any]) -> tuple[list[Request], Any]:
+def script(plan: Any, answers: list[Any],
+           reports: list[Report] | None = None) -> tuple[list[Request], Any]:
     """Run ``plan``, answering its requests with ``answers`` in order (an
-    exception instance is thrown into the plan); the requests and the result."""
+    exception instance is thrown into the plan); the requests and the result.
+
+    ``Report`` requests (answered None) are left out of the requests, and
+    collected in ``reports`` when given: tests/unit/test_event_reports.py
+    checks them."""
     asked: list[Request] = []
     value: Any = None
     error: BaseException | None = None
@@ -79,6 +85,11 @@ def script(plan: Any, answers: list[Any]) -> tuple[list[Request], Any]:
         except StopIteration as stop:
             assert not pending, f"answers left over: {pending}"
             return asked, stop.value
+        if isinstance(request, Report):
+            if reports is not None:
+                reports.append(request)
+            value = error = None
+            continue
         asked.append(request)
         answer = pending.pop(0)
         value, error = (None, answer) if isinstance(answer, BaseException) else (answer, None)
@@ -360,7 +371,8 @@ async def test_the_async_driver_awaits_only_what_it_is_told_to() -> None:
 
     woken: list[Wake] = []
     status = await drive_async(operations.ingest(Job("a", "q", "q", 0, {})),
-                               {Insert: insert, Wake: woken.append}, awaited={Insert})
+                               {Insert: insert, Wake: woken.append, Report: lambda r: None},
+                               awaited={Insert})
     assert status == "queued" and len(woken) == 1
 
 
@@ -381,6 +393,7 @@ async def test_the_async_driver_checks_before_the_first_answer_but_after_validat
 def test_every_request_kind_a_plan_can_ask_has_a_documented_answer() -> None:
     kinds_asked = {Find, FindCargo, Insert, InsertMany, RecordCancellation, FailLane,
                    LaneHasPending, Commit, Abort, Wake, ClaimOrProbe, Claim, AskLiveness,
-                   Requeue, SettleRecovered, SettleNextCancelled, Execute, Settle, ReadClaim}
+                   Requeue, SettleRecovered, SettleNextCancelled, Execute, Settle, ReadClaim,
+                   Report}
     for kind in kinds_asked:
         assert kind.__doc__ and "->" in kind.__doc__, kind.__name__

@@ -78,7 +78,7 @@ class ApiResponse:
 
     def encoded(self) -> bytes:
         if isinstance(self.body, bytes):
-            return self.body
+            return self.body  # encoded already: its content-type is in ``headers``
         return json.dumps(self.body, separators=(",", ":"), ensure_ascii=False).encode()
 
     def all_headers(self) -> dict[str, str]:
@@ -102,6 +102,8 @@ class JobApi:
     ``shared`` is the shared queues' service. Either may be None: its routes
     then answer 404 ``scope_not_configured``. ``token`` is the bearer token;
     with None every /v1 route but health answers 503 (fail closed).
+    ``metrics()`` (optional) returns the Prometheus text ``GET /v1/metrics``
+    answers, behind the same token; without it that route answers 404.
     """
 
     def __init__(
@@ -111,8 +113,10 @@ class JobApi:
         owners: OwnerServices | None = None,
         shared: JobService | None = None,
         max_body_bytes: int = MAX_BODY_BYTES,
+        metrics: Callable[[], str] | None = None,
     ) -> None:
         self._token = token.encode() if token else None
+        self._metrics = metrics
         self._owners = owners
         self._shared = shared
         self.max_body_bytes = max_body_bytes
@@ -146,9 +150,10 @@ class JobApi:
             return answer
         return None
 
-    def _check_head(self, request: ApiRequest) -> Route | dashboard.DashboardRoute | None:
-        """Path, token, route and method; None for the health route. A
-        dashboard path checks its own session or token (``dashboard``)."""
+    def _check_head(self, request: ApiRequest) -> Route | dashboard.DashboardRoute | str | None:
+        """Path, token, route and method; None for the health route,
+        ``METRICS_ROUTE`` for the metrics. A dashboard path checks its own
+        session or token (``dashboard``)."""
         raw = _raw_segments(request.path)
         if raw == [API_VERSION, "health"]:
             _allow(request, "GET")
@@ -162,12 +167,21 @@ class JobApi:
         # The token first: without it, no route (nor its argument checks)
         # tells the caller anything about the API.
         self._authorise(request)
+        if raw == [API_VERSION, METRICS_ROUTE]:
+            _allow(request, "GET")
+            if self._metrics is None:
+                raise ApiError(404, "metrics_not_configured", "this server exposes no metrics")
+            return METRICS_ROUTE
         return _match(_decoded(raw[1:]), request.method)
 
     async def _handle(self, request: ApiRequest) -> ApiResponse:
         route = self._check_head(request)
         if route is None:
             return ApiResponse(200, {"ok": True, "api": API_VERSION, "version": VERSION})
+        if isinstance(route, str):
+            assert self._metrics is not None  # checked with the head
+            return ApiResponse(200, self._metrics().encode(),
+                               {"content-type": PROMETHEUS_CONTENT_TYPE})
         if len(request.body) > self.max_body_bytes:
             raise _too_large(len(request.body), self.max_body_bytes)
         if isinstance(route, dashboard.DashboardRoute):
@@ -214,6 +228,11 @@ class JobApi:
 
 
 # ------------------------------------------------------------------ routing
+
+#: ``GET /v1/metrics``: the Prometheus text of ``JobApi(metrics=...)``.
+METRICS_ROUTE = "metrics"
+#: The Prometheus text exposition format's content type (tickwork.metrics has it too).
+PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 #: (scope, operation, path arguments); the scope is ("shared", None) or ("owner", key).
 Route = tuple[tuple[str, str | None], Operation, list[str]]

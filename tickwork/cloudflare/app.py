@@ -81,6 +81,7 @@ from tickwork._pyodide import load_jsnull
 from tickwork.api import MAX_BODY_BYTES, ApiRequest, ApiResponse, JobApi, RpcService, RuntimeService
 from tickwork.api.wire import ApiError
 from tickwork.locks import JobLock, LockLease, LockRun
+from tickwork.logs import LOG_LEVEL_VAR, JsonLogHook, log_hook_for
 from tickwork.model.outcomes import IngestStatus, TickResult
 from tickwork.ports.host import Executor
 from tickwork.runtimes.d1 import D1Runtime
@@ -166,6 +167,13 @@ def api_token(env: Any) -> str | None:
     return token if isinstance(token, str) and token else None
 
 
+def event_log(env: Any) -> JsonLogHook | None:
+    """The JSON log of lifecycle events ``TICKWORK_LOG_LEVEL`` asks for
+    (``tickwork.logs``: one line per transition on stdout, "info" by
+    default, none for "off"); an unknown level raises, naming the variable."""
+    return log_hook_for(binding(env, LOG_LEVEL_VAR))
+
+
 def owner_stub(namespace: Any, owner: str) -> Any:
     get_by_name = getattr(namespace, "getByName", None)
     if get_by_name is not None:
@@ -230,7 +238,7 @@ def api_runtime(env: Any, db: Any, executors: ExecutorFactory) -> D1Runtime:
     if runtime is not None:
         _API_RUNTIMES.move_to_end(key)
         return runtime
-    runtime = D1Runtime(db, execute=executors(env), wake=NoWake())
+    runtime = D1Runtime(db, execute=executors(env), wake=NoWake(), on_event=event_log(env))
     _API_RUNTIMES[key] = runtime
     while len(_API_RUNTIMES) > _MAX_API_RUNTIMES:
         _API_RUNTIMES.popitem(last=False)
@@ -396,7 +404,8 @@ async def run_cron(env: Any, controller: Any, *, executors: ExecutorFactory,
     if db is None:
         log("cron: no DB binding, no shared queues to drain")
         return None
-    runtime = D1Runtime(db, execute=executors(env), wake=NoWake(), now=now)
+    runtime = D1Runtime(db, execute=executors(env), wake=NoWake(), now=now,
+                        on_event=event_log(env))
     max_ticks = _int_var(env, "TICKWORK_CRON_MAX_TICKS", CRON_MAX_TICKS)
     budget_ms = _int_var(env, "TICKWORK_CRON_BUDGET_MS", CRON_BUDGET_MS)
 

@@ -45,7 +45,7 @@ runtime's retry of the handler or its late re-arm covers it, as above).
 Hooks for subclasses (underscored, so they are not RPC methods):
 ``_executors`` (the deployment's ``(env) -> Executor``, set by
 ``tickwork.cloudflare.job_owner_class``), or ``_executor()`` itself,
-``_now_ms()`` and ``_is_alive(job)``.
+``_now_ms()``, ``_is_alive(job)`` and ``_event_hook()``.
 """
 
 from __future__ import annotations
@@ -60,6 +60,8 @@ from tickwork import JobRecord, OwnerRuntime
 from tickwork._pyodide import js_number
 from tickwork.api import JobOwnerRpc, JobService, RuntimeService, rpc_methods
 from tickwork.cloudflare.alarm_wake import AlarmWake, alarm_retry_count
+from tickwork.cloudflare.app import event_log
+from tickwork.events import EventHook
 from tickwork.hosts.ticking import tick_until_idle
 from tickwork.ports.host import Executor, wall_clock_ms
 from tickwork.stores import DurableObjectDatabase
@@ -94,6 +96,7 @@ class JobOwner(JobOwnerRpc, DurableObject):  # type: ignore[misc, unused-ignore]
             is_alive=self._is_alive,
             wake=self._wake,
             clock=self._now_ms,
+            on_event=self._event_hook(),
         )
         self._jobs = RuntimeService(self.runtime)
 
@@ -112,6 +115,12 @@ class JobOwner(JobOwnerRpc, DurableObject):  # type: ignore[misc, unused-ignore]
 
     def _now_ms(self) -> int:
         return wall_clock_ms()
+
+    def _event_hook(self) -> EventHook | None:
+        """The runtime's event hook: a JSON line per transition on stdout at
+        ``TICKWORK_LOG_LEVEL`` ("info" by default, "off" for none; see
+        ``tickwork.logs``). Override to add your own (``tickwork.events.fan_out``)."""
+        return event_log(self.env)
 
     def _is_alive(self, job: JobRecord) -> bool:
         # OwnerRuntime never probes a claim it is executing itself: it hands

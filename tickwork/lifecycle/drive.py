@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from tickwork.lifecycle.requests import Abort, Commit, Plan, Request, Wake
+from tickwork.lifecycle.requests import Abort, Commit, Plan, Report, Request, Wake
 
 T = TypeVar("T")
 
@@ -24,10 +24,12 @@ Answers = Mapping[type[Request], Callable[[Any], Any]]
 @dataclass(slots=True)
 class Deferred:
     """What a synchronous change asked for once it commits: the executions to
-    stop (``Abort``) and whether to tell the wake (``Wake``)."""
+    stop (``Abort``), whether to tell the wake (``Wake``) and the transitions
+    to report (``Report``)."""
 
     aborts: list[Abort] = field(default_factory=list)
     wake: bool = False
+    reports: list[Report] = field(default_factory=list)
 
 
 def drive(plan: Plan[T], answers: Answers, *,
@@ -37,7 +39,7 @@ def drive(plan: Plan[T], answers: Answers, *,
 
     The requests up to each ``Commit``, and after the last one up to the end,
     are answered inside one call of ``transaction(step)``, which commits when
-    it returns. ``Wake`` and ``Abort`` are not answered from ``answers``:
+    it returns. ``Wake``, ``Abort`` and ``Report`` are not answered from ``answers``:
     they are collected and handed to ``after_commit`` once that call
     returned, so nothing outside the store hears of a change before it is
     durable (nor of one that rolled back).
@@ -63,13 +65,15 @@ def drive(plan: Plan[T], answers: Answers, *,
             if kind is Commit:
                 pending[0] = pending[1] = None
                 return
-            if kind is Wake or kind is Abort:
+            if kind is Wake or kind is Abort or kind is Report:
                 if deferred is None:
                     deferred = Deferred()
                 if kind is Wake:
                     deferred.wake = True
-                else:
+                elif kind is Abort:
                     deferred.aborts.append(request)  # type: ignore[arg-type]
+                else:
+                    deferred.reports.append(request)  # type: ignore[arg-type]
             else:
                 try:
                     answer = answers[kind](request)

@@ -56,6 +56,7 @@ from tickwork.lifecycle.requests import (
     RecordRedrive,
     RedriveApplied,
     ReplaceSchedule,
+    Report,
     Requeue,
     RequeueForRetry,
     ResumeQueue,
@@ -88,6 +89,7 @@ from tickwork.model.jobs import (
     MAX_SAFE_INTEGER,
     Job,
     JobRecord,
+    ValidJob,
     cargo_differences,
     check_cancel_args,
     check_id,
@@ -152,6 +154,11 @@ def _retried(job: JobRecord, settlement: Settlement) -> TickResult:
     return TickResult("retried", job_id=job.job_id, outcome=settlement.outcome,
                       failure_reason=settlement.failure_reason, retry_at=job.due_at)
 
+
+#: The ``reason`` of a ``requeued`` event: crash recovery put a claim back,
+#: or a redrive queued a dead letter again.
+REQUEUED_BY_RECOVERY: Final = "recovery"
+REQUEUED_BY_REDRIVE: Final = "redrive"
 
 #: dead_letters returns at most this many jobs per page.
 MAX_DEAD_LETTER_PAGE = 100
@@ -310,6 +317,7 @@ def ingest(job: Job) -> Plan[IngestStatus]:
     valid = validate_job(job)
     while True:
         if (yield Insert(valid)):
+            yield Report("ingested", valid)
             yield _WAKE_SOON
             return "queued"
         stored = yield FindCargo(valid.job_id)
@@ -337,6 +345,9 @@ def ingest_many(jobs: Sequence[Job]) -> Plan[list[IngestStatus]]:
     else:
         raise RuntimeError("ingest_many did not converge under concurrent changes")
     if any(inserted):
+        for job, new in zip(valid, inserted, strict=True):
+            if new:
+                yield Report("ingested", job)
         yield _WAKE_SOON
     return ["queued" if new else "duplicate" for new in inserted]
 
@@ -357,6 +368,7 @@ def cancel(job_id: str, cancellation_id: str, only_if_queued: bool = False
             break
     else:
         raise RuntimeError(f"cancellation of job {job_id!r} did not converge")
+    yield Report("cancelled", job)
     yield Abort((job_id,), ABORT_CANCELLED)
     yield _WAKE_SOON
     return CancelResult("recorded", job_id)
@@ -372,6 +384,11 @@ def fail_lane(lane: str, reason: str) -> Plan[FailLaneResult]:
     # Durable now: only now stop the executions here. Their ticks find the
     # claim settled under their token and report the committed failure.
     if failed:
+        # One refusal, then each job it settled (the settled event of a
+        # running one is this, not its tick's: that tick reports nothing).
+        yield Report("refused", None, reason=reason, count=len(failed), lane=lane)
+        for job in failed:
+            yield Report("settled", job)
         yield Abort(tuple(job.job_id for job in failed), ABORT_LANE_FAILED)
         yield _WAKE_SOON
     if more is None:
@@ -392,6 +409,7 @@ def purge(queue: str) -> Plan[int]:
     check_id("queue", queue)
     deleted: int = yield Purge(queue)
     if deleted:
+        yield Report("purged", None, count=deleted, queue=queue)
         yield _WAKE_SOON
     return deleted
 
@@ -429,7 +447,9 @@ def redrive(job_id: str, redrive_id: str) -> Plan[RedriveResult]:
         if not decision.record:
             return RedriveResult(decision.status, job_id, decision.reason)
         # Fenced on that decision still holding; else decide again.
-        if (yield RecordRedrive(job_id, redrive_id)) is not None:
+        redriven = yield RecordRedrive(job_id, redrive_id)
+        if redriven is not None:
+            yield Report("requeued", redriven, reason=REQUEUED_BY_REDRIVE)
             break
     else:
         raise RuntimeError(f"redrive of job {job_id!r} did not converge")
@@ -515,7 +535,10 @@ def fire_schedules() -> Plan[int]:
     for row in due:
         schedule = schedule_from_json(row.name, row.spec_json)
         slots, next_at = schedule.due_slots(row.next_at, now)
-        created += yield FireSlots(schedule, slots, next_at)
+        jobs: list[ValidJob] = yield FireSlots(schedule, slots, next_at)
+        for job in jobs:
+            yield Report("ingested", job)
+        created += len(jobs)
     return created
 
 
@@ -548,6 +571,7 @@ def tick(ticker: object, *, claim_next: bool = False) -> Plan[Ticked]:
     if probe.cancelled_waiting:
         cancelled = yield SettleNextCancelled(ticker)
         if cancelled is not None:
+            yield Report("settled", cancelled)
             yield _WAKE
             return settled(cancelled), None
     held = yield Claim(ticker)
@@ -577,11 +601,13 @@ def recover(suspect: Suspect, ticker: object) -> Plan[TickResult | None]:
     if action == "requeue":
         if not (yield Requeue(suspect)):
             return None  # renewed, settled or recovered by someone else meanwhile
+        yield Report("requeued", job, reason=REQUEUED_BY_RECOVERY)
         yield _WAKE
         return TickResult("requeued", job_id=job.job_id)
     recovered = yield SettleRecovered(suspect, recovery_settlement(action))
     if recovered is None:
         return None
+    yield Report("settled", recovered)
     yield _WAKE
     return settled(recovered)
 
@@ -590,12 +616,14 @@ def run(held: Held, *, claim_next: bool = False) -> Plan[Ticked]:
     """Execute a held claim and record exactly one outcome for it: its
     settlement, or, when its retry policy retries this attempt, its return
     to the queue as the next attempt (the job's one outcome comes later)."""
+    yield Report("claimed", held)
     settlement, interruption = yield Execute(held)
     retry_in = decide_retry(held.job, settlement)
     next_held = None
     if retry_in is not None:
         retried = yield RequeueForRetry(held, settlement, retry_in)
         if retried is not None:
+            yield Report("retried", held, settlement, retry_at=retried.due_at)
             result = _retried(retried, settlement)
         else:
             result = yield from settle_unusual(held, settlement, retry_in)
@@ -603,6 +631,7 @@ def run(held: Held, *, claim_next: bool = False) -> Plan[Ticked]:
         written, next_held = yield Settle(held, settlement,
                                           claim_next=claim_next and interruption is None)
         if written:
+            yield Report("settled", held, settlement)
             result = _written(held.job, settlement)
         else:
             result = yield from settle_unusual(held, settlement)
@@ -643,9 +672,11 @@ def settle_unusual(held: Held, settlement: Settlement,
         if retry_in is not None and not cancelled:
             retried = yield RequeueForRetry(held, settlement, retry_in)
             if retried is not None:
+                yield Report("retried", held, settlement, retry_at=retried.due_at)
                 return _retried(retried, settlement)
             continue
         written, _ = yield Settle(held, final, cancelled=cancelled)
         if written:
+            yield Report("settled", held, final)
             return _written(job, final)
     raise RuntimeError(f"settlement of job {job.job_id!r} did not converge")

@@ -19,6 +19,7 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, TypeAlias, TypeVar
 
+from tickwork.events import Event, EventKind
 from tickwork.lifecycle.rules import Settlement
 from tickwork.model.jobs import JobRecord, ValidJob
 from tickwork.model.schedules import ValidSchedule
@@ -372,7 +373,8 @@ class DueSchedules(Request):
 class FireSlots(Request):
     """Create the jobs of ``slots`` (each fenced on the schedule still being
     as read, and created once) and move the schedule's next slot to
-    ``next_at``, in one transaction or batch -> how many jobs were created."""
+    ``next_at``, in one transaction or batch -> the jobs created
+    (``ValidJob``), in slot order."""
 
     schedule: ValidSchedule
     slots: Sequence[int]
@@ -482,3 +484,49 @@ class ReadClaim(Request):
     """The held claim's job as stored now -> ``ClaimView | None``."""
 
     held: Held
+
+
+# ---------------------------------------------------------------- events
+
+
+@dataclass(slots=True)
+class Report(Request):
+    """A transition to report to the runtime's event hook once it is durable
+    -> None. A runtime without a hook ignores it (no ``Event`` is built); the
+    synchronous driver holds it until the commit, like ``Wake``.
+
+    The plan hands over what it has; the runtime builds the ``Event`` (it
+    knows its clock and how long an execution ran): ``subject`` is a
+    ``JobRecord``, a ``ValidJob`` or a ``Held`` claim (or None for a queue's
+    or a lane's event, named by ``queue`` / ``lane``).
+    """
+
+    kind: EventKind
+    subject: Any = None
+    settlement: Settlement | None = None
+    reason: str | None = None
+    count: int | None = None
+    queue: str | None = None
+    lane: str | None = None
+    retry_at: int | None = None
+
+
+def event_of(report: Report, at: int, duration_ms: int | None = None) -> Event:
+    """The event a ``Report`` stands for, at ``at`` (the runtime's clock)."""
+    subject = report.subject
+    settlement = report.settlement
+    job = getattr(subject, "job", subject)  # a Held claim carries its job
+    attempt = outcome = None
+    reason = report.reason
+    if settlement is not None:
+        outcome, reason = settlement.outcome, settlement.failure_reason
+    elif isinstance(job, JobRecord) and job.state == "settled":
+        outcome, reason = job.outcome, job.failure_reason if reason is None else reason
+    if isinstance(job, JobRecord):
+        attempt = job.attempt
+    if job is None:
+        return Event(report.kind, None, report.queue, report.lane, at, reason=reason,
+                     count=report.count)
+    return Event(report.kind, job.job_id, job.queue, job.lane, at, outcome=outcome,
+                 reason=reason, attempt=attempt, duration_ms=duration_ms,
+                 count=report.count, retry_at=report.retry_at)

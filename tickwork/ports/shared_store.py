@@ -193,8 +193,8 @@ class SharedStore(Protocol):
         """The earliest next slot of a running schedule."""
 
     async def fire_slots(self, schedule: ValidSchedule, slots: Sequence[int], next_at: int,
-                         now: int | None) -> tuple[int, int | None]:
+                         now: int | None) -> tuple[list[ValidJob], int | None]:
         """Create the slots' jobs (each fenced on the schedule as read, and
         created once) and advance the schedule, in one transaction or batch;
-        how many jobs were created, and the next slot of any running
+        the jobs created, in slot order, and the next slot of any running
         schedule after it (read in the same round trip)."""

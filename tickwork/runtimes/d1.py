@@ -12,6 +12,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from tickwork.events import EventHook
 from tickwork.leases import DEFAULT_LEASE_MS, DEFAULT_RENEW_EVERY_MS, Clock
 from tickwork.lifecycle import operations
 from tickwork.lifecycle.requests import InsertMany
@@ -46,10 +47,12 @@ class D1Runtime(SharedRuntime):
         lease_ms: int = DEFAULT_LEASE_MS,
         renew_every_ms: int = DEFAULT_RENEW_EVERY_MS,
         clock: Clock | None = None,
+        on_event: EventHook | None = None,
     ) -> None:
         self._d1_store = D1Store(db)
         super().__init__(self._d1_store, execute=execute, wake=wake, now=now,
-                         lease_ms=lease_ms, renew_every_ms=renew_every_ms, clock=clock)
+                         lease_ms=lease_ms, renew_every_ms=renew_every_ms, clock=clock,
+                         on_event=on_event)
 
     async def ingest_many(
         self, jobs: Sequence[Job], *, before: Sequence[Any] = ()

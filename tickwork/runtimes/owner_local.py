@@ -28,11 +28,13 @@ from __future__ import annotations
 import asyncio
 import inspect
 import itertools
+import logging
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Self, TypeVar, overload
 
+from tickwork.events import EventHook, check_hook, emit
 from tickwork.lifecycle import operations
 from tickwork.lifecycle.drive import Deferred, drive, drive_async
 from tickwork.lifecycle.operations import READ_SETTLED_MAX_LIMIT
@@ -72,6 +74,7 @@ from tickwork.lifecycle.requests import (
     RecordRedrive,
     RedriveApplied,
     ReplaceSchedule,
+    Report,
     Request,
     Requeue,
     RequeueForRetry,
@@ -84,6 +87,7 @@ from tickwork.lifecycle.requests import (
     StoreNow,
     Suspect,
     Wake,
+    event_of,
 )
 from tickwork.lifecycle.rules import ABORT_CANCELLED, Settlement
 from tickwork.model.errors import InvalidArgument, SchemaError
@@ -144,6 +148,8 @@ __all__ = [
 
 T = TypeVar("T")
 
+logger = logging.getLogger("tickwork.events")
+
 _BUSY = TickResult("busy")
 
 
@@ -190,6 +196,7 @@ class _LocalRuntime:
         project: Projector | None = None,
         clock: Clock | None = None,
         concurrent_lane: str | None = None,
+        on_event: EventHook | None = None,
     ) -> None:
         if concurrent_lane is None:
             self._tickers: tuple[_Ticker, ...] = (_Ticker(EVERY_JOB),)
@@ -211,6 +218,7 @@ class _LocalRuntime:
         self._wake = wake
         self._project = project
         self._clock = clock or wall_clock_ms
+        self._on_event = check_hook(on_event)
         # Claim tokens: random per runtime instance, then a counter, so a
         # rebuilt runtime never reuses a token of the one before it.
         self._token_prefix = secrets.token_hex(8)
@@ -437,6 +445,28 @@ class _LocalRuntime:
                 self._abort(job_id, abort.reason)
         if deferred.wake:
             self._wake_soon()
+        for report in deferred.reports:
+            self._report(report)
+
+    def _report(self, report: Report) -> None:
+        """Tell the hook of a durable transition. A tick's steps each commit
+        before their answer returns, so a tick's reports come here directly;
+        a mutation's come through ``_after_commit``. Never raises."""
+        hook = self._on_event
+        if hook is None:
+            return
+        try:
+            at = self._clock()
+            duration = None
+            held = report.subject
+            if isinstance(held, _Execution) and report.kind != "claimed":
+                started = held.job.started_at
+                duration = None if started is None else max(0, at - started)
+            event = event_of(report, at, duration)
+        except Exception:  # building it failed (a clock that raised): log, go on
+            logger.exception("tickwork could not build a %s event", report.kind)
+            return
+        emit(hook, event)
 
     def _answer_table(self) -> dict[type[Request], Callable[[Any], Any]]:
         store = self._store
@@ -486,6 +516,7 @@ class _LocalRuntime:
             RequeueForRetry: self._requeue_for_retry,
             ReadClaim: self._read_claim,
             Wake: self._wake_for_tick if self._wake_is_async else self._wake_at_once,
+            Report: self._report,
         }
 
     # ------------------------------------- mutations (inside _transaction)
@@ -544,15 +575,15 @@ class _LocalRuntime:
             self._next_slot = self._store.next_slot()
         return due, now
 
-    def _fire_slots(self, request: FireSlots) -> int:
+    def _fire_slots(self, request: FireSlots) -> list[ValidJob]:
         store = self._store
 
-        def fire() -> int:
-            queues = store.fire_slots(request.schedule, request.slots, request.next_at,
-                                      self._clock())
-            for queue in sorted(set(queues)):
+        def fire() -> list[ValidJob]:
+            jobs = store.fire_slots(request.schedule, request.slots, request.next_at,
+                                    self._clock())
+            for queue in sorted({job.queue for job in jobs}):
                 self._project_queue(queue)
-            return len(queues)
+            return jobs
 
         created = self._transition(fire)
         self._next_slot = store.next_slot()
@@ -830,7 +861,9 @@ class OwnerRuntime(_LocalRuntime):
     whether a running claim that this runtime does not own still has a live
     execution; ``wake.recompute()`` is called after every durable change that
     can alter when the next tick should run; ``project(transition)`` (optional)
-    runs inside the transaction of every change to a queue.
+    runs inside the transaction of every change to a queue; ``on_event(event)``
+    (optional) is told of every transition once it committed
+    (``tickwork.events``: a hook that raises is logged, never raised).
 
     ``concurrent_lane`` (optional) reserves one lane for a second ticker:
     the constructor then returns a ``ConcurrentOwnerRuntime``, which has
@@ -848,6 +881,7 @@ class OwnerRuntime(_LocalRuntime):
         project: Projector | None = None,
         clock: Clock | None = None,
         concurrent_lane: None = None,
+        on_event: EventHook | None = None,
     ) -> Self: ...
 
     @overload
@@ -861,6 +895,7 @@ class OwnerRuntime(_LocalRuntime):
         project: Projector | None = None,
         clock: Clock | None = None,
         concurrent_lane: str,
+        on_event: EventHook | None = None,
     ) -> ConcurrentOwnerRuntime: ...
 
     def __new__(
@@ -873,6 +908,7 @@ class OwnerRuntime(_LocalRuntime):
         project: Projector | None = None,
         clock: Clock | None = None,
         concurrent_lane: str | None = None,
+        on_event: EventHook | None = None,
     ) -> OwnerRuntime:
         # Only the class is chosen here; __init__ (of the class chosen)
         # validates every argument, concurrent_lane included.
@@ -901,11 +937,12 @@ class ConcurrentOwnerRuntime(OwnerRuntime):
         project: Projector | None = None,
         clock: Clock | None = None,
         concurrent_lane: str,
+        on_event: EventHook | None = None,
     ) -> None:
         # Checked here too: the base class would take None for "no lane".
         check_text("concurrent_lane", concurrent_lane, MAX_LANE_LENGTH, InvalidArgument)
         super().__init__(database, execute=execute, is_alive=is_alive, wake=wake, project=project,
-                         clock=clock, concurrent_lane=concurrent_lane)
+                         clock=clock, concurrent_lane=concurrent_lane, on_event=on_event)
         self._concurrent = self._tickers[1]
 
     @property
@@ -935,7 +972,15 @@ class TransactionalJobs:
 
     def enqueue(self, job: Job) -> IngestStatus:
         """Store ``job`` in the open transaction (``ingest``'s plan)."""
-        return self._runtime._perform(operations.ingest(job))
+        runtime = self._runtime
+
+        def after_commit(deferred: Deferred) -> None:
+            if deferred.wake:
+                runtime._wake_soon()
+            self._report_after_host_commit(deferred.reports, lambda found: found is not None)
+
+        return drive(operations.ingest(job), runtime._answers,
+                     transaction=runtime._transaction, after_commit=after_commit)
 
     def cancel(
         self, job_id: str, cancellation_id: str, only_if_queued: bool = False
@@ -949,10 +994,45 @@ class TransactionalJobs:
                 asyncio.get_running_loop().call_soon(runtime._abort_if_cancelled, job_id)
             if deferred.wake:
                 runtime._wake_soon()
+            self._report_after_host_commit(
+                deferred.reports,
+                lambda found: found is not None and found.cancellation_id == cancellation_id)
 
         return drive(operations.cancel(job_id, cancellation_id, only_if_queued),
                      runtime._answers, transaction=runtime._transaction,
                      after_commit=after_commit)
+
+    def _report_after_host_commit(self, reports: list[Report],
+                                  durable: Callable[[JobRecord | None], bool]) -> None:
+        """Report once the host's transaction has ended, and only what it
+        committed: the host's transaction is synchronous, so it is over when
+        the event loop runs the next callback, which re-reads the job (as
+        the cancellation's abort does)."""
+        runtime = self._runtime
+        if not reports or runtime._on_event is None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            # Without a loop nothing runs after the host's commit: reporting
+            # now could report a change that then rolls back.
+            logger.warning("tickwork: %d transactional event(s) not reported: no event loop "
+                           "runs to report them once the host's transaction has committed",
+                           len(reports))
+            return
+
+        def confirm() -> None:
+            for report in reports:
+                try:
+                    found = runtime._store.find(report.subject.job_id)
+                except Exception:
+                    logger.exception("tickwork could not confirm a transactional %s event",
+                                     report.kind)
+                    continue
+                if durable(found):
+                    runtime._report(report)
+
+        loop.call_soon(confirm)
 
     def read_queue_head(self, queue: str) -> JobRecord | None:
         return self._runtime.read_queue_head(queue)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tickwork.events import EventHook
 from tickwork.leases import DEFAULT_LEASE_MS, DEFAULT_RENEW_EVERY_MS, Clock
 from tickwork.model.errors import IngestConflict, InvalidArgument
 from tickwork.model.jobs import Job, validate_job
@@ -41,9 +42,11 @@ class PostgresRuntime(SharedRuntime):
         lease_ms: int = DEFAULT_LEASE_MS,
         renew_every_ms: int = DEFAULT_RENEW_EVERY_MS,
         clock: Clock | None = None,
+        on_event: EventHook | None = None,
     ) -> None:
         super().__init__(store_for(pool), execute=execute, wake=wake, now=now,
-                         lease_ms=lease_ms, renew_every_ms=renew_every_ms, clock=clock)
+                         lease_ms=lease_ms, renew_every_ms=renew_every_ms, clock=clock,
+                         on_event=on_event)
 
     async def enqueue(self, conn: Any, job: Job) -> None:
         """Enqueue ``job`` inside the caller's open transaction on ``conn``.

@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
+from tickwork.events import EventHook, check_hook, emit
 from tickwork.leases import (
     DEFAULT_LEASE_MS,
     DEFAULT_RENEW_EVERY_MS,
@@ -75,6 +77,7 @@ from tickwork.lifecycle.requests import (
     RecordRedrive,
     RedriveApplied,
     ReplaceSchedule,
+    Report,
     Request,
     Requeue,
     RequeueForRetry,
@@ -86,6 +89,7 @@ from tickwork.lifecycle.requests import (
     StatusGroups,
     StoreNow,
     Wake,
+    event_of,
 )
 from tickwork.lifecycle.rules import ABORT_CANCELLED, Settlement
 from tickwork.model.errors import InvalidArgument
@@ -95,6 +99,7 @@ from tickwork.model.jobs import (
     JobRecord,
     JobState,
     Outcome,
+    ValidJob,
     check_safe_int,
 )
 from tickwork.model.outcomes import (
@@ -119,6 +124,8 @@ from tickwork.stores.schema_version import SCHEMA_VERSION
 __all__ = ["LeasedSignal", "Now", "SharedRuntime"]
 
 T = TypeVar("T")
+
+logger = logging.getLogger("tickwork.events")
 
 #: ``now()``: the test clock replacing database time (epoch ms), or None.
 Now = Callable[[], int]
@@ -157,7 +164,8 @@ class _Claim:
 
 
 class SharedRuntime:
-    """Same operations and results as ``OwnerRuntime``, all of them async."""
+    """Same operations and results as ``OwnerRuntime``, all of them async;
+    ``on_event`` likewise (``tickwork.events``)."""
 
     def __init__(
         self,
@@ -169,6 +177,7 @@ class SharedRuntime:
         lease_ms: int = DEFAULT_LEASE_MS,
         renew_every_ms: int = DEFAULT_RENEW_EVERY_MS,
         clock: Clock | None = None,
+        on_event: EventHook | None = None,
     ) -> None:
         lease_ms = check_safe_int("lease_ms", lease_ms, InvalidArgument, 1)
         renew_every_ms = check_safe_int("renew_every_ms", renew_every_ms, InvalidArgument, 1)
@@ -186,6 +195,7 @@ class SharedRuntime:
         self._lease_ms = lease_ms
         self._renew_every_ms = renew_every_ms
         self._clock: Clock = clock if clock is not None else LoopClock()
+        self._on_event = check_hook(on_event)
         self._executions: dict[str, _Claim] = {}
         self._busy = False
         self._schema_checked = False
@@ -489,7 +499,27 @@ class SharedRuntime:
             Settle: self._settle,
             RequeueForRetry: self._requeue_for_retry,
             ReadClaim: self._read_claim,
+            Report: self._report,
         }
+
+    def _report(self, report: Report) -> None:
+        """Tell the hook of a transition: every write here committed on its
+        own before its answer returned, so it is durable. Never raises."""
+        hook = self._on_event
+        if hook is None:
+            return
+        try:
+            duration = None
+            claim = report.subject
+            if isinstance(claim, _Claim) and report.kind != "claimed":
+                # This machine's monotonic clock, from just before the claim:
+                # database time and this clock may disagree.
+                duration = max(0, int(self._clock.now_ms() - claim.started_ms))
+            event = event_of(report, self._wall_ms(), duration)
+        except Exception:
+            logger.exception("tickwork could not build a %s event", report.kind)
+            return
+        emit(hook, event)
 
     # ------------------------------------------------------------- tick steps
 
@@ -597,7 +627,7 @@ class SharedRuntime:
             await self._read_next_slot()  # this machine's clock ran ahead of the database's
         return due, now
 
-    async def _fire_slots(self, request: FireSlots) -> int:
+    async def _fire_slots(self, request: FireSlots) -> list[ValidJob]:
         created, next_slot = await self._store.fire_slots(
             request.schedule, request.slots, request.next_at, self._db_now())
         self._learn_next_slot(next_slot)

@@ -445,20 +445,20 @@ class OwnerLocalStore:
         return int(rows[0][0]) if rows else None
 
     def fire_slots(self, schedule: ValidSchedule, slots: Sequence[int], next_at: int,
-                   now: int) -> list[str]:
+                   now: int) -> list[ValidJob]:
         """The jobs of ``slots`` and the schedule's advance, in one
-        transaction; the queues of the jobs created."""
+        transaction; the jobs created, in slot order."""
 
-        def fire() -> list[str]:
-            queues = []
+        def fire() -> list[ValidJob]:
+            created = []
             for slot in slots:
                 job = schedule.slot_job(slot)
-                rows = self.database.mutate(_FIRE_SLOT.text, sql.fire_slot_values(
-                    job, now, schedule))
-                queues += [str(row[0]) for row in rows]
+                if self.database.mutate(_FIRE_SLOT.text, sql.fire_slot_values(
+                        job, now, schedule)):
+                    created.append(job)
             self.database.mutate(_ADVANCE_SCHEDULE.text,
                                  (next_at, schedule.name, schedule.spec_json))
-            return queues
+            return created
 
         return self.database.atomic(fire)
 

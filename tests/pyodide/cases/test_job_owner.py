@@ -147,3 +147,21 @@ async def test_refusals_come_back_as_envelopes(deployment: Any) -> None:
     not_text = await call(deployment, "ingest", [job("a")])
     assert (not_text["status"], not_text["error"]["field"]) == (400, "jobs")
     assert deployment.rows() == {}
+
+
+async def test_each_transition_is_one_json_line_on_stdout(deployment: Any) -> None:
+    import contextlib
+    import io
+
+    deployment.env.TICKWORK_LOG_LEVEL = "debug"
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        await call(deployment, "ingest", jobs_text(job("a"), job("b", "other",
+                                                                 payload={"do": "fail"})))
+        await deployment.alarm()
+    lines = [json.loads(line) for line in out.getvalue().splitlines() if line.startswith("{")]
+    assert sorted((line["event"], line["job_id"], line["level"]) for line in lines) == [
+        ("claimed", "a", "debug"), ("claimed", "b", "debug"),
+        ("ingested", "a", "info"), ("ingested", "b", "info"),
+        ("settled", "a", "info"), ("settled", "b", "warn")]
+    assert all(line["logger"] == "tickwork" and type(line["at"]) is int for line in lines)

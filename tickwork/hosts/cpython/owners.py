@@ -76,6 +76,7 @@ from typing import Any
 
 from tickwork import OwnerRuntime
 from tickwork.api import ApiError, JobService, Operation, RuntimeService, ScopedService
+from tickwork.events import EventHook
 from tickwork.executors import Executor
 from tickwork.hosts.cpython.common import Log, finish_tasks, stderr
 from tickwork.hosts.cpython.progress import Progress
@@ -218,8 +219,10 @@ class OwnerDirectory:
         progress: Progress | None = None,
         log: Log | None = None,
         max_open: int | None = None,
+        on_event: EventHook | None = None,
     ) -> None:
         self.directory = directory
+        self._on_event = on_event
         self.owners_dir = directory / "owners"
         self._execute = execute
         self._progress = progress or Progress()
@@ -466,7 +469,8 @@ class OwnerDirectory:
         try:
             _record_key(connection, key, path)
             runtime = OwnerRuntime(Sqlite3Database(connection), execute=self._execute,
-                                   is_alive=_not_alive, wake=_OwnerWake(self, key))
+                                   is_alive=_not_alive, wake=_OwnerWake(self, key),
+                                   on_event=self._on_event)
         except BaseException:
             connection.close()
             raise

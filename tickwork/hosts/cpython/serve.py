@@ -2,7 +2,7 @@
 
     tickwork serve [--data DIR] [--host HOST] [--port PORT] [--token TOKEN]
                    [--executors MODULE:ATTR] [--postgres DSN] [--max-open-owners N]
-                   [--quiet]
+                   [--on-event MODULE:ATTR ...] [--quiet]
 
 Serves the same routes as the Worker (``tickwork.api.JobApi``) over HTTP/1.1
 on ``127.0.0.1:8787`` by default (``--port 0`` picks a free port; the bound
@@ -14,6 +14,11 @@ workers (see ``tickwork.hosts.cpython.shared``).
 Every /v1 route but health needs ``Authorization: Bearer <token>``: the
 token is ``--token``, else ``$TICKWORK_TOKEN``, else one generated at start
 and printed once.
+
+Every runtime the server opens (each owner's, the shared workers') reports
+its transitions to one ``tickwork.metrics.Metrics``, served as Prometheus
+text at ``GET /v1/metrics`` (behind the same token), and to each
+``--on-event`` hook.
 
 SIGINT or SIGTERM stops the server gracefully: no new connections or
 requests, running jobs get ``--grace`` seconds to settle and are then
@@ -38,10 +43,12 @@ from pathlib import Path
 from typing import Any
 
 from tickwork.api import JobApi
+from tickwork.events import EventHook, fan_out
 from tickwork.executors import Executor, ExecutorRegistry
 from tickwork.hosts.cpython.http_server import ApiServer
 from tickwork.hosts.cpython.owners import DataDirLock, HostError, OwnerDirectory
 from tickwork.hosts.cpython.progress import Progress
+from tickwork.metrics import Metrics
 from tickwork.model.jobs import JobRecord
 from tickwork.model.outcomes import ExecutionResult
 
@@ -88,6 +95,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "idle ones close first, and a new owner beyond this while all "
                              "are busy gets 503 with retry-after (default: what the "
                              "descriptor limit allows, at most 256)")
+    parser.add_argument("--on-event", action="append", default=[], metavar="MODULE:ATTR",
+                        help="also hand every lifecycle event (tickwork.events.Event) to this "
+                             "callable; one that raises is logged and changes nothing "
+                             "(repeatable)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
@@ -136,6 +147,29 @@ def load_executor(spec: str) -> Executor:
                         f"{type(made).__name__}, not an ExecutorRegistry or an executor")
     executor = target
     return executor
+
+
+def load_event_hook(spec: str) -> EventHook:
+    """The event hook ``module:attr`` names (see ``--on-event``)."""
+    module_name, colon, attribute = spec.partition(":")
+    if not colon or not module_name or not attribute:
+        raise HostError(f"--on-event {spec!r}: expected MODULE:ATTR, e.g. myapp.hooks:on_event")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # like --executors
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ImportError as error:
+        raise HostError(f"--on-event {spec!r}: cannot import {module_name}: {error}") from None
+    for part in attribute.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise HostError(f"--on-event {spec!r}: {module_name} has no {attribute}") from None
+    if not callable(target):
+        raise HostError(f"--on-event {spec!r} is a {type(target).__name__}, not a callable "
+                        "taking an Event")
+    hook: EventHook = target
+    return hook
 
 
 def _takes_no_arguments(function: Any) -> bool:
@@ -190,6 +224,9 @@ async def serve(options: argparse.Namespace) -> int:
             default_executor(options.webhook_allow, options.webhook_credentials)
     except ValueError as error:
         raise HostError(str(error)) from None
+    metrics = Metrics()
+    on_event = fan_out(metrics, *(load_event_hook(spec) for spec in options.on_event)) \
+        if options.on_event else metrics
     directory = Path(options.data).expanduser().resolve()
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -200,7 +237,7 @@ async def serve(options: argparse.Namespace) -> int:
     progress = Progress()
     execute = counted(executor, progress)
     store = OwnerDirectory(directory, execute, progress=progress,
-                       max_open=options.max_open_owners)
+                           max_open=options.max_open_owners, on_event=on_event)
     shared = None
     server: ApiServer | None = None
     reporter: asyncio.Task[None] | None = None
@@ -210,9 +247,10 @@ async def serve(options: argparse.Namespace) -> int:
             from tickwork.hosts.cpython.shared import SharedWorkers
 
             shared = SharedWorkers(options.postgres, execute, workers=options.workers,
-                                   poll_s=options.poll, progress=progress)
+                                   poll_s=options.poll, progress=progress, on_event=on_event)
             shared_service = await shared.start()
-        api = JobApi(token=token, owners=store.service, shared=shared_service)
+        api = JobApi(token=token, owners=store.service, shared=shared_service,
+                     metrics=metrics.prometheus_text)
         server = ApiServer(api)
         try:
             host, port = await server.start(options.host, options.port)

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tickwork.api import RuntimeService
+from tickwork.events import EventHook
 from tickwork.executors import Executor
 from tickwork.hosts.cpython.common import Log, finish_tasks, stderr
 from tickwork.hosts.cpython.owners import HostError
@@ -64,11 +65,13 @@ class SharedWorkers:
         poll_s: float = 1.0,
         progress: Progress | None = None,
         log: Log | None = None,
+        on_event: EventHook | None = None,
     ) -> None:
         if workers < 1:
             raise HostError("--workers must be at least 1")
         self.dsn = dsn
         self._execute = execute
+        self._on_event = on_event
         self._worker_count = workers
         self._poll_s = poll_s
         self._progress = progress or Progress()
@@ -106,13 +109,15 @@ class SharedWorkers:
                             f"{error}") from None
         self._pool = pool
         wake = _Wake(self)
-        api_runtime = PostgresRuntime(pool, execute=self._execute, wake=wake)
+        api_runtime = PostgresRuntime(pool, execute=self._execute, wake=wake,
+                                      on_event=self._on_event)
         try:
             await api_runtime.has_pending_work()  # checks the schema once, now
         except SchemaError as error:
             await self.close(0)
             raise HostError(f"PostgreSQL schema: {error}") from None
-        self._runtimes = [PostgresRuntime(pool, execute=self._execute, wake=wake)
+        self._runtimes = [PostgresRuntime(pool, execute=self._execute, wake=wake,
+                                          on_event=self._on_event)
                           for _ in range(self._worker_count)]
         self.service = SharedService(api_runtime, self._runtimes)
         loop = asyncio.get_running_loop()

@@ -363,18 +363,18 @@ class D1Store:
         return int(rows[0][0]) if rows else None
 
     async def fire_slots(self, schedule: ValidSchedule, slots: Sequence[int], next_at: int,
-                         now: int | None) -> tuple[int, int | None]:
+                         now: int | None) -> tuple[list[ValidJob], int | None]:
         # One batch (one round trip, one transaction): every slot's job, the
         # schedule's advance, then when the next slot of any schedule comes.
-        statements = [(FIRE_SLOT.text, sql.fire_slot_values(schedule.slot_job(slot), now, schedule))
-                      for slot in slots]
+        jobs = [schedule.slot_job(slot) for slot in slots]
+        statements = [(FIRE_SLOT.text, sql.fire_slot_values(job, now, schedule)) for job in jobs]
         statements.append((ADVANCE_SCHEDULE.text,
                            (next_at, schedule.name, schedule.spec_json)))
         statements.append((NEXT_SLOT.text, ()))
         results = await self.d1.batch(
             statements, [_names(FIRE_SLOT)] * len(slots) + [None, _names(NEXT_SLOT)])
         next_slot = results[-1]
-        return (sum(len(rows) for rows in results[:-2]),
+        return ([job for job, rows in zip(jobs, results[:-2], strict=True) if rows],
                 int(next_slot[0][0]) if next_slot else None)
 
 

@@ -419,8 +419,8 @@ class PostgresStore:
         return None if value is None else int(value)
 
     async def fire_slots(self, schedule: ValidSchedule, slots: Sequence[int], next_at: int,
-                         now: int | None) -> tuple[int, int | None]:
-        created = 0
+                         now: int | None) -> tuple[list[ValidJob], int | None]:
+        created = []
         async with self._connection() as conn, conn.transaction():
             for slot in slots:
                 job = schedule.slot_job(slot)
@@ -430,7 +430,8 @@ class PostgresStore:
                     "max_recoveries": job.max_recoveries, "run_at": job.run_at,
                     "retry_json": job.retry_json, "now": now, "name": schedule.name,
                     "spec_json": schedule.spec_json})
-                created += len(await cursor.fetchall())
+                if await cursor.fetchall():
+                    created.append(job)
             await conn.execute(sql.ADVANCE_SCHEDULE, {
                 "next_at": next_at, "name": schedule.name, "spec_json": schedule.spec_json})
             row = await (await conn.execute(sql.NEXT_SLOT)).fetchone()

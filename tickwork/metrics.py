@@ -1,0 +1,151 @@
+"""Metrics: counters and execution durations from lifecycle events.
+
+``Metrics()`` is an event hook (pass it as ``on_event``, or through
+``tickwork.events.fan_out`` beside other hooks) that keeps, in memory:
+
+* ``tickwork_events_total{kind, queue, outcome}``: one per event (a
+  ``purged`` or ``refused`` event counts once, whatever its ``count``);
+  ``queue`` is empty for a lane refusal, ``outcome`` for kinds without one;
+* ``tickwork_execution_duration_seconds{queue}``: a histogram of how long
+  attempts ran, claim to settlement or retry (the ``settled`` and
+  ``retried`` events with a ``duration_ms``), over ``DEFAULT_BUCKETS``
+  (seconds) unless other buckets are given.
+
+``snapshot()`` returns them as plain data, ``prometheus_text()`` in the
+Prometheus text exposition format 0.0.4 (what ``tickwork serve`` answers at
+``GET /v1/metrics``). Counts start at zero with the process: Prometheus
+reads a restart as a counter reset.
+
+Pure Python, no locks: a runtime calls its hook from its event loop's
+thread. Runs on Pyodide as well.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from tickwork.events import Event
+
+__all__ = ["DEFAULT_BUCKETS", "PROMETHEUS_CONTENT_TYPE", "DurationHistogram", "Metrics",
+           "MetricsSnapshot", "escape_label_value"]
+
+#: Upper bounds (seconds) of the duration histogram's buckets: from 5 ms to
+#: 15 minutes, the span of a webhook call to a long job. ``+Inf`` is implied.
+DEFAULT_BUCKETS: Final[tuple[float, ...]] = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+    300.0, 900.0)
+
+#: The content type of ``prometheus_text()``.
+PROMETHEUS_CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
+
+_EVENTS: Final = "tickwork_events_total"
+_DURATION: Final = "tickwork_execution_duration_seconds"
+
+
+@dataclass(frozen=True, slots=True)
+class DurationHistogram:
+    """One queue's durations: cumulative counts per bucket upper bound (the
+    last one is ``+Inf``, equal to ``count``), their sum in seconds."""
+
+    buckets: tuple[tuple[float, int], ...]
+    sum: float
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsSnapshot:
+    """What ``Metrics`` counted so far: ``events[(kind, queue, outcome)]``
+    (empty strings where an event has none) and ``durations[queue]``."""
+
+    events: dict[tuple[str, str, str], int]
+    durations: dict[str, DurationHistogram]
+
+
+class Metrics:
+    """An event hook counting events and timing executions (see the module doc)."""
+
+    def __init__(self, buckets: Sequence[float] = DEFAULT_BUCKETS) -> None:
+        bounds = tuple(buckets)
+        if not bounds:
+            raise ValueError("buckets must name at least one upper bound")
+        for bound in bounds:
+            if isinstance(bound, bool) or not isinstance(bound, int | float) or not (
+                    math.isfinite(bound) and bound > 0):
+                raise ValueError(f"buckets must be positive finite seconds, got {bound!r}")
+        if list(bounds) != sorted(set(bounds)):
+            raise ValueError(f"buckets must be strictly increasing, got {bounds!r}")
+        self._bounds: tuple[float, ...] = tuple(float(bound) for bound in bounds)
+        self._events: dict[tuple[str, str, str], int] = {}
+        # Per queue: a count per bucket (not cumulative; +Inf last), the sum.
+        self._durations: dict[str, tuple[list[int], list[float]]] = {}
+
+    @property
+    def buckets(self) -> tuple[float, ...]:
+        return self._bounds
+
+    def __call__(self, event: Event) -> None:
+        key = (event.kind, event.queue or "", event.outcome or "")
+        self._events[key] = self._events.get(key, 0) + 1
+        if event.duration_ms is not None and event.kind in ("settled", "retried"):
+            queue = event.queue or ""
+            slot = self._durations.get(queue)
+            if slot is None:
+                slot = self._durations[queue] = ([0] * (len(self._bounds) + 1), [0.0])
+            seconds = max(0, event.duration_ms) / 1000
+            # le is inclusive: a duration equal to a bound falls in its bucket.
+            slot[0][bisect_left(self._bounds, seconds)] += 1
+            slot[1][0] += seconds
+
+    def snapshot(self) -> MetricsSnapshot:
+        durations = {}
+        for queue, (counts, total) in self._durations.items():
+            running, cumulative = 0, []
+            for bound, count in zip((*self._bounds, math.inf), counts, strict=True):
+                running += count
+                cumulative.append((bound, running))
+            durations[queue] = DurationHistogram(tuple(cumulative), total[0], running)
+        return MetricsSnapshot(dict(self._events), durations)
+
+    def prometheus_text(self) -> str:
+        """Every metric in the Prometheus text exposition format 0.0.4."""
+        snapshot = self.snapshot()
+        lines = [
+            f"# HELP {_EVENTS} Lifecycle transitions tickwork reported, by kind, queue "
+            "and outcome.",
+            f"# TYPE {_EVENTS} counter",
+        ]
+        for (kind, queue, outcome), value in sorted(snapshot.events.items()):
+            lines.append(f"{_EVENTS}{_labels(kind=kind, queue=queue, outcome=outcome)} {value}")
+        lines += [
+            f"# HELP {_DURATION} How long attempts ran, from their claim to their "
+            "settlement or retry.",
+            f"# TYPE {_DURATION} histogram",
+        ]
+        for queue, histogram in sorted(snapshot.durations.items()):
+            for bound, count in histogram.buckets:
+                lines.append(f"{_DURATION}_bucket{_labels(queue=queue, le=_number(bound))} "
+                             f"{count}")
+            lines.append(f"{_DURATION}_sum{_labels(queue=queue)} {_number(histogram.sum)}")
+            lines.append(f"{_DURATION}_count{_labels(queue=queue)} {histogram.count}")
+        return "\n".join(lines) + "\n"
+
+
+def escape_label_value(value: str) -> str:
+    """A label value as the text format writes it: backslash, double quote
+    and line feed escaped."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _labels(**labels: str) -> str:
+    return "{" + ",".join(f'{name}="{escape_label_value(value)}"'
+                          for name, value in labels.items()) + "}"
+
+
+def _number(value: float) -> str:
+    if value == math.inf:
+        return "+Inf"
+    return repr(float(value))
