@@ -63,7 +63,10 @@ class Event:
     claim to its settlement or retry (None when no execution of this
     runtime ended it: a recovery, a lane refusal, a cancelled queued job);
     ``count``: jobs deleted (``purged``) or settled (``refused``);
-    ``retry_at``: when a retried job is due again.
+    ``retry_at``: when a retried job is due again; ``error``: for an
+    attempt whose executor raised, its error summary's short line
+    (``"Type: message"``, at most 300 characters; the whole summary is on
+    the job's record).
     """
 
     kind: EventKind
@@ -77,6 +80,7 @@ class Event:
     duration_ms: int | None = None
     count: int | None = None
     retry_at: int | None = None
+    error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The event's fields that are set, as JSON-ready values."""
@@ -85,7 +89,7 @@ class Event:
 
 
 _FIELDS: Final = ("kind", "job_id", "queue", "lane", "at", "outcome", "reason", "attempt",
-                  "duration_ms", "count", "retry_at")
+                  "duration_ms", "count", "retry_at", "error")
 
 #: What ``on_event`` takes.
 EventHook: TypeAlias = Callable[[Event], object]

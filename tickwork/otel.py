@@ -102,6 +102,8 @@ class OpenTelemetryHook:
             attributes["tickwork.attempt"] = event.attempt
         if failed:
             attributes["error.type"] = event.outcome or "unknown"
+        if event.error is not None:  # what the executor raised ("Type: message")
+            attributes["tickwork.error"] = event.error
         end_ns = event.at * 1_000_000
         span = self._tracer.start_span(f"process {queue}", kind=self._consumer,
                                        attributes=attributes,

@@ -74,6 +74,12 @@ async def test_every_outcome_is_reported_settled_with_its_reason(engine: Engine)
         stored[job_id] = (record.outcome, record.failure_reason)
     assert settled == stored
     assert settled["c"] == ("completed", None) and settled["f"][0] == "failed"
+    # The executor that raised: its error's short line, as the record keeps it.
+    errors = {event.job_id: event.error for event in events if event.kind == "settled"}
+    raised = await jobs.read("r")
+    assert raised is not None and raised.error is not None
+    assert errors == {"c": None, "f": None, "u": None, "r": raised.error.line}
+    assert raised.error.line.startswith(raised.error.type + ": ")
 
 
 async def test_the_duration_runs_from_the_claim_to_the_settlement(engine: Engine) -> None:

@@ -93,6 +93,18 @@ async def test_one_consumer_span_per_executed_attempt(recorded: Any) -> None:
     assert failed.status.status_code == StatusCode.ERROR
     assert failed.status.description == "attempt-2"
     assert failed.end_time == (started + 1_000) * 1_000_000
+    assert "tickwork.error" not in failed.attributes  # it returned Failed: nothing raised
+
+
+async def test_a_raising_executor_puts_its_error_line_on_the_span(recorded: Any) -> None:
+    runtime, _, spans, _ = recorded
+    runtime.ingest(job("boom", queue="mail", payload={"do": "raise"}))
+    assert (await runtime.tick()).failure_reason == "execution_failed"
+    (span,) = spans.get_finished_spans()
+    record = runtime.read("boom")
+    assert span.attributes is not None and record is not None and record.error is not None
+    assert span.attributes["tickwork.error"] == record.error.line
+    assert span.status.status_code == StatusCode.ERROR
 
 
 async def test_metrics_per_queue_with_the_error_type(recorded: Any) -> None:

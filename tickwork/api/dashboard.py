@@ -667,17 +667,10 @@ def _form(request: ApiRequest) -> dict[str, str]:
                        f"content-type {content_type[:100]!r}; the dashboard's forms send "
                        "application/x-www-form-urlencoded")
     try:
-        pairs = parse_qsl(request.body.decode("utf-8"), keep_blank_values=True,
-                          strict_parsing=False, errors="strict", max_num_fields=10)
-    except (ValueError, UnicodeDecodeError) as error:
-        raise ApiError(400, "invalid_argument", f"form: is malformed: {error}",
-                       "form") from None
-    found: dict[str, str] = {}
-    for name, value in pairs:
-        if name in found:
-            raise ApiError(400, "invalid_argument", f"{name}: is given more than once", name)
-        found[name] = value
-    return found
+        text = request.body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ApiError(400, "invalid_argument", "form: is not UTF-8", "form") from None
+    return wire.urlencoded_fields(text, "form", max_fields=10, strict=False)
 
 
 def _decode(segment: str) -> str:

@@ -223,16 +223,21 @@ def _decode_dead_letters(args: Sequence[str], query: Any) -> tuple[tuple[Any, ..
     """A GET's query (``limit``, ``cursor``; strings, as sent) as arguments."""
     queue = check_id("queue", args[0])
     given = wire.fields({} if query is None else query, "query", (), ("limit", "cursor"))
-    limit: Any = given.get("limit", "50")
-    if not (isinstance(limit, str) and limit.isascii() and limit.isdigit()
-            and 1 <= int(limit) <= MAX_DEAD_LETTER_PAGE):
-        raise InvalidArgument("limit",
-                              f"must be an integer from 1 to {MAX_DEAD_LETTER_PAGE}, "
-                              f"got {limit!r}")
+    limit = _query_int(given, "limit", 50, 1, MAX_DEAD_LETTER_PAGE)
     cursor = given.get("cursor")
     if cursor is not None and not isinstance(cursor, str):
         raise InvalidArgument("cursor", "must be a string")
-    return (queue, int(limit), cursor), None
+    return (queue, limit, cursor), None
+
+
+def _query_int(given: Mapping[str, Any], name: str, default: int, low: int, high: int) -> int:
+    """Query parameter ``name`` (a string of digits, as sent) as an integer
+    from ``low`` to ``high``; ``default`` when it is not given."""
+    value: Any = given.get(name, str(default))
+    if not (isinstance(value, str) and value.isascii() and value.isdigit()
+            and len(value) <= 16 and low <= int(value) <= high):
+        raise InvalidArgument(name, f"must be an integer from {low} to {high}, got {value!r}")
+    return int(value)
 
 
 def _dead_letters_to_http(args: tuple[Any, ...]) -> tuple[tuple[str, ...], Any]:
@@ -257,14 +262,9 @@ def _decode_list_jobs(args: Sequence[str], query: Any) -> tuple[tuple[Any, ...],
     checked as the runtime checks it."""
     given = wire.fields({} if query is None else query, "query", (),
                         (*_LIST_FILTERS, "limit", "cursor"))
-    limit: Any = given.get("limit", "50")
-    if not (isinstance(limit, str) and limit.isascii() and limit.isdigit()
-            and 1 <= int(limit) <= MAX_JOB_PAGE):
-        raise InvalidArgument("limit", f"must be an integer from 1 to {MAX_JOB_PAGE}, "
-                                       f"got {limit!r}")
     arguments = (given.get("queue"), given.get("lane"), given.get("state", "queued"),
-                 given.get("outcome"), given.get("order", "newest"), int(limit),
-                 given.get("cursor"))
+                 given.get("outcome"), given.get("order", "newest"),
+                 _query_int(given, "limit", 50, 1, MAX_JOB_PAGE), given.get("cursor"))
     list_jobs_request(*arguments)
     return arguments, None
 
@@ -292,16 +292,8 @@ def _settled_feed(runtime: Any) -> Any:
 def _decode_read_settled(args: Sequence[str], query: Any) -> tuple[tuple[Any, ...], Any]:
     given = wire.fields({} if query is None else query, "query", (),
                         ("limit", "after_sequence"))
-    limit: Any = given.get("limit", "100")
-    after: Any = given.get("after_sequence", "0")
-    for name, value, high in (("limit", limit, READ_SETTLED_MAX_LIMIT),
-                              ("after_sequence", after, MAX_SAFE_INTEGER)):
-        low = 1 if name == "limit" else 0
-        if not (isinstance(value, str) and value.isascii() and value.isdigit()
-                and len(value) <= 16 and low <= int(value) <= high):
-            raise InvalidArgument(name, f"must be an integer from {low} to {high}, "
-                                        f"got {value!r}")
-    return (int(limit), int(after)), None
+    return (_query_int(given, "limit", 100, 1, READ_SETTLED_MAX_LIMIT),
+            _query_int(given, "after_sequence", 0, 0, MAX_SAFE_INTEGER)), None
 
 
 def _decode_ready(args: Sequence[str], query: Any) -> tuple[tuple[Any, ...], Any]:
@@ -613,10 +605,8 @@ OPERATIONS: Final = (
         perform=lambda runtime, queue, limit, cursor: runtime.dead_letters(
             queue, limit=limit, cursor=cursor),
         result_to_wire=wire.dead_letters_to_wire, result_from_wire=wire.dead_letters_from_wire,
-        # The limit and the cursor (or null) cross RPC as JSON text.
-        args_to_rpc=lambda args: (args[0], wire.to_json_text(args[1]),
-                                  wire.to_json_text(args[2])),
-        args_from_rpc=lambda args: (args[0], _json_from_rpc(args[1]), _json_from_rpc(args[2])),
+        # The queue, the limit and the cursor (or null) cross RPC as JSON text.
+        args_to_rpc=_each_as_json_text, args_from_rpc=_each_from_json_text,
         query_params={
             "limit": ({"type": "integer", "minimum": 1, "maximum": MAX_DEAD_LETTER_PAGE,
                        "default": 50}, "jobs per page"),

@@ -28,7 +28,7 @@ import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qsl, unquote
+from urllib.parse import unquote
 
 from tickwork._version import VERSION
 from tickwork.api import dashboard, wire
@@ -308,18 +308,7 @@ def _query(query: str) -> dict[str, str] | None:
     malformed parameter is refused."""
     if not query:
         return None
-    try:
-        pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=True,
-                          errors="strict", max_num_fields=20)
-    except (ValueError, UnicodeDecodeError) as error:
-        raise ApiError(400, "invalid_argument", f"query: is malformed: {error}",
-                       "query") from None
-    found: dict[str, str] = {}
-    for name, value in pairs:
-        if name in found:
-            raise ApiError(400, "invalid_argument", f"{name}: is given more than once", name)
-        found[name] = value
-    return found
+    return wire.urlencoded_fields(query, "query", max_fields=20)
 
 
 def _json_body(request: ApiRequest) -> Any:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import parse_qsl
 
 from tickwork.model.errors import IngestConflict, InvalidArgument, InvalidJob, TickworkError
 from tickwork.model.failures import summary_from_value, summary_to_value
@@ -181,6 +182,24 @@ def jobs_from_wire(value: object) -> tuple[list[Job], bool]:
                 "jobs", f"must hold 1 to {MAX_INGEST_BATCH} jobs, got {len(items)}")
         return [job_from_wire(item, f"jobs[{index}]") for index, item in enumerate(items)], True
     return [job_from_wire(value)], False
+
+
+def urlencoded_fields(text: str, where: str, *, max_fields: int,
+                      strict: bool = True) -> dict[str, str]:
+    """The fields of a query string or a urlencoded form (``where`` names
+    which); a malformed text, or a field given twice, is refused by name."""
+    try:
+        pairs = parse_qsl(text, keep_blank_values=True, strict_parsing=strict,
+                          errors="strict", max_num_fields=max_fields)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise ApiError(400, "invalid_argument", f"{where}: is malformed: {error}",
+                       where) from None
+    found: dict[str, str] = {}
+    for name, value in pairs:
+        if name in found:
+            raise ApiError(400, "invalid_argument", f"{name}: is given more than once", name)
+        found[name] = value
+    return found
 
 
 def fields(body: object, where: str, required: tuple[str, ...],

@@ -529,4 +529,5 @@ def event_of(report: Report, at: int, duration_ms: int | None = None) -> Event:
                      count=report.count)
     return Event(report.kind, job.job_id, job.queue, job.lane, at, outcome=outcome,
                  reason=reason, attempt=attempt, duration_ms=duration_ms,
-                 count=report.count, retry_at=report.retry_at)
+                 count=report.count, retry_at=report.retry_at,
+                 error=None if settlement is None else settlement.error_line)
