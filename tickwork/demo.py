@@ -168,6 +168,12 @@ def main(argv: list[str] | None = None) -> int:
         records = asyncio.run(demo(Path(directory)))
     print("\nEvery job's outcome:\n")
     print(summary(records))
+    raised = [record for record in records if record.error is not None]
+    if raised:
+        print("\nWhat raised, as each job's record keeps it (job.error, traceback included):\n")
+        for record in raised:
+            assert record.error is not None
+            print(f"  {record.job_id}: {record.error.line}")
     return 0
 
 
