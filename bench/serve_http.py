@@ -1,7 +1,8 @@
 """``tickwork serve`` over HTTP, each figure beside a baseline measured in the same run.
 
-    python -m bench.serve_http            # full sizes, 3 rounds (about a minute on 2 cores)
-    python -m bench.serve_http --quick    # smaller sizes, for a smoke run
+    python -m bench.serve_http            # 5,000 jobs per run, 1 round
+    python -m bench.serve_http --quick    # 300 jobs, for a smoke run
+    python -m bench --only serve_http     # the rows in the comparison table, 2 rounds
 
 The server is ``python -m tickwork serve`` as a subprocess on loopback (port
 0, a fresh temporary data directory and a fixed token for every run, the
@@ -11,31 +12,38 @@ standard library's ``http.client`` on one persistent connection for the
 enqueues (the server keeps HTTP/1.1 connections alive; the run counts the
 connections it opened and prints the count) and a second one for the polls.
 
-1. Enqueue throughput: N jobs (5,000; ``--quick`` 300) for one owner, one job
-   per request and then 100 per request (``{"jobs": [...]}``). Baseline: the
-   same jobs through an in-process ``OwnerRuntime.ingest_many`` (the route
-   calls ``ingest_many`` for a single job too) on a sqlite3 WAL file opened
+1. Enqueue throughput: N jobs for one owner, one job per request and then
+   100 per request (``{"jobs": [...]}``). Baseline: the same calls through an
+   in-process ``OwnerRuntime.ingest_many`` (the route calls ``ingest_many``
+   for a single job too) on a sqlite3 WAL file in the same directory, opened
    with the server's own connection settings (``synchronous=FULL``), i.e.
    what the server does per request, without HTTP, JSON and the event loop.
-   Every serve run is measured right next to its baselines, in ``--rounds``
-   rounds (3) with the order alternating (``measure_in_pairs``: the baselines
-   are fsync-bound, so they follow the disk's state); the table shows each
-   best rate and the ratios pair by pair. "Jobs run meanwhile": the plain case, where the
-   owner's tick loop runs the jobs in the same event loop as the requests.
-   An ``echo`` tick never suspends (the executor is awaited directly and
-   completes at once), so the loop keeps the event loop until the owner is
-   idle and a request that arrives meanwhile waits for the whole backlog;
-   the run prints how many jobs were already completed when the last enqueue
-   was answered. "Tick loop held": each owner first gets a running ``sleep``
-   job, which parks its tick loop, so the enqueues run alone, like the
-   baseline (which only ingests); the holder is cancelled afterwards.
+   "Tick loop held": each owner first gets a running ``sleep`` job, which
+   parks its tick loop, so the enqueues run alone; each request is followed
+   by its baseline call (interleaved, each side timed on its own calls).
+   "Jobs run meanwhile": the plain case, where the owner's tick loop runs the
+   jobs in the same event loop as the requests (an ``echo`` tick never
+   suspends, so a request that arrives meanwhile waits for the backlog); the
+   baseline runs just before the first request, the server up and idle.
+
+   Why interleaved: the baseline is 50 (or 5,000) commits of a few ms each,
+   fsync-bound and CPU-bound in about equal parts, so its rate follows
+   whatever else the machine's disk and two cores do at that moment. The
+   earlier version ran it after the serve run had drained its jobs and
+   stopped, 21-41 s after the serve figure (8 runs at load 7.4-8.6): the
+   interleaved baseline read 3.9k-11.5k jobs/s from run to run, the late one
+   4.3k-15.4k, and the ratio held at 48%-64% interleaved but swung over
+   30%-88% late. A baseline from another moment, not a slower function: run
+   in a fresh process next to an in-process run it read the same, and it
+   triggers no gen-2 collection. See docs/explanation/benchmarks.md.
 2. End to end: from the first enqueue request until every job reads back
    settled ``completed`` through ``GET /v1/owners/{owner}/queues``, polled
    every 50 ms after the last enqueue was answered (so the figure is late by
    up to one poll), with 1 owner and with 8 owners (jobs spread round robin,
-   batches interleaved across owners). Baseline: in-process runtimes over
-   WAL files (one per owner, like the server) ingesting the same batches and
-   then ticking every owner to idle, in one event loop as the server does.
+   batches interleaved across owners). Baseline, right after the server
+   stopped: in-process runtimes over WAL files (one per owner, like the
+   server) ingesting the same batches and then ticking every owner to idle,
+   in one event loop as the server does (runs of seconds, less exposed).
 3. Verify: every enqueue answered ``queued``; the status route reports, per
    owner, exactly the owner's job count settled, all ``completed``, nothing
    queued or running; and the server's own tick counter (its shutdown summary
@@ -64,6 +72,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from bench.report import Figures, Row, print_rows
 from tickwork import Job, OwnerRuntime
 from tickwork.hosts.cpython.examples import example_registry
 from tickwork.hosts.cpython.owners import connect_owner_database  # the server's own settings
@@ -215,6 +224,7 @@ class Server:
 class ServeRun:
     jobs: int
     enqueue_s: float
+    baseline_s: float  # the in-process ingest_many of the same calls (see serve_run)
     end_to_end_s: float
     completed_at_last_enqueue: int
     requests: int
@@ -226,6 +236,32 @@ class ServeRun:
 HOLDER = "holder"
 
 
+class InProcess:
+    """The enqueue baseline: one in-process ``OwnerRuntime`` per owner over its
+    own WAL file in the run's directory, opened with the server's connection
+    settings before the clock starts (with ``hold``, each file also gets a
+    holder job, so it starts in the state the server's file is in)."""
+
+    def __init__(self, directory: Path, owners: Sequence[str], *, hold: bool) -> None:
+        directory.mkdir()
+        self.opened = {owner: open_runtime(directory / f"{owner}.sqlite3") for owner in owners}
+        if hold:
+            for _, runtime in self.opened.values():
+                runtime.ingest(Job(HOLDER, HOLDER, HOLDER, 0, {"kind": "sleep", "ms": 1}))
+
+    def ingest(self, owner: str, jobs: list[Job]) -> float:
+        """Seconds one ``ingest_many`` call takes."""
+        started = time.perf_counter()
+        statuses = self.opened[owner][1].ingest_many(jobs)
+        elapsed = time.perf_counter() - started
+        assert statuses == ["queued"] * len(jobs), statuses
+        return elapsed
+
+    def close(self) -> None:
+        for connection, _ in self.opened.values():
+            connection.close()
+
+
 def serve_run(directory: Path, jobs: list[tuple[str, Wire]], per_request: int, *,
               hold: bool = False) -> ServeRun:
     """Enqueue ``jobs`` over HTTP, poll until all completed, verify, stop the server.
@@ -235,11 +271,24 @@ def serve_run(directory: Path, jobs: list[tuple[str, Wire]], per_request: int, *
     then awaits it and runs nothing else, so the timed enqueues do not share
     the event loop with ticks. The holder is cancelled after the last
     enqueue; the end-to-end time of such a run is not a figure.
+
+    The baseline is measured inside the run, on the same calls. With
+    ``hold`` it is interleaved: each request is followed by the in-process
+    ``ingest_many`` of the same jobs (the server idles meanwhile, its tick
+    loop parked), and each side's time is the sum of its own calls, so every
+    request and its baseline call are milliseconds apart and see the same
+    disk and the same competition for the cores. Without ``hold`` the server
+    runs jobs between requests, which would compete with an interleaved
+    baseline call, so the baseline runs just before the first request (the
+    server started and idle).
     """
     directory.mkdir()
     expected: dict[str, int] = {}
     for owner, _ in jobs:
         expected[owner] = expected.get(owner, 0) + 1
+    calls = ([(owner, [wire]) for owner, wire in jobs] if per_request == 1
+             else batches(jobs, per_request))
+    in_process_calls = [(owner, [to_job(wire) for wire in chunk]) for owner, chunk in calls]
     with Server(directory) as server:
         enqueuer = Client(server.host, server.port)
         poller = Client(server.host, server.port)
@@ -251,22 +300,29 @@ def serve_run(directory: Path, jobs: list[tuple[str, Wire]], per_request: int, *
                 assert status == 201, body
             for owner in expected:
                 wait_for_state(poller, owner, HOLDER, "running")
+        in_process = InProcess(directory / "in-process", list(expected), hold=hold)
+        baseline_s = 0.0
+        if not hold:
+            baseline_s = sum(in_process.ingest(owner, chunk) for owner, chunk in in_process_calls)
         queued = 0
+        enqueue_s = 0.0
         started = time.perf_counter()
-        if per_request == 1:
-            for owner, wire in jobs:
-                status, body = enqueuer.call("POST", f"{owner_path(owner)}/jobs", wire)
-                if status != 201:
-                    raise AssertionError(f"enqueue answered {status}: {body}")
-                queued += body["status"] == "queued"
-        else:
-            for owner, chunk in batches(jobs, per_request):
+        for (owner, chunk), (_, native) in zip(calls, in_process_calls, strict=True):
+            sent = time.perf_counter()
+            if per_request == 1:
+                status, body = enqueuer.call("POST", f"{owner_path(owner)}/jobs", chunk[0])
+                answered = [body] if status == 201 else []
+            else:
                 status, body = enqueuer.call("POST", f"{owner_path(owner)}/jobs",
                                              {"jobs": chunk})
-                if status != 200:
-                    raise AssertionError(f"enqueue answered {status}: {body}")
-                queued += sum(item["status"] == "queued" for item in body["jobs"])
-        enqueued = time.perf_counter()
+                answered = body["jobs"] if status == 200 else []
+            enqueue_s += time.perf_counter() - sent
+            if not answered:
+                raise AssertionError(f"enqueue answered {status}: {body}")
+            queued += sum(item["status"] == "queued" for item in answered)
+            if hold:
+                baseline_s += in_process.ingest(owner, native)
+        in_process.close()
         if hold:
             for owner in expected:
                 status, body = poller.call(
@@ -307,8 +363,8 @@ def serve_run(directory: Path, jobs: list[tuple[str, Wire]], per_request: int, *
         got = counts[owner]
         right = {"queued": 0, "running": 0, "settled": want + hold, "completed": want,
                  "cancelled": int(hold)}
-        if {name: got.get(name, 0) for name in right} != right or sum(
-                count for name, count in got.items() if name not in right):
+        others = sum(count for name, count in got.items() if name not in right)
+        if {name: got.get(name, 0) for name in right} != right or others:
             raise AssertionError(f"owner {owner}: status route says {got}, expected {right}")
     held = f" (and {len(expected)} holder(s) cancelled)" if hold else ""
     checks.append(f"status route: {len(expected)} owner(s), completed {total:,}{held}, "
@@ -320,7 +376,7 @@ def serve_run(directory: Path, jobs: list[tuple[str, Wire]], per_request: int, *
         raise AssertionError(f"the server's ticks settled {ticks}, expected {right_ticks}")
     checks.append(f"server's tick counter: {ticks['settled']:,} settlements, "
                   f"completed {total:,}{held}")
-    return ServeRun(total, enqueued - started, finished - started, first_poll_completed or 0,
+    return ServeRun(total, enqueue_s, baseline_s, finished - started, first_poll_completed or 0,
                     enqueuer.requests, connections, enqueuer.kept_alive, checks)
 
 
@@ -352,23 +408,6 @@ def open_runtime(path: Path) -> tuple[sqlite3.Connection, OwnerRuntime]:
     runtime = OwnerRuntime(Sqlite3Database(connection), execute=example_registry(),
                            is_alive=lambda job: False, wake=NoWake())
     return connection, runtime
-
-
-def baseline_ingest(directory: Path, jobs: list[tuple[str, Wire]], per_request: int) -> float:
-    """Seconds to ingest ``jobs`` in-process, ``per_request`` per ingest_many call."""
-    directory.mkdir()
-    opened = {owner: open_runtime(directory / f"{owner}.sqlite3") for owner in
-              dict.fromkeys(owner for owner, _ in jobs)}
-    calls = [(owner, [to_job(wire) for wire in chunk])
-             for owner, chunk in batches(jobs, per_request)]
-    started = time.perf_counter()
-    for owner, chunk in calls:
-        statuses = opened[owner][1].ingest_many(chunk)
-        assert statuses == ["queued"] * len(chunk), statuses
-    elapsed = time.perf_counter() - started
-    for connection, _ in opened.values():
-        connection.close()
-    return elapsed
 
 
 def baseline_end_to_end(directory: Path, jobs: list[tuple[str, Wire]], per_request: int
@@ -403,155 +442,89 @@ def baseline_end_to_end(directory: Path, jobs: list[tuple[str, Wire]], per_reque
     return elapsed
 
 
-# --------------------------------------------------------------------- table
+# --------------------------------------------------------------------- rows
+
+SECTION = "HTTP host"
 
 
-@dataclass
-class Row:
-    measure: str
-    serve: str
-    baseline: str
-    ratio: str
+def figures(count: int, runs: dict[str, ServeRun], e2e: dict[str, float],
+            owners: int) -> Figures:
+    """The rows of one round: every serve figure beside the baseline measured with it."""
+    single = runs["single"]
+    connection = "keep-alive" if single.kept_alive else "a connection per request"
+    rows = []
+    for measure, name, how in (
+            (f"enqueue, 1 job/request ({connection}), jobs run meanwhile", "single",
+             "ingest_many([job]), just before"),
+            ("enqueue, 1 job/request, tick loop held", "single-held",
+             "ingest_many([job]), interleaved"),
+            (f"enqueue, {BATCH} jobs/request, jobs run meanwhile", "batched",
+             f"ingest_many({BATCH} jobs), just before"),
+            (f"enqueue, {BATCH} jobs/request, tick loop held", "batched-held",
+             f"ingest_many({BATCH} jobs), interleaved")):
+        run = runs[name]
+        rows.append(Row(SECTION, measure, count / run.enqueue_s, "jobs/s",
+                        f"in-process {how}", count / run.baseline_s))
+    for measure, name, how in (
+            ("end to end, 1 owner, 1 job/request", "single", "ingest_many([job]), then ticks"),
+            (f"end to end, 1 owner, {BATCH} jobs/request", "batched",
+             f"ingest_many({BATCH}), then ticks"),
+            (f"end to end, {owners} owners, {BATCH} jobs/request", "owners",
+             f"{owners} runtimes, ingest_many({BATCH}), then ticks")):
+        rows.append(Row(SECTION, measure, count / runs[name].end_to_end_s, "jobs/s",
+                        f"in-process {how}", count / e2e[name]))
+    return Figures(rows=rows)
 
 
-def rate(jobs: int, seconds: float) -> str:
-    return f"{jobs / seconds:,.0f} jobs/s"
+def measure_round(count: int, root: Path, owners: int = 8) -> tuple[Figures, dict[str, ServeRun]]:
+    """Every serve run once, each end-to-end one followed by its in-process
+    baseline (a run of seconds, measured right after the server stopped)."""
+    one = make_jobs(count, 1, "one")
+    spread = make_jobs(count, owners, "spread")
+    runs: dict[str, ServeRun] = {}
+    e2e: dict[str, float] = {}
+    for name, jobs, per_request, hold in (
+            ("single", one, 1, False), ("single-held", one, 1, True),
+            ("batched", one, BATCH, False), ("batched-held", one, BATCH, True),
+            ("owners", spread, BATCH, False)):
+        runs[name] = serve_run(root / name, jobs, per_request, hold=hold)
+        if not hold:
+            e2e[name] = baseline_end_to_end(root / f"{name}-in-process-e2e", jobs, per_request)
+    return figures(count, runs, e2e, owners), runs
 
 
-def print_table(rows: list[Row]) -> None:
-    header = Row("measure", "tickwork serve", "baseline (same run)", "ratio")
-    widths = [max(len(getattr(row, name)) for row in [header, *rows])
-              for name in ("measure", "serve", "baseline", "ratio")]
-
-    def line(row: Row) -> str:
-        cells = (row.measure, row.serve, row.baseline, row.ratio)
-        return "| " + " | ".join(cell.ljust(width) for cell, width in
-                                 zip(cells, widths, strict=True)) + " |"
-
-    print(line(header))
-    print("|" + "|".join("-" * (width + 2) for width in widths) + "|")
-    for row in rows:
-        print(line(row))
-
-
-#: A measurement: (name, seconds of one run in a fresh directory).
-Measure = tuple[str, Any]
-
-
-def measure_in_pairs(rounds: int, pairs: list[tuple[Measure, list[Measure]]], root: Path
-                     ) -> tuple[dict[str, list[float]], dict[str, list[ServeRun]]]:
-    """Run each serve measurement right next to its baselines, ``rounds`` times,
-    serve first in even rounds and baselines first in odd ones.
-
-    The baselines are fsync-bound (WAL, ``synchronous=FULL``, one fsync per
-    ``ingest_many``), so their speed follows the disk's state: one run of the
-    same function read 48-59k jobs/s as the first thing in a process and 25k
-    right after a serve run. Measured next to its serve figure, each baseline
-    sees the disk that figure saw; the ratios are taken pair by pair."""
-    seconds: dict[str, list[float]] = {}  # "<serve>/<baseline>" -> per round
-    runs: dict[str, list[ServeRun]] = {}
-    made = 0
-    for number in range(rounds):
-        for (serve_name, serve), baselines in pairs:
-            steps = [(serve_name, serve), *baselines]
-            if number % 2:
-                steps = [*baselines, (serve_name, serve)]
-            for name, run in steps:
-                made += 1
-                result = run(root / f"{made:03}-{name}")
-                if isinstance(result, ServeRun):
-                    runs.setdefault(name, []).append(result)
-                else:
-                    seconds.setdefault(f"{serve_name}/{name}", []).append(result)
-    return seconds, runs
+def collect(*, quick: bool) -> Figures:
+    """One round for the comparison command (5,000 jobs per run; quick 300)."""
+    with tempfile.TemporaryDirectory(prefix="tickwork-bench-") as temp:
+        found, _ = measure_round(300 if quick else 5_000, Path(temp))
+    return found
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
-    parser.add_argument("--rounds", type=int, default=None,
-                        help="pairs of serve and baseline runs (default 3; --quick 1)")
+    parser.add_argument("--rounds", type=int, default=1, help="rounds (default 1)")
     args = parser.parse_args()
     count = 300 if args.quick else 5_000
-    rounds = args.rounds or (1 if args.quick else 3)
-    many = 8
     print(f"tickwork serve over HTTP beside in-process OwnerRuntime, {count:,} echo jobs per "
-          f"run, {QUEUES_PER_OWNER} queues per owner, {rounds} round(s) of adjacent pairs")
+          f"run, {QUEUES_PER_OWNER} queues per owner, {args.rounds} round(s)")
     print(f"  Python {sys.version.split()[0]}, SQLite {sqlite3.sqlite_version}, "
           f"{os.cpu_count()} CPUs, load average before: " + load())
     started = time.perf_counter()
-    one = make_jobs(count, 1, "one")
-    spread = make_jobs(count, many, "spread")
-
-    def base_ingest(per_request: int) -> Measure:
-        name = f"base-ingest-{per_request}"
-        return name, lambda d: baseline_ingest(d, one, per_request)
-
-    def base_e2e(name: str, jobs: list[tuple[str, Wire]], per_request: int) -> Measure:
-        return name, lambda d: baseline_end_to_end(d, jobs, per_request)
-
-    pairs: list[tuple[Measure, list[Measure]]] = [
-        (("single", lambda d: serve_run(d, one, 1)),
-         [base_ingest(1), base_e2e("base-e2e-single", one, 1)]),
-        (("single-held", lambda d: serve_run(d, one, 1, hold=True)), [base_ingest(1)]),
-        (("batched", lambda d: serve_run(d, one, BATCH)),
-         [base_ingest(BATCH), base_e2e("base-e2e-one", one, BATCH)]),
-        (("batched-held", lambda d: serve_run(d, one, BATCH, hold=True)), [base_ingest(BATCH)]),
-        (("owners", lambda d: serve_run(d, spread, BATCH)),
-         [base_e2e("base-e2e-many", spread, BATCH)]),
-    ]
-    with tempfile.TemporaryDirectory(prefix="tickwork-bench-") as temp:
-        seconds, runs = measure_in_pairs(rounds, pairs, Path(temp))
-
-    def figure(serve: str, base: str, end_to_end: bool = False) -> tuple[str, str, str]:
-        """Best serve rate, best baseline rate, and the pairwise ratios."""
-        served = [run.end_to_end_s if end_to_end else run.enqueue_s for run in runs[serve]]
-        based = seconds[f"{serve}/{base}"]
-        ratios = sorted(base_s / serve_s for serve_s, base_s in zip(served, based, strict=True))
-        spread_ = "" if len(ratios) == 1 else f" ({ratios[0]:.0%}-{ratios[-1]:.0%})"
-        best_serve, best_base = min(served), min(based)
-        timing = f" ({best_serve:.2f} s)" if end_to_end else ""
-        base_timing = f" ({best_base:.2f} s)" if end_to_end else ""
-        return (f"{rate(count, best_serve)}{timing}", f"{rate(count, best_base)}{base_timing}",
-                f"{ratios[len(ratios) // 2]:.0%}{spread_}")
-
-    single = runs["single"][-1]
-    connection = "keep-alive" if single.kept_alive else "a connection per request"
-    rows = []
-    for label, serve, base, how in (
-            (f"enqueue, 1 job/request ({connection}), jobs run meanwhile", "single",
-             "base-ingest-1", "ingest_many([job])"),
-            ("enqueue, 1 job/request, tick loop held", "single-held", "base-ingest-1",
-             "ingest_many([job])"),
-            (f"enqueue, {BATCH} jobs/request, jobs run meanwhile", "batched",
-             f"base-ingest-{BATCH}", f"ingest_many({BATCH} jobs)"),
-            (f"enqueue, {BATCH} jobs/request, tick loop held", "batched-held",
-             f"base-ingest-{BATCH}", f"ingest_many({BATCH} jobs)")):
-        served, based, ratio = figure(serve, base)
-        rows.append(Row(label, served, f"{how}: {based}", ratio))
-    for label, serve, base, how in (
-            ("end to end, 1 owner, 1 job/request", "single", "base-e2e-single",
-             "ingest_many([job]), then ticks"),
-            (f"end to end, 1 owner, {BATCH} jobs/request", "batched", "base-e2e-one",
-             f"ingest_many({BATCH}), then ticks"),
-            (f"end to end, {many} owners, {BATCH} jobs/request", "owners", "base-e2e-many",
-             f"{many} runtimes, ingest_many({BATCH}), then ticks")):
-        served, based, ratio = figure(serve, base, end_to_end=True)
-        rows.append(Row(label, served, f"{how}: {based}", ratio))
-    print()
-    print_table(rows)
-    print()
-    print("rates: the best of the rounds; ratio: tickwork serve's rate / the baseline's, pair by")
-    print("pair (median, and min-max over the rounds; 100% = as fast as in-process).")
+    for number in range(args.rounds):
+        with tempfile.TemporaryDirectory(prefix="tickwork-bench-") as temp:
+            found, runs = measure_round(count, Path(temp))
+        print(f"round {number + 1}:")
+        print_rows(found.rows)
     print("'jobs run meanwhile': the owner's tick loop runs the jobs in the server's one event")
-    print("loop; an echo tick never suspends, so a request that arrives while the loop drains")
-    print("waits until the owner is idle. 'tick loop held': a running sleep job parks each")
-    print("owner's tick loop, so the enqueues run alone, like the baseline (which only ingests).")
+    print("loop, so a request that arrives while the loop drains waits for it. 'tick loop")
+    print("held': a running sleep job parks each owner's tick loop, so the enqueues run alone,")
+    print("like the baseline, whose calls are interleaved with the requests.")
     for label, name in (
             ("1 job/request", "single"), ("1 job/request, held", "single-held"),
             (f"{BATCH} jobs/request", "batched"), (f"{BATCH} jobs/request, held", "batched-held"),
-            (f"{BATCH} jobs/request, {many} owners", "owners")):
-        run = runs[name][-1]
+            (f"{BATCH} jobs/request, 8 owners", "owners")):
+        run = runs[name]
         line = (f"{label}: {run.requests:,} enqueue requests over {run.connections} TCP "
                 f"connection(s), {'kept alive' if run.kept_alive else 'closed by the server'}")
         if "held" not in label:

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from bench.report import Figures, Row, print_rows
 from tests.support.d1.miniflare import D1Bridge
 from tests.support.stores import apply_d1_schema
 from tickwork import Completed, Job, JobRecord
@@ -56,30 +58,40 @@ async def _cost(db: Any, operation: Callable[[], Awaitable[Any]]) -> tuple[int, 
     return spent.round_trips, spent.statements
 
 
-async def measure(bridge: D1Bridge, jobs: int) -> list[tuple[str, str, str]]:
-    rows: list[tuple[str, str, str]] = []
+SECTION = "D1"
+RAW_INSERT = "INSERT INTO raw_jobs (id, payload, state) VALUES (?1, ?2, 'queued')"
+
+
+def _trips(measure: str, trips: int, statements: int, note: str) -> Row:
+    """A per-operation cost: context for the throughput rows, no baseline."""
+    plural = "" if statements == 1 else "s"
+    return Row(SECTION, f"{measure} ({statements} statement{plural})", trips, "round trips", note)
+
+
+async def measure(bridge: D1Bridge, jobs: int) -> Figures:
+    rows: list[Row] = []
     db = bridge.binding("external")
     await apply_d1_schema(db)
     runtime = D1Runtime(db, execute=_complete, wake=_Wake())
     await runtime.has_pending_work()  # the one-time schema check
     trips, statements = await _cost(db, runtime.tick)
-    rows.append(("a runtime's first (idle) tick", f"{trips} rt / {statements} st",
-                 "and when the next schedule slot comes"))
+    rows.append(_trips("a runtime's first (idle) tick", trips, statements,
+                       "also reads when the next schedule slot comes"))
 
     # Costs per operation.
     trips, statements = await _cost(db, lambda: runtime.ingest(Job("c1", "q", "l", 0, {})))
-    rows.append(("ingest (new job)", f"{trips} rt / {statements} st", ""))
+    rows.append(_trips("ingest (new job)", trips, statements, ""))
     trips, statements = await _cost(db, lambda: runtime.ingest(Job("c1", "q", "l", 0, {})))
-    rows.append(("ingest (replay)", f"{trips} rt / {statements} st", "insert, then compare"))
+    rows.append(_trips("ingest (replay)", trips, statements, "insert, then compare"))
     trips, statements = await _cost(db, runtime.tick)
-    rows.append(("tick (claim + settle)", f"{trips} rt / {statements} st", ""))
+    rows.append(_trips("tick (claim + settle)", trips, statements, ""))
     trips, statements = await _cost(db, runtime.tick)
-    rows.append(("idle tick", f"{trips} rt / {statements} st", "guarded claim + probe, one batch"))
+    rows.append(_trips("idle tick", trips, statements, "guarded claim + probe, one batch"))
     await runtime.ingest(Job("c2", "q", "l", 0, {}))
     trips, statements = await _cost(db, lambda: runtime.cancel("c2", "x"))
-    rows.append(("cancel (queued job)", f"{trips} rt / {statements} st", "read + fenced write"))
+    rows.append(_trips("cancel (queued job)", trips, statements, "read + fenced write"))
     trips, statements = await _cost(db, lambda: runtime.fail_lane("l", "r"))
-    rows.append(("fail_lane (256/batch)", f"{trips} rt / {statements} st", "one batch"))
+    rows.append(_trips("fail_lane (256/batch)", trips, statements, "one batch"))
     renewals: list[tuple[int, int]] = []
 
     async def renewing(job: JobRecord, signal: LeasedSignal) -> Completed:
@@ -91,82 +103,92 @@ async def measure(bridge: D1Bridge, jobs: int) -> list[tuple[str, str, str]]:
     await renewer.ingest(Job("c3", "q", "l", 0, {}))
     await renewer.tick()
     trips, statements = renewals[0]
-    rows.append(("lease renewal", f"{trips} rt / {statements} st", "every 10 s while running"))
+    rows.append(_trips("lease renewal", trips, statements, "every 10 s while running"))
     enqueue_batch = [runtime.enqueue(Job(f"b{n}", "q", "l", 0, {"n": n})) for n in range(50)]
     trips, statements = await _cost(db, lambda: db.batch(enqueue_batch))
-    rows.append(("enqueue x50 in one db.batch", f"{trips} rt / {statements} st",
-                 "producer's own batch"))
+    rows.append(_trips("enqueue x50 in one db.batch", trips, statements,
+                       "producer's own batch"))
 
-    # Throughput: tickwork, one worker.
-    await db.prepare("DELETE FROM tickwork_jobs").run()
-    for start in range(0, jobs, 50):
-        await db.batch([runtime.enqueue(Job(f"j{n}", f"q{n}", "l", 0, {"n": n}))
-                        for n in range(start, min(jobs, start + 50))])
-    before = db.stats.snapshot()
-    started = time.perf_counter()
-    settled = 0
-    while (await runtime.tick()).status == "settled":
-        settled += 1
-    elapsed = time.perf_counter() - started
-    spent = db.stats.since(before)
-    assert settled == jobs, settled
-    rows.append(("tickwork ticks, 1 worker", f"{jobs / elapsed:,.0f} jobs/s",
-                 f"{spent.round_trips / jobs:.2f} rt/job"))
-
-    # The worker loop: each settlement carries the next claim in one batch.
-    for start in range(0, jobs, 50):
-        await db.batch([runtime.enqueue(Job(f"d{n}", f"q{n}", "l", 0, {"n": n}))
-                        for n in range(start, min(jobs, start + 50))])
-    before = db.stats.snapshot()
-    started = time.perf_counter()
-    drained = await runtime.drain()
-    elapsed = time.perf_counter() - started
-    spent = db.stats.since(before)
-    assert len(drained) == jobs, len(drained)
-    rows.append(("tickwork drain(), 1 worker", f"{jobs / elapsed:,.0f} jobs/s",
-                 f"{spent.round_trips / jobs:.2f} rt/job"))
-
-    # Baseline: the raw loop on a bare table.
+    # Baseline: the raw loop on a bare table, loaded the same way.
     raw = bridge.binding("external")
     for statement in RAW_SCHEMA:
         await raw.prepare(statement).run()
-    for start in range(0, jobs, 50):
-        await raw.batch([
-            raw.prepare("INSERT INTO raw_jobs (id, payload, state) VALUES (?1, ?2, 'queued')")
-            .bind(n, f'{{"n":{n}}}') for n in range(start, min(jobs, start + 50))])
-    started = time.perf_counter()
-    done = 0
-    while True:
-        claimed = await raw.prepare(RAW_CLAIM).bind("t", 0).raw()
-        if not claimed:
-            break
-        await raw.prepare(RAW_SETTLE).bind(claimed[0][0], "t").run()
-        done += 1
-    elapsed = time.perf_counter() - started
-    assert done == jobs
-    rows.append(("raw claim+settle loop, bare table", f"{jobs / elapsed:,.0f} jobs/s",
-                 "2.00 rt/job"))
 
-    # Ingest rates.
+    async def raw_load(first: int) -> None:
+        for start in range(0, jobs, 50):
+            await raw.batch([raw.prepare(RAW_INSERT).bind(first + n, f'{{"n":{n}}}')
+                             for n in range(start, min(jobs, start + 50))])
+
+    async def raw_loop() -> tuple[float, float]:
+        """jobs/s and round trips per job of one claim UPDATE + one settle UPDATE per job."""
+        before = raw.stats.snapshot()
+        started = time.perf_counter()
+        done = 0
+        while True:
+            claimed = await raw.prepare(RAW_CLAIM).bind("t", 0).raw()
+            if not claimed:
+                break
+            await raw.prepare(RAW_SETTLE).bind(claimed[0][0], "t").run()
+            done += 1
+        elapsed = time.perf_counter() - started
+        assert done == jobs, done
+        return jobs / elapsed, raw.stats.since(before).round_trips / jobs
+
+    async def load(tag: str) -> None:
+        for start in range(0, jobs, 50):
+            await db.batch([runtime.enqueue(Job(f"{tag}{n}", f"q{n}", "l", 0, {"n": n}))
+                            for n in range(start, min(jobs, start + 50))])
+
+    # Throughput, one worker: ticks, then drain() (each settlement carries the
+    # next claim in one batch), each beside a raw loop measured right before it.
+    await db.prepare("DELETE FROM tickwork_jobs").run()
+    for measure, tag in (("ticks, 1 worker", "j"), ("drain(), 1 worker", "d")):
+        await raw_load(0)
+        raw_rate, raw_trips = await raw_loop()
+        await raw.prepare("DELETE FROM raw_jobs").run()
+        await load(tag)
+        before = db.stats.snapshot()
+        started = time.perf_counter()
+        if tag == "j":
+            settled = 0
+            while (await runtime.tick()).status == "settled":
+                settled += 1
+        else:
+            settled = len(await runtime.drain())
+        elapsed = time.perf_counter() - started
+        assert settled == jobs, settled
+        spent = db.stats.since(before)
+        rows.append(Row(SECTION, measure, jobs / elapsed, "jobs/s",
+                        "raw claim+settle loop, bare table", raw_rate))
+        rows.append(Row(SECTION, f"{measure}: round trips per job", spent.round_trips / jobs,
+                        "round trips/job", "the raw loop", raw_trips, lower_is_better=True))
+
+    # Ingest rates, each beside its raw INSERT measured right after it.
     started = time.perf_counter()
     for n in range(jobs):
         await runtime.ingest(Job(f"i{n}", "q", "l", 0, {"n": n}))
-    rows.append(("tickwork ingest(), one call per job",
-                 f"{jobs / (time.perf_counter() - started):,.0f} jobs/s", "1 rt/job"))
+    ingest_rate = jobs / (time.perf_counter() - started)
+    started = time.perf_counter()
+    for n in range(jobs):
+        await raw.prepare(RAW_INSERT).bind(jobs + n, f'{{"n":{n}}}').run()
+    rows.append(Row(SECTION, "ingest(), one call per job", ingest_rate, "jobs/s",
+                    "raw INSERT, one per round trip", jobs / (time.perf_counter() - started)))
     started = time.perf_counter()
     for start in range(0, jobs, 50):
         await db.batch([runtime.enqueue(Job(f"e{n}", "q", "l", 0, {"n": n}))
                         for n in range(start, min(jobs, start + 50))])
-    rows.append(("tickwork enqueue(), batches of 50",
-                 f"{jobs / (time.perf_counter() - started):,.0f} jobs/s", "0.02 rt/job"))
+    enqueue_rate = jobs / (time.perf_counter() - started)
     started = time.perf_counter()
-    for start in range(0, jobs, 50):
-        await raw.batch([
-            raw.prepare("INSERT INTO raw_jobs (id, payload, state) VALUES (?1, ?2, 'queued')")
-            .bind(jobs + n, f'{{"n":{n}}}') for n in range(start, min(jobs, start + 50))])
-    rows.append(("raw INSERT, batches of 50",
-                 f"{jobs / (time.perf_counter() - started):,.0f} jobs/s", "0.02 rt/job"))
-    return rows
+    await raw_load(2 * jobs)
+    rows.append(Row(SECTION, "enqueue(), batches of 50", enqueue_rate, "jobs/s",
+                    "raw INSERT, batches of 50", jobs / (time.perf_counter() - started)))
+    return Figures(rows=rows)
+
+
+def collect(*, quick: bool) -> Figures:
+    """One run for the comparison command: 2,000 jobs (quick 300)."""
+    with D1Bridge.start() as bridge:
+        return asyncio.run(measure(bridge, 300 if quick else 2000))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -176,11 +198,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     jobs = args.jobs or (300 if args.quick else 2000)
     with D1Bridge.start() as bridge:
-        rows = asyncio.run(measure(bridge, jobs))
-    width = max(len(row[0]) for row in rows)
-    print(f"D1 (Miniflare), {jobs:,} jobs; rt = round trips, st = statements")
-    for name, figure, note in rows:
-        print(f"{name:<{width}}  {figure:>18}  {note}")
+        found = asyncio.run(measure(bridge, jobs))
+    print(f"D1 (Miniflare), {jobs:,} jobs; load average {os.getloadavg()[0]:.2f}")
+    print_rows(found.rows)
 
 
 if __name__ == "__main__":

@@ -30,9 +30,11 @@ def test_serve_http_benchmark_runs_verifies_and_prints_every_figure() -> None:
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert result.returncode == 0, result.stderr
-    for label in ("| measure", "tickwork serve", "baseline (same run)", "| ratio",
-                  "enqueue, 1 job/request (keep-alive)", "enqueue, 100 jobs/request",
-                  "tick loop held", "end to end, 1 owner", "end to end, 8 owners",
+    for label in ("[HTTP host] enqueue, 1 job/request (keep-alive), jobs run meanwhile",
+                  "in-process ingest_many([job]), just before",
+                  "[HTTP host] enqueue, 100 jobs/request, tick loop held",
+                  "in-process ingest_many(100 jobs), interleaved", "ratio",
+                  "end to end, 1 owner", "end to end, 8 owners",
                   "verify: enqueue answered 'queued' 300 of 300 times",
                   "verify: status route: 8 owner(s), completed 300",
                   "verify: server's tick counter: 300 settlements"):
