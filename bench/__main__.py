@@ -377,15 +377,18 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
               "baseline (a time: lower is better); load averages: "
               + "; ".join(outcome.loads), file=out)
         title = (f"python -m bench, {kind} sizes, {args.runs} run(s), {started}; "
-                 f"{os.cpu_count()} cores, load {outcome.loads[0].split(': ', 1)[1]}")
+                 f"{os.cpu_count()} cores, load average {outcome.loads[0]}")
         if not args.no_chart:
             points = [point for figures in outcome.runs for point in figures.points]
             write_chart(points, args.chart, title)
             print(f"chart: {args.chart}", file=out)
         table = markdown_table(summaries, args.runs)
-        note = (f"{kind.capitalize()} sizes, {args.runs} run(s), {started}; "
-                + ", ".join(machine(list(collectors))) + "; load average "
+        measured = ", ".join(f"`bench.{name}`" for name in collectors) or "no module"
+        note = (f"`python -m bench`, {kind} sizes, {args.runs} run(s) of {measured}, "
+                f"{started}; " + ", ".join(machine(list(collectors))) + "; load average "
                 + "; ".join(outcome.loads) + ".")
+        if args.only:
+            note += " Partial: only the modules named by `--only`."
         if missing:
             note += " Not measured: " + ", ".join(f"`bench.{name}`" for name in missing) + "."
         if args.markdown:

@@ -26,9 +26,10 @@ connections it opened and prints the count) and a second one for the polls.
    suspends, so a request that arrives meanwhile waits for the backlog); the
    baseline runs just before the first request, the server up and idle.
 
-   Why interleaved: the baseline is 50 (or 5,000) commits of a few ms each,
-   fsync-bound and CPU-bound in about equal parts, so its rate follows
-   whatever else the machine's disk and two cores do at that moment. The
+   Why interleaved: the baseline is 0.1-0.2 s of CPU and 50 (or 5,000)
+   commits with an fsync each; on a loaded machine its wall time is several
+   times its CPU time (waiting for a core or the disk), so its rate follows
+   whatever else the machine does at that moment. The
    earlier version ran it after the serve run had drained its jobs and
    stopped, 21-41 s after the serve figure (8 runs at load 7.4-8.6): the
    interleaved baseline read 3.9k-11.5k jobs/s from run to run, the late one
