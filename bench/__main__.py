@@ -364,7 +364,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         kind = "quick" if args.quick else "full"
         print(f"python -m bench: {kind} sizes, {args.runs} run(s), {started}", file=out)
-        print("machine: " + ", ".join(machine(list(collectors))), file=out)
+        facts = ", ".join(machine(list(collectors)))
+        print(f"machine: {facts}", file=out)
         if missing:
             shout([f"MISSING bench.{name}: {why}" for name, why in missing.items()], out)
         outcome = run_all(collectors, args.runs, args.quick, out)
@@ -385,7 +386,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         table = markdown_table(summaries, args.runs)
         measured = ", ".join(f"`bench.{name}`" for name in collectors) or "no module"
         note = (f"`python -m bench`, {kind} sizes, {args.runs} run(s) of {measured}, "
-                f"{started}; " + ", ".join(machine(list(collectors))) + "; load average "
+                f"{started}; {facts}; load average "
                 + "; ".join(outcome.loads) + ".")
         if args.only:
             note += " Partial: only the modules named by `--only`."
