@@ -324,6 +324,10 @@ def serve_run(directory: Path, jobs: list[tuple[str, Wire]], per_request: int, *
             if hold:
                 baseline_s += in_process.ingest(owner, native)
         in_process.close()
+        # The poller sat idle through the window, maybe past the server's
+        # 30 s keep-alive timeout (a held run on a loaded machine): reconnect.
+        poller.close()
+        poller = Client(server.host, server.port)
         if hold:
             for owner in expected:
                 status, body = poller.call(
