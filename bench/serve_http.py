@@ -31,11 +31,12 @@ connections it opened and prints the count) and a second one for the polls.
    times its CPU time (waiting for a core or the disk), so its rate follows
    whatever else the machine does at that moment. The
    earlier version ran it after the serve run had drained its jobs and
-   stopped, 21-41 s after the serve figure (8 runs at load 7.4-8.6): the
-   interleaved baseline read 3.9k-11.5k jobs/s from run to run, the late one
-   4.3k-15.4k, and the ratio held at 48%-64% interleaved but swung over
-   30%-88% late. A baseline from another moment, not a slower function: run
-   in a fresh process next to an in-process run it read the same, and it
+   stopped, tens of seconds after the serve figure under load;
+   ``--late-baseline`` prints both side by side (6 rounds at load 8.6-15:
+   the late one 44-56 s after the serve window, ratios 47%-89%, interleaved
+   54%-71%; an earlier series of 8 at load 7.4-8.6: 30%-88% against
+   48%-64%). A baseline from another moment, not a slower function: run in
+   a fresh process next to an in-process run it read the same, and it
    triggers no gen-2 collection. See docs/explanation/benchmarks.md.
 2. End to end: from the first enqueue request until every job reads back
    settled ``completed`` through ``GET /v1/owners/{owner}/queues``, polled
@@ -231,6 +232,7 @@ class ServeRun:
     requests: int
     connections: int
     kept_alive: bool
+    start_s: float = 0.0  # perf_counter() when the first enqueue was sent
     checks: list[str] = field(default_factory=list)
 
 
@@ -382,7 +384,7 @@ def serve_run(directory: Path, jobs: list[tuple[str, Wire]], per_request: int, *
     checks.append(f"server's tick counter: {ticks['settled']:,} settlements, "
                   f"completed {total:,}{held}")
     return ServeRun(total, enqueue_s, baseline_s, finished - started, first_poll_completed or 0,
-                    enqueuer.requests, connections, enqueuer.kept_alive, checks)
+                    enqueuer.requests, connections, enqueuer.kept_alive, started, checks)
 
 
 def wait_for_state(client: Client, owner: str, job_id: str, state: str) -> None:
@@ -505,12 +507,39 @@ def collect(*, quick: bool) -> Figures:
     return found
 
 
+def late_baseline(count: int, rounds: int) -> None:
+    """The held 100-per-request row with the baseline of the earlier version
+    beside the interleaved one: the same ``ingest_many`` calls, run after the
+    serve run had drained its jobs and stopped."""
+    jobs = make_jobs(count, 1, "one")
+    calls = [(owner, [to_job(wire) for wire in chunk]) for owner, chunk in batches(jobs, BATCH)]
+    with tempfile.TemporaryDirectory(prefix="tickwork-bench-") as temp:
+        for number in range(rounds):
+            run = serve_run(Path(temp) / f"{number}", jobs, BATCH, hold=True)
+            stopped = time.perf_counter()
+            late = InProcess(Path(temp) / f"{number}-late", ["owner-0"], hold=False)
+            late_s = sum(late.ingest(owner, chunk) for owner, chunk in calls)
+            late.close()
+            ratio, late_ratio = run.baseline_s / run.enqueue_s, late_s / run.enqueue_s
+            print(f"round {number + 1}: serve {count / run.enqueue_s:,.0f} jobs/s; interleaved "
+                  f"baseline {count / run.baseline_s:,.0f} (ratio {ratio:.0%});"
+                  f" late baseline {count / late_s:,.0f} (ratio {late_ratio:.0%}),"
+                  f" {stopped - run.start_s:.1f} s after the serve window began;"
+                  f" load average {load()}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
     parser.add_argument("--rounds", type=int, default=1, help="rounds (default 1)")
+    parser.add_argument("--late-baseline", action="store_true",
+                        help="only the held 100-per-request row, beside both its interleaved "
+                             "baseline and the earlier version's (after the drain and stop)")
     args = parser.parse_args()
     count = 300 if args.quick else 5_000
+    if args.late_baseline:
+        late_baseline(count, args.rounds)
+        return
     print(f"tickwork serve over HTTP beside in-process OwnerRuntime, {count:,} echo jobs per "
           f"run, {QUEUES_PER_OWNER} queues per owner, {args.rounds} round(s)")
     print(f"  Python {sys.version.split()[0]}, SQLite {sqlite3.sqlite_version}, "

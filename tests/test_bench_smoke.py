@@ -39,3 +39,16 @@ def test_serve_http_benchmark_runs_verifies_and_prints_every_figure() -> None:
                   "verify: status route: 8 owner(s), completed 300",
                   "verify: server's tick counter: 300 settlements"):
         assert label in result.stdout, label
+
+
+def test_serve_http_prints_the_held_row_beside_its_late_and_interleaved_baselines() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.serve_http", "--quick", "--late-baseline"],
+        capture_output=True, text=True, cwd=ROOT, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert result.returncode == 0, result.stderr
+    line = result.stdout.strip()
+    assert line.startswith("round 1: serve "), line
+    for label in ("interleaved baseline", "late baseline", "s after the serve window began"):
+        assert label in line, label
