@@ -93,6 +93,16 @@ def test_the_chart_is_a_png_matplotlib_drew_from_the_points(tmp_path: Path) -> N
     assert empty.read_bytes().startswith(PNG_SIGNATURE)
 
 
+def test_without_matplotlib_the_command_stops_before_measuring_and_names_the_extra(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now fails
+    out = io.StringIO()
+    assert command.main(["--quick", "--runs", "1", "--only", "shared_d1"], out=out) == 2
+    assert out.getvalue() == ""  # nothing was run
+    assert ("the chart needs matplotlib, which the 'bench' extra installs: "
+            "pip install -e '.[bench]' (or pass --no-chart)") in capsys.readouterr().err
+
+
 def test_a_module_without_collect_or_file_is_reported_missing() -> None:
     found, missing = command.load_modules(["shared_d1", "report", "not_a_module"])
     assert list(found) == ["shared_d1"]
