@@ -430,8 +430,8 @@ class _LocalRuntime:
         deadline = None if budget_ms is None else clock() + budget_ms
         results: list[TickResult] = []
 
-        def room_for(ticks: int) -> bool:
-            return ((max_ticks is None or ticks < max_ticks)
+        def room_for(tick_number: int) -> bool:
+            return ((max_ticks is None or tick_number <= max_ticks)
                     and (deadline is None or clock() < deadline))
 
         with self.draining() as steps:
