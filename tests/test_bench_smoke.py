@@ -17,9 +17,24 @@ def test_owner_local_benchmark_runs_and_prints_every_figure() -> None:
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert result.returncode == 0, result.stderr
-    for label in ("engine ", "raw loop, bare table", "raw loop, engine table",
-                  "single-job ingest()", "depth   1,000", "ratio",
-                  "1,000 due, none waiting", "waiting:"):
+    for label in ("tick(), :memory:", "drain(), :memory:", "tick(), WAL file",
+                  "drain(), WAL file", "raw claim+settle loop, tickwork's table",
+                  "raw claim+settle loop, bare table", "single-job ingest()",
+                  "raw INSERT into tickwork's table", "mean tick, depth", "ratio",
+                  "1,000 due, none waiting", "waiting", "100 schedules not due",
+                  "jobs/s against queue depth", "drain()                depth"):
+        assert label in result.stdout, label
+
+
+def test_embedded_peers_benchmark_runs_checks_every_job_and_prints_every_row() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.embedded_peers", "--quick"],
+        capture_output=True, text=True, cwd=ROOT, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert result.returncode == 0, result.stderr
+    for label in ("synchronous NORMAL", "synchronous FULL", "huey SqliteHuey",
+                  "persist-queue SQLiteAckQueue", "enqueue + drain", "ratio"):
         assert label in result.stdout, label
 
 
