@@ -627,10 +627,12 @@ class _LocalRuntime:
         return changed
 
     def _due_schedules(self, request: DueSchedules) -> tuple[list[StoredSchedule], int | None]:
-        now = self._clock()
         next_slot = self._next_slot
-        if next_slot is None or next_slot > now:
-            return [], None
+        if next_slot is None:
+            return _NONE_DUE  # no schedule: every tick asks, none reads the clock
+        now = self._clock()
+        if next_slot > now:
+            return _NONE_DUE
         due = self._store.due_schedules(now)
         if not due:
             self._next_slot = self._store.next_slot()
@@ -810,7 +812,11 @@ class _LocalRuntime:
         ticker, job, store = execution.ticker, execution.job, self._store
         self._promote_due(now)  # its own transition, so the claim sees due jobs
         token = self._new_token()
-        executing = self._executing_tokens()
+        # The claims executing here, but for the one this settles (with one
+        # ticker, none: the statement then excludes no token).
+        executing = [] if len(self._tickers) == 1 else [
+            other.token for other in self._tickers[1 - self._tickers.index(ticker)]
+            .executions.values()]
 
         def settle_and_claim() -> tuple[bool, JobRecord | None]:
             if self._project is None:
@@ -886,7 +892,8 @@ class _LocalRuntime:
     def _executing_tokens(self) -> list[str]:
         tickers = self._tickers
         if len(tickers) == 1:
-            return [execution.token for execution in tickers[0].executions.values()]
+            executions = tickers[0].executions
+            return [execution.token for execution in executions.values()] if executions else []
         return [execution.token for ticker in tickers for execution in ticker.executions.values()]
 
     def _execution_of(self, job_id: str) -> _Execution | None:
@@ -947,6 +954,9 @@ class _LocalRuntime:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
+
+#: The answer to DueSchedules when no slot has come (never changed by its reader).
+_NONE_DUE: tuple[list[StoredSchedule], None] = ([], None)
 
 #: The tick requests whose answers are awaited.
 _AWAITED = frozenset({Execute, AskLiveness, Wake})
