@@ -67,7 +67,11 @@ class _NoWake:
         pass
 
 
-def tickwork_rate(path: Path, count: int, setting: str) -> float:
+#: What a contender's run took: (seconds enqueuing, seconds draining).
+Phases = tuple[float, float]
+
+
+def tickwork_run(path: Path, count: int, setting: str) -> Phases:
     connection = sqlite3.connect(path, isolation_level=None)
     connection.execute("PRAGMA journal_mode = WAL")
     _set_synchronous(connection, setting)
@@ -83,8 +87,9 @@ def tickwork_rate(path: Path, count: int, setting: str) -> float:
     started = time.perf_counter()
     for job in jobs:
         runtime.ingest(job)
+    enqueued = time.perf_counter()
     results = asyncio.run(runtime.drain())
-    elapsed = time.perf_counter() - started
+    drained = time.perf_counter()
     _check_once(ran, count, "tickwork")
     if len(results) != count or any(result.outcome != "completed" for result in results):
         raise AssertionError("tickwork: not every job settled completed")
@@ -92,10 +97,10 @@ def tickwork_rate(path: Path, count: int, setting: str) -> float:
         "SELECT count(*) FROM tickwork_jobs WHERE outcome = 'completed'").fetchall()
     assert settled == count, settled
     connection.close()
-    return count / elapsed
+    return enqueued - started, drained - enqueued
 
 
-def huey_rate(path: Path, count: int, setting: str) -> float:
+def huey_run(path: Path, count: int, setting: str) -> Phases:
     from huey import SqliteHuey
 
     huey = SqliteHuey("bench", filename=str(path), journal_mode="wal")
@@ -109,16 +114,17 @@ def huey_rate(path: Path, count: int, setting: str) -> float:
     started = time.perf_counter()
     for n in range(count):
         noop(n)
+    enqueued = time.perf_counter()
     while (task := huey.dequeue()) is not None:
         huey.execute(task)
-    elapsed = time.perf_counter() - started
+    drained = time.perf_counter()
     _check_once(ran, count, "huey")
     assert huey.pending_count() == 0
     huey.storage.close()
-    return count / elapsed
+    return enqueued - started, drained - enqueued
 
 
-def persist_queue_rate(path: Path, count: int, setting: str) -> float:
+def persist_queue_run(path: Path, count: int, setting: str) -> Phases:
     from persistqueue import Empty, SQLiteAckQueue
 
     queue = SQLiteAckQueue(str(path))
@@ -127,6 +133,7 @@ def persist_queue_rate(path: Path, count: int, setting: str) -> float:
     started = time.perf_counter()
     for n in range(count):
         queue.put(n)
+    enqueued = time.perf_counter()
     while True:
         try:
             item = queue.get(block=False)
@@ -136,36 +143,42 @@ def persist_queue_rate(path: Path, count: int, setting: str) -> float:
         queue.ack(item)
     # Every acked row, deleted at once (no LIMIT, none kept).
     queue.clear_acked_data(max_delete=0, keep_latest=0)
-    elapsed = time.perf_counter() - started
+    drained = time.perf_counter()
     _check_once(ran, count, "persist-queue")
     assert queue.acked_count() == 0 and queue.size == 0
     queue._conn.close()
-    return count / elapsed
+    return enqueued - started, drained - enqueued
 
 
-CONTENDERS: dict[str, Callable[[Path, int, str], float]] = {
-    "tickwork": tickwork_rate,
-    "huey SqliteHuey": huey_rate,
-    "persist-queue SQLiteAckQueue": persist_queue_rate,
+CONTENDERS: dict[str, Callable[[Path, int, str], Phases]] = {
+    "tickwork": tickwork_run,
+    "huey SqliteHuey": huey_run,
+    "persist-queue SQLiteAckQueue": persist_queue_run,
 }
 
 
 def collect(*, quick: bool) -> Figures:
-    """One run: every contender at NORMAL and at FULL, as rows."""
+    """One run: every contender at NORMAL and at FULL, as rows (the total
+    against each peer; each phase against huey's, as context)."""
     count = 2_000 if quick else 20_000
     figures = Figures()
+    rows = figures.rows
     with tempfile.TemporaryDirectory() as directory:
         for setting in SYNCHRONOUS:
-            rates = {}
-            for name, rate in CONTENDERS.items():
-                path = Path(directory) / f"{name.split()[0]}-{setting}.sqlite3"
-                rates[name] = rate(path, count, setting)
+            runs = {name: run(Path(directory) / f"{name.split()[0]}-{setting}.sqlite3",
+                              count, setting) for name, run in CONTENDERS.items()}
+            rates = {name: count / sum(phases) for name, phases in runs.items()}
             measure = f"enqueue + drain, {count:,} jobs, WAL, synchronous {setting}"
-            figures.rows.append(Row(SECTION, measure, rates["tickwork"], "jobs/s",
-                                    "huey SqliteHuey", rates["huey SqliteHuey"], 1.0))
-            figures.rows.append(Row(SECTION, measure, rates["tickwork"], "jobs/s",
-                                    "persist-queue SQLiteAckQueue",
-                                    rates["persist-queue SQLiteAckQueue"]))
+            rows.append(Row(SECTION, measure, rates["tickwork"], "jobs/s", "huey SqliteHuey",
+                            rates["huey SqliteHuey"], 1.0))
+            rows.append(Row(SECTION, measure, rates["tickwork"], "jobs/s",
+                            "persist-queue SQLiteAckQueue",
+                            rates["persist-queue SQLiteAckQueue"]))
+            for phase, what in enumerate(("enqueue (ingest() per job)", "drain()")):
+                rows.append(Row(SECTION, f"{what} alone, WAL, synchronous {setting}",
+                                count / runs["tickwork"][phase], "jobs/s",
+                                "huey SqliteHuey, the same phase",
+                                count / runs["huey SqliteHuey"][phase]))
     return figures
 
 
