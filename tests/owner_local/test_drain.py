@@ -2,23 +2,22 @@
 transaction, with every fence, abort and crash rule of a plain tick.
 
 Every test runs on sqlite3 and on the Durable Object storage stand-in (both
-SDK shapes): the ``harness`` fixture.
+SDK shapes): the ``harness`` fixture; the real-Pyodide tier runs them on its
+JavaScript ``ctx.storage`` too (suite owner-local).
 """
 
 from __future__ import annotations
 
 import asyncio
-import sqlite3
-from pathlib import Path
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 
 from tests.support import Harness, job
-from tickwork import Completed, Job, OwnerRuntime, QueueTransition, Recovery, TickResult
+from tickwork import Completed, OwnerRuntime, QueueTransition, Recovery, TickResult
 from tickwork.hosts.ticking import tick_until_idle
 from tickwork.model.errors import InvalidArgument
-from tickwork.stores import Sqlite3Database
 
 
 class GatedWake:
@@ -41,6 +40,20 @@ class GatedWake:
             self.armed = False
             self.held.set()
             await self.gate.wait()
+
+
+async def b_claimed_ahead(harness: Harness, loop: Callable[[OwnerRuntime], Awaitable[Any]],
+                          **job_b: Any) -> tuple[OwnerRuntime, asyncio.Task[Any], GatedWake]:
+    """A runtime running ``loop`` over jobs a and b, held right after the
+    transaction that settled a and claimed b ahead (its gated wake)."""
+    wake = GatedWake()
+    runtime = harness.runtime(wake=wake)
+    runtime.ingest(job("a", queue="q-a"))
+    runtime.ingest(job("b", queue="q-b", **job_b))
+    await wake.arm()
+    task = asyncio.create_task(loop(runtime))
+    await asyncio.wait_for(wake.held.wait(), 5)
+    return runtime, task, wake
 
 
 def states(harness: Harness) -> dict[str, tuple[Any, ...]]:
@@ -76,38 +89,6 @@ async def test_drain_budget_leaves_nothing_claimed(harness: Harness) -> None:
     with pytest.raises(InvalidArgument, match="budget_ms"):
         await runtime.drain(budget_ms=-1)
     assert states(harness) == rows  # refused: nothing changed
-
-
-async def test_drain_takes_two_commits_per_job(tmp_path: Path) -> None:
-    """sqlite3 in autocommit: every lone write commits by itself, every
-    BEGIN ... COMMIT once. A plain tick pays three commits per job with its
-    ingest; the drain two (the settlement and the next claim share one)."""
-    connection = sqlite3.connect(tmp_path / "jobs.sqlite3", isolation_level=None)
-    runtime = OwnerRuntime(Sqlite3Database(connection), execute=lambda job, signal: Completed(),
-                           is_alive=lambda job: False, wake=_NoWake())
-    commits = [0]
-    depth = [0]
-
-    def trace(statement: str) -> None:
-        word = statement.split(None, 1)[0].upper()
-        if word == "BEGIN" or word == "SAVEPOINT":
-            depth[0] += 1
-        elif word in ("COMMIT", "RELEASE"):
-            depth[0] -= 1
-            commits[0] += depth[0] == 0
-        elif word in ("UPDATE", "INSERT", "DELETE") and depth[0] == 0:
-            commits[0] += 1
-
-    connection.set_trace_callback(trace)
-    jobs = 50
-    for n in range(jobs):
-        runtime.ingest(Job(f"j{n}", f"q{n % 5}", "lane", 0, {}))
-    ingest_commits, commits[0] = commits[0], 0
-    assert len(await runtime.drain()) == jobs
-    # The first claim, one settlement-and-claim per job, the last tick's claim
-    # that finds nothing (a write statement that changed nothing).
-    assert (ingest_commits, commits[0]) == (jobs, jobs + 2)
-    connection.close()
 
 
 async def test_a_cancelled_queued_job_is_settled_before_the_next_claim(
@@ -157,13 +138,7 @@ async def test_a_suspect_claim_is_recovered_before_the_next_claim(harness: Harne
 async def test_a_claim_taken_ahead_and_lost_to_a_crash_is_recovered(harness: Harness) -> None:
     """The process dies after the transaction that settled a and claimed b:
     b is a running claim nobody executes, recovered like any other."""
-    wake = GatedWake()
-    runtime = harness.runtime(wake=wake)
-    runtime.ingest(job("a", queue="q-a"))
-    runtime.ingest(job("b", queue="q-b", recovery=Recovery(1)))
-    await wake.arm()
-    task = asyncio.create_task(runtime.drain())
-    await asyncio.wait_for(wake.held.wait(), 5)
+    _, task, _ = await b_claimed_ahead(harness, OwnerRuntime.drain, recovery=Recovery(1))
     rows = states(harness)
     assert rows["a"][:2] == ("settled", "completed")
     assert rows["b"][0] == "running" and rows["b"][4]  # claimed in a's transaction
@@ -177,13 +152,7 @@ async def test_a_claim_taken_ahead_and_lost_to_a_crash_is_recovered(harness: Har
 
 
 async def test_tick_is_busy_while_a_drain_holds_the_ticker(harness: Harness) -> None:
-    wake = GatedWake()
-    runtime = harness.runtime(wake=wake)
-    runtime.ingest(job("a", queue="q-a"))
-    runtime.ingest(job("b", queue="q-b"))
-    await wake.arm()
-    task = asyncio.create_task(runtime.drain())
-    await asyncio.wait_for(wake.held.wait(), 5)
+    runtime, task, wake = await b_claimed_ahead(harness, OwnerRuntime.drain)
     assert await runtime.tick() == TickResult("busy")
     assert await runtime.drain() == [TickResult("busy")]
     wake.gate.set()
@@ -195,13 +164,7 @@ async def test_a_claim_taken_ahead_is_reached_by_cancel_and_fail_lane(
         harness: Harness, abort: str) -> None:
     """A claim taken ahead is registered: cancelled (or its lane failed)
     before it started, it never runs, and its one outcome is the abort's."""
-    wake = GatedWake()
-    runtime = harness.runtime(wake=wake)
-    runtime.ingest(job("a", queue="q-a"))
-    runtime.ingest(job("b", queue="q-b", lane="lane-b"))
-    await wake.arm()
-    task = asyncio.create_task(runtime.drain())
-    await asyncio.wait_for(wake.held.wait(), 5)
+    runtime, task, wake = await b_claimed_ahead(harness, OwnerRuntime.drain, lane="lane-b")
     assert states(harness)["b"][0] == "running"
     if abort == "cancel":
         assert (await _call(runtime.cancel("b", "stop-b"))).status == "recorded"
@@ -251,13 +214,7 @@ async def test_stopping_puts_a_claim_taken_ahead_back_unstarted(harness: Harness
 
 
 async def test_a_loop_cancelled_between_jobs_puts_the_claim_back(harness: Harness) -> None:
-    wake = GatedWake()
-    runtime = harness.runtime(wake=wake)
-    runtime.ingest(job("a", queue="q-a"))
-    runtime.ingest(job("b", queue="q-b"))
-    await wake.arm()
-    task = asyncio.create_task(tick_until_idle(runtime))
-    await asyncio.wait_for(wake.held.wait(), 5)
+    runtime, task, _ = await b_claimed_ahead(harness, tick_until_idle)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -322,8 +279,3 @@ async def test_a_concurrent_runtime_drains_its_serial_partition_only(harness: Ha
     assert [r.job_id for r in await runtime.drain()] == ["s1", "s2"]
     assert states(harness)["f1"][0] == "queued"
     assert (await runtime.tick_concurrent()).job_id == "f1"
-
-
-class _NoWake:
-    def recompute(self) -> None:
-        pass
