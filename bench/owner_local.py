@@ -36,7 +36,7 @@ import sqlite3
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -283,6 +283,23 @@ def mean_tick_with_schedules(schedules: int, depth: int, samples: int) -> float:
     return asyncio.run(run())
 
 
+def _fresh_raw(target: Callable[[], str], jobs: int, queues: int, table: str) -> float:
+    return raw_claim_settle(target(), jobs, queues, table)
+
+
+def _fresh_engine(target: Callable[[], str], jobs: int, queues: int, drain: bool) -> float:
+    return engine_ticks(target(), jobs, queues, drain=drain)
+
+
+def interleaved(repeats: int, measures: Sequence[Callable[[], float]]) -> list[float]:
+    """Each measure's best of ``repeats``, taken in turns (one of each per round)."""
+    best = [0.0] * len(measures)
+    for _ in range(repeats):
+        for index, measure in enumerate(measures):
+            best[index] = max(best[index], measure())
+    return best
+
+
 def collect(*, quick: bool) -> Figures:
     """One run of every measurement (see the module doc), as rows and the
     "depth" chart's points. A full run takes each throughput figure as the
@@ -308,11 +325,14 @@ def collect(*, quick: bool) -> Figures:
         targets: dict[str, Callable[[], str]] = {
             ":memory:": lambda: ":memory:", "WAL file": fresh_wal_file}
         for label, target in targets.items():
-            at = target  # each measure opens a fresh database there
-            raw = best(lambda: raw_claim_settle(at(), jobs, queues, "engine table"))  # noqa: B023
-            tick = best(lambda: engine_ticks(at(), jobs, queues))  # noqa: B023
-            drain = best(lambda: engine_ticks(at(), jobs, queues, drain=True))  # noqa: B023
-            bare = best(lambda: raw_claim_settle(at(), jobs, queues, "bare table"))  # noqa: B023
+            # Interleaved (raw, tick, drain, bare, raw, ...), each the best of
+            # its repeats, so a change of the machine's load in between falls
+            # on every figure alike rather than between a figure and its baseline.
+            raw, tick, drain, bare = interleaved(repeats, (
+                functools.partial(_fresh_raw, target, jobs, queues, "engine table"),
+                functools.partial(_fresh_engine, target, jobs, queues, False),
+                functools.partial(_fresh_engine, target, jobs, queues, True),
+                functools.partial(_fresh_raw, target, jobs, queues, "bare table")))
             memory = label == ":memory:"
             rows.append(Row(SECTION, f"tick(), {label}", tick, "jobs/s", engine_loop, raw,
                             0.60 if memory else None))
@@ -321,10 +341,10 @@ def collect(*, quick: bool) -> Figures:
                             "raw claim+settle loop, bare table", bare))
 
     count = 5_000 if quick else 50_000
-    rows.append(Row(SECTION, "single-job ingest(), :memory:",
-                    best(lambda: engine_ingest(count)), "jobs/s",
-                    "raw INSERT into tickwork's table, 1 per transaction",
-                    best(lambda: raw_insert(count)), 0.50))
+    ingest, insert = interleaved(repeats, (functools.partial(engine_ingest, count),
+                                           functools.partial(raw_insert, count)))
+    rows.append(Row(SECTION, "single-job ingest(), :memory:", ingest, "jobs/s",
+                    "raw INSERT into tickwork's table, 1 per transaction", insert, 0.50))
 
     samples = 500 if quick else 2_000
     shallow = mean_tick_seconds(1_000, queues, samples)
