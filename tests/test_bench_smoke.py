@@ -10,26 +10,37 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_owner_local_benchmark_runs_and_prints_every_figure() -> None:
+def quick_run(module: str) -> str:
+    """``python -m <module> --quick``'s output; it must exit 0."""
     result = subprocess.run(
-        [sys.executable, "-m", "bench.owner_local", "--quick"],
+        [sys.executable, "-m", module, "--quick"],
         capture_output=True, text=True, cwd=ROOT, timeout=300,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert result.returncode == 0, result.stderr
-    for label in ("engine ", "raw loop, bare table", "raw loop, engine table",
-                  "single-job ingest()", "depth   1,000", "ratio",
-                  "1,000 due, none waiting", "waiting:"):
-        assert label in result.stdout, label
+    return result.stdout
+
+
+def test_owner_local_benchmark_runs_and_prints_every_figure() -> None:
+    stdout = quick_run("bench.owner_local")
+    for label in ("tick(), :memory:", "drain(), :memory:", "tick(), WAL file",
+                  "drain(), WAL file", "raw claim+settle loop, tickwork's table",
+                  "raw claim+settle loop, bare table", "single-job ingest()",
+                  "raw INSERT into tickwork's table", "mean tick, depth", "ratio",
+                  "1,000 due, none waiting", "waiting", "100 schedules not due",
+                  "jobs/s against queue depth", "drain()                depth"):
+        assert label in stdout, label
+
+
+def test_embedded_peers_benchmark_runs_checks_every_job_and_prints_every_row() -> None:
+    stdout = quick_run("bench.embedded_peers")
+    for label in ("synchronous NORMAL", "synchronous FULL", "huey SqliteHuey",
+                  "persist-queue SQLiteAckQueue", "enqueue + drain", "ratio"):
+        assert label in stdout, label
 
 
 def test_serve_http_benchmark_runs_verifies_and_prints_every_figure() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "bench.serve_http", "--quick"],
-        capture_output=True, text=True, cwd=ROOT, timeout=300,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    assert result.returncode == 0, result.stderr
+    stdout = quick_run("bench.serve_http")
     for label in ("[HTTP host] enqueue, 1 job/request (keep-alive), jobs run meanwhile",
                   "in-process ingest_many([job]), just before",
                   "[HTTP host] enqueue, 100 jobs/request, tick loop held",
@@ -38,7 +49,7 @@ def test_serve_http_benchmark_runs_verifies_and_prints_every_figure() -> None:
                   "verify: enqueue answered 'queued' 300 of 300 times",
                   "verify: status route: 8 owner(s), completed 300",
                   "verify: server's tick counter: 300 settlements"):
-        assert label in result.stdout, label
+        assert label in stdout, label
 
 
 def test_serve_http_prints_the_held_row_beside_its_late_and_interleaved_baselines() -> None:

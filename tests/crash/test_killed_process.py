@@ -80,6 +80,34 @@ TICK_DUE_JOBS_FOREVER = CHILD_PRELUDE + textwrap.dedent("""
 """)
 
 
+DRAIN_UNTIL_KILLED = CHILD_PRELUDE + textwrap.dedent("""
+    import time
+    from tickwork.hosts.ticking import tick_until_idle
+
+    async def noop(job, signal):
+        return Completed()
+
+    async def main():
+        engine = runtime(noop)
+        for batch in range(3):
+            engine.ingest_many([Job(f"job-{n:03}", f"q{n % 5}", "lane", 0, {}, Recovery(1))
+                                for n in range(batch * 100, batch * 100 + 100)])
+        results = []
+
+        def on_result(result):
+            results.append(result)
+            if len(results) == 100:
+                # Job 100 is settled and, in the same transaction, job 101
+                # claimed ahead: die before it runs.
+                print("carrying", flush=True)
+                time.sleep(3600)
+
+        await tick_until_idle(engine, on_result=on_result)
+
+    asyncio.run(main())
+""")
+
+
 RETRY_JOBS_FOREVER = CHILD_PRELUDE + textwrap.dedent("""
     from tickwork import Failed, Retry
 
@@ -341,6 +369,30 @@ async def test_process_killed_while_ticking_through_due_jobs_loses_none(
     ).fetchall()
     assert rows == [("settled", "completed", 1, 500)]
     assert runtime.next_tick_at() is None
+
+
+async def test_process_killed_holding_a_claim_taken_ahead_recovers_it_once(
+        tmp_path: Path) -> None:
+    """Kill -9 after a drain's transaction settled one job and claimed the
+    next: that claim is a running claim nobody executes, recovered (and
+    counted) like any other; every job settles exactly once."""
+    database = tmp_path / "jobs.sqlite3"
+    open_runtime(database)
+    assert kill_after_line(spawn(DRAIN_UNTIL_KILLED, database)) == "carrying"
+    connection = sqlite3.connect(database)
+    assert connection.execute(
+        "SELECT job_id, recoveries FROM tickwork_jobs WHERE state = 'running'").fetchall() == [
+        ("job-100", 0)]
+    assert connection.execute("SELECT count(*) FROM tickwork_jobs WHERE state = 'settled'"
+                              ).fetchone() == (100,)
+    runtime = open_runtime(database)
+    assert await runtime.tick() == TickResult("requeued", job_id="job-100")
+    results = await runtime.drain()
+    assert sorted(result.job_id or "" for result in results) == [
+        f"job-{n:03}" for n in range(100, 300)]
+    assert connection.execute(
+        "SELECT state, outcome, sum(recoveries), count(*) FROM tickwork_jobs GROUP BY 1, 2"
+    ).fetchall() == [("settled", "completed", 1, 300)]
 
 
 async def test_store_failure_while_moving_due_jobs_changes_nothing(tmp_path: Path) -> None:

@@ -167,7 +167,7 @@ class JobOwner(JobOwnerRpc, DurableObject):  # type: ignore[misc, unused-ignore]
             wake.hold()
             try:
                 ended = await tick_until_idle(
-                    self.runtime.tick, max_ticks=self.alarm_max_ticks,
+                    self.runtime, max_ticks=self.alarm_max_ticks,
                     deadline_ms=self._now_ms() + self.alarm_budget_ms, now_ms=self._now_ms)
             finally:
                 wake.release()

@@ -142,6 +142,7 @@ from tickwork.stores.sql.sqlite import PROMOTE_BATCH
 __all__ = [
     "READ_SETTLED_MAX_LIMIT",
     "ConcurrentOwnerRuntime",
+    "DrainSteps",
     "OwnerRuntime",
     "TransactionalJobs",
 ]
@@ -170,12 +171,19 @@ class _Ticker:
     time; ``executions`` is keyed by job_id for the abort paths.
     """
 
-    __slots__ = ("busy", "executions", "partition", "probe_after")
+    __slots__ = ("ahead", "ahead_if", "busy", "executions", "partition", "probe_after")
 
     def __init__(self, partition: Partition) -> None:
         self.partition = partition
         self.busy = False
         self.executions: dict[str, _Execution] = {}
+        # The claim a drain took ahead, in the transaction of the settlement
+        # before it, and has not started yet (registered in ``executions``
+        # too, so that cancel() and fail_lane() reach it).
+        self.ahead: _Execution | None = None
+        # Asked when the job of a drain's step settles: whether its loop will
+        # run one more job (its budget is asked then, after the job ran).
+        self.ahead_if: Callable[[], bool] | None = None
         # Where the next liveness probe starts: after the last claim that was
         # found alive or could not be judged (round robin over such claims).
         self.probe_after = _BEFORE_ANY_CLAIM
@@ -400,6 +408,59 @@ class _LocalRuntime:
         """
         return await self._tick(self._serial)
 
+    async def drain(
+        self, *, max_ticks: int | None = None, budget_ms: int | None = None
+    ) -> list[TickResult]:
+        """Tick until nothing is due, ``max_ticks`` ticks ran or ``budget_ms``
+        passed (by the runtime's clock); what each tick did (idle ticks
+        excluded).
+
+        A worker loop: because the next tick is certain, the settlement of
+        one job and the claim of the next share one transaction (two commits
+        per job instead of three; see ``draining``). A claim taken ahead is
+        always run by this same call. While it runs, ``tick()`` reports busy
+        (with a concurrent lane, it drains the serial ticker). It never
+        sleeps for a waiting job: the host's wake is told when one is due.
+        """
+        if max_ticks is not None:
+            check_safe_int("max_ticks", max_ticks, InvalidArgument, 1)
+        if budget_ms is not None:
+            check_safe_int("budget_ms", budget_ms, InvalidArgument, 1)
+        clock = self._clock
+        deadline = None if budget_ms is None else clock() + budget_ms
+        results: list[TickResult] = []
+
+        def room_for(tick_number: int) -> bool:
+            return ((max_ticks is None or tick_number <= max_ticks)
+                    and (deadline is None or clock() < deadline))
+
+        with self.draining() as steps:
+            while True:
+                # Asked as the step's job settles: will one more tick run?
+                result = await steps.step(claim_next=lambda: room_for(len(results) + 2))
+                if result.status == "idle" and result.job_id is None:
+                    return results
+                results.append(result)
+                if result is _BUSY or (not steps.carrying and not room_for(len(results) + 1)):
+                    return results
+
+    def draining(self) -> DrainSteps:
+        """The serial ticker's steps for a worker loop (``drain()``, the hosts'
+        ``tick_until_idle``), as a context manager holding its busy guard.
+
+        ``step(claim_next=True)`` (or a function, asked as the job settles:
+        whether the loop will run one more) ticks and, when the job it ran
+        settles, claims the next one in the same transaction, by the tick's own rule
+        (the claim-if-clear statement: when a suspect claim or a cancelled
+        job waits, or a schedule slot has come, it claims nothing and the
+        next step ticks); the next step runs that claim. Leaving the context
+        puts back a claim taken ahead that never started (no recovery is
+        counted: nothing ran), as does a step that finds it aborted by
+        cancel() or fail_lane() before it started. Steps of a busy ticker
+        each answer busy.
+        """
+        return DrainSteps(self, self._serial)
+
     async def _tick(self, ticker: _Ticker) -> TickResult:
         if ticker.busy:
             return _BUSY
@@ -566,10 +627,12 @@ class _LocalRuntime:
         return changed
 
     def _due_schedules(self, request: DueSchedules) -> tuple[list[StoredSchedule], int | None]:
-        now = self._clock()
         next_slot = self._next_slot
-        if next_slot is None or next_slot > now:
-            return [], None
+        if next_slot is None:
+            return _NONE_DUE  # no schedule: every tick asks, none reads the clock
+        now = self._clock()
+        if next_slot > now:
+            return _NONE_DUE
         due = self._store.due_schedules(now)
         if not due:
             self._next_slot = self._store.next_slot()
@@ -717,11 +780,14 @@ class _LocalRuntime:
         execution.ticker.executions[execution.job.job_id] = execution
         return run_executor(self._execute, execution.job, execution.signal)
 
-    def _settle(self, request: Settle) -> tuple[bool, None]:
+    def _settle(self, request: Settle) -> tuple[bool, _Execution | None]:
         execution: _Execution = request.held  # type: ignore[assignment]
-        if request.claim_next:
-            raise TypeError("the owner-local runtime claims the next job in its own tick")
         job, settlement, now = execution.job, request.settlement, self._clock()
+        if request.claim_next and _ahead_allowed(execution.ticker):
+            next_slot = self._next_slot
+            # A schedule slot that has come is filled by a tick before it claims.
+            if next_slot is None or next_slot > now:
+                return self._settle_and_claim(execution, settlement, now, request.cancelled)
         if self._project is None:
             return self._store.settle_claim(job.sequence, execution.token, settlement, now,
                                             cancelled=request.cancelled), None
@@ -735,6 +801,52 @@ class _LocalRuntime:
             return True
 
         return self._database.atomic(settle), None
+
+    def _settle_and_claim(self, execution: _Execution, settlement: Settlement, now: int,
+                          cancelled: bool) -> tuple[bool, _Execution | None]:
+        """Settle the claim and, in the same transaction, claim the next job as
+        the tick's claim-if-clear would: nothing while a suspect claim or a
+        cancelled queued job of the partition waits (the next tick sees to
+        it). The claim is fenced and recovered like any other: it is running
+        under a fresh token from the moment the transaction commits."""
+        ticker, job, store = execution.ticker, execution.job, self._store
+        self._promote_due(now)  # its own transition, so the claim sees due jobs
+        token = self._new_token()
+        # The claims executing here, but for the one this settles (with one
+        # ticker, none: the statement then excludes no token).
+        executing = [] if len(self._tickers) == 1 else [
+            other.token for other in self._tickers[1 - self._tickers.index(ticker)]
+            .executions.values()]
+
+        def settle_and_claim() -> tuple[bool, JobRecord | None]:
+            if self._project is None:
+                if not store.settle_claim(job.sequence, execution.token, settlement, now,
+                                          cancelled=cancelled):
+                    return False, None
+            else:
+                settled = store.settle_claim_record(job.sequence, execution.token, settlement,
+                                                    now, cancelled=cancelled)
+                if settled is None:
+                    return False, None
+                self._project_queue(job.queue, settled=settled)
+            return True, self._claimed(
+                store.claim_next_if_clear(ticker.partition, token, now, executing))
+
+        written, claimed = self._database.atomic(settle_and_claim)
+        if claimed is None:
+            return written, None
+        ahead = _Execution(claimed, token, AbortSignal(), ticker)
+        ticker.executions.pop(job.job_id, None)
+        ticker.executions[claimed.job_id] = ahead
+        ticker.ahead = ahead
+        return True, ahead
+
+    def _release(self, execution: _Execution) -> None:
+        """Put back a claim taken ahead that never started (fenced on its token)."""
+        store = self._store
+        self._transition(lambda: self._claimed(
+            store.release_claim(execution.job.sequence, execution.token)))
+        self._wake_soon()
 
     def _requeue_for_retry(self, request: RequeueForRetry) -> JobRecord | None:
         execution: _Execution = request.held  # type: ignore[assignment]
@@ -780,7 +892,8 @@ class _LocalRuntime:
     def _executing_tokens(self) -> list[str]:
         tickers = self._tickers
         if len(tickers) == 1:
-            return [execution.token for execution in tickers[0].executions.values()]
+            executions = tickers[0].executions
+            return [execution.token for execution in executions.values()] if executions else []
         return [execution.token for ticker in tickers for execution in ticker.executions.values()]
 
     def _execution_of(self, job_id: str) -> _Execution | None:
@@ -842,8 +955,23 @@ class _LocalRuntime:
         task.add_done_callback(self._background.discard)
 
 
+#: The answer to DueSchedules when no slot has come (never changed by its reader).
+_NONE_DUE: tuple[list[StoredSchedule], None] = ([], None)
+
 #: The tick requests whose answers are awaited.
 _AWAITED = frozenset({Execute, AskLiveness, Wake})
+
+
+def _ahead_allowed(ticker: _Ticker) -> bool:
+    """Whether the drain of ``ticker`` will run one more job (its loop's answer)."""
+    allowed = ticker.ahead_if
+    if allowed is None:
+        return True
+    try:
+        return bool(allowed())
+    except Exception:  # a host's budget check failed: settle, claim nothing ahead
+        logger.exception("tickwork: a drain's budget check raised; nothing claimed ahead")
+        return False
 
 
 def _at_once(step: Callable[[], None]) -> None:
@@ -852,6 +980,75 @@ def _at_once(step: Callable[[], None]) -> None:
 
 def _nothing_deferred(deferred: Deferred) -> None:
     pass
+
+
+class DrainSteps:
+    """One drain of a ticker (``OwnerRuntime.draining``): each ``step`` ticks,
+    or runs the claim the step before it took ahead."""
+
+    __slots__ = ("_held", "_runtime", "_ticker")
+
+    def __init__(self, runtime: _LocalRuntime, ticker: _Ticker) -> None:
+        self._runtime = runtime
+        self._ticker = ticker
+        self._held = False
+
+    def __enter__(self) -> Self:
+        ticker = self._ticker
+        if not ticker.busy:
+            ticker.busy = self._held = True
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if not self._held:
+            return
+        ticker = self._ticker
+        try:
+            ahead, ticker.ahead = ticker.ahead, None
+            if ahead is not None:
+                self._put_back(ahead)
+        finally:
+            ticker.executions.clear()
+            ticker.busy = self._held = False
+
+    @property
+    def carrying(self) -> bool:
+        """Whether the last step took a claim ahead (the next step runs it)."""
+        return self._ticker.ahead is not None
+
+    async def step(self, *, claim_next: bool | Callable[[], bool] = False) -> TickResult:
+        if not self._held:
+            return _BUSY
+        runtime, ticker = self._runtime, self._ticker
+        if callable(claim_next):
+            ticker.ahead_if, claim_next = claim_next, True
+        ahead, ticker.ahead = ticker.ahead, None
+        if ahead is not None and ahead.signal.aborted:
+            # cancel() or fail_lane() reached it before it started: it never
+            # runs; put back, a cancelled job is settled by this step's tick.
+            self._put_back(ahead)
+            ahead = None
+        plan = (operations.tick(ticker, claim_next=claim_next) if ahead is None
+                else operations.run(ahead, claim_next=claim_next))
+        try:
+            result, _ = await drive_async(plan, runtime._answers, runtime._awaited)
+        finally:
+            # The claim this step ran is over; the one it took ahead (if any)
+            # stays registered until the next step runs it.
+            ticker.ahead_if = None
+            ticker.executions.clear()
+            taken = ticker.ahead
+            if taken is not None:
+                ticker.executions[taken.job.job_id] = taken
+        return result
+
+    def _put_back(self, ahead: _Execution) -> None:
+        self._ticker.executions.pop(ahead.job.job_id, None)
+        try:
+            self._runtime._release(ahead)
+        except Exception:  # storage failed: the claim stays, and recovery takes it
+            logger.exception("tickwork could not put back the claim of job %s taken ahead",
+                             ahead.job.job_id)
 
 
 class OwnerRuntime(_LocalRuntime):

