@@ -76,7 +76,7 @@ async def test_a_version_1_database_is_upgraded_in_place_with_its_rows(harness: 
     before = _version_1_database(harness)
     runtime = harness.runtime()
     assert harness.host_query(
-        "SELECT value FROM tickwork_meta WHERE key = 'schema_version'") == [("7",)]
+        "SELECT value FROM tickwork_meta WHERE key = 'schema_version'") == [("8",)]
     after = harness.host_query("SELECT * FROM tickwork_jobs ORDER BY sequence")
     # Every value kept; the new columns (run_at, delay_ms, due_at; retry_json,
     # attempt, history_json; error_json) say "due at once, first attempt, no
@@ -123,6 +123,75 @@ def test_a_failed_upgrade_leaves_the_database_as_it_was(harness: Harness) -> Non
     assert harness.host_query(
         "SELECT value FROM tickwork_meta WHERE key = 'schema_version'") == [("1",)]
     assert harness.host_query("SELECT * FROM tickwork_jobs ORDER BY sequence") == before
+
+
+
+def _version_7_database(harness: Harness) -> None:
+    """The schema as tickwork at version 7 wrote it (before 0008 rebuilt the table)."""
+    from tickwork.stores.owner_schema import SCHEMA_STATEMENTS, UPGRADES
+
+    def write() -> None:
+        for statement in SCHEMA_STATEMENTS:
+            harness.host_execute(statement)
+        for step in UPGRADES[1:7]:
+            for statement in step:
+                harness.host_execute(statement)
+        harness.host_execute(
+            "INSERT INTO tickwork_meta (key, value) VALUES ('schema_version', '7')")
+
+    harness.host_transaction(write)
+
+
+async def test_0008_rebuilds_the_table_keeping_rows_and_the_sequence_high_water_mark(
+        harness: Harness) -> None:
+    _version_7_database(harness)
+    harness.host_transaction(lambda: harness.host_execute(_VERSION_1_ROWS))
+    harness.host_transaction(lambda: harness.host_execute(
+        "INSERT INTO tickwork_jobs (job_id, queue, lane, priority, payload_json, state,"
+        " enqueued_at) VALUES ('purged', 'q', 'lane', 0, '{}', 'queued', 20)"))
+    # The newest job was purged: the AUTOINCREMENT counter is above every row.
+    harness.host_transaction(lambda: harness.host_execute(
+        "DELETE FROM tickwork_jobs WHERE job_id = 'purged'"))
+    before = harness.host_query("SELECT * FROM tickwork_jobs ORDER BY sequence")
+    runtime = harness.runtime()
+    assert harness.host_query(
+        "SELECT value FROM tickwork_meta WHERE key = 'schema_version'") == [("8",)]
+    assert harness.host_query("SELECT * FROM tickwork_jobs ORDER BY sequence") == before
+    # A purged sequence is never reused: the next job comes after it.
+    runtime.ingest(job("next"))
+    fresh = runtime.read("next")
+    assert fresh is not None and fresh.sequence == len(before) + 2
+    # The constraints still hold, written without IN lists.
+    for bad in ("UPDATE tickwork_jobs SET state = 'bogus' WHERE job_id = 'waiting'",
+                "UPDATE tickwork_jobs SET outcome = 'bogus' WHERE job_id = 'settled'",
+                "UPDATE tickwork_jobs SET outcome = NULL WHERE job_id = 'settled'",
+                "UPDATE tickwork_jobs SET claim_token = NULL WHERE job_id = 'left-running'"):
+        with pytest.raises(Exception, match="CHECK constraint failed"):
+            harness.host_transaction(lambda bad=bad: harness.host_execute(bad))
+    assert harness.host_query("SELECT * FROM tickwork_jobs ORDER BY sequence")[:3] == before
+    # The old rows are in the indexes 0008 made again.
+    assert [j.job_id for j in runtime.dead_letters("q").jobs] == ["settled"]
+    assert runtime.read_queue_head("q") is not None
+    assert (await runtime.tick()).status == "requeued"  # the dead claim, as before
+
+
+def test_ingest_claim_and_settle_build_no_temporary_b_tree(harness: Harness) -> None:
+    """The statements of the hot path evaluate every CHECK and partial-index
+    condition in place: none opens an ephemeral index (the b-tree of values an
+    IN list of three or more builds on every execution; see
+    0008_light_checks.sql). RETURNING's rows go through an ephemeral table,
+    which has no key (P4 NULL), and are not what this is about."""
+    harness.runtime()
+    from tickwork.stores import owner_local as store
+
+    hot = [store._INSERT_JOB_AT_ONCE, store._INSERT_JOB, store._SETTLE_CLAIM,
+           store._SETTLE_CLAIM_RECORD, store._SETTLE_CANCELLED_CLAIM, store._REQUEUE_CLAIM,
+           store._RETRY_CLAIM, store.EVERY_JOB.claim_next]
+    for statement in hot:
+        text = statement.text.replace("{exclude}", "")
+        program = harness.host_query("EXPLAIN " + text, (None,) * len(statement.params))
+        value_trees = [row for row in program if row[1] == "OpenEphemeral" and row[5]]
+        assert not value_trees, (statement.name, value_trees)
 
 
 def test_every_page_of_list_jobs_is_an_index_range_at_200000_rows(harness: Harness) -> None:

@@ -16,6 +16,7 @@ from tickwork.stores.owner_schema import (
     BROWSE_SQL,
     DUE_TIMES_SQL,
     ERROR_SUMMARIES_SQL,
+    LIGHT_CHECKS_SQL,
     PAUSED_QUEUES_SQL,
     RETRIES_SQL,
     SCHEDULES_SQL,
@@ -68,7 +69,8 @@ def test_every_statement_renders_and_compiles_for_each_of_its_stores(
 
 def test_the_stores_differ_only_in_the_clock_and_the_lease() -> None:
     """Expanded for both stores, a shared statement's texts are equal once the
-    clock and the lease fragments are taken out."""
+    clock and the lease fragments are taken out, and the dead letters'
+    outcome condition is written as each store's index states it."""
     def same_words(text: str) -> str:
         return " ".join(text.split())
 
@@ -83,6 +85,8 @@ def test_the_stores_differ_only_in_the_clock_and_the_lease() -> None:
         for fragment in sql.lease_fragments():
             d1 = d1.replace(fragment, "")
         d1 = d1.replace(sql.D1.now, sql.OWNER_LOCAL.now)
+        local, d1 = (text.replace(sql.DEAD_OUTCOME_LIST, sql.DEAD_OUTCOME_CHAIN)
+                     for text in (local, d1))
         assert same_words(local) == same_words(d1), template.name
 
 
@@ -127,10 +131,11 @@ def test_the_owner_local_ddl_is_the_schema_file() -> None:
     assert (folder / "0005_schedules.sql").read_text() == SCHEDULES_SQL
     assert (folder / "0006_error_summaries.sql").read_text() == ERROR_SUMMARIES_SQL
     assert (folder / "0007_browse.sql").read_text() == BROWSE_SQL
+    assert (folder / "0008_light_checks.sql").read_text() == LIGHT_CHECKS_SQL
     assert sorted(path.name for path in folder.iterdir()) == [
         "0001_tickwork_jobs.sql", "0002_due_times.sql", "0003_paused_queues.sql",
         "0004_retries.sql", "0005_schedules.sql", "0006_error_summaries.sql",
-        "0007_browse.sql"]
+        "0007_browse.sql", "0008_light_checks.sql"]
     assert list(SCHEMA_STATEMENTS) == split_statements(SCHEMA_SQL)
     assert list(UPGRADES[1]) == split_statements(DUE_TIMES_SQL)
     assert list(UPGRADES[2]) == split_statements(PAUSED_QUEUES_SQL)
@@ -138,13 +143,14 @@ def test_the_owner_local_ddl_is_the_schema_file() -> None:
     assert list(UPGRADES[4]) == split_statements(SCHEDULES_SQL)
     assert list(UPGRADES[5]) == split_statements(ERROR_SUMMARIES_SQL)
     assert list(UPGRADES[6]) == split_statements(BROWSE_SQL)
+    assert list(UPGRADES[7]) == split_statements(LIGHT_CHECKS_SQL)
 
 
 def _objects(statements: list[str]) -> dict[str, str]:
     found = {}
     for statement in statements:
         words = " ".join(statement.replace("IF NOT EXISTS ", "").split())
-        match = re.match(r"CREATE (?:UNIQUE )?(?:TABLE|INDEX|TRIGGER) (\w+)", words)
+        match = re.match(r"CREATE (?:UNIQUE )?(?:TABLE|INDEX|TRIGGER) \"?(\w+)", words)
         if match:
             found[match.group(1)] = words
     return found
@@ -170,13 +176,16 @@ def test_the_owner_local_table_is_d1s_without_leases() -> None:
     local_columns, local = _schema_of(sql.OWNER_LOCAL)
     d1_columns, d1 = _schema_of(sql.D1)
     assert local_columns == [name for name in d1_columns if name != "lease_expires_at"]
-    # Indexes of the same name are the same index, but for the one that
-    # differs on purpose (schema/owner_local/0001_tickwork_jobs.sql says why;
-    # tickwork_jobs_queue_settled differed until D1's 0008).
-    differ = {"tickwork_jobs_running"}
+    # Indexes of the same name are the same index, but for the ones that
+    # differ on purpose (schema/owner_local/0001_tickwork_jobs.sql and
+    # 0008_light_checks.sql say why; tickwork_jobs_queue_settled differed
+    # until D1's 0008).
+    differ = {"tickwork_jobs_running", "tickwork_jobs_dead"}
     for name in set(local) & set(d1) - differ - {"tickwork_jobs", "tickwork_meta"}:
         assert local[name] == d1[name], name
     assert local["tickwork_jobs_running"] == d1["tickwork_jobs_running"].replace("UNIQUE ", "")
+    assert local["tickwork_jobs_dead"] == d1["tickwork_jobs_dead"].replace(
+        sql.DEAD_OUTCOME_LIST, sql.DEAD_OUTCOME_CHAIN)
     assert set(d1) - set(local) == {"tickwork_jobs_lease", "tickwork_jobs_cargo_is_immutable",
                                     "tickwork_job_locks", "tickwork_job_locks_slots",
                                     "tickwork_job_locks_slots_completed"}
