@@ -310,7 +310,8 @@ def figures(results: Sequence[Result], tick_times: tuple[float, float] | None,
 
 
 def measure_all(jobs: int, worker_counts: Sequence[int], settled_rows: int,
-                ticks: Sequence[int] = (DEFAULT_TICKS,), *, repeats: int = 1) -> Figures:
+                ticks: Sequence[int] = (DEFAULT_TICKS,), *, repeats: int = 1,
+                history_ticks: int = HISTORY_TICKS) -> Figures:
     """Every contender at every worker count, then the history check; prints as it goes."""
     factories: list[ContenderFactory] = [*baseline_contenders(), *tickwork_contenders(ticks)]
     server = start_postgres()
@@ -324,7 +325,7 @@ def measure_all(jobs: int, worker_counts: Sequence[int], settled_rows: int,
     print_table(results)
     tick_times = None
     if settled_rows:
-        empty, full, lines = history(settled_rows)
+        empty, full, lines = history(settled_rows, history_ticks)
         for line in lines:
             print(line)
         tick_times = (empty, full)

@@ -96,19 +96,32 @@ async def test_purge_postgres_queues_erases_every_state_of_the_named_queues(pool
     assert await _count(pool, "queue = 'tenant-2:a'") == 2
 
 
-async def test_eight_workers_settle_two_thousand_jobs_exactly_once(pool: Pool) -> None:
-    runs: collections.Counter[str] = collections.Counter()
-    running_by_queue: collections.Counter[str] = collections.Counter()
-    overlaps: list[str] = []
+class _SerialWatch:
+    """A no-op executor that records each job's runs, the order in which
+    each queue's jobs start, and every moment a queue ran two jobs at once."""
 
-    async def execute(job: JobRecord, signal: LeasedSignal) -> Completed:
-        runs[job.job_id] += 1
-        running_by_queue[job.queue] += 1
-        if running_by_queue[job.queue] > 1:
-            overlaps.append(job.queue)
-        await asyncio.sleep(0)
-        running_by_queue[job.queue] -= 1
+    def __init__(self, pause: float = 0) -> None:
+        self.pause = pause
+        self.runs: collections.Counter[str] = collections.Counter()
+        self.running: collections.Counter[str] = collections.Counter()
+        self.started: dict[str, list[str]] = collections.defaultdict(list)
+        self.overlaps: list[str] = []
+
+    async def execute(self, job: JobRecord, signal: LeasedSignal | None) -> Completed:
+        self.runs[job.job_id] += 1
+        self.started[job.queue].append(job.job_id)
+        self.running[job.queue] += 1
+        if self.running[job.queue] > 1:
+            self.overlaps.append(job.queue)
+        await asyncio.sleep(self.pause)
+        self.running[job.queue] -= 1
         return Completed()
+
+
+async def test_eight_workers_settle_two_thousand_jobs_exactly_once(pool: Pool) -> None:
+    watch = _SerialWatch()
+    runs, overlaps = watch.runs, watch.overlaps
+    execute = watch.execute
 
     workers = [_runtime(pool, execute=execute) for _ in range(8)]
     for index in range(2000):
@@ -271,18 +284,9 @@ async def test_every_page_of_list_jobs_is_an_index_range_at_200000_rows(pool: Po
 
 async def test_workers_in_separate_processes_never_run_one_queue_twice(postgres_dsn: str) -> None:
     """Four pools stand for four processes: their claims really race in the server."""
-    running_by_queue: collections.Counter[str] = collections.Counter()
-    overlaps: list[str] = []
-    runs: collections.Counter[str] = collections.Counter()
-
-    async def execute(job: JobRecord, signal: LeasedSignal) -> Completed:
-        runs[job.job_id] += 1
-        running_by_queue[job.queue] += 1
-        if running_by_queue[job.queue] > 1:
-            overlaps.append(job.queue)
-        await asyncio.sleep(0.001)
-        running_by_queue[job.queue] -= 1
-        return Completed()
+    watch = _SerialWatch(pause=0.001)
+    runs, overlaps = watch.runs, watch.overlaps
+    execute = watch.execute
 
     pools = [open_pool(postgres_dsn, max_size=4) for _ in range(4)]
     opened = [await pool.__aenter__() for pool in pools]
@@ -325,20 +329,9 @@ async def test_two_pools_claiming_at_once_keep_every_queue_serial(postgres_dsn: 
     takes exact claims and delayed jobs fall due: no queue ever runs two jobs
     at once, no job is claimed twice, each queue's ready jobs start in
     (priority, enqueue) order, and no claim fails on the running index."""
-    running: collections.Counter[str] = collections.Counter()
-    overlaps: list[str] = []
-    runs: collections.Counter[str] = collections.Counter()
-    started: dict[str, list[str]] = collections.defaultdict(list)
-
-    async def execute(job: JobRecord, signal: LeasedSignal) -> Completed:
-        runs[job.job_id] += 1
-        started[job.queue].append(job.job_id)
-        running[job.queue] += 1
-        if running[job.queue] > 1:
-            overlaps.append(job.queue)
-        await asyncio.sleep(0.0005)
-        running[job.queue] -= 1
-        return Completed()
+    watch = _SerialWatch(pause=0.0005)
+    runs, overlaps, started = watch.runs, watch.overlaps, watch.started
+    execute = watch.execute
 
     async with open_pool(postgres_dsn, max_size=4) as first, \
             open_pool(postgres_dsn, max_size=4) as second, \
@@ -366,7 +359,7 @@ async def test_two_pools_claiming_at_once_keep_every_queue_serial(postgres_dsn: 
                     await asyncio.sleep(0.001)
                     continue
                 exact_claims += 1
-                await execute(claimed, None)  # type: ignore[arg-type]
+                await execute(claimed, None)
                 assert await exact.settle(claimed.sequence, f"exact-{exact_claims - 1}",
                                           Settlement("completed"), None, cancelled=False)
 
