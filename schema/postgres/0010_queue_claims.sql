@@ -27,11 +27,17 @@
 -- claim in two statements:
 --
 -- 1. Walk the runnable index in global order (priority desc, oldest first),
---    at most scan_limit entries, and lock the queue of each entry that is
---    its queue's head, has no running job and is not paused, until
---    cardinality(claim_tokens) queues are locked. CASE keeps the checks
---    before the lock (the planner may reorder plain AND terms), so only
---    candidate queues are locked; the walk stops at the last lock it needs.
+--    at most scan_limit entries, and lock the queue of each entry whose
+--    queue has no running job and is not paused, counting the entries that
+--    are their queue's head, until cardinality(claim_tokens) are counted.
+--    CASE fixes the order of the checks (the planner may reorder plain AND
+--    terms): busy and paused queues are never locked, and the head probe
+--    runs only for a queue this claim holds, since under contention most
+--    entries at the front belong to queues other claimers hold. An entry
+--    that is not its queue's head comes after the head (same order), so
+--    its queue was tried already: the lock is then one this claim holds or
+--    one it took as another claimer released it, unused until commit. The
+--    walk stops at the last entry it needs.
 -- 2. In a fresh snapshot, the head of each locked queue is claimed if that
 --    queue still has no running job, is not paused, no lease has expired
 --    and no cancelled job waits; FOR UPDATE SKIP LOCKED passes over a head
@@ -96,13 +102,13 @@ BEGIN
                 WHEN any_paused AND EXISTS (SELECT 1 FROM tickwork_paused_queues AS paused
                                             WHERE paused.queue = entry.queue)
                     THEN false
-                WHEN entry.sequence IS DISTINCT FROM (
+                WHEN NOT pg_try_advisory_xact_lock(1954048881, hashtext(entry.queue))
+                    THEN false
+                ELSE entry.sequence = (
                         SELECT head.sequence FROM tickwork_jobs AS head
                         WHERE head.queue = entry.queue AND head.state = 'queued'
                           AND head.cancellation_id IS NULL AND head.due_at IS NULL
-                        ORDER BY head.priority DESC, head.sequence LIMIT 1)
-                    THEN false
-                ELSE pg_try_advisory_xact_lock(1954048881, hashtext(entry.queue)) END
+                        ORDER BY head.priority DESC, head.sequence LIMIT 1) END
             LIMIT cardinality(claim_tokens)) AS walk;
         IF locked IS NULL THEN
             RETURN;
