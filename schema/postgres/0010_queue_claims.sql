@@ -38,7 +38,7 @@
 --    its queue was tried already: the lock is then one this claim holds or
 --    one it took as another claimer released it, unused until commit. The
 --    walk stops at the last entry it needs.
--- 2. In a fresh snapshot, the head of each locked queue is claimed if that
+-- 2. In fresh snapshots, the head of each locked queue is claimed if that
 --    queue still has no running job, is not paused, no lease has expired
 --    and no cancelled job waits; FOR UPDATE SKIP LOCKED passes over a head
 --    another transaction is changing (a cancellation, a promotion) and
@@ -65,6 +65,7 @@ DECLARE
     now_ms bigint := coalesce(clock_override, tickwork_now_ms());
     any_paused boolean;
     locked text[];
+    heads bigint[];
 BEGIN
     IF cardinality(settle_sequences) > 0 THEN
         RETURN QUERY
@@ -117,19 +118,20 @@ BEGIN
         IF locked IS NULL THEN
             RETURN;
         END IF;
-        -- Step 2, a fresh snapshot: every claim of these queues committed
-        -- before their locks were granted is visible.
+        -- Step 2, fresh snapshots: every claim of these queues committed
+        -- before their locks were granted is visible. The heads first, as
+        -- an array, so the claim reaches them through the primary key
+        -- whatever the planner guesses of their number.
+        SELECT array_agg((SELECT head.sequence FROM tickwork_jobs AS head
+                          WHERE head.queue = mine.queue AND head.state = 'queued'
+                            AND head.cancellation_id IS NULL AND head.due_at IS NULL
+                          ORDER BY head.priority DESC, head.sequence LIMIT 1))
+        INTO heads FROM unnest(locked) AS mine(queue);
         now_ms := coalesce(clock_override, tickwork_now_ms());
         RETURN QUERY
-        WITH heads AS (
-            SELECT (SELECT head.sequence FROM tickwork_jobs AS head
-                    WHERE head.queue = mine.queue AND head.state = 'queued'
-                      AND head.cancellation_id IS NULL AND head.due_at IS NULL
-                    ORDER BY head.priority DESC, head.sequence LIMIT 1) AS sequence
-            FROM unnest(locked) AS mine(queue)),
-        picked AS (
+        WITH picked AS (
             SELECT candidate.sequence, candidate.priority FROM tickwork_jobs AS candidate
-            WHERE candidate.sequence IN (SELECT heads.sequence FROM heads)
+            WHERE candidate.sequence = ANY (heads)
               AND candidate.state = 'queued' AND candidate.cancellation_id IS NULL
               AND candidate.due_at IS NULL
               AND NOT EXISTS (SELECT 1 FROM tickwork_jobs AS busy
