@@ -1,7 +1,14 @@
 """tickwork's PostgreSQL runtime beside PgQueuer and a bare SKIP LOCKED loop.
 
     python -m bench.shared_postgres            # 20,000 jobs at 1, 4 and 8 workers
-    python -m bench.shared_postgres --quick    # 2,000 jobs
+    python -m bench.shared_postgres --quick    # 2,000 jobs, 20,000 settled rows
+
+``collect(quick=...)`` hands the comparison command (``bench/report.py``) the
+rows "tickwork one pool vs PgQueuer/asyncpg" and "tickwork pool per worker vs
+PgQueuer/asyncpg" at each worker count (target 1.0), the pool-per-worker
+shape beside PgQueuer/psycopg and the SKIP LOCKED loop (context), the mean
+tick at 1,000,000 settled rows against none (target at most 1.2x), and
+jobs/s against workers for every contender (chart "workers").
 
 Same server, same fresh-database-per-measurement procedure, same no-op
 executor and same exactly-once checks as ``bench.postgres_baselines``, whose
@@ -14,7 +21,11 @@ runtime runs one tick at a time); all of a worker's runtimes share one pool,
 so their claims and settlements share statements and commits (group commit).
 Every job still gets its own private claim token, its own 2-minute lease and
 a settlement fenced on both. Workers are asyncio tasks in this one process,
-as for the other contenders; workers do not share pools with one another.
+as for the other contenders. "one pool": every worker's runtimes share one
+pool, hence one group commit; "pool per worker": each worker has its own
+pool (its own coalescer), so workers' claims race one another in the server
+as separate processes' would, the shape PgQueuer has (a connection per
+worker).
 Each of them runs ``runtime.drain()``, the worker loop, in which a job's
 settlement and the next claim share one commit. Jobs are loaded with one
 INSERT ... SELECT before the clock starts.
@@ -33,7 +44,23 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from bench.postgres_baselines import BenchmarkError, Contender, ContenderFactory, main
+from bench.postgres_baselines import (
+    JOBS,
+    QUICK_JOBS,
+    WORKER_COUNTS,
+    BenchmarkError,
+    Contender,
+    ContenderFactory,
+    PgQueuerContender,
+    Result,
+    SkipLockedLoop,
+    asyncpg_available,
+    baseline_contenders,
+    describe_server,
+    print_table,
+    run_contenders,
+)
+from bench.report import Figures, Point, Row, print_rows
 from tests.support.pg.server import fresh_database, start_postgres
 from tickwork import Completed, JobRecord
 from tickwork.runtimes.postgres import PostgresRuntime
@@ -125,29 +152,13 @@ def tickwork_contenders(ticks: Sequence[int]) -> list[ContenderFactory]:
     return factories
 
 
-async def _history(dsn: str, settled_rows: int, jobs: int) -> list[str]:
-    """Mean tick time with ``settled_rows`` of history beside none, and the claim's plan."""
-    from tickwork.stores.sql import postgres as sql
-
-    lines = []
-    contender = TickworkContender(1)
-    await contender.prepare(dsn, jobs)
+async def _load(dsn: str, settled_rows: int, jobs: int) -> None:
+    """tickwork's schema, ``settled_rows`` settled jobs (10,000 queues), then
+    ``jobs`` queued ones; VACUUM ANALYZE and a CHECKPOINT, so neither side of
+    the comparison starts with checkpoint debt or an unvacuumed table."""
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        async def timed_ticks() -> float:
-            pool: AsyncConnectionPool[Any] = AsyncConnectionPool(dsn, min_size=1, max_size=2,
-                                                                 open=False)
-            await pool.open(wait=True)
-            try:
-                runtime = PostgresRuntime(pool, execute=_noop, wake=_Wake())
-                await runtime.tick()  # schema check, warm-up
-                started = time.perf_counter()
-                for _ in range(jobs - 1):
-                    await runtime.tick()
-                return (time.perf_counter() - started) / (jobs - 1)
-            finally:
-                await pool.close()
-
-        empty = await timed_ticks()
+        for migration in migrations("postgres"):
+            await conn.execute(migration.sql.encode())
         await conn.execute(
             "INSERT INTO tickwork_jobs (job_id, queue, lane, priority, payload_json, state,"
             " outcome, enqueued_at, started_at, settled_at, claim_token, lease_expires_at)"
@@ -160,21 +171,61 @@ async def _history(dsn: str, settled_rows: int, jobs: int) -> list[str]:
             " '{\"n\":' || n || '}', 'queued', 0 FROM generate_series(0, %s - 1) AS n",
             (jobs,))
         await conn.execute("VACUUM ANALYZE tickwork_jobs")
+        await conn.execute("CHECKPOINT")
+
+
+async def _history(empty_dsn: str, full_dsn: str, settled_rows: int,
+                   jobs: int) -> tuple[float, float, list[str]]:
+    """Mean time of a lone tick (claim, no-op, settle: two commits) on a table
+    with no history and on one with ``settled_rows`` settled rows, in
+    alternating rounds of ticks so that the machine's other load hits both
+    alike; and the claim's plans on the full table (printed whole)."""
+    from tickwork.stores.sql import postgres as sql
+
+    await _load(empty_dsn, 0, jobs)
+    await _load(full_dsn, settled_rows, jobs)
+    async with await psycopg.AsyncConnection.connect(full_dsn, autocommit=True) as conn:
         plan = await _nested_plans(conn, sql.SETTLE_THEN_CLAIM, {
             "sequences": [], "settle_tokens": [], "outcomes": [], "reasons": [], "errors": [],
-            "claim_tokens": ["t1"], "lease_ms": 1000, "scan": 36, "now": None})
-        full = await timed_ticks()
+            "claim_tokens": ["t1"], "lease_ms": 1000, "scan": 264, "now": None})
+    pools: list[AsyncConnectionPool[Any]] = []
+    spent = [0.0, 0.0]
+    try:
+        runtimes = []
+        for dsn in (empty_dsn, full_dsn):
+            pool: AsyncConnectionPool[Any] = AsyncConnectionPool(dsn, min_size=1, max_size=2,
+                                                                 open=False)
+            await pool.open(wait=True)
+            pools.append(pool)
+            runtime = PostgresRuntime(pool, execute=_noop, wake=_Wake())
+            await runtime.tick()  # schema check, warm-up
+            runtimes.append(runtime)
+        rounds = 10
+        per_round = (jobs - 1) // rounds
+        for _ in range(rounds):
+            for side, runtime in enumerate(runtimes):
+                started = time.perf_counter()
+                for _ in range(per_round):
+                    if (await runtime.tick()).status != "settled":
+                        raise BenchmarkError("a history tick found nothing to run")
+                spent[side] += time.perf_counter() - started
+    finally:
+        for pool in pools:
+            await pool.close()
+    empty, full = (seconds / (rounds * per_round) for seconds in spent)
     scans = sorted({line.strip().removeprefix("->").strip().split("  (")[0]
                     for line in plan if " on tickwork_jobs" in line})
-    lines.append(f"mean tick, 1 worker: {empty * 1e3:.2f} ms with no history,"
-                 f" {full * 1e3:.2f} ms with {settled_rows:,} settled rows"
-                 f" ({full / empty:.2f}x)")
-    lines.append("claim plan over tickwork_jobs: " + ", ".join(scans))
+    lines = [f"mean tick, 1 worker: {empty * 1e3:.2f} ms with no history,"
+             f" {full * 1e3:.2f} ms with {settled_rows:,} settled rows"
+             f" ({full / empty:.2f}x)",
+             "claim plan over tickwork_jobs: " + ", ".join(scans),
+             "claim plans (auto_explain, each statement of the function, analysed):",
+             *("    " + line for line in plan)]
     # The job table must never be scanned; tickwork_paused_queues (one row per
     # paused queue, read once per claim call) may be.
     if any(re.search(r"Seq Scan on tickwork_jobs\b", line) for line in plan):
         raise BenchmarkError("the claim plan scans the table:\n" + "\n".join(plan))
-    return lines
+    return empty, full, lines
 
 
 async def _nested_plans(conn: Any, statement: str, params: dict[str, Any]) -> list[str]:
@@ -182,7 +233,7 @@ async def _nested_plans(conn: Any, statement: str, params: dict[str, Any]) -> li
     notices: list[str] = []
     conn.add_notice_handler(lambda notice: notices.append(notice.message_primary or ""))
     await conn.execute("LOAD 'auto_explain'")
-    for setting in ("auto_explain.log_min_duration = 0",
+    for setting in ("auto_explain.log_min_duration = 0", "auto_explain.log_analyze = on",
                     "auto_explain.log_nested_statements = on",
                     "auto_explain.log_level = 'notice'", "client_min_messages = 'notice'"):
         await conn.execute(f"SET {setting}")
@@ -197,24 +248,123 @@ async def _noop(job: JobRecord, signal: LeasedSignal) -> Completed:
     return Completed()
 
 
-def run(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--ticks", default=f"1,{DEFAULT_TICKS}",
+SECTION = "PostgreSQL"
+QUICK_SETTLED_ROWS = 20_000
+SETTLED_ROWS = 1_000_000
+HISTORY_TICKS = 1000
+
+
+def history(settled_rows: int, ticks: int = HISTORY_TICKS) -> tuple[float, float, list[str]]:
+    """``_history`` on a server started for it."""
+    server = start_postgres()
+    try:
+        with fresh_database(server, prefix="history") as empty, \
+                fresh_database(server, prefix="history") as full:
+            return asyncio.run(_history(empty, full, settled_rows, ticks))
+    finally:
+        server.stop()
+
+
+def figures(results: Sequence[Result], tick_times: tuple[float, float] | None,
+            settled_rows: int) -> Figures:
+    """The rows and chart points of one run (see the module docstring)."""
+    out = Figures()
+    by = {(result.system, result.workers): result.jobs_per_second for result in results}
+    label_of = {
+        "one pool": TickworkContender(DEFAULT_TICKS).label,
+        "pool per worker": TickworkContender(DEFAULT_TICKS, shared_pool=False).label,
+        "asyncpg": PgQueuerContender("asyncpg").label if asyncpg_available() else None,
+        "psycopg": PgQueuerContender("psycopg").label,
+        "loop": SkipLockedLoop().label,
+    }
+    peer = label_of["asyncpg"] or PgQueuerContender("psycopg").label
+    peer_name = "PgQueuer/asyncpg" if label_of["asyncpg"] else "PgQueuer/psycopg"
+    for workers in sorted({result.workers for result in results}):
+        def rate(key: str, workers: int = workers) -> float | None:
+            label = label_of[key]
+            return None if label is None else by.get((label, workers))
+
+        plural = "s" if workers != 1 else ""
+        for shape in ("one pool", "pool per worker"):
+            value, base = rate(shape), by.get((peer, workers))
+            if value is not None:
+                out.rows.append(Row(SECTION, f"tickwork {shape}, {workers} worker{plural}", value,
+                                    "jobs/s", peer_name,
+                                    base, target=1.0))
+        value = rate("pool per worker")
+        for key, name in (("psycopg", "PgQueuer/psycopg"), ("loop", "SKIP LOCKED loop")):
+            base = rate(key)
+            if value is not None and base is not None and not (
+                    key == "psycopg" and peer_name == name):
+                out.rows.append(Row(SECTION, f"tickwork pool per worker, {workers} worker{plural}",
+                                    value, "jobs/s", name, base))
+    for result in results:
+        out.points.append(Point("workers", result.system, result.workers,
+                                result.jobs_per_second))
+    if tick_times is not None:
+        empty, full = tick_times
+        out.rows.append(Row(SECTION, f"mean tick, {settled_rows:,} settled rows", full * 1e6,
+                            "us/tick", "same, no settled rows", empty * 1e6, target=1.2,
+                            lower_is_better=True))
+    return out
+
+
+def measure_all(jobs: int, worker_counts: Sequence[int], settled_rows: int,
+                ticks: Sequence[int] = (DEFAULT_TICKS,), *, repeats: int = 1,
+                history_ticks: int = HISTORY_TICKS) -> Figures:
+    """Every contender at every worker count, then the history check; prints as it goes."""
+    factories: list[ContenderFactory] = [*baseline_contenders(), *tickwork_contenders(ticks)]
+    server = start_postgres()
+    try:
+        print(describe_server(server), flush=True)
+        results = run_contenders(server, factories, worker_counts, jobs, repeats=repeats,
+                                 progress=sys.stdout)
+    finally:
+        server.stop()
+    print()
+    print_table(results)
+    tick_times = None
+    if settled_rows:
+        empty, full, lines = history(settled_rows, history_ticks)
+        for line in lines:
+            print(line)
+        tick_times = (empty, full)
+    return figures(results, tick_times, settled_rows)
+
+
+def collect(*, quick: bool) -> Figures:
+    """One run for the comparison command: 2,000 jobs and 20,000 settled rows
+    when quick, else 20,000 jobs and 1,000,000 settled rows."""
+    return measure_all(QUICK_JOBS if quick else JOBS, WORKER_COUNTS,
+                       QUICK_SETTLED_ROWS if quick else SETTLED_ROWS)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true",
+                        help=f"{QUICK_JOBS:,} jobs, {QUICK_SETTLED_ROWS:,} settled rows")
+    parser.add_argument("--jobs", type=int, help=f"jobs per measurement (default {JOBS:,})")
+    parser.add_argument("--workers", default=",".join(map(str, WORKER_COUNTS)),
+                        help="comma-separated worker counts (default 1,4,8)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="rounds; the best of them is kept (default 1)")
+    parser.add_argument("--ticks", default=str(DEFAULT_TICKS),
                         help="ticks in flight per tickwork worker (comma-separated)")
-    parser.add_argument("--settled-rows", type=int, default=1_000_000,
-                        help="history size for the tick-time check (0 skips it)")
-    known, rest = parser.parse_known_args(argv)
-    ticks = [int(n) for n in known.ticks.split(",") if n.strip()]
-    main(rest, extra_contenders=tickwork_contenders(ticks))
-    if known.settled_rows:
-        server = start_postgres()
-        try:
-            with fresh_database(server, prefix="history") as dsn:
-                for line in asyncio.run(_history(dsn, known.settled_rows, 1000)):
-                    print(line)
-        finally:
-            server.stop()
+    parser.add_argument("--settled-rows", type=int,
+                        help=f"history size for the tick-time check (default"
+                             f" {SETTLED_ROWS:,}; 0 skips it)")
+    args = parser.parse_args(argv)
+    jobs = args.jobs or (QUICK_JOBS if args.quick else JOBS)
+    settled = args.settled_rows if args.settled_rows is not None else (
+        QUICK_SETTLED_ROWS if args.quick else SETTLED_ROWS)
+    ticks = [int(n) for n in args.ticks.split(",") if n.strip()]
+    if DEFAULT_TICKS not in ticks:
+        ticks.append(DEFAULT_TICKS)  # the rows compare this shape
+    workers = [int(n) for n in args.workers.split(",") if n.strip()]
+    found = measure_all(jobs, workers, settled, ticks, repeats=max(1, args.repeat))
+    print()
+    print_rows(found.rows)
 
 
 if __name__ == "__main__":
-    run(sys.argv[1:])
+    main(sys.argv[1:])

@@ -172,10 +172,12 @@ async def test_has_pending_work(engine: Engine) -> None:
 
 async def test_readiness_reads_the_store_and_names_its_schema_version(engine: Engine) -> None:
     from tickwork.stores.owner_schema import SCHEMA_VERSION as OWNER_VERSION
-    from tickwork.stores.schema_version import SCHEMA_VERSION as SHARED_VERSION
+    from tickwork.stores.schema_version import POSTGRES_SCHEMA_VERSION
+    from tickwork.stores.schema_version import SCHEMA_VERSION as D1_VERSION
 
     jobs = engine.runtime()
-    expected = OWNER_VERSION if engine.local else SHARED_VERSION
+    expected = (OWNER_VERSION if engine.local
+                else POSTGRES_SCHEMA_VERSION if engine.kind == "postgres" else D1_VERSION)
     assert await jobs.check_ready() == expected
     # It reads the store at every call: a schema this package does not know
     # is refused by name.

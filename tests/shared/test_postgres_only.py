@@ -15,6 +15,7 @@ from tests.support import CountingWake, job
 from tests.support.pg.fixtures import Pool, open_pool
 from tests.support.shared import ManualNow
 from tickwork import Completed, IngestConflict, JobRecord, SchemaError
+from tickwork.lifecycle import Settlement
 from tickwork.runtimes.postgres import PostgresRuntime, purge_postgres_queues
 from tickwork.runtimes.shared import LeasedSignal
 
@@ -95,19 +96,32 @@ async def test_purge_postgres_queues_erases_every_state_of_the_named_queues(pool
     assert await _count(pool, "queue = 'tenant-2:a'") == 2
 
 
-async def test_eight_workers_settle_two_thousand_jobs_exactly_once(pool: Pool) -> None:
-    runs: collections.Counter[str] = collections.Counter()
-    running_by_queue: collections.Counter[str] = collections.Counter()
-    overlaps: list[str] = []
+class _SerialWatch:
+    """A no-op executor that records each job's runs, the order in which
+    each queue's jobs start, and every moment a queue ran two jobs at once."""
 
-    async def execute(job: JobRecord, signal: LeasedSignal) -> Completed:
-        runs[job.job_id] += 1
-        running_by_queue[job.queue] += 1
-        if running_by_queue[job.queue] > 1:
-            overlaps.append(job.queue)
-        await asyncio.sleep(0)
-        running_by_queue[job.queue] -= 1
+    def __init__(self, pause: float = 0) -> None:
+        self.pause = pause
+        self.runs: collections.Counter[str] = collections.Counter()
+        self.running: collections.Counter[str] = collections.Counter()
+        self.started: dict[str, list[str]] = collections.defaultdict(list)
+        self.overlaps: list[str] = []
+
+    async def execute(self, job: JobRecord, signal: LeasedSignal | None) -> Completed:
+        self.runs[job.job_id] += 1
+        self.started[job.queue].append(job.job_id)
+        self.running[job.queue] += 1
+        if self.running[job.queue] > 1:
+            self.overlaps.append(job.queue)
+        await asyncio.sleep(self.pause)
+        self.running[job.queue] -= 1
         return Completed()
+
+
+async def test_eight_workers_settle_two_thousand_jobs_exactly_once(pool: Pool) -> None:
+    watch = _SerialWatch()
+    runs, overlaps = watch.runs, watch.overlaps
+    execute = watch.execute
 
     workers = [_runtime(pool, execute=execute) for _ in range(8)]
     for index in range(2000):
@@ -213,7 +227,6 @@ async def test_claims_use_indexes_at_many_settled_rows(pool: Pool) -> None:
             (sql.RENEW, {"sequence": 1, "token": "t", "lease_ms": 5, "now": None}),
             (sql.HAS_PENDING_WORK, {"now": None}),
             (sql.NEXT_WORK, {"now": None}),
-            (sql.PROMOTE_DUE, {"now": None}),
             (sql.SELECT_QUEUE_HEAD, {"queue": "q1"}),
         ):
             plans += await plans_of(conn, statement, params)
@@ -271,18 +284,9 @@ async def test_every_page_of_list_jobs_is_an_index_range_at_200000_rows(pool: Po
 
 async def test_workers_in_separate_processes_never_run_one_queue_twice(postgres_dsn: str) -> None:
     """Four pools stand for four processes: their claims really race in the server."""
-    running_by_queue: collections.Counter[str] = collections.Counter()
-    overlaps: list[str] = []
-    runs: collections.Counter[str] = collections.Counter()
-
-    async def execute(job: JobRecord, signal: LeasedSignal) -> Completed:
-        runs[job.job_id] += 1
-        running_by_queue[job.queue] += 1
-        if running_by_queue[job.queue] > 1:
-            overlaps.append(job.queue)
-        await asyncio.sleep(0.001)
-        running_by_queue[job.queue] -= 1
-        return Completed()
+    watch = _SerialWatch(pause=0.001)
+    runs, overlaps = watch.runs, watch.overlaps
+    execute = watch.execute
 
     pools = [open_pool(postgres_dsn, max_size=4) for _ in range(4)]
     opened = [await pool.__aenter__() for pool in pools]
@@ -317,6 +321,62 @@ async def test_workers_in_separate_processes_never_run_one_queue_twice(postgres_
             await pool.__aexit__(None, None, None)
     assert overlaps == []
     assert len(runs) == 300 and set(runs.values()) == {1}
+
+
+async def test_two_pools_claiming_at_once_keep_every_queue_serial(postgres_dsn: str) -> None:
+    """Two pools (two coalescers, so their claims race in the server, each
+    under its own queue locks) drain the same queues while a third caller
+    takes exact claims and delayed jobs fall due: no queue ever runs two jobs
+    at once, no job is claimed twice, each queue's ready jobs start in
+    (priority, enqueue) order, and no claim fails on the running index."""
+    watch = _SerialWatch(pause=0.0005)
+    runs, overlaps, started = watch.runs, watch.overlaps, watch.started
+    execute = watch.execute
+
+    async with open_pool(postgres_dsn, max_size=4) as first, \
+            open_pool(postgres_dsn, max_size=4) as second, \
+            open_pool(postgres_dsn, max_size=2) as third:
+        workers = [_runtime(pool, execute=execute) for pool in (first, second)
+                   for _ in range(5)]
+        assert workers[0]._store is not workers[5]._store
+        ready: dict[str, list[tuple[int, int, str]]] = collections.defaultdict(list)
+        for index in range(300):
+            queue, priority = f"q{index % 12}", index % 3
+            delayed = index % 10 == 0
+            await workers[0].ingest(job(f"j{index}", queue=queue, priority=priority,
+                                        delay_ms=5 + index % 40 if delayed else None))
+            if not delayed:
+                ready[queue].append((-priority, index, f"j{index}"))
+        exact = _runtime(third)._store
+        exact_claims = 0
+
+        async def take_exact() -> None:
+            nonlocal exact_claims
+            while await _count(third, "state <> 'settled'"):
+                claimed = await exact.claim(f"exact-{exact_claims}", 60_000, None,
+                                            guarded=False)
+                if claimed is None:
+                    await asyncio.sleep(0.001)
+                    continue
+                exact_claims += 1
+                await execute(claimed, None)
+                assert await exact.settle(claimed.sequence, f"exact-{exact_claims - 1}",
+                                          Settlement("completed"), None, cancelled=False)
+
+        async def work(runtime: PostgresRuntime) -> None:
+            while await _count(first, "state <> 'settled'"):
+                for result in await runtime.drain():
+                    assert result.status == "settled", result
+                await asyncio.sleep(0.001)
+
+        await asyncio.gather(take_exact(), *(work(worker) for worker in workers))
+        assert await _count(first, "state = 'settled' AND outcome = 'completed'") == 300
+    assert overlaps == []
+    assert len(runs) == 300 and set(runs.values()) == {1}
+    assert exact_claims > 0
+    for queue, jobs in ready.items():
+        in_order = [job_id for _, _, job_id in sorted(jobs)]
+        assert [j for j in started[queue] if j in set(in_order)] == in_order, queue
 
 
 async def test_drain_shares_one_commit_between_a_settlement_and_the_next_claim(
@@ -405,11 +465,12 @@ async def test_a_database_without_0004_is_refused_then_upgraded_with_its_rows(
                 before = await (await conn.execute(
                     "SELECT * FROM tickwork_jobs ORDER BY sequence")).fetchall()
             runtime = _runtime(pool)
-            with pytest.raises(SchemaError, match=r"version 3, this package needs 9: apply "
+            with pytest.raises(SchemaError, match=r"version 3, this package needs 10: apply "
                                                   r"0004_due_times\.sql, 0005_paused_queues"
                                                   r"\.sql, 0006_retries\.sql, 0007_schedules"
                                                   r"\.sql, 0008_error_summaries\.sql, "
-                                                  r"0009_browse\.sql from schema/postgres"):
+                                                  r"0009_browse\.sql, 0010_queue_claims\.sql"
+                                                  r" from schema/postgres"):
                 await runtime.ingest(job("a"))
             assert await _count(pool) == 2
             async with pool.connection() as conn:

@@ -6,13 +6,20 @@ import pytest
 
 from tickwork import InvalidArgument, SchemaError
 from tickwork.schemas import migrations, split_statements
-from tickwork.stores.schema_version import MIGRATIONS, SCHEMA_VERSION, check_schema_version
+from tickwork.stores.schema_version import (
+    MIGRATIONS,
+    POSTGRES_MIGRATIONS,
+    POSTGRES_SCHEMA_VERSION,
+    SCHEMA_VERSION,
+    check_schema_version,
+)
 
 
 @pytest.mark.parametrize("dialect", ["d1", "postgres"])
 def test_the_runtime_knows_every_migration_file_in_order(dialect: str) -> None:
     found = migrations(dialect)  # type: ignore[arg-type]
-    assert tuple(migration.name for migration in found) == MIGRATIONS
+    assert tuple(migration.name for migration in found) == (
+        MIGRATIONS if dialect == "d1" else POSTGRES_MIGRATIONS)
     for number, migration in enumerate(found, start=1):
         # Each migration records its number, which is what runtimes check.
         assert f"'schema_version', '{number}'" in migration.sql or (
@@ -51,6 +58,11 @@ def test_the_migration_list_is_pinned() -> None:
                           "0007_schedules.sql", "0008_error_summaries.sql",
                           "0009_browse.sql")
     assert SCHEMA_VERSION == 9
+    # PostgreSQL alone has 0010 (its claims lock per queue; D1 runs one
+    # statement at a time and needs no lock).
+    assert POSTGRES_MIGRATIONS[:-1] == MIGRATIONS
+    assert POSTGRES_MIGRATIONS[-1] == "0010_queue_claims.sql"
+    assert POSTGRES_SCHEMA_VERSION == 10
 
 
 @pytest.mark.parametrize("dialect", ["d1", "postgres"])
@@ -84,6 +96,10 @@ def test_schema_errors_name_the_missing_migrations() -> None:
     check_schema_version(SCHEMA_VERSION, database="D1", folder="schema/d1", apply_with="x")
     with pytest.raises(SchemaError, match="upgrade tickwork"):
         check_schema_version(SCHEMA_VERSION + 1, database="D1", folder="x", apply_with="x")
+    with pytest.raises(SchemaError, match=r"version 9, this package needs 10: apply "
+                                          r"0010_queue_claims\.sql from schema/postgres"):
+        check_schema_version(9, database="PostgreSQL", folder="schema/postgres",
+                             apply_with="psql", migrations=POSTGRES_MIGRATIONS)
 
 
 def test_an_unknown_dialect_is_refused() -> None:

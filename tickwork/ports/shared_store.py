@@ -25,6 +25,9 @@ CancelWrite: TypeAlias = Literal["any", "only_if_queued"]
 
 
 class SharedStore(Protocol):
+    #: The schema_version this package needs on the store's database.
+    schema_version: int
+
     async def check_schema(self) -> None:
         """Raise SchemaError naming the migration to apply when the tables are missing or old."""
 

@@ -19,7 +19,7 @@ from tickwork.model.jobs import Job, validate_job
 from tickwork.ports.host import SharedExecutor, Wake
 from tickwork.runtimes.shared import Now, SharedRuntime
 from tickwork.stores.postgres.store import LATEST_MIGRATION, job_params, store_for
-from tickwork.stores.schema_version import SCHEMA_VERSION
+from tickwork.stores.schema_version import POSTGRES_SCHEMA_VERSION as SCHEMA_VERSION
 from tickwork.stores.sql import postgres as sql
 
 __all__ = ["LATEST_MIGRATION", "SCHEMA_VERSION", "PostgresRuntime", "purge_postgres_queues"]

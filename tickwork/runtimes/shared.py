@@ -119,7 +119,6 @@ from tickwork.ports.host import SharedExecutor
 from tickwork.ports.host import Wake as WakePort
 from tickwork.ports.shared_store import SharedStore
 from tickwork.runtimes.execution import run_executor
-from tickwork.stores.schema_version import SCHEMA_VERSION
 
 __all__ = ["LeasedSignal", "Now", "SharedRuntime"]
 
@@ -261,7 +260,7 @@ class SharedRuntime:
         database raises propagates, and a missing migration is a SchemaError."""
         await self._store.check_schema()
         self._schema_checked = True
-        return SCHEMA_VERSION
+        return self._store.schema_version
 
     # -------------------------------------------------------------- mutations
 

@@ -3,33 +3,43 @@
 The shared runtimes never migrate (a migration tool does: ``wrangler d1
 migrations apply``, psql, ...). Each migration file ends by recording its
 number as ``schema_version`` in ``tickwork_meta``, and the runtime checks that
-number before its first operation.
+number before its first operation. The dialects share their first nine
+migrations (same names); PostgreSQL has more where only its SQL changes.
 """
 
 from __future__ import annotations
 
 from tickwork.model.errors import SchemaError
 
-#: The migrations of schema/d1 and schema/postgres, in order (same names in both).
+#: The migrations of schema/d1, in order; schema/postgres starts with the same.
 MIGRATIONS = ("0001_tickwork_jobs.sql", "0002_job_locks.sql", "0003_settled_by_queue.sql",
               "0004_due_times.sql", "0005_paused_queues.sql", "0006_retries.sql",
               "0007_schedules.sql", "0008_error_summaries.sql", "0009_browse.sql")
 
-#: The schema_version a database has once every migration above has run.
+#: The migrations of schema/postgres, in order: D1's, then claims locked per
+#: queue instead of behind one lock.
+POSTGRES_MIGRATIONS = (*MIGRATIONS, "0010_queue_claims.sql")
+
+#: The schema_version a D1 database has once every migration above has run.
 SCHEMA_VERSION = len(MIGRATIONS)
 
+#: The schema_version a PostgreSQL database has once POSTGRES_MIGRATIONS ran.
+POSTGRES_SCHEMA_VERSION = len(POSTGRES_MIGRATIONS)
 
-def check_schema_version(stored: int, *, database: str, folder: str, apply_with: str) -> None:
+
+def check_schema_version(stored: int, *, database: str, folder: str, apply_with: str,
+                         migrations: tuple[str, ...] = MIGRATIONS) -> None:
     """Raise SchemaError naming the migrations to apply, or the need to upgrade."""
-    if stored < SCHEMA_VERSION:
-        missing = ", ".join(MIGRATIONS[stored:])
+    needed = len(migrations)
+    if stored < needed:
+        missing = ", ".join(migrations[stored:])
         raise SchemaError(
             f"the {database} database has tickwork schema version {stored}, this package "
-            f"needs {SCHEMA_VERSION}: apply {missing} from {folder} ({apply_with}); "
+            f"needs {needed}: apply {missing} from {folder} ({apply_with}); "
             "opening a runtime never migrates"
         )
-    if stored > SCHEMA_VERSION:
+    if stored > needed:
         raise SchemaError(
             f"the {database} database has tickwork schema version {stored}; this package "
-            f"understands up to {SCHEMA_VERSION}: upgrade tickwork"
+            f"understands up to {needed}: upgrade tickwork"
         )

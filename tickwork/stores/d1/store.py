@@ -18,6 +18,7 @@ from tickwork.ports.shared_store import CancelWrite, RenewAnswer
 from tickwork.stores.d1.binding import D1Binding
 from tickwork.stores.rows import CARGO, CLAIM, JOB, SEQUENCE, Columns, schedule_row
 from tickwork.stores.schema_version import MIGRATIONS, check_schema_version
+from tickwork.stores.schema_version import SCHEMA_VERSION as NEEDED_VERSION
 from tickwork.stores.sql import sqlite as sql
 
 #: The schema this package's statements need, and the migration that creates it.
@@ -100,6 +101,8 @@ def _names(statement: sql.Statement) -> tuple[str, ...]:
 
 
 class D1Store:
+    schema_version = NEEDED_VERSION
+
     def __init__(self, db: Any) -> None:
         self.d1 = D1Binding(db)
 

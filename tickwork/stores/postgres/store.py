@@ -1,7 +1,7 @@
 """PostgresStore: the shared-store port over a psycopg 3 async connection pool.
 
-Each method is one statement in its own transaction (autocommit), except the
-exact claim (the claim lock, then CLAIM_ONE) and failing a lane (the failure and
+Each method is one statement in its own transaction (autocommit), except
+failing a lane (the failure and
 the "more?" read). The tick's claims and settlements of every runtime on the
 pool go through one coalescer (``batching.py``): whatever is waiting when a
 commit starts travels in one call of tickwork_settle_then_claim.
@@ -23,10 +23,14 @@ from tickwork.ports.shared_store import CancelWrite, RenewAnswer
 from tickwork.stores.postgres.batching import Coalescer
 from tickwork.stores.postgres.connection import autocommit_connection
 from tickwork.stores.rows import CARGO, CLAIM, JOB, schedule_row
-from tickwork.stores.schema_version import MIGRATIONS, check_schema_version
+from tickwork.stores.schema_version import (
+    POSTGRES_MIGRATIONS,
+    POSTGRES_SCHEMA_VERSION,
+    check_schema_version,
+)
 from tickwork.stores.sql import postgres as sql
 
-LATEST_MIGRATION = "schema/postgres/" + MIGRATIONS[-1]
+LATEST_MIGRATION = "schema/postgres/" + POSTGRES_MIGRATIONS[-1]
 
 #: Most claims and settlements one shared commit carries.
 MAX_BATCH = 128
@@ -54,6 +58,8 @@ _Answer = JobRecord | bool | None | tuple[bool, JobRecord | None]
 
 class PostgresStore:
     """One per pool: every runtime on the pool shares its coalescers."""
+
+    schema_version = POSTGRES_SCHEMA_VERSION
 
     def __init__(self, pool: Any) -> None:
         self.pool = pool
@@ -84,7 +90,8 @@ class PostgresStore:
             rows = []
         stored = int(rows[0][0]) if rows else 0
         check_schema_version(stored, database="PostgreSQL", folder="schema/postgres",
-                             apply_with="psql -f, or your migration tool")
+                             apply_with="psql -f, or your migration tool",
+                             migrations=POSTGRES_MIGRATIONS)
 
     async def insert(self, job: ValidJob, now: int | None) -> bool:
         return bool(await self._rows(sql.INSERT_JOB, job_params(job, now)))
@@ -155,12 +162,7 @@ class PostgresStore:
         if not guarded:
             # The exact form, for ticks that probed first; rare.
             params = {"token": token, "lease_ms": lease_ms, "now": now}
-            async with self._connection() as conn, conn.transaction():
-                await conn.execute(sql.PROMOTE_DUE, {"now": now})
-                await conn.execute(sql.CLAIM_LOCK)
-                cursor = await conn.execute(sql.CLAIM_ONE, params)
-                row = await cursor.fetchone()
-            return None if row is None else JOB.job(row)
+            return await self._one_job(sql.CLAIM_ONE, params)
         answer = await self._commits.submit(request)
         assert answer is None or isinstance(answer, JobRecord)
         return answer
@@ -217,7 +219,8 @@ class PostgresStore:
             "errors": [r.settlement.error_json for _, r in ordered],
             "claim_tokens": [r.token for _, r in claims],
             "lease_ms": first_claim.lease_ms if first_claim is not None else 0,
-            "scan": 4 * len(claims) + 32,
+            # Room to pass over the queue heads other pools are claiming.
+            "scan": 8 * len(claims) + 256,
             "now": now,
         }
         cursor = await conn.execute(sql.SETTLE_THEN_CLAIM, params, prepare=True)

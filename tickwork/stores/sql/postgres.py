@@ -3,7 +3,7 @@
 One statement per transition. The hot path, settlements and claims of many
 ticks at once, is SETTLE_THEN_CLAIM: a call of the schema's
 tickwork_settle_then_claim function (its SQL and comments live in
-schema/postgres/0001_tickwork_jobs.sql), which is how concurrent ticks share
+schema/postgres/0010_queue_claims.sql), which is how concurrent ticks share
 one commit (see ``batching.py``). ``{NOW}`` is database time in epoch
 milliseconds, evaluated once per statement (an InitPlan), unless the test
 clock override ``%(now)s`` is given.
@@ -187,32 +187,19 @@ SELECT {_PENDING},
        (SELECT min(next_at) FROM tickwork_schedules WHERE NOT paused)
 """
 
-# Waiting jobs whose time has come join the ready set, up to 1000, earliest
-# first: the claim's transaction runs this before the claim lock (the group
-# commit's function does the same), since everything under that lock runs
-# one claimer at a time. SKIP LOCKED leaves rows another claimer is moving to
-# it, so promoters never wait on or deadlock with one another.
-PROMOTE_DUE = f"""
-UPDATE tickwork_jobs SET due_at = NULL
-WHERE sequence IN (
-    SELECT sequence FROM tickwork_jobs
-    WHERE state = 'queued' AND due_at IS NOT NULL AND due_at <= {NOW}
-    ORDER BY due_at LIMIT 1000
-    FOR UPDATE SKIP LOCKED)
-"""
-
-# The lock every claim takes first (transaction-scoped): a claim statement
-# issued after it is granted sees every claim committed before it, so two
-# claims can never both find one queue free. Settlements, renewals and
-# recovery do not take it; each is fenced on its own row.
-CLAIM_LOCK = "SELECT pg_advisory_xact_lock(7361626972690001)"
+# Claims lock the queues they claim, not one global lock: the transaction
+# that makes a job of a queue running holds that queue's advisory lock
+# (1954048881, hashtext(queue)) until it commits, and reads the queue's head
+# and running job only once the lock is granted, in a fresh snapshot. Both
+# claim paths are functions of the schema (schema/postgres/0010_queue_claims.sql,
+# where each step is commented), since a single client statement could not
+# read after its own lock is granted. Settlements, renewals and recovery
+# take no lock; each is fenced on its own row.
 
 # Group commit: settlements, then claims, in one statement and one commit.
-# The function is part of the schema (schema/postgres/0001_tickwork_jobs.sql,
-# where each step is commented): a VOLATILE function takes a fresh snapshot
-# for its claim query after the claim lock is granted, which a single
-# client statement could not. Rows: settled pairs (settled_token set) and
-# claimed jobs (claim_index set).
+# Rows: settled pairs (settled_token set) and claimed jobs (claim_index set).
+# %(scan)s bounds how many runnable entries the claim walks looking for free
+# queue heads it can lock (queues other claimers hold are passed over).
 SETTLE_THEN_CLAIM_COLUMNS: Final = Columns(*NAMES, "claim_index", "settled_token")
 SETTLE_THEN_CLAIM = f"""
 SELECT {JOB_SELECT}, claim_index, settled_token
@@ -222,29 +209,13 @@ FROM tickwork_settle_then_claim(
     %(scan)s::integer, %(now)s::bigint)
 """
 
-# The exact claim of one job, for a tick that probed first: walks the runnable
-# index in global order and stops at the first job whose queue has no running
-# job and is not paused, which is that queue's head. Runs after CLAIM_LOCK in one transaction,
-# and waits (FOR UPDATE) rather than skip a head.
+# The exact claim of one job, for a tick that probed first: due jobs join
+# the ready set, then the first free, unpaused queue head in global order
+# is claimed under its queue's lock, waiting for a claim of that queue in
+# flight rather than skipping it. No row when no queue has a free head.
 CLAIM_ONE = f"""
-WITH picked AS (
-    SELECT candidate.sequence FROM tickwork_jobs AS candidate
-    WHERE candidate.state = 'queued' AND candidate.cancellation_id IS NULL
-      AND candidate.due_at IS NULL
-      AND NOT EXISTS (SELECT 1 FROM tickwork_paused_queues AS paused
-                      WHERE paused.queue = candidate.queue)
-      AND NOT EXISTS (SELECT 1 FROM tickwork_jobs AS busy
-                      WHERE busy.queue = candidate.queue AND busy.state = 'running')
-    ORDER BY candidate.priority DESC, candidate.sequence
-    LIMIT 1
-    FOR UPDATE)
-UPDATE tickwork_jobs AS job
-SET state = 'running', claim_token = %(token)s,
-    started_at = {NOW}, lease_expires_at = {NOW} + %(lease_ms)s::bigint
-FROM picked
-WHERE job.sequence = picked.sequence AND job.state = 'queued' AND job.cancellation_id IS NULL
-  AND job.due_at IS NULL
-RETURNING {_qualified("job")}
+SELECT {JOB_SELECT}
+FROM tickwork_claim_one(%(token)s::text, %(lease_ms)s::bigint, %(now)s::bigint)
 """
 
 # The oldest expired claim (with its token), and whether a cancelled job is

@@ -341,7 +341,7 @@ SELECT ({HAS_PENDING_WORK.text.strip().removeprefix("SELECT").removesuffix("AS p
 # Every runtime runs this before it claims (owner-local: when its cached
 # earliest due time has passed, with the projection of the queues it moved;
 # D1: in the claim's batch; PostgreSQL: in the claim's transaction, before
-# the claim lock: see stores/sql/postgres.py).
+# its queue locks: see stores/sql/postgres.py).
 #: Most waiting jobs one PROMOTE_DUE moves (the PostgreSQL claim moves as many).
 PROMOTE_BATCH = 1000
 

@@ -1,0 +1,30 @@
+"""bench.shared_postgres runs every contender and hands report.py its rows.
+
+Figures are not asserted (they are read by people); which rows and points
+exist, and that each carries its baseline from the same run, is.
+"""
+
+from __future__ import annotations
+
+from bench.postgres_baselines import asyncpg_available
+from bench.shared_postgres import measure_all
+
+
+def test_one_small_run_yields_every_row_and_chart_point() -> None:
+    found = measure_all(200, (1, 2), settled_rows=2_000, history_ticks=41)
+    rows = {(row.measure, row.baseline): row for row in found.rows}
+    peer = "PgQueuer/asyncpg" if asyncpg_available() else "PgQueuer/psycopg"
+    for workers in ("1 worker", "2 workers"):
+        for shape in ("one pool", "pool per worker"):
+            row = rows[(f"tickwork {shape}, {workers}", peer)]
+            assert row.target == 1.0 and row.baseline_value and row.value > 0
+        for context in ("SKIP LOCKED loop", "PgQueuer/psycopg"):
+            if context != peer:
+                row = rows[(f"tickwork pool per worker, {workers}", context)]
+                assert row.target is None and row.baseline_value
+    tick = rows[("mean tick, 2,000 settled rows", "same, no settled rows")]
+    assert tick.lower_is_better and tick.target == 1.2 and tick.unit == "us/tick"
+    series = {point.series for point in found.points}
+    assert len(series) == (5 if asyncpg_available() else 4)
+    assert {point.chart for point in found.points} == {"workers"}
+    assert sorted({point.x for point in found.points}) == [1, 2]
