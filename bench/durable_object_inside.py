@@ -66,6 +66,7 @@ class Tally:
     def __init__(self) -> None:
         self.calls: Counter[str] = Counter()
         self.seconds = 0.0
+        self.kind_seconds: Counter[str] = Counter()
         self.statements: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
 
     def total(self) -> int:
@@ -79,9 +80,10 @@ class Tally:
             spent = time.perf_counter() - started
             self.calls[kind] += 1
             self.seconds += spent
+            self.kind_seconds[kind] += spent
 
-    def snapshot(self) -> tuple[int, float, Counter[str]]:
-        return self.total(), self.seconds, Counter(self.calls)
+    def snapshot(self) -> tuple[int, float, Counter[str], Counter[str]]:
+        return self.total(), self.seconds, Counter(self.calls), Counter(self.kind_seconds)
 
 
 def _wrap(value: Any, tally: Tally) -> Any:
@@ -229,15 +231,19 @@ def raw_loop(jobs: int) -> dict[str, Any]:
 # ------------------------------------------------------------------ FFI counts
 
 
-def _per_job(before: tuple[int, float, Counter[str]], after: tuple[int, float, Counter[str]],
-             jobs: int) -> dict[str, Any]:
+Snapshot = tuple[int, float, Counter[str], Counter[str]]
+
+
+def _per_job(before: Snapshot, after: Snapshot, jobs: int) -> dict[str, Any]:
     kinds = after[2] - before[2]
+    seconds = after[3] - before[3]
     return {"calls_per_job": (after[0] - before[0]) / jobs,
             "seconds_inside_per_job": (after[1] - before[1]) / jobs,
-            "by_kind_per_job": {kind: n / jobs for kind, n in sorted(kinds.items())}}
+            "by_kind_per_job": {kind: n / jobs for kind, n in sorted(kinds.items())},
+            "us_per_job_by_kind": {kind: 1e6 * seconds[kind] / jobs for kind in sorted(kinds)}}
 
 
-async def ffi_counts(jobs: int) -> dict[str, Any]:
+async def ffi_counts(jobs: int, noop_us: float) -> dict[str, Any]:
     tally = Tally()
     storage = tickwork_tier.newStorage()
     owner = _owner(Counted(storage, tally))
@@ -256,14 +262,34 @@ async def ffi_counts(jobs: int) -> dict[str, Any]:
     tick = _per_job(before, tally.snapshot(), jobs)
     tick["statements"] = _statements(tally, jobs)
     tick["seconds_per_job_counted"] = seconds / jobs
+    tick["crossing_us_per_job"] = _crossing_us(tick, noop_us)
 
     raw_tally = Tally()
     sql = Counted(tickwork_tier.newStorage().sql, raw_tally)
+    before = raw_tally.snapshot()
     _raw_setup(sql, jobs)
+    raw_insert = _per_job(before, raw_tally.snapshot(), jobs)
     before = raw_tally.snapshot()
     _raw_drain(sql)
     raw = _per_job(before, raw_tally.snapshot(), jobs)
-    return {"jobs": jobs, "ingest": ingest, "tick": tick, "raw": raw}
+    return {"jobs": jobs, "ingest": ingest, "tick": tick, "raw": raw, "raw_insert": raw_insert}
+
+
+#: Round trips that only move values across (no SQLite work behind them).
+_CONVERSIONS = ("to_py()", "iteration", "columnNames", "len()", "[]", "id")
+
+
+def _crossing_us(counts: dict[str, Any], noop_us: float) -> float:
+    """us per job spent crossing the FFI: the conversions' measured time, plus
+    the price of a no-op call for each call that does storage work behind it
+    (exec, toArray, transactionSync, the alarm calls)."""
+    spent = 0.0
+    for kind, per_job in counts["by_kind_per_job"].items():
+        if kind in _CONVERSIONS:
+            spent += counts["us_per_job_by_kind"][kind]
+        else:
+            spent += per_job * noop_us
+    return spent
 
 
 def _statements(tally: Tally, jobs: int) -> list[dict[str, Any]]:
@@ -274,17 +300,24 @@ def _statements(tally: Tally, jobs: int) -> list[dict[str, Any]]:
 # ------------------------------------------------------------------ one crossing
 
 
-def _mean_us(run: Callable[[], Any], times: int) -> float:
-    started = time.perf_counter()
-    for _ in range(times):
-        run()
-    return 1e6 * (time.perf_counter() - started) / times
+def _mean_us(run: Callable[[], Any], times: int, batches: int = 5) -> float:
+    """Mean us per call of the fastest of ``batches`` batches: the price of
+    the call itself, with as little of the other work on the machine as can be."""
+    best = float("inf")
+    for _ in range(batches):
+        started = time.perf_counter()
+        for _ in range(times):
+            run()
+        best = min(best, time.perf_counter() - started)
+    return 1e6 * best / times
 
 
 def crossing(times: int) -> dict[str, float]:
     sql = tickwork_tier.newStorage().sql
     noop = tickwork_tier.noop
     cursor = sql.exec("SELECT 1 AS one")
+    for _ in range(times):  # warm the JIT of both sides first
+        sql.exec("SELECT 1 AS one").toArray()
     return {
         "noop_call_us": _mean_us(noop, times),
         "property_read_us": _mean_us(lambda: cursor.rowsWritten, times),
@@ -295,11 +328,12 @@ def crossing(times: int) -> dict[str, float]:
 
 
 async def main(jobs: int, counted_jobs: int) -> str:
+    prices = crossing(1_000)
     result = {
         "pyodide": str(tickwork_tier.pyodideVersion),
-        "crossing": crossing(2_000),
+        "crossing": prices,
         "raw": raw_loop(jobs),
         "alarm": await alarm_loop(jobs),
-        "ffi": await ffi_counts(counted_jobs),
+        "ffi": await ffi_counts(counted_jobs, prices["noop_call_us"]),
     }
     return json.dumps(result)

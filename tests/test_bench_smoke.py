@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -37,3 +39,27 @@ def test_serve_http_benchmark_runs_verifies_and_prints_every_figure() -> None:
                   "verify: status route: 8 owner(s), completed 300",
                   "verify: server's tick counter: 300 settlements"):
         assert label in result.stdout, label
+
+
+def test_durable_object_benchmark_runs_under_real_pyodide_and_prints_every_figure() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.durable_object", "--quick"],
+        capture_output=True, text=True, cwd=ROOT, timeout=600,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert result.returncode == 0, result.stderr
+    for label in ("real Pyodide 0.28.2", "alarm loop, 1 owner, 200 no-op jobs",
+                  "raw claim+settle statements, same sql.exec",
+                  "FFI round trips per job, alarm loop", "FFI round trips per job, ingest()",
+                  "one FFI round trip (no-op JS function)",
+                  "engine's claim UPDATE through sql.exec", "time crossing the FFI", "ratio"):
+        assert label in result.stdout, label
+
+
+def test_durable_object_benchmark_fails_loudly_without_node(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench.durable_object import collect
+
+    monkeypatch.setenv("PATH", "")
+    with pytest.raises(RuntimeError, match="needs node"):
+        collect(quick=True)
