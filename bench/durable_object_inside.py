@@ -270,8 +270,10 @@ async def ffi_counts(jobs: int, noop_us: float) -> dict[str, Any]:
     _raw_setup(sql, jobs)
     raw_insert = _per_job(before, raw_tally.snapshot(), jobs)
     before = raw_tally.snapshot()
+    raw_tally.statements.clear()
     _raw_drain(sql)
     raw = _per_job(before, raw_tally.snapshot(), jobs)
+    raw["statements"] = _statements(raw_tally, jobs)
     return {"jobs": jobs, "ingest": ingest, "tick": tick, "raw": raw, "raw_insert": raw_insert}
 
 
