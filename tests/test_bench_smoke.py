@@ -12,13 +12,19 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_owner_local_benchmark_runs_and_prints_every_figure() -> None:
+def run_quick(module: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
+    """``python -m bench.<module> --quick``, which must succeed."""
     result = subprocess.run(
-        [sys.executable, "-m", "bench.owner_local", "--quick"],
-        capture_output=True, text=True, cwd=ROOT, timeout=300,
+        [sys.executable, "-m", f"bench.{module}", "--quick"],
+        capture_output=True, text=True, cwd=ROOT, timeout=timeout,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert result.returncode == 0, result.stderr
+    return result
+
+
+def test_owner_local_benchmark_runs_and_prints_every_figure() -> None:
+    result = run_quick("owner_local")
     for label in ("engine ", "raw loop, bare table", "raw loop, engine table",
                   "single-job ingest()", "depth   1,000", "ratio",
                   "1,000 due, none waiting", "waiting:"):
@@ -26,12 +32,7 @@ def test_owner_local_benchmark_runs_and_prints_every_figure() -> None:
 
 
 def test_serve_http_benchmark_runs_verifies_and_prints_every_figure() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "bench.serve_http", "--quick"],
-        capture_output=True, text=True, cwd=ROOT, timeout=300,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    assert result.returncode == 0, result.stderr
+    result = run_quick("serve_http")
     for label in ("| measure", "tickwork serve", "baseline (same run)", "| ratio",
                   "enqueue, 1 job/request (keep-alive)", "enqueue, 100 jobs/request",
                   "tick loop held", "end to end, 1 owner", "end to end, 8 owners",
@@ -42,12 +43,7 @@ def test_serve_http_benchmark_runs_verifies_and_prints_every_figure() -> None:
 
 
 def test_durable_object_benchmark_runs_under_real_pyodide_and_prints_every_figure() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "bench.durable_object", "--quick"],
-        capture_output=True, text=True, cwd=ROOT, timeout=600,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    assert result.returncode == 0, result.stderr
+    result = run_quick("durable_object", timeout=600)
     for label in ("real Pyodide 0.28.2", "alarm loop, 1 owner, 200 no-op jobs",
                   "raw claim+settle statements, same sql.exec",
                   "FFI round trips per job, alarm loop", "FFI round trips per job, ingest()",

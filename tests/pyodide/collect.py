@@ -56,6 +56,7 @@ SUITES: dict[str, tuple[str, ...]] = {
 FIXTURE_FOR: dict[str, dict[str, str]] = {
     "behaviour-do": {"engine": "engine_do"},
     "behaviour-d1": {"engine": "engine_d1"},
+    "workers": {"storage": "do_storage"},
 }
 
 
