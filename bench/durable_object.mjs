@@ -5,19 +5,20 @@
 // inside it. Prints that module's one JSON object on stdout; everything else
 // goes to stderr. Spawned by `python -m bench.durable_object`.
 //
-//   node bench/durable_object.mjs --jobs 2000 --counted 200
+//   node bench/durable_object.mjs --jobs 2000 --counted 200 --rounds 3
 
 import { bootPyodide } from "../tests/pyodide/js/pyodide_host.mjs";
 import * as doStorage from "../tests/pyodide/js/do_storage.mjs";
 
 function options(argv) {
-  const out = { jobs: 2000, counted: 200 };
+  const out = { jobs: 2000, counted: 200, rounds: 3 };
   for (let i = 0; i < argv.length; i += 1) {
     if (argv[i] === "--jobs") out.jobs = Number(argv[++i]);
     else if (argv[i] === "--counted") out.counted = Number(argv[++i]);
+    else if (argv[i] === "--rounds") out.rounds = Number(argv[++i]);
     else throw new Error(`durable_object.mjs: unknown argument ${argv[i]}`);
   }
-  for (const name of ["jobs", "counted"]) {
+  for (const name of ["jobs", "counted", "rounds"]) {
     if (!Number.isInteger(out[name]) || out[name] < 1) {
       throw new Error(`durable_object.mjs: --${name} takes a positive integer`);
     }
@@ -39,7 +40,7 @@ async function main() {
 import sys
 sys.path[:0] = ${JSON.stringify(path)}
 from bench.durable_object_inside import main
-await main(${args.jobs}, ${args.counted})
+await main(${args.jobs}, ${args.counted}, ${args.rounds})
 `);
   process.stdout.write(`${result}\n`);
 }

@@ -12,7 +12,8 @@ What it measures:
 
 * ``alarm``: N no-op jobs ingested (one ``runtime.ingest`` each), then the
   object's ``alarm()`` delivered, as the runtime does, until no alarm is
-  armed; jobs/s over the deliveries.
+  armed; jobs/s over the deliveries (best of the rounds, each on a fresh
+  object, alternating with the baseline's).
 * ``raw``: the baseline, on a fresh storage: N rows in a bare table, then
   one claim UPDATE ... RETURNING and one settle UPDATE per job through the
   same ``sql.exec``, no engine.
@@ -329,13 +330,25 @@ def crossing(times: int) -> dict[str, float]:
     }
 
 
-async def main(jobs: int, counted_jobs: int) -> str:
+def _best(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    return max(runs, key=lambda run: float(run["jobs_per_s"]))
+
+
+async def main(jobs: int, counted_jobs: int, rounds: int) -> str:
     prices = crossing(1_000)
+    # Rounds alternate the baseline and the engine; each keeps its best, the
+    # figure least disturbed by other work on the machine.
+    raws: list[dict[str, Any]] = []
+    alarms: list[dict[str, Any]] = []
+    for _ in range(rounds):
+        raws.append(raw_loop(jobs))
+        alarms.append(await alarm_loop(jobs))
     result = {
         "pyodide": str(tickwork_tier.pyodideVersion),
+        "rounds": rounds,
         "crossing": prices,
-        "raw": raw_loop(jobs),
-        "alarm": await alarm_loop(jobs),
+        "raw": _best(raws),
+        "alarm": _best(alarms),
         "ffi": await ffi_counts(counted_jobs, prices["noop_call_us"]),
     }
     return json.dumps(result)
