@@ -9,16 +9,19 @@ staged Workers bundle, and a JS ``ctx.storage`` with workerd's measured
 rules (``tests/pyodide/js/do_storage.mjs``); the measurements themselves run
 inside Pyodide (``bench/durable_object_inside.py``). Prints:
 
+* jobs/s of ``runtime.ingest()`` (one job per call) beside a raw INSERT per
+  ``sql.exec``;
 * jobs/s of the ``JobOwner``'s ``alarm()``, delivered as the runtime does
   until no alarm is armed, over no-op jobs ingested first (best of the
-  rounds, alternating with the baseline's); beside the raw
-  claim UPDATE ... RETURNING + settle UPDATE loop through the same
-  ``sql.exec`` (so the ratio is what the engine costs over the storage);
+  rounds, alternating with the baseline's), beside the raw claim UPDATE ...
+  RETURNING + settle UPDATE loop through the same ``sql.exec`` (so the ratio
+  is what the engine costs over the storage);
 * FFI round trips per job (every JS call, property read, iteration step,
   ``to_py``) for ingest and for the alarm loop, beside the raw statements';
 * us per round trip (a no-op JS function; ``SELECT 1`` through ``exec``; the
-  engine's claim and settle statements) and the share of an alarm-loop job
-  spent inside storage calls and crossing the FFI.
+  engine's claim and settle statements beside the raw ones), of one
+  event-loop yield, and the time of an alarm-loop job spent inside storage
+  calls and crossing the FFI.
 
 The SQLite behind the stand-in is sql.js (WebAssembly), several times slower
 per statement than workerd's native SQLite with its statement cache: there,
@@ -87,6 +90,8 @@ def rows(measured: dict[str, Any]) -> list[Row]:
     found = [
         Row(SECTION, f"alarm loop, 1 owner, {jobs:,} no-op jobs", alarm["jobs_per_s"], "jobs/s",
             "raw claim+settle statements, same sql.exec", raw["jobs_per_s"]),
+        Row(SECTION, "ingest(), 1 job per call", alarm["ingest_per_s"], "jobs/s",
+            "raw INSERT through sql.exec", raw["insert_per_s"]),
         Row(SECTION, "FFI round trips per job, alarm loop", tick["calls_per_job"],
             "FFI calls/job", "raw claim+settle loop", ffi["raw"]["calls_per_job"],
             lower_is_better=True),
@@ -95,6 +100,8 @@ def rows(measured: dict[str, Any]) -> list[Row]:
             lower_is_better=True),
         Row(SECTION, "one FFI round trip (no-op JS function)", prices["noop_call_us"], "us/call",
             "", lower_is_better=True),
+        Row(SECTION, "one event-loop yield (await asyncio.sleep(0))", prices["yield_us"],
+            "us/call", "", lower_is_better=True),
         Row(SECTION, "SELECT 1 through sql.exec + toArray()", prices["select1_exec_toarray_us"],
             "us/call", "no-op JS function", prices["noop_call_us"], lower_is_better=True),
     ]

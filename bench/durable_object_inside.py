@@ -23,11 +23,12 @@ What it measures:
   trips per ingested job and per job of the alarm loop, time spent inside
   them, and what each statement costs.
 * ``crossing``: the price of one round trip alone: a no-op JS function, a
-  trivial ``SELECT 1`` through ``sql.exec``.
+  trivial ``SELECT 1`` through ``sql.exec``; and of one event-loop yield.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections import Counter, defaultdict
@@ -220,13 +221,16 @@ def _raw_drain(sql: Any) -> int:
 
 def raw_loop(jobs: int) -> dict[str, Any]:
     sql = tickwork_tier.newStorage().sql
+    started = time.perf_counter()
     _raw_setup(sql, jobs)
+    insert_s = time.perf_counter() - started
     started = time.perf_counter()
     settled = _raw_drain(sql)
     seconds = time.perf_counter() - started
     if settled != jobs:
         raise AssertionError(f"raw loop settled {settled} of {jobs} jobs")
-    return {"jobs": jobs, "seconds": seconds, "jobs_per_s": jobs / seconds}
+    return {"jobs": jobs, "seconds": seconds, "jobs_per_s": jobs / seconds,
+            "insert_per_s": jobs / insert_s}
 
 
 # ------------------------------------------------------------------ FFI counts
@@ -330,12 +334,22 @@ def crossing(times: int) -> dict[str, float]:
     }
 
 
+async def event_loop_yield_us(times: int) -> float:
+    """Mean us of ``await asyncio.sleep(0)`` on Pyodide's WebLoop (the alarm
+    loop yields once between ticks)."""
+    started = time.perf_counter()
+    for _ in range(times):
+        await asyncio.sleep(0)
+    return 1e6 * (time.perf_counter() - started) / times
+
+
 def _best(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return max(runs, key=lambda run: float(run["jobs_per_s"]))
 
 
 async def main(jobs: int, counted_jobs: int, rounds: int) -> str:
     prices = crossing(1_000)
+    prices["yield_us"] = await event_loop_yield_us(1_000)
     # Rounds alternate the baseline and the engine; each keeps its best, the
     # figure least disturbed by other work on the machine.
     raws: list[dict[str, Any]] = []
