@@ -105,6 +105,14 @@ def rows(measured: dict[str, Any]) -> list[Row]:
         Row(SECTION, "SELECT 1 through sql.exec + toArray()", prices["select1_exec_toarray_us"],
             "us/call", "no-op JS function", prices["noop_call_us"], lower_is_better=True),
     ]
+    found += [
+        Row(SECTION, "a 16-column row read through DurableObjectDatabase",
+            prices["wide_row_adapter_us"], "us/call", "sql.exec + toArray() alone",
+            prices["wide_row_exec_toarray_us"], lower_is_better=True),
+        Row(SECTION, "an UPDATE changing no row through DurableObjectDatabase",
+            prices["no_row_adapter_us"], "us/call", "sql.exec + toArray() alone",
+            prices["no_row_exec_toarray_us"], lower_is_better=True),
+    ]
     for name, engine, baseline in _STATEMENTS:
         # Absent when the engine's loop no longer runs that statement on its own.
         engine_us = _statement_us(tick["statements"], engine)

@@ -334,6 +334,34 @@ def crossing(times: int) -> dict[str, float]:
     }
 
 
+#: A row as wide as a claim's RETURNING: integers, text and NULLs.
+_WIDE_COLUMNS = 16
+_WIDE_SELECT = "SELECT " + ", ".join(f"c{i}" for i in range(_WIDE_COLUMNS)) + " FROM wide"
+
+
+def adapter_prices(times: int) -> dict[str, float]:
+    """us per statement through ``DurableObjectDatabase`` beside the bare
+    ``sql.exec(...).toArray()`` of the same statement (fastest batch): what
+    the adapter's reading of the cursor costs, the statement's own work aside."""
+    from tickwork.stores import DurableObjectDatabase
+
+    storage = tickwork_tier.newStorage()
+    sql = storage.sql
+    sql.exec("CREATE TABLE wide (" + ", ".join(f"c{i}" for i in range(_WIDE_COLUMNS)) + ")")
+    values = [i if i % 3 == 0 else None if i % 3 == 1 else f"text {i}"
+              for i in range(_WIDE_COLUMNS)]
+    sql.exec("INSERT INTO wide VALUES (" + ", ".join("?" * _WIDE_COLUMNS) + ")",
+             *[jsnull if value is None else value for value in values])
+    db = DurableObjectDatabase(storage)
+    update = "UPDATE wide SET c0 = c0 WHERE c0 < 0"
+    return {
+        "wide_row_adapter_us": _mean_us(lambda: db.query(_WIDE_SELECT), times),
+        "wide_row_exec_toarray_us": _mean_us(lambda: sql.exec(_WIDE_SELECT).toArray(), times),
+        "no_row_adapter_us": _mean_us(lambda: db.query(update), times),
+        "no_row_exec_toarray_us": _mean_us(lambda: sql.exec(update).toArray(), times),
+    }
+
+
 async def event_loop_yield_us(times: int) -> float:
     """Mean us of ``await asyncio.sleep(0)`` on Pyodide's WebLoop (the alarm
     loop yields once between ticks)."""
@@ -350,6 +378,7 @@ def _best(runs: list[dict[str, Any]]) -> dict[str, Any]:
 async def main(jobs: int, counted_jobs: int, rounds: int) -> str:
     prices = crossing(1_000)
     prices["yield_us"] = await event_loop_yield_us(1_000)
+    prices.update(adapter_prices(300))
     # Rounds alternate the baseline and the engine; each keeps its best, the
     # figure least disturbed by other work on the machine.
     raws: list[dict[str, Any]] = []
