@@ -6,6 +6,8 @@ from pathlib import Path
 import pytest
 
 from tests.support import OWNER_KINDS, Harness
+from tests.support.fakes.do_storage import FakeDurableObjectStorage
+from tests.support.fakes.pyodide_ffi import fake_pyodide
 from tests.support.stores import owner_local_harness
 
 
@@ -15,3 +17,12 @@ def harness(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]
     stand-in answering like the built-in SDK and like the external SDK."""
     with owner_local_harness(request.param, tmp_path) as built:
         yield built
+
+
+@pytest.fixture(params=["builtin", "external"])
+def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[FakeDurableObjectStorage]:
+    """A Durable Object's ctx.storage (the CPython stand-in), as either SDK shows it."""
+    with fake_pyodide():
+        built = FakeDurableObjectStorage(tmp_path / "do.sqlite3", sdk=request.param)
+        yield built
+        built.close()

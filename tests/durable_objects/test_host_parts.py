@@ -82,14 +82,6 @@ class CountingStorage:
         return self._storage.deleteAlarm()
 
 
-@pytest.fixture(params=["builtin", "external"])
-def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[FakeDurableObjectStorage]:
-    with fake_pyodide():
-        built = FakeDurableObjectStorage(tmp_path / "do.sqlite3", sdk=request.param)
-        yield built
-        built.close()
-
-
 async def test_alarm_wake_writes_only_when_the_alarm_must_change(
     glue: Any, storage: FakeDurableObjectStorage
 ) -> None:

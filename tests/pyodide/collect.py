@@ -44,16 +44,19 @@ SUITES: dict[str, tuple[str, ...]] = {
     # What only the shared runtimes have (leases, drain, edge values), on D1.
     "shared-d1": tuple(f"tests.shared.{name}" for name in (
         "test_drain", "test_edge_values", "test_leases")),
-    # The Worker, the JobOwner Durable Object and the FFI facts, Pyodide-only.
-    "workers": tuple(f"tests.pyodide.cases.{name}" for name in (
+    # The Worker, the JobOwner Durable Object and the FFI facts, Pyodide-only;
+    # and how the DO adapter reads rows, on real JS row objects.
+    "workers": (*(f"tests.pyodide.cases.{name}" for name in (
         "test_ffi_facts", "test_do_storage_facts", "test_d1_facts", "test_job_owner",
         "test_worker", "test_client", "test_example_project", "test_dashboard")),
+        "tests.stores.test_durable_object_rows"),
 }
 
 #: Per suite, the tier fixture that answers to a test's argument name.
 FIXTURE_FOR: dict[str, dict[str, str]] = {
     "behaviour-do": {"engine": "engine_do"},
     "behaviour-d1": {"engine": "engine_d1"},
+    "workers": {"storage": "do_storage"},
 }
 
 

@@ -7,40 +7,21 @@
 // to --out.
 //
 // What it sets up, in one Node process:
-// * Pyodide from an npm package pinned in package.json: --pyodide 0.28 (the
-//   build workerd runs for tickwork's compatibility date) or 314 (Python
-//   3.14, from the python_workers_20260610 flag on). Its FFI is the one the
-//   Workers runtime uses: an int at +-(2**53 - 1) reaches JS as a BigInt
-//   here exactly as there.
-// * The code Workers load, staged by worker/bundle.mjs (what wrangler
-//   uploads: tickwork/ without the CPython host, worker/, durable_objects/),
-//   first on sys.path; the repository (for tests/) and the virtualenv's
-//   site-packages (pytest, for pytest.raises and marks) after it.
+// * Pyodide with the staged Workers bundle on its path (js/pyodide_host.mjs:
+//   --pyodide 0.28, the build workerd runs for tickwork's compatibility date,
+//   or 314); the repository (for tests/) and the virtualenv's site-packages
+//   (pytest, for pytest.raises and marks) after it.
 // * A Durable Object ctx.storage as a JS object (js/do_storage.mjs: sql.js
 //   SQLite with workerd's measured rules), and Miniflare's real D1 (the
 //   D1Database objects of mf.getD1Database, called from Python as JS objects).
 // * The Python side (inside/run.py) collects the cases (collect.py) and runs them.
 
-import { execFileSync } from "node:child_process";
-import { existsSync, mkdirSync, readdirSync, realpathSync } from "node:fs";
-import { dirname, join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
+import { mkdirSync } from "node:fs";
+import { dirname, resolve } from "node:path";
 import { Miniflare } from "miniflare";
-// The Pyodide lines Workers run: 0.28.2 (Python 3.13; compatibility dates
-// before python_workers_20260610) and 314 (Python 3.14, from that flag on).
-const PYODIDE_LINES = { "0.28": "pyodide", "314": "pyodide-314" };
+import { PYODIDE_LINES, bootPyodide } from "./js/pyodide_host.mjs";
 import * as doStorage from "./js/do_storage.mjs";
 
-// sql.js's unminified build (js/do_storage.mjs) reports every heap resize
-// through console.warn; those lines say nothing about the tests.
-const warn = console.warn.bind(console);
-console.warn = (...args) => {
-  if (typeof args[0] === "string" && args[0].startsWith("Heap resize call")) return;
-  warn(...args);
-};
-
-const HERE = dirname(fileURLToPath(import.meta.url));
-const ROOT = resolve(HERE, "..", "..");
 const D1_DATABASES = 8;
 const COMPATIBILITY_DATE = "2026-04-01";
 
@@ -59,21 +40,11 @@ function options(argv) {
   return out;
 }
 
-function sitePackages() {
-  const lib = join(ROOT, ".venv", "lib");
-  if (!existsSync(lib)) throw new Error(`runner: no ${lib}: create the virtualenv (bash scripts/test)`);
-  const python = readdirSync(lib).find((name) => name.startsWith("python3"));
-  return join(lib, python, "site-packages");
-}
-
 async function main() {
   const args = options(process.argv.slice(2));
-  const { loadPyodide, version: pyodideVersion } = await import(PYODIDE_LINES[args.line]);
   const started = performance.now();
-
-  // The Workers bundle, staged as for wrangler (only under dist/).
-  execFileSync(process.execPath, [join(ROOT, "worker", "bundle.mjs"), join("dist", "pyodide-tier")],
-    { cwd: ROOT, stdio: ["ignore", "ignore", "inherit"] });
+  const { py, version: pyodideVersion, path } = await bootPyodide({
+    line: args.line, stage: "pyodide-tier" });
 
   await doStorage.loadSqlite();
   const databases = Array.from({ length: D1_DATABASES }, (_, i) => `DB_${i}`);
@@ -92,25 +63,9 @@ async function main() {
   };
   await startMiniflare();
 
-  // Python's output goes to stderr: stdout is free for whoever runs us.
-  const py = await loadPyodide({
-    stdout: (line) => process.stderr.write(`${line}\n`),
-    stderr: (line) => process.stderr.write(`${line}\n`),
-  });
   mkdirSync(dirname(args.out), { recursive: true });
-  py.FS.mkdirTree("/repo");
-  py.FS.mount(py.FS.filesystems.NODEFS, { root: ROOT }, "/repo");
-  // A git worktree may share another checkout's virtualenv through a
-  // symlink: its absolute target must exist inside Pyodide's file system too.
-  const venv = realpathSync(join(ROOT, ".venv"));
-  if (venv !== join(ROOT, ".venv")) {
-    py.FS.mkdirTree(venv);
-    py.FS.mount(py.FS.filesystems.NODEFS, { root: venv }, venv);
-  }
   py.FS.mkdirTree("/out");
   py.FS.mount(py.FS.filesystems.NODEFS, { root: dirname(args.out) }, "/out");
-  const bundle = "/repo/dist/pyodide-tier";
-  const site = "/repo" + sitePackages().slice(ROOT.length);
 
   let nextDatabase = 0;
   py.registerJsModule("tickwork_tier", {
@@ -137,7 +92,7 @@ async function main() {
   try {
     failed = await py.runPythonAsync(`
 import sys
-sys.path[:0] = ${JSON.stringify([bundle, "/repo", "/repo/tests/pyodide/inside/sdk", site])}
+sys.path[:0] = ${JSON.stringify(path)}
 from tests.pyodide.inside.run import main
 await main(${JSON.stringify("/out/" + args.out.split("/").pop())}, ${JSON.stringify(args.suites)})
 `);

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,14 +45,6 @@ class SpyingStorage:
 
     def transactionSync(self, fn: Any) -> Any:
         return self._storage.transactionSync(fn)
-
-
-@pytest.fixture(params=["builtin", "external"])
-def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[FakeDurableObjectStorage]:
-    with fake_pyodide():
-        built = FakeDurableObjectStorage(tmp_path / "do.sqlite3", sdk=request.param)
-        yield built
-        built.close()
 
 
 async def test_full_lifecycle_never_sends_transaction_sql_and_stays_in_limits(
