@@ -25,14 +25,26 @@ run every job exactly once.
   opened again (``auto_resume``): a job whose process died after get() runs
   again, with no count of how often.
 
+* raw SQL on tickwork's table (no engine): the storage limit of tickwork's
+  schema in the drain's commit shape. One INSERT per job (one commit each),
+  then per job one transaction settling the previous job (fenced on its
+  token) and claiming the next (the runnable index, highest priority and
+  oldest first), as ``drain()`` commits, with none of the engine around it:
+  no queue exclusivity, no recovery probe, no validation, no plan.
+
 Target: tickwork at or above huey at NORMAL and at FULL (rows with target
-1.0); persist-queue's rows are context.
+1.0); persist-queue's rows are context, and so is the raw loop beside huey:
+where it is below huey, what bounds tickwork is the work its own table does
+per commit (a job's row kept through claim and settlement, and the indexes
+that keep queue heads, lanes, due times and history in order), not the
+engine's Python.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sqlite3
 import tempfile
 import time
@@ -150,10 +162,52 @@ def persist_queue_run(path: Path, count: int, setting: str) -> Phases:
     return enqueued - started, drained - enqueued
 
 
+def raw_table_run(path: Path, count: int, setting: str) -> Phases:
+    connection = sqlite3.connect(path, isolation_level=None)
+    connection.execute("PRAGMA journal_mode = WAL")
+    _set_synchronous(connection, setting)
+    OwnerRuntime(Sqlite3Database(connection), execute=lambda job, signal: Completed(),
+                 is_alive=lambda job: False, wake=_NoWake())  # creates the schema
+    insert = ("INSERT INTO tickwork_jobs (job_id, queue, lane, priority, payload_json,"
+              " state, enqueued_at) VALUES (?, 'q', 'q', 0, ?, 'queued', ?)")
+    claim = ("UPDATE tickwork_jobs SET state = 'running', claim_token = ?, started_at = ?"
+             " WHERE sequence = (SELECT sequence FROM tickwork_jobs WHERE state = 'queued'"
+             " AND cancellation_id IS NULL AND due_at IS NULL"
+             " ORDER BY priority DESC, sequence LIMIT 1) RETURNING sequence, payload_json")
+    settle = ("UPDATE tickwork_jobs SET state = 'settled', outcome = 'completed',"
+              " settled_at = ? WHERE sequence = ? AND claim_token = ? AND state = 'running'")
+    ran: list[int] = []
+    started = time.perf_counter()
+    for n in range(count):
+        connection.execute(insert, (f"job-{n}", json.dumps({"n": n}), int(time.time() * 1000)))
+    enqueued = time.perf_counter()
+    held: tuple[int, str] | None = None
+    for number in range(count + 1):
+        now = int(time.time() * 1000)
+        connection.execute("BEGIN")
+        if held is not None:
+            connection.execute(settle, (now, *held))
+        claimed = connection.execute(claim, (str(number), now)).fetchall()
+        connection.execute("COMMIT")
+        if not claimed:
+            break
+        (sequence, payload), = claimed
+        ran.append(json.loads(payload)["n"])
+        held = (sequence, str(number))
+    drained = time.perf_counter()
+    _check_once(ran, count, "raw SQL on tickwork's table")
+    (settled,), = connection.execute(
+        "SELECT count(*) FROM tickwork_jobs WHERE outcome = 'completed'").fetchall()
+    assert settled == count, settled
+    connection.close()
+    return enqueued - started, drained - enqueued
+
+
 CONTENDERS: dict[str, Callable[[Path, int, str], Phases]] = {
     "tickwork": tickwork_run,
     "huey SqliteHuey": huey_run,
     "persist-queue SQLiteAckQueue": persist_queue_run,
+    "raw SQL on tickwork's table": raw_table_run,
 }
 
 
@@ -174,11 +228,20 @@ def collect(*, quick: bool) -> Figures:
             rows.append(Row(SECTION, measure, rates["tickwork"], "jobs/s",
                             "persist-queue SQLiteAckQueue",
                             rates["persist-queue SQLiteAckQueue"]))
+            raw = "raw SQL on tickwork's table"
+            rows.append(Row(SECTION, measure, rates["tickwork"], "jobs/s",
+                            f"{raw} (drain's commits, no engine)", rates[raw]))
+            rows.append(Row(SECTION, f"{raw}: enqueue + drain, WAL, synchronous {setting}",
+                            rates[raw], "jobs/s", "huey SqliteHuey",
+                            rates["huey SqliteHuey"]))
             for phase, what in enumerate(("enqueue (ingest() per job)", "drain()")):
                 rows.append(Row(SECTION, f"{what} alone, WAL, synchronous {setting}",
                                 count / runs["tickwork"][phase], "jobs/s",
                                 "huey SqliteHuey, the same phase",
                                 count / runs["huey SqliteHuey"][phase]))
+                rows.append(Row(SECTION, f"{what} alone, WAL, synchronous {setting}",
+                                count / runs["tickwork"][phase], "jobs/s",
+                                f"{raw}, the same phase", count / runs[raw][phase]))
     return figures
 
 
