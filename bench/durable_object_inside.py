@@ -70,18 +70,24 @@ class Tally:
         self.seconds = 0.0
         self.kind_seconds: Counter[str] = Counter()
         self.statements: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+        # Calls made from inside a call (the statements a transactionSync
+        # callback runs): counted, but their time is already in the outer one's.
+        self._depth = 0
 
     def total(self) -> int:
         return sum(self.calls.values())
 
     def timed(self, kind: str, run: Callable[[], Any]) -> Any:
         started = time.perf_counter()
+        self._depth += 1
         try:
             return run()
         finally:
+            self._depth -= 1
             spent = time.perf_counter() - started
             self.calls[kind] += 1
-            self.seconds += spent
+            if self._depth == 0:
+                self.seconds += spent
             self.kind_seconds[kind] += spent
 
     def snapshot(self) -> tuple[int, float, Counter[str], Counter[str]]:
