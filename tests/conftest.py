@@ -11,6 +11,17 @@ from tests.support.fakes.pyodide_ffi import fake_pyodide
 from tests.support.stores import owner_local_harness
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the real-Pyodide tier's tests last. Its Node processes start when
+    collection finishes and take minutes on the other core; its tests wait
+    for their results, so placed in the middle of the suite they would hold
+    up everything after them while that core does the work."""
+    tier = [item for item in items if item.nodeid.startswith("tests/pyodide/")]
+    if tier:
+        others = [item for item in items if not item.nodeid.startswith("tests/pyodide/")]
+        items[:] = others + tier
+
+
 @pytest.fixture(params=OWNER_KINDS)
 def harness(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
     """A real store of every owner-local kind: sqlite3, and the DO storage

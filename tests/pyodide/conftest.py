@@ -3,7 +3,8 @@
 
 The tier's Node process starts as soon as collection has finished, when any
 of its tests was collected, so it runs on the other core while the rest of
-the suite runs; its tests then wait for its results.
+the suite runs (tests/conftest.py orders its tests last); they then wait for
+its results.
 """
 
 from __future__ import annotations
