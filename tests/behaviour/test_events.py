@@ -7,6 +7,7 @@ job's life; a hook that raises is logged and changes nothing.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -85,19 +86,22 @@ async def test_every_outcome_is_reported_settled_with_its_reason(engine: Engine)
 async def test_the_duration_runs_from_the_claim_to_the_settlement(engine: Engine) -> None:
     events, hook = recorder()
     jobs, now = engine.timed_runtime(on_event=hook)
+    started = time.monotonic()
     await jobs.ingest(job("slow", payload={"do": "block"}))
     tick = await engine.start(jobs, "slow")
     now.advance(250)
     engine.executor.release("slow")
     assert (await tick).outcome == "completed"
+    elapsed_ms = (time.monotonic() - started) * 1000
     (settled,) = [event for event in events if event.kind == "settled"]
     assert settled.duration_ms is not None
     if engine.local:
         assert settled.duration_ms == 250  # the runtime's clock, claim to settlement
     else:
         # This machine's monotonic clock (database time may disagree with it):
-        # the manual clock does not move it.
-        assert 0 <= settled.duration_ms < 250
+        # the manual clock does not move it, so it is within the real time
+        # the test took (under 250 ms unless the machine is loaded).
+        assert 0 <= settled.duration_ms <= elapsed_ms + 2
 
 
 async def test_a_batch_reports_its_new_jobs_only(engine: Engine) -> None:

@@ -76,8 +76,10 @@ async def test_tick_loops_run_until_idle_and_restart_on_wake(tmp_path: Path) -> 
     store = OwnerDirectory(tmp_path, complete, progress=progress)
     service = store.service("loop")
     await service.ingest([Job(f"j{n}", "q", "q", 0, None) for n in range(5)])
-    for _ in range(100):
-        if progress.settled == 5:
+    for _ in range(300):
+        # The loop stops after the tick that finds nothing left (one more
+        # than the last job's), so wait for both.
+        if progress.settled == 5 and store.running_loops() == 0:
             break
         await asyncio.sleep(0.01)
     assert progress.outcomes["completed"] == 5
