@@ -814,9 +814,8 @@ class _LocalRuntime:
         token = self._new_token()
         # The claims executing here, but for the one this settles (with one
         # ticker, none: the statement then excludes no token).
-        executing = [] if len(self._tickers) == 1 else [
-            other.token for other in self._tickers[1 - self._tickers.index(ticker)]
-            .executions.values()]
+        executing = [execution.token for other in self._tickers if other is not ticker
+                     for execution in other.executions.values()]
 
         def settle_and_claim() -> tuple[bool, JobRecord | None]:
             if self._project is None:
