@@ -38,6 +38,12 @@ where it is below huey, what bounds tickwork is the work its own table does
 per commit (a job's row kept through claim and settlement, and the indexes
 that keep queue heads, lanes, due times and history in order), not the
 engine's Python.
+
+What a commit writes is counted too, in an untimed pass of 2,000 jobs for
+tickwork, huey and the raw loop, with automatic checkpoints off: the WAL frames (one page each,
+written with its header at every commit) that each enqueue and each drained
+job appends. Each b-tree a commit changes is at least one frame, so the
+count shows how many tables and indexes a job's commits touch.
 """
 
 from __future__ import annotations
@@ -83,7 +89,49 @@ class _NoWake:
 Phases = tuple[float, float]
 
 
-def tickwork_run(path: Path, count: int, setting: str) -> Phases:
+class FrameCount:
+    """WAL frames a run appends while enqueuing and while draining.
+
+    ``start`` turns automatic checkpoints off on the contender's connection
+    (so the WAL only grows) and notes its size; ``mark`` notes the size after
+    each phase. A run given no counter is timed as usual; a counted run is
+    not timed."""
+
+    def __init__(self) -> None:
+        self.page_size = 0
+        self.sizes: list[int] = []
+        self.path: Path | None = None
+
+    def start(self, connection: Any, path: Path) -> None:
+        connection.execute("PRAGMA wal_autocheckpoint = 0")
+        (self.page_size,), = connection.execute("PRAGMA page_size").fetchall()
+        self.path = path
+        self.mark()
+
+    def mark(self) -> None:
+        assert self.path is not None, "start() first"
+        wal = self.path.with_name(self.path.name + "-wal")
+        self.sizes.append(wal.stat().st_size if wal.exists() else 0)
+
+    def per_job(self, count: int) -> tuple[float, float]:
+        """(frames per enqueue, frames per drained job)."""
+        start, enqueued, drained = self.sizes
+        frame = self.page_size + 24  # a frame is its page and a 24-byte header
+        return (enqueued - start) / frame / count, (drained - enqueued) / frame / count
+
+
+def _start(frames: FrameCount | None, connection: Any, path: Path) -> None:
+    if frames is not None:
+        frames.start(connection, path)
+
+
+def _mark(frames: FrameCount | None) -> None:
+    if frames is not None:
+        frames.mark()
+
+
+def tickwork_run(path: Path, count: int, setting: str,
+                 frames: FrameCount | None = None) -> Phases:
     connection = sqlite3.connect(path, isolation_level=None)
     connection.execute("PRAGMA journal_mode = WAL")
     _set_synchronous(connection, setting)
@@ -96,12 +144,15 @@ def tickwork_run(path: Path, count: int, setting: str) -> Phases:
     runtime = OwnerRuntime(Sqlite3Database(connection), execute=execute,
                            is_alive=lambda job: False, wake=_NoWake())
     jobs = [Job(f"job-{n}", "q", "q", 0, {"n": n}) for n in range(count)]
+    _start(frames, connection, path)
     started = time.perf_counter()
     for job in jobs:
         runtime.ingest(job)
     enqueued = time.perf_counter()
+    _mark(frames)
     results = asyncio.run(runtime.drain())
     drained = time.perf_counter()
+    _mark(frames)
     _check_once(ran, count, "tickwork")
     if len(results) != count or any(result.outcome != "completed" for result in results):
         raise AssertionError("tickwork: not every job settled completed")
@@ -112,7 +163,7 @@ def tickwork_run(path: Path, count: int, setting: str) -> Phases:
     return enqueued - started, drained - enqueued
 
 
-def huey_run(path: Path, count: int, setting: str) -> Phases:
+def huey_run(path: Path, count: int, setting: str, frames: FrameCount | None = None) -> Phases:
     from huey import SqliteHuey
 
     huey = SqliteHuey("bench", filename=str(path), journal_mode="wal")
@@ -123,29 +174,35 @@ def huey_run(path: Path, count: int, setting: str) -> Phases:
     def noop(n: int) -> None:
         ran.append(n)
 
+    _start(frames, huey.storage.conn, path)
     started = time.perf_counter()
     for n in range(count):
         noop(n)
     enqueued = time.perf_counter()
+    _mark(frames)
     while (task := huey.dequeue()) is not None:
         huey.execute(task)
     drained = time.perf_counter()
+    _mark(frames)
     _check_once(ran, count, "huey")
     assert huey.pending_count() == 0
     huey.storage.close()
     return enqueued - started, drained - enqueued
 
 
-def persist_queue_run(path: Path, count: int, setting: str) -> Phases:
+def persist_queue_run(path: Path, count: int, setting: str,
+                      frames: FrameCount | None = None) -> Phases:
     from persistqueue import Empty, SQLiteAckQueue
 
     queue = SQLiteAckQueue(str(path))
     _set_synchronous(queue._conn, setting)
     ran: list[int] = []
+    _start(frames, queue._conn, path)
     started = time.perf_counter()
     for n in range(count):
         queue.put(n)
     enqueued = time.perf_counter()
+    _mark(frames)
     while True:
         try:
             item = queue.get(block=False)
@@ -156,13 +213,15 @@ def persist_queue_run(path: Path, count: int, setting: str) -> Phases:
     # Every acked row, deleted at once (no LIMIT, none kept).
     queue.clear_acked_data(max_delete=0, keep_latest=0)
     drained = time.perf_counter()
+    _mark(frames)
     _check_once(ran, count, "persist-queue")
     assert queue.acked_count() == 0 and queue.size == 0
     queue._conn.close()
     return enqueued - started, drained - enqueued
 
 
-def raw_table_run(path: Path, count: int, setting: str) -> Phases:
+def raw_table_run(path: Path, count: int, setting: str,
+                  frames: FrameCount | None = None) -> Phases:
     connection = sqlite3.connect(path, isolation_level=None)
     connection.execute("PRAGMA journal_mode = WAL")
     _set_synchronous(connection, setting)
@@ -177,10 +236,12 @@ def raw_table_run(path: Path, count: int, setting: str) -> Phases:
     settle = ("UPDATE tickwork_jobs SET state = 'settled', outcome = 'completed',"
               " settled_at = ? WHERE sequence = ? AND claim_token = ? AND state = 'running'")
     ran: list[int] = []
+    _start(frames, connection, path)
     started = time.perf_counter()
     for n in range(count):
         connection.execute(insert, (f"job-{n}", json.dumps({"n": n}), int(time.time() * 1000)))
     enqueued = time.perf_counter()
+    _mark(frames)
     held: tuple[int, str] | None = None
     for number in range(count + 1):
         now = int(time.time() * 1000)
@@ -195,6 +256,7 @@ def raw_table_run(path: Path, count: int, setting: str) -> Phases:
         ran.append(json.loads(payload)["n"])
         held = (sequence, str(number))
     drained = time.perf_counter()
+    _mark(frames)
     _check_once(ran, count, "raw SQL on tickwork's table")
     (settled,), = connection.execute(
         "SELECT count(*) FROM tickwork_jobs WHERE outcome = 'completed'").fetchall()
@@ -203,7 +265,7 @@ def raw_table_run(path: Path, count: int, setting: str) -> Phases:
     return enqueued - started, drained - enqueued
 
 
-CONTENDERS: dict[str, Callable[[Path, int, str], Phases]] = {
+CONTENDERS: dict[str, Callable[[Path, int, str, FrameCount | None], Phases]] = {
     "tickwork": tickwork_run,
     "huey SqliteHuey": huey_run,
     "persist-queue SQLiteAckQueue": persist_queue_run,
@@ -220,7 +282,7 @@ def collect(*, quick: bool) -> Figures:
     with tempfile.TemporaryDirectory() as directory:
         for setting in SYNCHRONOUS:
             runs = {name: run(Path(directory) / f"{name.split()[0]}-{setting}.sqlite3",
-                              count, setting) for name, run in CONTENDERS.items()}
+                              count, setting, None) for name, run in CONTENDERS.items()}
             rates = {name: count / sum(phases) for name, phases in runs.items()}
             measure = f"enqueue + drain, {count:,} jobs, WAL, synchronous {setting}"
             rows.append(Row(SECTION, measure, rates["tickwork"], "jobs/s", "huey SqliteHuey",
@@ -242,7 +304,27 @@ def collect(*, quick: bool) -> Figures:
                 rows.append(Row(SECTION, f"{what} alone, WAL, synchronous {setting}",
                                 count / runs["tickwork"][phase], "jobs/s",
                                 f"{raw}, the same phase", count / runs[raw][phase]))
+        rows.extend(frame_rows(Path(directory), 500 if quick else 2_000))
     return figures
+
+
+def frame_rows(directory: Path, count: int) -> list[Row]:
+    """WAL frames per enqueue and per drained job, tickwork and the raw loop beside huey
+    (an untimed pass at NORMAL: the frames a commit writes do not depend on
+    the synchronous setting)."""
+    counted: dict[str, tuple[float, float]] = {}
+    for name in ("tickwork", "huey SqliteHuey", "raw SQL on tickwork's table"):
+        run, frames = CONTENDERS[name], FrameCount()
+        run(directory / f"{name.split()[0]}-frames.sqlite3", count, "NORMAL", frames)
+        counted[name] = frames.per_job(count)
+    huey = counted["huey SqliteHuey"]
+    rows = []
+    for name in ("tickwork", "raw SQL on tickwork's table"):
+        who = "tickwork" if name == "tickwork" else f"{name}:"
+        for phase, what in enumerate(("enqueue", "drained job")):
+            rows.append(Row(SECTION, f"{who} WAL frames per {what}", counted[name][phase],
+                            "frames", "huey SqliteHuey", huey[phase], lower_is_better=True))
+    return rows
 
 
 def main() -> None:

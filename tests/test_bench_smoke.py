@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -37,8 +38,33 @@ def test_owner_local_benchmark_runs_and_prints_every_figure() -> None:
 def test_embedded_peers_benchmark_runs_checks_every_job_and_prints_every_row() -> None:
     stdout = quick_run("bench.embedded_peers")
     for label in ("synchronous NORMAL", "synchronous FULL", "huey SqliteHuey",
-                  "persist-queue SQLiteAckQueue", "enqueue + drain", "ratio"):
+                  "persist-queue SQLiteAckQueue", "enqueue + drain", "ratio",
+                  "tickwork WAL frames per enqueue", "tickwork WAL frames per drained job",
+                  "raw SQL on tickwork's table: WAL frames per drained job"):
         assert label in stdout, label
+
+
+@pytest.mark.parametrize("indexes", [0, 1, 2])
+def test_a_wal_frame_count_sees_each_b_tree_a_commit_changes(tmp_path: Path,
+                                                             indexes: int) -> None:
+    # A lone-row insert changes one leaf of the table and one of each index:
+    # that many frames per commit, and none while nothing is written.
+    from bench.embedded_peers import FrameCount
+
+    path = tmp_path / "frames.sqlite3"
+    connection = sqlite3.connect(path, isolation_level=None)
+    connection.execute("PRAGMA journal_mode = WAL")
+    connection.execute("CREATE TABLE t (a INTEGER PRIMARY KEY, b INTEGER, c INTEGER)")
+    for column in "bc"[:indexes]:
+        connection.execute(f"CREATE INDEX t_{column} ON t ({column})")
+    frames = FrameCount()
+    frames.start(connection, path)
+    for n in range(50):
+        connection.execute("INSERT INTO t (b, c) VALUES (?, ?)", (n, -n))
+    frames.mark()
+    connection.execute("SELECT count(*) FROM t").fetchall()
+    frames.mark()
+    assert frames.per_job(50) == (1 + indexes, 0)
 
 
 def test_serve_http_benchmark_runs_verifies_and_prints_every_figure() -> None:
