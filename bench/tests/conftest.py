@@ -1,6 +1,6 @@
 """Fixtures for the benchmarks' own checks: a real PostgreSQL server.
 
-    .venv/bin/pip install -e '.[bench]' && .venv/bin/python -m pytest bench/tests
+    Part of the suite (testpaths); alone: .venv/bin/python -m pytest bench/tests
 """
 
 from tests.support.pg.fixtures import (  # noqa: F401  (pytest finds fixtures by name)
