@@ -239,6 +239,37 @@ async def test_claims_use_indexes_at_many_settled_rows(pool: Pool) -> None:
     assert (recovered.job_id, recovered.outcome) == ("running", "interrupted")
     assert (ran.job_id, ran.outcome) == ("fresh", "completed")
 
+
+async def test_the_group_commit_reads_indexes_whatever_the_costs_say(pool: Pool) -> None:
+    """The function runs generic plans (0011), planned without its arguments:
+    the walk's LIMIT scan_limit is then guessed at a tenth of the runnable
+    rows, and with a large enough backlog a plan that reads the whole table
+    and sorts it was seen to win. Sequential and bitmap scans are off in the
+    function, so even when the session's costs make index reads look
+    ruinous every statement stays on its index."""
+    async with pool.connection() as conn:
+        await conn.execute("""
+            INSERT INTO tickwork_jobs (job_id, queue, lane, priority, payload_json, state,
+                                       enqueued_at)
+            SELECT 'j' || n, 'q' || n, 'lane', n % 7, '{}', 'queued', n
+            FROM generate_series(1, 20000) AS n""")
+        await conn.execute("ANALYZE tickwork_jobs")
+    from tickwork.stores.sql import postgres as sql
+
+    async with pool.connection() as conn:
+        await conn.execute("SET random_page_cost = 1000")
+        await conn.execute("SET cpu_index_tuple_cost = 10")
+        plans = await plans_of(conn, sql.SETTLE_THEN_CLAIM, {
+            "sequences": [], "settle_tokens": [], "outcomes": [], "reasons": [],
+            "errors": [], "claim_tokens": [f"t{n}" for n in range(10)], "lease_ms": 1000,
+            "scan": 336, "now": None})
+    text = "\n".join(plans)
+    assert "Index Scan using tickwork_jobs_runnable" in text, text
+    assert "Seq Scan on tickwork_jobs" not in text and "Bitmap" not in text, text
+    drained = await _runtime(pool).drain(max_ticks=20)
+    assert [result.outcome for result in drained] == ["completed"] * 20
+
+
 async def test_every_page_of_list_jobs_is_an_index_range_at_200000_rows(pool: Pool) -> None:
     """Each listing reads its rows through an index bounded by its queue or
     lane (no table scan) with 200,000 settled, queued and running jobs in
@@ -465,11 +496,12 @@ async def test_a_database_without_0004_is_refused_then_upgraded_with_its_rows(
                 before = await (await conn.execute(
                     "SELECT * FROM tickwork_jobs ORDER BY sequence")).fetchall()
             runtime = _runtime(pool)
-            with pytest.raises(SchemaError, match=r"version 3, this package needs 10: apply "
+            with pytest.raises(SchemaError, match=r"version 3, this package needs 11: apply "
                                                   r"0004_due_times\.sql, 0005_paused_queues"
                                                   r"\.sql, 0006_retries\.sql, 0007_schedules"
                                                   r"\.sql, 0008_error_summaries\.sql, "
-                                                  r"0009_browse\.sql, 0010_queue_claims\.sql"
+                                                  r"0009_browse\.sql, 0010_queue_claims\.sql, "
+                                                  r"0011_generic_claim_plans\.sql"
                                                   r" from schema/postgres"):
                 await runtime.ingest(job("a"))
             assert await _count(pool) == 2

@@ -17,8 +17,8 @@ MIGRATIONS = ("0001_tickwork_jobs.sql", "0002_job_locks.sql", "0003_settled_by_q
               "0007_schedules.sql", "0008_error_summaries.sql", "0009_browse.sql")
 
 #: The migrations of schema/postgres, in order: D1's, then claims locked per
-#: queue instead of behind one lock.
-POSTGRES_MIGRATIONS = (*MIGRATIONS, "0010_queue_claims.sql")
+#: queue instead of behind one lock, then the group commit's generic plans.
+POSTGRES_MIGRATIONS = (*MIGRATIONS, "0010_queue_claims.sql", "0011_generic_claim_plans.sql")
 
 #: The schema_version a D1 database has once every migration above has run.
 SCHEMA_VERSION = len(MIGRATIONS)

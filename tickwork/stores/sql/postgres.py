@@ -200,6 +200,8 @@ SELECT {_PENDING},
 # Rows: settled pairs (settled_token set) and claimed jobs (claim_index set).
 # %(scan)s bounds how many runnable entries the claim walks looking for free
 # queue heads it can lock (queues other claimers hold are passed over).
+# The function's statements run generic plans (0011_generic_claim_plans.sql):
+# not re-planned for each call's arguments.
 SETTLE_THEN_CLAIM_COLUMNS: Final = Columns(*NAMES, "claim_index", "settled_token")
 SETTLE_THEN_CLAIM = f"""
 SELECT {JOB_SELECT}, claim_index, settled_token
