@@ -681,7 +681,9 @@ class _LocalRuntime:
         token = self._new_token()
         partition = ticker.partition
         now = self._clock()
-        self._promote_due(now)
+        next_due = self._next_due
+        if next_due is not None and next_due <= now:  # _promote_due's own test, inlined
+            self._promote_due(now)
         # One statement claims when no suspect and no cancelled job of the
         # partition needs the tick first.
         if self._project is None:

@@ -17,7 +17,7 @@ from tickwork.model.errors import IngestConflict
 from tickwork.model.jobs import JobRecord, ValidJob, cargo_differences
 from tickwork.model.schedules import StoredSchedule, ValidSchedule
 from tickwork.ports.database import Row, SyncDatabase
-from tickwork.stores.rows import CARGO, CLAIM, JOB, Columns, schedule_row
+from tickwork.stores.rows import CARGO, CLAIM, JOB, Columns, decode_job, schedule_row
 from tickwork.stores.sql import sqlite as sql
 
 
@@ -153,13 +153,14 @@ class OwnerLocalStore:
         self._count: Callable[[str, Sequence[Any]], int] | None = (
             counting if callable(counting) else None)
 
+    # The statements these two run return JOB rows (job columns first).
     def _read_one(self, statement: sql.Statement, params: Sequence[Any]) -> JobRecord | None:
         rows = self.database.query(statement.text, params)
-        return JOB.job(rows[0]) if rows else None
+        return decode_job(rows[0]) if rows else None
 
     def _write_one(self, statement: sql.Statement, params: Sequence[Any]) -> JobRecord | None:
         rows = self.database.mutate(statement.text, params)
-        return JOB.job(rows[0]) if rows else None
+        return decode_job(rows[0]) if rows else None
 
     def _excluding(self, statement: sql.Statement, count: int) -> str:
         """The statement's text with its {exclude} filled for ``count`` claim
