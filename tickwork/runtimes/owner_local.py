@@ -882,8 +882,11 @@ class _LocalRuntime:
 
     def _wake_at_once(self, request: Wake) -> None:
         """Wake, for a host whose ``recompute`` is a plain function: called
-        directly, as ``_wake_soon`` does (an awaitable it returns runs as a task)."""
-        self._wake_soon()
+        directly, as ``_wake_soon`` does (an awaitable it returns runs as a
+        task); its body, inlined (every tick asks it)."""
+        result = self._wake.recompute()
+        if result is not None and inspect.isawaitable(result):
+            self._spawn(result)
 
     # ---------------------------------------------------------------- helpers
 
