@@ -17,13 +17,11 @@ import json
 import json.scanner
 from collections.abc import Callable, Sequence
 from operator import itemgetter
-from typing import Any, Final, cast
+from typing import Any, Final
 
 from tickwork.model.failures import summary_from_json
 from tickwork.model.jobs import (
     JobRecord,
-    JobState,
-    Outcome,
     Recovery,
     ValidJob,
     history_from_json,
@@ -76,7 +74,9 @@ def _job(values: Sequence[Any]) -> JobRecord:
     return JobRecord(
         values[0], values[1], values[2], values[3], _decode_json(values[4]),
         None if max_recoveries is None else Recovery(max_recoveries),
-        cast(JobState, values[6]), cast("Outcome | None", values[7]),
+        # state and outcome as stored (the table's CHECKs hold them to
+        # JobState and Outcome; no typing.cast call per decoded row).
+        values[6], values[7],
         values[8], values[9], values[10], values[11], values[12], values[13], values[14],
         values[15], values[16], values[17],
         None if retry_json is None else retry_from_json(retry_json), values[19],
