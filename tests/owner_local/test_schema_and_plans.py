@@ -186,7 +186,10 @@ def test_ingest_claim_and_settle_build_no_temporary_b_tree(harness: Harness) -> 
 
     hot = [store._INSERT_JOB_AT_ONCE, store._INSERT_JOB, store._SETTLE_CLAIM,
            store._SETTLE_CLAIM_RECORD, store._SETTLE_CANCELLED_CLAIM, store._REQUEUE_CLAIM,
-           store._RETRY_CLAIM, store.EVERY_JOB.claim_next]
+           store._RETRY_CLAIM, store.EVERY_JOB.claim_next, store._SETTLE_CLAIM_COUNTED,
+           store._SETTLE_CANCELLED_CLAIM_COUNTED, store._CLAIMED_BY_TOKEN]
+    assert store.EVERY_JOB.claim_next_if_clear_counted is not None
+    hot.append(store.EVERY_JOB.claim_next_if_clear_counted)
     for statement in hot:
         text = statement.text.replace("{exclude}", "")
         program = harness.host_query("EXPLAIN " + text, (None,) * len(statement.params))
@@ -245,3 +248,49 @@ def test_every_page_of_list_jobs_is_an_index_range_at_200000_rows(harness: Harne
     assert [r.job_id for r in running.jobs] == [
         f"old-{n}" for n in newest if n % 50 == 7 and state(n) == "running"][:50]
     assert running.jobs, "the rows hold running jobs of lane7"
+
+
+async def test_a_tick_on_sqlite3_runs_no_returning_and_a_database_without_counts_still_ticks(
+        ) -> None:
+    """Sqlite3Database counts the rows a write changed, so the hot claim and
+    settlement run without RETURNING (the claim reads its row by token); a
+    SyncDatabase without ``mutate_count`` gets the RETURNING statements, with
+    the same results."""
+    import sqlite3
+
+    from tickwork import Completed, OwnerRuntime
+    from tickwork.stores import Sqlite3Database
+
+    class NoWake:
+        def recompute(self) -> None:
+            pass
+
+    class Plain:
+        """A SyncDatabase with no mutate_count."""
+
+        def __init__(self, inner: Sqlite3Database) -> None:
+            self.query, self.execute = inner.query, inner.execute
+            self.mutate, self.atomic = inner.mutate, inner.atomic
+
+    async def done(job: object, signal: object) -> Completed:
+        return Completed()
+
+    for wrap in (lambda database: database, Plain):
+        connection = sqlite3.connect(":memory:", isolation_level=None)
+        runtime = OwnerRuntime(wrap(Sqlite3Database(connection)), execute=done,
+                               is_alive=lambda job: False, wake=NoWake())
+        runtime.ingest_many([job("a"), job("b", queue="other")])
+        statements: list[str] = []
+        connection.set_trace_callback(statements.append)
+        results = [await runtime.tick(), await runtime.tick()]
+        connection.set_trace_callback(None)
+        assert [(result.status, result.job_id) for result in results] == [
+            ("settled", "a"), ("settled", "b")]
+        assert (await runtime.tick()).status == "idle"
+        record = runtime.read("a")
+        assert record is not None and record.state == "settled"
+        assert record.outcome == "completed"
+        returning = [text for text in statements if "RETURNING" in text]
+        # Per tick: a claim and a settlement (plus, counted, the claim's read).
+        assert len(statements) == (4 if wrap is Plain else 6), statements
+        assert len(returning) == (4 if wrap is Plain else 0), statements
