@@ -68,10 +68,15 @@ def select_list(columns: Sequence[str], alias: str) -> str:
     return ", ".join(f"{alias}.{name}" for name in columns)
 
 
+#: What JobRecord(...) runs (a NamedTuple has no __new__ of its own to
+#: skip), called directly: every claim builds a record.
+_record = tuple.__new__
+
+
 def _job(values: Sequence[Any]) -> JobRecord:
     """A JobRecord from the job columns' values, in ``JOB_COLUMNS`` order."""
     max_recoveries, retry_json, history_json = values[5], values[18], values[20]
-    return JobRecord(
+    return _record(JobRecord, (
         values[0], values[1], values[2], values[3], _decode_json(values[4]),
         None if max_recoveries is None else Recovery(max_recoveries),
         # state and outcome as stored (the table's CHECKs hold them to
@@ -82,7 +87,7 @@ def _job(values: Sequence[Any]) -> JobRecord:
         None if retry_json is None else retry_from_json(retry_json), values[19],
         () if history_json is None else history_from_json(history_json),
         None if values[21] is None else summary_from_json(values[21]),
-    )
+    ))
 
 
 class Columns:

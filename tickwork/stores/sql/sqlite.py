@@ -419,9 +419,9 @@ def counted(template: Template) -> Template:
     over a database that says how many rows a write changed
     (``Sqlite3Database.mutate_count``). SQLite runs RETURNING as a trigger
     program that buffers the rows in an ephemeral table and reads them back:
-    on a tick's claim and settlement that is a quarter of the statement's
-    cost, which the count avoids (the claim then reads its row by its token,
-    CLAIMED_BY_TOKEN)."""
+    on ``:memory:`` (callgrind) it cost a settlement about 28,000
+    instructions, and the claim 15,000 more than reading its row back by
+    its token afterwards does (CLAIMED_BY_TOKEN)."""
     head, returning, _ = template.text.rpartition("RETURNING ")
     if not returning:
         raise ValueError(f"{template.name} has no RETURNING clause")
