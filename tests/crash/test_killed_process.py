@@ -242,11 +242,19 @@ class FailingOwner(Sqlite3Database):
 
     fail_next_write = False
 
-    def mutate(self, sql: str, params: Any = ()) -> Any:
+    def _fail_if_asked(self) -> None:
         if self.fail_next_write:
             self.fail_next_write = False
             raise sqlite3.OperationalError("disk I/O error (injected)")
+
+    def mutate(self, sql: str, params: Any = ()) -> Any:
+        self._fail_if_asked()
         return super().mutate(sql, params)
+
+    def mutate_count(self, sql: str, params: Any = ()) -> int:
+        # The hot claim and settlement write through this one (no RETURNING).
+        self._fail_if_asked()
+        return super().mutate_count(sql, params)
 
 
 async def test_store_failure_while_settling_leaves_a_recoverable_claim(tmp_path: Path) -> None:

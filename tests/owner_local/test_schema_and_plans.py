@@ -186,7 +186,10 @@ def test_ingest_claim_and_settle_build_no_temporary_b_tree(harness: Harness) -> 
 
     hot = [store._INSERT_JOB_AT_ONCE, store._INSERT_JOB, store._SETTLE_CLAIM,
            store._SETTLE_CLAIM_RECORD, store._SETTLE_CANCELLED_CLAIM, store._REQUEUE_CLAIM,
-           store._RETRY_CLAIM, store.EVERY_JOB.claim_next]
+           store._RETRY_CLAIM, store.EVERY_JOB.claim_next, store._SETTLE_CLAIM_COUNTED,
+           store._SETTLE_CANCELLED_CLAIM_COUNTED, store._CLAIMED_BY_TOKEN]
+    assert store.EVERY_JOB.claim_next_if_clear_counted is not None
+    hot.append(store.EVERY_JOB.claim_next_if_clear_counted)
     for statement in hot:
         text = statement.text.replace("{exclude}", "")
         program = harness.host_query("EXPLAIN " + text, (None,) * len(statement.params))
@@ -245,3 +248,4 @@ def test_every_page_of_list_jobs_is_an_index_range_at_200000_rows(harness: Harne
     assert [r.job_id for r in running.jobs] == [
         f"old-{n}" for n in newest if n % 50 == 7 and state(n) == "running"][:50]
     assert running.jobs, "the rows hold running jobs of lane7"
+

@@ -77,16 +77,23 @@ class Settlement:
         return None if self.error is None else self.error.line
 
 
+#: The settlements of the outcomes that carry nothing (a Settlement is
+#: immutable, so one of each serves every job: built once, not per tick).
+_COMPLETED = Settlement("completed")
+_CANCELLED = Settlement("cancelled")
+_OUTCOME_UNKNOWN = Settlement("outcome_unknown")
+
+
 def settlement_for_result(result: object) -> Settlement:
     """Map what an executor returned to the outcome to record."""
     if isinstance(result, Completed):
-        return Settlement("completed")
+        return _COMPLETED
     if isinstance(result, Failed):
         return Settlement("failed", result.reason, result.retry_after_ms)
     if isinstance(result, Cancelled):
-        return Settlement("cancelled")
+        return _CANCELLED
     if isinstance(result, OutcomeUnknown):
-        return Settlement("outcome_unknown")
+        return _OUTCOME_UNKNOWN
     # Anything else is an executor bug; recording "completed" would be a lie.
     return Settlement("failed", INVALID_OUTCOME, error=invalid_outcome_error(result))
 

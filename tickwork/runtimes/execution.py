@@ -18,6 +18,7 @@ import asyncio
 import inspect
 import logging
 from collections.abc import Callable
+from types import CoroutineType
 from typing import Any, TypeVar
 
 from tickwork import lifecycle
@@ -36,7 +37,8 @@ async def run_executor(
     interruption to re-raise once that settlement is written (or None)."""
     try:
         result: Any = execute(job, signal)
-        if inspect.isawaitable(result):
+        # A coroutine (the common executor) without isawaitable's call.
+        if type(result) is CoroutineType or inspect.isawaitable(result):
             result = await result
         return lifecycle.settlement_for_result(result), None
     except asyncio.CancelledError as error:

@@ -17,7 +17,7 @@ from tickwork.model.errors import IngestConflict
 from tickwork.model.jobs import JobRecord, ValidJob, cargo_differences
 from tickwork.model.schedules import StoredSchedule, ValidSchedule
 from tickwork.ports.database import Row, SyncDatabase
-from tickwork.stores.rows import CARGO, CLAIM, JOB, Columns, schedule_row
+from tickwork.stores.rows import CARGO, CLAIM, JOB, Columns, decode_job, schedule_row
 from tickwork.stores.sql import sqlite as sql
 
 
@@ -42,6 +42,9 @@ _SETTLE_CLAIM = _render(sql.SETTLE_CLAIM, *_SETTLE)
 _SETTLE_CANCELLED_CLAIM = _render(sql.SETTLE_CANCELLED_CLAIM, *_SETTLE)
 _SETTLE_CLAIM_RECORD = _render(sql.SETTLE_CLAIM_RECORD, *_SETTLE)
 _SETTLE_CANCELLED_CLAIM_RECORD = _render(sql.SETTLE_CANCELLED_CLAIM_RECORD, *_SETTLE)
+_SETTLE_CLAIM_COUNTED = _render(sql.SETTLE_CLAIM_COUNTED, *_SETTLE)
+_SETTLE_CANCELLED_CLAIM_COUNTED = _render(sql.SETTLE_CANCELLED_CLAIM_COUNTED, *_SETTLE)
+_CLAIMED_BY_TOKEN = _render(sql.CLAIMED_BY_TOKEN, "token")
 _SETTLE_RECOVERED_CLAIM = _render(sql.SETTLE_RECOVERED_CLAIM, *_SETTLE)
 _REQUEUE_CLAIM = _render(sql.REQUEUE_CLAIM, "sequence", "token")
 _RELEASE_CLAIM = _render(sql.RELEASE_CLAIM, "sequence", "token")
@@ -91,7 +94,11 @@ class Partition:
     ``bind`` goes in front of every statement's own values: nothing for
     ``EVERY_JOB`` (the plain statements), the concurrent lane for the
     partitioned ones. The claim-if-clear and probe texts still hold
-    ``{exclude}`` (see ``OwnerLocalStore``).
+    ``{exclude}`` (see ``OwnerLocalStore``). ``claim_next_if_clear_counted``
+    is claim-if-clear without RETURNING, for a database that counts the rows
+    a write changed; only ``EVERY_JOB`` has it (after its claim the running
+    index holds only this runtime's claims, so the claim's row is found by
+    its token in a few steps; a partition's may hold the other partition's).
     """
 
     name: str
@@ -100,6 +107,7 @@ class Partition:
     claim_next_if_clear: sql.Statement
     tick_probe: sql.Statement
     settle_next_cancelled: sql.Statement
+    claim_next_if_clear_counted: sql.Statement | None = None
 
 
 #: A runtime without a concurrent lane: one ticker, every job.
@@ -107,7 +115,8 @@ EVERY_JOB = Partition(
     "every job", (), _render(sql.CLAIM, "token", "now"),
     _render(sql.CLAIM_IF_CLEAR, "token", "now"),
     _render(sql.TICK_PROBE, "after_started", "after_sequence"),
-    _render(sql.SETTLE_NEXT_CANCELLED, "now"))
+    _render(sql.SETTLE_NEXT_CANCELLED, "now"),
+    _render(sql.CLAIM_IF_CLEAR_COUNTED, "token", "now"))
 
 _OUTSIDE_LANE = (
     _render(sql.CLAIM_OUTSIDE_LANE, "lane", "token", "now"),
@@ -137,14 +146,21 @@ class OwnerLocalStore:
     def __init__(self, database: SyncDatabase) -> None:
         self.database = database
         self._texts: dict[tuple[str, int], str] = {}
+        # How many rows a write changed, if the database says so (see
+        # ``Sqlite3Database.mutate_count``): then the hot claim and
+        # settlements run without RETURNING.
+        counting = getattr(database, "mutate_count", None)
+        self._count: Callable[[str, Sequence[Any]], int] | None = (
+            counting if callable(counting) else None)
 
+    # The statements these two run return JOB rows (job columns first).
     def _read_one(self, statement: sql.Statement, params: Sequence[Any]) -> JobRecord | None:
         rows = self.database.query(statement.text, params)
-        return JOB.job(rows[0]) if rows else None
+        return decode_job(rows[0]) if rows else None
 
     def _write_one(self, statement: sql.Statement, params: Sequence[Any]) -> JobRecord | None:
         rows = self.database.mutate(statement.text, params)
-        return JOB.job(rows[0]) if rows else None
+        return decode_job(rows[0]) if rows else None
 
     def _excluding(self, statement: sql.Statement, count: int) -> str:
         """The statement's text with its {exclude} filled for ``count`` claim
@@ -289,6 +305,15 @@ class OwnerLocalStore:
         self, partition: Partition, token: str, now: int, exclude_tokens: Sequence[str]
     ) -> JobRecord | None:
         """Claim like claim_next, but only when probe() would report nothing."""
+        counted = partition.claim_next_if_clear_counted
+        count = self._count
+        if counted is not None and count is not None:
+            text = self._excluding(counted, len(exclude_tokens))
+            if not count(text, (*partition.bind, token, now, *exclude_tokens)):
+                return None
+            # Found unless another writer moved it in between (the owner-local
+            # contract rules that out; the claim would then be a suspect).
+            return self._read_one(_CLAIMED_BY_TOKEN, (token,))
         text = self._excluding(partition.claim_next_if_clear, len(exclude_tokens))
         rows = self.database.mutate(text, (*partition.bind, token, now, *exclude_tokens))
         return JOB.job(rows[0]) if rows else None
@@ -313,9 +338,13 @@ class OwnerLocalStore:
     ) -> bool:
         """Settle the claim; False when it is no longer the job's current claim,
         or its cancellation is not (``cancelled=False``: is) recorded."""
-        statement = _SETTLE_CANCELLED_CLAIM if cancelled else _SETTLE_CLAIM
         params = (settlement.outcome, settlement.failure_reason, settlement.error_json, now,
                   sequence, token)
+        count = self._count
+        if count is not None:
+            counted = _SETTLE_CANCELLED_CLAIM_COUNTED if cancelled else _SETTLE_CLAIM_COUNTED
+            return count(counted.text, params) > 0
+        statement = _SETTLE_CANCELLED_CLAIM if cancelled else _SETTLE_CLAIM
         return bool(self.database.mutate(statement.text, params))
 
     def settle_claim_record(

@@ -80,6 +80,27 @@ class Sqlite3Database:
             raise
         return rows
 
+    def mutate_count(self, sql: str, params: Sequence[SqlValue] = ()) -> int:
+        """``mutate`` for a write without RETURNING: how many rows it changed.
+
+        Not part of ``SyncDatabase``: the owner-local store uses it when the
+        database has it, for its hot statements (see
+        ``tickwork.stores.sql.sqlite.counted``)."""
+        if self._stuck is not None:
+            self._leave_stuck_transaction()
+        connection = self.connection
+        if connection.isolation_level is None or connection.in_transaction \
+                or _autocommits(connection):
+            count: int = connection.execute(sql, params).rowcount
+            return count
+        try:
+            count = connection.execute(sql, params).rowcount
+            connection.commit()
+        except BaseException as error:
+            self._roll_back(error, lambda: connection.rollback())
+            raise
+        return count
+
     def atomic(self, fn: Callable[[], T]) -> T:
         if self._stuck is not None:
             self._leave_stuck_transaction()
