@@ -10,6 +10,7 @@ import sqlite3
 
 from tests.support import job
 from tickwork import Completed, OwnerRuntime
+from tickwork.ports.database import CountingDatabase
 from tickwork.stores import Sqlite3Database
 
 
@@ -35,7 +36,9 @@ async def test_a_tick_on_sqlite3_runs_no_returning_and_a_database_without_counts
 
     for wrap in (lambda database: database, Plain):
         connection = sqlite3.connect(":memory:", isolation_level=None)
-        runtime = OwnerRuntime(wrap(Sqlite3Database(connection)), execute=done,
+        database = wrap(Sqlite3Database(connection))
+        assert isinstance(database, CountingDatabase) is (wrap is not Plain)
+        runtime = OwnerRuntime(database, execute=done,
                                is_alive=lambda job: False, wake=NoWake())
         runtime.ingest_many([job("a"), job("b", queue="other")])
         statements: list[str] = []

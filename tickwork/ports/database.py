@@ -7,7 +7,7 @@ lifecycle decisions; those live in ``tickwork.lifecycle`` and the runtime.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, TypeAlias, TypeVar
+from typing import Any, Protocol, TypeAlias, TypeVar, runtime_checkable
 
 #: Values tickwork binds: TEXT, INTEGER (within +-(2**53 - 1)), REAL, BLOB, NULL.
 SqlValue: TypeAlias = str | int | float | bytes | None
@@ -44,4 +44,21 @@ class SyncDatabase(Protocol):
         Nests: inside a transaction the host (or an outer ``atomic``) opened,
         it rolls back only ``fn``'s writes when ``fn`` raises, and re-raises.
         """
+        ...
+
+
+@runtime_checkable
+class CountingDatabase(SyncDatabase, Protocol):
+    """A SyncDatabase that can also say how many rows a write changed.
+
+    Optional: the owner-local store runs its hot claim and settlements
+    without RETURNING on a database that has it (SQLite runs RETURNING as a
+    trigger program buffering its rows, about a quarter of those statements'
+    cost), and with RETURNING on any other (the Durable Object's storage).
+    """
+
+    def mutate_count(self, sql: str, params: Sequence[SqlValue] = ()) -> int:
+        """Run one write statement without RETURNING, like ``mutate`` (it
+        commits on its own outside a transaction), and return how many rows
+        it changed."""
         ...

@@ -16,7 +16,7 @@ from tickwork.lifecycle.requests import JobListing
 from tickwork.model.errors import IngestConflict
 from tickwork.model.jobs import JobRecord, ValidJob, cargo_differences
 from tickwork.model.schedules import StoredSchedule, ValidSchedule
-from tickwork.ports.database import Row, SyncDatabase
+from tickwork.ports.database import CountingDatabase, Row, SyncDatabase
 from tickwork.stores.rows import CARGO, CLAIM, JOB, Columns, decode_job, schedule_row
 from tickwork.stores.sql import sqlite as sql
 
@@ -146,12 +146,11 @@ class OwnerLocalStore:
     def __init__(self, database: SyncDatabase) -> None:
         self.database = database
         self._texts: dict[tuple[str, int], str] = {}
-        # How many rows a write changed, if the database says so (see
-        # ``Sqlite3Database.mutate_count``): then the hot claim and
+        # How many rows a write changed, if the database says so (a
+        # CountingDatabase, such as Sqlite3Database): then the hot claim and
         # settlements run without RETURNING.
-        counting = getattr(database, "mutate_count", None)
         self._count: Callable[[str, Sequence[Any]], int] | None = (
-            counting if callable(counting) else None)
+            database.mutate_count if isinstance(database, CountingDatabase) else None)
 
     # The statements these two run return JOB rows (job columns first).
     def _read_one(self, statement: sql.Statement, params: Sequence[Any]) -> JobRecord | None:

@@ -83,9 +83,8 @@ class Sqlite3Database:
     def mutate_count(self, sql: str, params: Sequence[SqlValue] = ()) -> int:
         """``mutate`` for a write without RETURNING: how many rows it changed.
 
-        Not part of ``SyncDatabase``: the owner-local store uses it when the
-        database has it, for its hot statements (see
-        ``tickwork.stores.sql.sqlite.counted``)."""
+        What makes this a ``CountingDatabase``: the owner-local store runs
+        its hot statements through it (see ``tickwork.stores.sql.sqlite.counted``)."""
         if self._stuck is not None:
             self._leave_stuck_transaction()
         connection = self.connection
