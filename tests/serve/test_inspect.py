@@ -90,13 +90,21 @@ def test_empty_scope(server: Serve, capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_watch_prints_again_until_interrupted(server: Serve) -> None:
     server.client().enqueue("watched", job("w"))
+    # -X faulthandler: if Ctrl-C does not stop it, SIGABRT makes it print
+    # every thread's stack, so a failure says where it was stuck (seen once
+    # in CI, not reproduced: still running 10 s after SIGINT).
     process = subprocess.Popen(
-        [sys.executable, "-m", "tickwork", "inspect", "--url", server.url, "--token", TOKEN,
-         "--owner", "watched", "--watch", "0.1"],
+        [sys.executable, "-X", "faulthandler", "-m", "tickwork", "inspect", "--url",
+         server.url, "--token", TOKEN, "--owner", "watched", "--watch", "0.1"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(1.0)
     process.send_signal(signal.SIGINT)
-    out, err = process.communicate(timeout=10)
+    try:
+        out, err = process.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGABRT)
+        out, err = process.communicate(timeout=10)
+        pytest.fail(f"still running 20 s after Ctrl-C; its threads:\n{err}")
     assert process.returncode == 0, err
     assert out.count("owner 'watched'") >= 2
     assert "every 0.1 s" in out
