@@ -7,12 +7,19 @@ only calls methods of the connection the host hands in.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from operator import attrgetter, methodcaller
 from typing import Any, TypeVar
 
 from tickwork.model.errors import DatabaseUnusable, TickworkError
 from tickwork.ports.database import Row, SqlValue
 
 T = TypeVar("T")
+
+
+#: What a write reads from its cursor: its rows (RETURNING), or how many
+#: rows it changed (C callables: no Python frame per statement).
+_ROWS: Callable[[Any], list[Row]] = methodcaller("fetchall")
+_ROW_COUNT: Callable[[Any], int] = attrgetter("rowcount")
 
 
 class Sqlite3Database:
@@ -61,23 +68,7 @@ class Sqlite3Database:
         self.connection.execute(sql, params).fetchall()
 
     def mutate(self, sql: str, params: Sequence[SqlValue] = ()) -> list[Row]:
-        if self._stuck is not None:
-            self._leave_stuck_transaction()
-        connection = self.connection
-        if connection.isolation_level is None or connection.in_transaction \
-                or _autocommits(connection):
-            # Autocommits by itself, or joins the host's open transaction.
-            rows: list[Row] = connection.execute(sql, params).fetchall()
-            return rows
-        # Legacy transaction control opens a transaction implicitly before a
-        # write; end it here, so the statement is durable when we return, or
-        # rolled back if the statement or its commit failed.
-        try:
-            rows = self.query(sql, params)
-            connection.commit()
-        except BaseException as error:
-            self._roll_back(error, lambda: connection.rollback())
-            raise
+        rows: list[Row] = self._write(_ROWS, sql, params)
         return rows
 
     def mutate_count(self, sql: str, params: Sequence[SqlValue] = ()) -> int:
@@ -85,20 +76,30 @@ class Sqlite3Database:
 
         What makes this a ``CountingDatabase``: the owner-local store runs
         its hot statements through it (see ``tickwork.stores.sql.sqlite.counted``)."""
+        count: int = self._write(_ROW_COUNT, sql, params)
+        return count
+
+    def _write(self, read: Callable[[Any], T], sql: str,
+               params: Sequence[SqlValue]) -> T:
+        """Run one write and ``read`` its cursor (its rows, or its row count),
+        committed when we return."""
         if self._stuck is not None:
             self._leave_stuck_transaction()
         connection = self.connection
         if connection.isolation_level is None or connection.in_transaction \
                 or _autocommits(connection):
-            count: int = connection.execute(sql, params).rowcount
-            return count
+            # Autocommits by itself, or joins the host's open transaction.
+            return read(connection.execute(sql, params))
+        # Legacy transaction control opens a transaction implicitly before a
+        # write; end it here, so the statement is durable when we return, or
+        # rolled back if the statement or its commit failed.
         try:
-            count = connection.execute(sql, params).rowcount
+            result = read(connection.execute(sql, params))
             connection.commit()
         except BaseException as error:
             self._roll_back(error, lambda: connection.rollback())
             raise
-        return count
+        return result
 
     def atomic(self, fn: Callable[[], T]) -> T:
         if self._stuck is not None:
