@@ -90,13 +90,20 @@ def test_empty_scope(server: Serve, capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_watch_prints_again_until_interrupted(server: Serve) -> None:
     server.client().enqueue("watched", job("w"))
-    # -X faulthandler: if Ctrl-C does not stop it, SIGABRT makes it print
-    # every thread's stack, so a failure says where it was stuck (seen once
-    # in CI, not reproduced: still running 10 s after SIGINT).
-    process = subprocess.Popen(
-        [sys.executable, "-X", "faulthandler", "-m", "tickwork", "inspect", "--url",
-         server.url, "--token", TOKEN, "--owner", "watched", "--watch", "0.1"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # A suite started as a background job (`cmd &` without job control) has
+    # SIGINT ignored, and a child inherits that: its Ctrl-C would do nothing.
+    # While this process handles SIGINT, the child starts with the default
+    # (a handler does not survive exec), as one started from a terminal does.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        # -X faulthandler: if Ctrl-C does not stop it, SIGABRT makes it print
+        # every thread's stack, so a failure says where it was stuck.
+        process = subprocess.Popen(
+            [sys.executable, "-X", "faulthandler", "-m", "tickwork", "inspect", "--url",
+             server.url, "--token", TOKEN, "--owner", "watched", "--watch", "0.1"],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     time.sleep(1.0)
     process.send_signal(signal.SIGINT)
     try:
