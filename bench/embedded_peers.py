@@ -40,9 +40,9 @@ that keep queue heads, lanes, due times and history in order), not the
 engine's Python.
 
 What a commit writes is counted too, in an untimed pass of 2,000 jobs for
-tickwork, huey and the raw loop, with automatic checkpoints off: the WAL frames (one page each,
-written with its header at every commit) that each enqueue and each drained
-job appends. Each b-tree a commit changes is at least one frame, so the
+tickwork, huey and the raw loop, with automatic checkpoints off: the WAL
+frames (one page each, written with its header at every commit) that each
+enqueue and each drained job appends. Each b-tree a commit changes is at least one frame, so the
 count shows how many tables and indexes a job's commits touch.
 """
 
@@ -120,18 +120,21 @@ class FrameCount:
         return (enqueued - start) / frame / count, (drained - enqueued) / frame / count
 
 
-def _start(frames: FrameCount | None, connection: Any, path: Path) -> None:
-    if frames is not None:
-        frames.start(connection, path)
+class _NotCounted(FrameCount):
+    """A timed run's counter: counts nothing and changes no setting."""
+
+    def start(self, connection: Any, path: Path) -> None:
+        pass
+
+    def mark(self) -> None:
+        pass
 
 
-def _mark(frames: FrameCount | None) -> None:
-    if frames is not None:
-        frames.mark()
+NOT_COUNTED: FrameCount = _NotCounted()
 
 
 def tickwork_run(path: Path, count: int, setting: str,
-                 frames: FrameCount | None = None) -> Phases:
+                 frames: FrameCount = NOT_COUNTED) -> Phases:
     connection = sqlite3.connect(path, isolation_level=None)
     connection.execute("PRAGMA journal_mode = WAL")
     _set_synchronous(connection, setting)
@@ -144,15 +147,15 @@ def tickwork_run(path: Path, count: int, setting: str,
     runtime = OwnerRuntime(Sqlite3Database(connection), execute=execute,
                            is_alive=lambda job: False, wake=_NoWake())
     jobs = [Job(f"job-{n}", "q", "q", 0, {"n": n}) for n in range(count)]
-    _start(frames, connection, path)
+    frames.start(connection, path)
     started = time.perf_counter()
     for job in jobs:
         runtime.ingest(job)
     enqueued = time.perf_counter()
-    _mark(frames)
+    frames.mark()
     results = asyncio.run(runtime.drain())
     drained = time.perf_counter()
-    _mark(frames)
+    frames.mark()
     _check_once(ran, count, "tickwork")
     if len(results) != count or any(result.outcome != "completed" for result in results):
         raise AssertionError("tickwork: not every job settled completed")
@@ -163,7 +166,7 @@ def tickwork_run(path: Path, count: int, setting: str,
     return enqueued - started, drained - enqueued
 
 
-def huey_run(path: Path, count: int, setting: str, frames: FrameCount | None = None) -> Phases:
+def huey_run(path: Path, count: int, setting: str, frames: FrameCount = NOT_COUNTED) -> Phases:
     from huey import SqliteHuey
 
     huey = SqliteHuey("bench", filename=str(path), journal_mode="wal")
@@ -174,16 +177,16 @@ def huey_run(path: Path, count: int, setting: str, frames: FrameCount | None = N
     def noop(n: int) -> None:
         ran.append(n)
 
-    _start(frames, huey.storage.conn, path)
+    frames.start(huey.storage.conn, path)
     started = time.perf_counter()
     for n in range(count):
         noop(n)
     enqueued = time.perf_counter()
-    _mark(frames)
+    frames.mark()
     while (task := huey.dequeue()) is not None:
         huey.execute(task)
     drained = time.perf_counter()
-    _mark(frames)
+    frames.mark()
     _check_once(ran, count, "huey")
     assert huey.pending_count() == 0
     huey.storage.close()
@@ -191,18 +194,18 @@ def huey_run(path: Path, count: int, setting: str, frames: FrameCount | None = N
 
 
 def persist_queue_run(path: Path, count: int, setting: str,
-                      frames: FrameCount | None = None) -> Phases:
+                      frames: FrameCount = NOT_COUNTED) -> Phases:
     from persistqueue import Empty, SQLiteAckQueue
 
     queue = SQLiteAckQueue(str(path))
     _set_synchronous(queue._conn, setting)
     ran: list[int] = []
-    _start(frames, queue._conn, path)
+    frames.start(queue._conn, path)
     started = time.perf_counter()
     for n in range(count):
         queue.put(n)
     enqueued = time.perf_counter()
-    _mark(frames)
+    frames.mark()
     while True:
         try:
             item = queue.get(block=False)
@@ -213,7 +216,7 @@ def persist_queue_run(path: Path, count: int, setting: str,
     # Every acked row, deleted at once (no LIMIT, none kept).
     queue.clear_acked_data(max_delete=0, keep_latest=0)
     drained = time.perf_counter()
-    _mark(frames)
+    frames.mark()
     _check_once(ran, count, "persist-queue")
     assert queue.acked_count() == 0 and queue.size == 0
     queue._conn.close()
@@ -221,7 +224,7 @@ def persist_queue_run(path: Path, count: int, setting: str,
 
 
 def raw_table_run(path: Path, count: int, setting: str,
-                  frames: FrameCount | None = None) -> Phases:
+                  frames: FrameCount = NOT_COUNTED) -> Phases:
     connection = sqlite3.connect(path, isolation_level=None)
     connection.execute("PRAGMA journal_mode = WAL")
     _set_synchronous(connection, setting)
@@ -236,12 +239,12 @@ def raw_table_run(path: Path, count: int, setting: str,
     settle = ("UPDATE tickwork_jobs SET state = 'settled', outcome = 'completed',"
               " settled_at = ? WHERE sequence = ? AND claim_token = ? AND state = 'running'")
     ran: list[int] = []
-    _start(frames, connection, path)
+    frames.start(connection, path)
     started = time.perf_counter()
     for n in range(count):
         connection.execute(insert, (f"job-{n}", json.dumps({"n": n}), int(time.time() * 1000)))
     enqueued = time.perf_counter()
-    _mark(frames)
+    frames.mark()
     held: tuple[int, str] | None = None
     for number in range(count + 1):
         now = int(time.time() * 1000)
@@ -256,7 +259,7 @@ def raw_table_run(path: Path, count: int, setting: str,
         ran.append(json.loads(payload)["n"])
         held = (sequence, str(number))
     drained = time.perf_counter()
-    _mark(frames)
+    frames.mark()
     _check_once(ran, count, "raw SQL on tickwork's table")
     (settled,), = connection.execute(
         "SELECT count(*) FROM tickwork_jobs WHERE outcome = 'completed'").fetchall()
@@ -265,7 +268,7 @@ def raw_table_run(path: Path, count: int, setting: str,
     return enqueued - started, drained - enqueued
 
 
-CONTENDERS: dict[str, Callable[[Path, int, str, FrameCount | None], Phases]] = {
+CONTENDERS: dict[str, Callable[[Path, int, str, FrameCount], Phases]] = {
     "tickwork": tickwork_run,
     "huey SqliteHuey": huey_run,
     "persist-queue SQLiteAckQueue": persist_queue_run,
@@ -282,7 +285,8 @@ def collect(*, quick: bool) -> Figures:
     with tempfile.TemporaryDirectory() as directory:
         for setting in SYNCHRONOUS:
             runs = {name: run(Path(directory) / f"{name.split()[0]}-{setting}.sqlite3",
-                              count, setting, None) for name, run in CONTENDERS.items()}
+                              count, setting, NOT_COUNTED)
+                    for name, run in CONTENDERS.items()}
             rates = {name: count / sum(phases) for name, phases in runs.items()}
             measure = f"enqueue + drain, {count:,} jobs, WAL, synchronous {setting}"
             rows.append(Row(SECTION, measure, rates["tickwork"], "jobs/s", "huey SqliteHuey",

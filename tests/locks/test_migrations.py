@@ -49,9 +49,10 @@ def test_the_d1_migration_has_no_transaction_statements(index: int) -> None:
 
 
 @pytest.mark.parametrize("locks", ["postgres", "d1-external", "d1-builtin"], indirect=True)
-async def test_a_migrated_database_is_at_schema_version_9(locks: LockHarness) -> None:
-    """Every migration ran (0003 to 0009 after the locks' 0002), and the lock
-    tables are there."""
+async def test_a_migrated_database_is_at_its_dialects_schema_version(
+        locks: LockHarness) -> None:
+    """Every migration ran (0003 to 0009 after the locks' 0002, and
+    PostgreSQL's own 0010 and 0011), and the lock tables are there."""
     rows = await locks.query("SELECT value FROM tickwork_meta WHERE key = 'schema_version'")
     # PostgreSQL's 0010 (claims locked per queue) and 0011 (the group
     # commit's generic plans) have no D1 counterpart.

@@ -248,4 +248,3 @@ def test_every_page_of_list_jobs_is_an_index_range_at_200000_rows(harness: Harne
     assert [r.job_id for r in running.jobs] == [
         f"old-{n}" for n in newest if n % 50 == 7 and state(n) == "running"][:50]
     assert running.jobs, "the rows hold running jobs of lane7"
-

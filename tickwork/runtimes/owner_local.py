@@ -681,9 +681,7 @@ class _LocalRuntime:
         token = self._new_token()
         partition = ticker.partition
         now = self._clock()
-        next_due = self._next_due
-        if next_due is not None and next_due <= now:  # _promote_due's own test, inlined
-            self._promote_due(now)
+        self._promote_due(now)
         # One statement claims when no suspect and no cancelled job of the
         # partition needs the tick first.
         if self._project is None:
@@ -882,11 +880,8 @@ class _LocalRuntime:
 
     def _wake_at_once(self, request: Wake) -> None:
         """Wake, for a host whose ``recompute`` is a plain function: called
-        directly, as ``_wake_soon`` does (an awaitable it returns runs as a
-        task); its body, inlined (every tick asks it)."""
-        result = self._wake.recompute()
-        if result is not None and inspect.isawaitable(result):
-            self._spawn(result)
+        directly (an awaitable it returns runs as a task)."""
+        self._wake_soon()
 
     # ---------------------------------------------------------------- helpers
 

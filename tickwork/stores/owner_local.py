@@ -304,18 +304,17 @@ class OwnerLocalStore:
         self, partition: Partition, token: str, now: int, exclude_tokens: Sequence[str]
     ) -> JobRecord | None:
         """Claim like claim_next, but only when probe() would report nothing."""
-        counted = partition.claim_next_if_clear_counted
-        count = self._count
-        if counted is not None and count is not None:
-            text = self._excluding(counted, len(exclude_tokens))
-            if not count(text, (*partition.bind, token, now, *exclude_tokens)):
-                return None
-            # Found unless another writer moved it in between (the owner-local
-            # contract rules that out; the claim would then be a suspect).
-            return self._read_one(_CLAIMED_BY_TOKEN, (token,))
-        text = self._excluding(partition.claim_next_if_clear, len(exclude_tokens))
-        rows = self.database.mutate(text, (*partition.bind, token, now, *exclude_tokens))
-        return JOB.job(rows[0]) if rows else None
+        params: tuple[str | int, ...] = (*partition.bind, token, now, *exclude_tokens)
+        counted, count = partition.claim_next_if_clear_counted, self._count
+        if counted is None or count is None:
+            text = self._excluding(partition.claim_next_if_clear, len(exclude_tokens))
+            rows = self.database.mutate(text, params)
+            return decode_job(rows[0]) if rows else None
+        if not count(self._excluding(counted, len(exclude_tokens)), params):
+            return None
+        # Found unless another writer moved it in between (the owner-local
+        # contract rules that out; the claim would then be a suspect).
+        return self._read_one(_CLAIMED_BY_TOKEN, (token,))
 
     def probe(
         self, partition: Partition, exclude_tokens: Sequence[str], after: tuple[int, int]
