@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.support import Harness
-from tests.support.shared import SharedHarness, d1_query, pool_query
+from tests.support.shared import SharedHarness, apply_d1_statements, d1_query, pool_query
 
 
 @contextlib.contextmanager
@@ -68,12 +68,11 @@ async def shared_harness(kind: str, request: pytest.FixtureRequest) -> AsyncIter
 
 
 async def apply_d1_schema(db: Any) -> None:
-    """Apply schema/d1 statement by statement, as a migration tool would."""
+    """Apply every migration of schema/d1 to a fresh database, in one D1 batch."""
     from tickwork.schemas import migrations
 
-    for migration in migrations("d1"):
-        for statement in migration.statements():
-            await db.prepare(statement).run()
+    await apply_d1_statements(
+        db, [statement for migration in migrations("d1") for statement in migration.statements()])
 
 
 def release_blocked(harness: Any) -> None:

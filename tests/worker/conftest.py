@@ -14,6 +14,7 @@ from tests.support.d1.fixtures import SHAPE_IDS, d1_binding, d1_bridge  # noqa: 
 from tests.support.d1.miniflare import SHAPES, D1Bridge
 from tests.support.fake_js import installed_js_module
 from tests.support.fakes.workers_module import installed_workers_module
+from tests.support.stores import apply_d1_schema
 from tests.support.worker import make_env
 
 
@@ -28,14 +29,6 @@ async def db(shape: str, d1_bridge: D1Bridge) -> AsyncIterator[Any]:  # noqa: F8
     with d1_binding(d1_bridge, shape, yield_to_loop=True) as binding:  # type: ignore[arg-type]
         await apply_d1_schema(binding)
         yield binding
-
-
-async def apply_d1_schema(db: Any) -> None:
-    from tickwork.schemas import migrations
-
-    for migration in migrations("d1"):
-        for statement in migration.statements():
-            await db.prepare(statement).run()
 
 
 @pytest.fixture

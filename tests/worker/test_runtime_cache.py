@@ -51,7 +51,7 @@ async def test_a_new_worker_instance_reuses_the_isolates_runtime(
 async def test_each_d1_binding_gets_its_own_runtime(
         workers_module: Any, shape: str, db: Any, d1_bridge: Any) -> None:
     from tests.support.d1.fixtures import d1_binding
-    from tests.worker.conftest import apply_d1_schema
+    from tests.support.stores import apply_d1_schema
     from tickwork.cloudflare import app
     from worker.executors import build_registry
 
@@ -80,7 +80,7 @@ async def test_a_failed_schema_check_is_tried_again(
         workers_module: Any, shape: str, db: Any, d1_bridge: Any) -> None:
     """A runtime remembered before the migrations were applied checks again."""
     from tests.support.d1.fixtures import d1_binding
-    from tests.worker.conftest import apply_d1_schema
+    from tests.support.stores import apply_d1_schema
     from worker.entry import Default
 
     with d1_binding(d1_bridge, shape, yield_to_loop=True) as bare:  # type: ignore[arg-type]

@@ -19,7 +19,7 @@ import tickwork_tier  # type: ignore[import-not-found]  # registered by runner.m
 
 from tests.support import Harness
 from tests.support.engine import Engine
-from tests.support.shared import SharedHarness, d1_query
+from tests.support.shared import SharedHarness, apply_d1_statements, d1_query
 from tickwork.schemas import split_statements
 
 Factory = Callable[[], contextlib.AbstractAsyncContextManager[Any]]
@@ -101,16 +101,17 @@ async def fresh_d1() -> Any:
     listing = await db.prepare(
         "SELECT type, name FROM sqlite_master WHERE type IN ('table', 'view', 'trigger') "
         "AND name NOT LIKE 'sqlite_%' AND name NOT LIKE '_cf_%'").raw()
-    for kind, name in listing.to_py():
-        if kind == "table" or kind == "view":
-            await db.prepare(f'DROP {kind.upper()} IF EXISTS "{name}"').run()
+    drops = [f'DROP {kind.upper()} IF EXISTS "{name}"' for kind, name in listing.to_py()
+             if kind == "table" or kind == "view"]
+    if drops:  # one round trip; foreign keys are checked at its commit, when all are gone
+        await apply_d1_statements(db, ["PRAGMA defer_foreign_keys = ON", *drops])
     return db
 
 
 async def apply_d1_schema(db: Any) -> None:
-    for path in sorted(D1_SCHEMA_DIR.glob("*.sql")):
-        for statement in split_statements(path.read_text(encoding="utf-8")):
-            await db.prepare(statement).run()
+    await apply_d1_statements(db, [
+        statement for path in sorted(D1_SCHEMA_DIR.glob("*.sql"))
+        for statement in split_statements(path.read_text(encoding="utf-8"))])
 
 
 @fixture("d1")
