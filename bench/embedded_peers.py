@@ -42,8 +42,12 @@ engine's Python.
 What a commit writes is counted too, in an untimed pass of 2,000 jobs for
 tickwork, huey and the raw loop, with automatic checkpoints off: the WAL
 frames (one page each, written with its header at every commit) that each
-enqueue and each drained job appends. Each b-tree a commit changes is at least one frame, so the
-count shows how many tables and indexes a job's commits touch.
+enqueue and each drained job appends. Each b-tree a commit changes is at
+least one frame, so the count shows how many tables and indexes a job's
+commits touch. And the timed runs note the process's user and system CPU
+time per job (``getrusage``): system time follows the frames (two ``pwrite``
+calls each) and the syncs, user time is the contender's Python and SQLite's
+own work, and the rest of the elapsed time is waiting for the disk.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import resource
 import sqlite3
 import tempfile
 import time
@@ -89,7 +94,51 @@ class _NoWake:
 Phases = tuple[float, float]
 
 
-class FrameCount:
+class Meter:
+    """What a run notes at its start (``start``, once its connection is open)
+    and after each phase (``mark``: enqueued, then drained). This one notes
+    nothing: a run's default."""
+
+    def start(self, connection: Any, path: Path) -> None:
+        pass
+
+    def mark(self) -> None:
+        pass
+
+
+NO_METER = Meter()
+
+
+class CpuTime(Meter):
+    """The process's user and system CPU time in each phase (``getrusage``),
+    for timed runs: two system calls per phase, and no setting changed.
+
+    System time is mostly the kernel's part of each commit (a ``pwrite`` per
+    WAL frame and its header, and the sync); user time is the contender's
+    Python and SQLite's own work. Whatever is left of the elapsed time is
+    waiting, for the disk above all."""
+
+    def __init__(self) -> None:
+        self.marks: list[tuple[float, float]] = []
+
+    @staticmethod
+    def _now() -> tuple[float, float]:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime, usage.ru_stime
+
+    def start(self, connection: Any, path: Path) -> None:
+        self.marks = [self._now()]
+
+    def mark(self) -> None:
+        self.marks.append(self._now())
+
+    def per_job(self, count: int) -> tuple[float, float]:
+        """(user, system) microseconds per job over both phases."""
+        (user_0, system_0), *_, (user_1, system_1) = self.marks
+        return (user_1 - user_0) * 1e6 / count, (system_1 - system_0) * 1e6 / count
+
+
+class FrameCount(Meter):
     """WAL frames a run appends while enqueuing and while draining.
 
     ``start`` turns automatic checkpoints off on the contender's connection
@@ -120,21 +169,8 @@ class FrameCount:
         return (enqueued - start) / frame / count, (drained - enqueued) / frame / count
 
 
-class _NotCounted(FrameCount):
-    """A timed run's counter: counts nothing and changes no setting."""
-
-    def start(self, connection: Any, path: Path) -> None:
-        pass
-
-    def mark(self) -> None:
-        pass
-
-
-NOT_COUNTED: FrameCount = _NotCounted()
-
-
 def tickwork_run(path: Path, count: int, setting: str,
-                 frames: FrameCount = NOT_COUNTED) -> Phases:
+                 meter: Meter = NO_METER) -> Phases:
     connection = sqlite3.connect(path, isolation_level=None)
     connection.execute("PRAGMA journal_mode = WAL")
     _set_synchronous(connection, setting)
@@ -147,15 +183,15 @@ def tickwork_run(path: Path, count: int, setting: str,
     runtime = OwnerRuntime(Sqlite3Database(connection), execute=execute,
                            is_alive=lambda job: False, wake=_NoWake())
     jobs = [Job(f"job-{n}", "q", "q", 0, {"n": n}) for n in range(count)]
-    frames.start(connection, path)
+    meter.start(connection, path)
     started = time.perf_counter()
     for job in jobs:
         runtime.ingest(job)
     enqueued = time.perf_counter()
-    frames.mark()
+    meter.mark()
     results = asyncio.run(runtime.drain())
     drained = time.perf_counter()
-    frames.mark()
+    meter.mark()
     _check_once(ran, count, "tickwork")
     if len(results) != count or any(result.outcome != "completed" for result in results):
         raise AssertionError("tickwork: not every job settled completed")
@@ -166,7 +202,7 @@ def tickwork_run(path: Path, count: int, setting: str,
     return enqueued - started, drained - enqueued
 
 
-def huey_run(path: Path, count: int, setting: str, frames: FrameCount = NOT_COUNTED) -> Phases:
+def huey_run(path: Path, count: int, setting: str, meter: Meter = NO_METER) -> Phases:
     from huey import SqliteHuey
 
     huey = SqliteHuey("bench", filename=str(path), journal_mode="wal")
@@ -177,16 +213,16 @@ def huey_run(path: Path, count: int, setting: str, frames: FrameCount = NOT_COUN
     def noop(n: int) -> None:
         ran.append(n)
 
-    frames.start(huey.storage.conn, path)
+    meter.start(huey.storage.conn, path)
     started = time.perf_counter()
     for n in range(count):
         noop(n)
     enqueued = time.perf_counter()
-    frames.mark()
+    meter.mark()
     while (task := huey.dequeue()) is not None:
         huey.execute(task)
     drained = time.perf_counter()
-    frames.mark()
+    meter.mark()
     _check_once(ran, count, "huey")
     assert huey.pending_count() == 0
     huey.storage.close()
@@ -194,18 +230,18 @@ def huey_run(path: Path, count: int, setting: str, frames: FrameCount = NOT_COUN
 
 
 def persist_queue_run(path: Path, count: int, setting: str,
-                      frames: FrameCount = NOT_COUNTED) -> Phases:
+                      meter: Meter = NO_METER) -> Phases:
     from persistqueue import Empty, SQLiteAckQueue
 
     queue = SQLiteAckQueue(str(path))
     _set_synchronous(queue._conn, setting)
     ran: list[int] = []
-    frames.start(queue._conn, path)
+    meter.start(queue._conn, path)
     started = time.perf_counter()
     for n in range(count):
         queue.put(n)
     enqueued = time.perf_counter()
-    frames.mark()
+    meter.mark()
     while True:
         try:
             item = queue.get(block=False)
@@ -216,7 +252,7 @@ def persist_queue_run(path: Path, count: int, setting: str,
     # Every acked row, deleted at once (no LIMIT, none kept).
     queue.clear_acked_data(max_delete=0, keep_latest=0)
     drained = time.perf_counter()
-    frames.mark()
+    meter.mark()
     _check_once(ran, count, "persist-queue")
     assert queue.acked_count() == 0 and queue.size == 0
     queue._conn.close()
@@ -224,7 +260,7 @@ def persist_queue_run(path: Path, count: int, setting: str,
 
 
 def raw_table_run(path: Path, count: int, setting: str,
-                  frames: FrameCount = NOT_COUNTED) -> Phases:
+                  meter: Meter = NO_METER) -> Phases:
     connection = sqlite3.connect(path, isolation_level=None)
     connection.execute("PRAGMA journal_mode = WAL")
     _set_synchronous(connection, setting)
@@ -239,12 +275,12 @@ def raw_table_run(path: Path, count: int, setting: str,
     settle = ("UPDATE tickwork_jobs SET state = 'settled', outcome = 'completed',"
               " settled_at = ? WHERE sequence = ? AND claim_token = ? AND state = 'running'")
     ran: list[int] = []
-    frames.start(connection, path)
+    meter.start(connection, path)
     started = time.perf_counter()
     for n in range(count):
         connection.execute(insert, (f"job-{n}", json.dumps({"n": n}), int(time.time() * 1000)))
     enqueued = time.perf_counter()
-    frames.mark()
+    meter.mark()
     held: tuple[int, str] | None = None
     for number in range(count + 1):
         now = int(time.time() * 1000)
@@ -259,7 +295,7 @@ def raw_table_run(path: Path, count: int, setting: str,
         ran.append(json.loads(payload)["n"])
         held = (sequence, str(number))
     drained = time.perf_counter()
-    frames.mark()
+    meter.mark()
     _check_once(ran, count, "raw SQL on tickwork's table")
     (settled,), = connection.execute(
         "SELECT count(*) FROM tickwork_jobs WHERE outcome = 'completed'").fetchall()
@@ -268,7 +304,7 @@ def raw_table_run(path: Path, count: int, setting: str,
     return enqueued - started, drained - enqueued
 
 
-CONTENDERS: dict[str, Callable[[Path, int, str, FrameCount], Phases]] = {
+CONTENDERS: dict[str, Callable[[Path, int, str, Meter], Phases]] = {
     "tickwork": tickwork_run,
     "huey SqliteHuey": huey_run,
     "persist-queue SQLiteAckQueue": persist_queue_run,
@@ -284,8 +320,9 @@ def collect(*, quick: bool) -> Figures:
     rows = figures.rows
     with tempfile.TemporaryDirectory() as directory:
         for setting in SYNCHRONOUS:
+            cpu = {name: CpuTime() for name in CONTENDERS}
             runs = {name: run(Path(directory) / f"{name.split()[0]}-{setting}.sqlite3",
-                              count, setting, NOT_COUNTED)
+                              count, setting, cpu[name])
                     for name, run in CONTENDERS.items()}
             rates = {name: count / sum(phases) for name, phases in runs.items()}
             measure = f"enqueue + drain, {count:,} jobs, WAL, synchronous {setting}"
@@ -308,8 +345,23 @@ def collect(*, quick: bool) -> Figures:
                 rows.append(Row(SECTION, f"{what} alone, WAL, synchronous {setting}",
                                 count / runs["tickwork"][phase], "jobs/s",
                                 f"{raw}, the same phase", count / runs[raw][phase]))
+            rows.extend(cpu_rows(cpu, count, setting))
         rows.extend(frame_rows(Path(directory), 500 if quick else 2_000))
     return figures
+
+
+def cpu_rows(cpu: dict[str, CpuTime], count: int, setting: str) -> list[Row]:
+    """User and system CPU per job (enqueue + drain), tickwork and the raw loop
+    beside huey, from the timed runs: where a contender's time goes."""
+    huey = cpu["huey SqliteHuey"].per_job(count)
+    rows = []
+    for name in ("tickwork", "raw SQL on tickwork's table"):
+        who = "tickwork" if name == "tickwork" else f"{name}:"
+        for index, kind in enumerate(("user", "system")):
+            rows.append(Row(SECTION, f"{who} {kind} CPU per job, WAL, synchronous {setting}",
+                            cpu[name].per_job(count)[index], "us/job", "huey SqliteHuey",
+                            huey[index], lower_is_better=True))
+    return rows
 
 
 def frame_rows(directory: Path, count: int) -> list[Row]:

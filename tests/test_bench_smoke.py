@@ -40,7 +40,9 @@ def test_embedded_peers_benchmark_runs_checks_every_job_and_prints_every_row() -
     for label in ("synchronous NORMAL", "synchronous FULL", "huey SqliteHuey",
                   "persist-queue SQLiteAckQueue", "enqueue + drain", "ratio",
                   "tickwork WAL frames per enqueue", "tickwork WAL frames per drained job",
-                  "raw SQL on tickwork's table: WAL frames per drained job"):
+                  "raw SQL on tickwork's table: WAL frames per drained job",
+                  "tickwork user CPU per job", "tickwork system CPU per job",
+                  "raw SQL on tickwork's table: system CPU per job"):
         assert label in stdout, label
 
 
