@@ -44,7 +44,7 @@ async function main() {
   const args = options(process.argv.slice(2));
   const started = performance.now();
   const { py, version: pyodideVersion, path } = await bootPyodide({
-    line: args.line, stage: "pyodide-tier" });
+    line: args.line, stage: `pyodide-tier-${args.line}` });  // a stage per line: lines run at once
 
   await doStorage.loadSqlite();
   const databases = Array.from({ length: D1_DATABASES }, (_, i) => `DB_${i}`);
