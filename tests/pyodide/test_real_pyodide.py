@@ -1,4 +1,4 @@
-"""The real-Pyodide tier as pytest tests: one per case, all run in one Node process.
+"""The real-Pyodide tier as pytest tests: one per case, each line's cases in one Node process.
 
 The cases (``collect.py``) are the behaviour suite on a Durable Object
 whose ``ctx.storage`` is a JS object and on Miniflare's real D1, the
