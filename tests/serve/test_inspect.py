@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
 import sys
-import time
+import threading
 
 import pytest
 
@@ -101,17 +102,38 @@ def test_watch_prints_again_until_interrupted(server: Serve) -> None:
         process = subprocess.Popen(
             [sys.executable, "-X", "faulthandler", "-m", "tickwork", "inspect", "--url",
              server.url, "--token", TOKEN, "--owner", "watched", "--watch", "0.1"],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"})
     finally:
         signal.signal(signal.SIGINT, previous)
-    time.sleep(1.0)
+    # Ctrl-C once it has printed twice, not after a fixed time: on a busy
+    # machine the child can still be importing a second after it started.
+    lines: list[str] = []
+    printed_twice = threading.Event()
+
+    def read_screens() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.append(line)
+            if sum("owner 'watched'" in seen for seen in lines) >= 2:
+                printed_twice.set()
+
+    reader = threading.Thread(target=read_screens, daemon=True)
+    reader.start()
+    if not printed_twice.wait(60):
+        process.kill()
+        pytest.fail(f"not two screens within 60 s; it printed:\n{''.join(lines)}")
     process.send_signal(signal.SIGINT)
     try:
-        out, err = process.communicate(timeout=20)
+        process.wait(timeout=20)
     except subprocess.TimeoutExpired:
         process.send_signal(signal.SIGABRT)
-        out, err = process.communicate(timeout=10)
+        _, err = process.communicate(timeout=10)
         pytest.fail(f"still running 20 s after Ctrl-C; its threads:\n{err}")
+    reader.join(10)
+    assert process.stderr is not None
+    err = process.stderr.read()
+    out = "".join(lines)
     assert process.returncode == 0, err
     assert out.count("owner 'watched'") >= 2
     assert "every 0.1 s" in out
