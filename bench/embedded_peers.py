@@ -111,12 +111,12 @@ NO_METER = Meter()
 
 class CpuTime(Meter):
     """The process's user and system CPU time in each phase (``getrusage``),
-    for timed runs: two system calls per phase, and no setting changed.
+    for timed runs: one system call per mark, and no setting changed.
 
-    System time is mostly the kernel's part of each commit (a ``pwrite`` per
-    WAL frame and its header, and the sync); user time is the contender's
-    Python and SQLite's own work. Whatever is left of the elapsed time is
-    waiting, for the disk above all."""
+    System time is mostly the kernel's part of each commit (two ``pwrite``
+    calls per WAL frame, its header and its page, and the sync); user time
+    is the contender's Python and SQLite's own work. Whatever is left of the
+    elapsed time is waiting, for the disk above all."""
 
     def __init__(self) -> None:
         self.marks: list[tuple[float, float]] = []
