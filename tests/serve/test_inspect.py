@@ -89,6 +89,12 @@ def test_empty_scope(server: Serve, capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0 and out.rstrip().endswith("no jobs")
 
 
+def _stderr(process: subprocess.Popen[str]) -> str:
+    """What the exited ``process`` wrote to stderr (its stdout has a reader of its own)."""
+    assert process.stderr is not None
+    return process.stderr.read()
+
+
 def test_watch_prints_again_until_interrupted(server: Serve) -> None:
     server.client().enqueue("watched", job("w"))
     # A suite started as a background job (`cmd &` without job control) has
@@ -128,11 +134,10 @@ def test_watch_prints_again_until_interrupted(server: Serve) -> None:
         process.wait(timeout=20)
     except subprocess.TimeoutExpired:
         process.send_signal(signal.SIGABRT)
-        _, err = process.communicate(timeout=10)
-        pytest.fail(f"still running 20 s after Ctrl-C; its threads:\n{err}")
+        process.wait(timeout=10)
+        pytest.fail(f"still running 20 s after Ctrl-C; its threads:\n{_stderr(process)}")
     reader.join(10)
-    assert process.stderr is not None
-    err = process.stderr.read()
+    err = _stderr(process)
     out = "".join(lines)
     assert process.returncode == 0, err
     assert out.count("owner 'watched'") >= 2
