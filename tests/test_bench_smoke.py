@@ -6,6 +6,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -112,3 +113,19 @@ def test_durable_object_benchmark_fails_loudly_without_node(
     monkeypatch.setenv("PATH", "")
     with pytest.raises(RuntimeError, match="needs node"):
         collect(quick=True)
+
+
+def test_a_cpu_time_meter_sees_the_user_time_a_phase_spends() -> None:
+    # The CPU rows come from this meter: a phase that burns user time must
+    # show it, and per_job divides over the jobs.
+    from bench.embedded_peers import CpuTime
+
+    meter = CpuTime()
+    meter.start(None, Path("unused"))
+    busy_until = time.process_time() + 0.2
+    while time.process_time() < busy_until:
+        pass
+    meter.mark()
+    meter.mark()
+    user, system = meter.per_job(1_000)
+    assert 150 <= user <= 1_000 and system >= 0  # 0.2 s over 1,000 jobs: about 200 us each
