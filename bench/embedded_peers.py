@@ -31,6 +31,15 @@ run every job exactly once.
   token) and claiming the next (the runnable index, highest priority and
   oldest first), as ``drain()`` commits, with none of the engine around it:
   no queue exclusivity, no recovery probe, no validation, no plan.
+* raw SQL on a narrow schema, twice (no engine): queued and running jobs in
+  a table of their own, clustered in claim order, each settled job moved to
+  a history table by the commit that settles it; the same commit shape and
+  the same promises for these jobs (one stored row per job id, a fenced
+  committed claim, an outcome per job, serial queues). With the claim's
+  indexes only, and with the indexes tickwork's other operations read in
+  O(log n) (a queue's head, a lane's jobs, due times, settled history and
+  dead letters). They size a redesign of the schema: what the storage could
+  reach without the engine, and what the features' indexes cost.
 
 Target: tickwork at or above huey at NORMAL and at FULL (rows with target
 1.0); persist-queue's rows are context, and so is the raw loop beside huey:
@@ -55,6 +64,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import resource
 import sqlite3
 import tempfile
@@ -259,6 +269,27 @@ def persist_queue_run(path: Path, count: int, setting: str,
     return enqueued - started, drained - enqueued
 
 
+def _raw_drain(connection: sqlite3.Connection, count: int, claim: str,
+               settle: Callable[[int, tuple[Any, str]], object]) -> list[int]:
+    """drain()'s commit shape in raw SQL: per job one transaction settling the
+    job held (its key and claim token) and claiming the next; the jobs run."""
+    ran: list[int] = []
+    held: tuple[Any, str] | None = None
+    for number in range(count + 1):
+        now = int(time.time() * 1000)
+        connection.execute("BEGIN")
+        if held is not None:
+            settle(now, held)
+        claimed = connection.execute(claim, (str(number), now)).fetchall()
+        connection.execute("COMMIT")
+        if not claimed:
+            break
+        (key, payload), = claimed
+        ran.append(json.loads(payload)["n"])
+        held = (key, str(number))
+    return ran
+
+
 def raw_table_run(path: Path, count: int, setting: str,
                   meter: Meter = NO_METER) -> Phases:
     connection = sqlite3.connect(path, isolation_level=None)
@@ -274,26 +305,14 @@ def raw_table_run(path: Path, count: int, setting: str,
              " ORDER BY priority DESC, sequence LIMIT 1) RETURNING sequence, payload_json")
     settle = ("UPDATE tickwork_jobs SET state = 'settled', outcome = 'completed',"
               " settled_at = ? WHERE sequence = ? AND claim_token = ? AND state = 'running'")
-    ran: list[int] = []
     meter.start(connection, path)
     started = time.perf_counter()
     for n in range(count):
         connection.execute(insert, (f"job-{n}", json.dumps({"n": n}), int(time.time() * 1000)))
     enqueued = time.perf_counter()
     meter.mark()
-    held: tuple[int, str] | None = None
-    for number in range(count + 1):
-        now = int(time.time() * 1000)
-        connection.execute("BEGIN")
-        if held is not None:
-            connection.execute(settle, (now, *held))
-        claimed = connection.execute(claim, (str(number), now)).fetchall()
-        connection.execute("COMMIT")
-        if not claimed:
-            break
-        (sequence, payload), = claimed
-        ran.append(json.loads(payload)["n"])
-        held = (sequence, str(number))
+    ran = _raw_drain(connection, count, claim,
+                     lambda now, held: connection.execute(settle, (now, *held)))
     drained = time.perf_counter()
     meter.mark()
     _check_once(ran, count, "raw SQL on tickwork's table")
@@ -304,12 +323,108 @@ def raw_table_run(path: Path, count: int, setting: str,
     return enqueued - started, drained - enqueued
 
 
+# A narrow schema, measured to size the redesign the frame rows point at:
+# queued and running jobs in a table of their own, clustered in claim order,
+# and each settled job moved to a history table in the commit that settles
+# it. Both variants keep tickwork's promises for these jobs: a job id stored
+# once (live or settled), a committed claim fenced by its token, an outcome
+# kept for every job, queues serial (a queue with a claimed row is skipped).
+NARROW_LIVE = """CREATE TABLE live (
+    priority INTEGER NOT NULL, sequence INTEGER NOT NULL, job_id TEXT NOT NULL UNIQUE,
+    queue TEXT NOT NULL, lane TEXT NOT NULL, payload_json TEXT NOT NULL,
+    due_at INTEGER, cancellation_id TEXT, attempt INTEGER NOT NULL DEFAULT 1,
+    enqueued_at INTEGER NOT NULL, claim_token TEXT, started_at INTEGER,
+    PRIMARY KEY (priority DESC, sequence)) WITHOUT ROWID"""
+NARROW_SETTLED = """CREATE TABLE settled (
+    job_id TEXT PRIMARY KEY, queue TEXT NOT NULL, lane TEXT NOT NULL,
+    outcome TEXT NOT NULL, payload_json TEXT NOT NULL, attempt INTEGER NOT NULL,
+    enqueued_at INTEGER NOT NULL, started_at INTEGER, settled_at INTEGER NOT NULL
+) WITHOUT ROWID"""
+#: Claiming only: the claim order (the table's key), the job id, busy queues.
+NARROW_CLAIM_ONLY = (
+    NARROW_LIVE, NARROW_SETTLED,
+    "CREATE INDEX live_busy ON live (queue) WHERE claim_token IS NOT NULL")
+#: And the indexes tickwork's other operations read in O(log n): a queue's
+#: head (read_queue_head, purge, status), a lane's jobs (fail_lane), due
+#: times, a queue's settled history and its dead letters (browsing).
+NARROW_FEATURES = (
+    *NARROW_CLAIM_ONLY,
+    "CREATE INDEX live_queue ON live (queue, priority DESC, sequence)",
+    "CREATE INDEX live_lane ON live (lane, sequence)",
+    "CREATE INDEX live_due ON live (due_at) WHERE due_at IS NOT NULL",
+    "CREATE INDEX settled_queue ON settled (queue, settled_at)",
+    "CREATE INDEX settled_dead ON settled (queue, settled_at) WHERE outcome <> 'completed'")
+
+
+def narrow_run(schema: tuple[str, ...]) -> Callable[[Path, int, str, Meter], Phases]:
+    """Raw SQL on a narrow schema in drain()'s commit shape: one INSERT per
+    job (skipped when the id is already settled), then per job one
+    transaction moving the previous job to history (fenced on its token) and
+    claiming the next. No engine, and the sequence comes from the loop (a
+    real store would read its high-water mark when it opens)."""
+
+    def run(path: Path, count: int, setting: str, meter: Meter = NO_METER) -> Phases:
+        connection = sqlite3.connect(path, isolation_level=None)
+        connection.execute("PRAGMA journal_mode = WAL")
+        _set_synchronous(connection, setting)
+        for statement in schema:
+            connection.execute(statement)
+        insert = ("INSERT INTO live (priority, sequence, job_id, queue, lane, payload_json,"
+                  " enqueued_at) SELECT 0, ?, ?, 'q', 'q', ?, ?"
+                  " WHERE NOT EXISTS (SELECT 1 FROM settled WHERE job_id = ?)")
+        claim = ("UPDATE live SET claim_token = ?, started_at = ? WHERE (priority, sequence) = ("
+                 "SELECT priority, sequence FROM live AS head WHERE claim_token IS NULL"
+                 " AND due_at IS NULL AND cancellation_id IS NULL AND NOT EXISTS ("
+                 "SELECT 1 FROM live AS busy WHERE busy.queue = head.queue"
+                 " AND busy.claim_token IS NOT NULL)"
+                 " ORDER BY priority DESC, sequence LIMIT 1) RETURNING job_id, payload_json")
+        settle = ("INSERT INTO settled SELECT job_id, queue, lane, 'completed', payload_json,"
+                  " attempt, enqueued_at, started_at, ? FROM live"
+                  " WHERE job_id = ? AND claim_token = ?")
+        leave = "DELETE FROM live WHERE job_id = ? AND claim_token = ?"
+        meter.start(connection, path)
+        started = time.perf_counter()
+        for n in range(count):
+            connection.execute(insert, (n, f"job-{n}", json.dumps({"n": n}),
+                                        int(time.time() * 1000), f"job-{n}"))
+        enqueued = time.perf_counter()
+        meter.mark()
+        def move_to_history(now: int, held: tuple[Any, str]) -> None:
+            if connection.execute(settle, (now, *held)).rowcount != 1:
+                raise AssertionError(f"the settlement of {held[0]} missed its claim")
+            connection.execute(leave, held)
+
+        ran = _raw_drain(connection, count, claim, move_to_history)
+        drained = time.perf_counter()
+        meter.mark()
+        _check_once(ran, count, "raw SQL on a narrow schema")
+        (settled,), = connection.execute("SELECT count(*) FROM settled").fetchall()
+        (live,), = connection.execute("SELECT count(*) FROM live").fetchall()
+        assert (settled, live) == (count, 0), (settled, live)
+        connection.close()
+        return enqueued - started, drained - enqueued
+
+    return run
+
+
+NARROW = {
+    "raw SQL, narrow schema, claim indexes only": NARROW_CLAIM_ONLY,
+    "raw SQL, narrow schema with tickwork's feature indexes": NARROW_FEATURES,
+}
+
+
 CONTENDERS: dict[str, Callable[[Path, int, str, Meter], Phases]] = {
     "tickwork": tickwork_run,
     "huey SqliteHuey": huey_run,
     "persist-queue SQLiteAckQueue": persist_queue_run,
     "raw SQL on tickwork's table": raw_table_run,
+    **{name: narrow_run(schema) for name, schema in NARROW.items()},
 }
+
+
+def _slug(name: str) -> str:
+    """A contender's file name: one per contender, so no run reopens another's."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 
 def collect(*, quick: bool) -> Figures:
@@ -321,7 +436,7 @@ def collect(*, quick: bool) -> Figures:
     with tempfile.TemporaryDirectory() as directory:
         for setting in SYNCHRONOUS:
             cpu = {name: CpuTime() for name in CONTENDERS}
-            runs = {name: run(Path(directory) / f"{name.split()[0]}-{setting}.sqlite3",
+            runs = {name: run(Path(directory) / f"{_slug(name)}-{setting}.sqlite3",
                               count, setting, cpu[name])
                     for name, run in CONTENDERS.items()}
             rates = {name: count / sum(phases) for name, phases in runs.items()}
@@ -334,9 +449,10 @@ def collect(*, quick: bool) -> Figures:
             raw = "raw SQL on tickwork's table"
             rows.append(Row(SECTION, measure, rates["tickwork"], "jobs/s",
                             f"{raw} (drain's commits, no engine)", rates[raw]))
-            rows.append(Row(SECTION, f"{raw}: enqueue + drain, WAL, synchronous {setting}",
-                            rates[raw], "jobs/s", "huey SqliteHuey",
-                            rates["huey SqliteHuey"]))
+            for name in (raw, *NARROW):
+                rows.append(Row(SECTION, f"{name}: enqueue + drain, WAL, synchronous {setting}",
+                                rates[name], "jobs/s", "huey SqliteHuey",
+                                rates["huey SqliteHuey"]))
             for phase, what in enumerate(("enqueue (ingest() per job)", "drain()")):
                 rows.append(Row(SECTION, f"{what} alone, WAL, synchronous {setting}",
                                 count / runs["tickwork"][phase], "jobs/s",
@@ -369,13 +485,14 @@ def frame_rows(directory: Path, count: int) -> list[Row]:
     (an untimed pass at NORMAL: the frames a commit writes do not depend on
     the synchronous setting)."""
     counted: dict[str, tuple[float, float]] = {}
-    for name in ("tickwork", "huey SqliteHuey", "raw SQL on tickwork's table"):
+    counted_names = ("tickwork", "raw SQL on tickwork's table", *NARROW)
+    for name in ("huey SqliteHuey", *counted_names):
         run, frames = CONTENDERS[name], FrameCount()
-        run(directory / f"{name.split()[0]}-frames.sqlite3", count, "NORMAL", frames)
+        run(directory / f"{_slug(name)}-frames.sqlite3", count, "NORMAL", frames)
         counted[name] = frames.per_job(count)
     huey = counted["huey SqliteHuey"]
     rows = []
-    for name in ("tickwork", "raw SQL on tickwork's table"):
+    for name in counted_names:
         who = "tickwork" if name == "tickwork" else f"{name}:"
         for phase, what in enumerate(("enqueue", "drained job")):
             rows.append(Row(SECTION, f"{who} WAL frames per {what}", counted[name][phase],

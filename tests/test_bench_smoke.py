@@ -42,7 +42,9 @@ def test_embedded_peers_benchmark_runs_checks_every_job_and_prints_every_row() -
                   "tickwork WAL frames per enqueue", "tickwork WAL frames per drained job",
                   "raw SQL on tickwork's table: WAL frames per drained job",
                   "tickwork user CPU per job", "tickwork system CPU per job",
-                  "raw SQL on tickwork's table: system CPU per job"):
+                  "raw SQL on tickwork's table: system CPU per job",
+                  "raw SQL, narrow schema, claim indexes only: enqueue + drain",
+                  "raw SQL, narrow schema with tickwork's feature indexes: WAL frames per"):
         assert label in stdout, label
 
 
