@@ -44,7 +44,8 @@ def test_embedded_peers_benchmark_runs_checks_every_job_and_prints_every_row() -
                   "tickwork user CPU per job", "tickwork system CPU per job",
                   "raw SQL on tickwork's table: system CPU per job",
                   "raw SQL, narrow schema, claim indexes only: enqueue + drain",
-                  "raw SQL, narrow schema with tickwork's feature indexes: WAL frames per"):
+                  "raw SQL, narrow schema with tickwork's feature indexes: WAL frames per",
+                  "history moved 100 at a time: WAL frames per drained job"):
         assert label in stdout, label
 
 
