@@ -31,15 +31,17 @@ run every job exactly once.
   token) and claiming the next (the runnable index, highest priority and
   oldest first), as ``drain()`` commits, with none of the engine around it:
   no queue exclusivity, no recovery probe, no validation, no plan.
-* raw SQL on a narrow schema, twice (no engine): queued and running jobs in
-  a table of their own, clustered in claim order, each settled job moved to
-  a history table by the commit that settles it; the same commit shape and
-  the same promises for these jobs (one stored row per job id, a fenced
-  committed claim, an outcome per job, serial queues). With the claim's
-  indexes only, and with the indexes tickwork's other operations read in
-  O(log n) (a queue's head, a lane's jobs, due times, settled history and
-  dead letters). They size a redesign of the schema: what the storage could
-  reach without the engine, and what the features' indexes cost.
+* raw SQL on a narrow schema, three times (no engine): queued and running
+  jobs in a table of their own, clustered in claim order, settled jobs in a
+  history table; the same commit shape and the same promises for these jobs
+  (one stored row per job id, a fenced committed claim, an outcome per job
+  in its settling commit, serial queues). With the claim's indexes only;
+  with the indexes tickwork's other operations read in O(log n) (a queue's
+  head, a lane's jobs, due times, settled history and dead letters), each
+  job moved to history as it settles; and with those indexes, the outcome
+  written into the live row and settled rows moved 100 at a time. They size
+  a redesign of the schema: what the storage could reach without the
+  engine, and what the features' indexes cost.
 
 Target: tickwork at or above huey at NORMAL and at FULL (rows with target
 1.0); persist-queue's rows are context, and so is the raw loop beside huey:
