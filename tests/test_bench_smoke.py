@@ -137,3 +137,20 @@ def test_a_cpu_time_meter_sees_the_user_time_a_phase_spends() -> None:
     witnessed = (after.user - before.user) * 1e6 / 1_000  # us per job
     assert witnessed >= 20, "the work burned too little CPU to tell anything"
     assert abs(user - witnessed) <= 15 and system >= 0  # os.times ticks at 10 ms
+
+
+def test_moving_history_in_batches_writes_fewer_frames_per_drained_job(tmp_path: Path) -> None:
+    # The batched narrow variant is only what it claims if its settlements
+    # leave the history indexes alone until a batch moves: fewer frames per
+    # drained job than moving each job as it settles, the same per enqueue.
+    from bench.embedded_peers import CONTENDERS, FrameCount
+
+    counted: list[tuple[float, float]] = []
+    for name in ("raw SQL, narrow schema with tickwork's feature indexes",
+                 "raw SQL, narrow schema with the feature indexes, history moved 100 at a time"):
+        frames = FrameCount()
+        CONTENDERS[name](tmp_path / f"{len(counted)}.sqlite3", 500, "NORMAL", frames)
+        counted.append(frames.per_job(500))
+    (enqueue_each, drained_each), (enqueue_batched, drained_batched) = counted
+    assert enqueue_batched == enqueue_each
+    assert drained_batched < drained_each / 2
