@@ -35,6 +35,23 @@ def test_owner_local_benchmark_runs_and_prints_every_figure() -> None:
         assert label in stdout, label
 
 
+def test_interleaved_takes_the_measures_in_turns_and_keeps_each_ones_best() -> None:
+    from bench.owner_local import interleaved
+
+    calls: list[str] = []
+    figures = {"a": iter([5.0, 3.0, 4.0]), "b": iter([1.0, 2.0, 0.5])}
+
+    def measure(name: str) -> float:
+        calls.append(name)
+        return next(figures[name])
+
+    measures = (lambda: measure("a"), lambda: measure("b"))
+    assert interleaved(3, measures, lowest=True) == [3.0, 0.5]
+    assert calls == ["a", "b"] * 3
+    figures = {"a": iter([5.0, 3.0]), "b": iter([1.0, 2.0])}
+    assert interleaved(2, measures) == [5.0, 2.0]
+
+
 def test_embedded_peers_benchmark_runs_checks_every_job_and_prints_every_row() -> None:
     stdout = quick_run("bench.embedded_peers")
     for label in ("synchronous NORMAL", "synchronous FULL", "huey SqliteHuey",
