@@ -6,7 +6,9 @@
 ``collect(quick=...)`` hands the comparison command (``bench/report.py``) the
 rows "tickwork one pool vs PgQueuer/asyncpg" and "tickwork pool per worker vs
 PgQueuer/asyncpg" at each worker count (target 1.0), the pool-per-worker
-shape beside PgQueuer/psycopg and the SKIP LOCKED loop (context), the mean
+shape beside PgQueuer/psycopg, the SKIP LOCKED loop and the raw loop on
+tickwork's own table (``bench.postgres_raw_batches``, context), that loop
+and the same loop on a narrow schema beside PgQueuer/asyncpg, the mean
 tick at 1,000,000 settled rows against none (target at most 1.2x), and
 jobs/s against workers for every contender (chart "workers").
 
@@ -60,6 +62,7 @@ from bench.postgres_baselines import (
     print_table,
     run_contenders,
 )
+from bench.postgres_raw_batches import BatchedRawLoop
 from bench.report import Figures, Point, Row, print_rows
 from tests.support.pg.server import fresh_database, start_postgres
 from tickwork import Completed, JobRecord
@@ -276,6 +279,8 @@ def figures(results: Sequence[Result], tick_times: tuple[float, float] | None,
         "asyncpg": PgQueuerContender("asyncpg").label if asyncpg_available() else None,
         "psycopg": PgQueuerContender("psycopg").label,
         "loop": SkipLockedLoop().label,
+        "raw table": BatchedRawLoop("tickwork").label,
+        "raw narrow": BatchedRawLoop("narrow").label,
     }
     peer = label_of["asyncpg"] or PgQueuerContender("psycopg").label
     peer_name = "PgQueuer/asyncpg" if label_of["asyncpg"] else "PgQueuer/psycopg"
@@ -298,6 +303,20 @@ def figures(results: Sequence[Result], tick_times: tuple[float, float] | None,
                     key == "psycopg" and peer_name == name):
                 out.rows.append(Row(SECTION, f"tickwork pool per worker, {workers} worker{plural}",
                                     value, "jobs/s", name, base))
+        # What the schema allows with no engine, in the same shape (a
+        # connection per worker, 10 jobs per commit): tickwork's share of its
+        # own table's raw loop, and both raw schemas beside the peer.
+        raw_table = rate("raw table")
+        if value is not None and raw_table is not None:
+            out.rows.append(Row(SECTION, f"tickwork pool per worker, {workers} worker{plural}",
+                                value, "jobs/s", "raw SQL on tickwork's table, 10 jobs/commit",
+                                raw_table))
+        for key, name in (("raw table", "raw SQL on tickwork's table"),
+                          ("raw narrow", "raw SQL, narrow schema")):
+            raw, base = rate(key), by.get((peer, workers))
+            if raw is not None and base is not None:
+                out.rows.append(Row(SECTION, f"{name}, {workers} worker{plural}", raw, "jobs/s",
+                                    peer_name, base))
     for result in results:
         out.points.append(Point("workers", result.system, result.workers,
                                 result.jobs_per_second))
@@ -313,7 +332,9 @@ def measure_all(jobs: int, worker_counts: Sequence[int], settled_rows: int,
                 ticks: Sequence[int] = (DEFAULT_TICKS,), *, repeats: int = 1,
                 history_ticks: int = HISTORY_TICKS) -> Figures:
     """Every contender at every worker count, then the history check; prints as it goes."""
-    factories: list[ContenderFactory] = [*baseline_contenders(), *tickwork_contenders(ticks)]
+    factories: list[ContenderFactory] = [*baseline_contenders(), *tickwork_contenders(ticks),
+                                         lambda: BatchedRawLoop("tickwork"),
+                                         lambda: BatchedRawLoop("narrow")]
     server = start_postgres()
     try:
         print(describe_server(server), flush=True)

@@ -1,0 +1,279 @@
+"""Raw SQL in tickwork's commit shape on PostgreSQL: what a schema can reach with no engine.
+
+Two contenders for ``bench.shared_postgres``, each worker on its own
+autocommit connection (the pool-per-worker shape) with up to 10 jobs in
+flight, PgQueuer's default batch. One statement per commit settles the
+worker's previous batch, each job fenced on its own claim token and
+unexpired lease (the count is checked), and claims the next batch with
+``FOR UPDATE SKIP LOCKED``, each job under a fresh token and a 2-minute
+lease; a queue never has two jobs running. The engine is left out, so the
+figures bound what the schema allows:
+
+* **tickwork's table**: the claim and the settlement are the UPDATEs
+  tickwork's own statements make, on the table and indexes of its
+  migrations. Neither update can be HOT (the job's state is in most partial
+  indexes' conditions), so each writes a new row version with an entry in
+  every index whose condition it meets: 11 in all for a completed job.
+* **narrow schema**: live jobs, a busy-queue table and a history table.
+  The claim inserts the queue's busy row (its token and lease: one index
+  entry) and marks the live row with a column no index reads, a HOT update
+  that adds no index entry; the settlement deletes both and files the job
+  in the history table, with the indexes tickwork's reads of settled jobs
+  need (a queue's and a lane's history, outcomes, dead letters): five
+  entries for a completed job, and no new version of a live row.
+
+Queue-serial: the busy row's primary key is the queue, so two claims of one
+queue (two workers, or two jobs of one queue in one batch) cannot both
+commit; the loser's statement fails on it (or, when two workers wait on
+each other's queue keys, on the deadlock PostgreSQL detects) and is run
+again with a batch of one, which cannot collide with itself. The narrow claim
+cannot see a settlement made by its own statement, so a queue's next job
+waits for the worker's next statement (every job here has its own queue, as
+in the tickwork rows). Ingest is not measured (jobs are loaded before the
+clock starts); an idempotent ingest on the narrow schema would also check
+the history's primary key, which is the job id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import psycopg
+
+from bench.postgres_baselines import BenchmarkError, Contender
+from tickwork.schemas import migrations
+
+BATCH = 10
+LEASE_MS = 120_000
+
+# The settlement of the previous batch and the next claim, in one statement
+# on tickwork's table. The first row carries the settled count, the rest
+# the claims (sequence, queue, token, payload).
+TICKWORK_TABLE_STEP = f"""
+WITH done AS (
+    UPDATE tickwork_jobs AS j
+       SET state = 'settled', outcome = 'completed', settled_at = tickwork_now_ms()
+      FROM unnest(%(sequences)s::bigint[], %(tokens)s::text[]) AS d(sequence, token)
+     WHERE j.sequence = d.sequence AND j.state = 'running' AND j.claim_token = d.token
+       AND j.lease_expires_at > tickwork_now_ms()
+    RETURNING 1),
+picked AS (
+    SELECT j.sequence FROM tickwork_jobs AS j
+     WHERE j.state = 'queued' AND j.cancellation_id IS NULL AND j.due_at IS NULL
+       AND NOT EXISTS (SELECT 1 FROM tickwork_jobs AS busy
+                        WHERE busy.queue = j.queue AND busy.state = 'running')
+     ORDER BY j.priority DESC, j.sequence
+     LIMIT %(limit)s
+       FOR UPDATE OF j SKIP LOCKED),
+claimed AS (
+    UPDATE tickwork_jobs AS j
+       SET state = 'running', claim_token = gen_random_uuid()::text,
+           started_at = tickwork_now_ms(), lease_expires_at = tickwork_now_ms() + {LEASE_MS}
+      FROM picked WHERE j.sequence = picked.sequence
+    RETURNING j.sequence, j.queue, j.claim_token, j.payload_json)
+SELECT (SELECT count(*) FROM done), NULL::bigint, NULL::text, NULL::text, NULL::text
+UNION ALL
+SELECT NULL, sequence, queue, claim_token, payload_json FROM claimed
+"""
+
+NARROW_SCHEMA = """
+CREATE FUNCTION tickwork_now_ms() RETURNS bigint
+LANGUAGE sql VOLATILE
+AS $$ SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint $$;
+
+-- Queued and claimed jobs. claim_token is read by no index, so marking a
+-- claim is a HOT update (fillfactor leaves each page room for it).
+CREATE TABLE narrow_live (
+    sequence bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    job_id text NOT NULL UNIQUE,
+    queue text NOT NULL,
+    lane text NOT NULL,
+    priority bigint NOT NULL,
+    payload_json text NOT NULL,
+    due_at bigint,
+    cancellation_id text,
+    enqueued_at bigint NOT NULL,
+    claim_token text,
+    started_at bigint
+) WITH (fillfactor = 80);
+CREATE INDEX narrow_live_runnable ON narrow_live (priority DESC, sequence)
+    WHERE cancellation_id IS NULL AND due_at IS NULL;
+CREATE INDEX narrow_live_queue ON narrow_live (queue, priority DESC, sequence);
+CREATE INDEX narrow_live_lane ON narrow_live (lane, sequence);
+CREATE INDEX narrow_live_due ON narrow_live (due_at) WHERE due_at IS NOT NULL;
+
+-- A queue's running claim: its fence (token, lease) and the queue-serial key.
+CREATE TABLE narrow_busy (
+    queue text PRIMARY KEY,
+    sequence bigint NOT NULL,
+    token text NOT NULL,
+    lease_expires_at bigint NOT NULL
+);
+
+-- Settled jobs, keyed by job id; the indexes of tickwork's history reads.
+CREATE TABLE narrow_settled (
+    job_id text PRIMARY KEY,
+    sequence bigint NOT NULL,
+    queue text NOT NULL,
+    lane text NOT NULL,
+    priority bigint NOT NULL,
+    payload_json text NOT NULL,
+    outcome text NOT NULL,
+    enqueued_at bigint NOT NULL,
+    started_at bigint,
+    settled_at bigint NOT NULL
+);
+CREATE INDEX narrow_settled_queue ON narrow_settled (queue, settled_at, sequence);
+CREATE INDEX narrow_settled_outcomes ON narrow_settled (queue, outcome, settled_at, sequence);
+CREATE INDEX narrow_settled_lane ON narrow_settled (lane, settled_at, sequence);
+CREATE INDEX narrow_settled_dead ON narrow_settled (queue, settled_at, sequence)
+    WHERE outcome = 'failed' OR outcome = 'outcome_unknown' OR outcome = 'interrupted';
+"""
+
+# The same step on the narrow schema: a settlement deletes the busy row
+# (fenced on token and lease) and the live row, and files the job; a claim
+# marks the live row (HOT) and inserts the busy row.
+NARROW_STEP = f"""
+WITH done AS (
+    DELETE FROM narrow_busy AS b
+     USING unnest(%(queues)s::text[], %(sequences)s::bigint[], %(tokens)s::text[])
+           AS d(queue, sequence, token)
+     WHERE b.queue = d.queue AND b.sequence = d.sequence AND b.token = d.token
+       AND b.lease_expires_at > tickwork_now_ms()
+    RETURNING b.sequence),
+moved AS (
+    DELETE FROM narrow_live AS j USING done WHERE j.sequence = done.sequence
+    RETURNING j.job_id, j.sequence, j.queue, j.lane, j.priority, j.payload_json,
+              j.enqueued_at, j.started_at),
+filed AS (
+    INSERT INTO narrow_settled (job_id, sequence, queue, lane, priority, payload_json,
+                                outcome, enqueued_at, started_at, settled_at)
+    SELECT job_id, sequence, queue, lane, priority, payload_json, 'completed',
+           enqueued_at, started_at, tickwork_now_ms() FROM moved
+    RETURNING 1),
+picked AS (
+    SELECT j.sequence FROM narrow_live AS j
+     WHERE j.cancellation_id IS NULL AND j.due_at IS NULL AND j.claim_token IS NULL
+       AND NOT EXISTS (SELECT 1 FROM narrow_busy AS b WHERE b.queue = j.queue)
+     ORDER BY j.priority DESC, j.sequence
+     LIMIT %(limit)s
+       FOR UPDATE OF j SKIP LOCKED),
+marked AS (
+    UPDATE narrow_live AS j
+       SET claim_token = gen_random_uuid()::text, started_at = tickwork_now_ms()
+      FROM picked WHERE j.sequence = picked.sequence
+    RETURNING j.sequence, j.queue, j.claim_token, j.payload_json),
+leased AS (
+    INSERT INTO narrow_busy (queue, sequence, token, lease_expires_at)
+    SELECT queue, sequence, claim_token, tickwork_now_ms() + {LEASE_MS} FROM marked
+    RETURNING 1)
+SELECT (SELECT count(*) FROM filed), NULL::bigint, NULL::text, NULL::text, NULL::text
+UNION ALL
+SELECT NULL, sequence, queue, claim_token, payload_json FROM marked
+"""
+
+
+class BatchedRawLoop(Contender):
+    """Workers on their own connections, each settling its batch and
+    claiming the next in one statement (see the module docstring)."""
+
+    def __init__(self, schema: str, *, queues: int | None = None) -> None:
+        """``queues``: the jobs go round-robin into this many queues (default:
+        a queue per job, as in the tickwork rows)."""
+        super().__init__()
+        if schema not in ("tickwork", "narrow"):
+            raise ValueError(f"schema must be 'tickwork' or 'narrow', not {schema!r}")
+        if queues is not None and queues < 1:
+            raise ValueError(f"queues must be at least 1, not {queues}")
+        self.schema = schema
+        self.queues = queues
+        self.label = (f"raw SQL, tickwork's table, {BATCH} jobs/commit" if schema == "tickwork"
+                      else f"raw SQL, narrow schema, {BATCH} jobs/commit")
+        self._step = TICKWORK_TABLE_STEP if schema == "tickwork" else NARROW_STEP
+        self._connections: list[psycopg.AsyncConnection[Any]] = []
+        self.collisions = 0  # statements run again after a queue-serial collision
+
+    async def prepare(self, dsn: str, jobs: int) -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as connection:
+            if self.schema == "tickwork":
+                for migration in migrations("postgres"):
+                    await connection.execute(migration.sql.encode())
+                table = "tickwork_jobs (job_id, queue, lane, priority, payload_json, state,"
+                values = "'queued', "
+            else:
+                await connection.execute(NARROW_SCHEMA.encode())
+                table = "narrow_live (job_id, queue, lane, priority, payload_json,"
+                values = ""
+            queue = "n" if self.queues is None else f"mod(n, {self.queues})"
+            await connection.execute(
+                f"INSERT INTO {table} enqueued_at)"
+                f" SELECT 'job-' || n, 'queue-' || ({queue}), 'bench', 0, '{{\"n\":' || n || '}}',"
+                f" {values}tickwork_now_ms() FROM generate_series(0, %s - 1) AS n",
+                (jobs,))
+
+    async def connect(self, dsn: str, workers: int) -> None:
+        for _ in range(workers):
+            self._connections.append(
+                await psycopg.AsyncConnection.connect(dsn, autocommit=True))
+
+    async def _worker(self, connection: psycopg.AsyncConnection[Any]) -> None:
+        held: list[tuple[int, str, str]] = []  # (sequence, queue, token) of this worker's claims
+        limit = BATCH
+        while True:
+            try:
+                cursor = await connection.execute(self._step, {
+                    "sequences": [sequence for sequence, _, _ in held],
+                    "queues": [queue for _, queue, _ in held],
+                    "tokens": [token for _, _, token in held],
+                    "limit": limit})
+                rows = await cursor.fetchall()
+            except (psycopg.errors.UniqueViolation, psycopg.errors.DeadlockDetected):
+                # Two claims of one queue (in one batch, or two workers'
+                # claims waiting on each other's queue keys): the statement,
+                # and the settlement in it, rolled back; run it again,
+                # claiming one job.
+                self.collisions += 1
+                limit = 1
+                continue
+            settled = next(row[0] for row in rows if row[1] is None)
+            if settled != len(held):
+                raise BenchmarkError(f"{self.label}: {settled} of {len(held)} settlements"
+                                     " matched their claims")
+            if held:
+                self.settled(len(held))
+            claimed = [row for row in rows if row[1] is not None]
+            if not claimed and not held:
+                return
+            limit = BATCH
+            for _, _, _, _, payload in claimed:
+                await self.execute(int(json.loads(payload)["n"]))
+            held = [(sequence, queue, token) for _, sequence, queue, token, _ in claimed]
+
+    async def drain(self) -> None:
+        await asyncio.gather(*(self._worker(connection) for connection in self._connections))
+
+    async def close(self) -> None:
+        for connection in self._connections:
+            await connection.close()
+
+    async def verify(self, dsn: str, jobs: int) -> None:
+        """Every job settled as completed and stored once; on the narrow schema
+        also no queue left busy."""
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as connection:
+            if self.schema == "tickwork":
+                cursor = await connection.execute(
+                    "SELECT count(*) FILTER (WHERE state = 'settled' AND outcome = 'completed'),"
+                    " count(*), 0 FROM tickwork_jobs")
+            else:
+                cursor = await connection.execute(
+                    "SELECT (SELECT count(*) FROM narrow_settled WHERE outcome = 'completed'),"
+                    " (SELECT count(*) FROM narrow_settled) + (SELECT count(*) FROM narrow_live),"
+                    " (SELECT count(*) FROM narrow_busy)")
+            counts = await cursor.fetchone()
+        print(f"    {self.label}: {jobs:,} jobs, {self.collisions} statements run again"
+              " after a queue-serial collision", flush=True)
+        if counts != (jobs, jobs, 0):
+            raise BenchmarkError(f"{self.label}: (completed, stored, busy queues) = {counts},"
+                                 f" expected ({jobs}, {jobs}, 0)")
