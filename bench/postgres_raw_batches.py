@@ -1,19 +1,25 @@
 """Raw SQL in tickwork's commit shape on PostgreSQL: what a schema can reach with no engine.
 
-Two contenders for ``bench.shared_postgres``, each worker on its own
+Three contenders for ``bench.shared_postgres``, each worker on its own
 autocommit connection (the pool-per-worker shape) with up to 10 jobs in
 flight, PgQueuer's default batch. One statement per commit settles the
 worker's previous batch, each job fenced on its own claim token and
 unexpired lease (the count is checked), and claims the next batch with
 ``FOR UPDATE SKIP LOCKED``, each job under a fresh token and a 2-minute
 lease; a queue never has two jobs running. The engine is left out, so the
-figures bound what the schema allows:
+figures split tickwork's cost between its schema, its claim statement and
+its Python:
 
 * **tickwork's table**: the claim and the settlement are the UPDATEs
   tickwork's own statements make, on the table and indexes of its
   migrations. Neither update can be HOT (the job's state is in most partial
   indexes' conditions), so each writes a new row version with an entry in
   every index whose condition it meets: 11 in all for a completed job.
+* **tickwork's group-commit function, no engine**: the same loop calling
+  ``tickwork_settle_then_claim`` (the statement tickwork's worker loop
+  commits through, with its due-time promotion, paused-queue, expired-lease
+  and cancellation guards and its per-queue locks) with the arguments the
+  store passes: the function's cost without the engine's Python.
 * **narrow schema**: live jobs, a busy-queue table and a history table.
   The claim inserts the queue's busy row (its token and lease: one index
   entry) and marks the live row with a column no index reads, a HOT update
@@ -38,12 +44,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from typing import Any
 
 import psycopg
 
 from bench.postgres_baselines import BenchmarkError, Contender
 from tickwork.schemas import migrations
+from tickwork.stores.sql.postgres import SETTLE_THEN_CLAIM, SETTLE_THEN_CLAIM_COLUMNS
 
 BATCH = 10
 LEASE_MS = 120_000
@@ -175,6 +183,13 @@ SELECT NULL, sequence, queue, claim_token, payload_json FROM marked
 """
 
 
+LABELS = {
+    "tickwork": f"raw SQL, tickwork's table, {BATCH} jobs/commit",
+    "function": f"tickwork's group-commit function, no engine, {BATCH} jobs/call",
+    "narrow": f"raw SQL, narrow schema, {BATCH} jobs/commit",
+}
+
+
 class BatchedRawLoop(Contender):
     """Workers on their own connections, each settling its batch and
     claiming the next in one statement (see the module docstring)."""
@@ -183,21 +198,19 @@ class BatchedRawLoop(Contender):
         """``queues``: the jobs go round-robin into this many queues (default:
         a queue per job, as in the tickwork rows)."""
         super().__init__()
-        if schema not in ("tickwork", "narrow"):
-            raise ValueError(f"schema must be 'tickwork' or 'narrow', not {schema!r}")
+        if schema not in LABELS:
+            raise ValueError(f"schema must be one of {', '.join(LABELS)}, not {schema!r}")
         if queues is not None and queues < 1:
             raise ValueError(f"queues must be at least 1, not {queues}")
         self.schema = schema
         self.queues = queues
-        self.label = (f"raw SQL, tickwork's table, {BATCH} jobs/commit" if schema == "tickwork"
-                      else f"raw SQL, narrow schema, {BATCH} jobs/commit")
-        self._step = TICKWORK_TABLE_STEP if schema == "tickwork" else NARROW_STEP
+        self.label = LABELS[schema]
         self._connections: list[psycopg.AsyncConnection[Any]] = []
         self.collisions = 0  # statements run again after a queue-serial collision
 
     async def prepare(self, dsn: str, jobs: int) -> None:
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as connection:
-            if self.schema == "tickwork":
+            if self.schema != "narrow":
                 for migration in migrations("postgres"):
                     await connection.execute(migration.sql.encode())
                 table = "tickwork_jobs (job_id, queue, lane, priority, payload_json, state,"
@@ -223,12 +236,7 @@ class BatchedRawLoop(Contender):
         limit = BATCH
         while True:
             try:
-                cursor = await connection.execute(self._step, {
-                    "sequences": [sequence for sequence, _, _ in held],
-                    "queues": [queue for _, queue, _ in held],
-                    "tokens": [token for _, _, token in held],
-                    "limit": limit})
-                rows = await cursor.fetchall()
+                settled, claimed = await self._step(connection, held, limit)
             except (psycopg.errors.UniqueViolation, psycopg.errors.DeadlockDetected):
                 # Two claims of one queue (in one batch, or two workers'
                 # claims waiting on each other's queue keys): the statement,
@@ -237,19 +245,48 @@ class BatchedRawLoop(Contender):
                 self.collisions += 1
                 limit = 1
                 continue
-            settled = next(row[0] for row in rows if row[1] is None)
             if settled != len(held):
                 raise BenchmarkError(f"{self.label}: {settled} of {len(held)} settlements"
                                      " matched their claims")
             if held:
                 self.settled(len(held))
-            claimed = [row for row in rows if row[1] is not None]
             if not claimed and not held:
                 return
             limit = BATCH
-            for _, _, _, _, payload in claimed:
+            for _, _, _, payload in claimed:
                 await self.execute(int(json.loads(payload)["n"]))
-            held = [(sequence, queue, token) for _, sequence, queue, token, _ in claimed]
+            held = [(sequence, queue, token) for sequence, queue, token, _ in claimed]
+
+    async def _step(self, connection: psycopg.AsyncConnection[Any],
+                    held: list[tuple[int, str, str]], limit: int,
+                    ) -> tuple[int, list[tuple[int, str, str, str]]]:
+        """One statement: (how many of ``held`` it settled, the claims it made
+        as (sequence, queue, token, payload))."""
+        if self.schema == "function":
+            claim_tokens = [uuid.uuid4().hex for _ in range(limit)]
+            cursor = await connection.execute(SETTLE_THEN_CLAIM, {
+                "sequences": [sequence for sequence, _, _ in held],
+                "settle_tokens": [token for _, _, token in held],
+                "outcomes": ["completed"] * len(held), "reasons": [None] * len(held),
+                "errors": [None] * len(held), "claim_tokens": claim_tokens,
+                "lease_ms": LEASE_MS, "scan": 8 * limit + 256, "now": None})
+            rows = await cursor.fetchall()
+            columns = SETTLE_THEN_CLAIM_COLUMNS
+            claim_index = columns.index["claim_index"]
+            settled = sum(1 for row in rows if row[columns.index["settled_token"]] is not None)
+            return settled, [(columns.value(row, "sequence"), columns.value(row, "queue"),
+                              claim_tokens[row[claim_index] - 1],
+                              columns.value(row, "payload_json"))
+                             for row in rows if row[claim_index] is not None]
+        cursor = await connection.execute(
+            TICKWORK_TABLE_STEP if self.schema == "tickwork" else NARROW_STEP, {
+                "sequences": [sequence for sequence, _, _ in held],
+                "queues": [queue for _, queue, _ in held],
+                "tokens": [token for _, _, token in held],
+                "limit": limit})
+        rows = await cursor.fetchall()
+        return (next(row[0] for row in rows if row[1] is None),
+                [row[1:] for row in rows if row[1] is not None])
 
     async def drain(self) -> None:
         await asyncio.gather(*(self._worker(connection) for connection in self._connections))
@@ -262,7 +299,7 @@ class BatchedRawLoop(Contender):
         """Every job settled as completed and stored once; on the narrow schema
         also no queue left busy."""
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as connection:
-            if self.schema == "tickwork":
+            if self.schema != "narrow":
                 cursor = await connection.execute(
                     "SELECT count(*) FILTER (WHERE state = 'settled' AND outcome = 'completed'),"
                     " count(*), 0 FROM tickwork_jobs")

@@ -7,8 +7,9 @@
 rows "tickwork one pool vs PgQueuer/asyncpg" and "tickwork pool per worker vs
 PgQueuer/asyncpg" at each worker count (target 1.0), the pool-per-worker
 shape beside PgQueuer/psycopg, the SKIP LOCKED loop and the raw loop on
-tickwork's own table (``bench.postgres_raw_batches``, context), that loop
-and the same loop on a narrow schema beside PgQueuer/asyncpg, the mean
+tickwork's own table and beside its group-commit function called with no
+engine (``bench.postgres_raw_batches``, context), those loops and the raw
+loop on a narrow schema beside PgQueuer/asyncpg, the mean
 tick at 1,000,000 settled rows against none (target at most 1.2x), and
 jobs/s against workers for every contender (chart "workers").
 
@@ -280,6 +281,7 @@ def figures(results: Sequence[Result], tick_times: tuple[float, float] | None,
         "psycopg": PgQueuerContender("psycopg").label,
         "loop": SkipLockedLoop().label,
         "raw table": BatchedRawLoop("tickwork").label,
+        "raw function": BatchedRawLoop("function").label,
         "raw narrow": BatchedRawLoop("narrow").label,
     }
     peer = label_of["asyncpg"] or PgQueuerContender("psycopg").label
@@ -306,12 +308,14 @@ def figures(results: Sequence[Result], tick_times: tuple[float, float] | None,
         # What the schema allows with no engine, in the same shape (a
         # connection per worker, 10 jobs per commit): tickwork's share of its
         # own table's raw loop, and both raw schemas beside the peer.
-        raw_table = rate("raw table")
-        if value is not None and raw_table is not None:
-            out.rows.append(Row(SECTION, f"tickwork pool per worker, {workers} worker{plural}",
-                                value, "jobs/s", "raw SQL on tickwork's table, 10 jobs/commit",
-                                raw_table))
-        for key, name in (("raw table", "raw SQL on tickwork's table"),
+        for key, name in (("raw function", "its group-commit function called alone"),
+                          ("raw table", "raw SQL on tickwork's table, 10 jobs/commit")):
+            base = rate(key)
+            if value is not None and base is not None:
+                out.rows.append(Row(SECTION, f"tickwork pool per worker, {workers} worker{plural}",
+                                    value, "jobs/s", name, base))
+        for key, name in (("raw function", "tickwork's group-commit function, no engine"),
+                          ("raw table", "raw SQL on tickwork's table"),
                           ("raw narrow", "raw SQL, narrow schema")):
             raw, base = rate(key), by.get((peer, workers))
             if raw is not None and base is not None:
@@ -333,6 +337,7 @@ def measure_all(jobs: int, worker_counts: Sequence[int], settled_rows: int,
                 history_ticks: int = HISTORY_TICKS) -> Figures:
     """Every contender at every worker count, then the history check; prints as it goes."""
     factories: list[ContenderFactory] = [*baseline_contenders(), *tickwork_contenders(ticks),
+                                         lambda: BatchedRawLoop("function"),
                                          lambda: BatchedRawLoop("tickwork"),
                                          lambda: BatchedRawLoop("narrow")]
     server = start_postgres()
