@@ -18,13 +18,22 @@ def test_one_small_run_yields_every_row_and_chart_point() -> None:
         for shape in ("one pool", "pool per worker"):
             row = rows[(f"tickwork {shape}, {workers}", peer)]
             assert row.target == 1.0 and row.baseline_value and row.value > 0
-        for context in ("SKIP LOCKED loop", "PgQueuer/psycopg"):
+        for context in ("SKIP LOCKED loop", "PgQueuer/psycopg",
+                        "its group-commit function called alone",
+                        "raw SQL on tickwork's table, 10 jobs/commit"):
             if context != peer:
                 row = rows[(f"tickwork pool per worker, {workers}", context)]
                 assert row.target is None and row.baseline_value
+        # The loops with no engine, each beside the peer.
+        for loop in ("tickwork's group-commit function, no engine",
+                     "raw SQL on tickwork's table", "raw SQL, narrow schema"):
+            row = rows[(f"{loop}, {workers}", peer)]
+            assert row.target is None and row.baseline_value and row.value > 0
     tick = rows[("mean tick, 2,000 settled rows", "same, no settled rows")]
     assert tick.lower_is_better and tick.target == 1.2 and tick.unit == "us/tick"
     series = {point.series for point in found.points}
-    assert len(series) == (5 if asyncpg_available() else 4)
+    # PgQueuer over each driver, the SKIP LOCKED loop, tickwork's two
+    # shapes and the three loops with no engine.
+    assert len(series) == (8 if asyncpg_available() else 7)
     assert {point.chart for point in found.points} == {"workers"}
     assert sorted({point.x for point in found.points}) == [1, 2]
