@@ -4,11 +4,11 @@ Three contenders for ``bench.shared_postgres``, each worker on its own
 autocommit connection (the pool-per-worker shape) with up to 10 jobs in
 flight, PgQueuer's default batch. One statement per commit settles the
 worker's previous batch, each job fenced on its own claim token and
-unexpired lease (the count is checked), and claims the next batch with
-``FOR UPDATE SKIP LOCKED``, each job under a fresh token and a 2-minute
-lease; a queue never has two jobs running. The engine is left out, so the
-figures split tickwork's cost between its schema, its claim statement and
-its Python:
+unexpired lease (the count is checked), and claims the next batch, each
+job under a fresh token and a 2-minute lease (the two raw loops pick with
+``FOR UPDATE SKIP LOCKED``); a queue never has two jobs running. The engine
+is left out, so the figures split tickwork's cost between its schema, its
+claim statement and its Python:
 
 * **tickwork's table**: the claim and the settlement are the UPDATEs
   tickwork's own statements make, on the table and indexes of its
@@ -23,16 +23,20 @@ its Python:
 * **narrow schema**: live jobs, a busy-queue table and a history table.
   The claim inserts the queue's busy row (its token and lease: one index
   entry) and marks the live row with a column no index reads, a HOT update
-  that adds no index entry; the settlement deletes both and files the job
-  in the history table, with the indexes tickwork's reads of settled jobs
-  need (a queue's and a lane's history, outcomes, dead letters): five
-  entries for a completed job, and no new version of a live row.
+  (no index entry) whenever the row's page has room; the table's
+  fillfactor of 80 leaves some, and 1,528 of 2,000 claims were HOT in one
+  run. The settlement deletes both and files the job in the history table,
+  with the indexes tickwork's reads of settled jobs need (a queue's and a
+  lane's history, outcomes, dead letters): five index entries for a
+  completed job whose claim was HOT.
 
-Queue-serial: the busy row's primary key is the queue, so two claims of one
-queue (two workers, or two jobs of one queue in one batch) cannot both
-commit; the loser's statement fails on it (or, when two workers wait on
+Queue-serial in the raw loops: a unique key on a queue's running claim (the
+busy row's primary key, or tickwork's unique running index) means two
+claims of one queue (two workers, or two jobs of one queue in one batch)
+cannot both commit; the loser's statement fails on it (or, when two workers wait on
 each other's queue keys, on the deadlock PostgreSQL detects) and is run
-again with a batch of one, which cannot collide with itself. The narrow claim
+again with a batch of one, which cannot collide with itself. The function
+locks each queue it claims from and never collides. The narrow claim
 cannot see a settlement made by its own statement, so a queue's next job
 waits for the worker's next statement (every job here has its own queue, as
 in the tickwork rows). Ingest is not measured (jobs are loaded before the
