@@ -6,10 +6,10 @@
 ``collect(quick=...)`` hands the comparison command (``bench/report.py``) the
 rows "tickwork one pool vs PgQueuer/asyncpg" and "tickwork pool per worker vs
 PgQueuer/asyncpg" at each worker count (target 1.0), the pool-per-worker
-shape beside PgQueuer/psycopg, the SKIP LOCKED loop and the raw loop on
-tickwork's own table and beside its group-commit function called with no
-engine (``bench.postgres_raw_batches``, context), those loops and the raw
-loop on a narrow schema beside PgQueuer/asyncpg, the mean
+shape beside PgQueuer/psycopg, the SKIP LOCKED loop, tickwork's
+group-commit function called with no engine and a raw loop on tickwork's
+table (``bench.postgres_raw_batches``; context), those two loops and a raw
+loop on a narrow schema beside PgQueuer/asyncpg (context), the mean
 tick at 1,000,000 settled rows against none (target at most 1.2x), and
 jobs/s against workers for every contender (chart "workers").
 
@@ -305,9 +305,10 @@ def figures(results: Sequence[Result], tick_times: tuple[float, float] | None,
                     key == "psycopg" and peer_name == name):
                 out.rows.append(Row(SECTION, f"tickwork pool per worker, {workers} worker{plural}",
                                     value, "jobs/s", name, base))
-        # What the schema allows with no engine, in the same shape (a
-        # connection per worker, 10 jobs per commit): tickwork's share of its
-        # own table's raw loop, and both raw schemas beside the peer.
+        # The loops with no engine, in the same shape (a connection per
+        # worker, 10 jobs per commit): tickwork's share of its group-commit
+        # function called alone and of the raw loop on its table, and the
+        # three loops beside the peer.
         for key, name in (("raw function", "its group-commit function called alone"),
                           ("raw table", "raw SQL on tickwork's table, 10 jobs/commit")):
             base = rate(key)
