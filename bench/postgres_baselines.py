@@ -318,7 +318,24 @@ SELECT id, payload FROM bench_jobs WHERE state = 'queued'
 RAW_SETTLE_LOCKED = "UPDATE bench_jobs SET state = 'settled', settled_at = now() WHERE id = %s"
 
 
-class SkipLockedLoop(Contender):
+class ConnectionPerWorker(Contender):
+    """A contender whose workers each own one autocommit connection."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._connections: list[psycopg.AsyncConnection[Any]] = []
+
+    async def connect(self, dsn: str, workers: int) -> None:
+        for _ in range(workers):
+            self._connections.append(
+                await psycopg.AsyncConnection.connect(dsn, autocommit=True))
+
+    async def close(self) -> None:
+        for connection in self._connections:
+            await connection.close()
+
+
+class SkipLockedLoop(ConnectionPerWorker):
     """N workers, each on its own autocommit connection, one job at a time.
 
     Default: claim (one transaction: token + lease) -> execute -> settle (one
@@ -333,7 +350,6 @@ class SkipLockedLoop(Contender):
         self.one_transaction = one_transaction
         self.label = ("SKIP LOCKED loop, claim+execute+settle in 1 txn" if one_transaction
                       else "SKIP LOCKED loop, 1 job/txn (claim, settle)")
-        self._connections: list[psycopg.AsyncConnection[Any]] = []
         self.rejected_settlements = 0
 
     async def prepare(self, dsn: str, jobs: int) -> None:
@@ -343,11 +359,6 @@ class SkipLockedLoop(Contender):
                 "INSERT INTO bench_jobs (id, payload)"
                 " SELECT n, jsonb_build_object('n', n) FROM generate_series(0, %s - 1) n",
                 (jobs,))
-
-    async def connect(self, dsn: str, workers: int) -> None:
-        for _ in range(workers):
-            self._connections.append(
-                await psycopg.AsyncConnection.connect(dsn, autocommit=True))
 
     async def _two_transactions(self, connection: psycopg.AsyncConnection[Any]) -> None:
         while True:
@@ -378,10 +389,6 @@ class SkipLockedLoop(Contender):
     async def drain(self) -> None:
         loop = self._one_transaction if self.one_transaction else self._two_transactions
         await asyncio.gather(*(loop(connection) for connection in self._connections))
-
-    async def close(self) -> None:
-        for connection in self._connections:
-            await connection.close()
 
     async def verify(self, dsn: str, jobs: int) -> None:
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as connection:

@@ -53,9 +53,13 @@ from typing import Any
 
 import psycopg
 
-from bench.postgres_baselines import BenchmarkError, Contender
+from bench.postgres_baselines import BenchmarkError, ConnectionPerWorker
 from tickwork.schemas import migrations
-from tickwork.stores.sql.postgres import SETTLE_THEN_CLAIM, SETTLE_THEN_CLAIM_COLUMNS
+from tickwork.stores.sql.postgres import (
+    SETTLE_THEN_CLAIM,
+    SETTLE_THEN_CLAIM_COLUMNS,
+    claim_scan,
+)
 
 BATCH = 10
 LEASE_MS = 120_000
@@ -194,7 +198,30 @@ LABELS = {
 }
 
 
-class BatchedRawLoop(Contender):
+async def load_tickwork_jobs(connection: psycopg.AsyncConnection[Any], jobs: int,
+                             queues: int | None = None) -> None:
+    """tickwork's migrations, then ``jobs`` queued no-op jobs numbered
+    0..jobs-1, in ``queues`` queues round-robin (default: a queue each)."""
+    for migration in migrations("postgres"):
+        await connection.execute(migration.sql.encode())
+    await _insert_jobs(connection, "tickwork_jobs", jobs, queues)
+
+
+async def _insert_jobs(connection: psycopg.AsyncConnection[Any], table: str, jobs: int,
+                       queues: int | None) -> None:
+    """Queued jobs into tickwork_jobs or narrow_live (one INSERT ... SELECT)."""
+    # narrow_live has no state column: a live row is queued until claimed.
+    state_column, state = ("state, ", "'queued', ") if table == "tickwork_jobs" else ("", "")
+    queue = "n" if queues is None else f"mod(n, {queues})"
+    await connection.execute(
+        f"INSERT INTO {table} (job_id, queue, lane, priority, payload_json, {state_column}"
+        "enqueued_at)"
+        f" SELECT 'job-' || n, 'queue-' || ({queue}), 'bench', 0, '{{\"n\":' || n || '}}',"
+        f" {state}tickwork_now_ms() FROM generate_series(0, %s - 1) AS n",
+        (jobs,))
+
+
+class BatchedRawLoop(ConnectionPerWorker):
     """Workers on their own connections, each settling its batch and
     claiming the next in one statement (see the module docstring)."""
 
@@ -209,31 +236,15 @@ class BatchedRawLoop(Contender):
         self.schema = schema
         self.queues = queues
         self.label = LABELS[schema]
-        self._connections: list[psycopg.AsyncConnection[Any]] = []
         self.collisions = 0  # statements run again after a queue-serial collision
 
     async def prepare(self, dsn: str, jobs: int) -> None:
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as connection:
-            if self.schema != "narrow":
-                for migration in migrations("postgres"):
-                    await connection.execute(migration.sql.encode())
-                table = "tickwork_jobs (job_id, queue, lane, priority, payload_json, state,"
-                values = "'queued', "
-            else:
+            if self.schema == "narrow":
                 await connection.execute(NARROW_SCHEMA.encode())
-                table = "narrow_live (job_id, queue, lane, priority, payload_json,"
-                values = ""
-            queue = "n" if self.queues is None else f"mod(n, {self.queues})"
-            await connection.execute(
-                f"INSERT INTO {table} enqueued_at)"
-                f" SELECT 'job-' || n, 'queue-' || ({queue}), 'bench', 0, '{{\"n\":' || n || '}}',"
-                f" {values}tickwork_now_ms() FROM generate_series(0, %s - 1) AS n",
-                (jobs,))
-
-    async def connect(self, dsn: str, workers: int) -> None:
-        for _ in range(workers):
-            self._connections.append(
-                await psycopg.AsyncConnection.connect(dsn, autocommit=True))
+                await _insert_jobs(connection, "narrow_live", jobs, self.queues)
+            else:
+                await load_tickwork_jobs(connection, jobs, self.queues)
 
     async def _worker(self, connection: psycopg.AsyncConnection[Any]) -> None:
         held: list[tuple[int, str, str]] = []  # (sequence, queue, token) of this worker's claims
@@ -273,7 +284,7 @@ class BatchedRawLoop(Contender):
                 "settle_tokens": [token for _, _, token in held],
                 "outcomes": ["completed"] * len(held), "reasons": [None] * len(held),
                 "errors": [None] * len(held), "claim_tokens": claim_tokens,
-                "lease_ms": LEASE_MS, "scan": 8 * limit + 256, "now": None})
+                "lease_ms": LEASE_MS, "scan": claim_scan(limit), "now": None})
             rows = await cursor.fetchall()
             columns = SETTLE_THEN_CLAIM_COLUMNS
             claim_index = columns.index["claim_index"]
@@ -294,10 +305,6 @@ class BatchedRawLoop(Contender):
 
     async def drain(self) -> None:
         await asyncio.gather(*(self._worker(connection) for connection in self._connections))
-
-    async def close(self) -> None:
-        for connection in self._connections:
-            await connection.close()
 
     async def verify(self, dsn: str, jobs: int) -> None:
         """Every job settled as completed and stored once; on the narrow schema

@@ -63,7 +63,7 @@ from bench.postgres_baselines import (
     print_table,
     run_contenders,
 )
-from bench.postgres_raw_batches import BatchedRawLoop
+from bench.postgres_raw_batches import BatchedRawLoop, load_tickwork_jobs
 from bench.report import Figures, Point, Row, print_rows
 from tests.support.pg.server import fresh_database, start_postgres
 from tickwork import Completed, JobRecord
@@ -92,14 +92,7 @@ class TickworkContender(Contender):
 
     async def prepare(self, dsn: str, jobs: int) -> None:
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-            for migration in migrations("postgres"):
-                await conn.execute(migration.sql.encode())
-            await conn.execute(
-                "INSERT INTO tickwork_jobs (job_id, queue, lane, priority, payload_json,"
-                " state, enqueued_at)"
-                " SELECT 'job-' || n, 'queue-' || n, 'bench', 0, '{\"n\":' || n || '}',"
-                " 'queued', tickwork_now_ms() FROM generate_series(0, %s - 1) AS n",
-                (jobs,))
+            await load_tickwork_jobs(conn, jobs)
 
     async def connect(self, dsn: str, workers: int) -> None:
         pools = 1 if self.shared_pool else workers

@@ -219,8 +219,7 @@ class PostgresStore:
             "errors": [r.settlement.error_json for _, r in ordered],
             "claim_tokens": [r.token for _, r in claims],
             "lease_ms": first_claim.lease_ms if first_claim is not None else 0,
-            # Room to pass over the queue heads other pools are claiming.
-            "scan": 8 * len(claims) + 256,
+            "scan": sql.claim_scan(len(claims)),
             "now": now,
         }
         cursor = await conn.execute(sql.SETTLE_THEN_CLAIM, params, prepare=True)

@@ -203,6 +203,14 @@ SELECT {_PENDING},
 # The function's statements run generic plans (0011_generic_claim_plans.sql):
 # not re-planned for each call's arguments.
 SETTLE_THEN_CLAIM_COLUMNS: Final = Columns(*NAMES, "claim_index", "settled_token")
+
+
+def claim_scan(claims: int) -> int:
+    """SETTLE_THEN_CLAIM's %(scan)s for ``claims`` claims: room to pass over
+    the queue heads other pools are claiming."""
+    return 8 * claims + 256
+
+
 SETTLE_THEN_CLAIM = f"""
 SELECT {JOB_SELECT}, claim_index, settled_token
 FROM tickwork_settle_then_claim(
