@@ -54,15 +54,14 @@ from typing import Any
 import psycopg
 
 from bench.postgres_baselines import BenchmarkError, ConnectionPerWorker
+from tickwork.lifecycle import Settlement
 from tickwork.schemas import migrations
-from tickwork.stores.sql.postgres import (
-    SETTLE_THEN_CLAIM,
-    SETTLE_THEN_CLAIM_COLUMNS,
-    claim_scan,
-)
+from tickwork.stores.postgres.store import settle_then_claim_params
+from tickwork.stores.sql.postgres import SETTLE_THEN_CLAIM, SETTLE_THEN_CLAIM_COLUMNS
 
 BATCH = 10
 LEASE_MS = 120_000
+_COMPLETED = Settlement("completed")
 
 # The settlement of the previous batch and the next claim, in one statement
 # on tickwork's table. The first row carries the settled count, the rest
@@ -279,12 +278,9 @@ class BatchedRawLoop(ConnectionPerWorker):
         as (sequence, queue, token, payload))."""
         if self.schema == "function":
             claim_tokens = [uuid.uuid4().hex for _ in range(limit)]
-            cursor = await connection.execute(SETTLE_THEN_CLAIM, {
-                "sequences": [sequence for sequence, _, _ in held],
-                "settle_tokens": [token for _, _, token in held],
-                "outcomes": ["completed"] * len(held), "reasons": [None] * len(held),
-                "errors": [None] * len(held), "claim_tokens": claim_tokens,
-                "lease_ms": LEASE_MS, "scan": claim_scan(limit), "now": None})
+            cursor = await connection.execute(SETTLE_THEN_CLAIM, settle_then_claim_params(
+                [(sequence, token, _COMPLETED) for sequence, _, token in held], claim_tokens,
+                lease_ms=LEASE_MS, now=None))
             rows = await cursor.fetchall()
             columns = SETTLE_THEN_CLAIM_COLUMNS
             claim_index = columns.index["claim_index"]

@@ -20,6 +20,7 @@ from tickwork.lifecycle.requests import ClaimView, JobListing, Suspect
 from tickwork.model.jobs import JobRecord, ValidJob, replay_flags
 from tickwork.model.schedules import StoredSchedule, ValidSchedule
 from tickwork.ports.shared_store import CancelWrite, RenewAnswer
+from tickwork.stores.postgres.arrays import bigint_array, text_array
 from tickwork.stores.postgres.batching import Coalescer
 from tickwork.stores.postgres.connection import autocommit_connection
 from tickwork.stores.rows import CARGO, CLAIM, JOB, schedule_row
@@ -54,6 +55,26 @@ class _SettleRequest:
 
 
 _Answer = JobRecord | bool | None | tuple[bool, JobRecord | None]
+
+
+def settle_then_claim_params(
+    settles: Sequence[tuple[int, str, Settlement]], claim_tokens: Sequence[str], *,
+    lease_ms: int, now: int | None,
+) -> dict[str, Any]:
+    """SETTLE_THEN_CLAIM's parameters: settle each ``(sequence, token,
+    settlement)`` (in the order given, which is the order their rows are
+    locked), then claim one job under each token, each for ``lease_ms``."""
+    return {
+        "sequences": bigint_array([sequence for sequence, _, _ in settles]),
+        "settle_tokens": text_array([token for _, token, _ in settles]),
+        "outcomes": text_array([settlement.outcome for _, _, settlement in settles]),
+        "reasons": text_array([settlement.failure_reason for _, _, settlement in settles]),
+        "errors": text_array([settlement.error_json for _, _, settlement in settles]),
+        "claim_tokens": text_array(claim_tokens),
+        "lease_ms": lease_ms,
+        "scan": sql.claim_scan(len(claim_tokens)),
+        "now": now,
+    }
 
 
 class PostgresStore:
@@ -98,15 +119,15 @@ class PostgresStore:
 
     async def insert_many(self, jobs: list[ValidJob], now: int | None) -> list[bool] | None:
         params = {
-            "job_ids": [job.job_id for job in jobs],
-            "queues": [job.queue for job in jobs],
-            "lanes": [job.lane for job in jobs],
-            "priorities": [job.priority for job in jobs],
-            "payloads": [job.payload_json for job in jobs],
-            "max_recoveries": [job.max_recoveries for job in jobs],
-            "run_ats": [job.run_at for job in jobs],
-            "delays": [job.delay_ms for job in jobs],
-            "retries": [job.retry_json for job in jobs],
+            "job_ids": text_array([job.job_id for job in jobs]),
+            "queues": text_array([job.queue for job in jobs]),
+            "lanes": text_array([job.lane for job in jobs]),
+            "priorities": bigint_array([job.priority for job in jobs]),
+            "payloads": text_array([job.payload_json for job in jobs]),
+            "max_recoveries": bigint_array([job.max_recoveries for job in jobs]),
+            "run_ats": bigint_array([job.run_at for job in jobs]),
+            "delays": bigint_array([job.delay_ms for job in jobs]),
+            "retries": text_array([job.retry_json for job in jobs]),
             "now": now,
         }
         # One transaction: insert the new ids, read the cargo of the others,
@@ -211,17 +232,10 @@ class PostgresStore:
         first_claim = claims[0][1] if claims else None
         now = (first_claim.now if first_claim is not None
                else ordered[0][1].now)
-        params = {
-            "sequences": [r.sequence for _, r in ordered],
-            "settle_tokens": [r.token for _, r in ordered],
-            "outcomes": [r.settlement.outcome for _, r in ordered],
-            "reasons": [r.settlement.failure_reason for _, r in ordered],
-            "errors": [r.settlement.error_json for _, r in ordered],
-            "claim_tokens": [r.token for _, r in claims],
-            "lease_ms": first_claim.lease_ms if first_claim is not None else 0,
-            "scan": sql.claim_scan(len(claims)),
-            "now": now,
-        }
+        params = settle_then_claim_params(
+            [(r.sequence, r.token, r.settlement) for _, r in ordered],
+            [r.token for _, r in claims],
+            lease_ms=first_claim.lease_ms if first_claim is not None else 0, now=now)
         cursor = await conn.execute(sql.SETTLE_THEN_CLAIM, params, prepare=True)
         rows = await cursor.fetchall()
         # A job has one current claim, so only its token's request can match;
