@@ -22,7 +22,10 @@ on Pyodide inside Cloudflare Workers as well as on CPython.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import enum
+import heapq
+import weakref
 from collections.abc import Awaitable, Callable
 from functools import partial
 from types import TracebackType
@@ -85,7 +88,13 @@ class Clock(Protocol):
 
 
 class LoopClock:
-    """:class:`Clock` backed by the running asyncio event loop."""
+    """:class:`Clock` backed by the running asyncio event loop.
+
+    All of a loop's timers share one loop timer (:class:`_LoopTimers`): a
+    worker arms a watchdog and a renewal timer for every job it claims and
+    cancels both when the job ends, mostly milliseconds later, and one
+    loop timer per pair cost more than the rest of the lease keeping.
+    """
 
     __slots__ = ()
 
@@ -93,14 +102,157 @@ class LoopClock:
         return asyncio.get_running_loop().time() * 1000.0
 
     def call_later(self, delay_ms: float, callback: Callable[[], None]) -> TimerHandle:
-        # Pyodide's WebLoop raises on negative delays; "already due" means now.
-        delay_ms = max(0.0, delay_ms)
         loop = asyncio.get_running_loop()
-        if delay_ms <= MAX_TIMER_DELAY_MS:
-            return loop.call_later(delay_ms / 1000.0, callback)
-        # On Pyodide call_later is setTimeout, which fires a delay above
-        # 2**31 - 1 ms (about 24.8 days) at once: wait in steps instead.
-        return _SteppedTimer(loop, loop.time() * 1000.0 + delay_ms, callback)
+        return _timers_of(loop).add(loop.time() * 1000.0 + delay_ms, callback)
+
+
+def _timers_of(loop: asyncio.AbstractEventLoop) -> _LoopTimers:
+    global _last_timers
+    last = _last_timers
+    if last is not None and last._loop is loop:
+        return last
+    timers = _TIMERS.get(loop)
+    if timers is None:
+        timers = _TIMERS[loop] = _LoopTimers(loop)
+    _last_timers = timers
+    return timers
+
+
+def _loop_timer(
+    loop: asyncio.AbstractEventLoop, delay_ms: float, callback: Callable[[], None]
+) -> TimerHandle:
+    """One timer of ``loop`` itself, ``delay_ms`` from now."""
+    # Pyodide's WebLoop raises on negative delays; "already due" means now.
+    delay_ms = max(0.0, delay_ms)
+    if delay_ms <= MAX_TIMER_DELAY_MS:
+        return loop.call_later(delay_ms / 1000.0, callback)
+    # On Pyodide call_later is setTimeout, which fires a delay above
+    # 2**31 - 1 ms (about 24.8 days) at once: wait in steps instead.
+    return _SteppedTimer(loop, loop.time() * 1000.0 + delay_ms, callback)
+
+
+class _QueuedTimer:
+    """One LoopClock timer: an entry of its loop's :class:`_LoopTimers`."""
+
+    __slots__ = ("_callback", "_context", "_queue", "_state")
+
+    def __init__(self, queue: _LoopTimers, callback: Callable[[], None]) -> None:
+        self._queue = queue
+        self._callback = callback
+        # Run in the context it was set in, as a timer of the loop would be.
+        self._context = contextvars.copy_context()
+        self._state = _WAITING
+
+    def cancel(self) -> None:
+        state = self._state
+        self._state = _SETTLED
+        if state == _WAITING:
+            self._queue._cancelled_one()
+        # _DUE: popped for this firing, not run yet; it will not run.
+
+
+#: A queued timer's states: in the heap, popped to run in this firing, done.
+_WAITING, _DUE, _SETTLED = 0, 1, 2
+
+
+class _LoopTimers:
+    """Every LoopClock timer of one loop, behind the one loop timer armed for
+    the earliest of them.
+
+    Entries sit in a heap of (due ms, arrival, timer), ordered in C; a
+    cancelled entry is only marked, and is dropped when it reaches the top,
+    when cancelled entries outnumber live ones (the heap is rebuilt), or
+    when none is live. The loop timer is moved only to an earlier due time,
+    so an idle loop holds at most one, due no later than the last timer it
+    had. Timers fire no earlier than asyncio's would, in due order, equal
+    dues in the order they were set; a callback that raises goes to the
+    loop's exception handler and the others still run.
+    """
+
+    __slots__ = ("_armed", "_armed_due", "_arrivals", "_cancelled", "_heap", "_live", "_loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._heap: list[tuple[float, int, _QueuedTimer]] = []
+        self._arrivals = 0
+        self._live = 0
+        self._cancelled = 0
+        self._armed: TimerHandle | None = None
+        self._armed_due = 0.0
+
+    def add(self, due_ms: float, callback: Callable[[], None]) -> _QueuedTimer:
+        timer = _QueuedTimer(self, callback)
+        self._arrivals += 1
+        heapq.heappush(self._heap, (due_ms, self._arrivals, timer))
+        self._live += 1
+        if self._armed is None or due_ms < self._armed_due:
+            self._arm(due_ms)
+        return timer
+
+    def _cancelled_one(self) -> None:
+        self._live -= 1
+        self._cancelled += 1
+        if self._live == 0:
+            # The loop timer stays: a worker between two batches of jobs
+            # would otherwise cancel it and arm it again for every batch. It
+            # fires once more, finds nothing and arms nothing.
+            self._heap.clear()
+            self._cancelled = 0
+        elif self._cancelled > _COMPACT_AFTER and self._cancelled > self._live:
+            self._heap = [entry for entry in self._heap if entry[2]._state == _WAITING]
+            heapq.heapify(self._heap)
+            self._cancelled = 0
+
+    def _arm(self, due_ms: float) -> None:
+        armed = self._armed
+        if armed is not None:
+            armed.cancel()
+        self._armed_due = due_ms
+        self._armed = _loop_timer(self._loop, due_ms - self._loop.time() * 1000.0, self._fire)
+
+    def _fire(self) -> None:
+        self._armed = None
+        heap = self._heap
+        now = self._loop.time() * 1000.0
+        due: list[_QueuedTimer] = []
+        while heap and heap[0][0] <= now:
+            timer = heapq.heappop(heap)[2]
+            if timer._state == _SETTLED:
+                self._cancelled -= 1
+            else:
+                timer._state = _DUE
+                self._live -= 1
+                due.append(timer)
+        while heap and heap[0][2]._state == _SETTLED:
+            heapq.heappop(heap)
+            self._cancelled -= 1
+        if heap:
+            # Timers set by the callbacks below arm an earlier one if they need it.
+            self._arm(heap[0][0])
+        for timer in due:
+            if timer._state != _DUE:
+                continue  # cancelled by an earlier callback, as asyncio would skip it
+            timer._state = _SETTLED
+            try:
+                timer._context.run(timer._callback)
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException as error:
+                self._loop.call_exception_handler({
+                    "message": "tickwork.leases: a timer callback raised",
+                    "exception": error,
+                })
+
+
+#: How many cancelled timers a loop's heap may hold beyond its live ones.
+_COMPACT_AFTER: Final = 64
+
+#: Each event loop's LoopClock timers, and the last ones used (a loop
+#: almost always asks again; this one reference outlives its loop only
+#: until another loop sets a timer).
+_TIMERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopTimers] = (
+    weakref.WeakKeyDictionary())
+_last_timers: _LoopTimers | None = None
 
 
 #: The longest delay a JS timer (setTimeout, behind Pyodide's event loop) honours.
