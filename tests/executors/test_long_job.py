@@ -150,6 +150,17 @@ def heartbeats_only(shared: SharedHarness, **options: Any) -> Any:
                           **options)
 
 
+async def until_executing(worker: Any, job_id: str) -> None:
+    """Wait until ``worker`` has claimed ``job_id`` and runs it: a thief that
+    ticked before that claim would take the job itself, which is not what
+    these tests are about (a loaded machine can take over 50 ms to claim)."""
+    for _ in range(500):
+        if any(record.job_id == job_id for record in worker.executing()):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"the worker never claimed {job_id!r}")
+
+
 async def thief_finds_nothing(shared: SharedHarness, done: asyncio.Task[Any]) -> float:
     """Another worker ticks every 150 ms while ``done`` runs, and must find
     nothing to recover; returns how long after the start it last looked (s)."""
@@ -173,6 +184,7 @@ async def test_heartbeats_keep_the_lease_alive_past_its_length(shared: SharedHar
     worker = heartbeats_only(shared, execute=long_job)
     await worker.ingest(job("long", payload={"steps": STEPS, "step_ms": STEP_MS}))
     ticking = asyncio.create_task(worker.tick())
+    await until_executing(worker, "long")
     last_look = await thief_finds_nothing(shared, ticking)
     result = await ticking
     assert (result.status, result.job_id, result.outcome) == ("settled", "long", "completed")
@@ -192,6 +204,7 @@ async def test_without_heartbeats_the_same_lease_expires(shared: SharedHarness) 
     worker = heartbeats_only(shared, execute=silent)
     await worker.ingest(job("long"))
     ticking = asyncio.create_task(worker.tick())
+    await until_executing(worker, "long")
     thief = shared.runtime(db_time=True, lease_ms=LEASE_MS, renew_every_ms=LEASE_MS - 1)
     recovered = None
     for _ in range(40):
