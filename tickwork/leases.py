@@ -25,7 +25,6 @@ import asyncio
 import contextvars
 import enum
 import heapq
-import weakref
 from collections.abc import Awaitable, Callable
 from functools import partial
 from types import TracebackType
@@ -103,19 +102,28 @@ class LoopClock:
 
     def call_later(self, delay_ms: float, callback: Callable[[], None]) -> TimerHandle:
         loop = asyncio.get_running_loop()
-        return _timers_of(loop).add(loop.time() * 1000.0 + delay_ms, callback)
+        timers = _timers_of(loop)
+        if timers is None:
+            return _loop_timer(loop, delay_ms, callback)
+        return timers.add(loop.time() * 1000.0 + delay_ms, callback)
 
 
-def _timers_of(loop: asyncio.AbstractEventLoop) -> _LoopTimers:
-    global _last_timers
-    last = _last_timers
-    if last is not None and last._loop is loop:
-        return last
-    timers = _TIMERS.get(loop)
+def _timers_of(loop: asyncio.AbstractEventLoop) -> _LoopTimers | None:
+    """The loop's shared timers, kept on the loop itself so that they go
+    with it (a registry beside it would keep every loop alive through its
+    armed handle); None for a loop that takes no attributes (uvloop), whose
+    timers stay one loop timer each."""
+    timers: _LoopTimers | None = getattr(loop, _TIMERS_ATTRIBUTE, None)
     if timers is None:
-        timers = _TIMERS[loop] = _LoopTimers(loop)
-    _last_timers = timers
+        timers = _LoopTimers(loop)
+        try:
+            setattr(loop, _TIMERS_ATTRIBUTE, timers)
+        except AttributeError:
+            return None
     return timers
+
+
+_TIMERS_ATTRIBUTE: Final = "_tickwork_lease_timers"
 
 
 def _loop_timer(
@@ -247,12 +255,6 @@ class _LoopTimers:
 #: How many cancelled timers a loop's heap may hold beyond its live ones.
 _COMPACT_AFTER: Final = 64
 
-#: Each event loop's LoopClock timers, and the last ones used (a loop
-#: almost always asks again; this one reference outlives its loop only
-#: until another loop sets a timer).
-_TIMERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopTimers] = (
-    weakref.WeakKeyDictionary())
-_last_timers: _LoopTimers | None = None
 
 
 #: The longest delay a JS timer (setTimeout, behind Pyodide's event loop) honours.

@@ -9,12 +9,18 @@ from typing import Any
 
 import pytest
 
-from tickwork.leases import _TIMERS, LoopClock
+from tickwork.leases import LoopClock, _LoopTimers, _timers_of
+
+
+def shared_timers(loop: asyncio.AbstractEventLoop) -> _LoopTimers:
+    timers = _timers_of(loop)
+    assert timers is not None  # asyncio's own loop takes the attribute
+    return timers
 
 
 def loop_timers_armed(loop: asyncio.AbstractEventLoop) -> int:
     """How many timers of the loop itself are scheduled and not cancelled."""
-    return sum(1 for handle in loop._scheduled if not handle.cancelled())  # type: ignore[attr-defined]
+    return sum(1 for handle in loop._scheduled if not handle.cancelled())  # type: ignore[attr-defined,misc]
 
 
 async def test_timers_fire_in_due_order_and_equal_dues_in_the_order_set() -> None:
@@ -47,7 +53,7 @@ async def test_many_timers_behind_one_loop_timer_and_an_idle_loop_holds_at_most_
     assert loop_timers_armed(loop) == before + 1
     for handle in handles:
         handle.cancel()
-    assert _TIMERS[loop]._heap == []
+    assert shared_timers(loop)._heap == []
     assert loop_timers_armed(loop) <= before + 1
     # The next batch of timers, due later, arms no second loop timer.
     later = [clock.call_later(20_000 + i, lambda: None) for i in range(10)]
@@ -75,7 +81,7 @@ async def test_a_cancelled_timer_never_fires_and_cancel_twice_or_after_firing_is
     await asyncio.sleep(0.03)
     assert fired == ["kept"]
     keep.cancel()
-    assert _TIMERS[asyncio.get_running_loop()]._live == 0
+    assert shared_timers(asyncio.get_running_loop())._live == 0
 
 
 async def test_an_earlier_timer_rearms_the_loop_timer() -> None:
@@ -98,7 +104,7 @@ async def test_a_long_run_of_short_lived_timers_keeps_the_heap_near_the_live_one
         second = clock.call_later(120_000, lambda: None)
         first.cancel()
         second.cancel()
-    timers = _TIMERS[loop]
+    timers = shared_timers(loop)
     assert timers._live == 10
     assert len(timers._heap) <= 10 + 2 * 64 + 2
     for handle in resident:
@@ -195,5 +201,23 @@ async def test_a_timer_cancelled_by_an_earlier_callback_of_the_same_firing_does_
     clock.call_later(5, lambda: fired.append("third"))
     await asyncio.sleep(0.03)
     assert fired == ["first", "third"]
-    timers = _TIMERS[loop]
+    timers = shared_timers(loop)
     assert timers._live == 0 and timers._cancelled == 0
+
+
+def test_a_finished_loop_with_timers_is_not_kept_alive() -> None:
+    import gc
+    import weakref
+
+    loops: list[weakref.ref[asyncio.AbstractEventLoop]] = []
+
+    async def set_timers() -> None:
+        loop = asyncio.get_running_loop()
+        loops.append(weakref.ref(loop))
+        LoopClock().call_later(10_000, lambda: None)  # still pending when the loop ends
+        LoopClock().call_later(10_000, lambda: None).cancel()
+
+    for _ in range(3):
+        asyncio.run(set_timers())
+    gc.collect()
+    assert [ref() for ref in loops] == [None, None, None]

@@ -166,7 +166,7 @@ async def test_loop_clock_waits_in_steps_beyond_the_js_timer_limit() -> None:
     """setTimeout fires delays above 2**31 - 1 ms at once; LoopClock must not hand it one."""
     import asyncio
 
-    from tickwork.leases import _TIMERS, MAX_TIMER_DELAY_MS, LoopClock
+    from tickwork.leases import MAX_TIMER_DELAY_MS, LoopClock, _timers_of
 
     loop = asyncio.get_running_loop()
     delays: list[float] = []
@@ -182,7 +182,7 @@ async def test_loop_clock_waits_in_steps_beyond_the_js_timer_limit() -> None:
         handle = LoopClock().call_later(3 * MAX_TIMER_DELAY_MS, lambda: fired.append(True))
         assert delays == [MAX_TIMER_DELAY_MS]  # the first step, not the whole delay
         # As if the first step of the loop's one timer elapsed:
-        _TIMERS[loop]._armed._step()  # type: ignore[union-attr]
+        _timers_of(loop)._armed._step()  # type: ignore[union-attr]
         assert len(delays) == 2 and delays[1] <= MAX_TIMER_DELAY_MS
         handle.cancel()
         await asyncio.sleep(0)
