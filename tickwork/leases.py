@@ -584,6 +584,12 @@ class LeaseKeeper(Generic[ClaimT]):
 
     # -- watchdog ------------------------------------------------------------
 
+    def watch(self, deadline_ms: float) -> None:
+        """Arm the watchdog for the lease ending at ``deadline_ms`` (in the
+        clock's time), as the constructor's ``deadline_ms`` does, for a keeper
+        that arms it later. Already past: the keeper goes stale at once."""
+        self._arm_watchdog(deadline_ms)
+
     def _arm_watchdog(self, deadline_ms: float) -> None:
         """The single place a watchdog is installed.
 
@@ -663,14 +669,16 @@ class LeaseKeeper(Generic[ClaimT]):
     # -- helpers for the runtime -------------------------------------------
 
     def start_periodic(
-        self, *, every_ms: int = DEFAULT_RENEW_EVERY_MS, lease_ms: int | None = None
+        self, *, every_ms: int = DEFAULT_RENEW_EVERY_MS, lease_ms: int | None = None,
+        since_ms: float | None = None,
     ) -> PeriodicRenewer:
-        """Start renewing ``lease_ms`` (default ``self.lease_ms``) every ``every_ms``.
+        """Start renewing ``lease_ms`` (default ``self.lease_ms``) every ``every_ms``,
+        the first renewal ``every_ms`` after ``since_ms`` (clock time; default now).
 
         The renewer stops by itself when the keeper is cleared or goes stale.
         """
         renewer = PeriodicRenewer(self, every_ms=every_ms, lease_ms=lease_ms)
-        renewer.start()
+        renewer.start(since_ms=since_ms)
         return renewer
 
     def heartbeat(self, extra_ms: int | None = None) -> Heartbeat:
@@ -738,14 +746,19 @@ class PeriodicRenewer:
     def running(self) -> bool:
         return self._timer is not None
 
-    def start(self) -> None:
-        """Schedule the first tick ``every_ms`` from now (no-op if running)."""
+    def start(self, *, since_ms: float | None = None) -> None:
+        """Schedule the first tick ``every_ms`` after ``since_ms`` (clock
+        time; default now), at once if that has passed (no-op if running)."""
         if self._stopped or self._timer is not None:
             return
         if not self._keeper._attach_periodic(self):
             self._stopped = True  # keeper already finished: never start
             return
-        self._schedule()
+        if since_ms is None:
+            self._schedule()
+        else:
+            delay = since_ms + self._every_ms - self._keeper.clock.now_ms()
+            self._timer = self._keeper.clock.call_later(max(0.0, delay), self._tick)
 
     def stop(self) -> None:
         """Cancel the next tick for good.  Idempotent."""

@@ -194,3 +194,26 @@ async def test_loop_clock_waits_in_steps_beyond_the_js_timer_limit() -> None:
         short.cancel()
     finally:
         loop.call_later = original  # type: ignore[method-assign]
+
+
+async def test_a_renewer_started_late_keeps_the_schedule_of_its_since_time() -> None:
+    # Started 4 s after the execution began (a runtime arms its timers when
+    # the executor first waits): the first renewal still comes 10 s after
+    # the start, then every 10 s.
+    h = make_harness(deadline_ms=120_000, default_reply=Reply(latency_ms=50))
+    await h.clock.advance_to(4_000)
+    renewer = h.keeper.start_periodic(since_ms=0)
+    await h.clock.advance_to(25_000)
+    assert [c.started_ms for c in h.store.calls] == [10_000, 20_000]
+    renewer.stop()
+
+
+async def test_a_renewer_whose_first_renewal_is_overdue_renews_at_once() -> None:
+    h = make_harness(deadline_ms=120_000, default_reply=Reply(latency_ms=50))
+    await h.clock.advance_to(15_000)
+    renewer = h.keeper.start_periodic(since_ms=0)
+    await h.clock.advance_to(15_000)
+    assert [c.started_ms for c in h.store.calls] == [15_000]
+    await h.clock.advance_to(26_000)
+    assert [c.started_ms for c in h.store.calls] == [15_000, 25_000]
+    renewer.stop()

@@ -40,6 +40,7 @@ from tickwork.leases import (
     LoopClock,
     StaleLease,
     StaleReason,
+    watchdog_delay_ms,
 )
 from tickwork.lifecycle import operations
 from tickwork.lifecycle.drive import drive_async
@@ -544,22 +545,36 @@ class SharedRuntime:
                                                                asyncio.CancelledError | None]:
         claim: _Claim = request.held  # type: ignore[assignment]
         job, signal = claim.job, claim.signal
+        clock = self._clock
         keeper: LeaseKeeper[_Claim] = LeaseKeeper(
             claim,
             self._renew,
             on_stale=lambda stale: _abort_stale(signal, stale),
-            clock=self._clock,
+            clock=clock,
             lease_ms=self._lease_ms,
-            # The claim's lease started after claim.started_ms (database time
-            # may differ; only durations matter), so the local watchdog never
-            # outlives the durable lease.
-            deadline_ms=claim.started_ms + self._lease_ms,
         )
+        # The claim's lease started after claim.started_ms (database time
+        # may differ; only durations matter), so the local watchdog never
+        # outlives the durable lease.
+        deadline_ms = claim.started_ms + self._lease_ms
+        started_ms = clock.now_ms()
+        if watchdog_delay_ms(deadline_ms, started_ms) <= 0:
+            keeper.watch(deadline_ms)  # already lost: the signal is aborted before it runs
+        renew_every_ms = self._renew_every_ms
+
+        def keep_lease() -> None:
+            # Armed once the executor first waits: no timer can fire before
+            # the loop runs, and most jobs of a worker loop finish without
+            # waiting, so their timers would only be set and cancelled. The
+            # watchdog's deadline and the first renewal's time are the ones
+            # arming at the start would have given.
+            keeper.watch(deadline_ms)
+            keeper.start_periodic(every_ms=renew_every_ms, since_ms=started_ms)
+
         signal.heartbeat = keeper.heartbeat()
-        keeper.start_periodic(every_ms=self._renew_every_ms)
         self._executions[job.job_id] = claim
         try:
-            return await run_executor(self._execute, job, signal)
+            return await run_executor(self._execute, job, signal, on_suspend=keep_lease)
         except BaseException:
             self._release(claim)
             raise
