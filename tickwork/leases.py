@@ -757,8 +757,7 @@ class PeriodicRenewer:
         if since_ms is None:
             self._schedule()
         else:
-            delay = since_ms + self._every_ms - self._keeper.clock.now_ms()
-            self._timer = self._keeper.clock.call_later(max(0.0, delay), self._tick)
+            self._schedule(max(0.0, since_ms + self._every_ms - self._keeper.clock.now_ms()))
 
     def stop(self) -> None:
         """Cancel the next tick for good.  Idempotent."""
@@ -768,8 +767,10 @@ class PeriodicRenewer:
             timer.cancel()
         self._keeper._detach_periodic(self)
 
-    def _schedule(self) -> None:
-        self._timer = self._keeper.clock.call_later(self._every_ms, self._tick)
+    def _schedule(self, delay_ms: float | None = None) -> None:
+        """Arm the next tick, ``delay_ms`` (default ``every_ms``) from now."""
+        delay = self._every_ms if delay_ms is None else delay_ms
+        self._timer = self._keeper.clock.call_later(delay, self._tick)
 
     def _tick(self) -> None:
         self._timer = None

@@ -84,22 +84,19 @@ class _SuspendHook:
         except BaseException as error:
             inner.close()  # the executor never resumes: let it clean up
             raise _HookFailed(error) from error
-        while True:
-            try:
-                sent = yield yielded
-            except GeneratorExit:
-                inner.close()
-                raise
-            except BaseException as error:  # thrown in (a cancellation): the executor's
+        try:
+            while True:
                 try:
+                    sent = yield yielded
+                except GeneratorExit:
+                    inner.close()
+                    raise
+                except BaseException as error:  # thrown in (a cancellation): the executor's
                     yielded = inner.throw(error)
-                except StopIteration as stop:
-                    return stop.value
-            else:
-                try:
+                else:
                     yielded = inner.send(sent)
-                except StopIteration as stop:
-                    return stop.value
+        except StopIteration as stop:
+            return stop.value
 
 
 class _HookFailed(Exception):
