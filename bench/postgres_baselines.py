@@ -12,7 +12,10 @@ server named by ``TICKWORK_PG_DSN``. Every measurement gets a fresh database,
 ANALYZE and a CHECKPOINT before the clock starts, and is checked afterwards:
 every job executed exactly once and settled in the store. The clock runs from
 the workers' start until the last settlement is committed; shutting the
-workers down afterwards is not timed.
+workers down afterwards is not timed. Over the same span each result notes
+the CPU time of this process (the client: every contender's workers are
+tasks in it) and, on Linux, of the whole machine; the difference is the
+server's share (its backends, WAL writer and checkpointer).
 
 Contenders (``baseline_contenders()``):
 
@@ -89,6 +92,26 @@ class BenchmarkError(AssertionError):
     """A contender lost, duplicated or failed to settle a job."""
 
 
+def cpu_seconds() -> tuple[float, float | None]:
+    """(CPU seconds this process has used, busy CPU seconds of the whole
+    machine, every core: user, nice, system, irq and softirq time from
+    ``/proc/stat``; None where there is no such file).
+
+    The contenders' workers are tasks in this process, so its CPU time is
+    the client's; the machine's busy time minus it is the server's backends,
+    WAL writer and checkpointer, and whatever else ran meanwhile."""
+    client = time.process_time()
+    try:
+        with open("/proc/stat") as stat:
+            fields = stat.readline().split()
+    except OSError:
+        return client, None
+    if not fields or fields[0] != "cpu":
+        return client, None
+    user, nice, system, _idle, _iowait, irq, softirq = (int(v) for v in fields[1:8])
+    return client, (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
 @dataclass(frozen=True)
 class Result:
     system: str
@@ -97,10 +120,26 @@ class Result:
     seconds: float
     executed: int  # executor calls
     distinct: int  # distinct jobs executed
+    # CPU seconds over the timed span (see cpu_seconds): this process's, and
+    # the whole machine's (None where it cannot be read).
+    client_cpu_s: float = 0.0
+    machine_cpu_s: float | None = None
 
     @property
     def jobs_per_second(self) -> float:
         return self.jobs / self.seconds
+
+    @property
+    def client_us_per_job(self) -> float:
+        """The client's CPU time per job: the workers' Python and driver."""
+        return self.client_cpu_s / self.jobs * 1e6
+
+    @property
+    def server_us_per_job(self) -> float | None:
+        """The rest of the machine's CPU time per job: the server's side."""
+        if self.machine_cpu_s is None:
+            return None
+        return max(0.0, self.machine_cpu_s - self.client_cpu_s) / self.jobs * 1e6
 
 
 class Contender(abc.ABC):
@@ -126,6 +165,7 @@ class Contender(abc.ABC):
         self.expected = 0  # set by measure() before drain()
         self.settled_count = 0
         self.all_settled_at: float | None = None  # time.perf_counter()
+        self.all_settled_cpu: tuple[float, float | None] | None = None  # cpu_seconds()
 
     async def execute(self, number: int) -> None:
         """The no-op executor: only counts the call."""
@@ -136,6 +176,7 @@ class Contender(abc.ABC):
         self.settled_count += count
         if self.all_settled_at is None and self.settled_count >= self.expected:
             self.all_settled_at = time.perf_counter()
+            self.all_settled_cpu = cpu_seconds()
             self.on_all_settled()
 
     def on_all_settled(self) -> None:
@@ -422,19 +463,25 @@ async def _quiesce(dsn: str) -> None:
         await connection.execute("CHECKPOINT")
 
 
-async def _measure(dsn: str, contender: Contender, workers: int, jobs: int) -> float:
+async def _measure(dsn: str, contender: Contender, workers: int,
+                   jobs: int) -> tuple[float, float, float | None]:
+    """(seconds, client CPU seconds, machine CPU seconds or None) over the timed span."""
     await contender.prepare(dsn, jobs)
     await _quiesce(dsn)
     contender.expected = jobs
     try:
         await contender.connect(dsn, workers)
+        cpu_started = cpu_seconds()
         started = time.perf_counter()
         await contender.drain()
         finished = contender.all_settled_at or time.perf_counter()
+        cpu_finished = contender.all_settled_cpu or cpu_seconds()
     finally:
         await contender.close()
     await contender.verify(dsn, jobs)
-    return finished - started
+    machine = (None if cpu_started[1] is None or cpu_finished[1] is None
+               else cpu_finished[1] - cpu_started[1])
+    return finished - started, cpu_finished[0] - cpu_started[0], machine
 
 
 def measure(server: PostgresCluster, factory: ContenderFactory, workers: int,
@@ -443,7 +490,7 @@ def measure(server: PostgresCluster, factory: ContenderFactory, workers: int,
     job was executed exactly once (``BenchmarkError`` otherwise)."""
     contender = factory()
     with fresh_database(server, prefix="bench") as dsn:
-        elapsed = asyncio.run(_measure(dsn, contender, workers, jobs))
+        elapsed, client_cpu, machine_cpu = asyncio.run(_measure(dsn, contender, workers, jobs))
     executions = contender.executions
     wrong = {n: c for n, c in executions.items() if c != 1 or not 0 <= n < jobs}
     if len(executions) != jobs or wrong:
@@ -451,7 +498,8 @@ def measure(server: PostgresCluster, factory: ContenderFactory, workers: int,
             f"{contender.label}, {workers} workers: {len(executions)} of {jobs} jobs executed;"
             f" not exactly once: {dict(list(wrong.items())[:10])}")
     return Result(contender.label, workers, jobs, elapsed,
-                  executed=sum(executions.values()), distinct=len(executions))
+                  executed=sum(executions.values()), distinct=len(executions),
+                  client_cpu_s=client_cpu, machine_cpu_s=machine_cpu)
 
 
 def run_contenders(server: PostgresCluster, factories: Sequence[ContenderFactory],

@@ -9,9 +9,12 @@ PgQueuer/asyncpg" at each worker count (target 1.0), the pool-per-worker
 shape beside PgQueuer/psycopg, the SKIP LOCKED loop, tickwork's
 group-commit function called with no engine and a raw loop on tickwork's
 table (``bench.postgres_raw_batches``; context), those two loops and a raw
-loop on a narrow schema beside PgQueuer/asyncpg (context), the mean
-tick at 1,000,000 settled rows against none (target at most 1.2x), and
-jobs/s against workers for every contender (chart "workers").
+loop on a narrow schema beside PgQueuer/asyncpg (context), CPU time per
+job at the most workers, pool per worker (the client's for tickwork and for
+its group-commit function alone, the server's for tickwork, each beside
+PgQueuer/asyncpg's; context, see ``cpu_rows``), the mean tick at 1,000,000
+settled rows against none (target at most 1.2x), and jobs/s against workers
+for every contender (chart "workers").
 
 Same server, same fresh-database-per-measurement procedure, same no-op
 executor and same exactly-once checks as ``bench.postgres_baselines``, whose
@@ -315,6 +318,8 @@ def figures(results: Sequence[Result], tick_times: tuple[float, float] | None,
             if raw is not None and base is not None:
                 out.rows.append(Row(SECTION, f"{name}, {workers} worker{plural}", raw, "jobs/s",
                                     peer_name, base))
+    out.rows += cpu_rows(results, {key: label_of[key] for key in
+                                   ("pool per worker", "raw function")}, peer, peer_name)
     for result in results:
         out.points.append(Point("workers", result.system, result.workers,
                                 result.jobs_per_second))
@@ -324,6 +329,38 @@ def figures(results: Sequence[Result], tick_times: tuple[float, float] | None,
                             "us/tick", "same, no settled rows", empty * 1e6, target=1.2,
                             lower_is_better=True))
     return out
+
+
+def cpu_rows(results: Sequence[Result], labels: dict[str, str | None], peer: str,
+             peer_name: str) -> list[Row]:
+    """CPU time per job at the most workers measured, pool per worker, beside
+    the peer's in the same run: the client's (this process: the workers'
+    Python and driver) for tickwork and for its group-commit function called
+    with no engine, and the server's (the rest of the machine) for tickwork.
+    The two sides share the machine's cores, so a contender is ahead only
+    if its client and server time per job together are below the peer's."""
+    by = {(result.system, result.workers): result for result in results}
+    workers = max((result.workers for result in results), default=0)
+    peer_result = by.get((peer, workers))
+    if peer_result is None:
+        return []
+    plural = "s" if workers != 1 else ""
+    rows = []
+    for key, who in (("pool per worker", f"tickwork pool per worker, {workers} worker{plural}"),
+                     ("raw function", "tickwork's group-commit function, no engine,"
+                                      f" {workers} worker{plural}")):
+        label = labels[key]
+        result = None if label is None else by.get((label, workers))
+        if result is None:
+            continue
+        rows.append(Row(SECTION, f"{who}: client CPU per job", result.client_us_per_job,
+                        "us/job", peer_name, peer_result.client_us_per_job,
+                        lower_is_better=True))
+        server, peer_server = result.server_us_per_job, peer_result.server_us_per_job
+        if key == "pool per worker" and server is not None and peer_server is not None:
+            rows.append(Row(SECTION, f"{who}: server CPU per job (rest of the machine)",
+                            server, "us/job", peer_name, peer_server, lower_is_better=True))
+    return rows
 
 
 def measure_all(jobs: int, worker_counts: Sequence[int], settled_rows: int,

@@ -6,6 +6,8 @@ exist, and that each carries its baseline from the same run, is.
 
 from __future__ import annotations
 
+import os
+
 from bench.postgres_baselines import asyncpg_available
 from bench.shared_postgres import measure_all
 
@@ -29,6 +31,22 @@ def test_one_small_run_yields_every_row_and_chart_point() -> None:
                      "raw SQL on tickwork's table", "raw SQL, narrow schema"):
             row = rows[(f"{loop}, {workers}", peer)]
             assert row.target is None and row.baseline_value and row.value > 0
+    # CPU per job at the most workers (2 here), beside the peer's from the
+    # same run: the client's for tickwork and its function alone, the
+    # server's for tickwork (on Linux, where /proc/stat says it).
+    cpu = [row for row in found.rows if "CPU per job" in row.measure]
+    assert {row.measure for row in cpu} >= {
+        "tickwork pool per worker, 2 workers: client CPU per job",
+        "tickwork's group-commit function, no engine, 2 workers: client CPU per job"}
+    for row in cpu:
+        assert row.baseline == peer and row.unit == "us/job" and row.lower_is_better
+        assert row.target is None and row.baseline_value is not None
+        if "client" in row.measure:  # process time is exact; /proc/stat counts 10 ms ticks
+            assert row.value > 0 and row.baseline_value > 0
+    if os.path.exists("/proc/stat"):
+        assert ("tickwork pool per worker, 2 workers: server CPU per job (rest of the machine)"
+                in {row.measure for row in cpu})
+    assert not any("1 worker:" in row.measure for row in cpu)
     tick = rows[("mean tick, 2,000 settled rows", "same, no settled rows")]
     assert tick.lower_is_better and tick.target == 1.2 and tick.unit == "us/tick"
     series = {point.series for point in found.points}
