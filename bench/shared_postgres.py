@@ -44,7 +44,7 @@ import asyncio
 import re
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -318,8 +318,7 @@ def figures(results: Sequence[Result], tick_times: tuple[float, float] | None,
             if raw is not None and base is not None:
                 out.rows.append(Row(SECTION, f"{name}, {workers} worker{plural}", raw, "jobs/s",
                                     peer_name, base))
-    out.rows += cpu_rows(results, {key: label_of[key] for key in
-                                   ("pool per worker", "raw function")}, peer, peer_name)
+    out.rows += cpu_rows(results, label_of, peer, peer_name)
     for result in results:
         out.points.append(Point("workers", result.system, result.workers,
                                 result.jobs_per_second))
@@ -331,14 +330,16 @@ def figures(results: Sequence[Result], tick_times: tuple[float, float] | None,
     return out
 
 
-def cpu_rows(results: Sequence[Result], labels: dict[str, str | None], peer: str,
+def cpu_rows(results: Sequence[Result], labels: Mapping[str, str | None], peer: str,
              peer_name: str) -> list[Row]:
     """CPU time per job at the most workers measured, pool per worker, beside
     the peer's in the same run: the client's (this process: the workers'
     Python and driver) for tickwork and for its group-commit function called
     with no engine, and the server's (the rest of the machine) for tickwork.
     The two sides share the machine's cores, so a contender is ahead only
-    if its client and server time per job together are below the peer's."""
+    if its client and server time per job together are below the peer's.
+    ``labels`` maps "pool per worker" and "raw function" to those
+    contenders' result labels (None: not measured)."""
     by = {(result.system, result.workers): result for result in results}
     workers = max((result.workers for result in results), default=0)
     peer_result = by.get((peer, workers))

@@ -754,10 +754,8 @@ class PeriodicRenewer:
         if not self._keeper._attach_periodic(self):
             self._stopped = True  # keeper already finished: never start
             return
-        if since_ms is None:
-            self._schedule()
-        else:
-            self._schedule(max(0.0, since_ms + self._every_ms - self._keeper.clock.now_ms()))
+        self._schedule(None if since_ms is None
+                       else max(0.0, since_ms + self._every_ms - self._keeper.clock.now_ms()))
 
     def stop(self) -> None:
         """Cancel the next tick for good.  Idempotent."""

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import os
 
-from bench.postgres_baselines import asyncpg_available
-from bench.shared_postgres import measure_all
+import pytest
+
+from bench.postgres_baselines import Result, asyncpg_available
+from bench.shared_postgres import cpu_rows, measure_all
 
 
 def test_one_small_run_yields_every_row_and_chart_point() -> None:
@@ -55,3 +57,33 @@ def test_one_small_run_yields_every_row_and_chart_point() -> None:
     assert len(series) == (8 if asyncpg_available() else 7)
     assert {point.chart for point in found.points} == {"workers"}
     assert sorted({point.x for point in found.points}) == [1, 2]
+
+
+def test_cpu_rows_split_each_job_between_client_and_server_at_the_most_workers() -> None:
+    def result(system: str, workers: int, client_s: float, machine_s: float | None) -> Result:
+        return Result(system, workers, 1_000, 1.0, 1_000, 1_000, client_cpu_s=client_s,
+                      machine_cpu_s=machine_s)
+
+    labels = {"pool per worker": "tw", "raw function": "fn"}
+    results = [result("peer", 1, 9.0, 9.0), result("tw", 1, 9.0, 9.0),
+               result("peer", 8, 0.075, 0.225), result("tw", 8, 0.085, 0.245),
+               result("fn", 8, 0.030, 0.150)]
+    rows = {row.measure: row for row in cpu_rows(results, labels, "peer", "PgQueuer")}
+    assert set(rows) == {"tickwork pool per worker, 8 workers: client CPU per job",
+                         "tickwork pool per worker, 8 workers: server CPU per job"
+                         " (rest of the machine)",
+                         "tickwork's group-commit function, no engine, 8 workers:"
+                         " client CPU per job"}
+    client = rows["tickwork pool per worker, 8 workers: client CPU per job"]
+    assert client.value == pytest.approx(85.0) and client.baseline_value == pytest.approx(75.0)
+    # The machine's time minus the client's: 245 - 85 and 225 - 75 us per job.
+    server = rows["tickwork pool per worker, 8 workers: server CPU per job (rest of the machine)"]
+    assert server.value == pytest.approx(160.0) and server.baseline_value == pytest.approx(150.0)
+    function = rows["tickwork's group-commit function, no engine, 8 workers: client CPU per job"]
+    assert function.value == pytest.approx(30.0)
+    assert function.baseline_value == pytest.approx(75.0)
+    # No machine time (off Linux): no server row; no peer at that count: no rows.
+    off_linux = [result("peer", 8, 0.075, None), result("tw", 8, 0.085, None)]
+    assert [row.measure for row in cpu_rows(off_linux, labels, "peer", "PgQueuer")] == [
+        "tickwork pool per worker, 8 workers: client CPU per job"]
+    assert cpu_rows(results[1:2], labels, "peer", "PgQueuer") == []
