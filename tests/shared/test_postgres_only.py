@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import re
 from collections.abc import AsyncIterator
 from typing import Any
@@ -410,6 +411,56 @@ async def test_two_pools_claiming_at_once_keep_every_queue_serial(postgres_dsn: 
         assert [j for j in started[queue] if j in set(in_order)] == in_order, queue
 
 
+async def test_a_claim_walks_past_a_queue_whose_head_another_transaction_holds(
+    pool: Pool,
+) -> None:
+    """The claim's second statement passes over a head row another
+    transaction holds (FOR UPDATE SKIP LOCKED); the claim then walks again
+    (0012), past that queue, and takes the next free queue's head instead of
+    coming back empty, and the held job is claimed once it is let go."""
+    runtime = _runtime(pool)
+    await runtime.ingest(job("held", queue="a", priority=1))
+    await runtime.ingest(job("free", queue="b"))
+    async with pool.connection() as holder, holder.transaction():
+        await holder.execute("SELECT 1 FROM tickwork_jobs WHERE job_id = 'held' FOR UPDATE")
+        result = await runtime.tick()
+        assert (result.status, result.job_id, result.outcome) == (
+            "settled", "free", "completed")
+        assert (await runtime.tick()).status == "idle"  # only "held" is left
+    result = await runtime.tick()
+    assert (result.job_id, result.outcome) == ("held", "completed")
+
+
+async def test_drains_of_racing_pools_end_only_once_the_work_is_taken(
+    postgres_dsn: str,
+) -> None:
+    """Claims of four pools race in the server over 1,200 queues of one job
+    each. A queue another pool claimed and committed after a claim's walk
+    began still looks free to that walk, whose second statement then finds
+    its head gone; before 0012 such a claim could come back empty while
+    hundreds of heads were free, and the drain that made it ended. Each
+    runtime drains once: when a drain returns, no more jobs are queued than
+    there are claims in flight (20 runtimes), and every job ran once."""
+    watch = _SerialWatch()
+    async with contextlib.AsyncExitStack() as stack:
+        pools = [await stack.enter_async_context(open_pool(postgres_dsn, max_size=4))
+                 for _ in range(4)]
+        runtimes = [_runtime(pool, execute=watch.execute) for pool in pools for _ in range(5)]
+        for start in range(0, 1200, 100):
+            await runtimes[0].ingest_many(
+                [job(f"j{n}", queue=f"q{n}") for n in range(start, start + 100)])
+        left_when_done: list[int] = []
+
+        async def drain_once(runtime: PostgresRuntime) -> None:
+            await runtime.drain()
+            left_when_done.append(await _count(pools[0], "state = 'queued'"))
+
+        await asyncio.gather(*(drain_once(runtime) for runtime in runtimes))
+        assert await _count(pools[0], "state = 'settled' AND outcome = 'completed'") == 1200
+    assert max(left_when_done) <= len(runtimes), sorted(left_when_done)
+    assert len(watch.runs) == 1200 and set(watch.runs.values()) == {1}
+
+
 async def test_drain_shares_one_commit_between_a_settlement_and_the_next_claim(
     pool: Pool,
 ) -> None:
@@ -496,12 +547,13 @@ async def test_a_database_without_0004_is_refused_then_upgraded_with_its_rows(
                 before = await (await conn.execute(
                     "SELECT * FROM tickwork_jobs ORDER BY sequence")).fetchall()
             runtime = _runtime(pool)
-            with pytest.raises(SchemaError, match=r"version 3, this package needs 11: apply "
+            with pytest.raises(SchemaError, match=r"version 3, this package needs 12: apply "
                                                   r"0004_due_times\.sql, 0005_paused_queues"
                                                   r"\.sql, 0006_retries\.sql, 0007_schedules"
                                                   r"\.sql, 0008_error_summaries\.sql, "
                                                   r"0009_browse\.sql, 0010_queue_claims\.sql, "
-                                                  r"0011_generic_claim_plans\.sql"
+                                                  r"0011_generic_claim_plans\.sql, "
+                                                  r"0012_claim_passes\.sql"
                                                   r" from schema/postgres"):
                 await runtime.ingest(job("a"))
             assert await _count(pool) == 2

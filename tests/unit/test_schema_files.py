@@ -59,10 +59,12 @@ def test_the_migration_list_is_pinned() -> None:
                           "0009_browse.sql")
     assert SCHEMA_VERSION == 9
     # PostgreSQL alone has 0010 (its claims lock per queue; D1 runs one
-    # statement at a time and needs no lock) and 0011 (plans of its function).
-    assert POSTGRES_MIGRATIONS[:-2] == MIGRATIONS
-    assert POSTGRES_MIGRATIONS[-2:] == ("0010_queue_claims.sql", "0011_generic_claim_plans.sql")
-    assert POSTGRES_SCHEMA_VERSION == 11
+    # statement at a time and needs no lock), 0011 (plans of its function)
+    # and 0012 (its claim walking again when it came up short).
+    assert POSTGRES_MIGRATIONS[:-3] == MIGRATIONS
+    assert POSTGRES_MIGRATIONS[-3:] == ("0010_queue_claims.sql", "0011_generic_claim_plans.sql",
+                                        "0012_claim_passes.sql")
+    assert POSTGRES_SCHEMA_VERSION == 12
 
 
 @pytest.mark.parametrize("dialect", ["d1", "postgres"])
@@ -96,9 +98,9 @@ def test_schema_errors_name_the_missing_migrations() -> None:
     check_schema_version(SCHEMA_VERSION, database="D1", folder="schema/d1", apply_with="x")
     with pytest.raises(SchemaError, match="upgrade tickwork"):
         check_schema_version(SCHEMA_VERSION + 1, database="D1", folder="x", apply_with="x")
-    with pytest.raises(SchemaError, match=r"version 9, this package needs 11: apply "
+    with pytest.raises(SchemaError, match=r"version 9, this package needs 12: apply "
                                           r"0010_queue_claims\.sql, 0011_generic_claim_plans"
-                                          r"\.sql from schema/postgres"):
+                                          r"\.sql, 0012_claim_passes\.sql from schema/postgres"):
         check_schema_version(9, database="PostgreSQL", folder="schema/postgres",
                              apply_with="psql", migrations=POSTGRES_MIGRATIONS)
 
