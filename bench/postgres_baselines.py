@@ -124,6 +124,9 @@ class Result:
     # the whole machine's (None where it cannot be read).
     client_cpu_s: float = 0.0
     machine_cpu_s: float | None = None
+    # The most jobs one worker held at once (taken, not yet settled), where
+    # the contender counts them (see HeldJobs).
+    most_held: int | None = None
 
     @property
     def jobs_per_second(self) -> float:
@@ -140,6 +143,25 @@ class Result:
         if self.machine_cpu_s is None:
             return None
         return max(0.0, self.machine_cpu_s - self.client_cpu_s) / self.jobs * 1e6
+
+
+class HeldJobs:
+    """The jobs one worker holds: taken (claimed, dequeued) and not yet
+    settled, counted at each statement that takes or settles some, and the
+    most it held at once."""
+
+    __slots__ = ("most", "now")
+
+    def __init__(self) -> None:
+        self.now = 0
+        self.most = 0
+
+    def took(self, count: int) -> None:
+        self.now += count
+        self.most = max(self.most, self.now)
+
+    def settled(self, count: int) -> None:
+        self.now -= count
 
 
 class Contender(abc.ABC):
@@ -166,6 +188,12 @@ class Contender(abc.ABC):
         self.settled_count = 0
         self.all_settled_at: float | None = None  # time.perf_counter()
         self.all_settled_cpu: tuple[float, float | None] | None = None  # cpu_seconds()
+        self.held: list[HeldJobs] = []  # one per worker (or pool), where counted
+
+    @property
+    def most_held(self) -> int | None:
+        """The most jobs one worker (one counter) held at once; None if uncounted."""
+        return max((held.most for held in self.held), default=None)
 
     async def execute(self, number: int) -> None:
         """The no-op executor: only counts the call."""
@@ -280,15 +308,27 @@ class PgQueuerContender(Contender):
             self._managers.append(manager)
 
     def _count_settlements(self, queries: Any) -> None:
-        """Observe (not change) PgQueuer's settlement: ``log_jobs`` is the one
-        statement that deletes finished jobs from the queue table and logs them."""
-        log_jobs = queries.log_jobs
+        """Observe (not change) one worker's PgQueuer: ``log_jobs`` is the one
+        statement that deletes finished jobs from the queue table and logs
+        them, ``dequeue`` the one that picks a batch. A worker dequeues its
+        next batch while the jobs of the last one run and their results wait
+        in its buffer, so it can hold more than one batch (``HeldJobs``)."""
+        log_jobs, dequeue = queries.log_jobs, queries.dequeue
+        held = HeldJobs()
+        self.held.append(held)
 
         async def counted(job_status: list[Any]) -> None:
             await log_jobs(job_status)
+            held.settled(len(job_status))
             self.settled(len(job_status))
 
+        async def dequeued(*args: Any, **kwargs: Any) -> Any:
+            jobs = await dequeue(*args, **kwargs)
+            held.took(len(jobs))
+            return jobs
+
         queries.log_jobs = counted
+        queries.dequeue = dequeued
 
     async def drain(self) -> None:
         from pgqueuer.domain.types import QueueExecutionMode
@@ -325,6 +365,8 @@ class PgQueuerContender(Contender):
         if left != (0,) or logged != (jobs, jobs):
             raise BenchmarkError(f"{self.label}: {left} jobs left in the queue table,"
                                  f" (successful, distinct) log rows {logged}, expected {jobs}")
+        print(f"    {self.label}: {jobs:,} jobs; one worker held up to {self.most_held} at once"
+              " (dequeued, not yet logged)", flush=True)
 
 
 # -- the bare SKIP LOCKED loop ----------------------------------------------------------------
@@ -499,7 +541,8 @@ def measure(server: PostgresCluster, factory: ContenderFactory, workers: int,
             f" not exactly once: {dict(list(wrong.items())[:10])}")
     return Result(contender.label, workers, jobs, elapsed,
                   executed=sum(executions.values()), distinct=len(executions),
-                  client_cpu_s=client_cpu, machine_cpu_s=machine_cpu)
+                  client_cpu_s=client_cpu, machine_cpu_s=machine_cpu,
+                  most_held=contender.most_held)
 
 
 def run_contenders(server: PostgresCluster, factories: Sequence[ContenderFactory],

@@ -1,8 +1,9 @@
 """Raw SQL in tickwork's commit shape on PostgreSQL: what a schema can reach with no engine.
 
 Three contenders for ``bench.shared_postgres``, each worker on its own
-autocommit connection (the pool-per-worker shape) with up to 10 jobs in
-flight, PgQueuer's default batch. One statement per commit settles the
+autocommit connection (the pool-per-worker shape) with up to 20 jobs in
+flight, as many as a tickwork worker (20 ticks) or a PgQueuer worker (two
+batches of its default 10) holds. One statement per commit settles the
 worker's previous batch, each job fenced on its own claim token and
 unexpired lease (the count is checked), and claims the next batch, each
 job under a fresh token and a 2-minute lease (the two raw loops pick with
@@ -59,7 +60,9 @@ from tickwork.schemas import migrations
 from tickwork.stores.postgres.store import settle_then_claim_params
 from tickwork.stores.sql.postgres import SETTLE_THEN_CLAIM, SETTLE_THEN_CLAIM_COLUMNS
 
-BATCH = 10
+#: Jobs per statement, the most one worker holds: as many as tickwork's
+#: workers (20 ticks) and PgQueuer's (two batches of 10) hold.
+BATCH = 20
 LEASE_MS = 120_000
 _COMPLETED = Settlement("completed")
 

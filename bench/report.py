@@ -77,7 +77,7 @@ class Figures:
 
 
 def format_value(value: float, unit: str) -> str:
-    if abs(value) >= 100:
+    if abs(value) >= 100 or unit == "jobs":  # a count of jobs is a whole number
         return f"{value:,.0f} {unit}"
     return f"{value:,.2f} {unit}"
 

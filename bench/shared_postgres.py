@@ -21,9 +21,14 @@ executor and same exactly-once checks as ``bench.postgres_baselines``, whose
 contenders run in the same invocation.
 
 A tickwork *worker* here is one process-like unit with ``--ticks`` ticks in
-flight (default 10: PgQueuer's default batch size, i.e. PgQueuer also has up
-to 10 jobs of one worker in flight). Each tick in flight has its own PostgresRuntime (a
-runtime runs one tick at a time); all of a worker's runtimes share one pool,
+flight, default 20: as many jobs as a PgQueuer worker holds at its default
+batch of 10. A PgQueuer worker dequeues its next batch while the jobs of
+the last one run and their results wait in its buffer, so it holds up to
+two batches at once; every run counts this (jobs dequeued and not yet
+logged, per worker) and prints the most, which has been 20, beside
+tickwork's own count (jobs claimed and not yet settled). Each tick in
+flight has its own PostgresRuntime (a runtime holds one claim at a time);
+all of a worker's runtimes share one pool,
 so their claims and settlements share statements and commits (group commit).
 Every job still gets its own private claim token, its own 2-minute lease and
 a settlement fenced on both. Workers are asyncio tasks in this one process,
@@ -57,6 +62,7 @@ from bench.postgres_baselines import (
     BenchmarkError,
     Contender,
     ContenderFactory,
+    HeldJobs,
     PgQueuerContender,
     Result,
     SkipLockedLoop,
@@ -66,7 +72,7 @@ from bench.postgres_baselines import (
     print_table,
     run_contenders,
 )
-from bench.postgres_raw_batches import BatchedRawLoop, load_tickwork_jobs
+from bench.postgres_raw_batches import BATCH, BatchedRawLoop, load_tickwork_jobs
 from bench.report import Figures, Point, Row, print_rows
 from tests.support.pg.server import fresh_database, start_postgres
 from tickwork import Completed, JobRecord
@@ -74,7 +80,9 @@ from tickwork.runtimes.postgres import PostgresRuntime
 from tickwork.runtimes.shared import LeasedSignal
 from tickwork.schemas import migrations
 
-DEFAULT_TICKS = 10
+#: Ticks in flight per tickwork worker: the jobs a PgQueuer worker holds at
+#: its default batch of 10 (see the module docstring).
+DEFAULT_TICKS = 20
 
 
 class _Wake:
@@ -111,6 +119,33 @@ class TickworkContender(Contender):
                 for _ in range(self.ticks)
             ]
 
+        for store in {id(runtime._store): runtime._store for runtime in self._runtimes}.values():
+            self._count_held(store)
+
+    def _count_held(self, store: Any) -> None:
+        """Observe (not change) one pool's group commits: the jobs its
+        runtimes claimed and have not yet settled (``HeldJobs``; with a pool
+        per worker, one worker's). A commit settles before it claims."""
+        held = HeldJobs()
+        self.held.append(held)
+        commits = store._commits
+        flush = commits._flush
+
+        async def counted(requests: list[Any]) -> list[Any]:
+            answers = await flush(requests)
+            for answer in answers:  # a claim's job, a settlement's bool, or both
+                if isinstance(answer, JobRecord) or answer is None:
+                    settled, claimed = False, answer
+                elif isinstance(answer, bool):
+                    settled, claimed = answer, None
+                else:
+                    settled, claimed = answer
+                held.settled(int(settled))
+                held.took(int(claimed is not None))
+            return answers
+
+        commits._flush = counted
+
     async def _execute(self, job: JobRecord, signal: LeasedSignal) -> Completed:
         await self.execute(int(job.payload["n"]))
         return Completed()
@@ -141,7 +176,9 @@ class TickworkContender(Contender):
         if counts != (jobs, jobs):
             raise BenchmarkError(f"{self.label}: (settled, total) = {counts}, expected {jobs}")
         print(f"    {self.label}: {jobs:,} jobs, {self.commits:,} shared claim/settle"
-              f" commits ({jobs / max(1, self.commits):.1f} jobs per commit)", flush=True)
+              f" commits ({jobs / max(1, self.commits):.1f} jobs per commit); one"
+              f" {'pool' if self.shared_pool else 'worker'} held up to {self.most_held}"
+              " at once (claimed, not yet settled)", flush=True)
 
 
 def tickwork_contenders(ticks: Sequence[int]) -> list[ContenderFactory]:
@@ -302,11 +339,11 @@ def figures(results: Sequence[Result], tick_times: tuple[float, float] | None,
                 out.rows.append(Row(SECTION, f"tickwork pool per worker, {workers} worker{plural}",
                                     value, "jobs/s", name, base))
         # The loops with no engine, in the same shape (a connection per
-        # worker, 10 jobs per commit): tickwork's share of its group-commit
+        # worker, 20 jobs per commit): tickwork's share of its group-commit
         # function called alone and of the raw loop on its table, and the
         # three loops beside the peer.
         for key, name in (("raw function", "its group-commit function called alone"),
-                          ("raw table", "raw SQL on tickwork's table, 10 jobs/commit")):
+                          ("raw table", f"raw SQL on tickwork's table, {BATCH} jobs/commit")):
             base = rate(key)
             if value is not None and base is not None:
                 out.rows.append(Row(SECTION, f"tickwork pool per worker, {workers} worker{plural}",
@@ -318,7 +355,7 @@ def figures(results: Sequence[Result], tick_times: tuple[float, float] | None,
             if raw is not None and base is not None:
                 out.rows.append(Row(SECTION, f"{name}, {workers} worker{plural}", raw, "jobs/s",
                                     peer_name, base))
-    out.rows += cpu_rows(results, label_of, peer, peer_name)
+    out.rows += worker_rows(results, label_of, peer, peer_name)
     for result in results:
         out.points.append(Point("workers", result.system, result.workers,
                                 result.jobs_per_second))
@@ -330,16 +367,19 @@ def figures(results: Sequence[Result], tick_times: tuple[float, float] | None,
     return out
 
 
-def cpu_rows(results: Sequence[Result], labels: Mapping[str, str | None], peer: str,
-             peer_name: str) -> list[Row]:
-    """CPU time per job at the most workers measured, pool per worker, beside
-    the peer's in the same run: the client's (this process: the workers'
-    Python and driver) for tickwork and for its group-commit function called
-    with no engine, and the server's (the rest of the machine) for tickwork.
-    The two sides share the machine's cores, so a contender is ahead only
-    if its client and server time per job together are below the peer's.
-    ``labels`` maps "pool per worker" and "raw function" to those
-    contenders' result labels (None: not measured)."""
+def worker_rows(results: Sequence[Result], labels: Mapping[str, str | None], peer: str,
+                peer_name: str) -> list[Row]:
+    """At the most workers measured, pool per worker, beside the peer's in
+    the same run: the most jobs one tickwork worker held at once (claimed,
+    not yet settled) against the most one peer worker held (dequeued, not
+    yet logged), which is what the two shapes are matched on; then CPU time
+    per job, the client's (this process: the workers' Python and driver) for
+    tickwork and for its group-commit function called with no engine, and
+    the server's (the rest of the machine) for tickwork. The two sides share
+    the machine's cores, so a contender is ahead only if its client and
+    server time per job together are below the peer's. ``labels`` maps
+    "pool per worker" and "raw function" to those contenders' result labels
+    (None: not measured)."""
     by = {(result.system, result.workers): result for result in results}
     workers = max((result.workers for result in results), default=0)
     peer_result = by.get((peer, workers))
@@ -354,6 +394,10 @@ def cpu_rows(results: Sequence[Result], labels: Mapping[str, str | None], peer: 
         result = None if label is None else by.get((label, workers))
         if result is None:
             continue
+        if key == "pool per worker" and None not in (result.most_held, peer_result.most_held):
+            rows.append(Row(SECTION, f"{who}: most jobs one worker held at once",
+                            float(result.most_held or 0), "jobs", peer_name,
+                            float(peer_result.most_held or 0)))
         rows.append(Row(SECTION, f"{who}: client CPU per job", result.client_us_per_job,
                         "us/job", peer_name, peer_result.client_us_per_job,
                         lower_is_better=True))

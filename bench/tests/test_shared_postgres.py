@@ -11,7 +11,7 @@ import os
 import pytest
 
 from bench.postgres_baselines import Result, asyncpg_available
-from bench.shared_postgres import cpu_rows, measure_all
+from bench.shared_postgres import DEFAULT_TICKS, measure_all, worker_rows
 
 
 def test_one_small_run_yields_every_row_and_chart_point() -> None:
@@ -24,7 +24,7 @@ def test_one_small_run_yields_every_row_and_chart_point() -> None:
             assert row.target == 1.0 and row.baseline_value and row.value > 0
         for context in ("SKIP LOCKED loop", "PgQueuer/psycopg",
                         "its group-commit function called alone",
-                        "raw SQL on tickwork's table, 10 jobs/commit"):
+                        "raw SQL on tickwork's table, 20 jobs/commit"):
             if context != peer:
                 row = rows[(f"tickwork pool per worker, {workers}", context)]
                 assert row.target is None and row.baseline_value
@@ -49,6 +49,13 @@ def test_one_small_run_yields_every_row_and_chart_point() -> None:
         assert ("tickwork pool per worker, 2 workers: server CPU per job (rest of the machine)"
                 in {row.measure for row in cpu})
     assert not any("1 worker:" in row.measure for row in cpu)
+    # What the shapes are matched on: the most jobs one worker held at once,
+    # counted for both. A tickwork worker holds one claim per tick at most; a
+    # PgQueuer worker's count is whatever it did (two batches of 10 at most).
+    held = rows[("tickwork pool per worker, 2 workers: most jobs one worker held at once", peer)]
+    assert held.unit == "jobs" and held.target is None
+    assert 1 <= held.value <= DEFAULT_TICKS and held.baseline_value is not None
+    assert 1 <= held.baseline_value <= 20
     tick = rows[("mean tick, 2,000 settled rows", "same, no settled rows")]
     assert tick.lower_is_better and tick.target == 1.2 and tick.unit == "us/tick"
     series = {point.series for point in found.points}
@@ -59,7 +66,7 @@ def test_one_small_run_yields_every_row_and_chart_point() -> None:
     assert sorted({point.x for point in found.points}) == [1, 2]
 
 
-def test_cpu_rows_split_each_job_between_client_and_server_at_the_most_workers() -> None:
+def test_worker_rows_split_each_job_between_client_and_server_at_the_most_workers() -> None:
     def result(system: str, workers: int, client_s: float, machine_s: float | None) -> Result:
         return Result(system, workers, 1_000, 1.0, 1_000, 1_000, client_cpu_s=client_s,
                       machine_cpu_s=machine_s)
@@ -68,7 +75,7 @@ def test_cpu_rows_split_each_job_between_client_and_server_at_the_most_workers()
     results = [result("peer", 1, 9.0, 9.0), result("tw", 1, 9.0, 9.0),
                result("peer", 8, 0.075, 0.225), result("tw", 8, 0.085, 0.245),
                result("fn", 8, 0.030, 0.150)]
-    rows = {row.measure: row for row in cpu_rows(results, labels, "peer", "PgQueuer")}
+    rows = {row.measure: row for row in worker_rows(results, labels, "peer", "PgQueuer")}
     assert set(rows) == {"tickwork pool per worker, 8 workers: client CPU per job",
                          "tickwork pool per worker, 8 workers: server CPU per job"
                          " (rest of the machine)",
@@ -84,6 +91,12 @@ def test_cpu_rows_split_each_job_between_client_and_server_at_the_most_workers()
     assert function.baseline_value == pytest.approx(75.0)
     # No machine time (off Linux): no server row; no peer at that count: no rows.
     off_linux = [result("peer", 8, 0.075, None), result("tw", 8, 0.085, None)]
-    assert [row.measure for row in cpu_rows(off_linux, labels, "peer", "PgQueuer")] == [
+    assert [row.measure for row in worker_rows(off_linux, labels, "peer", "PgQueuer")] == [
         "tickwork pool per worker, 8 workers: client CPU per job"]
-    assert cpu_rows(results[1:2], labels, "peer", "PgQueuer") == []
+    assert worker_rows(results[1:2], labels, "peer", "PgQueuer") == []
+    # Held jobs counted on both sides: a row, placed before the CPU rows.
+    counted = [Result("peer", 8, 1_000, 1.0, 1_000, 1_000, most_held=20),
+               Result("tw", 8, 1_000, 1.0, 1_000, 1_000, most_held=17)]
+    held, *_ = worker_rows(counted, labels, "peer", "PgQueuer")
+    assert held.measure == "tickwork pool per worker, 8 workers: most jobs one worker held at once"
+    assert (held.value, held.baseline_value, held.unit) == (17, 20, "jobs")
