@@ -201,7 +201,11 @@ SELECT {_PENDING},
 # %(scan)s bounds how many runnable entries the claim walks looking for free
 # queue heads it can lock (queues other claimers hold are passed over).
 # The function's statements run generic plans (0011_generic_claim_plans.sql):
-# not re-planned for each call's arguments.
+# not re-planned for each call's arguments. A claim that comes up short (a
+# queue it locked had its head claimed meanwhile) walks again for what it is
+# missing, up to four passes (0012_claim_passes.sql): a short answer then
+# means no more free heads were found, or a guard (an expired lease, a
+# cancelled job waiting) stopped the claim, or four passes all came up short.
 SETTLE_THEN_CLAIM_COLUMNS: Final = Columns(*NAMES, "claim_index", "settled_token")
 
 
