@@ -295,13 +295,17 @@ def _raw_drain(connection: sqlite3.Connection, count: int, claim: str,
     return ran
 
 
-def raw_table_run(path: Path, count: int, setting: str,
-                  meter: Meter = NO_METER) -> Phases:
+def raw_table_run(path: Path, count: int, setting: str, meter: Meter = NO_METER, *,
+                  reshape: Callable[[sqlite3.Connection], None] | None = None) -> Phases:
+    """The raw loop on tickwork's table; ``reshape`` changes the fresh schema
+    first (``bench.index_costs`` takes indexes away)."""
     connection = sqlite3.connect(path, isolation_level=None)
     connection.execute("PRAGMA journal_mode = WAL")
     _set_synchronous(connection, setting)
     OwnerRuntime(Sqlite3Database(connection), execute=lambda job, signal: Completed(),
                  is_alive=lambda job: False, wake=_NoWake())  # creates the schema
+    if reshape is not None:
+        reshape(connection)
     insert = ("INSERT INTO tickwork_jobs (job_id, queue, lane, priority, payload_json,"
               " state, enqueued_at) VALUES (?, 'q', 'q', 0, ?, 'queued', ?)")
     claim = ("UPDATE tickwork_jobs SET state = 'running', claim_token = ?, started_at = ?"

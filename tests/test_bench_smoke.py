@@ -171,3 +171,71 @@ def test_moving_history_in_batches_writes_fewer_frames_per_drained_job(tmp_path:
     (enqueue_each, drained_each), (enqueue_batched, drained_batched) = counted
     assert enqueue_batched == enqueue_each
     assert drained_batched < drained_each / 2
+
+
+def test_index_costs_benchmark_runs_every_variant_and_prints_every_row() -> None:
+    from bench.index_costs import variants
+
+    stdout = quick_run("bench.index_costs")
+    names = [name for name in variants() if name != "the whole table"]
+    assert "without tickwork_jobs_queue_pending" in names and "without AUTOINCREMENT" in names
+    for name in names:
+        for what in ("enqueue", "drained job"):
+            assert f"raw SQL, {name}: WAL frames per {what}: " in stdout, (name, what)
+    drained = "enqueue + drain, 2,000 jobs, WAL, synchronous"
+    floor = "raw SQL, only the claim's index and the unique job id"
+    for setting in ("NORMAL", "FULL"):
+        assert f"raw SQL, the whole table: {drained} {setting}: " in stdout
+        assert f"{floor}: {drained} {setting}: " in stdout
+    assert stdout.count("huey SqliteHuey: ") == 4  # the whole table and the floor, twice
+    assert stdout.count("raw SQL on the whole table: ") == 2 * len(names) + 2
+
+
+def test_index_costs_takes_away_exactly_what_each_variant_names(tmp_path: Path) -> None:
+    # Each variant is only what its row says if it removes that one index (or
+    # AUTOINCREMENT) and keeps everything else; the floor keeps the claim's
+    # index and the job id's uniqueness, and nothing the loop does not need.
+    from bench.index_costs import TABLE, variants
+    from tickwork.stores import Sqlite3Database
+    from tickwork.stores.owner_schema import ensure_schema
+
+    def shape(reshape: object) -> tuple[set[str], str]:
+        connection = sqlite3.connect(":memory:", isolation_level=None)
+        ensure_schema(Sqlite3Database(connection))
+        if reshape is not None:
+            reshape(connection)  # type: ignore[operator]
+        indexes = {name for (name,) in connection.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ?", (TABLE,))}
+        (table,), = connection.execute(
+            "SELECT sql FROM sqlite_master WHERE name = ?", (TABLE,)).fetchall()
+        return indexes, table
+
+    shapes = variants()
+    whole, table = shape(shapes.pop("the whole table"))
+    assert "AUTOINCREMENT" in table and "tickwork_jobs_runnable" in whole
+    floor, floor_table = shape(shapes.pop("only the claim's index and the unique job id"))
+    assert "AUTOINCREMENT" not in floor_table and "UNIQUE" in floor_table
+    assert {name for name in floor if not name.startswith("sqlite_autoindex")} == {
+        "tickwork_jobs_runnable"}
+    assert len(shapes) == len(whole - floor) + 1  # each index alone, and AUTOINCREMENT
+    for name, reshape in shapes.items():
+        indexes, variant_table = shape(reshape)
+        taken = name.removeprefix("without ")
+        if taken == "AUTOINCREMENT":
+            assert indexes == whole and "AUTOINCREMENT" not in variant_table
+        else:
+            assert indexes == whole - {taken} and variant_table == table
+
+
+def test_index_costs_rebuilds_the_table_only_while_it_is_empty() -> None:
+    from bench.index_costs import without_autoincrement
+    from tickwork.stores import Sqlite3Database
+    from tickwork.stores.owner_schema import ensure_schema
+
+    connection = sqlite3.connect(":memory:", isolation_level=None)
+    ensure_schema(Sqlite3Database(connection))
+    connection.execute("INSERT INTO tickwork_jobs (job_id, queue, lane, priority, payload_json,"
+                       " state, enqueued_at) VALUES ('a', 'q', 'q', 0, '{}', 'queued', 0)")
+    with pytest.raises(AssertionError, match="holds 1 rows"):
+        without_autoincrement(connection)
+    assert connection.execute("SELECT job_id FROM tickwork_jobs").fetchall() == [("a",)]
