@@ -191,7 +191,7 @@ def test_index_costs_benchmark_runs_every_variant_and_prints_every_row() -> None
     assert stdout.count("raw SQL on the whole table: ") == 2 * len(names) + 2
 
 
-def test_index_costs_takes_away_exactly_what_each_variant_names(tmp_path: Path) -> None:
+def test_index_costs_takes_away_exactly_what_each_variant_names() -> None:
     # Each variant is only what its row says if it removes that one index (or
     # AUTOINCREMENT) and keeps everything else; the floor keeps the claim's
     # indexes (ready jobs, busy queues) and the job id's uniqueness, nothing else.
@@ -241,3 +241,27 @@ def test_index_costs_rebuilds_the_table_only_while_it_is_empty() -> None:
     with pytest.raises(AssertionError, match="holds 1 rows"):
         without_autoincrement(connection)
     assert connection.execute("SELECT job_id FROM tickwork_jobs").fetchall() == [("a",)]
+
+
+def test_an_index_taken_away_is_a_frame_fewer_in_each_commit_that_changed_it(
+        tmp_path: Path) -> None:
+    # The frame rows are what the docs read each index's cost from: the
+    # queue's pending index is entered at ingest and left at settlement, the
+    # dead letters' is never entered by a completed job, and the floor leaves
+    # six indexes out of a drained job's commits and three and AUTOINCREMENT out of ingest's.
+    from bench.embedded_peers import FrameCount, raw_table_run
+    from bench.index_costs import variants
+
+    counted = {}
+    for name in ("the whole table", "without tickwork_jobs_queue_pending",
+                 "without tickwork_jobs_dead", "only the claim's indexes and the unique job id"):
+        frames = FrameCount()
+        raw_table_run(tmp_path / f"{len(counted)}.sqlite3", 300, "NORMAL", frames,
+                      reshape=variants()[name])
+        counted[name] = frames.per_job(300)
+    whole = counted["the whole table"]
+    pending = counted["without tickwork_jobs_queue_pending"]
+    assert 0.9 <= whole[0] - pending[0] <= 1.2 and 0.9 <= whole[1] - pending[1] <= 1.2
+    assert counted["without tickwork_jobs_dead"] == pytest.approx(whole, abs=0.02)  # a page split
+    floor = counted["only the claim's indexes and the unique job id"]
+    assert whole[1] - floor[1] >= 5.5 and whole[0] - floor[0] >= 3.5
