@@ -37,12 +37,14 @@ run every job exactly once.
 from __future__ import annotations
 
 import argparse
+import itertools
 import sqlite3
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.embedded_peers import SYNCHRONOUS, FrameCount, huey_run, raw_table_run
+from bench.embedded_peers import SYNCHRONOUS, FrameCount, Phases, huey_run, raw_table_run
+from bench.owner_local import interleaved
 from bench.report import Figures, Row, print_rows
 from tickwork.stores import Sqlite3Database
 from tickwork.stores.owner_schema import ensure_schema
@@ -61,13 +63,18 @@ AUTOINCREMENT = "AUTOINCREMENT"
 Reshape = Callable[[sqlite3.Connection], None]
 
 
+def _indexes(connection: sqlite3.Connection) -> list[tuple[str, str]]:
+    """(name, CREATE statement) of each index the schema made on the job
+    table, in its order (the UNIQUE job id is SQLite's own autoindex, with no
+    statement, and is not among them)."""
+    return connection.execute(
+        "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = ?"
+        " AND sql IS NOT NULL ORDER BY rowid", (TABLE,)).fetchall()
+
+
 def job_indexes(connection: sqlite3.Connection) -> list[str]:
-    """The named indexes of tickwork's job table that can be taken away, in
-    the order the schema made them (the UNIQUE job id is SQLite's own
-    autoindex, without a name here, and stays)."""
-    return [name for (name,) in connection.execute(
-        "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ?"
-        " AND sql IS NOT NULL ORDER BY rowid", (TABLE,)) if name not in KEPT]
+    """The indexes of tickwork's job table that can be taken away."""
+    return [name for name, _ in _indexes(connection) if name not in KEPT]
 
 
 def without_autoincrement(connection: sqlite3.Connection) -> None:
@@ -78,9 +85,7 @@ def without_autoincrement(connection: sqlite3.Connection) -> None:
     plain = table.replace(" AUTOINCREMENT", "")
     if plain == table:
         raise AssertionError(f"{TABLE} has no AUTOINCREMENT to take away")
-    indexes = [sql for (sql,) in connection.execute(
-        "SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = ?"
-        " AND sql IS NOT NULL ORDER BY rowid", (TABLE,))]
+    indexes = [sql for _, sql in _indexes(connection)]
     (rows,), = connection.execute(f"SELECT count(*) FROM {TABLE}").fetchall()
     if rows:
         raise AssertionError(f"{TABLE} is rebuilt only while empty, it holds {rows} rows")
@@ -123,20 +128,21 @@ def collect(*, quick: bool) -> Figures:
             raw_table_run(folder / f"frames-{number}.sqlite3", frames_count, "NORMAL", meter,
                           reshape=reshape)
             frames[name] = meter.per_job(frames_count)
-        timed: dict[str, Callable[[Path, str], tuple[float, float]]] = {
+        timed: dict[str, Callable[[Path, str], Phases]] = {
             WHOLE: lambda path, setting: raw_table_run(path, count, setting),
             FLOOR: lambda path, setting: raw_table_run(path, count, setting,
                                                        reshape=shapes[FLOOR]),
             HUEY: lambda path, setting: huey_run(path, count, setting),
         }
+        files = itertools.count()  # a fresh file for every timed run
+
+        def rate(run: Callable[[Path, str], Phases], setting: str) -> Callable[[], float]:
+            return lambda: count / sum(run(folder / f"timed-{next(files)}.sqlite3", setting))
+
         rates: dict[tuple[str, str], float] = {}
         for setting in SYNCHRONOUS:
-            for turn in range(rounds):
-                for number, (name, run) in enumerate(timed.items()):
-                    enqueued, drained = run(folder / f"timed-{setting}-{turn}-{number}.sqlite3",
-                                            setting)
-                    rate = count / (enqueued + drained)
-                    rates[setting, name] = max(rate, rates.get((setting, name), 0.0))
+            bests = interleaved(rounds, [rate(run, setting) for run in timed.values()])
+            rates.update(((setting, name), best) for name, best in zip(timed, bests, strict=True))
     whole = f"raw SQL on {WHOLE}"
     for name in shapes:
         if name == WHOLE:
