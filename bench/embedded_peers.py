@@ -9,15 +9,20 @@ NORMAL and then at FULL (the same setting for every contender), timed from
 the first enqueue to the last job done. Every contender is checked to have
 run every job exactly once.
 
-* tickwork: ``OwnerRuntime.ingest()`` per job (one commit each), then one
-  ``drain()`` (each job's settlement and the next job's claim share a commit:
-  two commits per job in all). Every job keeps its row, its outcome and its
+* tickwork, on a file opened by ``open_sqlite3`` (as ``tickwork serve``
+  and the docs open theirs: a new file gets 1,024-byte pages):
+  ``OwnerRuntime.ingest()`` per job (one commit each), then one
+  ``drain()`` (each job's settlement and the next job's claim share a
+  commit: two commits per job in all). Every job keeps its row, its outcome and its
   fenced claim; a claim whose process died is recovered by the next tick.
 * huey 3.5.4, ``SqliteHuey``: ``task(n)`` per job (one INSERT, one commit),
   then ``dequeue()`` + ``execute()`` until empty, as its consumer does. The
   dequeue DELETEs the row in its commit (two commits per job): a process
   that dies after a dequeue loses that job, and no outcome is kept (a task
-  returning None stores no result).
+  returning None stores no result). Its file has SQLite's default
+  4,096-byte pages, as ``SqliteHuey`` creates it; a second huey row, as
+  context, runs it on a file created with tickwork's page size, to show
+  what the page size alone is worth to it.
 * persist-queue 1.1.0, ``SQLiteAckQueue``: ``put(n)`` per job, then
   ``get()`` (marks it unacked, a commit) and ``ack()`` (a commit) per job,
   and ``clear_acked_data()`` once at the end, deleting every acked row
@@ -43,9 +48,10 @@ run every job exactly once.
   a redesign of the schema: what the storage could reach without the
   engine, and what the features' indexes cost.
 
-Target: tickwork at or above huey at NORMAL and at FULL (rows with target
-1.0); persist-queue's rows are context, and so is the raw loop beside huey:
-where it is below huey, what bounds tickwork is the work its own table does
+The raw loops run on files opened like tickwork's. Target: tickwork at or
+above huey at NORMAL and at FULL (rows with target 1.0); persist-queue's
+rows are context, and so are huey on small pages and the raw loop beside
+huey: where it is below huey, what bounds tickwork is the work its own table does
 per commit (a job's row kept through claim and settlement, and the indexes
 that keep queue heads, lanes, due times and history in order), not the
 engine's Python.
@@ -77,6 +83,8 @@ from typing import Any
 
 from bench.report import Figures, Row, print_rows
 from tickwork import Completed, Job, OwnerRuntime
+from tickwork.hosts.cpython import open_sqlite3
+from tickwork.hosts.cpython.sqlite_files import NEW_FILE_PAGE_SIZE
 from tickwork.stores import Sqlite3Database
 
 SECTION = "owner-local"
@@ -89,6 +97,26 @@ def _set_synchronous(connection: Any, setting: str) -> None:
     (mode,), = connection.execute("PRAGMA journal_mode").fetchall()
     if (value, mode) != (SYNCHRONOUS[setting], "wal"):
         raise AssertionError(f"the connection runs synchronous={value}, journal_mode={mode}")
+
+
+def _open(path: Path, setting: str) -> sqlite3.Connection:
+    """A contender's file as tickwork opens its own (``open_sqlite3``)."""
+    connection: sqlite3.Connection = open_sqlite3(path, synchronous=setting).connection
+    _set_synchronous(connection, setting)
+    return connection
+
+
+def _create_with_pages(path: Path, page_size: int) -> None:
+    """Create an empty database file whose pages are ``page_size`` bytes: a
+    file keeps the page size it was created with, whoever opens it next."""
+    connection = sqlite3.connect(path, isolation_level=None)
+    connection.execute(f"PRAGMA page_size = {page_size}")
+    connection.execute("CREATE TABLE page_size_set (x)")  # writes the file
+    connection.execute("DROP TABLE page_size_set")
+    (size,), = connection.execute("PRAGMA page_size").fetchall()
+    connection.close()
+    if size != page_size:
+        raise AssertionError(f"{path} has {size}-byte pages, not {page_size}")
 
 
 def _check_once(ran: list[int], count: int, who: str) -> None:
@@ -183,9 +211,7 @@ class FrameCount(Meter):
 
 def tickwork_run(path: Path, count: int, setting: str,
                  meter: Meter = NO_METER) -> Phases:
-    connection = sqlite3.connect(path, isolation_level=None)
-    connection.execute("PRAGMA journal_mode = WAL")
-    _set_synchronous(connection, setting)
+    connection = _open(path, setting)
     ran: list[int] = []
 
     def execute(job: Any, signal: Any) -> Completed:
@@ -214,9 +240,14 @@ def tickwork_run(path: Path, count: int, setting: str,
     return enqueued - started, drained - enqueued
 
 
-def huey_run(path: Path, count: int, setting: str, meter: Meter = NO_METER) -> Phases:
+def huey_run(path: Path, count: int, setting: str, meter: Meter = NO_METER, *,
+             page_size: int | None = None) -> Phases:
+    """huey as its consumer runs it; ``page_size`` creates its file first
+    with pages of that size (else ``SqliteHuey`` creates it, 4,096 bytes)."""
     from huey import SqliteHuey
 
+    if page_size is not None:
+        _create_with_pages(path, page_size)
     huey = SqliteHuey("bench", filename=str(path), journal_mode="wal")
     _set_synchronous(huey.storage.conn, setting)
     ran: list[int] = []
@@ -299,9 +330,7 @@ def raw_table_run(path: Path, count: int, setting: str, meter: Meter = NO_METER,
                   reshape: Callable[[sqlite3.Connection], None] | None = None) -> Phases:
     """The raw loop on tickwork's table; ``reshape`` changes the fresh schema
     first (``bench.index_costs`` takes indexes away)."""
-    connection = sqlite3.connect(path, isolation_level=None)
-    connection.execute("PRAGMA journal_mode = WAL")
-    _set_synchronous(connection, setting)
+    connection = _open(path, setting)
     OwnerRuntime(Sqlite3Database(connection), execute=lambda job, signal: Completed(),
                  is_alive=lambda job: False, wake=_NoWake())  # creates the schema
     if reshape is not None:
@@ -385,9 +414,7 @@ def narrow_run(schema: tuple[str, ...], move_every: int = 1,
     settled rows still in the live table, one batch at most.)"""
 
     def run(path: Path, count: int, setting: str, meter: Meter = NO_METER) -> Phases:
-        connection = sqlite3.connect(path, isolation_level=None)
-        connection.execute("PRAGMA journal_mode = WAL")
-        _set_synchronous(connection, setting)
+        connection = _open(path, setting)
         for statement in schema:
             connection.execute(statement)
         insert = ("INSERT INTO live (priority, sequence, job_id, queue, lane, payload_json,"
@@ -457,9 +484,18 @@ NARROW = {
 }
 
 
+def huey_on_small_pages(path: Path, count: int, setting: str,
+                        meter: Meter = NO_METER) -> Phases:
+    return huey_run(path, count, setting, meter, page_size=NEW_FILE_PAGE_SIZE)
+
+
+#: The context row's name for huey on tickwork's page size.
+HUEY_SMALL_PAGES = f"huey SqliteHuey on {NEW_FILE_PAGE_SIZE:,}-byte pages"
+
 CONTENDERS: dict[str, Callable[[Path, int, str, Meter], Phases]] = {
     "tickwork": tickwork_run,
     "huey SqliteHuey": huey_run,
+    HUEY_SMALL_PAGES: huey_on_small_pages,
     "persist-queue SQLiteAckQueue": persist_queue_run,
     "raw SQL on tickwork's table": raw_table_run,
     **NARROW,
@@ -487,6 +523,8 @@ def collect(*, quick: bool) -> Figures:
             measure = f"enqueue + drain, {count:,} jobs, WAL, synchronous {setting}"
             rows.append(Row(SECTION, measure, rates["tickwork"], "jobs/s", "huey SqliteHuey",
                             rates["huey SqliteHuey"], 1.0))
+            rows.append(Row(SECTION, measure, rates["tickwork"], "jobs/s",
+                            f"{HUEY_SMALL_PAGES} (context)", rates[HUEY_SMALL_PAGES]))
             rows.append(Row(SECTION, measure, rates["tickwork"], "jobs/s",
                             "persist-queue SQLiteAckQueue",
                             rates["persist-queue SQLiteAckQueue"]))

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -29,7 +28,7 @@ from tickwork import (
     Recovery,
     TickResult,
 )
-from tickwork.stores import Sqlite3Database
+from tickwork.hosts.cpython.sqlite_files import open_sqlite3
 
 DEMO_JOBS = (
     # job_id, queue, lane, priority, payload
@@ -62,10 +61,8 @@ async def execute(job: JobRecord, signal: AbortSignal) -> ExecutionResult:
 
 
 def open_runtime(path: Path, executor: Any = execute, is_alive: Any = None) -> OwnerRuntime:
-    connection = sqlite3.connect(path, isolation_level=None)
-    connection.execute("PRAGMA journal_mode = WAL")
     return OwnerRuntime(
-        Sqlite3Database(connection),
+        open_sqlite3(path),
         execute=executor,
         # The worker that ran a claim is gone when its process is: in this
         # demo every claim found at start-up belongs to a dead process.

@@ -17,4 +17,10 @@ imports them (``tests/unit/test_workers_safety.py`` keeps it so for
 * ``http_server`` / ``http_client``: the HTTP/1.1 transport, both ways, on
   asyncio streams.
 * ``examples``: the default executors of ``tickwork serve``.
+* ``sqlite_files``: ``open_sqlite3``, a sqlite3 file opened with tickwork's
+  settings (page size, WAL, synchronous), for any CPython host.
 """
+
+from tickwork.hosts.cpython.sqlite_files import open_sqlite3
+
+__all__ = ["open_sqlite3"]

@@ -80,6 +80,7 @@ from tickwork.events import EventHook
 from tickwork.executors import Executor
 from tickwork.hosts.cpython.common import Log, finish_tasks, stderr
 from tickwork.hosts.cpython.progress import Progress
+from tickwork.hosts.cpython.sqlite_files import open_sqlite3
 from tickwork.hosts.ticking import tick_until_idle
 from tickwork.model.jobs import JobRecord, validate_jobs
 from tickwork.ports.host import wall_clock_ms
@@ -520,13 +521,9 @@ def _out_of_descriptors() -> bool:
 
 
 def connect_owner_database(path: Path) -> sqlite3.Connection:
-    connection = sqlite3.connect(path, isolation_level=None)
-    try:
-        connection.execute("PRAGMA busy_timeout = 5000")
-        connection.execute("PRAGMA journal_mode = WAL")
-    except BaseException:
-        connection.close()
-        raise
+    """An owner's file, opened by ``open_sqlite3`` (a new one gets tickwork's
+    page size; synchronous FULL)."""
+    connection: sqlite3.Connection = open_sqlite3(path).connection
     return connection
 
 
