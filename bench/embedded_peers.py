@@ -19,10 +19,11 @@ run every job exactly once.
   then ``dequeue()`` + ``execute()`` until empty, as its consumer does. The
   dequeue DELETEs the row in its commit (two commits per job): a process
   that dies after a dequeue loses that job, and no outcome is kept (a task
-  returning None stores no result). Its file has SQLite's default
-  4,096-byte pages, as ``SqliteHuey`` creates it; a second huey row, as
-  context, runs it on a file created with tickwork's page size, to show
-  what the page size alone is worth to it.
+  returning None stores no result). Its file is as ``SqliteHuey`` creates
+  it: SQLite's default 4,096-byte pages, a checkpoint every 1,000 pages. A
+  second huey row, as context, runs it with tickwork's file settings (the
+  page size of a new file, a checkpoint every 4 MiB of frames), to show
+  what those settings alone are worth to it.
 * persist-queue 1.1.0, ``SQLiteAckQueue``: ``put(n)`` per job, then
   ``get()`` (marks it unacked, a commit) and ``ack()`` (a commit) per job,
   and ``clear_acked_data()`` once at the end, deleting every acked row
@@ -50,11 +51,11 @@ run every job exactly once.
 
 The raw loops run on files opened like tickwork's. Target: tickwork at or
 above huey at NORMAL and at FULL (rows with target 1.0); persist-queue's
-rows are context, and so are huey on small pages and the raw loop beside
-huey: where it is below huey, what bounds tickwork is the work its own table does
-per commit (a job's row kept through claim and settlement, and the indexes
-that keep queue heads, lanes, due times and history in order), not the
-engine's Python.
+rows are context, and so are huey on tickwork's file settings and the raw
+loop beside huey: where that loop is below huey, what bounds tickwork is
+the work its own table does per commit (a job's row kept through claim and
+settlement, and the indexes that keep queue heads, lanes, due times and
+history in order), not the engine's Python.
 
 What a commit writes is counted too, in an untimed pass of 2,000 jobs for
 tickwork, huey and the raw loop, with automatic checkpoints off: the WAL
@@ -84,7 +85,7 @@ from typing import Any
 from bench.report import Figures, Row, print_rows
 from tickwork import Completed, Job, OwnerRuntime
 from tickwork.hosts.cpython import open_sqlite3
-from tickwork.hosts.cpython.sqlite_files import NEW_FILE_PAGE_SIZE
+from tickwork.hosts.cpython.sqlite_files import NEW_FILE_PAGE_SIZE, WAL_BYTES_BEFORE_CHECKPOINT
 from tickwork.stores import Sqlite3Database
 
 SECTION = "owner-local"
@@ -241,15 +242,19 @@ def tickwork_run(path: Path, count: int, setting: str,
 
 
 def huey_run(path: Path, count: int, setting: str, meter: Meter = NO_METER, *,
-             page_size: int | None = None) -> Phases:
-    """huey as its consumer runs it; ``page_size`` creates its file first
-    with pages of that size (else ``SqliteHuey`` creates it, 4,096 bytes)."""
+             tickwork_file_settings: bool = False) -> Phases:
+    """huey as its consumer runs it; ``tickwork_file_settings`` creates its
+    file first with tickwork's page size and sets tickwork's checkpoint
+    interval on its connection (else its file is as ``SqliteHuey`` makes it)."""
     from huey import SqliteHuey
 
-    if page_size is not None:
-        _create_with_pages(path, page_size)
+    if tickwork_file_settings:
+        _create_with_pages(path, NEW_FILE_PAGE_SIZE)
     huey = SqliteHuey("bench", filename=str(path), journal_mode="wal")
     _set_synchronous(huey.storage.conn, setting)
+    if tickwork_file_settings:
+        huey.storage.conn.execute("PRAGMA wal_autocheckpoint = "
+                                  f"{WAL_BYTES_BEFORE_CHECKPOINT // NEW_FILE_PAGE_SIZE}")
     ran: list[int] = []
 
     @huey.task()
@@ -484,18 +489,19 @@ NARROW = {
 }
 
 
-def huey_on_small_pages(path: Path, count: int, setting: str,
-                        meter: Meter = NO_METER) -> Phases:
-    return huey_run(path, count, setting, meter, page_size=NEW_FILE_PAGE_SIZE)
+def huey_on_tickwork_file_settings(path: Path, count: int, setting: str,
+                                   meter: Meter = NO_METER) -> Phases:
+    return huey_run(path, count, setting, meter, tickwork_file_settings=True)
 
 
-#: The context row's name for huey on tickwork's page size.
-HUEY_SMALL_PAGES = f"huey SqliteHuey on {NEW_FILE_PAGE_SIZE:,}-byte pages"
+#: The context row's name for huey with tickwork's file settings.
+HUEY_SMALL_PAGES = (f"huey SqliteHuey on tickwork's file settings ({NEW_FILE_PAGE_SIZE:,}-byte "
+                    "pages, a checkpoint every 4 MiB)")
 
 CONTENDERS: dict[str, Callable[[Path, int, str, Meter], Phases]] = {
     "tickwork": tickwork_run,
     "huey SqliteHuey": huey_run,
-    HUEY_SMALL_PAGES: huey_on_small_pages,
+    HUEY_SMALL_PAGES: huey_on_tickwork_file_settings,
     "persist-queue SQLiteAckQueue": persist_queue_run,
     "raw SQL on tickwork's table": raw_table_run,
     **NARROW,

@@ -17,7 +17,7 @@ import pytest
 from tests.support import job
 from tickwork import Completed, InvalidArgument, OwnerRuntime
 from tickwork.hosts.cpython import open_sqlite3
-from tickwork.hosts.cpython.sqlite_files import NEW_FILE_PAGE_SIZE
+from tickwork.hosts.cpython.sqlite_files import NEW_FILE_PAGE_SIZE, WAL_BYTES_BEFORE_CHECKPOINT
 from tickwork.stores import Sqlite3Database
 
 
@@ -46,6 +46,10 @@ def test_a_new_file_gets_small_pages_wal_and_the_synchronous_setting(
     assert pragma(database, "journal_mode") == "wal"
     assert pragma(database, "synchronous") == stored
     assert pragma(database, "busy_timeout") == 750
+    # A checkpoint once 4 MiB of frames gathered, as SQLite's default on its
+    # default pages: 4,096 of these.
+    assert WAL_BYTES_BEFORE_CHECKPOINT == 4 * 1024 * 1024
+    assert pragma(database, "wal_autocheckpoint") == 4096
     assert database.connection.isolation_level is None
     runtime(database).ingest(job("a"))
     database.connection.close()
@@ -68,6 +72,7 @@ def test_a_file_that_holds_jobs_keeps_its_page_size_and_rows(tmp_path: Path) -> 
 
     database = open_sqlite3(path, synchronous="NORMAL")
     assert pragma(database, "page_size") == 4096
+    assert pragma(database, "wal_autocheckpoint") == 1024  # 4 MiB of these pages
     owner = runtime(database)
     record = owner.read("kept")
     assert record is not None and record.state == "queued" and record.payload == {"n": 1}

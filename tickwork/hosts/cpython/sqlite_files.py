@@ -20,6 +20,13 @@ from tickwork.stores import Sqlite3Database
 #: docs/explanation/benchmarks.md has the figures.
 NEW_FILE_PAGE_SIZE = 1024
 
+#: How many bytes of WAL frames a file gathers before SQLite copies them back
+#: into the database (an automatic checkpoint, with a sync at NORMAL and at
+#: FULL): SQLite's default is 1,000 pages, 4 MiB at its default page size.
+#: Counted in bytes here, so small pages do not make checkpoints four times
+#: as frequent.
+WAL_BYTES_BEFORE_CHECKPOINT = 4 * 1024 * 1024
+
 #: The ``synchronous`` settings ``open_sqlite3`` accepts (SQLite's names).
 SYNCHRONOUS_SETTINGS = ("OFF", "NORMAL", "FULL", "EXTRA")
 
@@ -32,7 +39,9 @@ def open_sqlite3(path: str | os.PathLike[str], *, synchronous: str = "FULL",
       the page size it was created with (SQLite changes it only by rewriting
       the whole file, which this never does), and every row.
     * WAL mode: readers never block the writer, and a commit appends only
-      the pages it changed.
+      the pages it changed. An automatic checkpoint runs once
+      ``WAL_BYTES_BEFORE_CHECKPOINT`` bytes of frames have gathered
+      (``PRAGMA wal_autocheckpoint``, in pages of the file's size).
     * ``synchronous``: ``FULL`` (the default) syncs every commit, so a
       settled job survives a power cut; ``NORMAL`` syncs at checkpoints, so
       a power cut (not a process crash) can lose the last commits.
@@ -59,6 +68,9 @@ def open_sqlite3(path: str | os.PathLike[str], *, synchronous: str = "FULL",
         connection.execute(f"PRAGMA page_size = {NEW_FILE_PAGE_SIZE}")
         connection.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
         connection.execute("PRAGMA journal_mode = WAL").fetchall()
+        (page_size,), = connection.execute("PRAGMA page_size").fetchall()
+        connection.execute("PRAGMA wal_autocheckpoint = "
+                           f"{WAL_BYTES_BEFORE_CHECKPOINT // page_size}")
         connection.execute(f"PRAGMA synchronous = {setting}")
     except BaseException:
         connection.close()
