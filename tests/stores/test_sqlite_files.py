@@ -111,3 +111,15 @@ def test_bad_arguments_are_refused_by_name_before_a_file_is_created(
     assert refused.value.field == field
     assert repr(next(iter(arguments.values()))) in str(refused.value)
     assert not path.exists()
+
+
+def test_tickwork_serve_opens_its_owner_files_with_these_settings(tmp_path: Path) -> None:
+    from tickwork.hosts.cpython.owners import connect_owner_database
+
+    connection = connect_owner_database(tmp_path / "owner.sqlite3")
+    database = Sqlite3Database(connection)
+    assert pragma(database, "page_size") == NEW_FILE_PAGE_SIZE
+    assert pragma(database, "journal_mode") == "wal"
+    assert pragma(database, "synchronous") == 2  # FULL: a settled job survives a power cut
+    assert pragma(database, "busy_timeout") == 5000
+    assert pragma(database, "wal_autocheckpoint") == 4096

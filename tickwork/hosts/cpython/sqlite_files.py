@@ -68,11 +68,16 @@ def open_sqlite3(path: str | os.PathLike[str], *, synchronous: str = "FULL",
         connection.execute(f"PRAGMA page_size = {NEW_FILE_PAGE_SIZE}")
         connection.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
         connection.execute("PRAGMA journal_mode = WAL").fetchall()
-        (page_size,), = connection.execute("PRAGMA page_size").fetchall()
-        connection.execute("PRAGMA wal_autocheckpoint = "
-                           f"{WAL_BYTES_BEFORE_CHECKPOINT // page_size}")
+        checkpoint_by_bytes(connection)
         connection.execute(f"PRAGMA synchronous = {setting}")
     except BaseException:
         connection.close()
         raise
     return Sqlite3Database(connection)
+
+
+def checkpoint_by_bytes(connection: sqlite3.Connection) -> None:
+    """Set ``connection``'s automatic checkpoint to ``WAL_BYTES_BEFORE_CHECKPOINT``
+    bytes of frames, in pages of its file's size."""
+    (page_size,), = connection.execute("PRAGMA page_size").fetchall()
+    connection.execute(f"PRAGMA wal_autocheckpoint = {WAL_BYTES_BEFORE_CHECKPOINT // page_size}")
