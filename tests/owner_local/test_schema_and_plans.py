@@ -187,7 +187,8 @@ def test_ingest_claim_and_settle_build_no_temporary_b_tree(harness: Harness) -> 
     hot = [store._INSERT_JOB_AT_ONCE, store._INSERT_JOB, store._SETTLE_CLAIM,
            store._SETTLE_CLAIM_RECORD, store._SETTLE_CANCELLED_CLAIM, store._REQUEUE_CLAIM,
            store._RETRY_CLAIM, store.EVERY_JOB.claim_next, store._SETTLE_CLAIM_COUNTED,
-           store._SETTLE_CANCELLED_CLAIM_COUNTED, store._CLAIMED_BY_TOKEN]
+           store._SETTLE_CANCELLED_CLAIM_COUNTED, store._CLAIMED_BY_TOKEN,
+           store._INSERT_JOB_COUNTED, store._INSERT_JOB_AT_ONCE_COUNTED]
     assert store.EVERY_JOB.claim_next_if_clear_counted is not None
     hot.append(store.EVERY_JOB.claim_next_if_clear_counted)
     for statement in hot:

@@ -32,6 +32,9 @@ def _render(template: sql.Template, *binds: str) -> sql.Statement:
 
 _INSERT_JOB = _render(sql.INSERT_JOB, *sql.JOB_PARAMS)
 _INSERT_JOB_AT_ONCE = _render(sql.INSERT_JOB_AT_ONCE, *sql.JOB_PARAMS_AT_ONCE)
+_INSERT_JOB_COUNTED = _render(sql.INSERT_JOB_COUNTED, *sql.JOB_PARAMS)
+_INSERT_JOB_AT_ONCE_COUNTED = _render(sql.INSERT_JOB_AT_ONCE_COUNTED,
+                                      *sql.JOB_PARAMS_AT_ONCE)
 _SELECT_JOB = _render(sql.SELECT_JOB, "job_id")
 _SELECT_CARGO = _render(sql.SELECT_CARGO, "job_id")
 _SELECT_QUEUE_HEAD = _render(sql.SELECT_QUEUE_HEAD, "queue")
@@ -147,8 +150,8 @@ class OwnerLocalStore:
         self.database = database
         self._texts: dict[tuple[str, int], str] = {}
         # How many rows a write changed, if the database says so (a
-        # CountingDatabase, such as Sqlite3Database): then the hot claim and
-        # settlements run without RETURNING.
+        # CountingDatabase, such as Sqlite3Database): then the inserts, the hot
+        # claim and the settlements run without RETURNING.
         self._count: Callable[[str, Sequence[Any]], int] | None = (
             database.mutate_count if isinstance(database, CountingDatabase) else None)
 
@@ -252,16 +255,17 @@ class OwnerLocalStore:
     def insert(self, job: ValidJob, now: int) -> bool:
         """Insert a new queued job; False when the job_id already exists."""
         if job.run_at is None and job.delay_ms is None and job.retry_json is None:
-            rows = self.database.mutate(
-                _INSERT_JOB_AT_ONCE.text,
-                (job.job_id, job.queue, job.lane, job.priority, job.payload_json,
-                 job.max_recoveries, now))
+            statement, counted = _INSERT_JOB_AT_ONCE, _INSERT_JOB_AT_ONCE_COUNTED
+            params: tuple[Any, ...] = (job.job_id, job.queue, job.lane, job.priority,
+                                       job.payload_json, job.max_recoveries, now)
         else:
-            rows = self.database.mutate(
-                _INSERT_JOB.text,
-                (job.job_id, job.queue, job.lane, job.priority, job.payload_json,
-                 job.max_recoveries, job.run_at, job.delay_ms, job.retry_json, now))
-        return bool(rows)
+            statement, counted = _INSERT_JOB, _INSERT_JOB_COUNTED
+            params = (job.job_id, job.queue, job.lane, job.priority, job.payload_json,
+                      job.max_recoveries, job.run_at, job.delay_ms, job.retry_json, now)
+        count = self._count
+        if count is not None:
+            return count(counted.text, params) > 0
+        return bool(self.database.mutate(statement.text, params))
 
     def insert_many(
         self, jobs: Sequence[ValidJob], now: int, inserted: Callable[[ValidJob], None]

@@ -430,6 +430,10 @@ def counted(template: Template) -> Template:
 
 
 CLAIM_IF_CLEAR_COUNTED = counted(CLAIM_IF_CLEAR)
+# The inserts, counted: an insert changes one row (stored) or none (the
+# job_id is taken), which is all the store asks of its RETURNING row.
+INSERT_JOB_COUNTED = counted(INSERT_JOB)
+INSERT_JOB_AT_ONCE_COUNTED = counted(INSERT_JOB_AT_ONCE)
 
 # The job a counted claim just took, by its fresh token: a walk of the
 # running index, which after a claim-if-clear holds the claim just taken and
