@@ -51,10 +51,11 @@ class SyncDatabase(Protocol):
 class CountingDatabase(SyncDatabase, Protocol):
     """A SyncDatabase that can also say how many rows a write changed.
 
-    Optional: the owner-local store runs its hot claim and settlements
-    without RETURNING on a database that has it (SQLite runs RETURNING as a
-    trigger program buffering its rows, about a quarter of those statements'
-    cost), and with RETURNING on any other (the Durable Object's storage).
+    Optional: the owner-local store runs its inserts, hot claim and
+    settlements without RETURNING on a database that has it (SQLite runs
+    RETURNING as a trigger program buffering its rows, about a quarter of
+    those statements' cost), and with RETURNING on any other (the Durable
+    Object's storage).
     """
 
     def mutate_count(self, sql: str, params: Sequence[SqlValue] = ()) -> int:
