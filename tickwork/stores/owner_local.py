@@ -164,6 +164,16 @@ class OwnerLocalStore:
         rows = self.database.mutate(statement.text, params)
         return decode_job(rows[0]) if rows else None
 
+    def _changed(self, statement: sql.Statement, counted: sql.Statement,
+                 params: Sequence[Any]) -> bool:
+        """Whether a write changed a row: ``counted`` (``statement`` without
+        its RETURNING) where the database counts changed rows, else
+        ``statement`` and whether it returned one."""
+        count = self._count
+        if count is not None:
+            return count(counted.text, params) > 0
+        return bool(self.database.mutate(statement.text, params))
+
     def _excluding(self, statement: sql.Statement, count: int) -> str:
         """The statement's text with its {exclude} filled for ``count`` claim
         tokens, bound after its own parameters (cached per count)."""
@@ -262,10 +272,7 @@ class OwnerLocalStore:
             statement, counted = _INSERT_JOB, _INSERT_JOB_COUNTED
             params = (job.job_id, job.queue, job.lane, job.priority, job.payload_json,
                       job.max_recoveries, job.run_at, job.delay_ms, job.retry_json, now)
-        count = self._count
-        if count is not None:
-            return count(counted.text, params) > 0
-        return bool(self.database.mutate(statement.text, params))
+        return self._changed(statement, counted, params)
 
     def insert_many(
         self, jobs: Sequence[ValidJob], now: int, inserted: Callable[[ValidJob], None]
@@ -342,12 +349,9 @@ class OwnerLocalStore:
         or its cancellation is not (``cancelled=False``: is) recorded."""
         params = (settlement.outcome, settlement.failure_reason, settlement.error_json, now,
                   sequence, token)
-        count = self._count
-        if count is not None:
-            counted = _SETTLE_CANCELLED_CLAIM_COUNTED if cancelled else _SETTLE_CLAIM_COUNTED
-            return count(counted.text, params) > 0
-        statement = _SETTLE_CANCELLED_CLAIM if cancelled else _SETTLE_CLAIM
-        return bool(self.database.mutate(statement.text, params))
+        if cancelled:
+            return self._changed(_SETTLE_CANCELLED_CLAIM, _SETTLE_CANCELLED_CLAIM_COUNTED, params)
+        return self._changed(_SETTLE_CLAIM, _SETTLE_CLAIM_COUNTED, params)
 
     def settle_claim_record(
         self, sequence: int, token: str, settlement: Settlement, now: int, *, cancelled: bool,
