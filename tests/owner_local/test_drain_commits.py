@@ -1,12 +1,16 @@
 """The owner-local drain's commits per job, counted on sqlite3 (one connection
-in autocommit: every lone write commits by itself, every BEGIN ... COMMIT once)."""
+in autocommit: every lone write commits by itself, every BEGIN ... COMMIT once),
+and the shape of its hot statements there. CPython only: the Pyodide tier has
+no sqlite3."""
 
 from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
 
-from tickwork import Completed, Job, OwnerRuntime
+import pytest
+
+from tickwork import Completed, IngestConflict, Job, OwnerRuntime
 from tickwork.stores import Sqlite3Database
 
 
@@ -43,4 +47,37 @@ async def test_drain_takes_two_commits_per_job(tmp_path: Path) -> None:
     # The first claim, one settlement-and-claim per job, the last tick's claim
     # that finds nothing (a write statement that changed nothing).
     assert (ingest_commits, commits[0]) == (jobs, jobs + 2)
+    connection.close()
+
+
+async def test_sqlite3_writes_on_the_hot_path_run_without_returning() -> None:
+    """On Sqlite3Database (a CountingDatabase) ingest, its replay, a delayed
+    job's insert, the claims and the settlements of a drain write with
+    statements that have no RETURNING clause, and still tell a new job from
+    a replay and a conflict, and a claim from none. (Promoting due jobs
+    keeps its RETURNING: it reads the queues it moved.)"""
+    connection = sqlite3.connect(":memory:", isolation_level=None)
+    runtime = OwnerRuntime(Sqlite3Database(connection), execute=lambda job, signal: Completed(),
+                           is_alive=lambda job: False, wake=_NoWake())
+    writes: list[str] = []
+
+    def trace(text: str) -> None:
+        if text.lstrip().startswith(("INSERT", "UPDATE")):
+            writes.append(text)
+
+    connection.set_trace_callback(trace)
+    assert runtime.ingest(Job("a", "q", "q", 0, {"n": 1})) == "queued"
+    assert runtime.ingest(Job("a", "q", "q", 0, {"n": 1})) == "duplicate"
+    with pytest.raises(IngestConflict):
+        runtime.ingest(Job("a", "q", "q", 0, {"n": 2}))
+    assert runtime.ingest(Job("b", "q", "q", 0, {}, delay_ms=0)) == "queued"
+    assert [result.job_id for result in await runtime.drain()] == ["a", "b"]
+    inserts = [text for text in writes if text.lstrip().startswith("INSERT")]
+    claims = [text for text in writes if "SET state = 'running'" in text]
+    settles = [text for text in writes if "SET state = 'settled'" in text]
+    assert (len(inserts), len(settles)) == (4, 2) and len(claims) >= 3, writes
+    hot = [*inserts, *claims, *settles]
+    assert not [text for text in hot if "RETURNING" in text.upper()], hot
+    (stored,), = connection.execute("SELECT count(*) FROM tickwork_jobs").fetchall()
+    assert stored == 2
     connection.close()

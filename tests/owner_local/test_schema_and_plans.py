@@ -2,19 +2,11 @@
 
 from __future__ import annotations
 
-import sqlite3
-
 import pytest
 
 from tests.support import Harness, job
-from tickwork import Completed, IngestConflict, Job, OwnerRuntime, SchemaError
-from tickwork.stores import Sqlite3Database
+from tickwork import SchemaError
 from tickwork.stores.sql import sqlite as sql
-
-
-class _NoWake:
-    def recompute(self) -> None:
-        pass
 
 
 def test_runtime_construction_is_idempotent_and_keeps_data(harness: Harness) -> None:
@@ -204,39 +196,6 @@ def test_ingest_claim_and_settle_build_no_temporary_b_tree(harness: Harness) -> 
         program = harness.host_query("EXPLAIN " + text, (None,) * len(statement.params))
         value_trees = [row for row in program if row[1] == "OpenEphemeral" and row[5]]
         assert not value_trees, (statement.name, value_trees)
-
-
-async def test_sqlite3_writes_on_the_hot_path_run_without_returning() -> None:
-    """On Sqlite3Database (a CountingDatabase) ingest, its replay, a delayed
-    job's insert, the claims and the settlements of a drain write with
-    statements that have no RETURNING clause, and still tell a new job from
-    a replay and a conflict, and a claim from none. (Promoting due jobs
-    keeps its RETURNING: it reads the queues it moved.)"""
-    connection = sqlite3.connect(":memory:", isolation_level=None)
-    runtime = OwnerRuntime(Sqlite3Database(connection), execute=lambda job, signal: Completed(),
-                           is_alive=lambda job: False, wake=_NoWake())
-    writes: list[str] = []
-
-    def trace(text: str) -> None:
-        if text.lstrip().startswith(("INSERT", "UPDATE")):
-            writes.append(text)
-
-    connection.set_trace_callback(trace)
-    assert runtime.ingest(Job("a", "q", "q", 0, {"n": 1})) == "queued"
-    assert runtime.ingest(Job("a", "q", "q", 0, {"n": 1})) == "duplicate"
-    with pytest.raises(IngestConflict):
-        runtime.ingest(Job("a", "q", "q", 0, {"n": 2}))
-    assert runtime.ingest(Job("b", "q", "q", 0, {}, delay_ms=0)) == "queued"
-    assert [result.job_id for result in await runtime.drain()] == ["a", "b"]
-    inserts = [text for text in writes if text.lstrip().startswith("INSERT")]
-    claims = [text for text in writes if "SET state = 'running'" in text]
-    settles = [text for text in writes if "SET state = 'settled'" in text]
-    assert (len(inserts), len(settles)) == (4, 2) and len(claims) >= 3, writes
-    hot = [*inserts, *claims, *settles]
-    assert not [text for text in hot if "RETURNING" in text.upper()], hot
-    (stored,), = connection.execute("SELECT count(*) FROM tickwork_jobs").fetchall()
-    assert stored == 2
-    connection.close()
 
 
 def test_every_page_of_list_jobs_is_an_index_range_at_200000_rows(harness: Harness) -> None:
