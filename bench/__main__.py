@@ -7,7 +7,9 @@
     python -m bench --update-docs         # the table into docs/explanation/benchmarks.md
 
 Runs each module's ``collect(quick=...)`` (see ``bench/report.py``) ``--runs``
-times, printing the load average before and after each, then ONE table:
+times, each time in a fresh child process (``bench/isolated.py``; ``--in-process``
+runs them all in this one), printing the load average before and after each, then
+ONE table:
 for every row the min-max of tickwork's figure, of its baseline and of the
 ratio over the runs, and whether the row's target was met in every run.
 The chart (matplotlib, the ``bench`` extra) plots the modules' points:
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import importlib
 import json
 import os
@@ -31,6 +34,7 @@ import sqlite3
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -246,8 +250,10 @@ def machine(modules: Sequence[str]) -> list[str]:
 # -------------------------------------------------------------------- run
 
 
-def load_modules(names: Sequence[str]) -> tuple[dict[str, Collect], dict[str, str]]:
-    """The ``collect`` of every named module, and why each missing one is missing."""
+def load_modules(names: Sequence[str], *, in_process: bool = False,
+                 ) -> tuple[dict[str, Collect], dict[str, str]]:
+    """How to run every named module's ``collect`` (in a child process of its
+    own unless ``in_process``), and why each missing one is missing."""
     found: dict[str, Collect] = {}
     missing: dict[str, str] = {}
     for name in names:
@@ -264,8 +270,44 @@ def load_modules(names: Sequence[str]) -> tuple[dict[str, Collect], dict[str, st
         if not callable(collect):
             missing[name] = f"bench/{name}.py has no collect(*, quick) -> Figures"
             continue
-        found[name] = collect
+        found[name] = (collect if in_process
+                       else functools.partial(collect_in_child, f"bench.{name}"))
     return found, missing
+
+
+class ModuleFailed(Exception):
+    """A module's collect raised in its child process (which printed the traceback)."""
+
+
+def collect_in_child(module: str, *, quick: bool) -> Figures:
+    """The collect of ``module`` (dotted, e.g. ``bench.owner_local``) in a fresh
+    interpreter (bench/isolated.py), so that no module measures in a process
+    another module, or an earlier run, has already used."""
+    with tempfile.TemporaryDirectory(prefix="tickwork-bench-") as folder:
+        result = Path(folder) / "figures.json"
+        argv = [sys.executable, "-m", "bench.isolated", module, "--result", str(result)]
+        path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+        returncode = subprocess.run(
+            argv + ["--quick"] * quick, cwd=ROOT, stdin=subprocess.DEVNULL,
+            stdout=_stderr_or_none(), env={**os.environ, "PYTHONPATH": path}, check=False,
+        ).returncode
+        try:
+            data = json.loads(result.read_text())
+        except (OSError, ValueError):
+            raise ModuleFailed(f"its process exited with status {returncode} "
+                               "and wrote no figures") from None
+    if "error" in data:
+        raise ModuleFailed(data["error"])
+    return Figures.from_json(data)
+
+
+def _stderr_or_none() -> int | None:
+    """The child's stdout: this process's stderr when it is a file (the table
+    owns stdout), else inherited."""
+    try:
+        return sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        return None
 
 
 def shout(lines: Sequence[str], out: TextIO) -> None:
@@ -296,10 +338,13 @@ def run_all(collectors: dict[str, Collect], runs: int, quick: bool, out: TextIO)
             try:
                 with contextlib.redirect_stdout(sys.stderr):
                     found = collect(quick=quick)
-            except Exception:
-                outcome.failures.append(f"bench.{name}, run {number}: "
-                                        f"{traceback.format_exc().strip().splitlines()[-1]}")
-                traceback.print_exc(file=sys.stderr)
+            except Exception as error:
+                if isinstance(error, ModuleFailed):  # the child printed its traceback
+                    reason = str(error)
+                else:
+                    reason = traceback.format_exc().strip().splitlines()[-1]
+                    traceback.print_exc(file=sys.stderr)
+                outcome.failures.append(f"bench.{name}, run {number}: {reason}")
                 print(f"  bench.{name}: FAILED (traceback on stderr)", file=out, flush=True)
                 continue
             figures.extend(found)
@@ -335,6 +380,10 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--markdown", type=Path, help="also write the table as markdown here")
     parser.add_argument("--update-docs", action="store_true",
                         help=f"rewrite the table in {DOCS.relative_to(ROOT)} (and the chart)")
+    parser.add_argument("--in-process", action="store_true",
+                        help="run every module in this process (default: each module and "
+                             "run in a fresh child process, so none measures in a process "
+                             "another has used)")
     parser.add_argument("--allow-missing", action="store_true",
                         help="exit 0 even when a module is missing")
     args = parser.parse_args(argv)
@@ -360,7 +409,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     try:
         if not args.no_chart:
             _pyplot()  # fail before minutes of measuring, not after
-        collectors, missing = load_modules(args.names)
+        collectors, missing = load_modules(args.names, in_process=args.in_process)
         started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         kind = "quick" if args.quick else "full"
         print(f"python -m bench: {kind} sizes, {args.runs} run(s), {started}", file=out)

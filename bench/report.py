@@ -15,8 +15,8 @@ draws the points. A module's own ``main()`` prints the same rows with
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import TextIO
+from dataclasses import asdict, dataclass, field
+from typing import Any, TextIO
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,16 @@ class Figures:
     def extend(self, other: Figures) -> None:
         self.rows.extend(other.rows)
         self.points.extend(other.points)
+
+    def to_json(self) -> dict[str, list[dict[str, Any]]]:
+        """Plain data, for a module measured in a child process (bench/isolated.py)."""
+        return {"rows": [asdict(row) for row in self.rows],
+                "points": [asdict(point) for point in self.points]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, list[dict[str, Any]]]) -> Figures:
+        return cls(rows=[Row(**row) for row in data["rows"]],
+                   points=[Point(**point) for point in data["points"]])
 
 
 def format_value(value: float, unit: str) -> str:

@@ -7,6 +7,7 @@ checks that a real module's rows reach the table, not what they read.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import os
 import re
@@ -150,3 +151,81 @@ def test_the_command_runs_a_real_module_end_to_end(tmp_path: Path) -> None:
     assert "MISSING" not in out
     assert chart.read_bytes().startswith(PNG_SIGNATURE)
     assert "| D1 | drain(), 1 worker | " in table.read_text()
+
+
+FAKE_MODULE = '''
+import os
+from bench.report import Figures, Point, Row
+
+CALLS = 0
+
+
+def collect(*, quick):
+    global CALLS
+    CALLS += 1  # a module global: a second collect in the same process would read 2
+    print("printed by the module")
+    if os.environ.get("FAKE_BENCH") == "raise":
+        raise ValueError("the module gave up")
+    if os.environ.get("FAKE_BENCH") == "die":
+        os._exit(3)
+    return Figures(rows=[
+        Row("owner-local", "collects in this process", CALLS, "calls", "one", 1.0, target=1.0),
+        Row("owner-local", "quick", float(quick), "flag", "", None, 0.5, lower_is_better=True),
+    ], points=[Point("depth", "fake", 1_000, 2.5)])
+'''
+
+
+@pytest.fixture
+def fake_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    (tmp_path / "fake_bench_module.py").write_text(FAKE_MODULE)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.delenv("FAKE_BENCH", raising=False)
+    return "fake_bench_module"
+
+
+def test_figures_survive_the_trip_from_a_child_process() -> None:
+    figures = run_of(700, 1000, 11.0)
+    assert command.Figures.from_json(figures.to_json()) == figures
+
+
+def test_each_module_and_run_measures_in_a_fresh_child_process(
+        fake_module: str, capfd: pytest.CaptureFixture[str]) -> None:
+    collect = functools.partial(command.collect_in_child, fake_module)
+    out = io.StringIO()
+    outcome = command.run_all({"fake": collect}, runs=2, quick=True, out=out)
+    assert outcome.failures == []
+    for figures in outcome.runs:
+        calls, quick = figures.rows
+        assert calls.value == 1  # not 2: the second run's process is not the first's
+        assert calls.meets_target() is True
+        assert (quick.value, quick.target, quick.lower_is_better) == (1.0, 0.5, True)
+        assert figures.points == [Point("depth", "fake", 1_000, 2.5)]
+    captured = capfd.readouterr()
+    # What the module prints is not the table's: it goes to stderr.
+    assert captured.err.count("printed by the module") == 2
+    assert "printed by the module" not in captured.out + out.getvalue()
+
+
+@pytest.mark.parametrize(("how", "reason"), [
+    ("raise", "ValueError: the module gave up"),
+    ("die", "its process exited with status 3 and wrote no figures")])
+def test_a_module_that_fails_in_its_child_process_is_a_failure_with_the_reason(
+        fake_module: str, monkeypatch: pytest.MonkeyPatch, how: str, reason: str) -> None:
+    monkeypatch.setenv("FAKE_BENCH", how)
+    with pytest.raises(command.ModuleFailed, match=f"^{re.escape(reason)}$"):
+        command.collect_in_child(fake_module, quick=False)
+    out = io.StringIO()
+    collect = functools.partial(command.collect_in_child, fake_module)
+    outcome = command.run_all({"fake": collect}, runs=1, quick=False, out=out)
+    assert outcome.failures == [f"bench.fake, run 1: {reason}"]
+    assert "bench.fake: FAILED" in out.getvalue()
+
+
+def test_modules_run_in_child_processes_unless_in_process_is_asked() -> None:
+    found, _ = command.load_modules(["shared_d1"])
+    assert isinstance(found["shared_d1"], functools.partial)
+    assert found["shared_d1"].func is command.collect_in_child
+    assert found["shared_d1"].args == ("bench.shared_d1",)
+    import bench.shared_d1
+    found, _ = command.load_modules(["shared_d1"], in_process=True)
+    assert found["shared_d1"] is bench.shared_d1.collect
