@@ -34,7 +34,6 @@ import sqlite3
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -42,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from bench.isolated import ModuleFailed, collect_in_child, failure_reason
 from bench.report import Figures, Point, Row, format_ratio, format_value, group
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -275,41 +275,6 @@ def load_modules(names: Sequence[str], *, in_process: bool = False,
     return found, missing
 
 
-class ModuleFailed(Exception):
-    """A module's collect raised in its child process (which printed the traceback)."""
-
-
-def collect_in_child(module: str, *, quick: bool) -> Figures:
-    """The collect of ``module`` (dotted, e.g. ``bench.owner_local``) in a fresh
-    interpreter (bench/isolated.py), so that no module measures in a process
-    another module, or an earlier run, has already used."""
-    with tempfile.TemporaryDirectory(prefix="tickwork-bench-") as folder:
-        result = Path(folder) / "figures.json"
-        argv = [sys.executable, "-m", "bench.isolated", module, "--result", str(result)]
-        path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-        returncode = subprocess.run(
-            argv + ["--quick"] * quick, cwd=ROOT, stdin=subprocess.DEVNULL,
-            stdout=_stderr_or_none(), env={**os.environ, "PYTHONPATH": path}, check=False,
-        ).returncode
-        try:
-            data = json.loads(result.read_text())
-        except (OSError, ValueError):
-            raise ModuleFailed(f"its process exited with status {returncode} "
-                               "and wrote no figures") from None
-    if "error" in data:
-        raise ModuleFailed(data["error"])
-    return Figures.from_json(data)
-
-
-def _stderr_or_none() -> int | None:
-    """The child's stdout: this process's stderr when it is a file (the table
-    owns stdout), else inherited."""
-    try:
-        return sys.stderr.fileno()
-    except (AttributeError, OSError, ValueError):
-        return None
-
-
 def shout(lines: Sequence[str], out: TextIO) -> None:
     width = max(len(line) for line in lines)
     print("!" * (width + 4), file=out)
@@ -338,13 +303,15 @@ def run_all(collectors: dict[str, Collect], runs: int, quick: bool, out: TextIO)
             try:
                 with contextlib.redirect_stdout(sys.stderr):
                     found = collect(quick=quick)
-            except Exception as error:
-                if isinstance(error, ModuleFailed):  # the child printed its traceback
-                    reason = str(error)
-                else:
-                    reason = traceback.format_exc().strip().splitlines()[-1]
-                    traceback.print_exc(file=sys.stderr)
-                outcome.failures.append(f"bench.{name}, run {number}: {reason}")
+            except ModuleFailed as error:  # its child printed the traceback
+                failed: str | None = str(error)
+            except Exception:
+                traceback.print_exc(file=sys.stderr)
+                failed = failure_reason()
+            else:
+                failed = None
+            if failed is not None:
+                outcome.failures.append(f"bench.{name}, run {number}: {failed}")
                 print(f"  bench.{name}: FAILED (traceback on stderr)", file=out, flush=True)
                 continue
             figures.extend(found)
