@@ -35,7 +35,8 @@ run every job exactly once.
   schema in the drain's commit shape. One INSERT per job (one commit each),
   then per job one transaction settling the previous job (fenced on its
   token) and claiming the next (the runnable index, highest priority and
-  oldest first), as ``drain()`` commits, with none of the engine around it:
+  oldest first), every 100th of them also filing the settled rows into the
+  history indexes, as ``drain()`` commits, with none of the engine around it:
   no queue exclusivity, no recovery probe, no validation, no plan.
 * raw SQL on a narrow schema, three times (no engine): queued and running
   jobs in a table of their own, clustered in claim order, settled jobs in a
@@ -72,6 +73,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import re
 import resource
@@ -86,6 +88,7 @@ from bench.report import Figures, Row, print_rows
 from tickwork import Completed, Job, OwnerRuntime
 from tickwork.hosts.cpython import open_sqlite3
 from tickwork.hosts.cpython.sqlite_files import NEW_FILE_PAGE_SIZE, checkpoint_by_bytes
+from tickwork.runtimes.owner_local import FILE_EVERY
 from tickwork.stores import Sqlite3Database
 
 SECTION = "owner-local"
@@ -334,16 +337,26 @@ def raw_table_run(path: Path, count: int, setting: str, meter: Meter = NO_METER,
              " WHERE sequence = (SELECT sequence FROM tickwork_jobs WHERE state = 'queued'"
              " AND cancellation_id IS NULL AND due_at IS NULL"
              " ORDER BY priority DESC, sequence LIMIT 1) RETURNING sequence, payload_json")
+    # The settlement leaves the row unfiled, and every FILE_EVERY-th commit
+    # files the rows settled since, as drain() does (schema 0009).
     settle = ("UPDATE tickwork_jobs SET state = 'settled', outcome = 'completed',"
               " settled_at = ? WHERE sequence = ? AND claim_token = ? AND state = 'running'")
+    file_settled = ("UPDATE tickwork_jobs INDEXED BY tickwork_jobs_unfiled SET filed = 1"
+                    " WHERE filed = 0 AND state = 'settled'")
+    settled = itertools.count(1)
+
+    def settle_held(now: int, held: tuple[Any, str]) -> None:
+        connection.execute(settle, (now, *held))
+        if next(settled) % FILE_EVERY == 0:
+            connection.execute(file_settled)
+
     meter.start(connection, path)
     started = time.perf_counter()
     for n in range(count):
         connection.execute(insert, (f"job-{n}", json.dumps({"n": n}), int(time.time() * 1000)))
     enqueued = time.perf_counter()
     meter.mark()
-    ran = _raw_drain(connection, count, claim,
-                     lambda now, held: connection.execute(settle, (now, *held)))
+    ran = _raw_drain(connection, count, claim, settle_held)
     drained = time.perf_counter()
     meter.mark()
     _check_once(ran, count, "raw SQL on tickwork's table")

@@ -12,7 +12,9 @@ also writes). Then with all of them taken away but what tickwork's claim and
 ingest need to keep their promises: the runnable index (the claim's order),
 the running index (a queue with a running job is passed over: queues stay
 serial, though this loop of one queue never asks) and the UNIQUE job id
-(idempotent ingest). That is the floor of a single-table design.
+(idempotent ingest), with the index of settlements not filed yet (the loop
+files them every 100 settlements, as ``drain()`` does). That is the floor of
+a single-table design.
 
 For each variant it prints, beside the whole table, the WAL frames per
 enqueue and per drained job (an untimed pass with automatic checkpoints
@@ -51,8 +53,9 @@ from tickwork.stores.owner_schema import ensure_schema
 
 SECTION = "owner-local"
 TABLE = "tickwork_jobs"
-#: What the raw loop itself reads or a guarantee needs: never taken away.
-KEPT = ("tickwork_jobs_runnable",)
+#: What the raw loop itself reads or a guarantee needs: never taken away
+#: (the claim's order, and the rows its filing step files).
+KEPT = ("tickwork_jobs_runnable", "tickwork_jobs_unfiled")
 WHOLE = "the whole table"
 FLOOR = "only the claim's indexes and the unique job id"
 #: Kept by the floor, though the raw loop does not read it: the busy-queue check.

@@ -194,7 +194,8 @@ def test_index_costs_benchmark_runs_every_variant_and_prints_every_row() -> None
 def test_index_costs_takes_away_exactly_what_each_variant_names() -> None:
     # Each variant is only what its row says if it removes that one index (or
     # AUTOINCREMENT) and keeps everything else; the floor keeps the claim's
-    # indexes (ready jobs, busy queues) and the job id's uniqueness, nothing else.
+    # indexes (ready jobs, busy queues), the job id's uniqueness and the index
+    # the loop's filing step reads (settlements not filed yet), nothing else.
     from bench.index_costs import TABLE, variants
     from tickwork.stores import Sqlite3Database
     from tickwork.stores.owner_schema import ensure_schema
@@ -216,9 +217,11 @@ def test_index_costs_takes_away_exactly_what_each_variant_names() -> None:
     floor, floor_table = shape(shapes.pop("only the claim's indexes and the unique job id"))
     assert "AUTOINCREMENT" not in floor_table and "UNIQUE" in floor_table
     assert {name for name in floor if not name.startswith("sqlite_autoindex")} == {
-        "tickwork_jobs_runnable", "tickwork_jobs_running"}
-    # Each index alone (but the claim's order, which the loop reads), and AUTOINCREMENT.
-    assert set(shapes) == {f"without {name}" for name in whole if name != "tickwork_jobs_runnable"
+        "tickwork_jobs_runnable", "tickwork_jobs_running", "tickwork_jobs_unfiled"}
+    # Each index alone (but the two the loop reads: the claim's order and the
+    # unfiled settlements), and AUTOINCREMENT.
+    assert set(shapes) == {f"without {name}" for name in whole
+                           if name not in ("tickwork_jobs_runnable", "tickwork_jobs_unfiled")
                            and not name.startswith("sqlite_autoindex")} | {"without AUTOINCREMENT"}
     for name, reshape in shapes.items():
         indexes, variant_table = shape(reshape)
@@ -246,9 +249,12 @@ def test_index_costs_rebuilds_the_table_only_while_it_is_empty() -> None:
 def test_an_index_taken_away_is_a_frame_fewer_in_each_commit_that_changed_it(
         tmp_path: Path) -> None:
     # The frame rows are what the docs read each index's cost from: the
-    # queue's pending index is entered at ingest and left at settlement, the
-    # dead letters' is never entered by a completed job, and the floor leaves
-    # six indexes out of a drained job's commits and three and AUTOINCREMENT out of ingest's.
+    # queue's pending index is entered at ingest and left when the loop files
+    # a hundred settlements at once (a hundredth of a commit's frames per
+    # job), the dead letters' is never entered by a completed job, and the
+    # floor leaves three indexes and AUTOINCREMENT out of ingest's commits and
+    # the queue's waiting index (left at the claim) and the batches out of a
+    # drained job's.
     from bench.embedded_peers import FrameCount, raw_table_run
     from bench.index_costs import variants
 
@@ -261,7 +267,7 @@ def test_an_index_taken_away_is_a_frame_fewer_in_each_commit_that_changed_it(
         counted[name] = frames.per_job(300)
     whole = counted["the whole table"]
     pending = counted["without tickwork_jobs_queue_pending"]
-    assert 0.9 <= whole[0] - pending[0] <= 1.2 and 0.9 <= whole[1] - pending[1] <= 1.2
+    assert 0.9 <= whole[0] - pending[0] <= 1.2 and 0 < whole[1] - pending[1] <= 0.2
     assert counted["without tickwork_jobs_dead"] == pytest.approx(whole, abs=0.02)  # a page split
     floor = counted["only the claim's indexes and the unique job id"]
-    assert whole[1] - floor[1] >= 5.5 and whole[0] - floor[0] >= 3.5
+    assert whole[1] - floor[1] >= 1.0 and whole[0] - floor[0] >= 3.5

@@ -20,15 +20,16 @@ def test_runtime_construction_is_idempotent_and_keeps_data(harness: Harness) -> 
 def test_queue_status_reads_indexes_only(harness: Harness) -> None:
     runtime = harness.runtime()
     runtime.ingest_many([job(f"j{n}", queue=f"q{n % 3}") for n in range(30)])
-    text = sql.QUEUE_STATUS.render(sql.OWNER_LOCAL).text
+    text = sql.QUEUE_STATUS_LOCAL.render(sql.OWNER_LOCAL).text
     plan = [row[-1] for row in harness.host_query("EXPLAIN QUERY PLAN " + text, ("q1",))]
     searches = [line for line in plan if "tickwork_jobs" in line]
-    assert len(searches) == 4, plan  # queued, running, delayed, settled
+    # queued, running, delayed, settled (filed, and not filed yet)
+    assert len(searches) == 5, plan
     assert all(line.startswith("SEARCH tickwork_jobs USING") for line in searches), plan
     used = " ".join(searches)
-    for index in ("queue_waiting", "running", "queue_outcomes"):
+    for index in ("queue_waiting", "running", "queue_outcomes", "unfiled"):
         assert f"tickwork_jobs_{index} (queue=?)" in used, plan
-    assert not any(line.startswith("SCAN") for line in plan), plan
+    assert not any(line.startswith("SCAN tickwork_jobs") for line in plan), plan
 
 
 def test_a_schema_newer_than_the_package_is_refused(harness: Harness) -> None:
@@ -76,12 +77,14 @@ async def test_a_version_1_database_is_upgraded_in_place_with_its_rows(harness: 
     before = _version_1_database(harness)
     runtime = harness.runtime()
     assert harness.host_query(
-        "SELECT value FROM tickwork_meta WHERE key = 'schema_version'") == [("8",)]
+        "SELECT value FROM tickwork_meta WHERE key = 'schema_version'") == [("9",)]
     after = harness.host_query("SELECT * FROM tickwork_jobs ORDER BY sequence")
     # Every value kept; the new columns (run_at, delay_ms, due_at; retry_json,
     # attempt, history_json; error_json) say "due at once, first attempt, no
-    # retry policy, no history, no error kept", as every job of version 1 was.
-    assert after == [(*tuple(row), None, None, None, None, 1, None, None) for row in before]
+    # retry policy, no history, no error kept", as every job of version 1 was;
+    # filed (0009) is 1 for the settled job: it is in the history indexes.
+    assert after == [(*tuple(row), None, None, None, None, 1, None, None,
+                      1 if row[1] == "settled" else 0) for row in before]
     settled = runtime.read("settled")
     assert settled is not None and (settled.outcome, settled.failure_reason) == ("failed", "boom")
     assert settled.error is None
@@ -155,8 +158,11 @@ async def test_0008_rebuilds_the_table_keeping_rows_and_the_sequence_high_water_
     before = harness.host_query("SELECT * FROM tickwork_jobs ORDER BY sequence")
     runtime = harness.runtime()
     assert harness.host_query(
-        "SELECT value FROM tickwork_meta WHERE key = 'schema_version'") == [("8",)]
-    assert harness.host_query("SELECT * FROM tickwork_jobs ORDER BY sequence") == before
+        "SELECT value FROM tickwork_meta WHERE key = 'schema_version'") == [("9",)]
+    # Every row as it was (and, by 0009, filed if settled).
+    kept = harness.host_query("SELECT * FROM tickwork_jobs ORDER BY sequence")
+    assert [row[:-1] for row in kept] == before
+    assert [row[-1] for row in kept] == [1 if row[7] == "settled" else 0 for row in before]
     # A purged sequence is never reused: the next job comes after it.
     runtime.ingest(job("next"))
     fresh = runtime.read("next")
@@ -168,8 +174,8 @@ async def test_0008_rebuilds_the_table_keeping_rows_and_the_sequence_high_water_
                 "UPDATE tickwork_jobs SET claim_token = NULL WHERE job_id = 'left-running'"):
         with pytest.raises(Exception, match="CHECK constraint failed"):
             harness.host_transaction(lambda bad=bad: harness.host_execute(bad))
-    assert harness.host_query("SELECT * FROM tickwork_jobs ORDER BY sequence")[:3] == before
-    # The old rows are in the indexes 0008 made again.
+    assert harness.host_query("SELECT * FROM tickwork_jobs ORDER BY sequence")[:3] == kept
+    # The old rows are in the indexes 0008 made again (and 0009 after it).
     assert [j.job_id for j in runtime.dead_letters("q").jobs] == ["settled"]
     assert runtime.read_queue_head("q") is not None
     assert (await runtime.tick()).status == "requeued"  # the dead claim, as before
@@ -201,22 +207,28 @@ def test_ingest_claim_and_settle_build_no_temporary_b_tree(harness: Harness) -> 
 def test_every_page_of_list_jobs_is_an_index_range_at_200000_rows(harness: Harness) -> None:
     """Each listing's statement walks its index in the listing's order: no
     table scan and no sort, so a page costs O(log n + page) (here with
-    200,000 settled, queued and running jobs in 1,000 queues and 50 lanes)."""
+    200,000 settled, queued and running jobs in 1,000 queues and 50 lanes).
+    A page of settled jobs also reads the settlements not filed yet (schema
+    0009: a drain files them every FILE_EVERY), through their own index, and
+    sorts what it merges: the page's filed rows and those, never more."""
     runtime = harness.runtime()
     runtime.ingest(job("fresh"))
     harness.host_query("""
         WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c WHERE n < 200000)
         INSERT INTO tickwork_jobs (job_id, queue, lane, priority, payload_json, state,
-                                   outcome, enqueued_at, started_at, settled_at, claim_token)
+                                   outcome, enqueued_at, started_at, settled_at, claim_token,
+                                   filed)
         SELECT 'old-' || n, 'q' || (n % 1000), 'lane' || (n % 50), 0, '{}',
                CASE WHEN n % 10 = 0 THEN 'queued' WHEN n % 997 = 0 THEN 'running'
                     ELSE 'settled' END,
                CASE WHEN n % 10 = 0 OR n % 997 = 0 THEN NULL
                     WHEN n % 7 = 0 THEN 'failed' ELSE 'completed' END,
                n, n, CASE WHEN n % 10 = 0 OR n % 997 = 0 THEN NULL ELSE n END,
-               CASE WHEN n % 997 = 0 AND n % 10 <> 0 THEN 't' || n END
+               CASE WHEN n % 997 = 0 AND n % 10 <> 0 THEN 't' || n END,
+               -- the newest 60 settlements are not filed yet, as a drain leaves them
+               CASE WHEN n % 10 = 0 OR n % 997 = 0 OR n > 199940 THEN 0 ELSE 1 END
         FROM c""", ())
-    for (by, state, _, newest), template in sql.LIST_JOBS.items():
+    for (by, state, _, newest), template in sql.LIST_JOBS_LOCAL.items():
         statement = template.render(sql.OWNER_LOCAL)
         values = {"value": "q7" if by == "queue" else "lane7", "outcome": "failed",
                   "after_settled": 0 if newest else -1, "after_sequence": 10**9 if newest
@@ -234,8 +246,16 @@ def test_every_page_of_list_jobs_is_an_index_range_at_200000_rows(harness: Harne
         assert any(line.startswith(f"SEARCH tickwork_jobs USING INDEX {index} (") or
                    line.startswith(f"SEARCH tickwork_jobs USING COVERING INDEX {index} (")
                    for line in plan), (statement.name, plan)
-        assert not any("TEMP B-TREE" in line or line.startswith("SCAN") for line in plan), (
-            statement.name, plan)
+        if state == "settled":
+            # Beside the page of filed rows: the unfiled ones, from their own
+            # index (all of them for a lane: its key starts with the queue),
+            # and a sort of what the two give.
+            unfiled = [line for line in plan if "tickwork_jobs_unfiled" in line]
+            assert unfiled and all(line.startswith(("SEARCH", "SCAN")) for line in unfiled), (
+                statement.name, plan)
+            plan = [line for line in plan if line not in unfiled and "TEMP B-TREE" not in line]
+        assert not any("TEMP B-TREE" in line or line.startswith("SCAN tickwork_jobs")
+                       for line in plan), (statement.name, plan)
     # And the pages are the jobs they claim to be (the rows' rule, in Python).
     def state(n: int) -> str:
         return "queued" if n % 10 == 0 else "running" if n % 997 == 0 else "settled"
@@ -245,6 +265,16 @@ def test_every_page_of_list_jobs_is_an_index_range_at_200000_rows(harness: Harne
     assert [r.job_id for r in failed.jobs] == [
         f"old-{n}" for n in newest
         if n % 1000 == 7 and state(n) == "settled" and n % 7 == 0][:3]
+    # Pages that merge filed and unfiled settlements, newest and oldest first.
+    for queue, lane in (("q943", None), (None, "lane43")):
+        matches = [n for n in newest if state(n) == "settled"
+                   and (n % 1000 == 943 if queue else n % 50 == 43)]
+        page = runtime.list_jobs(queue, lane=lane, state="settled", limit=4)
+        assert [r.job_id for r in page.jobs] == [f"old-{n}" for n in matches[:4]]
+        assert any(n > 199940 for n in matches[:4]) and any(n <= 199940 for n in matches[:4])
+        second = runtime.list_jobs(queue, lane=lane, state="settled", limit=4,
+                                   cursor=page.cursor)
+        assert [r.job_id for r in second.jobs] == [f"old-{n}" for n in matches[4:8]]
     running = runtime.list_jobs(lane="lane7", state="running")
     assert [r.job_id for r in running.jobs] == [
         f"old-{n}" for n in newest if n % 50 == 7 and state(n) == "running"][:50]

@@ -16,6 +16,7 @@ from tickwork.stores.owner_schema import (
     BROWSE_SQL,
     DUE_TIMES_SQL,
     ERROR_SUMMARIES_SQL,
+    FILED_HISTORY_SQL,
     LIGHT_CHECKS_SQL,
     PAUSED_QUEUES_SQL,
     RETRIES_SQL,
@@ -69,8 +70,10 @@ def test_every_statement_renders_and_compiles_for_each_of_its_stores(
 
 def test_the_stores_differ_only_in_the_clock_and_the_lease() -> None:
     """Expanded for both stores, a shared statement's texts are equal once the
-    clock and the lease fragments are taken out, and the dead letters'
-    outcome condition is written as each store's index states it."""
+    clock and the lease fragments are taken out, owner-local's filing
+    (schema 0009: a settlement files its row, a redrive unfiles it, and the
+    indexes of unsettled jobs hold the unfiled rows) too, and the dead
+    letters' outcome condition is written as each store's index states it."""
     def same_words(text: str) -> str:
         return " ".join(text.split())
 
@@ -81,6 +84,8 @@ def test_the_stores_differ_only_in_the_clock_and_the_lease() -> None:
         "requeue_claim", "settle_recovered_claim", "select_claim"}
     for template in shared:
         local = template.expand(sql.OWNER_LOCAL).replace("{exclude}", "")
+        local = local.replace(", filed = 1", "").replace(", filed = 0", "")
+        local = local.replace(sql.PENDING_FILED, sql.PENDING_STATES)
         d1 = template.expand(sql.D1)
         for fragment in sql.lease_fragments():
             d1 = d1.replace(fragment, "")
@@ -132,10 +137,11 @@ def test_the_owner_local_ddl_is_the_schema_file() -> None:
     assert (folder / "0006_error_summaries.sql").read_text() == ERROR_SUMMARIES_SQL
     assert (folder / "0007_browse.sql").read_text() == BROWSE_SQL
     assert (folder / "0008_light_checks.sql").read_text() == LIGHT_CHECKS_SQL
+    assert (folder / "0009_filed_history.sql").read_text() == FILED_HISTORY_SQL
     assert sorted(path.name for path in folder.iterdir()) == [
         "0001_tickwork_jobs.sql", "0002_due_times.sql", "0003_paused_queues.sql",
         "0004_retries.sql", "0005_schedules.sql", "0006_error_summaries.sql",
-        "0007_browse.sql", "0008_light_checks.sql"]
+        "0007_browse.sql", "0008_light_checks.sql", "0009_filed_history.sql"]
     assert list(SCHEMA_STATEMENTS) == split_statements(SCHEMA_SQL)
     assert list(UPGRADES[1]) == split_statements(DUE_TIMES_SQL)
     assert list(UPGRADES[2]) == split_statements(PAUSED_QUEUES_SQL)
@@ -144,6 +150,7 @@ def test_the_owner_local_ddl_is_the_schema_file() -> None:
     assert list(UPGRADES[5]) == split_statements(ERROR_SUMMARIES_SQL)
     assert list(UPGRADES[6]) == split_statements(BROWSE_SQL)
     assert list(UPGRADES[7]) == split_statements(LIGHT_CHECKS_SQL)
+    assert list(UPGRADES[8]) == split_statements(FILED_HISTORY_SQL)
 
 
 def _objects(statements: list[str]) -> dict[str, str]:
@@ -175,17 +182,29 @@ def _schema_of(target: sql.Target) -> tuple[list[str], dict[str, str]]:
 def test_the_owner_local_table_is_d1s_without_leases() -> None:
     local_columns, local = _schema_of(sql.OWNER_LOCAL)
     d1_columns, d1 = _schema_of(sql.D1)
-    assert local_columns == [name for name in d1_columns if name != "lease_expires_at"]
+    assert local_columns == [name for name in d1_columns if name != "lease_expires_at"] + [
+        "filed"]
     # Indexes of the same name are the same index, but for the ones that
-    # differ on purpose (schema/owner_local/0001_tickwork_jobs.sql and
-    # 0008_light_checks.sql say why; tickwork_jobs_queue_settled differed
-    # until D1's 0008).
+    # differ on purpose (schema/owner_local/0001_tickwork_jobs.sql,
+    # 0008_light_checks.sql and 0009_filed_history.sql say why;
+    # tickwork_jobs_queue_settled differed until D1's 0008): owner-local's
+    # indexes of unsettled jobs hold its unfiled rows, its history indexes
+    # its filed ones.
     differ = {"tickwork_jobs_running", "tickwork_jobs_dead"}
-    for name in set(local) & set(d1) - differ - {"tickwork_jobs", "tickwork_meta"}:
+    unsettled = {"tickwork_jobs_queue_pending", "tickwork_jobs_lane_pending"}
+    history = {"tickwork_jobs_queue_settled", "tickwork_jobs_queue_outcomes",
+               "tickwork_jobs_lane_settled"}
+    for name in set(local) & set(d1) - differ - unsettled - history - {
+            "tickwork_jobs", "tickwork_meta"}:
         assert local[name] == d1[name], name
+    for name in unsettled:
+        assert local[name] == d1[name].replace(sql.PENDING_STATES, sql.PENDING_FILED), name
+    for name in history:
+        assert local[name] == d1[name].replace("state = 'settled'", "filed = 1"), name
     assert local["tickwork_jobs_running"] == d1["tickwork_jobs_running"].replace("UNIQUE ", "")
     assert local["tickwork_jobs_dead"] == d1["tickwork_jobs_dead"].replace(
-        sql.DEAD_OUTCOME_LIST, sql.DEAD_OUTCOME_CHAIN)
+        sql.DEAD_OUTCOME_LIST, sql.DEAD_OUTCOME_CHAIN).replace("state = 'settled'", "filed = 1")
+    assert set(local) - set(d1) == {"tickwork_jobs_unfiled"}
     assert set(d1) - set(local) == {"tickwork_jobs_lease", "tickwork_jobs_cargo_is_immutable",
                                     "tickwork_job_locks", "tickwork_job_locks_slots",
                                     "tickwork_job_locks_slots_completed"}

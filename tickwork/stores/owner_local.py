@@ -47,6 +47,30 @@ _SETTLE_CLAIM_RECORD = _render(sql.SETTLE_CLAIM_RECORD, *_SETTLE)
 _SETTLE_CANCELLED_CLAIM_RECORD = _render(sql.SETTLE_CANCELLED_CLAIM_RECORD, *_SETTLE)
 _SETTLE_CLAIM_COUNTED = _render(sql.SETTLE_CLAIM_COUNTED, *_SETTLE)
 _SETTLE_CANCELLED_CLAIM_COUNTED = _render(sql.SETTLE_CANCELLED_CLAIM_COUNTED, *_SETTLE)
+
+
+@dataclass(frozen=True, slots=True)
+class _Settlements:
+    """The four statements of a claim's settlement (cancelled or not, with the
+    settled row returned or only counted), filing the row or leaving it
+    unfiled."""
+
+    claim: sql.Statement
+    cancelled_claim: sql.Statement
+    claim_record: sql.Statement
+    cancelled_claim_record: sql.Statement
+    claim_counted: sql.Statement
+    cancelled_claim_counted: sql.Statement
+
+
+_FILING = _Settlements(_SETTLE_CLAIM, _SETTLE_CANCELLED_CLAIM, _SETTLE_CLAIM_RECORD,
+                       _SETTLE_CANCELLED_CLAIM_RECORD, _SETTLE_CLAIM_COUNTED,
+                       _SETTLE_CANCELLED_CLAIM_COUNTED)
+_UNFILED = _Settlements(*(_render(template, *_SETTLE) for template in (
+    sql.SETTLE_CLAIM_UNFILED, sql.SETTLE_CANCELLED_CLAIM_UNFILED,
+    sql.SETTLE_CLAIM_RECORD_UNFILED, sql.SETTLE_CANCELLED_CLAIM_RECORD_UNFILED,
+    sql.SETTLE_CLAIM_UNFILED_COUNTED, sql.SETTLE_CANCELLED_CLAIM_UNFILED_COUNTED)))
+_FILE_SETTLED = _render(sql.FILE_SETTLED)
 _CLAIMED_BY_TOKEN = _render(sql.CLAIMED_BY_TOKEN, "token")
 _SETTLE_RECOVERED_CLAIM = _render(sql.SETTLE_RECOVERED_CLAIM, *_SETTLE)
 _REQUEUE_CLAIM = _render(sql.REQUEUE_CLAIM, "sequence", "token")
@@ -56,9 +80,11 @@ _RETRY_CLAIM = _render(sql.RETRY_CLAIM, "now", "delay_ms", "error_json", "outcom
 _REDRIVE_APPLIED = _render(sql.REDRIVE_APPLIED, "job_id", "redrive_id")
 _REDRIVE_JOB = _render(sql.REDRIVE_JOB, "redrive_id", "job_id")
 _NOTE_REDRIVE = _render(sql.NOTE_REDRIVE, "redrive_id", "now", "job_id")
-_DEAD_LETTERS = _render(sql.DEAD_LETTERS, "queue", "before_settled", "before_sequence", "limit")
+_DEAD_LETTERS = _render(sql.DEAD_LETTERS_LOCAL, "queue", "before_settled", "before_sequence",
+                        "limit")
 _SCHEMA_VERSION = _render(sql.SCHEMA_VERSION)
-_LIST_JOBS = {key: template.render(sql.OWNER_LOCAL) for key, template in sql.LIST_JOBS.items()}
+_LIST_JOBS = {key: template.render(sql.OWNER_LOCAL)
+              for key, template in sql.LIST_JOBS_LOCAL.items()}
 _SELECT_SCHEDULE = _render(sql.SELECT_SCHEDULE, "name")
 _LIST_SCHEDULES = _render(sql.LIST_SCHEDULES)
 _CREATE_SCHEDULE = _render(sql.CREATE_SCHEDULE, "name", "spec_json", "next_at", "now")
@@ -84,7 +110,7 @@ _NEXT_DUE = _render(sql.NEXT_DUE)
 _NEXT_WORK = _render(sql.NEXT_WORK, "now")
 _PROMOTE_DUE = _render(sql.PROMOTE_DUE_QUEUES, "now", "limit")
 _STATUS = _render(sql.STATUS)
-_QUEUE_STATUS = _render(sql.QUEUE_STATUS, "queue")
+_QUEUE_STATUS = _render(sql.QUEUE_STATUS_LOCAL, "queue")
 _READ_SETTLED = _render(sql.READ_SETTLED, "after_sequence", "limit")
 _READ_SETTLED_OUTSIDE_LANE = _render(sql.READ_SETTLED_OUTSIDE_LANE,
                                      "after_sequence", "limit", "lane")
@@ -344,23 +370,35 @@ class OwnerLocalStore:
 
     def settle_claim(
         self, sequence: int, token: str, settlement: Settlement, now: int, *, cancelled: bool,
+        file: bool = True,
     ) -> bool:
         """Settle the claim; False when it is no longer the job's current claim,
-        or its cancellation is not (``cancelled=False``: is) recorded."""
+        or its cancellation is not (``cancelled=False``: is) recorded.
+        ``file=False`` leaves the settled row unfiled, for ``file_settled``
+        to file with others later (schema 0009)."""
         params = (settlement.outcome, settlement.failure_reason, settlement.error_json, now,
                   sequence, token)
+        statements = _FILING if file else _UNFILED
         if cancelled:
-            return self._changed(_SETTLE_CANCELLED_CLAIM, _SETTLE_CANCELLED_CLAIM_COUNTED, params)
-        return self._changed(_SETTLE_CLAIM, _SETTLE_CLAIM_COUNTED, params)
+            return self._changed(statements.cancelled_claim, statements.cancelled_claim_counted,
+                                 params)
+        return self._changed(statements.claim, statements.claim_counted, params)
 
     def settle_claim_record(
         self, sequence: int, token: str, settlement: Settlement, now: int, *, cancelled: bool,
+        file: bool = True,
     ) -> JobRecord | None:
         """settle_claim, returning the settled job (for the projector)."""
-        statement = _SETTLE_CANCELLED_CLAIM_RECORD if cancelled else _SETTLE_CLAIM_RECORD
+        statements = _FILING if file else _UNFILED
+        statement = statements.cancelled_claim_record if cancelled else statements.claim_record
         params = (settlement.outcome, settlement.failure_reason, settlement.error_json, now,
                   sequence, token)
         return self._write_one(statement, params)
+
+    def file_settled(self) -> None:
+        """File every settled row left unfiled: into the history indexes, out
+        of the indexes of unsettled jobs, in one statement."""
+        self.database.mutate(_FILE_SETTLED.text, ())
 
     def settle_next_cancelled(self, partition: Partition, now: int) -> JobRecord | None:
         return self._write_one(partition.settle_next_cancelled, (*partition.bind, now))

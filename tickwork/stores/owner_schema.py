@@ -8,11 +8,12 @@ version lives in ``tickwork_meta`` and every runtime construction runs
 ``DUE_TIMES_SQL`` is ``0002_due_times.sql``, ``PAUSED_QUEUES_SQL``
 ``0003_paused_queues.sql``, ``RETRIES_SQL`` ``0004_retries.sql``,
 ``SCHEDULES_SQL`` ``0005_schedules.sql``, ``ERROR_SUMMARIES_SQL``
-``0006_error_summaries.sql``, ``BROWSE_SQL`` ``0007_browse.sql`` and
-``LIGHT_CHECKS_SQL`` ``0008_light_checks.sql``, character for character (the
-tests pin them equal): the package cannot read those files inside a Worker,
-so the text lives here too, and the files are where people read it beside
-the D1 and PostgreSQL schemas. A database written by an older tickwork is
+``0006_error_summaries.sql``, ``BROWSE_SQL`` ``0007_browse.sql``,
+``LIGHT_CHECKS_SQL`` ``0008_light_checks.sql`` and ``FILED_HISTORY_SQL``
+``0009_filed_history.sql``, character for character (the tests pin them
+equal): the package cannot read those files inside a Worker, so the text
+lives here too, and the files are where people read it beside the D1 and
+PostgreSQL schemas. A database written by an older tickwork is
 upgraded in place on first open, step by step, in one transaction.
 """
 
@@ -22,7 +23,7 @@ from tickwork.model.errors import SchemaError
 from tickwork.ports.database import SyncDatabase
 from tickwork.schemas import split_statements
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 #: schema/owner_local/0001_tickwork_jobs.sql
 SCHEMA_SQL = """-- tickwork owner-local job table: one owner's jobs in its own SQLite database
@@ -365,6 +366,69 @@ CREATE INDEX tickwork_jobs_lane_settled
     WHERE state = 'settled';
 """
 
+#: schema/owner_local/0009_filed_history.sql (pinned equal like SCHEMA_SQL)
+FILED_HISTORY_SQL = """-- tickwork owner-local: settled jobs enter the history indexes in batches.
+-- Applied by the runtime itself on first open, like 0002. Every row keeps
+-- every value; every settled row is filed at once.
+--
+-- Why: a commit writes every b-tree it changes to the WAL, a frame per
+-- changed page, and a settlement changed seven (the row, the running index,
+-- the two indexes of unsettled jobs by queue and by lane, and the three of
+-- settled history by queue, by outcome and by lane). A drain settles a job
+-- and claims the next in one commit per job: that commit wrote 11 frames,
+-- against 2 for a queue that deletes its rows (docs/explanation/
+-- benchmarks.md). Now a row carries "filed": 0 while it is queued or running
+-- and, for a settlement made by drain(), for a while after it settles; 1
+-- once its settlement is in the history indexes. The indexes of unsettled
+-- jobs hold every row with filed = 0, so the drain's settlement leaves them
+-- alone (its key and condition do not change), and the history indexes hold
+-- every row with filed = 1, which drain() sets for up to 100 settled rows at
+-- once in the commit of a later settlement. Between the two, a settled row
+-- is in tickwork_jobs_unfiled: every read of settled history reads that
+-- index too (it holds one owner's last few dozen settlements at most), so
+-- nothing a read returns changes. Every other settlement files its row in
+-- its own statement, as before.
+
+ALTER TABLE tickwork_jobs ADD COLUMN filed INTEGER NOT NULL DEFAULT 0
+    CHECK (filed = 0 OR state = 'settled');
+
+DROP INDEX tickwork_jobs_queue_pending;
+DROP INDEX tickwork_jobs_lane_pending;
+DROP INDEX tickwork_jobs_queue_settled;
+DROP INDEX tickwork_jobs_queue_outcomes;
+DROP INDEX tickwork_jobs_lane_settled;
+DROP INDEX tickwork_jobs_dead;
+
+UPDATE tickwork_jobs SET filed = 1 WHERE state = 'settled';
+
+-- Unsettled jobs (and the drain's settlements not filed yet), by queue and
+-- by lane, in enqueue order.
+CREATE INDEX tickwork_jobs_queue_pending
+    ON tickwork_jobs (queue, sequence)
+    WHERE filed = 0;
+CREATE INDEX tickwork_jobs_lane_pending
+    ON tickwork_jobs (lane, sequence)
+    WHERE filed = 0;
+-- Filed settlements: as 0007 and 0008 made them, for filed rows.
+CREATE INDEX tickwork_jobs_queue_settled
+    ON tickwork_jobs (queue, settled_at, sequence)
+    WHERE filed = 1;
+CREATE INDEX tickwork_jobs_queue_outcomes
+    ON tickwork_jobs (queue, outcome, settled_at, sequence)
+    WHERE filed = 1;
+CREATE INDEX tickwork_jobs_lane_settled
+    ON tickwork_jobs (lane, settled_at, sequence)
+    WHERE filed = 1;
+CREATE INDEX tickwork_jobs_dead
+    ON tickwork_jobs (queue, settled_at, sequence)
+    WHERE filed = 1
+      AND (outcome = 'failed' OR outcome = 'outcome_unknown' OR outcome = 'interrupted');
+-- Settlements not filed yet (few: drain() files them every 100 settlements).
+CREATE INDEX tickwork_jobs_unfiled
+    ON tickwork_jobs (queue, settled_at, sequence)
+    WHERE filed = 0 AND state = 'settled';
+"""
+
 #: The statements of SCHEMA_SQL; the first creates tickwork_meta.
 SCHEMA_STATEMENTS = tuple(split_statements(SCHEMA_SQL))
 
@@ -378,6 +442,7 @@ UPGRADES: tuple[tuple[str, ...], ...] = (
     tuple(split_statements(ERROR_SUMMARIES_SQL)),
     tuple(split_statements(BROWSE_SQL)),
     tuple(split_statements(LIGHT_CHECKS_SQL)),
+    tuple(split_statements(FILED_HISTORY_SQL)),
 )
 assert len(UPGRADES) == SCHEMA_VERSION
 

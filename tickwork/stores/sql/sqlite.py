@@ -69,16 +69,29 @@ DEAD_OUTCOME_CHAIN = ("(outcome = 'failed' OR outcome = 'outcome_unknown'"
 DEAD_OUTCOME_LIST = "outcome IN ('failed', 'outcome_unknown', 'interrupted')"
 
 
+#: What a statement of unsettled jobs says for SQLite to use the indexes of
+#: unsettled jobs by queue and by lane, per store: owner-local's 0009 keeps
+#: every unfiled row in them (queued, running, and the drain's settlements
+#: not filed yet: the statement still names the states it wants); D1's
+#: schema keeps queued and running ones.
+PENDING_FILED = "filed = 0"
+PENDING_STATES = "state IN ('queued', 'running')"
+
+
 def _fragments(target: Target) -> dict[str, str]:
     now = target.now
     if not target.leases:
         # No lease: a running claim is live until the host's probe says otherwise.
+        # A settlement files its row ({file}) unless it says otherwise (the
+        # drain's, see FILE_SETTLED); a redrive takes it out ({unfile}).
         return {"now": now, "set_lease": "", "lease_live": "", "lease_dead": "",
                 "clear_lease": "", "live_claim": "state = 'running'",
-                "suspect": "state = 'running' {exclude}", "dead_outcome": DEAD_OUTCOME_CHAIN}
+                "suspect": "state = 'running' {exclude}", "dead_outcome": DEAD_OUTCOME_CHAIN,
+                "pending": PENDING_FILED, "file": ", filed = 1", "unfile": ", filed = 0"}
     return {
         "now": now,
         "dead_outcome": DEAD_OUTCOME_LIST,
+        "pending": PENDING_STATES, "file": "", "unfile": "",
         # A claim's lease ends :lease_ms after it is taken.
         "set_lease": f", lease_expires_at = {now} + :lease_ms",
         "lease_live": f"AND lease_expires_at > {now}",
@@ -265,10 +278,11 @@ SELECT queue, 'paused', NULL, 1 FROM tickwork_paused_queues
 # queue's settled jobs by outcome, counted from the queue_outcomes index
 # alone (its key starts with (queue, outcome): schema 0007 owner-local, 0009
 # on D1); the cost grows with the queue's own settled history, never with
-# other queues'.
+# other queues'. Owner-local also counts the queue's settlements not filed
+# yet (tickwork_jobs_unfiled, 0009: a few dozen rows at most).
 # Columns: queued, running, delayed, paused (0 or 1), then one count per
 # outcome in tickwork.model.outcomes.OUTCOMES order.
-QUEUE_STATUS = Template("queue_status", """
+_QUEUE_STATUS = """
 SELECT
     (SELECT count(*) FROM tickwork_jobs INDEXED BY tickwork_jobs_queue_waiting
      WHERE queue = :queue AND state = 'queued' AND due_at IS NULL) AS queued,
@@ -282,10 +296,20 @@ SELECT
     count(CASE WHEN outcome = 'cancelled' THEN 1 END) AS cancelled,
     count(CASE WHEN outcome = 'outcome_unknown' THEN 1 END) AS outcome_unknown,
     count(CASE WHEN outcome = 'interrupted' THEN 1 END) AS interrupted
-FROM tickwork_jobs INDEXED BY tickwork_jobs_queue_outcomes
-WHERE queue = :queue AND state = 'settled'
-""", ("queue",), Columns("queued", "running", "delayed", "paused", "completed", "failed",
-                                 "cancelled", "outcome_unknown", "interrupted"))
+FROM {settled}
+"""
+_QUEUE_STATUS_COLUMNS = Columns("queued", "running", "delayed", "paused", "completed", "failed",
+                                "cancelled", "outcome_unknown", "interrupted")
+QUEUE_STATUS = Template("queue_status", _QUEUE_STATUS.format(settled="""tickwork_jobs
+    INDEXED BY tickwork_jobs_queue_outcomes
+WHERE queue = :queue AND state = 'settled'"""), ("queue",), _QUEUE_STATUS_COLUMNS, _d1)
+QUEUE_STATUS_LOCAL = Template("queue_status", _QUEUE_STATUS.format(settled="""(
+    SELECT outcome FROM tickwork_jobs INDEXED BY tickwork_jobs_queue_outcomes
+    WHERE queue = :queue AND filed = 1
+    UNION ALL
+    SELECT outcome FROM tickwork_jobs INDEXED BY tickwork_jobs_unfiled
+    WHERE queue = :queue AND filed = 0 AND state = 'settled')"""),
+    ("queue",), _QUEUE_STATUS_COLUMNS, _local)
 
 # Work for a tick now: a ready job of a queue that is not paused, a job due
 # but not yet moved into the ready set, a cancelled job to settle, or a
@@ -361,16 +385,35 @@ PROMOTE_DUE_QUEUES = Template("promote_due_queues", _PROMOTE_DUE + "RETURNING qu
 
 LANE_HAS_PENDING = Template("lane_has_pending", """
 SELECT EXISTS (
-    SELECT 1 FROM tickwork_jobs WHERE lane = :lane AND state IN ('queued', 'running')) AS more
+    SELECT 1 FROM tickwork_jobs WHERE lane = :lane AND {pending} AND state <> 'settled') AS more
 """, ("lane",), Columns("more"))
 
+
+def settled_page(filed: str, where: str, order: str, limit: str) -> str:
+    """An owner-local read of settled jobs (0009): the first ``limit`` in
+    ``order`` of the filed ones that match ``where``, through ``filed`` (the
+    index hint), and every unfiled one that matches (a few dozen rows at
+    most, through tickwork_jobs_unfiled), merged into one page in ``order``.
+    ``where`` names result columns only (``order`` too), and is said as it
+    must be for the filed index's condition to be proved."""
+    return f"""
+SELECT * FROM (
+    SELECT {JOB_SELECT} FROM tickwork_jobs {filed}
+    WHERE {where} AND filed = 1
+    ORDER BY {order}
+    LIMIT {limit})
+UNION ALL
+SELECT {JOB_SELECT} FROM tickwork_jobs INDEXED BY tickwork_jobs_unfiled
+WHERE {where} AND filed = 0 AND state = 'settled'
+ORDER BY {order}
+LIMIT {limit}
+"""
+
+
 # The latest settlement of a queue (transactional read_latest_settled_job).
-SELECT_LATEST_SETTLED = Template("select_latest_settled", f"""
-SELECT {JOB_SELECT} FROM tickwork_jobs
-WHERE queue = :queue AND state = 'settled'
-ORDER BY settled_at DESC, sequence DESC
-LIMIT 1
-""", ("queue",), JOB_ROWS, _local)
+SELECT_LATEST_SETTLED = Template("select_latest_settled", settled_page(
+    "INDEXED BY tickwork_jobs_queue_settled", "queue = :queue",
+    "settled_at DESC, sequence DESC", "1"), ("queue",), JOB_ROWS, _local)
 
 # ----------------------------------------------------------------- claims
 
@@ -460,29 +503,61 @@ WHERE state = 'running' AND claim_token = :token
 _SETTLE = """
 UPDATE tickwork_jobs
 SET state = 'settled', outcome = :outcome, failure_reason = :failure_reason,
-    error_json = :error_json, settled_at = {{now}}
+    error_json = :error_json, settled_at = {{now}}{filing}
 WHERE sequence = :sequence AND state = 'running' AND claim_token = :token {{lease_live}}
   AND cancellation_id {cancelled}
 RETURNING {returning}
 """
 _SETTLE_PARAMS = ("outcome", "failure_reason", "error_json", "now", "sequence", "token")
 SETTLE_CLAIM = Template("settle_claim", _SETTLE.format(
-    cancelled="IS NULL", returning="sequence"), _SETTLE_PARAMS, SEQUENCE_ROWS)
+    cancelled="IS NULL", returning="sequence", filing="{file}"), _SETTLE_PARAMS, SEQUENCE_ROWS)
 SETTLE_CANCELLED_CLAIM = Template("settle_cancelled_claim", _SETTLE.format(
-    cancelled="IS NOT NULL", returning="sequence"), _SETTLE_PARAMS, SEQUENCE_ROWS)
+    cancelled="IS NOT NULL", returning="sequence", filing="{file}"),
+    _SETTLE_PARAMS, SEQUENCE_ROWS)
 SETTLE_CLAIM_RECORD = Template("settle_claim_record", _SETTLE.format(
-    cancelled="IS NULL", returning=JOB_SELECT), _SETTLE_PARAMS, JOB_ROWS, _local)
+    cancelled="IS NULL", returning=JOB_SELECT, filing="{file}"), _SETTLE_PARAMS, JOB_ROWS,
+    _local)
 SETTLE_CANCELLED_CLAIM_RECORD = Template("settle_cancelled_claim_record", _SETTLE.format(
-    cancelled="IS NOT NULL", returning=JOB_SELECT), _SETTLE_PARAMS, JOB_ROWS, _local)
+    cancelled="IS NOT NULL", returning=JOB_SELECT, filing="{file}"), _SETTLE_PARAMS, JOB_ROWS,
+    _local)
 SETTLE_CLAIM_COUNTED = counted(SETTLE_CLAIM)
 SETTLE_CANCELLED_CLAIM_COUNTED = counted(SETTLE_CANCELLED_CLAIM)
+
+
+def _unfiled(template: Template) -> Template:
+    """An owner-local settlement that leaves its row unfiled (filed stays 0,
+    as it is while the job runs): drain()'s, which FILE_SETTLED files later."""
+    text = template.text.replace("{file}", "")
+    assert text != template.text, template.name
+    return Template(f"{template.name}_unfiled", text, template.params, template.columns, _local)
+
+
+SETTLE_CLAIM_UNFILED = _unfiled(SETTLE_CLAIM)
+SETTLE_CANCELLED_CLAIM_UNFILED = _unfiled(SETTLE_CANCELLED_CLAIM)
+SETTLE_CLAIM_RECORD_UNFILED = _unfiled(SETTLE_CLAIM_RECORD)
+SETTLE_CANCELLED_CLAIM_RECORD_UNFILED = _unfiled(SETTLE_CANCELLED_CLAIM_RECORD)
+SETTLE_CLAIM_UNFILED_COUNTED = counted(SETTLE_CLAIM_UNFILED)
+SETTLE_CANCELLED_CLAIM_UNFILED_COUNTED = counted(SETTLE_CANCELLED_CLAIM_UNFILED)
+
+# File every settled row not filed yet (owner-local; the drain runs it in
+# the commit of every 100th settlement it leaves unfiled): the rows leave the
+# indexes of unsettled jobs and tickwork_jobs_unfiled and enter the history
+# indexes, a batch at a time, so a batch's entries share the pages they
+# change. INDEXED BY: the indexes of unsettled jobs also hold every unfiled
+# row (with every queued and running one); tickwork_jobs_unfiled holds only
+# these.
+FILE_SETTLED = Template("file_settled", """
+UPDATE tickwork_jobs INDEXED BY tickwork_jobs_unfiled
+SET filed = 1
+WHERE filed = 0 AND state = 'settled'
+""", (), None, _local)
 
 # Settle the oldest cancelled job that is still queued, without running it.
 # Its queue's head may be busy; cancellation does not wait for it.
 SETTLE_NEXT_CANCELLED = Template("settle_next_cancelled", f"""
 UPDATE tickwork_jobs
 SET state = 'settled', outcome = 'cancelled', failure_reason = NULL, error_json = NULL,
-    settled_at = {{now}}
+    settled_at = {{now}}{{file}}
 WHERE sequence = (
     SELECT sequence FROM tickwork_jobs
     WHERE state = 'queued' AND cancellation_id IS NOT NULL
@@ -526,7 +601,7 @@ RETURNING {JOB_SELECT}
 SETTLE_RECOVERED_CLAIM = Template("settle_recovered_claim", f"""
 UPDATE tickwork_jobs
 SET state = 'settled', outcome = :outcome, failure_reason = :failure_reason,
-    error_json = :error_json, settled_at = {{now}}, claim_token = NULL
+    error_json = :error_json, settled_at = {{now}}, claim_token = NULL{{file}}
 WHERE sequence = :sequence AND state = 'running' AND claim_token = :token {{lease_dead}}
 RETURNING {JOB_SELECT}
 """, _SETTLE_PARAMS, JOB_ROWS)
@@ -590,7 +665,7 @@ SELECT EXISTS (SELECT 1 FROM tickwork_redrives
 REDRIVE_JOB = Template("redrive_job", f"""
 UPDATE tickwork_jobs
 SET state = 'queued', outcome = NULL, failure_reason = NULL, started_at = NULL,
-    settled_at = NULL, claim_token = NULL, due_at = NULL, attempt = 1, recoveries = 0,
+    settled_at = NULL, claim_token = NULL, due_at = NULL, attempt = 1, recoveries = 0{{unfile}},
     history_json = {_APPEND_HISTORY.format(entry=(
         "json_object('attempt', attempt, 'outcome', outcome, 'reason', failure_reason, "
         "'started_at', started_at, 'ended_at', settled_at, 'redrive_id', :redrive_id, "
@@ -616,6 +691,10 @@ ON CONFLICT (job_id, redrive_id) DO NOTHING
 # A queue's dead letters, newest settlement first, one page after the
 # cursor (:before_settled, :before_sequence), through the partial index of
 # dead letters (tickwork_jobs_dead): O(log n + page) whatever the history.
+# Owner-local also reads the queue's settlements not filed yet.
+_DEAD_LETTERS_PARAMS = ("queue", "before_settled", "before_sequence", "limit")
+_DEAD_LETTER = """queue = :queue AND {dead_outcome}
+  AND (settled_at, sequence) < (:before_settled, :before_sequence)"""
 DEAD_LETTERS = Template("dead_letters", f"""
 SELECT {JOB_SELECT} FROM tickwork_jobs
 WHERE queue = :queue AND state = 'settled'
@@ -623,7 +702,10 @@ WHERE queue = :queue AND state = 'settled'
   AND (settled_at, sequence) < (:before_settled, :before_sequence)
 ORDER BY settled_at DESC, sequence DESC
 LIMIT :limit
-""", ("queue", "before_settled", "before_sequence", "limit"), JOB_ROWS)
+""", _DEAD_LETTERS_PARAMS, JOB_ROWS, _d1)
+DEAD_LETTERS_LOCAL = Template("dead_letters", settled_page(
+    "INDEXED BY tickwork_jobs_dead", _DEAD_LETTER, "settled_at DESC, sequence DESC",
+    ":limit"), _DEAD_LETTERS_PARAMS, JOB_ROWS, _local)
 
 # ------------------------------------------------------------ browsing
 # list_jobs: one statement per (by, state, outcome given, order), each a
@@ -639,8 +721,9 @@ LIMIT :limit
 #   ... outcome    the same, filtered on outcome (reads past the lane's
 #                  settlements of other outcomes)
 # The page starts strictly past :after_settled/:after_sequence (the last job
-# of the previous page) in the listing's order. "state IN (...) AND state =
-# ..." lets SQLite use the partial index of queued and running jobs.
+# of the previous page) in the listing's order. "{pending} AND state = ..."
+# lets SQLite use the partial index of unsettled jobs. Owner-local pages of
+# settled jobs also read the settlements not filed yet (settled_page).
 _LISTING_INDEX = {
     ("queue", "queued", False): "tickwork_jobs_queue_pending",
     ("queue", "running", False): "tickwork_jobs_running",
@@ -652,16 +735,19 @@ _LISTING_INDEX = {
     ("lane", "settled", True): "tickwork_jobs_lane_settled",
 }
 _LISTING_STATE = {
-    "queued": "state IN ('queued', 'running') AND state = 'queued'",
+    "queued": "{pending} AND state = 'queued'",
     "running": "state = 'running'",
     "settled": "state = 'settled'",
 }
 
 
-def _listing(by: str, state: str, outcome: bool, newest: bool) -> Template:
+def _listing(by: str, state: str, outcome: bool, newest: bool,
+             targets: tuple[Target, ...] = (OWNER_LOCAL, D1)) -> Template:
+    """The listing's statement; for settled jobs, D1's (``targets=(D1,)``) or
+    owner-local's (``(OWNER_LOCAL,)``: with the settlements not filed yet)."""
     index = _LISTING_INDEX[(by, state, outcome)]
     further, direction = ("<", "DESC") if newest else (">", "ASC")
-    where = f"{by} = :value AND {_LISTING_STATE[state]}"
+    where = f"{by} = :value"
     if outcome:
         where += " AND outcome = :outcome"
     if state == "settled":
@@ -671,17 +757,26 @@ def _listing(by: str, state: str, outcome: bool, newest: bool) -> Template:
         where += f" AND sequence {further} :after_sequence"
         order = f"sequence {direction}"
     name = f"list_{by}_{state}{'_outcome' if outcome else ''}_{'newest' if newest else 'oldest'}"
+    params = ("value", "outcome", "after_settled", "after_sequence", "limit")
+    if state == "settled" and targets == _local:
+        return Template(name, settled_page(f"INDEXED BY {index}", where, order, ":limit"),
+                        params, JOB_ROWS, _local)
     return Template(name, f"""
 SELECT {JOB_SELECT} FROM tickwork_jobs INDEXED BY {index}
-WHERE {where}
+WHERE {where} AND {_LISTING_STATE[state]}
 ORDER BY {order}
 LIMIT :limit
-""", ("value", "outcome", "after_settled", "after_sequence", "limit"), JOB_ROWS)
+""", params, JOB_ROWS, targets)
 
 
-#: JobListing.shape (by, state, outcome given, newest first) -> its statement.
-LIST_JOBS: Final = {(by, state, outcome, newest): _listing(by, state, outcome, newest)
-                    for by, state, outcome in _LISTING_INDEX for newest in (True, False)}
+_LISTINGS = [(by, state, outcome, newest) for by, state, outcome in _LISTING_INDEX
+             for newest in (True, False)]
+#: JobListing.shape (by, state, outcome given, newest first) -> its statement:
+#: D1's, and owner-local's (the same but for settled jobs).
+LIST_JOBS: Final = {shape: _listing(*shape, targets=_d1 if shape[1] == "settled"
+                                    else (OWNER_LOCAL, D1)) for shape in _LISTINGS}
+LIST_JOBS_LOCAL: Final = {shape: _listing(*shape, targets=_local) if shape[1] == "settled"
+                          else LIST_JOBS[shape] for shape in _LISTINGS}
 
 
 def listing_values(statement: Statement, listing: Any, after: tuple[int, int],
@@ -829,12 +924,13 @@ RECORD_CANCELLATION_IF_QUEUED = Template(
 # Failing a lane: settle up to :limit of the lane's unsettled jobs as failed,
 # running ones first, then waiting ones oldest first. Settled history and
 # other lanes are not matched. Running jobs come from the small running
-# index; waiting ones from the lane index (the repeated state IN term lets
-# SQLite prove that partial index applies).
+# index; waiting ones from the lane index (the {pending} term lets SQLite
+# prove that partial index applies; owner-local's also holds the lane's
+# settlements not filed yet, which the state term passes over).
 FAIL_LANE = Template("fail_lane", f"""
 UPDATE tickwork_jobs
 SET state = 'settled', outcome = 'failed', failure_reason = :reason, error_json = NULL,
-    settled_at = {{now}}
+    settled_at = {{now}}{{file}}
 WHERE sequence IN (
     SELECT sequence FROM (
         SELECT sequence FROM tickwork_jobs INDEXED BY tickwork_jobs_running
@@ -843,7 +939,7 @@ WHERE sequence IN (
     UNION ALL
     SELECT sequence FROM (
         SELECT sequence FROM tickwork_jobs INDEXED BY tickwork_jobs_lane_pending
-        WHERE lane = :lane AND state IN ('queued', 'running') AND state = 'queued'
+        WHERE lane = :lane AND {{pending}} AND state = 'queued'
         ORDER BY sequence LIMIT :limit)
     LIMIT :limit)
 RETURNING {JOB_SELECT}
@@ -971,8 +1067,9 @@ _SERIAL_PICK = f"""(
 # none keyed by lane and priority), so it looks in three steps, each only if
 # the one before found nothing:
 #   1. does its lane have a runnable job at all? One probe of the lane index
-#      (the repeated state IN term lets SQLite prove that partial index
-#      applies): an idle concurrent lane costs next to nothing, however deep
+#      (the {pending} term lets SQLite prove that partial index applies; a
+#      drain's unfiled settlements are the serial ticker's, never in this
+#      lane): an idle concurrent lane costs next to nothing, however deep
 #      the serial backlog;
 #   2. the first 64 runnable jobs in global pick order: the best of its jobs
 #      among them that heads its queue. They are a prefix of the pick order,
@@ -983,7 +1080,7 @@ _SERIAL_PICK = f"""(
 # serial backlog.
 _CONCURRENT_PICK = f"""(CASE WHEN EXISTS (
     SELECT 1 FROM tickwork_jobs INDEXED BY tickwork_jobs_lane_pending
-    WHERE lane = :lane AND state IN ('queued', 'running')
+    WHERE lane = :lane AND {{pending}}
       AND state = 'queued' AND cancellation_id IS NULL AND due_at IS NULL)
 THEN coalesce(
     (SELECT candidate.sequence FROM (
@@ -997,7 +1094,7 @@ THEN coalesce(
      LIMIT 1),
     (SELECT candidate.sequence FROM tickwork_jobs AS candidate
         INDEXED BY tickwork_jobs_lane_pending
-     WHERE candidate.lane = :lane AND candidate.state IN ('queued', 'running')
+     WHERE candidate.lane = :lane AND candidate.{{pending}}
        AND candidate.state = 'queued' AND candidate.cancellation_id IS NULL
        AND candidate.due_at IS NULL {_HEADS_ITS_QUEUE} {NOT_PAUSED}
      ORDER BY candidate.priority DESC, candidate.sequence
@@ -1042,7 +1139,7 @@ SELECT
 _PARTITION_SETTLE_NEXT_CANCELLED = f"""
 UPDATE tickwork_jobs
 SET state = 'settled', outcome = 'cancelled', failure_reason = NULL, error_json = NULL,
-    settled_at = {{{{now}}}}
+    settled_at = {{{{now}}}}{{{{file}}}}
 WHERE sequence = (
     SELECT sequence FROM tickwork_jobs
     WHERE state = 'queued' AND cancellation_id IS NOT NULL AND lane {{op}} :lane

@@ -1,0 +1,140 @@
+"""Settlements filed in batches (owner-local schema 0009).
+
+A drain leaves each settlement unfiled (out of the history indexes, still in
+the indexes of unsettled jobs) and files them all every FILE_EVERY, in the
+commit of a settlement. What every read returns must not depend on whether
+a settled row is filed yet, and the unfiled rows must stay few.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.support import Harness, job
+from tickwork import OwnerRuntime
+from tickwork.runtimes.owner_local import FILE_EVERY
+from tickwork.stores.owner_local import OwnerLocalStore
+
+ACTIONS = ("complete", "fail", "unknown", "cancel", "complete", "raise")
+QUEUES = ("q0", "q1", "q2")
+LANES = ("l0", "l1")
+
+
+def _unfiled(harness: Harness) -> list[str]:
+    return [str(row[0]) for row in harness.host_query(
+        "SELECT job_id FROM tickwork_jobs WHERE filed = 0 AND state = 'settled'"
+        " ORDER BY sequence")]
+
+
+def _every_page(runtime: OwnerRuntime, **listing: Any) -> list[list[str]]:
+    """Every page of a listing, 7 jobs a page: the pages cross from unfiled
+    settlements to filed ones."""
+    pages: list[list[str]] = []
+    cursor = None
+    while True:
+        page = runtime.list_jobs(**listing, limit=7, cursor=cursor)
+        pages.append([record.job_id for record in page.jobs])
+        if page.cursor is None:
+            return pages
+        cursor = page.cursor
+
+
+def _reads(runtime: OwnerRuntime) -> list[Any]:
+    """What every read of settled history and of unsettled jobs returns."""
+    seen: list[Any] = [runtime.status()]
+    for queue in QUEUES:
+        seen.append(runtime.queue_status(queue))
+        cursor, dead = None, []
+        while True:
+            letters = runtime.dead_letters(queue, limit=7, cursor=cursor)
+            dead.append([record.job_id for record in letters.jobs])
+            if letters.cursor is None:
+                break
+            cursor = letters.cursor
+        seen.append(dead)
+        seen.append(runtime.transactional.read_latest_settled_job(queue))
+    for order in ("newest", "oldest"):
+        for queue in QUEUES:
+            for state in ("queued", "running", "settled"):
+                seen.append(_every_page(runtime, queue=queue, state=state, order=order))
+            for outcome in ("completed", "failed", "outcome_unknown", "cancelled"):
+                seen.append(_every_page(runtime, queue=queue, state="settled",
+                                        outcome=outcome, order=order))
+        for lane in LANES:
+            for state in ("queued", "settled"):
+                seen.append(_every_page(runtime, lane=lane, state=state, order=order))
+            seen.append(_every_page(runtime, lane=lane, state="settled", outcome="failed",
+                                    order=order))
+    return seen
+
+
+async def test_every_read_is_the_same_before_and_after_filing(harness: Harness) -> None:
+    runtime = harness.runtime()
+    count = FILE_EVERY + 57
+    for n in range(count):
+        runtime.ingest(job(f"j{n}", queue=QUEUES[n % 3], lane=LANES[n % 2],
+                           payload={"do": ACTIONS[n % len(ACTIONS)]}))
+    # Jobs that stay queued: waiting for their time.
+    runtime.ingest_many([job(f"later{n}", queue=QUEUES[n % 3], lane=LANES[n % 2],
+                             delay_ms=3_600_000) for n in range(5)])
+    assert len(await runtime.drain()) == count
+    # The first step filed (a runtime's first does), then the 100th settlement
+    # after it filed the 100 before it, with itself: 56 are left unfiled.
+    unfiled = _unfiled(harness)
+    assert unfiled == [f"j{n}" for n in range(FILE_EVERY + 1, count)]
+    before = _reads(runtime)
+    assert any(page for page in before if isinstance(page, list))  # the reads see jobs
+    OwnerLocalStore(harness.database()).file_settled()
+    assert _unfiled(harness) == []
+    assert _reads(runtime) == before
+
+
+async def test_a_runtime_files_what_the_one_before_it_left_unfiled(harness: Harness) -> None:
+    first = harness.runtime()
+    first.ingest_many([job(f"a{n}") for n in range(30)])
+    assert len(await first.drain()) == 30
+    assert _unfiled(harness) == [f"a{n}" for n in range(1, 30)]
+    # The process ends; a new runtime's first drain step files what it left.
+    harness.open()
+    second = harness.runtime()
+    second.ingest_many([job("b0"), job("b1")])
+    assert len(await second.drain()) == 2
+    assert _unfiled(harness) == ["b1"]
+
+
+async def test_drains_keep_at_most_file_every_settlements_unfiled(harness: Harness) -> None:
+    runtime = harness.runtime()
+    counts = []
+    for batch in range(6):
+        runtime.ingest_many([job(f"b{batch}-{n}", queue=QUEUES[n % 3]) for n in range(45)])
+        await runtime.drain()
+        counts.append(len(_unfiled(harness)))
+    # Drains add up: a drain's settlements count toward the next one's filing.
+    assert counts == [44, 89, 34, 79, 24, 69]
+    assert max(counts) <= FILE_EVERY
+
+
+async def test_an_unfiled_dead_letter_is_redriven_out_of_history(harness: Harness) -> None:
+    runtime = harness.runtime()
+    runtime.ingest_many([job("first"), job("dead", payload={"do": "fail"}), job("after")])
+    await runtime.drain()
+    assert _unfiled(harness) == ["dead", "after"]  # "first" was filed by the first step
+    assert [record.job_id for record in runtime.dead_letters("q").jobs] == ["dead"]
+    assert runtime.redrive("dead", "redrive-1").status == "redriven"
+    # Queued again: not filed, listed with the queued jobs, out of the dead letters.
+    assert harness.host_query(
+        "SELECT state, filed FROM tickwork_jobs WHERE job_id = 'dead'") == [("queued", 0)]
+    assert [record.job_id for record in runtime.list_jobs("q").jobs] == ["dead"]
+    assert runtime.dead_letters("q").jobs == []
+    assert [record.job_id for record in runtime.list_jobs("q", state="settled").jobs] == [
+        "after", "first"]
+
+
+def test_only_a_settled_row_can_be_filed(harness: Harness) -> None:
+    runtime = harness.runtime()
+    runtime.ingest(job("waiting"))
+    with pytest.raises(Exception, match="CHECK constraint failed"):
+        harness.host_transaction(lambda: harness.host_execute(
+            "UPDATE tickwork_jobs SET filed = 1 WHERE job_id = 'waiting'"))
