@@ -32,7 +32,9 @@ run every job exactly once.
   again, with no count of how often.
 
 * raw SQL on tickwork's table (no engine): the storage limit of tickwork's
-  schema in the drain's commit shape. One INSERT per job (one commit each),
+  schema in the drain's commit shape. One INSERT per job (one commit each,
+  and every 100th insert one more listing the rows inserted since, as the
+  store does),
   then per job one transaction settling the previous job (fenced on its
   token) and claiming the next (the runnable index, highest priority and
   oldest first), every 100th of them also filing the settled rows into the
@@ -90,6 +92,7 @@ from tickwork.hosts.cpython import open_sqlite3
 from tickwork.hosts.cpython.sqlite_files import NEW_FILE_PAGE_SIZE, checkpoint_by_bytes
 from tickwork.runtimes.owner_local import FILE_EVERY
 from tickwork.stores import Sqlite3Database
+from tickwork.stores.owner_local import LIST_EVERY
 
 SECTION = "owner-local"
 SYNCHRONOUS = {"NORMAL": 1, "FULL": 2}
@@ -350,10 +353,21 @@ def raw_table_run(path: Path, count: int, setting: str, meter: Meter = NO_METER,
         if next(settled) % FILE_EVERY == 0:
             connection.execute(file_settled)
 
+    # Every LIST_EVERY-th insert also lists the rows inserted since, as the
+    # store does (in a transaction of its own, after the insert).
+    list_new = ("UPDATE tickwork_jobs SET listed = 1 WHERE sequence >"
+                " (SELECT CAST(value AS INTEGER) FROM tickwork_meta WHERE key = 'listed_through')")
+    note_listed = ("UPDATE tickwork_meta SET value = CAST((SELECT max(sequence)"
+                   " FROM tickwork_jobs) AS TEXT) WHERE key = 'listed_through'")
     meter.start(connection, path)
     started = time.perf_counter()
     for n in range(count):
         connection.execute(insert, (f"job-{n}", json.dumps({"n": n}), int(time.time() * 1000)))
+        if n % LIST_EVERY == 0:
+            connection.execute("BEGIN")
+            connection.execute(list_new)
+            connection.execute(note_listed)
+            connection.execute("COMMIT")
     enqueued = time.perf_counter()
     meter.mark()
     ran = _raw_drain(connection, count, claim, settle_held)

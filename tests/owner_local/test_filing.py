@@ -1,9 +1,11 @@
-"""Settlements filed in batches (owner-local schema 0009).
+"""Index entries written in batches (owner-local schema 0009).
 
-A drain leaves each settlement unfiled (out of the history indexes, still in
-the indexes of unsettled jobs) and files them all every FILE_EVERY, in the
-commit of a settlement. What every read returns must not depend on whether
-a settled row is filed yet, and the unfiled rows must stay few.
+The store inserts each job unlisted (out of the indexes of unsettled jobs by
+queue and by lane) and lists them all every LIST_EVERY inserts; a drain
+leaves each settlement unfiled (out of the history indexes, still in the
+indexes of unsettled jobs) and files them all every FILE_EVERY, in the commit
+of a settlement. What every read returns must not depend on whether a row is
+listed or filed yet, and the unlisted and unfiled rows must stay few.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import pytest
 from tests.support import Harness, job
 from tickwork import OwnerRuntime
 from tickwork.runtimes.owner_local import FILE_EVERY
-from tickwork.stores.owner_local import OwnerLocalStore
+from tickwork.stores.owner_local import LIST_EVERY, OwnerLocalStore
 
 ACTIONS = ("complete", "fail", "unknown", "cancel", "complete", "raise")
 QUEUES = ("q0", "q1", "q2")
@@ -26,6 +28,11 @@ def _unfiled(harness: Harness) -> list[str]:
     return [str(row[0]) for row in harness.host_query(
         "SELECT job_id FROM tickwork_jobs WHERE filed = 0 AND state = 'settled'"
         " ORDER BY sequence")]
+
+
+def _unlisted(harness: Harness) -> list[str]:
+    return [str(row[0]) for row in harness.host_query(
+        "SELECT job_id FROM tickwork_jobs WHERE listed = 0 ORDER BY sequence")]
 
 
 def _every_page(runtime: OwnerRuntime, **listing: Any) -> list[list[str]]:
@@ -70,7 +77,8 @@ def _reads(runtime: OwnerRuntime) -> list[Any]:
     return seen
 
 
-async def test_every_read_is_the_same_before_and_after_filing(harness: Harness) -> None:
+async def test_every_read_is_the_same_before_and_after_listing_and_filing(
+        harness: Harness) -> None:
     runtime = harness.runtime()
     count = FILE_EVERY + 57
     for n in range(count):
@@ -84,9 +92,19 @@ async def test_every_read_is_the_same_before_and_after_filing(harness: Harness) 
     # after it filed the 100 before it, with itself: 56 are left unfiled.
     unfiled = _unfiled(harness)
     assert unfiled == [f"j{n}" for n in range(FILE_EVERY + 1, count)]
+    # The first insert listed (a store's first does), then the 100th after it
+    # listed itself and the 99 before it: the last 56 jobs and the 5 waiting
+    # ones are not listed yet.
+    unlisted = _unlisted(harness)
+    assert unlisted == [f"j{n}" for n in range(LIST_EVERY + 1, count)] + [
+        f"later{n}" for n in range(5)]
     before = _reads(runtime)
     assert any(page for page in before if isinstance(page, list))  # the reads see jobs
-    OwnerLocalStore(harness.database()).file_settled()
+    store = OwnerLocalStore(harness.database())
+    store.list_new_rows()
+    assert _unlisted(harness) == [] and _unfiled(harness) == unfiled
+    assert _reads(runtime) == before
+    store.file_settled()
     assert _unfiled(harness) == []
     assert _reads(runtime) == before
 
@@ -138,3 +156,35 @@ def test_only_a_settled_row_can_be_filed(harness: Harness) -> None:
     with pytest.raises(Exception, match="CHECK constraint failed"):
         harness.host_transaction(lambda: harness.host_execute(
             "UPDATE tickwork_jobs SET filed = 1 WHERE job_id = 'waiting'"))
+
+
+def test_a_lane_fails_and_reads_its_jobs_whether_listed_or_not(harness: Harness) -> None:
+    runtime = harness.runtime()
+    store = OwnerLocalStore(harness.database())
+    runtime.ingest_many([job(f"a{n}", queue=f"q{n}", lane="doomed") for n in range(5)])
+    runtime.ingest(job("other", lane="kept"))
+    assert _unlisted(harness) == ["a1", "a2", "a3", "a4", "other"]  # the first was listed
+    assert store.lane_has_pending("doomed")
+    queued = runtime.list_jobs(lane="doomed", order="oldest")
+    assert [record.job_id for record in queued.jobs] == [f"a{n}" for n in range(5)]
+    result = runtime.fail_lane("doomed", "gone")
+    assert (result.settled, result.more) == (5, False)
+    assert not store.lane_has_pending("doomed")
+    assert runtime.list_jobs(lane="doomed").jobs == []
+    assert [record.job_id for record in runtime.list_jobs(lane="doomed", state="settled",
+                                                          order="oldest").jobs] == [
+        f"a{n}" for n in range(5)]
+    assert [record.job_id for record in runtime.list_jobs(lane="kept").jobs] == ["other"]
+
+
+async def test_a_store_lists_what_the_one_before_it_left_unlisted(harness: Harness) -> None:
+    first = harness.runtime()
+    first.ingest_many([job(f"a{n}") for n in range(30)])
+    assert _unlisted(harness) == [f"a{n}" for n in range(1, 30)]
+    harness.open()
+    second = harness.runtime()
+    second.ingest(job("b0"))  # a new store's first insert lists every row
+    assert _unlisted(harness) == []
+    second.ingest(job("b1"))
+    assert _unlisted(harness) == ["b1"]
+    assert len(second.list_jobs("q", limit=100).jobs) == 32

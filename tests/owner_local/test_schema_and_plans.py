@@ -82,8 +82,9 @@ async def test_a_version_1_database_is_upgraded_in_place_with_its_rows(harness: 
     # Every value kept; the new columns (run_at, delay_ms, due_at; retry_json,
     # attempt, history_json; error_json) say "due at once, first attempt, no
     # retry policy, no history, no error kept", as every job of version 1 was;
-    # filed (0009) is 1 for the settled job: it is in the history indexes.
-    assert after == [(*tuple(row), None, None, None, None, 1, None, None,
+    # 0009 lists every row and files the settled one (they are in the
+    # indexes of unsettled jobs and of history).
+    assert after == [(*tuple(row), None, None, None, None, 1, None, None, 1,
                       1 if row[1] == "settled" else 0) for row in before]
     settled = runtime.read("settled")
     assert settled is not None and (settled.outcome, settled.failure_reason) == ("failed", "boom")
@@ -159,10 +160,11 @@ async def test_0008_rebuilds_the_table_keeping_rows_and_the_sequence_high_water_
     runtime = harness.runtime()
     assert harness.host_query(
         "SELECT value FROM tickwork_meta WHERE key = 'schema_version'") == [("9",)]
-    # Every row as it was (and, by 0009, filed if settled).
+    # Every row as it was (and, by 0009, listed, and filed if settled).
     kept = harness.host_query("SELECT * FROM tickwork_jobs ORDER BY sequence")
-    assert [row[:-1] for row in kept] == before
-    assert [row[-1] for row in kept] == [1 if row[7] == "settled" else 0 for row in before]
+    assert [row[:-2] for row in kept] == before
+    assert [row[-2:] for row in kept] == [(1, 1 if row[7] == "settled" else 0)
+                                          for row in before]
     # A purged sequence is never reused: the next job comes after it.
     runtime.ingest(job("next"))
     fresh = runtime.read("next")
@@ -210,14 +212,16 @@ def test_every_page_of_list_jobs_is_an_index_range_at_200000_rows(harness: Harne
     200,000 settled, queued and running jobs in 1,000 queues and 50 lanes).
     A page of settled jobs also reads the settlements not filed yet (schema
     0009: a drain files them every FILE_EVERY), through their own index, and
-    sorts what it merges: the page's filed rows and those, never more."""
+    a page of queued ones the jobs not listed yet (the store lists them every
+    LIST_EVERY inserts), through the primary key after LISTED_THROUGH; each
+    sorts what it merges: the page's rows and those, never more."""
     runtime = harness.runtime()
     runtime.ingest(job("fresh"))
     harness.host_query("""
         WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c WHERE n < 200000)
         INSERT INTO tickwork_jobs (job_id, queue, lane, priority, payload_json, state,
                                    outcome, enqueued_at, started_at, settled_at, claim_token,
-                                   filed)
+                                   filed, listed)
         SELECT 'old-' || n, 'q' || (n % 1000), 'lane' || (n % 50), 0, '{}',
                CASE WHEN n % 10 = 0 THEN 'queued' WHEN n % 997 = 0 THEN 'running'
                     ELSE 'settled' END,
@@ -226,8 +230,14 @@ def test_every_page_of_list_jobs_is_an_index_range_at_200000_rows(harness: Harne
                n, n, CASE WHEN n % 10 = 0 OR n % 997 = 0 THEN NULL ELSE n END,
                CASE WHEN n % 997 = 0 AND n % 10 <> 0 THEN 't' || n END,
                -- the newest 60 settlements are not filed yet, as a drain leaves them
-               CASE WHEN n % 10 = 0 OR n % 997 = 0 OR n > 199940 THEN 0 ELSE 1 END
+               CASE WHEN n % 10 = 0 OR n % 997 = 0 OR n > 199940 THEN 0 ELSE 1 END,
+               -- and the newest 50 rows not listed yet, as the store leaves them
+               n <= 199950
         FROM c""", ())
+    harness.host_query("""
+        UPDATE tickwork_meta SET value = (
+            SELECT max(sequence) FROM tickwork_jobs WHERE listed = 1)
+        WHERE key = 'listed_through'""", ())
     for (by, state, _, newest), template in sql.LIST_JOBS_LOCAL.items():
         statement = template.render(sql.OWNER_LOCAL)
         values = {"value": "q7" if by == "queue" else "lane7", "outcome": "failed",
@@ -254,6 +264,14 @@ def test_every_page_of_list_jobs_is_an_index_range_at_200000_rows(harness: Harne
             assert unfiled and all(line.startswith(("SEARCH", "SCAN")) for line in unfiled), (
                 statement.name, plan)
             plan = [line for line in plan if line not in unfiled and "TEMP B-TREE" not in line]
+        if state == "queued":
+            # Beside the page of listed rows: the unlisted ones, a range of
+            # the primary key after the sequence listed through (read from
+            # tickwork_meta), and a sort of what the two give.
+            unlisted = [line for line in plan if "INTEGER PRIMARY KEY (rowid>?" in line
+                        or "tickwork_meta" in line]
+            assert len(unlisted) == 2, (statement.name, plan)
+            plan = [line for line in plan if line not in unlisted and "TEMP B-TREE" not in line]
         assert not any("TEMP B-TREE" in line or line.startswith("SCAN tickwork_jobs")
                        for line in plan), (statement.name, plan)
     # And the pages are the jobs they claim to be (the rows' rule, in Python).
@@ -275,6 +293,17 @@ def test_every_page_of_list_jobs_is_an_index_range_at_200000_rows(harness: Harne
         second = runtime.list_jobs(queue, lane=lane, state="settled", limit=4,
                                    cursor=page.cursor)
         assert [r.job_id for r in second.jobs] == [f"old-{n}" for n in matches[4:8]]
+    # Pages that merge listed and unlisted queued jobs, newest and oldest first.
+    for queue, lane in (("q960", None), (None, "lane10")):
+        matches = [n for n in newest if state(n) == "queued"
+                   and (n % 1000 == 960 if queue else n % 50 == 10)]
+        for order, expected in (("newest", matches), ("oldest", matches[::-1])):
+            pages = [runtime.list_jobs(queue, lane=lane, limit=4, order=order)]
+            pages.append(runtime.list_jobs(queue, lane=lane, limit=4, order=order,
+                                           cursor=pages[0].cursor))
+            assert [r.job_id for page in pages for r in page.jobs] == [
+                f"old-{n}" for n in expected[:8]]
+        assert any(n > 199950 for n in matches[:4]) and any(n <= 199950 for n in matches[:4])
     running = runtime.list_jobs(lane="lane7", state="running")
     assert [r.job_id for r in running.jobs] == [
         f"old-{n}" for n in newest if n % 50 == 7 and state(n) == "running"][:50]

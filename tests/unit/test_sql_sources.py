@@ -13,10 +13,10 @@ from tickwork.schemas import migrations, split_statements
 from tickwork.stores import owner_local
 from tickwork.stores.d1 import store as d1_store
 from tickwork.stores.owner_schema import (
+    BATCHED_ENTRIES_SQL,
     BROWSE_SQL,
     DUE_TIMES_SQL,
     ERROR_SUMMARIES_SQL,
-    FILED_HISTORY_SQL,
     LIGHT_CHECKS_SQL,
     PAUSED_QUEUES_SQL,
     RETRIES_SQL,
@@ -72,20 +72,20 @@ def test_the_stores_differ_only_in_the_clock_and_the_lease() -> None:
     """Expanded for both stores, a shared statement's texts are equal once the
     clock and the lease fragments are taken out, owner-local's filing
     (schema 0009: a settlement files its row, a redrive unfiles it, and the
-    indexes of unsettled jobs hold the unfiled rows) too, and the dead
+    indexes of unsettled jobs hold the listed, unfiled rows) too, and the dead
     letters' outcome condition is written as each store's index states it."""
     def same_words(text: str) -> str:
         return " ".join(text.split())
 
     shared = [template for template in TEMPLATES if template.targets == (sql.OWNER_LOCAL, sql.D1)]
     assert {template.name for template in shared} >= {
-        "claim", "claim_if_clear", "fail_lane", "settle_next_cancelled", "record_cancellation",
-        "select_cargo", "lane_has_pending", "purge_queue", "insert_job", "settle_claim",
+        "claim", "claim_if_clear", "settle_next_cancelled", "record_cancellation",
+        "select_cargo", "purge_queue", "insert_job", "settle_claim",
         "requeue_claim", "settle_recovered_claim", "select_claim"}
     for template in shared:
         local = template.expand(sql.OWNER_LOCAL).replace("{exclude}", "")
         local = local.replace(", filed = 1", "").replace(", filed = 0", "")
-        local = local.replace(sql.PENDING_FILED, sql.PENDING_STATES)
+        local = local.replace(sql.PENDING_LISTED, sql.PENDING_STATES)
         d1 = template.expand(sql.D1)
         for fragment in sql.lease_fragments():
             d1 = d1.replace(fragment, "")
@@ -137,11 +137,11 @@ def test_the_owner_local_ddl_is_the_schema_file() -> None:
     assert (folder / "0006_error_summaries.sql").read_text() == ERROR_SUMMARIES_SQL
     assert (folder / "0007_browse.sql").read_text() == BROWSE_SQL
     assert (folder / "0008_light_checks.sql").read_text() == LIGHT_CHECKS_SQL
-    assert (folder / "0009_filed_history.sql").read_text() == FILED_HISTORY_SQL
+    assert (folder / "0009_batched_entries.sql").read_text() == BATCHED_ENTRIES_SQL
     assert sorted(path.name for path in folder.iterdir()) == [
         "0001_tickwork_jobs.sql", "0002_due_times.sql", "0003_paused_queues.sql",
         "0004_retries.sql", "0005_schedules.sql", "0006_error_summaries.sql",
-        "0007_browse.sql", "0008_light_checks.sql", "0009_filed_history.sql"]
+        "0007_browse.sql", "0008_light_checks.sql", "0009_batched_entries.sql"]
     assert list(SCHEMA_STATEMENTS) == split_statements(SCHEMA_SQL)
     assert list(UPGRADES[1]) == split_statements(DUE_TIMES_SQL)
     assert list(UPGRADES[2]) == split_statements(PAUSED_QUEUES_SQL)
@@ -150,7 +150,7 @@ def test_the_owner_local_ddl_is_the_schema_file() -> None:
     assert list(UPGRADES[5]) == split_statements(ERROR_SUMMARIES_SQL)
     assert list(UPGRADES[6]) == split_statements(BROWSE_SQL)
     assert list(UPGRADES[7]) == split_statements(LIGHT_CHECKS_SQL)
-    assert list(UPGRADES[8]) == split_statements(FILED_HISTORY_SQL)
+    assert list(UPGRADES[8]) == split_statements(BATCHED_ENTRIES_SQL)
 
 
 def _objects(statements: list[str]) -> dict[str, str]:
@@ -183,10 +183,10 @@ def test_the_owner_local_table_is_d1s_without_leases() -> None:
     local_columns, local = _schema_of(sql.OWNER_LOCAL)
     d1_columns, d1 = _schema_of(sql.D1)
     assert local_columns == [name for name in d1_columns if name != "lease_expires_at"] + [
-        "filed"]
+        "listed", "filed"]
     # Indexes of the same name are the same index, but for the ones that
     # differ on purpose (schema/owner_local/0001_tickwork_jobs.sql,
-    # 0008_light_checks.sql and 0009_filed_history.sql say why;
+    # 0008_light_checks.sql and 0009_batched_entries.sql say why;
     # tickwork_jobs_queue_settled differed until D1's 0008): owner-local's
     # indexes of unsettled jobs hold its unfiled rows, its history indexes
     # its filed ones.
@@ -198,7 +198,7 @@ def test_the_owner_local_table_is_d1s_without_leases() -> None:
             "tickwork_jobs", "tickwork_meta"}:
         assert local[name] == d1[name], name
     for name in unsettled:
-        assert local[name] == d1[name].replace(sql.PENDING_STATES, sql.PENDING_FILED), name
+        assert local[name] == d1[name].replace(sql.PENDING_STATES, sql.PENDING_LISTED), name
     for name in history:
         assert local[name] == d1[name].replace("state = 'settled'", "filed = 1"), name
     assert local["tickwork_jobs_running"] == d1["tickwork_jobs_running"].replace("UNIQUE ", "")

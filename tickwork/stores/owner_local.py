@@ -20,6 +20,11 @@ from tickwork.ports.database import CountingDatabase, Row, SyncDatabase
 from tickwork.stores.rows import CARGO, CLAIM, JOB, Columns, decode_job, schedule_row
 from tickwork.stores.sql import sqlite as sql
 
+#: How many rows the store inserts before it lists them (schema 0009): every
+#: read of unsettled jobs by queue or lane reads the unlisted ones too, so
+#: this bounds that cost; the saving is near its limit well before 100.
+LIST_EVERY = 100
+
 
 def _render(template: sql.Template, *binds: str) -> sql.Statement:
     """``template`` for the owner-local store, checked to bind ``binds`` in
@@ -71,6 +76,8 @@ _UNFILED = _Settlements(*(_render(template, *_SETTLE) for template in (
     sql.SETTLE_CLAIM_RECORD_UNFILED, sql.SETTLE_CANCELLED_CLAIM_RECORD_UNFILED,
     sql.SETTLE_CLAIM_UNFILED_COUNTED, sql.SETTLE_CANCELLED_CLAIM_UNFILED_COUNTED)))
 _FILE_SETTLED = _render(sql.FILE_SETTLED)
+_LIST_NEW_ROWS = _render(sql.LIST_NEW_ROWS)
+_NOTE_LISTED = _render(sql.NOTE_LISTED)
 _CLAIMED_BY_TOKEN = _render(sql.CLAIMED_BY_TOKEN, "token")
 _SETTLE_RECOVERED_CLAIM = _render(sql.SETTLE_RECOVERED_CLAIM, *_SETTLE)
 _REQUEUE_CLAIM = _render(sql.REQUEUE_CLAIM, "sequence", "token")
@@ -100,8 +107,8 @@ _ADVANCE_SCHEDULE = _render(sql.ADVANCE_SCHEDULE, "next_at", "name", "spec_json"
 _RECORD_CANCELLATION = _render(sql.RECORD_CANCELLATION, "cancellation_id", "job_id")
 _RECORD_CANCELLATION_IF_QUEUED = _render(sql.RECORD_CANCELLATION_IF_QUEUED,
                                          "cancellation_id", "job_id")
-_FAIL_LANE = _render(sql.FAIL_LANE, "lane", "reason", "limit", "now")
-_LANE_HAS_PENDING = _render(sql.LANE_HAS_PENDING, "lane")
+_FAIL_LANE = _render(sql.FAIL_LANE_LOCAL, "lane", "reason", "limit", "now")
+_LANE_HAS_PENDING = _render(sql.LANE_HAS_PENDING_LOCAL, "lane")
 _PURGE_QUEUE = _render(sql.PURGE_QUEUE_COUNTED, "queue")
 _PAUSE_QUEUE = _render(sql.PAUSE_QUEUE, "queue", "now")
 _RESUME_QUEUE = _render(sql.RESUME_QUEUE, "queue")
@@ -180,6 +187,10 @@ class OwnerLocalStore:
         # claim and the settlements run without RETURNING.
         self._count: Callable[[str, Sequence[Any]], int] | None = (
             database.mutate_count if isinstance(database, CountingDatabase) else None)
+        # Rows inserted since this store last listed: it lists them at
+        # LIST_EVERY. Starts there, so the first insert also lists any rows a
+        # store before it left unlisted.
+        self._unlisted = LIST_EVERY
 
     # The statements these two run return JOB rows (job columns first).
     def _read_one(self, statement: sql.Statement, params: Sequence[Any]) -> JobRecord | None:
@@ -298,7 +309,26 @@ class OwnerLocalStore:
             statement, counted = _INSERT_JOB, _INSERT_JOB_COUNTED
             params = (job.job_id, job.queue, job.lane, job.priority, job.payload_json,
                       job.max_recoveries, job.run_at, job.delay_ms, job.retry_json, now)
-        return self._changed(statement, counted, params)
+        if not self._changed(statement, counted, params):
+            return False
+        self._inserted_rows(1)
+        return True
+
+    def _inserted_rows(self, count: int) -> None:
+        """Count rows inserted unlisted; list them all once LIST_EVERY have come."""
+        self._unlisted += count
+        if self._unlisted >= LIST_EVERY:
+            self.list_new_rows()
+
+    def list_new_rows(self) -> None:
+        """Put every unlisted row into the indexes of unsettled jobs, and note
+        the sequence listed through, in one transaction."""
+        def list_rows() -> None:
+            self.database.mutate(_LIST_NEW_ROWS.text, ())
+            self.database.mutate(_NOTE_LISTED.text, ())
+
+        self.database.atomic(list_rows)
+        self._unlisted = 0
 
     def insert_many(
         self, jobs: Sequence[ValidJob], now: int, inserted: Callable[[ValidJob], None]
@@ -536,6 +566,7 @@ class OwnerLocalStore:
                     created.append(job)
             self.database.mutate(_ADVANCE_SCHEDULE.text,
                                  (next_at, schedule.name, schedule.spec_json))
+            self._inserted_rows(len(created))
             return created
 
         return self.database.atomic(fire)

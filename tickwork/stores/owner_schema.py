@@ -9,8 +9,8 @@ version lives in ``tickwork_meta`` and every runtime construction runs
 ``0003_paused_queues.sql``, ``RETRIES_SQL`` ``0004_retries.sql``,
 ``SCHEDULES_SQL`` ``0005_schedules.sql``, ``ERROR_SUMMARIES_SQL``
 ``0006_error_summaries.sql``, ``BROWSE_SQL`` ``0007_browse.sql``,
-``LIGHT_CHECKS_SQL`` ``0008_light_checks.sql`` and ``FILED_HISTORY_SQL``
-``0009_filed_history.sql``, character for character (the tests pin them
+``LIGHT_CHECKS_SQL`` ``0008_light_checks.sql`` and ``BATCHED_ENTRIES_SQL``
+``0009_batched_entries.sql``, character for character (the tests pin them
 equal): the package cannot read those files inside a Worker, so the text
 lives here too, and the files are where people read it beside the D1 and
 PostgreSQL schemas. A database written by an older tickwork is
@@ -366,29 +366,41 @@ CREATE INDEX tickwork_jobs_lane_settled
     WHERE state = 'settled';
 """
 
-#: schema/owner_local/0009_filed_history.sql (pinned equal like SCHEMA_SQL)
-FILED_HISTORY_SQL = """-- tickwork owner-local: settled jobs enter the history indexes in batches.
--- Applied by the runtime itself on first open, like 0002. Every row keeps
--- every value; every settled row is filed at once.
+#: schema/owner_local/0009_batched_entries.sql (pinned equal like SCHEMA_SQL)
+BATCHED_ENTRIES_SQL = """-- tickwork owner-local: new jobs enter the indexes of unsettled jobs, and
+-- settled ones the history indexes, in batches. Applied by the runtime
+-- itself on first open, like 0002. Every row keeps every value; every row
+-- is listed and every settled row filed at once.
 --
 -- Why: a commit writes every b-tree it changes to the WAL, a frame per
--- changed page, and a settlement changed seven (the row, the running index,
--- the two indexes of unsettled jobs by queue and by lane, and the three of
--- settled history by queue, by outcome and by lane). A drain settles a job
--- and claims the next in one commit per job: that commit wrote 11 frames,
--- against 2 for a queue that deletes its rows (docs/explanation/
--- benchmarks.md). Now a row carries "filed": 0 while it is queued or running
--- and, for a settlement made by drain(), for a while after it settles; 1
--- once its settlement is in the history indexes. The indexes of unsettled
--- jobs hold every row with filed = 0, so the drain's settlement leaves them
--- alone (its key and condition do not change), and the history indexes hold
--- every row with filed = 1, which drain() sets for up to 100 settled rows at
--- once in the commit of a later settlement. Between the two, a settled row
--- is in tickwork_jobs_unfiled: every read of settled history reads that
--- index too (it holds one owner's last few dozen settlements at most), so
--- nothing a read returns changes. Every other settlement files its row in
--- its own statement, as before.
+-- changed page. An ingest changed seven (the row, the job id's unique
+-- index, the AUTOINCREMENT counter, the claim's order, the queue's waiting
+-- jobs, and the unsettled jobs by queue and by lane) and a settlement seven
+-- (the row, the running index, those two again, and the three history
+-- indexes by queue, by outcome and by lane): 8.5 and 11 frames against 2
+-- and 2 for a queue that deletes its rows (docs/explanation/benchmarks.md).
+-- So a row now carries two flags:
+--
+-- * listed: 0 for a row inserted after the last listing; 1 once it is in
+--   the indexes of unsettled jobs by queue and by lane. The runtime lists
+--   every new row at once every 100 inserts (one statement, and the
+--   sequence listed through kept in tickwork_meta as 'listed_through').
+--   Rows come in sequence order, so the unlisted rows are exactly those
+--   after 'listed_through': a read of unsettled jobs also reads them, by
+--   the primary key (at most a few hundred rows).
+-- * filed: 0 while a job is queued or running and, for a settlement made
+--   by drain(), for a while after it settles; 1 once its settlement is in
+--   the history indexes. The indexes of unsettled jobs hold the listed rows
+--   with filed = 0, so the drain's settlement leaves them alone, and the
+--   history indexes every filed row. drain() files up to 100 settled rows
+--   at once, in the commit of a later settlement. Between the two a settled
+--   row is in tickwork_jobs_unfiled: every read of settled history reads
+--   that index too. Every other settlement files its row in its own
+--   statement, as before.
+--
+-- What a read returns does not depend on either flag.
 
+ALTER TABLE tickwork_jobs ADD COLUMN listed INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE tickwork_jobs ADD COLUMN filed INTEGER NOT NULL DEFAULT 0
     CHECK (filed = 0 OR state = 'settled');
 
@@ -399,16 +411,18 @@ DROP INDEX tickwork_jobs_queue_outcomes;
 DROP INDEX tickwork_jobs_lane_settled;
 DROP INDEX tickwork_jobs_dead;
 
-UPDATE tickwork_jobs SET filed = 1 WHERE state = 'settled';
+UPDATE tickwork_jobs SET listed = 1, filed = (state = 'settled');
+INSERT INTO tickwork_meta (key, value)
+SELECT 'listed_through', CAST(coalesce(max(sequence), 0) AS TEXT) FROM tickwork_jobs;
 
 -- Unsettled jobs (and the drain's settlements not filed yet), by queue and
--- by lane, in enqueue order.
+-- by lane, in enqueue order, once listed.
 CREATE INDEX tickwork_jobs_queue_pending
     ON tickwork_jobs (queue, sequence)
-    WHERE filed = 0;
+    WHERE listed = 1 AND filed = 0;
 CREATE INDEX tickwork_jobs_lane_pending
     ON tickwork_jobs (lane, sequence)
-    WHERE filed = 0;
+    WHERE listed = 1 AND filed = 0;
 -- Filed settlements: as 0007 and 0008 made them, for filed rows.
 CREATE INDEX tickwork_jobs_queue_settled
     ON tickwork_jobs (queue, settled_at, sequence)
@@ -442,7 +456,7 @@ UPGRADES: tuple[tuple[str, ...], ...] = (
     tuple(split_statements(ERROR_SUMMARIES_SQL)),
     tuple(split_statements(BROWSE_SQL)),
     tuple(split_statements(LIGHT_CHECKS_SQL)),
-    tuple(split_statements(FILED_HISTORY_SQL)),
+    tuple(split_statements(BATCHED_ENTRIES_SQL)),
 )
 assert len(UPGRADES) == SCHEMA_VERSION
 

@@ -71,11 +71,19 @@ DEAD_OUTCOME_LIST = "outcome IN ('failed', 'outcome_unknown', 'interrupted')"
 
 #: What a statement of unsettled jobs says for SQLite to use the indexes of
 #: unsettled jobs by queue and by lane, per store: owner-local's 0009 keeps
-#: every unfiled row in them (queued, running, and the drain's settlements
-#: not filed yet: the statement still names the states it wants); D1's
-#: schema keeps queued and running ones.
-PENDING_FILED = "filed = 0"
+#: every listed, unfiled row in them (queued, running, and the drain's
+#: settlements not filed yet: the statement still names the states it
+#: wants); D1's schema keeps queued and running ones.
+PENDING_LISTED = "listed = 1 AND filed = 0"
 PENDING_STATES = "state IN ('queued', 'running')"
+
+#: Owner-local (0009): the sequence every row up to which is listed. The rows
+#: after it are the unlisted ones (at most a few hundred): a read of
+#: unsettled jobs also reads them, through the primary key (NOT INDEXED: no
+#: index of queued jobs may be walked instead).
+LISTED_THROUGH = ("coalesce((SELECT CAST(value AS INTEGER) FROM tickwork_meta"
+                  " WHERE key = 'listed_through'), 0)")
+UNLISTED = f"tickwork_jobs NOT INDEXED WHERE sequence > {LISTED_THROUGH}"
 
 
 def _fragments(target: Target) -> dict[str, str]:
@@ -87,7 +95,7 @@ def _fragments(target: Target) -> dict[str, str]:
         return {"now": now, "set_lease": "", "lease_live": "", "lease_dead": "",
                 "clear_lease": "", "live_claim": "state = 'running'",
                 "suspect": "state = 'running' {exclude}", "dead_outcome": DEAD_OUTCOME_CHAIN,
-                "pending": PENDING_FILED, "file": ", filed = 1", "unfile": ", filed = 0"}
+                "pending": PENDING_LISTED, "file": ", filed = 1", "unfile": ", filed = 0"}
     return {
         "now": now,
         "dead_outcome": DEAD_OUTCOME_LIST,
@@ -386,7 +394,13 @@ PROMOTE_DUE_QUEUES = Template("promote_due_queues", _PROMOTE_DUE + "RETURNING qu
 LANE_HAS_PENDING = Template("lane_has_pending", """
 SELECT EXISTS (
     SELECT 1 FROM tickwork_jobs WHERE lane = :lane AND {pending} AND state <> 'settled') AS more
-""", ("lane",), Columns("more"))
+""", ("lane",), Columns("more"), _d1)
+LANE_HAS_PENDING_LOCAL = Template("lane_has_pending", f"""
+SELECT EXISTS (
+    SELECT 1 FROM tickwork_jobs INDEXED BY tickwork_jobs_lane_pending
+    WHERE lane = :lane AND {{pending}} AND state <> 'settled')
+    OR EXISTS (SELECT 1 FROM {UNLISTED} AND lane = :lane AND state <> 'settled') AS more
+""", ("lane",), Columns("more"), _local)
 
 
 def settled_page(filed: str, where: str, order: str, limit: str) -> str:
@@ -407,6 +421,25 @@ SELECT {JOB_SELECT} FROM tickwork_jobs INDEXED BY tickwork_jobs_unfiled
 WHERE {where} AND filed = 0 AND state = 'settled'
 ORDER BY {order}
 LIMIT {limit}
+"""
+
+
+def pending_page(index: str, where: str, state: str, order: str) -> str:
+    """An owner-local read of unsettled jobs in ``state`` (0009): the first
+    ``:limit`` in ``order`` of the listed ones that match ``where``, through
+    ``index`` (an index of unsettled jobs), and the unlisted ones that match
+    (those after LISTED_THROUGH, through the primary key), merged into one
+    page in ``order``."""
+    return f"""
+SELECT * FROM (
+    SELECT {JOB_SELECT} FROM tickwork_jobs INDEXED BY {index}
+    WHERE {where} AND {PENDING_LISTED} AND {state}
+    ORDER BY {order}
+    LIMIT :limit)
+UNION ALL
+SELECT {JOB_SELECT} FROM {UNLISTED} AND {where} AND {state}
+ORDER BY {order}
+LIMIT :limit
 """
 
 
@@ -538,6 +571,20 @@ SETTLE_CLAIM_RECORD_UNFILED = _unfiled(SETTLE_CLAIM_RECORD)
 SETTLE_CANCELLED_CLAIM_RECORD_UNFILED = _unfiled(SETTLE_CANCELLED_CLAIM_RECORD)
 SETTLE_CLAIM_UNFILED_COUNTED = counted(SETTLE_CLAIM_UNFILED)
 SETTLE_CANCELLED_CLAIM_UNFILED_COUNTED = counted(SETTLE_CANCELLED_CLAIM_UNFILED)
+
+# List every row not listed yet (owner-local, 0009; the store runs it every
+# 100 inserts, both statements in one transaction): the rows after
+# LISTED_THROUGH enter the indexes of unsettled jobs by queue and by lane (the
+# settled and filed ones among them stay out), a batch at a time, and
+# LISTED_THROUGH moves to the last of them. A job enqueued later gets a
+# higher sequence (AUTOINCREMENT), so the unlisted rows stay those after it.
+LIST_NEW_ROWS = Template("list_new_rows", f"""
+UPDATE tickwork_jobs SET listed = 1 WHERE sequence > {LISTED_THROUGH}
+""", (), None, _local)
+NOTE_LISTED = Template("note_listed", """
+INSERT OR REPLACE INTO tickwork_meta (key, value)
+SELECT 'listed_through', CAST(coalesce(max(sequence), 0) AS TEXT) FROM tickwork_jobs
+""", (), None, _local)
 
 # File every settled row not filed yet (owner-local; the drain runs it in
 # the commit of every 100th settlement it leaves unfiled): the rows leave the
@@ -761,6 +808,9 @@ def _listing(by: str, state: str, outcome: bool, newest: bool,
     if state == "settled" and targets == _local:
         return Template(name, settled_page(f"INDEXED BY {index}", where, order, ":limit"),
                         params, JOB_ROWS, _local)
+    if state == "queued" and targets == _local:
+        return Template(name, pending_page(index, where, "state = 'queued'", order),
+                        params, JOB_ROWS, _local)
     return Template(name, f"""
 SELECT {JOB_SELECT} FROM tickwork_jobs INDEXED BY {index}
 WHERE {where} AND {_LISTING_STATE[state]}
@@ -772,10 +822,11 @@ LIMIT :limit
 _LISTINGS = [(by, state, outcome, newest) for by, state, outcome in _LISTING_INDEX
              for newest in (True, False)]
 #: JobListing.shape (by, state, outcome given, newest first) -> its statement:
-#: D1's, and owner-local's (the same but for settled jobs).
-LIST_JOBS: Final = {shape: _listing(*shape, targets=_d1 if shape[1] == "settled"
+#: D1's, and owner-local's (the same for running jobs; queued and settled
+#: ones also read the rows not listed or not filed yet).
+LIST_JOBS: Final = {shape: _listing(*shape, targets=_d1 if shape[1] != "running"
                                     else (OWNER_LOCAL, D1)) for shape in _LISTINGS}
-LIST_JOBS_LOCAL: Final = {shape: _listing(*shape, targets=_local) if shape[1] == "settled"
+LIST_JOBS_LOCAL: Final = {shape: _listing(*shape, targets=_local) if shape[1] != "running"
                           else LIST_JOBS[shape] for shape in _LISTINGS}
 
 
@@ -926,8 +977,9 @@ RECORD_CANCELLATION_IF_QUEUED = Template(
 # other lanes are not matched. Running jobs come from the small running
 # index; waiting ones from the lane index (the {pending} term lets SQLite
 # prove that partial index applies; owner-local's also holds the lane's
-# settlements not filed yet, which the state term passes over).
-FAIL_LANE = Template("fail_lane", f"""
+# settlements not filed yet, which the state term passes over), and on
+# owner-local then its unlisted ones (all enqueued after every listed one).
+_FAIL_LANE = f"""
 UPDATE tickwork_jobs
 SET state = 'settled', outcome = 'failed', failure_reason = :reason, error_json = NULL,
     settled_at = {{now}}{{file}}
@@ -940,10 +992,18 @@ WHERE sequence IN (
     SELECT sequence FROM (
         SELECT sequence FROM tickwork_jobs INDEXED BY tickwork_jobs_lane_pending
         WHERE lane = :lane AND {{pending}} AND state = 'queued'
-        ORDER BY sequence LIMIT :limit)
+        ORDER BY sequence LIMIT :limit){{unlisted}}
     LIMIT :limit)
 RETURNING {JOB_SELECT}
-""", ("lane", "reason", "limit", "now"), JOB_ROWS)
+"""
+_FAIL_LANE_PARAMS = ("lane", "reason", "limit", "now")
+FAIL_LANE = Template("fail_lane", _FAIL_LANE.replace("{unlisted}", ""), _FAIL_LANE_PARAMS,
+                     JOB_ROWS, _d1)
+FAIL_LANE_LOCAL = Template("fail_lane", _FAIL_LANE.replace("{unlisted}", f"""
+    UNION ALL
+    SELECT sequence FROM (
+        SELECT sequence FROM {UNLISTED} AND lane = :lane AND state = 'queued'
+        ORDER BY sequence LIMIT :limit)"""), _FAIL_LANE_PARAMS, JOB_ROWS, _local)
 
 # Purge: delete one queue's waiting jobs; running and settled rows stay.
 # (The owner-local store counts them from RETURNING; D1 from meta.changes.)
@@ -1074,14 +1134,16 @@ _SERIAL_PICK = f"""(
 #   2. the first 64 runnable jobs in global pick order: the best of its jobs
 #      among them that heads its queue. They are a prefix of the pick order,
 #      so a job found here is the best one overall; this is the common case;
-#   3. else all of its lane's pending jobs, from the lane index, ordered.
+#   3. else all of its lane's pending jobs, from the lane index (and the
+#      unlisted ones, by the primary key), ordered.
 # coalesce and CASE evaluate their arms only as needed. So the concurrent
 # ticker's cost grows with its own lane's backlog at worst, never with the
 # serial backlog.
+_LANE_READY = "lane = :lane AND state = 'queued' AND cancellation_id IS NULL AND due_at IS NULL"
 _CONCURRENT_PICK = f"""(CASE WHEN EXISTS (
     SELECT 1 FROM tickwork_jobs INDEXED BY tickwork_jobs_lane_pending
-    WHERE lane = :lane AND {{pending}}
-      AND state = 'queued' AND cancellation_id IS NULL AND due_at IS NULL)
+    WHERE {{pending}} AND {_LANE_READY})
+  OR EXISTS (SELECT 1 FROM {UNLISTED} AND {_LANE_READY})
 THEN coalesce(
     (SELECT candidate.sequence FROM (
         SELECT sequence, queue, lane, priority FROM tickwork_jobs
@@ -1092,11 +1154,13 @@ THEN coalesce(
      WHERE candidate.lane = :lane {_HEADS_ITS_QUEUE} {NOT_PAUSED}
      ORDER BY candidate.priority DESC, candidate.sequence
      LIMIT 1),
-    (SELECT candidate.sequence FROM tickwork_jobs AS candidate
-        INDEXED BY tickwork_jobs_lane_pending
-     WHERE candidate.lane = :lane AND candidate.{{pending}}
-       AND candidate.state = 'queued' AND candidate.cancellation_id IS NULL
-       AND candidate.due_at IS NULL {_HEADS_ITS_QUEUE} {NOT_PAUSED}
+    (SELECT candidate.sequence FROM (
+        SELECT sequence, queue, priority FROM tickwork_jobs
+            INDEXED BY tickwork_jobs_lane_pending
+        WHERE {{pending}} AND {_LANE_READY}
+        UNION ALL
+        SELECT sequence, queue, priority FROM {UNLISTED} AND {_LANE_READY}) AS candidate
+     WHERE true {_HEADS_ITS_QUEUE} {NOT_PAUSED}
      ORDER BY candidate.priority DESC, candidate.sequence
      LIMIT 1))
 END)"""
