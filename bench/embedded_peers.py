@@ -92,7 +92,7 @@ from tickwork.hosts.cpython import open_sqlite3
 from tickwork.hosts.cpython.sqlite_files import NEW_FILE_PAGE_SIZE, checkpoint_by_bytes
 from tickwork.runtimes.owner_local import FILE_EVERY
 from tickwork.stores import Sqlite3Database
-from tickwork.stores.owner_local import LIST_EVERY
+from tickwork.stores.owner_local import LIST_EVERY, OwnerLocalStore
 
 SECTION = "owner-local"
 SYNCHRONOUS = {"NORMAL": 1, "FULL": 2}
@@ -340,34 +340,26 @@ def raw_table_run(path: Path, count: int, setting: str, meter: Meter = NO_METER,
              " WHERE sequence = (SELECT sequence FROM tickwork_jobs WHERE state = 'queued'"
              " AND cancellation_id IS NULL AND due_at IS NULL"
              " ORDER BY priority DESC, sequence LIMIT 1) RETURNING sequence, payload_json")
-    # The settlement leaves the row unfiled, and every FILE_EVERY-th commit
-    # files the rows settled since, as drain() does (schema 0009).
+    # Schema 0009, as the store and drain() write it: every LIST_EVERY-th
+    # insert also lists the rows inserted since (in a transaction of its own,
+    # after the insert); a settlement leaves its row unfiled, and every
+    # FILE_EVERY-th settling commit files the rows settled since.
+    store = OwnerLocalStore(Sqlite3Database(connection))
     settle = ("UPDATE tickwork_jobs SET state = 'settled', outcome = 'completed',"
               " settled_at = ? WHERE sequence = ? AND claim_token = ? AND state = 'running'")
-    file_settled = ("UPDATE tickwork_jobs INDEXED BY tickwork_jobs_unfiled SET filed = 1"
-                    " WHERE filed = 0 AND state = 'settled'")
-    settled = itertools.count(1)
+    settlements = itertools.count(1)
 
     def settle_held(now: int, held: tuple[Any, str]) -> None:
         connection.execute(settle, (now, *held))
-        if next(settled) % FILE_EVERY == 0:
-            connection.execute(file_settled)
+        if next(settlements) % FILE_EVERY == 0:
+            store.file_settled()
 
-    # Every LIST_EVERY-th insert also lists the rows inserted since, as the
-    # store does (in a transaction of its own, after the insert).
-    list_new = ("UPDATE tickwork_jobs SET listed = 1 WHERE sequence >"
-                " (SELECT CAST(value AS INTEGER) FROM tickwork_meta WHERE key = 'listed_through')")
-    note_listed = ("UPDATE tickwork_meta SET value = CAST((SELECT max(sequence)"
-                   " FROM tickwork_jobs) AS TEXT) WHERE key = 'listed_through'")
     meter.start(connection, path)
     started = time.perf_counter()
     for n in range(count):
         connection.execute(insert, (f"job-{n}", json.dumps({"n": n}), int(time.time() * 1000)))
         if n % LIST_EVERY == 0:
-            connection.execute("BEGIN")
-            connection.execute(list_new)
-            connection.execute(note_listed)
-            connection.execute("COMMIT")
+            store.list_new_rows()
     enqueued = time.perf_counter()
     meter.mark()
     ran = _raw_drain(connection, count, claim, settle_held)

@@ -7,12 +7,14 @@
    queues, on ``:memory:`` and on a WAL file (synchronous NORMAL), beside the
    raw limit: a bare sqlite3 loop doing one claim UPDATE and one settle
    UPDATE per job, each in its own transaction, on tickwork's own table
-   (target: ``tick()`` >= 60% of it on ``:memory:``) and on a bare table
+   (target: ``tick()`` >= 60% of it on ``:memory:``; the settlement files
+   its row into the history indexes, as a tick's does) and on a bare table
    (context). ``drain()`` settles a job and claims the next in one
    transaction (two commits per job with its ingest, against three).
 2. Single-job ``ingest()`` calls on ``:memory:`` beside a raw INSERT of the
-   same columns into tickwork's own table, one transaction per INSERT
-   (target >= 50%).
+   same columns into tickwork's own table, one transaction per INSERT, and
+   every 100th insert one more listing the rows inserted since, as the store
+   does (target >= 50%).
 3. Claim cost against depth: mean tick time with 100,000 queued jobs against
    1,000 (target: within 1.5x).
 4. Claim cost beside jobs waiting for their time: mean tick time with 1,000
@@ -44,7 +46,7 @@ from typing import Any
 from bench.report import Figures, Point, Row, print_rows
 from tickwork import Completed, Job, OwnerRuntime, Schedule, ScheduledJob
 from tickwork.stores import Sqlite3Database
-from tickwork.stores.owner_local import OwnerLocalStore
+from tickwork.stores.owner_local import LIST_EVERY, OwnerLocalStore
 
 SECTION = "owner-local"
 
@@ -155,7 +157,10 @@ def raw_claim_settle(target: str, jobs: int, queues: int, table: str,
         f"UPDATE {name} SET state = 'running', claim_token = ? WHERE sequence = ("
         f" SELECT sequence FROM {name} WHERE state = 'queued' AND cancellation_id IS NULL{due}"
         " ORDER BY priority DESC, sequence LIMIT 1) RETURNING sequence")
-    settle = (f"UPDATE {name} SET state = 'settled', outcome = 'completed'"
+    # On the engine table a tick's settlement also files its row (schema
+    # 0009): without it the row would stay out of the history indexes.
+    filed = ", filed = 1" if name == "tickwork_jobs" else ""
+    settle = (f"UPDATE {name} SET state = 'settled', outcome = 'completed'{filed}"
               " WHERE sequence = ? AND claim_token = ?")
     wanted = jobs if runs is None else runs
     started = time.perf_counter()
@@ -190,12 +195,17 @@ def raw_insert(count: int) -> float:
     insert = ("INSERT INTO tickwork_jobs (job_id, queue, lane, priority, payload_json,"
               " max_recoveries, run_at, delay_ms, retry_json, due_at, state, enqueued_at)"
               " VALUES (?, ?, 'lane', ?, ?, NULL, NULL, NULL, NULL, NULL, 'queued', ?)")
+    # The store's listing (schema 0009), every LIST_EVERY inserts, in a
+    # transaction of its own.
+    store = OwnerLocalStore(Sqlite3Database(connection))
     started = time.perf_counter()
     for i in range(count):
         connection.execute("BEGIN")
         connection.execute(insert, (f"job-{i}", f"queue-{i % 50}", i % 3, f'{{"n":{i}}}',
                                     int(time.time() * 1000)))
         connection.execute("COMMIT")
+        if i % LIST_EVERY == 0:
+            store.list_new_rows()
     elapsed = time.perf_counter() - started
     connection.close()
     return count / elapsed
