@@ -56,9 +56,9 @@ _SETTLE_CANCELLED_CLAIM_COUNTED = _render(sql.SETTLE_CANCELLED_CLAIM_COUNTED, *_
 
 @dataclass(frozen=True, slots=True)
 class _Settlements:
-    """The four statements of a claim's settlement (cancelled or not, with the
-    settled row returned or only counted), filing the row or leaving it
-    unfiled."""
+    """The statements of a claim's settlement (cancelled or not; the settled
+    row returned, its sequence returned, or only counted), all filing the row
+    or all leaving it unfiled."""
 
     claim: sql.Statement
     cancelled_claim: sql.Statement
