@@ -16,8 +16,7 @@ import pytest
 
 from tests.support import Harness, job
 from tickwork import OwnerRuntime
-from tickwork.runtimes.owner_local import FILE_EVERY
-from tickwork.stores.owner_local import LIST_EVERY, OwnerLocalStore
+from tickwork.stores.owner_local import FILE_EVERY, LIST_EVERY, OwnerLocalStore
 
 ACTIONS = ("complete", "fail", "unknown", "cancel", "complete", "raise")
 QUEUES = ("q0", "q1", "q2")

@@ -247,10 +247,6 @@ class _LocalRuntime:
         # Likewise the next slot of a running schedule: a tick creates slot
         # jobs only once it has passed (re-read after every schedule change).
         self._next_slot: int | None = self._store.next_slot()
-        # How many settlements drain() has left unfiled since it last filed
-        # (schema 0009): it files them at FILE_EVERY. Starts there, so this
-        # runtime's first drain step also files any a runtime before it left.
-        self._unfiled = FILE_EVERY
         self.transactional = TransactionalJobs(self)
 
     # ------------------------------------------------------------------ reads
@@ -815,11 +811,11 @@ class _LocalRuntime:
         under a fresh token from the moment the transaction commits.
 
         The settlement leaves its row unfiled (its outcome is as durable and
-        every read sees it; only the history indexes wait), and every
-        FILE_EVERY of them the same transaction files them all, so the
-        indexes that filing changes are written once per batch."""
+        every read sees it; only the history indexes wait): the store files a
+        batch of them in the transaction of every FILE_EVERY-th (see
+        ``tickwork.stores.owner_local``), so the indexes that filing changes
+        are written once per batch."""
         ticker, job, store = execution.ticker, execution.job, self._store
-        file_now = self._unfiled + 1 >= FILE_EVERY
         self._promote_due(now)  # its own transition, so the claim sees due jobs
         token = self._new_token()
         # The claims executing here, but for the one this settles (with one
@@ -838,14 +834,10 @@ class _LocalRuntime:
                 if settled is None:
                     return False, None
                 self._project_queue(job.queue, settled=settled)
-            if file_now:
-                store.file_settled()
             return True, self._claimed(
                 store.claim_next_if_clear(ticker.partition, token, now, executing))
 
         written, claimed = self._database.atomic(settle_and_claim)
-        if written:
-            self._unfiled = 0 if file_now else self._unfiled + 1
         if claimed is None:
             return written, None
         ahead = _Execution(claimed, token, AbortSignal(), ticker)
@@ -1257,11 +1249,6 @@ async def _await(awaitable: Awaitable[T]) -> T:
 
 _BEFORE_ANY_CLAIM = (-MAX_SAFE_INTEGER, 0)
 
-#: How many settlements a drain leaves unfiled before it files them, in the
-#: commit of the last one (schema 0009). Every read of settled history or of
-#: unsettled jobs by queue or lane reads past the unfiled ones, so this
-#: bounds that cost too; the saving is near its limit well before 100.
-FILE_EVERY = 100
 #: ``_next_due`` when a job that may wait was just stored: look at the next tick.
 _LOOK = -MAX_SAFE_INTEGER
 

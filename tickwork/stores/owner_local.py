@@ -20,10 +20,13 @@ from tickwork.ports.database import CountingDatabase, Row, SyncDatabase
 from tickwork.stores.rows import CARGO, CLAIM, JOB, Columns, decode_job, schedule_row
 from tickwork.stores.sql import sqlite as sql
 
-#: How many rows the store inserts before it lists them (schema 0009): every
-#: read of unsettled jobs by queue or lane reads the unlisted ones too, so
-#: this bounds that cost; the saving is near its limit well before 100.
+#: How many rows the store inserts before it lists them, and how many
+#: settlements it leaves unfiled before it files them (schema 0009). Every
+#: read of unsettled jobs by queue or lane reads the unlisted ones too, and
+#: every read of settled history the unfiled ones, so these bound that cost;
+#: the saving is near its limit well before 100.
 LIST_EVERY = 100
+FILE_EVERY = 100
 
 
 def _render(template: sql.Template, *binds: str) -> sql.Statement:
@@ -187,10 +190,12 @@ class OwnerLocalStore:
         # claim and the settlements run without RETURNING.
         self._count: Callable[[str, Sequence[Any]], int] | None = (
             database.mutate_count if isinstance(database, CountingDatabase) else None)
-        # Rows inserted since this store last listed: it lists them at
-        # LIST_EVERY. Starts there, so the first insert also lists any rows a
-        # store before it left unlisted.
+        # Rows inserted since this store last listed, settlements left
+        # unfiled since it last filed: it lists them at LIST_EVERY and files
+        # them at FILE_EVERY. Both start there, so the first insert and the
+        # first unfiled settlement also take in what a store before it left.
         self._unlisted = LIST_EVERY
+        self._unfiled = FILE_EVERY
 
     # The statements these two run return JOB rows (job columns first).
     def _read_one(self, statement: sql.Statement, params: Sequence[Any]) -> JobRecord | None:
@@ -404,15 +409,20 @@ class OwnerLocalStore:
     ) -> bool:
         """Settle the claim; False when it is no longer the job's current claim,
         or its cancellation is not (``cancelled=False``: is) recorded.
-        ``file=False`` leaves the settled row unfiled, for ``file_settled``
-        to file with others later (schema 0009)."""
+        ``file=False`` leaves the settled row unfiled (schema 0009): the
+        FILE_EVERY-th such settlement files them all, in the caller's
+        transaction."""
         params = (settlement.outcome, settlement.failure_reason, settlement.error_json, now,
                   sequence, token)
         statements = _FILING if file else _UNFILED
         if cancelled:
-            return self._changed(statements.cancelled_claim, statements.cancelled_claim_counted,
-                                 params)
-        return self._changed(statements.claim, statements.claim_counted, params)
+            settled = self._changed(statements.cancelled_claim,
+                                    statements.cancelled_claim_counted, params)
+        else:
+            settled = self._changed(statements.claim, statements.claim_counted, params)
+        if settled and not file:
+            self._settled_unfiled()
+        return settled
 
     def settle_claim_record(
         self, sequence: int, token: str, settlement: Settlement, now: int, *, cancelled: bool,
@@ -423,12 +433,22 @@ class OwnerLocalStore:
         statement = statements.cancelled_claim_record if cancelled else statements.claim_record
         params = (settlement.outcome, settlement.failure_reason, settlement.error_json, now,
                   sequence, token)
-        return self._write_one(statement, params)
+        job = self._write_one(statement, params)
+        if job is not None and not file:
+            self._settled_unfiled()
+        return job
+
+    def _settled_unfiled(self) -> None:
+        """Count a settlement left unfiled; file them all once FILE_EVERY have come."""
+        self._unfiled += 1
+        if self._unfiled >= FILE_EVERY:
+            self.file_settled()
 
     def file_settled(self) -> None:
         """File every settled row left unfiled: into the history indexes, out
         of the indexes of unsettled jobs, in one statement."""
         self.database.mutate(_FILE_SETTLED.text, ())
+        self._unfiled = 0
 
     def settle_next_cancelled(self, partition: Partition, now: int) -> JobRecord | None:
         return self._write_one(partition.settle_next_cancelled, (*partition.bind, now))

@@ -84,6 +84,9 @@ PENDING_STATES = "state IN ('queued', 'running')"
 LISTED_THROUGH = ("coalesce((SELECT CAST(value AS INTEGER) FROM tickwork_meta"
                   " WHERE key = 'listed_through'), 0)")
 UNLISTED = f"tickwork_jobs NOT INDEXED WHERE sequence > {LISTED_THROUGH}"
+#: Owner-local (0009): the settlements not filed yet (a few dozen rows at
+#: most), which a read of settled history also reads.
+UNFILED = "tickwork_jobs INDEXED BY tickwork_jobs_unfiled WHERE filed = 0 AND state = 'settled'"
 
 
 def _fragments(target: Target) -> dict[str, str]:
@@ -311,12 +314,11 @@ _QUEUE_STATUS_COLUMNS = Columns("queued", "running", "delayed", "paused", "compl
 QUEUE_STATUS = Template("queue_status", _QUEUE_STATUS.format(settled="""tickwork_jobs
     INDEXED BY tickwork_jobs_queue_outcomes
 WHERE queue = :queue AND state = 'settled'"""), ("queue",), _QUEUE_STATUS_COLUMNS, _d1)
-QUEUE_STATUS_LOCAL = Template("queue_status", _QUEUE_STATUS.format(settled="""(
+QUEUE_STATUS_LOCAL = Template("queue_status", _QUEUE_STATUS.format(settled=f"""(
     SELECT outcome FROM tickwork_jobs INDEXED BY tickwork_jobs_queue_outcomes
     WHERE queue = :queue AND filed = 1
     UNION ALL
-    SELECT outcome FROM tickwork_jobs INDEXED BY tickwork_jobs_unfiled
-    WHERE queue = :queue AND filed = 0 AND state = 'settled')"""),
+    SELECT outcome FROM {UNFILED} AND queue = :queue)"""),
     ("queue",), _QUEUE_STATUS_COLUMNS, _local)
 
 # Work for a tick now: a ready job of a queue that is not paused, a job due
@@ -393,7 +395,7 @@ PROMOTE_DUE_QUEUES = Template("promote_due_queues", _PROMOTE_DUE + "RETURNING qu
 
 LANE_HAS_PENDING = Template("lane_has_pending", """
 SELECT EXISTS (
-    SELECT 1 FROM tickwork_jobs WHERE lane = :lane AND {pending} AND state <> 'settled') AS more
+    SELECT 1 FROM tickwork_jobs WHERE lane = :lane AND state IN ('queued', 'running')) AS more
 """, ("lane",), Columns("more"), _d1)
 LANE_HAS_PENDING_LOCAL = Template("lane_has_pending", f"""
 SELECT EXISTS (
@@ -403,49 +405,34 @@ SELECT EXISTS (
 """, ("lane",), Columns("more"), _local)
 
 
-def settled_page(filed: str, where: str, order: str, limit: str) -> str:
-    """An owner-local read of settled jobs (0009): the first ``limit`` in
-    ``order`` of the filed ones that match ``where``, through ``filed`` (the
-    index hint), and every unfiled one that matches (a few dozen rows at
-    most, through tickwork_jobs_unfiled), merged into one page in ``order``.
-    ``where`` names result columns only (``order`` too), and is said as it
-    must be for the filed index's condition to be proved."""
+def merged_page(indexed: str, few: str, order: str, limit: str) -> str:
+    """An owner-local page (0009) read from two sets of rows: the first
+    ``limit`` in ``order`` of ``indexed`` (a ``FROM ... WHERE`` walked in
+    ``order`` by its index), and every row of ``few`` (the rows not listed or
+    not filed yet: a few dozen at most), merged into one page in ``order``.
+    ``order`` names result columns only."""
     return f"""
 SELECT * FROM (
-    SELECT {JOB_SELECT} FROM tickwork_jobs {filed}
-    WHERE {where} AND filed = 1
+    SELECT {JOB_SELECT} FROM {indexed}
     ORDER BY {order}
     LIMIT {limit})
 UNION ALL
-SELECT {JOB_SELECT} FROM tickwork_jobs INDEXED BY tickwork_jobs_unfiled
-WHERE {where} AND filed = 0 AND state = 'settled'
+SELECT {JOB_SELECT} FROM {few}
 ORDER BY {order}
 LIMIT {limit}
 """
 
 
-def pending_page(index: str, where: str, state: str, order: str) -> str:
-    """An owner-local read of unsettled jobs in ``state`` (0009): the first
-    ``:limit`` in ``order`` of the listed ones that match ``where``, through
-    ``index`` (an index of unsettled jobs), and the unlisted ones that match
-    (those after LISTED_THROUGH, through the primary key), merged into one
-    page in ``order``."""
-    return f"""
-SELECT * FROM (
-    SELECT {JOB_SELECT} FROM tickwork_jobs INDEXED BY {index}
-    WHERE {where} AND {PENDING_LISTED} AND {state}
-    ORDER BY {order}
-    LIMIT :limit)
-UNION ALL
-SELECT {JOB_SELECT} FROM {UNLISTED} AND {where} AND {state}
-ORDER BY {order}
-LIMIT :limit
-"""
+def settled_page(index: str, where: str, order: str, limit: str) -> str:
+    """Settled jobs matching ``where``: the filed ones through ``index`` (a
+    history index), and the unfiled ones."""
+    return merged_page(f"tickwork_jobs INDEXED BY {index} WHERE {where} AND filed = 1",
+                       f"{UNFILED} AND {where}", order, limit)
 
 
 # The latest settlement of a queue (transactional read_latest_settled_job).
 SELECT_LATEST_SETTLED = Template("select_latest_settled", settled_page(
-    "INDEXED BY tickwork_jobs_queue_settled", "queue = :queue",
+    "tickwork_jobs_queue_settled", "queue = :queue",
     "settled_at DESC, sequence DESC", "1"), ("queue",), JOB_ROWS, _local)
 
 # ----------------------------------------------------------------- claims
@@ -742,17 +729,16 @@ ON CONFLICT (job_id, redrive_id) DO NOTHING
 _DEAD_LETTERS_PARAMS = ("queue", "before_settled", "before_sequence", "limit")
 _DEAD_LETTER = """queue = :queue AND {dead_outcome}
   AND (settled_at, sequence) < (:before_settled, :before_sequence)"""
+_DEAD_LETTER_ORDER = "settled_at DESC, sequence DESC"
 DEAD_LETTERS = Template("dead_letters", f"""
 SELECT {JOB_SELECT} FROM tickwork_jobs
-WHERE queue = :queue AND state = 'settled'
-  AND {{dead_outcome}}
-  AND (settled_at, sequence) < (:before_settled, :before_sequence)
-ORDER BY settled_at DESC, sequence DESC
+WHERE {_DEAD_LETTER} AND state = 'settled'
+ORDER BY {_DEAD_LETTER_ORDER}
 LIMIT :limit
 """, _DEAD_LETTERS_PARAMS, JOB_ROWS, _d1)
 DEAD_LETTERS_LOCAL = Template("dead_letters", settled_page(
-    "INDEXED BY tickwork_jobs_dead", _DEAD_LETTER, "settled_at DESC, sequence DESC",
-    ":limit"), _DEAD_LETTERS_PARAMS, JOB_ROWS, _local)
+    "tickwork_jobs_dead", _DEAD_LETTER, _DEAD_LETTER_ORDER, ":limit"),
+    _DEAD_LETTERS_PARAMS, JOB_ROWS, _local)
 
 # ------------------------------------------------------------ browsing
 # list_jobs: one statement per (by, state, outcome given, order), each a
@@ -768,9 +754,10 @@ DEAD_LETTERS_LOCAL = Template("dead_letters", settled_page(
 #   ... outcome    the same, filtered on outcome (reads past the lane's
 #                  settlements of other outcomes)
 # The page starts strictly past :after_settled/:after_sequence (the last job
-# of the previous page) in the listing's order. "{pending} AND state = ..."
-# lets SQLite use the partial index of unsettled jobs. Owner-local pages of
-# settled jobs also read the settlements not filed yet (settled_page).
+# of the previous page) in the listing's order. On D1 "state IN (...) AND
+# state = ..." lets SQLite use the partial index of queued and running jobs;
+# owner-local's pages of queued and settled jobs also read the rows not
+# listed or not filed yet (merged_page).
 _LISTING_INDEX = {
     ("queue", "queued", False): "tickwork_jobs_queue_pending",
     ("queue", "running", False): "tickwork_jobs_running",
@@ -782,16 +769,15 @@ _LISTING_INDEX = {
     ("lane", "settled", True): "tickwork_jobs_lane_settled",
 }
 _LISTING_STATE = {
-    "queued": "{pending} AND state = 'queued'",
+    "queued": "state IN ('queued', 'running') AND state = 'queued'",
     "running": "state = 'running'",
     "settled": "state = 'settled'",
 }
 
 
-def _listing(by: str, state: str, outcome: bool, newest: bool,
-             targets: tuple[Target, ...] = (OWNER_LOCAL, D1)) -> Template:
-    """The listing's statement; for settled jobs, D1's (``targets=(D1,)``) or
-    owner-local's (``(OWNER_LOCAL,)``: with the settlements not filed yet)."""
+def _listing(by: str, state: str, outcome: bool, newest: bool, target: Target) -> Template:
+    """The listing's statement for ``target``; owner-local's queued and settled
+    listings also read the rows not listed or not filed yet (0009)."""
     index = _LISTING_INDEX[(by, state, outcome)]
     further, direction = ("<", "DESC") if newest else (">", "ASC")
     where = f"{by} = :value"
@@ -805,29 +791,28 @@ def _listing(by: str, state: str, outcome: bool, newest: bool,
         order = f"sequence {direction}"
     name = f"list_{by}_{state}{'_outcome' if outcome else ''}_{'newest' if newest else 'oldest'}"
     params = ("value", "outcome", "after_settled", "after_sequence", "limit")
-    if state == "settled" and targets == _local:
-        return Template(name, settled_page(f"INDEXED BY {index}", where, order, ":limit"),
-                        params, JOB_ROWS, _local)
-    if state == "queued" and targets == _local:
-        return Template(name, pending_page(index, where, "state = 'queued'", order),
-                        params, JOB_ROWS, _local)
-    return Template(name, f"""
+    if target == OWNER_LOCAL and state == "settled":
+        text = settled_page(index, where, order, ":limit")
+    elif target == OWNER_LOCAL and state == "queued":
+        where += " AND state = 'queued'"
+        text = merged_page(f"tickwork_jobs INDEXED BY {index} WHERE {where} AND {PENDING_LISTED}",
+                           f"{UNLISTED} AND {where}", order, ":limit")
+    else:
+        text = f"""
 SELECT {JOB_SELECT} FROM tickwork_jobs INDEXED BY {index}
 WHERE {where} AND {_LISTING_STATE[state]}
 ORDER BY {order}
 LIMIT :limit
-""", params, JOB_ROWS, targets)
+"""
+    return Template(name, text, params, JOB_ROWS, (target,))
 
 
 _LISTINGS = [(by, state, outcome, newest) for by, state, outcome in _LISTING_INDEX
              for newest in (True, False)]
-#: JobListing.shape (by, state, outcome given, newest first) -> its statement:
-#: D1's, and owner-local's (the same for running jobs; queued and settled
-#: ones also read the rows not listed or not filed yet).
-LIST_JOBS: Final = {shape: _listing(*shape, targets=_d1 if shape[1] != "running"
-                                    else (OWNER_LOCAL, D1)) for shape in _LISTINGS}
-LIST_JOBS_LOCAL: Final = {shape: _listing(*shape, targets=_local) if shape[1] != "running"
-                          else LIST_JOBS[shape] for shape in _LISTINGS}
+#: JobListing.shape (by, state, outcome given, newest first) -> its statement,
+#: for D1 and for owner-local.
+LIST_JOBS: Final = {shape: _listing(*shape, D1) for shape in _LISTINGS}
+LIST_JOBS_LOCAL: Final = {shape: _listing(*shape, OWNER_LOCAL) for shape in _LISTINGS}
 
 
 def listing_values(statement: Statement, listing: Any, after: tuple[int, int],
