@@ -1,4 +1,4 @@
-"""Index entries written in batches (owner-local schema 0009).
+"""Index entries written in batches (owner-local schemas 0009 and 0010).
 
 The store inserts each job unlisted (out of the indexes of unsettled jobs by
 queue and by lane) and lists them all every LIST_EVERY inserts; a drain
@@ -16,6 +16,7 @@ import pytest
 
 from tests.support import Harness, job
 from tickwork import OwnerRuntime
+from tickwork.stores import owner_local as owner_local_store
 from tickwork.stores.owner_local import FILE_EVERY, LIST_EVERY, OwnerLocalStore
 
 ACTIONS = ("complete", "fail", "unknown", "cancel", "complete", "raise")
@@ -187,3 +188,73 @@ async def test_a_store_lists_what_the_one_before_it_left_unlisted(harness: Harne
     second.ingest(job("b1"))
     assert _unlisted(harness) == ["b1"]
     assert len(second.list_jobs("q", limit=100).jobs) == 32
+
+
+async def _queues_in_every_kind_of_row(harness: Harness) -> OwnerRuntime:
+    """Each queue with, in its pick order, unfiled settlements (a drain's), a
+    running claim (q0), ready jobs of several priorities, listed and not,
+    cancelled and delayed ones: what a read of a queue's waiting jobs steps
+    over in the queue order index (schema 0010) and among the unlisted rows."""
+    runtime = harness.runtime()
+    for n in range(FILE_EVERY + 20):
+        runtime.ingest(job(f"done{n}", queue=QUEUES[n % 3], priority=9))
+    assert len(await runtime.drain()) == FILE_EVERY + 20
+    assert len(_unfiled(harness)) == 19
+    for n in range(LIST_EVERY + 30):
+        runtime.ingest(job(f"w{n}", queue=QUEUES[n % 3], priority=n % 4,
+                           delay_ms=3_600_000 if n % 11 == 0 else None))
+    assert runtime.cancel("w5", "c-w5") is not None
+    # q0's best job runs (claimed, not settled: its executor is elsewhere).
+    store = OwnerLocalStore(harness.database())
+    running = store.claim_next(owner_local_store.EVERY_JOB, "elsewhere", 1)
+    assert running is not None and running.queue == "q0"
+    runtime.ingest(job("best", queue="q2", priority=8))  # q2's head, not listed yet
+    assert "best" in _unlisted(harness) and _unfiled(harness)
+    return runtime
+
+
+def _waiting_reads(runtime: OwnerRuntime) -> list[Any]:
+    return [(runtime.read_queue_head(queue), runtime.queue_status(queue)) for queue in QUEUES]
+
+
+async def test_queue_heads_and_counts_are_the_same_before_and_after_listing_and_filing(
+        harness: Harness) -> None:
+    runtime = await _queues_in_every_kind_of_row(harness)
+    before = _waiting_reads(runtime)
+    # What the heads are, read without any index: q0 is held by its running
+    # job; the others by their best ready job (priority, then age).
+    rows = harness.host_query(
+        "SELECT job_id, queue FROM tickwork_jobs NOT INDEXED WHERE state = 'queued'"
+        " AND due_at IS NULL ORDER BY priority DESC, sequence")
+    expected = {queue: next(job_id for job_id, in_queue in rows if in_queue == queue)
+                for queue in ("q1", "q2")}
+    heads = [head.job_id if head is not None else None for head, _ in before]
+    assert heads[0] == harness.host_query(
+        "SELECT job_id FROM tickwork_jobs WHERE state = 'running'")[0][0]
+    assert heads[1:] == [expected["q1"], "best"] == [expected["q1"], expected["q2"]]
+    for queue, (_, status) in zip(QUEUES, before, strict=True):
+        (queued, delayed), = harness.host_query(
+            "SELECT count(CASE WHEN due_at IS NULL THEN 1 END), count(due_at)"
+            " FROM tickwork_jobs NOT INDEXED WHERE queue = ? AND state = 'queued'", (queue,))
+        assert (status.queued, status.delayed) == (queued, delayed)
+    store = OwnerLocalStore(harness.database())
+    store.list_new_rows()
+    assert _unlisted(harness) == []
+    assert _waiting_reads(runtime) == before
+    store.file_settled()
+    assert _unfiled(harness) == []
+    assert _waiting_reads(runtime) == before
+
+
+async def test_a_purge_takes_every_waiting_job_whether_listed_or_not(
+        harness: Harness) -> None:
+    runtime = await _queues_in_every_kind_of_row(harness)
+    unlisted = set(_unlisted(harness))
+    every = harness.host_query("SELECT job_id, queue, state FROM tickwork_jobs NOT INDEXED"
+                               " ORDER BY sequence")
+    waiting = [job_id for job_id, queue, state in every if queue == "q0" and state == "queued"]
+    assert unlisted & set(waiting) and set(waiting) - unlisted  # both kinds are purged
+    assert runtime.purge("q0") == len(waiting)
+    assert harness.host_query("SELECT job_id, queue, state FROM tickwork_jobs NOT INDEXED"
+                              " ORDER BY sequence") == [
+        row for row in every if row[0] not in set(waiting)]

@@ -17,18 +17,21 @@ def test_runtime_construction_is_idempotent_and_keeps_data(harness: Harness) -> 
     assert rebuilt.ingest(job("a")) == "duplicate"
 
 
-def test_queue_status_reads_indexes_only(harness: Harness) -> None:
+def test_queue_status_reads_one_queue_only(harness: Harness) -> None:
     runtime = harness.runtime()
     runtime.ingest_many([job(f"j{n}", queue=f"q{n % 3}") for n in range(30)])
     text = sql.QUEUE_STATUS_LOCAL.render(sql.OWNER_LOCAL).text
     plan = [row[-1] for row in harness.host_query("EXPLAIN QUERY PLAN " + text, ("q1",))]
-    searches = [line for line in plan if "tickwork_jobs" in line]
-    # queued, running, delayed, settled (filed, and not filed yet)
-    assert len(searches) == 5, plan
+    searches = [line for line in plan if "tickwork_jobs " in line]
+    # queued and delayed (each: the queue order index, then the unlisted
+    # rows by the primary key), running, settled (filed, and not filed yet)
+    assert len(searches) == 7, plan
     assert all(line.startswith("SEARCH tickwork_jobs USING") for line in searches), plan
     used = " ".join(searches)
-    for index in ("queue_waiting", "running", "queue_outcomes", "unfiled"):
+    for index in ("queue_order", "running", "queue_outcomes", "unfiled"):
         assert f"tickwork_jobs_{index} (queue=?)" in used, plan
+    assert used.count("tickwork_jobs_queue_order (queue=?)") == 2, plan
+    assert used.count("INTEGER PRIMARY KEY (rowid>?)") == 2, plan
     assert not any(line.startswith("SCAN tickwork_jobs") for line in plan), plan
 
 
@@ -77,7 +80,7 @@ async def test_a_version_1_database_is_upgraded_in_place_with_its_rows(harness: 
     before = _version_1_database(harness)
     runtime = harness.runtime()
     assert harness.host_query(
-        "SELECT value FROM tickwork_meta WHERE key = 'schema_version'") == [("9",)]
+        "SELECT value FROM tickwork_meta WHERE key = 'schema_version'") == [("10",)]
     after = harness.host_query("SELECT * FROM tickwork_jobs ORDER BY sequence")
     # Every value kept; the new columns (run_at, delay_ms, due_at; retry_json,
     # attempt, history_json; error_json) say "due at once, first attempt, no
@@ -159,7 +162,7 @@ async def test_0008_rebuilds_the_table_keeping_rows_and_the_sequence_high_water_
     before = harness.host_query("SELECT * FROM tickwork_jobs ORDER BY sequence")
     runtime = harness.runtime()
     assert harness.host_query(
-        "SELECT value FROM tickwork_meta WHERE key = 'schema_version'") == [("9",)]
+        "SELECT value FROM tickwork_meta WHERE key = 'schema_version'") == [("10",)]
     # Every row as it was (and, by 0009, listed, and filed if settled).
     kept = harness.host_query("SELECT * FROM tickwork_jobs ORDER BY sequence")
     assert [row[:-2] for row in kept] == before

@@ -14,6 +14,7 @@ from tickwork.stores import owner_local
 from tickwork.stores.d1 import store as d1_store
 from tickwork.stores.owner_schema import (
     BATCHED_ENTRIES_SQL,
+    BATCHED_QUEUE_ORDER_SQL,
     BROWSE_SQL,
     DUE_TIMES_SQL,
     ERROR_SUMMARIES_SQL,
@@ -80,7 +81,7 @@ def test_the_stores_differ_only_in_the_clock_and_the_lease() -> None:
     shared = [template for template in TEMPLATES if template.targets == (sql.OWNER_LOCAL, sql.D1)]
     assert {template.name for template in shared} >= {
         "claim", "claim_if_clear", "settle_next_cancelled", "record_cancellation",
-        "select_cargo", "purge_queue", "insert_job", "settle_claim",
+        "select_cargo", "insert_job", "settle_claim",
         "requeue_claim", "settle_recovered_claim", "select_claim"}
     for template in shared:
         local = template.expand(sql.OWNER_LOCAL).replace("{exclude}", "")
@@ -137,10 +138,12 @@ def test_the_owner_local_ddl_is_the_schema_file() -> None:
     assert (folder / "0007_browse.sql").read_text() == BROWSE_SQL
     assert (folder / "0008_light_checks.sql").read_text() == LIGHT_CHECKS_SQL
     assert (folder / "0009_batched_entries.sql").read_text() == BATCHED_ENTRIES_SQL
+    assert (folder / "0010_batched_queue_order.sql").read_text() == BATCHED_QUEUE_ORDER_SQL
     assert sorted(path.name for path in folder.iterdir()) == [
         "0001_tickwork_jobs.sql", "0002_due_times.sql", "0003_paused_queues.sql",
         "0004_retries.sql", "0005_schedules.sql", "0006_error_summaries.sql",
-        "0007_browse.sql", "0008_light_checks.sql", "0009_batched_entries.sql"]
+        "0007_browse.sql", "0008_light_checks.sql", "0009_batched_entries.sql",
+        "0010_batched_queue_order.sql"]
     assert list(SCHEMA_STATEMENTS) == split_statements(SCHEMA_SQL)
     assert list(UPGRADES[1]) == split_statements(DUE_TIMES_SQL)
     assert list(UPGRADES[2]) == split_statements(PAUSED_QUEUES_SQL)
@@ -150,6 +153,7 @@ def test_the_owner_local_ddl_is_the_schema_file() -> None:
     assert list(UPGRADES[6]) == split_statements(BROWSE_SQL)
     assert list(UPGRADES[7]) == split_statements(LIGHT_CHECKS_SQL)
     assert list(UPGRADES[8]) == split_statements(BATCHED_ENTRIES_SQL)
+    assert list(UPGRADES[9]) == split_statements(BATCHED_QUEUE_ORDER_SQL)
 
 
 def _objects(statements: list[str]) -> dict[str, str]:
@@ -185,10 +189,11 @@ def test_the_owner_local_table_is_d1s_without_leases() -> None:
         "listed", "filed"]
     # Indexes of the same name are the same index, but for the ones that
     # differ on purpose (schema/owner_local/0001_tickwork_jobs.sql,
-    # 0008_light_checks.sql and 0009_batched_entries.sql say why;
-    # tickwork_jobs_queue_settled differed until D1's 0008): owner-local's
-    # indexes of unsettled jobs hold its unfiled rows, its history indexes
-    # its filed ones.
+    # 0008_light_checks.sql, 0009_batched_entries.sql and
+    # 0010_batched_queue_order.sql say why; tickwork_jobs_queue_settled
+    # differed until D1's 0008): owner-local's indexes of unsettled jobs hold
+    # its unfiled rows, its history indexes its filed ones, and its queue
+    # order index is D1's queue_waiting for its listed, unfiled rows.
     differ = {"tickwork_jobs_running", "tickwork_jobs_dead"}
     unsettled = {"tickwork_jobs_queue_pending", "tickwork_jobs_lane_pending"}
     history = {"tickwork_jobs_queue_settled", "tickwork_jobs_queue_outcomes",
@@ -203,7 +208,11 @@ def test_the_owner_local_table_is_d1s_without_leases() -> None:
     assert local["tickwork_jobs_running"] == d1["tickwork_jobs_running"].replace("UNIQUE ", "")
     assert local["tickwork_jobs_dead"] == d1["tickwork_jobs_dead"].replace(
         sql.DEAD_OUTCOME_LIST, sql.DEAD_OUTCOME_CHAIN).replace("state = 'settled'", "filed = 1")
-    assert set(local) - set(d1) == {"tickwork_jobs_unfiled"}
-    assert set(d1) - set(local) == {"tickwork_jobs_lease", "tickwork_jobs_cargo_is_immutable",
-                                    "tickwork_job_locks", "tickwork_job_locks_slots",
+    assert local["tickwork_jobs_queue_order"] == d1["tickwork_jobs_queue_waiting"].replace(
+        "tickwork_jobs_queue_waiting", "tickwork_jobs_queue_order").replace(
+        "state = 'queued'", sql.PENDING_LISTED)
+    assert set(local) - set(d1) == {"tickwork_jobs_unfiled", "tickwork_jobs_queue_order"}
+    assert set(d1) - set(local) == {"tickwork_jobs_queue_waiting", "tickwork_jobs_lease",
+                                    "tickwork_jobs_cargo_is_immutable", "tickwork_job_locks",
+                                    "tickwork_job_locks_slots",
                                     "tickwork_job_locks_slots_completed"}

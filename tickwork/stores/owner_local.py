@@ -45,7 +45,7 @@ _INSERT_JOB_AT_ONCE_COUNTED = _render(sql.INSERT_JOB_AT_ONCE_COUNTED,
                                       *sql.JOB_PARAMS_AT_ONCE)
 _SELECT_JOB = _render(sql.SELECT_JOB, "job_id")
 _SELECT_CARGO = _render(sql.SELECT_CARGO, "job_id")
-_SELECT_QUEUE_HEAD = _render(sql.SELECT_QUEUE_HEAD, "queue")
+_SELECT_QUEUE_HEAD = _render(sql.SELECT_QUEUE_HEAD_LOCAL, "queue")
 _SELECT_LATEST_SETTLED = _render(sql.SELECT_LATEST_SETTLED, "queue")
 _SELECT_CLAIM = _render(sql.SELECT_CLAIM, "sequence")
 _SETTLE = ("outcome", "failure_reason", "error_json", "now", "sequence", "token")

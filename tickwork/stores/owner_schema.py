@@ -9,8 +9,9 @@ version lives in ``tickwork_meta`` and every runtime construction runs
 ``0003_paused_queues.sql``, ``RETRIES_SQL`` ``0004_retries.sql``,
 ``SCHEDULES_SQL`` ``0005_schedules.sql``, ``ERROR_SUMMARIES_SQL``
 ``0006_error_summaries.sql``, ``BROWSE_SQL`` ``0007_browse.sql``,
-``LIGHT_CHECKS_SQL`` ``0008_light_checks.sql`` and ``BATCHED_ENTRIES_SQL``
-``0009_batched_entries.sql``, character for character (the tests pin them
+``LIGHT_CHECKS_SQL`` ``0008_light_checks.sql``, ``BATCHED_ENTRIES_SQL``
+``0009_batched_entries.sql`` and ``BATCHED_QUEUE_ORDER_SQL``
+``0010_batched_queue_order.sql``, character for character (the tests pin them
 equal): the package cannot read those files inside a Worker, so the text
 lives here too, and the files are where people read it beside the D1 and
 PostgreSQL schemas. A database written by an older tickwork is
@@ -23,7 +24,7 @@ from tickwork.model.errors import SchemaError
 from tickwork.ports.database import SyncDatabase
 from tickwork.schemas import split_statements
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 #: schema/owner_local/0001_tickwork_jobs.sql
 SCHEMA_SQL = """-- tickwork owner-local job table: one owner's jobs in its own SQLite database
@@ -443,6 +444,31 @@ CREATE INDEX tickwork_jobs_unfiled
     WHERE filed = 0 AND state = 'settled';
 """
 
+#: schema/owner_local/0010_batched_queue_order.sql (pinned equal like SCHEMA_SQL)
+BATCHED_QUEUE_ORDER_SQL = """-- tickwork owner-local: a queue's jobs in pick order,
+-- indexed in the batches of 0009. Applied by the runtime itself on first
+-- open, like 0002.
+--
+-- Why: tickwork_jobs_queue_waiting held the queued jobs by (queue,
+-- priority, sequence), so every ingest added an entry and every claim took
+-- one away: about one WAL frame in each of the two commits a drained job
+-- makes (docs/explanation/benchmarks.md). Its successor holds the same keys
+-- for the rows 0009 keeps in the indexes of unsettled jobs (listed, not
+-- filed), so a row enters it when it is listed and leaves it when it is
+-- filed, in the batches of 100, and neither a claim nor a settlement
+-- writes it.
+--
+-- What it costs: a read of a queue's waiting jobs (its head, its counts, a
+-- purge, the concurrent lane's head check) reads each row's state from the
+-- table, steps over the queue's running jobs and the settlements not filed
+-- yet (a few dozen at most), and reads the unlisted rows by the primary key.
+
+DROP INDEX tickwork_jobs_queue_waiting;
+CREATE INDEX tickwork_jobs_queue_order
+    ON tickwork_jobs (queue, priority DESC, sequence, due_at)
+    WHERE listed = 1 AND filed = 0;
+"""
+
 #: The statements of SCHEMA_SQL; the first creates tickwork_meta.
 SCHEMA_STATEMENTS = tuple(split_statements(SCHEMA_SQL))
 
@@ -457,6 +483,7 @@ UPGRADES: tuple[tuple[str, ...], ...] = (
     tuple(split_statements(BROWSE_SQL)),
     tuple(split_statements(LIGHT_CHECKS_SQL)),
     tuple(split_statements(BATCHED_ENTRIES_SQL)),
+    tuple(split_statements(BATCHED_QUEUE_ORDER_SQL)),
 )
 assert len(UPGRADES) == SCHEMA_VERSION
 

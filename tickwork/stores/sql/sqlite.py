@@ -87,6 +87,12 @@ UNLISTED = f"tickwork_jobs NOT INDEXED WHERE sequence > {LISTED_THROUGH}"
 #: Owner-local (0009): the settlements not filed yet (a few dozen rows at
 #: most), which a read of settled history also reads.
 UNFILED = "tickwork_jobs INDEXED BY tickwork_jobs_unfiled WHERE filed = 0 AND state = 'settled'"
+#: Owner-local (0010): a queue's listed, unfiled rows in pick order (queued,
+#: running, and the drain's settlements not filed yet: a read names the
+#: state it wants, and reads the unlisted rows too).
+QUEUE_ORDER = f"tickwork_jobs INDEXED BY tickwork_jobs_queue_order WHERE {PENDING_LISTED}"
+#: A queue's waiting job that can head it: in the ready set.
+HEAD_READY = "state = 'queued' AND due_at IS NULL"
 
 
 def _fragments(target: Target) -> dict[str, str]:
@@ -241,20 +247,23 @@ SELECT {', '.join(CARGO_COLUMNS)} FROM tickwork_jobs WHERE job_id = :job_id
 # set: due_at cleared) with the highest priority, oldest first. A job waiting
 # for its time holds no queue; it becomes a head when a tick moves it into
 # the ready set (PROMOTE_DUE), a durable change a projector sees. Two index
-# probes, never a scan of other queues.
-SELECT_QUEUE_HEAD = Template("select_queue_head", f"""
+# probes, never a scan of other queues. Owner-local (0010) finds the ready
+# job in the queue order index, stepping over the queue's running jobs and
+# unfiled settlements ahead of it, and among the unlisted rows.
+_RUNNING_HEAD = f"""
 SELECT * FROM (
     SELECT {JOB_SELECT} FROM tickwork_jobs
     WHERE queue = :queue AND state = 'running'
-    LIMIT 1)
+    LIMIT 1)"""
+SELECT_QUEUE_HEAD = Template("select_queue_head", f"""{_RUNNING_HEAD}
 UNION ALL
 SELECT * FROM (
     SELECT {JOB_SELECT} FROM tickwork_jobs
-    WHERE queue = :queue AND state = 'queued' AND due_at IS NULL
+    WHERE queue = :queue AND {HEAD_READY}
     ORDER BY priority DESC, sequence
     LIMIT 1)
 LIMIT 1
-""", ("queue",), JOB_ROWS)
+""", ("queue",), JOB_ROWS, _d1)
 
 # A job with its current claim token and whether that claim is live (running,
 # and on D1 its lease unexpired, by database time): the careful settlement
@@ -284,23 +293,22 @@ SELECT queue, 'paused', NULL, 1 FROM tickwork_paused_queues
 """, (), Columns("queue", "state", "outcome", "n"))
 
 # Status of one queue, one row: queued (in the ready set), running and
-# delayed (waiting for their time) counts from the queue_waiting (it holds
-# due_at) and running indexes (counted from the index alone), then the
-# queue's settled jobs by outcome, counted from the queue_outcomes index
-# alone (its key starts with (queue, outcome): schema 0007 owner-local, 0009
-# on D1); the cost grows with the queue's own settled history, never with
-# other queues'. Owner-local also counts the queue's settlements not filed
-# yet (tickwork_jobs_unfiled, 0009: a few dozen rows at most).
-# Columns: queued, running, delayed, paused (0 or 1), then one count per
-# outcome in tickwork.model.outcomes.OUTCOMES order.
+# delayed (waiting for their time) counts, then the queue's settled jobs by
+# outcome, counted from the queue_outcomes index alone (its key starts with
+# (queue, outcome): schema 0007 owner-local, 0009 on D1); the cost grows with
+# the queue's own jobs, never with other queues'. On D1 the queued and
+# delayed counts come from the queue_waiting index alone (it holds due_at);
+# owner-local (0010) reads them from the queue order index and the unlisted
+# rows, reading each row's state from the table, and also counts the
+# queue's settlements not filed yet (tickwork_jobs_unfiled, 0009: a few
+# dozen rows at most). Columns: queued, running, delayed, paused (0 or 1),
+# then one count per outcome in tickwork.model.outcomes.OUTCOMES order.
 _QUEUE_STATUS = """
 SELECT
-    (SELECT count(*) FROM tickwork_jobs INDEXED BY tickwork_jobs_queue_waiting
-     WHERE queue = :queue AND state = 'queued' AND due_at IS NULL) AS queued,
+    {queued} AS queued,
     (SELECT count(*) FROM tickwork_jobs INDEXED BY tickwork_jobs_running
      WHERE queue = :queue AND state = 'running') AS running,
-    (SELECT count(*) FROM tickwork_jobs INDEXED BY tickwork_jobs_queue_waiting
-     WHERE queue = :queue AND state = 'queued' AND due_at IS NOT NULL) AS delayed,
+    {delayed} AS delayed,
     EXISTS (SELECT 1 FROM tickwork_paused_queues WHERE queue = :queue) AS paused,
     count(CASE WHEN outcome = 'completed' THEN 1 END) AS completed,
     count(CASE WHEN outcome = 'failed' THEN 1 END) AS failed,
@@ -311,10 +319,28 @@ FROM {settled}
 """
 _QUEUE_STATUS_COLUMNS = Columns("queued", "running", "delayed", "paused", "completed", "failed",
                                 "cancelled", "outcome_unknown", "interrupted")
-QUEUE_STATUS = Template("queue_status", _QUEUE_STATUS.format(settled="""tickwork_jobs
+
+
+def _waiting_count_d1(due: str) -> str:
+    return f"""(SELECT count(*) FROM tickwork_jobs INDEXED BY tickwork_jobs_queue_waiting
+     WHERE queue = :queue AND state = 'queued' AND due_at {due})"""
+
+
+def _waiting_count_local(due: str) -> str:
+    return f"""(SELECT count(*) FROM (
+        SELECT 1 FROM {QUEUE_ORDER} AND queue = :queue AND state = 'queued' AND due_at {due}
+        UNION ALL
+        SELECT 1 FROM {UNLISTED} AND queue = :queue AND state = 'queued' AND due_at {due}))"""
+
+
+QUEUE_STATUS = Template("queue_status", _QUEUE_STATUS.format(
+    queued=_waiting_count_d1("IS NULL"), delayed=_waiting_count_d1("IS NOT NULL"),
+    settled="""tickwork_jobs
     INDEXED BY tickwork_jobs_queue_outcomes
 WHERE queue = :queue AND state = 'settled'"""), ("queue",), _QUEUE_STATUS_COLUMNS, _d1)
-QUEUE_STATUS_LOCAL = Template("queue_status", _QUEUE_STATUS.format(settled=f"""(
+QUEUE_STATUS_LOCAL = Template("queue_status", _QUEUE_STATUS.format(
+    queued=_waiting_count_local("IS NULL"), delayed=_waiting_count_local("IS NOT NULL"),
+    settled=f"""(
     SELECT outcome FROM tickwork_jobs INDEXED BY tickwork_jobs_queue_outcomes
     WHERE queue = :queue AND filed = 1
     UNION ALL
@@ -434,6 +460,14 @@ def settled_page(index: str, where: str, order: str, limit: str) -> str:
 SELECT_LATEST_SETTLED = Template("select_latest_settled", settled_page(
     "tickwork_jobs_queue_settled", "queue = :queue",
     "settled_at DESC, sequence DESC", "1"), ("queue",), JOB_ROWS, _local)
+
+SELECT_QUEUE_HEAD_LOCAL = Template("select_queue_head", f"""{_RUNNING_HEAD}
+UNION ALL
+SELECT * FROM ({merged_page(f"{QUEUE_ORDER} AND queue = :queue AND {HEAD_READY}",
+                            f"{UNLISTED} AND queue = :queue AND {HEAD_READY}",
+                            "priority DESC, sequence", "1")})
+LIMIT 1
+""", ("queue",), JOB_ROWS, _local)
 
 # ----------------------------------------------------------------- claims
 
@@ -992,11 +1026,17 @@ FAIL_LANE_LOCAL = Template("fail_lane", _FAIL_LANE.replace("{unlisted}", f"""
 
 # Purge: delete one queue's waiting jobs; running and settled rows stay.
 # (The owner-local store counts them from RETURNING; D1 from meta.changes.)
+# Owner-local (0010) finds them in the queue order index and the unlisted rows.
 PURGE_QUEUE = Template("purge_queue", """
 DELETE FROM tickwork_jobs WHERE queue = :queue AND state = 'queued'
-""", ("queue",))
-PURGE_QUEUE_COUNTED = Template("purge_queue_counted", PURGE_QUEUE.text + "RETURNING sequence\n",
-                               ("queue",), SEQUENCE_ROWS, _local)
+""", ("queue",), None, _d1)
+PURGE_QUEUE_COUNTED = Template("purge_queue_counted", f"""
+DELETE FROM tickwork_jobs WHERE sequence IN (
+    SELECT sequence FROM {QUEUE_ORDER} AND queue = :queue AND state = 'queued'
+    UNION ALL
+    SELECT sequence FROM {UNLISTED} AND queue = :queue AND state = 'queued')
+RETURNING sequence
+""", ("queue",), SEQUENCE_ROWS, _local)
 
 # ============================================================= owner-local
 #
@@ -1082,17 +1122,29 @@ RETURNING {JOB_SELECT}
 # partition) and no runnable job of the queue, in any lane, comes before it.
 # Unlike in CLAIM, coming first in a walk does not prove this: the better
 # job may be in the other partition, which the walk skips. Costs one probe of
-# the running index and one of the queue-waiting index. A cancelled queued
-# job never runs, so it holds no queue; its own ticker settles it.
-_HEADS_ITS_QUEUE = """
+# the running index, one of the queue order index (0010: stepping over the
+# queue's running jobs and unfiled settlements) and a look at the unlisted
+# rows. A cancelled queued job never runs, so it holds no queue; its own
+# ticker settles it.
+_HEADS_ITS_QUEUE = f"""
       AND NOT EXISTS (
           SELECT 1 FROM tickwork_jobs AS busy
           WHERE busy.queue = candidate.queue AND busy.state = 'running')
       AND candidate.sequence = (
-          SELECT head.sequence FROM tickwork_jobs AS head
-          WHERE head.queue = candidate.queue AND head.state = 'queued'
-            AND head.cancellation_id IS NULL AND head.due_at IS NULL
-          ORDER BY head.priority DESC, head.sequence
+          SELECT sequence FROM (
+              SELECT * FROM (
+                  SELECT head.sequence, head.priority FROM tickwork_jobs AS head
+                      INDEXED BY tickwork_jobs_queue_order
+                  WHERE head.listed = 1 AND head.filed = 0
+                    AND head.queue = candidate.queue AND head.state = 'queued'
+                    AND head.cancellation_id IS NULL AND head.due_at IS NULL
+                  ORDER BY head.priority DESC, head.sequence
+                  LIMIT 1)
+              UNION ALL
+              SELECT sequence, priority FROM {UNLISTED}
+                AND queue = candidate.queue AND state = 'queued'
+                AND cancellation_id IS NULL AND due_at IS NULL)
+          ORDER BY priority DESC, sequence
           LIMIT 1)"""
 
 # The serial ticker walks the runnable index in pick order, as CLAIM does, and
