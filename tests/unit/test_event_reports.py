@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.unit.test_operations import NO_SLOTS, Held, kinds, record, script
-from tickwork import Job
+from tickwork import Job, Retry
 from tickwork.lifecycle import operations
 from tickwork.lifecycle.drive import Deferred, drive
 from tickwork.lifecycle.requests import ClaimView, Insert, Probe, Report, event_of
@@ -38,6 +38,24 @@ def test_a_tick_reports_the_claim_then_the_settlement() -> None:
     assert asked == ["DueSchedules", "ClaimOrProbe", "Execute", "Settle", "Wake"]
     assert [(report.kind, report.subject, report.settlement) for report in reports] == [
         ("claimed", held, None), ("settled", held, Settlement("failed", "nope"))]
+
+
+@pytest.mark.parametrize("answers", [
+    [NO_SLOTS, (Held(record()), None), (Settlement("failed", "nope"), None), (True, None), None],
+    # a retry policy retries the attempt: the job is queued for its next one
+    [NO_SLOTS, (Held(record()._replace(retry=Retry(attempts=3))), None),
+     (Settlement("failed", "nope"), None), record(state="queued")._replace(due_at=5_000),
+     None],
+])
+def test_a_tick_that_nobody_hears_asks_for_no_report(answers: list[Any]) -> None:
+    """With ``reporting=False`` (a runtime without an event hook) the common
+    path asks the same requests but the reports, and decides the same."""
+    reports: list[Report] = []
+    no_reports: list[Report] = []
+    heard, result = script(operations.tick("t"), list(answers), reports)
+    unheard, same = script(operations.tick("t", reporting=False), list(answers), no_reports)
+    assert reports and no_reports == []
+    assert kinds(unheard) == kinds(heard) and same == result
 
 
 def test_a_claim_its_lane_failure_settled_reports_no_second_settlement() -> None:

@@ -110,6 +110,7 @@ from tickwork.model.outcomes import (
     TickResult,
     queue_status_from_counts,
     queue_statuses_from_groups,
+    settled_result,
 )
 from tickwork.model.schedules import (
     MAX_SCHEDULE_NAME,
@@ -141,18 +142,16 @@ Ticked = tuple[TickResult, "Held | None"]
 
 def settled(job: JobRecord) -> TickResult:
     """The tick result reporting ``job``'s stored settlement."""
-    return TickResult("settled", job_id=job.job_id, outcome=job.outcome,
-                      failure_reason=job.failure_reason)
+    return settled_result("settled", job.job_id, job.outcome, job.failure_reason)
 
 
 def _written(job: JobRecord, settlement: Settlement) -> TickResult:
-    return TickResult("settled", job_id=job.job_id, outcome=settlement.outcome,
-                      failure_reason=settlement.failure_reason)
+    return settled_result("settled", job.job_id, settlement.outcome, settlement.failure_reason)
 
 
 def _retried(job: JobRecord, settlement: Settlement) -> TickResult:
-    return TickResult("retried", job_id=job.job_id, outcome=settlement.outcome,
-                      failure_reason=settlement.failure_reason, retry_at=job.due_at)
+    return settled_result("retried", job.job_id, settlement.outcome, settlement.failure_reason,
+                          job.due_at)
 
 
 #: The ``reason`` of a ``requeued`` event: crash recovery put a claim back,
@@ -531,6 +530,11 @@ def fire_schedules() -> Plan[int]:
     the latest ``catch_up`` slots since its last, each once, and move it past
     now. How many jobs were created."""
     due, now = yield _DUE_SCHEDULES
+    return (yield from _fire_due(due, now)) if due else 0
+
+
+def _fire_due(due: list[StoredSchedule], now: int) -> Plan[int]:
+    """fire_schedules once the due schedules are known (``due`` not empty)."""
     created = 0
     for row in due:
         schedule = schedule_from_json(row.name, row.spec_json)
@@ -545,19 +549,23 @@ def fire_schedules() -> Plan[int]:
 # ------------------------------------------------------------------ ticks
 
 
-def tick(ticker: object, *, claim_next: bool = False) -> Plan[Ticked]:
+def tick(ticker: object, *, claim_next: bool = False, reporting: bool = True) -> Plan[Ticked]:
     """Recover a dead claim, settle a cancelled job, or claim and run one job.
 
     The common tick is one request before the executor runs: the claim only
     happens when nothing must come first, and otherwise the same answer says
     what must (in that order: recovery, then cancelled jobs). Before it, the
     jobs of schedule slots that have come are created (a runtime that knows
-    none has come answers that without reading).
+    none has come answers that without reading). ``reporting``: see ``run``.
     """
-    yield from fire_schedules()
+    # fire_schedules(), with its request asked here: the common tick (no
+    # slot has come) runs no generator of its own for it.
+    due, now = yield _DUE_SCHEDULES
+    if due:
+        yield from _fire_due(due, now)
     held, probe = yield ClaimOrProbe(ticker)
     if held is not None:
-        return (yield from run(held, claim_next=claim_next))
+        return (yield from run(held, claim_next=claim_next, reporting=reporting))
     if not probe.blocked:
         return IDLE, None
     # Recovery first. Putting a job back or settling it is this tick's one
@@ -577,7 +585,7 @@ def tick(ticker: object, *, claim_next: bool = False) -> Plan[Ticked]:
     held = yield Claim(ticker)
     if held is None:
         return recovery or IDLE, None
-    return (yield from run(held, claim_next=claim_next))
+    return (yield from run(held, claim_next=claim_next, reporting=reporting))
 
 
 def recover(suspect: Suspect, ticker: object) -> Plan[TickResult | None]:
@@ -612,18 +620,24 @@ def recover(suspect: Suspect, ticker: object) -> Plan[TickResult | None]:
     return settled(recovered)
 
 
-def run(held: Held, *, claim_next: bool = False) -> Plan[Ticked]:
+def run(held: Held, *, claim_next: bool = False, reporting: bool = True) -> Plan[Ticked]:
     """Execute a held claim and record exactly one outcome for it: its
     settlement, or, when its retry policy retries this attempt, its return
-    to the queue as the next attempt (the job's one outcome comes later)."""
-    yield Report("claimed", held)
+    to the queue as the next attempt (the job's one outcome comes later).
+
+    ``reporting=False`` (a runtime with no event hook, which would ignore
+    them) leaves out the common path's ``Report`` requests: the claim, the
+    settlement, the retry."""
+    if reporting:
+        yield Report("claimed", held)
     settlement, interruption = yield Execute(held)
     retry_in = decide_retry(held.job, settlement)
     next_held = None
     if retry_in is not None:
         retried = yield RequeueForRetry(held, settlement, retry_in)
         if retried is not None:
-            yield Report("retried", held, settlement, retry_at=retried.due_at)
+            if reporting:
+                yield Report("retried", held, settlement, retry_at=retried.due_at)
             result = _retried(retried, settlement)
         else:
             result = yield from settle_unusual(held, settlement, retry_in)
@@ -631,7 +645,8 @@ def run(held: Held, *, claim_next: bool = False) -> Plan[Ticked]:
         written, next_held = yield Settle(held, settlement,
                                           claim_next=claim_next and interruption is None)
         if written:
-            yield Report("settled", held, settlement)
+            if reporting:
+                yield Report("settled", held, settlement)
             result = _written(held.job, settlement)
         else:
             result = yield from settle_unusual(held, settlement)

@@ -85,6 +85,30 @@ class TickResult:
     retry_at: int | None = None
 
 
+# The slots' own setters: what TickResult's generated __init__ reaches
+# through object.__setattr__, one generic call per field (a frozen
+# dataclass), here called directly.
+_SET_STATUS, _SET_JOB_ID, _SET_OUTCOME, _SET_FAILURE_REASON, _SET_REASON, _SET_RETRY_AT = (
+    TickResult.__dict__[name].__set__
+    for name in ("status", "job_id", "outcome", "failure_reason", "reason", "retry_at"))
+_new = object.__new__
+
+
+def settled_result(status: TickStatus, job_id: str, outcome: Outcome | None,
+                   failure_reason: str | None, retry_at: int | None = None) -> TickResult:
+    """``TickResult(status, job_id=..., outcome=..., failure_reason=...,
+    retry_at=...)``, the same object at half the cost: every tick that runs
+    a job builds one."""
+    result: TickResult = _new(TickResult)
+    _SET_STATUS(result, status)
+    _SET_JOB_ID(result, job_id)
+    _SET_OUTCOME(result, outcome)
+    _SET_FAILURE_REASON(result, failure_reason)
+    _SET_REASON(result, None)
+    _SET_RETRY_AT(result, retry_at)
+    return result
+
+
 @dataclass(frozen=True, slots=True)
 class CancelResult:
     status: CancelStatus

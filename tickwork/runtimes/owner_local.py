@@ -466,7 +466,8 @@ class _LocalRuntime:
             return _BUSY
         ticker.busy = True
         try:
-            result, _ = await drive_async(operations.tick(ticker), self._answers, self._awaited)
+            plan = operations.tick(ticker, reporting=self._on_event is not None)
+            result, _ = await drive_async(plan, self._answers, self._awaited)
             return result
         finally:
             # A ticker executes at most one claim, and only during its tick.
@@ -1033,8 +1034,10 @@ class DrainSteps:
             # runs; put back, a cancelled job is settled by this step's tick.
             self._put_back(ahead)
             ahead = None
-        plan = (operations.tick(ticker, claim_next=claim_next) if ahead is None
-                else operations.run(ahead, claim_next=claim_next))
+        reporting = runtime._on_event is not None
+        plan = (operations.tick(ticker, claim_next=claim_next, reporting=reporting)
+                if ahead is None
+                else operations.run(ahead, claim_next=claim_next, reporting=reporting))
         try:
             result, _ = await drive_async(plan, runtime._answers, runtime._awaited)
         finally:

@@ -353,7 +353,8 @@ class SharedRuntime:
             return _BUSY
         self._busy = True
         try:
-            result, _ = await self._drive(operations.tick(None))
+            reporting = self._on_event is not None
+            result, _ = await self._drive(operations.tick(None, reporting=reporting))
             return result
         finally:
             self._busy = False
@@ -393,10 +394,11 @@ class SharedRuntime:
                 if carried is not None and self._slot_may_be_due():
                     # A long run of carried claims still fills schedule slots.
                     await self._drive(operations.fire_schedules())
+                reporting = self._on_event is not None
                 if carried is not None:
-                    plan = operations.run(carried, claim_next=more)
+                    plan = operations.run(carried, claim_next=more, reporting=reporting)
                 else:
-                    plan = operations.tick(None, claim_next=more)
+                    plan = operations.tick(None, claim_next=more, reporting=reporting)
                 result, held = await self._drive(plan)
                 carried = held if isinstance(held, _Claim) else None
                 if result.status == "idle" and result.job_id is None:
