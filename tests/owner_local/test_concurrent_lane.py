@@ -735,3 +735,38 @@ async def test_waiting_jobs_hold_no_queue_in_either_ticker(harness: Harness) -> 
     assert (await runtime.tick_concurrent()).status == "idle"
     assert (await runtime.tick()).job_id == "slow-later"
     assert runtime.next_tick_at() is None
+
+
+# ------------------------------------- rows another runtime left unlisted
+
+
+async def test_a_head_another_runtime_left_unlisted_holds_its_queue(harness: Harness) -> None:
+    # A runtime with a concurrent lane lists each row as it inserts it; a
+    # runtime without one lists every 100 (schema 0009). Here such a runtime
+    # on the same database leaves the best job of queue q, in the serial
+    # lane, unlisted: the concurrent ticker must still see it head q.
+    lists_later = harness.runtime()
+    assert lists_later.ingest(concurrent("listed", queue="q")) == "queued"  # a first insert lists
+    assert lists_later.ingest(serial("best", queue="q", priority=5)) == "queued"
+    assert lists_later.ingest(concurrent("other", queue="r", priority=1)) == "queued"
+    unlisted = harness.host_query(
+        "SELECT job_id FROM tickwork_jobs WHERE listed = 0 ORDER BY sequence")
+    assert [row[0] for row in unlisted] == ["best", "other"]
+    runtime = harness.runtime(concurrent_lane=FAST)
+    result = await runtime.tick_concurrent()
+    assert (result.status, result.job_id) == ("settled", "other")
+    # q's head runs on the serial ticker; then q's concurrent job.
+    assert (await runtime.tick()).job_id == "best"
+    assert (await runtime.tick_concurrent()).job_id == "listed"
+
+
+async def test_a_runtime_with_a_concurrent_lane_lists_and_files_at_once(
+        harness: Harness) -> None:
+    runtime = harness.runtime(concurrent_lane=FAST)
+    for n in range(5):
+        runtime.ingest(serial(f"s{n}", queue=f"q{n}"))
+    runtime.ingest_many([concurrent(f"c{n}", queue=f"q{n}") for n in range(5)])
+    assert harness.host_query("SELECT count(*) FROM tickwork_jobs WHERE listed = 0") == [(0,)]
+    assert len(await runtime.drain()) == 5
+    assert harness.host_query(
+        "SELECT count(*) FROM tickwork_jobs WHERE state = 'settled' AND filed = 0") == [(0,)]

@@ -404,12 +404,12 @@ def test_every_request_kind_a_plan_can_ask_has_a_documented_answer() -> None:
     ("settled", "b", "failed", "boom", None),
     ("retried", "c", "failed", None, 1_700_000_000_000),
 ])
-def test_settled_result_is_the_tick_result_it_stands_for(
+def test_ran_result_is_the_tick_result_it_stands_for(
         fields: tuple[Any, str, Any, str | None, int | None]) -> None:
-    from tickwork.model.outcomes import TickResult, settled_result
+    from tickwork.model.outcomes import TickResult, ran_result
 
     status, job_id, outcome, failure_reason, retry_at = fields
-    built = settled_result(status, job_id, outcome, failure_reason, retry_at)
+    built = ran_result(status, job_id, outcome, failure_reason, retry_at)
     made = TickResult(status, job_id=job_id, outcome=outcome, failure_reason=failure_reason,
                       retry_at=retry_at)
     assert (built, hash(built), repr(built)) == (made, hash(made), repr(made))

@@ -110,7 +110,7 @@ from tickwork.model.outcomes import (
     TickResult,
     queue_status_from_counts,
     queue_statuses_from_groups,
-    settled_result,
+    ran_result,
 )
 from tickwork.model.schedules import (
     MAX_SCHEDULE_NAME,
@@ -142,15 +142,15 @@ Ticked = tuple[TickResult, "Held | None"]
 
 def settled(job: JobRecord) -> TickResult:
     """The tick result reporting ``job``'s stored settlement."""
-    return settled_result("settled", job.job_id, job.outcome, job.failure_reason)
+    return ran_result("settled", job.job_id, job.outcome, job.failure_reason)
 
 
 def _written(job: JobRecord, settlement: Settlement) -> TickResult:
-    return settled_result("settled", job.job_id, settlement.outcome, settlement.failure_reason)
+    return ran_result("settled", job.job_id, settlement.outcome, settlement.failure_reason)
 
 
 def _retried(job: JobRecord, settlement: Settlement) -> TickResult:
-    return settled_result("retried", job.job_id, settlement.outcome, settlement.failure_reason,
+    return ran_result("retried", job.job_id, settlement.outcome, settlement.failure_reason,
                           job.due_at)
 
 

@@ -94,11 +94,11 @@ _SET_STATUS, _SET_JOB_ID, _SET_OUTCOME, _SET_FAILURE_REASON, _SET_REASON, _SET_R
 _new = object.__new__
 
 
-def settled_result(status: TickStatus, job_id: str, outcome: Outcome | None,
-                   failure_reason: str | None, retry_at: int | None = None) -> TickResult:
-    """``TickResult(status, job_id=..., outcome=..., failure_reason=...,
-    retry_at=...)``, the same object at half the cost: every tick that runs
-    a job builds one."""
+def ran_result(status: TickStatus, job_id: str, outcome: Outcome | None,
+               failure_reason: str | None, retry_at: int | None = None) -> TickResult:
+    """The result of a tick that settled a job or queued its retry
+    (``settled``, ``retried``): ``TickResult(status, job_id=..., outcome=...,
+    failure_reason=..., retry_at=...)``, the same object at half the cost."""
     result: TickResult = _new(TickResult)
     _SET_STATUS(result, status)
     _SET_JOB_ID(result, job_id)

@@ -180,10 +180,15 @@ def inside_lane(lane: str) -> Partition:
 
 
 class OwnerLocalStore:
-    """The owner-local job table, one method per statement."""
+    """The owner-local job table, one method per statement.
 
-    def __init__(self, database: SyncDatabase) -> None:
+    ``list_every``: how many inserted rows wait to be listed (schema 0009);
+    1 lists each row in its insert's commit (a runtime with a concurrent
+    lane, whose claims read the queue order index for every candidate)."""
+
+    def __init__(self, database: SyncDatabase, *, list_every: int = LIST_EVERY) -> None:
         self.database = database
+        self._list_every = list_every
         self._texts: dict[tuple[str, int], str] = {}
         # How many rows a write changed, if the database says so (a
         # CountingDatabase, such as Sqlite3Database): then the inserts, the hot
@@ -191,10 +196,10 @@ class OwnerLocalStore:
         self._count: Callable[[str, Sequence[Any]], int] | None = (
             database.mutate_count if isinstance(database, CountingDatabase) else None)
         # Rows inserted since this store last listed, settlements left
-        # unfiled since it last filed: it lists them at LIST_EVERY and files
-        # them at FILE_EVERY. Both start there, so the first insert and the
-        # first unfiled settlement also take in what a store before it left.
-        self._unlisted = LIST_EVERY
+        # unfiled since it last filed: it lists them at ``list_every`` and
+        # files them at FILE_EVERY. Both start there, so the first insert and
+        # the first unfiled settlement also take in what a store before it left.
+        self._unlisted = list_every
         self._unfiled = FILE_EVERY
 
     # The statements these two run return JOB rows (job columns first).
@@ -314,15 +319,22 @@ class OwnerLocalStore:
             statement, counted = _INSERT_JOB, _INSERT_JOB_COUNTED
             params = (job.job_id, job.queue, job.lane, job.priority, job.payload_json,
                       job.max_recoveries, job.run_at, job.delay_ms, job.retry_json, now)
+        if self._list_every > 1:
+            return self._insert_row(statement, counted, params)
+        # A store that lists every row at once lists it in the insert's commit.
+        return self.database.atomic(lambda: self._insert_row(statement, counted, params))
+
+    def _insert_row(self, statement: sql.Statement, counted: sql.Statement,
+                    params: Sequence[Any]) -> bool:
         if not self._changed(statement, counted, params):
             return False
         self._inserted_rows(1)
         return True
 
     def _inserted_rows(self, count: int) -> None:
-        """Count rows inserted unlisted; list them all once LIST_EVERY have come."""
+        """Count rows inserted unlisted; list them all once ``list_every`` have come."""
         self._unlisted += count
-        if self._unlisted >= LIST_EVERY:
+        if self._unlisted >= self._list_every:
             self.list_new_rows()
 
     def list_new_rows(self) -> None:

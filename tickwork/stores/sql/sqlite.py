@@ -1122,30 +1122,35 @@ RETURNING {JOB_SELECT}
 # partition) and no runnable job of the queue, in any lane, comes before it.
 # Unlike in CLAIM, coming first in a walk does not prove this: the better
 # job may be in the other partition, which the walk skips. Costs one probe of
-# the running index, one of the queue order index (0010: stepping over the
-# queue's running jobs and unfiled settlements) and a look at the unlisted
-# rows. A cancelled queued job never runs, so it holds no queue; its own
-# ticker settles it.
-_HEADS_ITS_QUEUE = f"""
-      AND NOT EXISTS (
-          SELECT 1 FROM tickwork_jobs AS busy
-          WHERE busy.queue = candidate.queue AND busy.state = 'running')
-      AND candidate.sequence = (
-          SELECT sequence FROM (
-              SELECT * FROM (
-                  SELECT head.sequence, head.priority FROM tickwork_jobs AS head
+# the running index and one of the queue order index (0010: stepping over the
+# queue's running jobs and unfiled settlements). A cancelled queued job never
+# runs, so it holds no queue; its own ticker settles it. Unlisted rows are
+# read too, but only while there are any (asked once per statement): a
+# runtime with a concurrent lane lists every row as it inserts it (see
+# tickwork.stores.owner_local), since this check runs for every candidate.
+_QUEUE_ORDER_HEAD = """
+                  SELECT {columns} FROM tickwork_jobs AS head
                       INDEXED BY tickwork_jobs_queue_order
                   WHERE head.listed = 1 AND head.filed = 0
                     AND head.queue = candidate.queue AND head.state = 'queued'
                     AND head.cancellation_id IS NULL AND head.due_at IS NULL
                   ORDER BY head.priority DESC, head.sequence
-                  LIMIT 1)
+                  LIMIT 1"""
+_HEADS_ITS_QUEUE = f"""
+      AND NOT EXISTS (
+          SELECT 1 FROM tickwork_jobs AS busy
+          WHERE busy.queue = candidate.queue AND busy.state = 'running')
+      AND candidate.sequence = CASE WHEN NOT EXISTS (SELECT 1 FROM {UNLISTED})
+      THEN ({_QUEUE_ORDER_HEAD.format(columns="head.sequence")})
+      ELSE (
+          SELECT sequence FROM (
+              SELECT * FROM ({_QUEUE_ORDER_HEAD.format(columns="head.sequence, head.priority")})
               UNION ALL
               SELECT sequence, priority FROM {UNLISTED}
                 AND queue = candidate.queue AND state = 'queued'
                 AND cancellation_id IS NULL AND due_at IS NULL)
           ORDER BY priority DESC, sequence
-          LIMIT 1)"""
+          LIMIT 1) END"""
 
 # The serial ticker walks the runnable index in pick order, as CLAIM does, and
 # stops at the first job outside the concurrent lane that heads its queue.
