@@ -249,7 +249,8 @@ SELECT {', '.join(CARGO_COLUMNS)} FROM tickwork_jobs WHERE job_id = :job_id
 # the ready set (PROMOTE_DUE), a durable change a projector sees. Two index
 # probes, never a scan of other queues. Owner-local (0010) finds the ready
 # job in the queue order index, stepping over the queue's running jobs and
-# unfiled settlements ahead of it, and among the unlisted rows.
+# unfiled settlements ahead of it, and among the unlisted rows while there
+# are any (asked once per statement).
 _RUNNING_HEAD = f"""
 SELECT * FROM (
     SELECT {JOB_SELECT} FROM tickwork_jobs
@@ -461,11 +462,23 @@ SELECT_LATEST_SETTLED = Template("select_latest_settled", settled_page(
     "tickwork_jobs_queue_settled", "queue = :queue",
     "settled_at DESC, sequence DESC", "1"), ("queue",), JOB_ROWS, _local)
 
+_LISTED_HEAD = f"""
+    SELECT {{columns}} FROM {QUEUE_ORDER} AND queue = :queue AND {HEAD_READY}
+    ORDER BY priority DESC, sequence
+    LIMIT 1"""
 SELECT_QUEUE_HEAD_LOCAL = Template("select_queue_head", f"""{_RUNNING_HEAD}
 UNION ALL
-SELECT * FROM ({merged_page(f"{QUEUE_ORDER} AND queue = :queue AND {HEAD_READY}",
-                            f"{UNLISTED} AND queue = :queue AND {HEAD_READY}",
-                            "priority DESC, sequence", "1")})
+SELECT * FROM (
+    SELECT {JOB_SELECT} FROM tickwork_jobs
+    WHERE sequence = CASE WHEN NOT EXISTS (SELECT 1 FROM {UNLISTED})
+    THEN ({_LISTED_HEAD.format(columns="sequence")})
+    ELSE (
+        SELECT sequence FROM (
+            SELECT * FROM ({_LISTED_HEAD.format(columns="sequence, priority")})
+            UNION ALL
+            SELECT sequence, priority FROM {UNLISTED} AND queue = :queue AND {HEAD_READY})
+        ORDER BY priority DESC, sequence
+        LIMIT 1) END)
 LIMIT 1
 """, ("queue",), JOB_ROWS, _local)
 
