@@ -131,7 +131,6 @@ from tickwork.ports.host import (
 from tickwork.runtimes.execution import run_executor
 from tickwork.stores.owner_local import (
     EVERY_JOB,
-    LIST_EVERY,
     OwnerLocalStore,
     Partition,
     inside_lane,
@@ -221,13 +220,10 @@ class _LocalRuntime:
         self._serial = self._tickers[0]
         self._concurrent_lane = concurrent_lane
         self._database = database
-        # With a concurrent lane, every claim checks that its candidates head
+        # With a concurrent lane every claim checks that its candidates head
         # their queues, and that check would read past the rows waiting for a
-        # batch for each candidate: such a runtime lists each row as it
-        # inserts it and files each settlement at once (schemas 0009, 0010).
-        self._batched = concurrent_lane is None
-        self._store = OwnerLocalStore(database,
-                                      list_every=LIST_EVERY if self._batched else 1)
+        # batch for each candidate: such a runtime's store batches nothing.
+        self._store = OwnerLocalStore(database, batched=concurrent_lane is None)
         self._execute = execute
         self._is_alive = is_alive
         self._wake = wake
@@ -822,8 +818,8 @@ class _LocalRuntime:
         every read sees it; only the history indexes wait): the store files a
         batch of them in the transaction of every FILE_EVERY-th (see
         ``tickwork.stores.owner_local``), so the indexes that filing changes
-        are written once per batch. A runtime with a concurrent lane files
-        each at once (see ``__init__``)."""
+        are written once per batch (a store that batches nothing files it
+        at once)."""
         ticker, job, store = execution.ticker, execution.job, self._store
         self._promote_due(now)  # its own transition, so the claim sees due jobs
         token = self._new_token()
@@ -835,12 +831,11 @@ class _LocalRuntime:
         def settle_and_claim() -> tuple[bool, JobRecord | None]:
             if self._project is None:
                 if not store.settle_claim(job.sequence, execution.token, settlement, now,
-                                          cancelled=cancelled, file=not self._batched):
+                                          cancelled=cancelled, file=False):
                     return False, None
             else:
                 settled = store.settle_claim_record(job.sequence, execution.token, settlement,
-                                                    now, cancelled=cancelled,
-                                                    file=not self._batched)
+                                                    now, cancelled=cancelled, file=False)
                 if settled is None:
                     return False, None
                 self._project_queue(job.queue, settled=settled)

@@ -182,13 +182,15 @@ def inside_lane(lane: str) -> Partition:
 class OwnerLocalStore:
     """The owner-local job table, one method per statement.
 
-    ``list_every``: how many inserted rows wait to be listed (schema 0009);
-    1 lists each row in its insert's commit (a runtime with a concurrent
-    lane, whose claims read the queue order index for every candidate)."""
+    ``batched=False`` writes no index entry in batches (schemas 0009, 0010):
+    each row is listed in its insert's commit and each settlement filed in
+    its own, whatever the caller asks (for a runtime with a concurrent lane,
+    whose claims read a queue's head for every candidate)."""
 
-    def __init__(self, database: SyncDatabase, *, list_every: int = LIST_EVERY) -> None:
+    def __init__(self, database: SyncDatabase, *, batched: bool = True) -> None:
         self.database = database
-        self._list_every = list_every
+        self._batched = batched
+        self._list_every = LIST_EVERY if batched else 1
         self._texts: dict[tuple[str, int], str] = {}
         # How many rows a write changed, if the database says so (a
         # CountingDatabase, such as Sqlite3Database): then the inserts, the hot
@@ -196,10 +198,10 @@ class OwnerLocalStore:
         self._count: Callable[[str, Sequence[Any]], int] | None = (
             database.mutate_count if isinstance(database, CountingDatabase) else None)
         # Rows inserted since this store last listed, settlements left
-        # unfiled since it last filed: it lists them at ``list_every`` and
+        # unfiled since it last filed: it lists them every _list_every and
         # files them at FILE_EVERY. Both start there, so the first insert and
         # the first unfiled settlement also take in what a store before it left.
-        self._unlisted = list_every
+        self._unlisted = self._list_every
         self._unfiled = FILE_EVERY
 
     # The statements these two run return JOB rows (job columns first).
@@ -319,7 +321,7 @@ class OwnerLocalStore:
             statement, counted = _INSERT_JOB, _INSERT_JOB_COUNTED
             params = (job.job_id, job.queue, job.lane, job.priority, job.payload_json,
                       job.max_recoveries, job.run_at, job.delay_ms, job.retry_json, now)
-        if self._list_every > 1:
+        if self._batched:
             return self._insert_row(statement, counted, params)
         # A store that lists every row at once lists it in the insert's commit.
         return self.database.atomic(lambda: self._insert_row(statement, counted, params))
@@ -332,7 +334,7 @@ class OwnerLocalStore:
         return True
 
     def _inserted_rows(self, count: int) -> None:
-        """Count rows inserted unlisted; list them all once ``list_every`` have come."""
+        """Count rows inserted unlisted; list them all once _list_every have come."""
         self._unlisted += count
         if self._unlisted >= self._list_every:
             self.list_new_rows()
@@ -421,9 +423,10 @@ class OwnerLocalStore:
     ) -> bool:
         """Settle the claim; False when it is no longer the job's current claim,
         or its cancellation is not (``cancelled=False``: is) recorded.
-        ``file=False`` leaves the settled row unfiled (schema 0009): the
-        FILE_EVERY-th such settlement files them all, in the caller's
-        transaction."""
+        ``file=False`` leaves the settled row unfiled (schema 0009) in a
+        batched store: the FILE_EVERY-th such settlement files them all, in
+        the caller's transaction."""
+        file = file or not self._batched
         params = (settlement.outcome, settlement.failure_reason, settlement.error_json, now,
                   sequence, token)
         statements = _FILING if file else _UNFILED
@@ -441,6 +444,7 @@ class OwnerLocalStore:
         file: bool = True,
     ) -> JobRecord | None:
         """settle_claim, returning the settled job (for the projector)."""
+        file = file or not self._batched
         statements = _FILING if file else _UNFILED
         statement = statements.cancelled_claim_record if cancelled else statements.claim_record
         params = (settlement.outcome, settlement.failure_reason, settlement.error_json, now,

@@ -68,15 +68,8 @@ class Sqlite3Database:
         self.connection.execute(sql, params).fetchall()
 
     def mutate(self, sql: str, params: Sequence[SqlValue] = ()) -> list[Row]:
-        connection = self.connection
-        if self._stuck is None and (connection.in_transaction
-                                    or connection.isolation_level is None):
-            # _write's common case, inline: the statement joins the open
-            # transaction, or commits by itself.
-            rows: list[Row] = connection.execute(sql, params).fetchall()
-            return rows
-        written: list[Row] = self._write(_ROWS, sql, params)
-        return written
+        rows: list[Row] = self._write(_ROWS, sql, params)
+        return rows
 
     def mutate_count(self, sql: str, params: Sequence[SqlValue] = ()) -> int:
         """``mutate`` for a write without RETURNING: how many rows it changed.
@@ -86,7 +79,9 @@ class Sqlite3Database:
         connection = self.connection
         if self._stuck is None and (connection.in_transaction
                                     or connection.isolation_level is None):
-            count: int = connection.execute(sql, params).rowcount  # as in mutate
+            # _write's common case, inline (the hot statements come here):
+            # the statement joins the open transaction, or commits by itself.
+            count: int = connection.execute(sql, params).rowcount
             return count
         changed: int = self._write(_ROW_COUNT, sql, params)
         return changed

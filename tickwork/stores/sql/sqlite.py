@@ -95,6 +95,35 @@ QUEUE_ORDER = f"tickwork_jobs INDEXED BY tickwork_jobs_queue_order WHERE {PENDIN
 HEAD_READY = "state = 'queued' AND due_at IS NULL"
 
 
+def queue_rows(select: str, where: str) -> str:
+    """Owner-local (0010): ``select`` over one queue's unsettled rows that
+    match ``where`` (which names the queue and the state): the listed ones
+    from the queue order index, then the unlisted ones."""
+    return f"""SELECT {select} FROM {QUEUE_ORDER} AND {where}
+    UNION ALL
+    SELECT {select} FROM {UNLISTED} AND {where}"""
+
+
+def queue_head(queue: str, ready: str) -> str:
+    """Owner-local (0010): the sequence of queue ``queue``'s first job in pick
+    order that matches ``ready``. From the queue order index (stepping over
+    the queue's running jobs and unfiled settlements ahead of it), and
+    among the unlisted rows only while there are any (asked once per
+    statement)."""
+    listed = f"""SELECT {{columns}} FROM {QUEUE_ORDER} AND queue = {queue} AND {ready}
+            ORDER BY priority DESC, sequence
+            LIMIT 1"""
+    return f"""CASE WHEN NOT EXISTS (SELECT 1 FROM {UNLISTED})
+    THEN ({listed.format(columns="sequence")})
+    ELSE (
+        SELECT sequence FROM (
+            SELECT * FROM ({listed.format(columns="sequence, priority")})
+            UNION ALL
+            SELECT sequence, priority FROM {UNLISTED} AND queue = {queue} AND {ready})
+        ORDER BY priority DESC, sequence
+        LIMIT 1) END"""
+
+
 def _fragments(target: Target) -> dict[str, str]:
     now = target.now
     if not target.leases:
@@ -329,9 +358,7 @@ def _waiting_count_d1(due: str) -> str:
 
 def _waiting_count_local(due: str) -> str:
     return f"""(SELECT count(*) FROM (
-        SELECT 1 FROM {QUEUE_ORDER} AND queue = :queue AND state = 'queued' AND due_at {due}
-        UNION ALL
-        SELECT 1 FROM {UNLISTED} AND queue = :queue AND state = 'queued' AND due_at {due}))"""
+    {queue_rows("1", f"queue = :queue AND state = 'queued' AND due_at {due}")}))"""
 
 
 QUEUE_STATUS = Template("queue_status", _QUEUE_STATUS.format(
@@ -462,23 +489,11 @@ SELECT_LATEST_SETTLED = Template("select_latest_settled", settled_page(
     "tickwork_jobs_queue_settled", "queue = :queue",
     "settled_at DESC, sequence DESC", "1"), ("queue",), JOB_ROWS, _local)
 
-_LISTED_HEAD = f"""
-    SELECT {{columns}} FROM {QUEUE_ORDER} AND queue = :queue AND {HEAD_READY}
-    ORDER BY priority DESC, sequence
-    LIMIT 1"""
 SELECT_QUEUE_HEAD_LOCAL = Template("select_queue_head", f"""{_RUNNING_HEAD}
 UNION ALL
 SELECT * FROM (
     SELECT {JOB_SELECT} FROM tickwork_jobs
-    WHERE sequence = CASE WHEN NOT EXISTS (SELECT 1 FROM {UNLISTED})
-    THEN ({_LISTED_HEAD.format(columns="sequence")})
-    ELSE (
-        SELECT sequence FROM (
-            SELECT * FROM ({_LISTED_HEAD.format(columns="sequence, priority")})
-            UNION ALL
-            SELECT sequence, priority FROM {UNLISTED} AND queue = :queue AND {HEAD_READY})
-        ORDER BY priority DESC, sequence
-        LIMIT 1) END)
+    WHERE sequence = {queue_head(":queue", HEAD_READY)})
 LIMIT 1
 """, ("queue",), JOB_ROWS, _local)
 
@@ -1045,9 +1060,7 @@ DELETE FROM tickwork_jobs WHERE queue = :queue AND state = 'queued'
 """, ("queue",), None, _d1)
 PURGE_QUEUE_COUNTED = Template("purge_queue_counted", f"""
 DELETE FROM tickwork_jobs WHERE sequence IN (
-    SELECT sequence FROM {QUEUE_ORDER} AND queue = :queue AND state = 'queued'
-    UNION ALL
-    SELECT sequence FROM {UNLISTED} AND queue = :queue AND state = 'queued')
+    {queue_rows("sequence", "queue = :queue AND state = 'queued'")})
 RETURNING sequence
 """, ("queue",), SEQUENCE_ROWS, _local)
 
@@ -1135,35 +1148,17 @@ RETURNING {JOB_SELECT}
 # partition) and no runnable job of the queue, in any lane, comes before it.
 # Unlike in CLAIM, coming first in a walk does not prove this: the better
 # job may be in the other partition, which the walk skips. Costs one probe of
-# the running index and one of the queue order index (0010: stepping over the
-# queue's running jobs and unfiled settlements). A cancelled queued job never
-# runs, so it holds no queue; its own ticker settles it. Unlisted rows are
-# read too, but only while there are any (asked once per statement): a
-# runtime with a concurrent lane lists every row as it inserts it (see
-# tickwork.stores.owner_local), since this check runs for every candidate.
-_QUEUE_ORDER_HEAD = """
-                  SELECT {columns} FROM tickwork_jobs AS head
-                      INDEXED BY tickwork_jobs_queue_order
-                  WHERE head.listed = 1 AND head.filed = 0
-                    AND head.queue = candidate.queue AND head.state = 'queued'
-                    AND head.cancellation_id IS NULL AND head.due_at IS NULL
-                  ORDER BY head.priority DESC, head.sequence
-                  LIMIT 1"""
+# the running index and one of the queue order index (queue_head). A
+# cancelled queued job never runs, so it holds no queue; its own ticker
+# settles it. This check runs for every candidate, so a runtime with a
+# concurrent lane lists every row as it inserts it (see
+# tickwork.stores.owner_local): queue_head then never reads unlisted rows.
 _HEADS_ITS_QUEUE = f"""
       AND NOT EXISTS (
           SELECT 1 FROM tickwork_jobs AS busy
           WHERE busy.queue = candidate.queue AND busy.state = 'running')
-      AND candidate.sequence = CASE WHEN NOT EXISTS (SELECT 1 FROM {UNLISTED})
-      THEN ({_QUEUE_ORDER_HEAD.format(columns="head.sequence")})
-      ELSE (
-          SELECT sequence FROM (
-              SELECT * FROM ({_QUEUE_ORDER_HEAD.format(columns="head.sequence, head.priority")})
-              UNION ALL
-              SELECT sequence, priority FROM {UNLISTED}
-                AND queue = candidate.queue AND state = 'queued'
-                AND cancellation_id IS NULL AND due_at IS NULL)
-          ORDER BY priority DESC, sequence
-          LIMIT 1) END"""
+      AND candidate.sequence = {queue_head("candidate.queue",
+                                           HEAD_READY + " AND cancellation_id IS NULL")}"""
 
 # The serial ticker walks the runnable index in pick order, as CLAIM does, and
 # stops at the first job outside the concurrent lane that heads its queue.
