@@ -68,6 +68,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sys.stdout.flush()
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # the module's output is not a result
+    # What an earlier module wrote (a PostgreSQL server's last checkpoint, the
+    # peers' files) reaches the disk now, not while this module measures.
+    os.sync()
     try:
         figures = importlib.import_module(args.module).collect(quick=args.quick)
     except Exception:
