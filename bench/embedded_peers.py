@@ -82,6 +82,7 @@ import json
 import os
 import re
 import resource
+import shutil
 import sqlite3
 import tempfile
 import time
@@ -569,18 +570,19 @@ def best_runs(directory: Path, count: int, setting: str,
     time), the contenders taken in turns, one run of each per round, so a
     change of the machine's load falls on all of them alike.
 
-    Every run starts on a fresh file, and after ``os.sync()``: the pages an
-    earlier run left dirty are on disk before the clock starts, rather than
-    written back by the kernel while the next contender syncs its commits."""
+    Every run starts in a folder of its own (persist-queue's path is a
+    folder), removed after it, and after ``os.sync()``: the pages an earlier
+    run left dirty are on disk before the clock starts, rather than written
+    back by the kernel while the next contender syncs its commits."""
     best: dict[str, tuple[Phases, CpuTime]] = {}
-    for _ in range(repeats):
+    for round_number in range(repeats):
         for name, run in CONTENDERS.items():
-            path = directory / f"{_slug(name)}-{setting}.sqlite3"
-            for suffix in ("", "-wal", "-shm"):
-                Path(f"{path}{suffix}").unlink(missing_ok=True)
+            folder = directory / f"{_slug(name)}-{setting}-{round_number}"
+            folder.mkdir()
             os.sync()
             meter = CpuTime()
-            phases = run(path, count, setting, meter)
+            phases = run(folder / "queue.sqlite3", count, setting, meter)
+            shutil.rmtree(folder)
             if name not in best or sum(phases) < sum(best[name][0]):
                 best[name] = phases, meter
     return best

@@ -66,6 +66,40 @@ def test_embedded_peers_benchmark_runs_checks_every_job_and_prints_every_row() -
         assert label in stdout, label
 
 
+def test_best_runs_takes_the_contenders_in_turns_each_on_a_fresh_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import bench.embedded_peers as peers
+
+    calls: list[tuple[str, Path]] = []
+    phases = {"a": iter([(2.0, 1.0), (1.0, 1.0)]), "b": iter([(0.5, 0.5), (1.0, 1.0)])}
+
+    def contender(name: str) -> object:
+        def run(path: Path, count: int, setting: str, meter: object) -> tuple[float, float]:
+            assert not path.exists() and path.parent.is_dir() and not any(path.parent.iterdir())
+            path.write_text("stored")  # what a run leaves must not reach the next one
+            calls.append((name, path))
+            return next(phases[name])
+        return run
+
+    monkeypatch.setattr(peers, "CONTENDERS", {"a": contender("a"), "b": contender("b")})
+    best = peers.best_runs(tmp_path, 10, "NORMAL", 2)
+    assert [name for name, _ in calls] == ["a", "b", "a", "b"]
+    assert len({path for _, path in calls}) == 4
+    assert {name: phases for name, (phases, _) in best.items()} == {
+        "a": (1.0, 1.0), "b": (0.5, 0.5)}
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_best_runs_runs_every_real_contender_twice(tmp_path: Path) -> None:
+    # persist-queue's path is a folder: a second run must not trip on the first's.
+    from bench.embedded_peers import CONTENDERS, best_runs
+
+    best = best_runs(tmp_path, 20, "NORMAL", 2)
+    assert set(best) == set(CONTENDERS)
+    assert all(min(phases) > 0 for phases, _ in best.values())
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("indexes", [0, 1, 2])
 def test_a_wal_frame_count_sees_each_b_tree_a_commit_changes(tmp_path: Path,
                                                              indexes: int) -> None:
