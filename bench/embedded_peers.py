@@ -524,8 +524,9 @@ def _slug(name: str) -> str:
 
 
 def collect(*, quick: bool) -> Figures:
-    """One run: every contender at NORMAL and at FULL, as rows (the total
-    against each peer; each phase against huey's, as context)."""
+    """One run: every contender at NORMAL and at FULL (a full run: each
+    contender's best of two, see ``best_runs``), as rows (the total against
+    each peer; each phase against huey's, as context)."""
     count = 2_000 if quick else 20_000
     repeats = 1 if quick else 2
     figures = Figures()
