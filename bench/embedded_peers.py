@@ -519,7 +519,8 @@ CONTENDERS: dict[str, Callable[[Path, int, str, Meter], Phases]] = {
 
 
 def _slug(name: str) -> str:
-    """A contender's file name: one per contender, so no run reopens another's."""
+    """A contender's name in its files and folders: one per contender, so no
+    run reopens another's."""
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 

@@ -426,16 +426,15 @@ class OwnerLocalStore:
         ``file=False`` leaves the settled row unfiled (schema 0009) in a
         batched store: the FILE_EVERY-th such settlement files them all, in
         the caller's transaction."""
-        file = file or not self._batched
         params = (settlement.outcome, settlement.failure_reason, settlement.error_json, now,
                   sequence, token)
-        statements = _FILING if file else _UNFILED
+        statements = self._settlements(file)
         if cancelled:
             settled = self._changed(statements.cancelled_claim,
                                     statements.cancelled_claim_counted, params)
         else:
             settled = self._changed(statements.claim, statements.claim_counted, params)
-        if settled and not file:
+        if settled and statements is _UNFILED:
             self._settled_unfiled()
         return settled
 
@@ -444,15 +443,19 @@ class OwnerLocalStore:
         file: bool = True,
     ) -> JobRecord | None:
         """settle_claim, returning the settled job (for the projector)."""
-        file = file or not self._batched
-        statements = _FILING if file else _UNFILED
+        statements = self._settlements(file)
         statement = statements.cancelled_claim_record if cancelled else statements.claim_record
         params = (settlement.outcome, settlement.failure_reason, settlement.error_json, now,
                   sequence, token)
         job = self._write_one(statement, params)
-        if job is not None and not file:
+        if job is not None and statements is _UNFILED:
             self._settled_unfiled()
         return job
+
+    def _settlements(self, file: bool) -> _Settlements:
+        """The statements that file the settled row, or (``file=False`` in a
+        batched store) leave it for the next batch."""
+        return _FILING if file or not self._batched else _UNFILED
 
     def _settled_unfiled(self) -> None:
         """Count a settlement left unfiled; file them all once FILE_EVERY have come."""
