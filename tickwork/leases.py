@@ -25,6 +25,7 @@ import asyncio
 import contextvars
 import enum
 import heapq
+import sys
 from collections.abc import Awaitable, Callable
 from functools import partial
 from types import TracebackType
@@ -86,23 +87,37 @@ class Clock(Protocol):
     def call_later(self, delay_ms: float, callback: Callable[[], None]) -> TimerHandle: ...
 
 
+#: Whether LoopClock timers share one loop timer by default: not on Pyodide.
+#: A Worker's or a Durable Object's loop outlives the events it serves, and
+#: a timer armed during one event never fires once that event has ended
+#: (measured in workerd); a loop-wide timer would then be remembered as
+#: armed in the next event, which would wait for it for ever.
+SHARE_LOOP_TIMERS: Final = sys.platform != "emscripten"
+
+
 class LoopClock:
     """:class:`Clock` backed by the running asyncio event loop.
 
-    All of a loop's timers share one loop timer (:class:`_LoopTimers`): a
-    worker arms a watchdog and a renewal timer for every job it claims and
-    cancels both when the job ends, mostly milliseconds later, and one
-    loop timer per pair cost more than the rest of the lease keeping.
+    With ``shared`` (the default on CPython, ``SHARE_LOOP_TIMERS``), all of
+    a loop's timers share one loop timer (:class:`_LoopTimers`): a worker
+    arms a watchdog and a renewal timer for every job it claims and cancels
+    both when the job ends, mostly milliseconds later, and one loop timer
+    per pair cost more than the rest of the lease keeping. Without it (the
+    default on Pyodide), every timer is a loop timer of its own, held only
+    by whoever armed it, so no timer state outlives the event that armed it.
     """
 
-    __slots__ = ()
+    __slots__ = ("_shared",)
+
+    def __init__(self, *, shared: bool = SHARE_LOOP_TIMERS) -> None:
+        self._shared = shared
 
     def now_ms(self) -> float:
         return asyncio.get_running_loop().time() * 1000.0
 
     def call_later(self, delay_ms: float, callback: Callable[[], None]) -> TimerHandle:
         loop = asyncio.get_running_loop()
-        timers = _timers_of(loop)
+        timers = _timers_of(loop) if self._shared else None
         if timers is None:
             return _loop_timer(loop, delay_ms, callback)
         return timers.add(loop.time() * 1000.0 + delay_ms, callback)

@@ -38,6 +38,10 @@ async def test_a_failed_attempt_waits_its_backoff_then_runs_again(engine: Engine
     assert (record.state, record.outcome, record.attempt, record.due_at, record.started_at) == (
         "queued", None, 2, now() + SECOND, None)
     assert record.history == (Attempt(1, "failed", "attempt-1", first_start, first_start),)
+    # Times stay integers in the stored JSON too (a Durable Object binds every
+    # number as a REAL: measured in workerd, it once wrote 1796523995185.0).
+    assert type(record.history[0].ended_at) is int
+    assert type(record.history[0].started_at) is int
     # It waits like any delayed job: no claim, counted as delayed, and the
     # host is told when to come back.
     assert await jobs.has_pending_work() is False

@@ -41,7 +41,17 @@ async def test_info_by_default_and_nothing_when_off(
     assert json_lines(capsys.readouterr().out) == []
 
 
-async def test_an_unknown_level_fails_the_object_naming_the_variable(host: Host) -> None:
+async def test_an_unknown_level_logs_at_the_default_and_says_so(
+        host: Host, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unknown level must not break the object (it failed every RPC call)."""
+    from tickwork.cloudflare import app
+
+    monkeypatch.setattr(app, "_REPORTED_LOG_LEVELS", set())
     host.namespace.env.TICKWORK_LOG_LEVEL = "loud"
-    with pytest.raises(ValueError, match="TICKWORK_LOG_LEVEL"):
-        await host.stub().ingest(job("a"))
+    await host.stub().ingest(job("a"))
+    await host.scheduler.run_due()
+    await host.stub("another-owner").ingest(job("b"))  # a second object: not said again
+    logged = capsys.readouterr()
+    assert [(line["event"], line["job_id"]) for line in json_lines(logged.out)] == [
+        ("ingested", "a"), ("settled", "a"), ("ingested", "b")]
+    assert logged.err.count("TICKWORK_LOG_LEVEL must be one of") == 1, logged.err

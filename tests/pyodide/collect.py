@@ -43,7 +43,7 @@ SUITES: dict[str, tuple[str, ...]] = {
         "test_schema_and_plans", "test_transactional")),
     # What only the shared runtimes have (leases, drain, edge values), on D1.
     "shared-d1": tuple(f"tests.shared.{name}" for name in (
-        "test_drain", "test_edge_values", "test_leases")),
+        "test_drain", "test_edge_values", "test_event_timers", "test_leases")),
     # The Worker, the JobOwner Durable Object and the FFI facts, Pyodide-only;
     # and how the DO adapter reads rows, on real JS row objects.
     "workers": (*(f"tests.pyodide.cases.{name}" for name in (

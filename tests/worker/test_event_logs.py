@@ -61,8 +61,23 @@ async def test_the_cron_drain_logs_its_transitions(
         assert (line["logger"], line["queue"]) == ("tickwork", f"q-{line['job_id']}")
 
 
-async def test_an_unknown_level_fails_the_drain_naming_the_variable(
-        worker: Any, env: Any) -> None:
-    env.TICKWORK_LOG_LEVEL = "chatty"
-    with pytest.raises(ValueError, match="TICKWORK_LOG_LEVEL"):
-        await worker.scheduled(controller(), env, types.SimpleNamespace())
+async def test_an_unknown_level_logs_at_the_default_and_says_so_once(
+        worker: Any, env: Any, shape: str, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Measured in workerd before: with ``loud`` even /v1/health answered 500."""
+    from tickwork.cloudflare import app
+
+    monkeypatch.setattr(app, "_REPORTED_LOG_LEVELS", set())
+    monkeypatch.setattr(app, "_API_RUNTIMES", type(app._API_RUNTIMES)())
+    env.TICKWORK_LOG_LEVEL = "loud"
+    assert (await send(worker, shape, "GET", "/v1/health", token=None))[0] == 200
+    for scope in ("owners/tenant", "shared"):
+        status, text = await send(worker, shape, "POST", f"/v1/{scope}/jobs", job(f"x-{shape}"))
+        assert status == 201, text
+    await enqueue(worker, shape, "ok")
+    await worker.scheduled(controller())
+    logged = capsys.readouterr()
+    assert logged.err.count("TICKWORK_LOG_LEVEL must be one of debug, info, warn, off, "
+                            "got 'loud'; logging at 'info' instead") == 1, logged.err
+    assert ("settled", "ok", "info") in {(line["event"], line["job_id"], line["level"])
+                                         for line in json_lines(logged.out)}

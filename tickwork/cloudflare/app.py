@@ -81,7 +81,7 @@ from tickwork._pyodide import load_jsnull
 from tickwork.api import MAX_BODY_BYTES, ApiRequest, ApiResponse, JobApi, RpcService, RuntimeService
 from tickwork.api.wire import ApiError
 from tickwork.locks import JobLock, LockLease, LockRun
-from tickwork.logs import LOG_LEVEL_VAR, JsonLogHook, log_hook_for
+from tickwork.logs import DEFAULT_LOG_LEVEL, LOG_LEVEL_VAR, JsonLogHook, log_hook_for
 from tickwork.model.outcomes import IngestStatus, TickResult
 from tickwork.ports.host import Executor
 from tickwork.runtimes.d1 import D1Runtime
@@ -167,11 +167,28 @@ def api_token(env: Any) -> str | None:
     return token if isinstance(token, str) and token else None
 
 
+#: Unknown TICKWORK_LOG_LEVEL values already reported by this isolate.
+_REPORTED_LOG_LEVELS: set[str] = set()
+
+
 def event_log(env: Any) -> JsonLogHook | None:
     """The JSON log of lifecycle events ``TICKWORK_LOG_LEVEL`` asks for
     (``tickwork.logs``: one line per transition on stdout, "info" by
-    default, none for "off"); an unknown level raises, naming the variable."""
-    return log_hook_for(binding(env, LOG_LEVEL_VAR))
+    default, none for "off").
+
+    An unknown level does not take the Worker down (it would otherwise
+    fail every request, ``/v1/health`` included, and every Durable Object
+    constructor): the default level is used and one error line per isolate
+    and value names the variable, the value and the levels it takes."""
+    configured = binding(env, LOG_LEVEL_VAR)
+    try:
+        return log_hook_for(configured)
+    except ValueError as error:
+        shown = repr(configured)[:100]
+        if shown not in _REPORTED_LOG_LEVELS and len(_REPORTED_LOG_LEVELS) < 16:
+            _REPORTED_LOG_LEVELS.add(shown)
+            log_error(f"{error}; logging at {DEFAULT_LOG_LEVEL!r} instead")
+        return log_hook_for(None)
 
 
 def owner_stub(namespace: Any, owner: str) -> Any:
@@ -274,7 +291,18 @@ async def handle_fetch(env: Any, request: Any, *, executors: ExecutorFactory,
     except Exception:
         log_error("internal error answering a request:\n" + traceback.format_exc())
         answer = INTERNAL_ERROR
+        # A body left unread breaks the client's next request on the same
+        # connection (see discard_body): drop it, as for a refusal.
+        if _method(request) not in ("GET", "HEAD") and not _body_used(request):
+            await discard_body(request, None)
     return to_response(answer)
+
+
+def _body_used(request: Any) -> bool:
+    used = getattr(request, "body_used", None)
+    if used is None:
+        used = getattr(getattr(request, "js_object", None), "bodyUsed", False)
+    return used is True
 
 
 def _method(request: Any) -> str:

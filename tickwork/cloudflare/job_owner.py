@@ -61,6 +61,7 @@ from tickwork._pyodide import js_number
 from tickwork.api import JobOwnerRpc, JobService, RuntimeService, rpc_methods
 from tickwork.cloudflare.alarm_wake import AlarmWake, alarm_retry_count
 from tickwork.cloudflare.app import event_log
+from tickwork.cloudflare.runtime_env import RuntimeEnv
 from tickwork.events import EventHook
 from tickwork.hosts.ticking import tick_until_idle
 from tickwork.ports.host import Executor, wall_clock_ms
@@ -70,7 +71,7 @@ logger = logging.getLogger(__name__)
 
 
 @rpc_methods
-class JobOwner(JobOwnerRpc, DurableObject):  # type: ignore[misc, unused-ignore]
+class JobOwner(JobOwnerRpc, RuntimeEnv, DurableObject):  # type: ignore[misc, unused-ignore]
     """A SQLite-backed Durable Object running ``OwnerRuntime`` on its alarm."""
 
     #: Wall-clock budget of one alarm() delivery, checked between ticks.
@@ -87,7 +88,7 @@ class JobOwner(JobOwnerRpc, DurableObject):  # type: ignore[misc, unused-ignore]
     _executors: ClassVar[Callable[[Any], Executor] | None] = None
 
     def __init__(self, ctx: Any, env: Any) -> None:
-        super().__init__(ctx, env)
+        super().__init__(ctx, env)  # self.env: one SDK wrapper, however many were applied
         storage = self.ctx.storage
         self._wake = AlarmWake(storage, next_at=self._next_tick_at, clock=self._now_ms)
         self.runtime = OwnerRuntime(

@@ -13,11 +13,14 @@ from workers import WorkerEntrypoint  # type: ignore[import-not-found, unused-ig
 
 from tickwork.cloudflare import app
 from tickwork.cloudflare.app import DomainHook, ExecutorFactory
+from tickwork.cloudflare.runtime_env import RuntimeEnv
 
 
-class TickworkWorker(WorkerEntrypoint):  # type: ignore[misc, unused-ignore]
+class TickworkWorker(RuntimeEnv, WorkerEntrypoint):  # type: ignore[misc, unused-ignore]
     """The Worker's entrypoint. Make one with ``tickwork.cloudflare.worker_class``
-    (or subclass and set ``_executors`` / ``_domain_statements``)."""
+    (or subclass and set ``_executors`` / ``_domain_statements``). ``self.env``
+    is the runtime's env in one SDK wrapper, however many the SDK applied
+    (``tickwork.cloudflare.runtime_env``)."""
 
     #: The deployment's ``(env) -> Executor`` (underscored: never an RPC method).
     _executors: ClassVar[ExecutorFactory | None] = None
@@ -36,7 +39,8 @@ class TickworkWorker(WorkerEntrypoint):  # type: ignore[misc, unused-ignore]
                                       domain_statements=type(self)._domain_statements)
 
     async def scheduled(self, controller: Any, env: Any = None, ctx: Any = None) -> None:
-        # The runtime passes (controller) or (controller, env, ctx), depending
-        # on the SDK and the compatibility date; self.env is the same env.
-        await app.run_cron(env if env is not None else self.env, controller,
-                           executors=self._executor_factory())
+        # The runtime passes (controller), or (controller, env, ctx) on some
+        # SDKs and dates; env is then the same env before any SDK wrapper, so
+        # self.env (wrapped once) is used either way.
+        del env, ctx
+        await app.run_cron(self.env, controller, executors=self._executor_factory())

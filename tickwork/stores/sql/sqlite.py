@@ -729,6 +729,9 @@ _ERROR_LINE = ("CASE WHEN error_json IS NULL THEN NULL ELSE substr("
 # job keeps its sequence, so once due it is its queue's head again. It keeps
 # the ended attempt's error summary in error_json (NULL when it did not
 # raise), and its history entry the short "Type: message" (:error_line).
+# 'ended_at' is CAST: a Durable Object binds every JS number as a REAL, which
+# a column's INTEGER affinity turns back into an integer but JSON text keeps
+# as "1796523995185.0" (measured in workerd).
 # Returns the job (its due_at and attempt), for the tick's result.
 RETRY_CLAIM = Template("retry_claim", f"""
 UPDATE tickwork_jobs
@@ -736,7 +739,7 @@ SET state = 'queued', started_at = NULL, claim_token = NULL{{clear_lease}},
     attempt = attempt + 1, due_at = {{now}} + :delay_ms, error_json = :error_json,
     history_json = {_APPEND_HISTORY.format(entry=(
         "json_object('attempt', attempt, 'outcome', :outcome, 'reason', :failure_reason, "
-        "'started_at', started_at, 'ended_at', {now}, 'error', :error_line)"))}
+        "'started_at', started_at, 'ended_at', CAST({now} AS INTEGER), 'error', :error_line)"))}
 WHERE sequence = :sequence AND state = 'running' AND claim_token = :token {{lease_live}}
   AND cancellation_id IS NULL
 RETURNING {JOB_SELECT}
