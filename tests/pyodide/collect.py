@@ -29,6 +29,12 @@ _BEHAVIOUR = tuple(f"tests.behaviour.{name}" for name in (
     "test_events", "test_fail_lane", "test_ingest", "test_list_jobs", "test_pause",
     "test_reads", "test_recovery", "test_retries", "test_schedules", "test_tick"))
 
+#: The cases of a deployment: the Worker's fetch and scheduled handlers, the
+#: JobOwner's RPC methods and alarm, through an SDK's real entry classes.
+_DEPLOYMENT = tuple(f"tests.pyodide.cases.{name}" for name in (
+    "test_job_owner", "test_worker", "test_workers_events", "test_client",
+    "test_example_project", "test_dashboard", "test_sdk_boundary"))
+
 #: The suites the tier runs. The fixtures each needs come from inside/fixtures.py.
 SUITES: dict[str, tuple[str, ...]] = {
     # The behaviour suite, on a Durable Object whose ctx.storage is a JS object
@@ -44,13 +50,20 @@ SUITES: dict[str, tuple[str, ...]] = {
     # What only the shared runtimes have (leases, drain, edge values), on D1.
     "shared-d1": tuple(f"tests.shared.{name}" for name in (
         "test_drain", "test_edge_values", "test_event_timers", "test_leases")),
-    # The Worker, the JobOwner Durable Object and the FFI facts, Pyodide-only;
-    # and how the DO adapter reads rows, on real JS row objects.
+    # The FFI facts, Pyodide-only; and how the DO adapter reads rows, on real
+    # JS row objects.
     "workers": (*(f"tests.pyodide.cases.{name}" for name in (
-        "test_ffi_facts", "test_do_storage_facts", "test_d1_facts", "test_job_owner",
-        "test_worker", "test_client", "test_example_project", "test_dashboard")),
+        "test_ffi_facts", "test_do_storage_facts", "test_d1_facts")),
         "tests.stores.test_durable_object_rows"),
+    # The Worker, the JobOwner Durable Object and the example project, as
+    # workerd runs them (inside/workerd.py), under each SDK shape.
+    "sdk-external": _DEPLOYMENT,
+    "sdk-builtin": _DEPLOYMENT,
 }
+
+#: The ``workers`` module each suite runs under (inside/sdk_shapes.py); the
+#: suites not named here import no ``workers`` at all, or the built-in shape.
+SDK_FOR_SUITE: dict[str, str] = {"sdk-external": "external", "sdk-builtin": "builtin"}
 
 #: Per suite, the tier fixture that answers to a test's argument name.
 FIXTURE_FOR: dict[str, dict[str, str]] = {

@@ -1,6 +1,8 @@
 // The real-Pyodide tier: runs tickwork's Workers code inside Pyodide under Node.
 //
-//   node tests/pyodide/runner.mjs --out results.jsonl [--suite NAME ...]
+//   node tests/pyodide/runner.mjs --out results.jsonl [--suite NAME ...] [--only TEXT]
+//
+// (--only: just the cases whose id matches the regular expression TEXT.)
 //
 // Started by tests/pyodide/test_real_pyodide.py (bash scripts/test runs it);
 // by hand it prints a summary to stderr and each case's result as a JSON line
@@ -21,16 +23,18 @@ import { dirname, resolve } from "node:path";
 import { Miniflare } from "miniflare";
 import { PYODIDE_LINES, bootPyodide } from "./js/pyodide_host.mjs";
 import * as doStorage from "./js/do_storage.mjs";
+import * as bindings from "./js/bindings.mjs";
 
 const D1_DATABASES = 8;
 const COMPATIBILITY_DATE = "2026-04-01";
 
 function options(argv) {
-  const out = { suites: [], out: null, line: "0.28" };
+  const out = { suites: [], out: null, line: "0.28", only: "" };
   for (let i = 0; i < argv.length; i += 1) {
     if (argv[i] === "--out") out.out = resolve(argv[++i]);
     else if (argv[i] === "--pyodide") out.line = argv[++i];
     else if (argv[i] === "--suite") out.suites.push(argv[++i]);
+    else if (argv[i] === "--only") out.only = argv[++i];
     else throw new Error(`runner: unknown argument ${argv[i]}`);
   }
   if (out.out === null) throw new Error("runner: --out FILE is required");
@@ -70,6 +74,8 @@ async function main() {
   let nextDatabase = 0;
   py.registerJsModule("tickwork_tier", {
     pyodideVersion,
+    /** workerd's binding classes (js/bindings.mjs), for inside/workerd.py. */
+    bindings,
     newStorage: () => doStorage.newDurableObjectStorage(),
     evictStorage: (storage) => doStorage.evict(storage),
     reopenStorage: (storage) => doStorage.reopen(storage),
@@ -94,7 +100,8 @@ async function main() {
 import sys
 sys.path[:0] = ${JSON.stringify(path)}
 from tests.pyodide.inside.run import main
-await main(${JSON.stringify("/out/" + args.out.split("/").pop())}, ${JSON.stringify(args.suites)})
+await main(${JSON.stringify("/out/" + args.out.split("/").pop())}, ${JSON.stringify(args.suites)},
+           ${JSON.stringify(args.only)})
 `);
   } finally {
     await mf.dispose();

@@ -17,11 +17,8 @@ FORM = {"content-type": "application/x-www-form-urlencoded", "origin": BASE,
 
 async def _fetch(deployment: Any, method: str, path: str, headers: dict[str, str],
                  form: dict[str, str] | None = None) -> Any:
-    import workers  # type: ignore[import-not-found]  # the tier's SDK module
-
     body = urlencode(form).encode() if form is not None else None
-    request = workers.Request.new(BASE + path, method=method, headers=headers, body=body)
-    return await deployment.worker().fetch(request)
+    return await deployment.fetch(deployment.request(method, path, headers=headers, body=body))
 
 
 async def test_login_page_view_and_cancel_over_the_worker(deployment: Any) -> None:

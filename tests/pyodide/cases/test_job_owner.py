@@ -27,8 +27,9 @@ def job(job_id: str, queue: str = "q", **fields: Any) -> dict[str, Any]:
 
 
 async def call(deployment: Any, method: str, *args: Any) -> Any:
-    """One RPC call; the decoded envelope (every reply is JSON text)."""
-    reply = await getattr(deployment.stub(), method)(*args)
+    """One RPC call as the Worker makes it (through its env, in the SDK's
+    wrappers); the decoded envelope (every reply is JSON text)."""
+    reply = await getattr(deployment.sdk_stub(), method)(*args)
     assert isinstance(reply, str), f"{method} replied with {type(reply).__name__}, not text"
     return json.loads(reply)
 
@@ -106,7 +107,7 @@ async def test_payloads_cross_rpc_unchanged(deployment: Any) -> None:
     # What RPC does to a structured value (measured in workerd): 1.0 arrives as 1.
     assert carry({"f": 1.0}) == {"f": 1} and type(carry({"f": 1.0})["f"]) is int
     await call(deployment, "ingest", jobs_text(job("a", payload=payload)))
-    text = await deployment.stub().read("a")
+    text = await deployment.sdk_stub().read("a")
     record = json.loads(text)["value"]
     assert record["payload"] == payload and type(record["payload"]["f"]) is float
     assert '"f":1.0' in text and '"big":9007199254740991' in text
@@ -119,7 +120,7 @@ async def test_rpc_carries_what_workerd_carries(deployment: Any) -> None:
     assert bytes(carry(b"xy")) == b"xy" and isinstance(carry(b"xy"), memoryview)
     assert carry({"a": None, "b": [None]}) == {"a": None, "b": [None]}
     with pytest.raises(TypeError, match=r"<class 'tuple'> cannot be sent over RPC\."):
-        await deployment.stub().read(("a",))
+        await deployment.sdk_stub().read(("a",))
 
 
 async def test_a_storage_failure_reaches_the_caller_as_the_remote_traceback(
@@ -165,3 +166,19 @@ async def test_each_transition_is_one_json_line_on_stdout(deployment: Any) -> No
         ("ingested", "a", "info"), ("ingested", "b", "info"),
         ("settled", "a", "info"), ("settled", "b", "warn")]
     assert all(line["logger"] == "tickwork" and type(line["at"]) is int for line in lines)
+
+
+async def test_a_retried_job_keeps_integer_times_in_its_stored_history(deployment: Any) -> None:
+    """Measured in workerd: the history's ended_at read 1796523995185.0 (a
+    Durable Object binds every number as a REAL)."""
+    await call(deployment, "ingest", jobs_text(job(
+        "r", payload={"do": "fail_until", "succeed_on": 2},
+        retry={"attempts": 3, "base_delay_ms": 1000})))
+    await deployment.alarm()
+    text = deployment.history_text("r")
+    assert text is not None
+    (entry,) = json.loads(text)
+    assert type(entry["ended_at"]) is int and type(entry["started_at"]) is int, text
+    assert f'"ended_at":{deployment.clock()}' in text.replace(" ", "")
+    record = (await call(deployment, "read", "r"))["value"]
+    assert type(record["history"][0]["ended_at"]) is int

@@ -81,47 +81,52 @@ async def test_a_request_refused_from_its_head_has_its_body_drained(
     deployment: Any, method: str, path: str, headers: dict[str, str], token: str,
     status: int,
 ) -> None:
-    import workers  # type: ignore[import-not-found]  # the tier's SDK module
-
     body = json.dumps(job("a", payload="x" * 200_000)).encode()
-    request = workers.Request.new("https://tickwork.example" + path, method=method,
-                                  headers={"authorization": f"Bearer {token}", **headers},
-                                  body=body)
-    response = await deployment.worker().fetch(request)
+    request = deployment.request(method, path, body=body,
+                                 headers={"authorization": f"Bearer {token}", **headers})
+    response = await deployment.fetch(request)
     assert response.status == status
     # Drained: read to its end (so the runtime can reuse the connection), never parsed.
-    assert request.body_used
-    assert request.js_object.body.locked
+    assert request.bodyUsed
+    assert request.body.locked
+
+
+async def test_a_body_left_unread_by_an_internal_error_is_drained(deployment: Any) -> None:
+    """Measured in wrangler dev: after a POST answered 500 before its body was
+    read, the next request on the connection hung for over a minute."""
+    from tickwork.cloudflare import app
+
+    original = app.build_api
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the API could not be built")
+
+    app.build_api = failing
+    try:
+        request = deployment.request("POST", "/v1/shared/jobs", body=b"x" * 100_000,
+                                     headers={"authorization": "Bearer tier-token"})
+        response = await deployment.fetch(request)
+    finally:
+        app.build_api = original
+    assert response.status == 500
+    assert json.loads(await response.text())["error"]["code"] == "internal_error"
+    assert request.bodyUsed and request.body.locked
 
 
 async def test_the_url_parser_resolves_dot_segments_before_the_worker(deployment: Any) -> None:
-    import workers  # type: ignore[import-not-found]
-
-    request = workers.Request.new("https://tickwork.example/v1/owners/%2E%2E/queues")
+    request = deployment.request("GET", "/v1/owners/%2E%2E/queues")
     assert request.url == "https://tickwork.example/v1/queues"
     status, text = await deployment.send("GET", "/v1/owners/%2E%2E/queues")
     assert (status, json.loads(text)["error"]["code"]) == (404, "no_route")
 
 
-def _controller(scheduled_ms: int) -> Any:
-    import js  # type: ignore[import-not-found]
-    from pyodide.ffi import to_js  # type: ignore[import-not-found]
-
-    return to_js({"cron": "* * * * *", "scheduledTime": scheduled_ms},
-                 dict_converter=js.Object.fromEntries)
-
-
-async def test_scheduled_drains_with_the_controller_alone_or_with_env_and_ctx(
+async def test_scheduled_drains_the_shared_queues_once_per_firing(
     deployment: Any, capsys: Any,
 ) -> None:
-    from types import SimpleNamespace
-
-    worker = deployment.worker()
-    assert (await deployment.send("POST", "/v1/shared/jobs", job("alone")))[0] == 201
-    await worker.scheduled(_controller(1_796_000_000_000))
-    assert (await deployment.send("POST", "/v1/shared/jobs", job("with-env")))[0] == 201
-    await worker.scheduled(_controller(1_796_000_060_000), deployment.env, SimpleNamespace())
-    for name in ("alone", "with-env"):
+    for minute, name in enumerate(("first", "second")):
+        assert (await deployment.send("POST", "/v1/shared/jobs", job(name)))[0] == 201
+        await deployment.scheduled(1_796_000_000_000 + minute * 60_000)
+    for name in ("first", "second"):
         status, text = await deployment.send("GET", f"/v1/shared/jobs/{name}")
         assert status == 200, text
         record = json.loads(text)["job"]
@@ -138,6 +143,7 @@ async def test_the_fetch_transport_reads_retry_after_through_the_ffi() -> None:
     one as JS null (jsnull, truthy), which must read as no header; the
     webhook executor then asks for the header's delay, or for none."""
     import js  # type: ignore[import-not-found]
+    import pyodide.http  # type: ignore[import-not-found]
     from pyodide.ffi import to_js  # type: ignore[import-not-found]
 
     from tickwork import AbortSignal, Failed, JobRecord
@@ -146,6 +152,9 @@ async def test_the_fetch_transport_reads_retry_after_through_the_ffi() -> None:
 
     answering = js.eval("(headers) => async () => new Response('', {status: 429, headers})")
     original = js.fetch
+    # The external SDK's fetch goes through pyodide.http, which took the
+    # global fetch when it was imported: stand in for it there too.
+    original_pyfetch = getattr(pyodide.http, "_jsfetch", None)
     deliver = webhook_executor(workers_fetch_post)
     record = JobRecord("w", "webhooks", "l", 0, {"url": "https://receiver.example/hook",
                                                   "body": {}},
@@ -155,9 +164,12 @@ async def test_the_fetch_transport_reads_retry_after_through_the_ffi() -> None:
                                          ({}, None, None)):
             js.globalThis.fetch = answering(to_js(headers,
                                                   dict_converter=js.Object.fromEntries))
+            pyodide.http._jsfetch = js.globalThis.fetch
             reply = await workers_fetch_post("https://receiver.example/hook", b"{}", {}, 5.0,
                                              AbortSignal())
             assert (reply.status, reply.retry_after) == (429, expected)
             assert await deliver(record, AbortSignal()) == Failed("http_429", delay)
     finally:
         js.globalThis.fetch = original
+        if original_pyfetch is not None:
+            pyodide.http._jsfetch = original_pyfetch

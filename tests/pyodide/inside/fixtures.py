@@ -164,7 +164,7 @@ async def deployment() -> AsyncIterator[Any]:
     finally:
         for signal in built.executor.signals.values():
             signal._abort("test_over")
-        built.namespace.close()
+        built.close()
 
 
 # ------------------------------------------------------------------ misc
@@ -214,4 +214,8 @@ async def example_deployment() -> AsyncIterator[Any]:
     entry = load_example_entry()
     db = await fresh_d1()
     await apply_d1_schema(db)
-    yield Deployment(db, job_owner=entry.JobOwner, default=entry.Default)
+    built = Deployment(db, job_owner=entry.JobOwner, default=entry.Default)
+    try:
+        yield built
+    finally:
+        built.close()

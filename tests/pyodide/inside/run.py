@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import inspect
 import json
+import re
 import time
 import traceback
 from typing import Any
@@ -26,6 +27,7 @@ from typing import Any
 import tickwork_tier  # type: ignore[import-not-found]  # registered by runner.mjs
 
 from tests.pyodide import collect
+from tests.pyodide.inside import sdk_shapes
 from tests.pyodide.inside.fixtures import FIXTURES
 
 #: Seconds one case may take (its fixtures included).
@@ -35,12 +37,13 @@ CASE_TIMEOUT_S = 120.0
 _PROXY_LOST_STEP = "in SynchronousFetcher.fetch"
 
 
-async def main(out_path: str, suites: list[str]) -> int:
-    """Run every case of ``suites`` (all when empty); the number that failed."""
+async def main(out_path: str, suites: list[str], only: str = "") -> int:
+    """Run every case of ``suites`` (all when empty) whose id contains
+    the regular expression ``only``; the number that failed."""
     failed = 0
     with open(out_path, "w", encoding="utf-8") as out:
         try:
-            cases = collect.cases(suites or None)
+            cases = [case for case in collect.cases(suites or None) if re.search(only, case.id)]
         except Exception:
             out.write(json.dumps({"id": "<collection>", "status": "failed", "seconds": 0,
                                   "detail": traceback.format_exc()}) + "\n")
@@ -78,6 +81,7 @@ async def run_case(case: collect.Case) -> dict[str, Any]:
 
 
 async def _run(case: collect.Case) -> None:
+    sdk_shapes.use(collect.SDK_FOR_SUITE.get(case.suite, "builtin"))
     async with contextlib.AsyncExitStack() as stack:
         arguments = dict(case.params)
         for name in case.fixtures:
