@@ -143,6 +143,8 @@ async def test_the_fetch_transport_reads_retry_after_through_the_ffi() -> None:
     one as JS null (jsnull, truthy), which must read as no header; the
     webhook executor then asks for the header's delay, or for none."""
     import js  # type: ignore[import-not-found]
+    import sys
+
     import pyodide.http  # type: ignore[import-not-found]
     from pyodide.ffi import to_js  # type: ignore[import-not-found]
 
@@ -152,9 +154,11 @@ async def test_the_fetch_transport_reads_retry_after_through_the_ffi() -> None:
 
     answering = js.eval("(headers) => async () => new Response('', {status: 429, headers})")
     original = js.fetch
-    # The external SDK's fetch goes through pyodide.http, which took the
-    # global fetch when it was imported: stand in for it there too.
-    original_pyfetch = getattr(pyodide.http, "_jsfetch", None)
+    # The external SDK's fetch goes through pyodide.http's pyfetch, whose
+    # module took the global fetch when it was imported (pyodide.http on
+    # 0.28, pyodide.http._pyfetch on 314): stand in for it there too.
+    pyfetch_module = sys.modules[pyodide.http.pyfetch.__module__]
+    original_pyfetch = pyfetch_module._jsfetch
     deliver = webhook_executor(workers_fetch_post)
     record = JobRecord("w", "webhooks", "l", 0, {"url": "https://receiver.example/hook",
                                                   "body": {}},
@@ -164,12 +168,11 @@ async def test_the_fetch_transport_reads_retry_after_through_the_ffi() -> None:
                                          ({}, None, None)):
             js.globalThis.fetch = answering(to_js(headers,
                                                   dict_converter=js.Object.fromEntries))
-            pyodide.http._jsfetch = js.globalThis.fetch
+            pyfetch_module._jsfetch = js.globalThis.fetch
             reply = await workers_fetch_post("https://receiver.example/hook", b"{}", {}, 5.0,
                                              AbortSignal())
             assert (reply.status, reply.retry_after) == (429, expected)
             assert await deliver(record, AbortSignal()) == Failed("http_429", delay)
     finally:
         js.globalThis.fetch = original
-        if original_pyfetch is not None:
-            pyodide.http._jsfetch = original_pyfetch
+        pyfetch_module._jsfetch = original_pyfetch
