@@ -4,8 +4,13 @@ A runtime opened with ``on_event=hook`` calls ``hook(event)`` synchronously
 once per transition, after the transition is durable (after its commit; for
 ``runtime.transactional`` after the host's own transaction committed), never
 for a change that rolled back. A hook that raises is logged on the
-``tickwork.events`` logger and swallowed: it never changes a result, an
-outcome or a stored row.
+``tickwork.events`` logger (one traceback per hook a minute at most, with a
+count of the failures not logged) and swallowed: it never changes a result,
+an outcome or a stored row, whatever it raises but ``KeyboardInterrupt``.
+Delivery is synchronous, so a slow hook slows the runtime that calls it:
+on CPython, wrap a hook that may be slow in
+``tickwork.hosts.cpython.EventBuffer``, which delivers on a thread of its own
+(``tickwork serve`` does so for its ``--on-event`` hooks).
 
 The kinds (docs/reference/python-api.md has the full table):
 
@@ -32,13 +37,16 @@ Pure Python: this module runs on Pyodide as well.
 from __future__ import annotations
 
 import logging
+import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeAlias
 
 from tickwork.model.errors import InvalidArgument
 
-__all__ = ["EVENT_KINDS", "Event", "EventHook", "EventKind", "emit", "fan_out"]
+__all__ = ["EVENT_KINDS", "HOOK_FAILURE_LOG_INTERVAL_S", "Event", "EventHook", "EventKind",
+           "emit", "fan_out"]
 
 EventKind: TypeAlias = Literal[
     "ingested", "claimed", "settled", "requeued", "retried", "cancelled", "refused", "purged"]
@@ -95,13 +103,47 @@ _FIELDS: Final = ("kind", "job_id", "queue", "lane", "at", "outcome", "reason", 
 EventHook: TypeAlias = Callable[[Event], object]
 
 
+#: A failing hook's traceback is logged at most once per this many seconds;
+#: the failures in between are counted, and the next line says how many.
+HOOK_FAILURE_LOG_INTERVAL_S: Final = 60.0
+#: Hooks whose failures are tracked at once (the oldest is forgotten).
+_TRACKED_HOOKS: Final = 64
+#: id(hook) -> [hook, last logged (monotonic s), failures not logged since].
+_hook_failures: OrderedDict[int, list[Any]] = OrderedDict()
+
+
 def emit(hook: EventHook, event: Event) -> None:
-    """Call ``hook(event)``; a failure is logged, never raised."""
+    """Call ``hook(event)``; a failure is logged (rate-limited), never raised.
+
+    Hooks never change the engine's control flow: whatever a hook raises is
+    contained, ``BaseException`` subclasses included (a hook raising
+    ``asyncio.CancelledError`` or ``SystemExit`` is a broken hook, not a
+    request to cancel the tick or end the process), except
+    ``KeyboardInterrupt``, which is the operator asking the process to stop.
+    """
     try:
         hook(event)
-    except Exception:  # a hook never breaks the transition it reports on
-        logger.exception("tickwork event hook %r failed on a %s event of job %r",
-                         hook, event.kind, event.job_id)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as error:  # a hook never breaks the transition it reports on
+        _log_hook_failure(hook, event, error)
+
+
+def _log_hook_failure(hook: EventHook, event: Event, error: BaseException) -> None:
+    now = time.monotonic()
+    entry = _hook_failures.get(id(hook))
+    if entry is None or entry[0] is not hook:
+        entry = [hook, -HOOK_FAILURE_LOG_INTERVAL_S, 0]
+        _hook_failures[id(hook)] = entry
+        while len(_hook_failures) > _TRACKED_HOOKS:
+            _hook_failures.popitem(last=False)
+    if now - entry[1] < HOOK_FAILURE_LOG_INTERVAL_S:
+        entry[2] += 1
+        return
+    suppressed, entry[1], entry[2] = entry[2], now, 0
+    more = f" ({suppressed} more failures of this hook not logged)" if suppressed else ""
+    logger.error("tickwork event hook %r failed on a %s event of job %r%s", hook, event.kind,
+                 event.job_id, more, exc_info=(type(error), error, error.__traceback__))
 
 
 def fan_out(*hooks: EventHook) -> EventHook:
@@ -125,3 +167,4 @@ def check_hook(on_event: object) -> EventHook | None:
         raise InvalidArgument("on_event", f"must be a callable taking an Event, got "
                                           f"{type(on_event).__name__}")
     return on_event
+

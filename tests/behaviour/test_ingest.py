@@ -92,7 +92,9 @@ async def test_identical_replay_is_a_duplicate_regardless_of_key_order(engine: E
     wakes = engine.wake.calls
     assert await runtime.ingest(job("a", payload={"y": [1, 2], "x": 1})) == "duplicate"
     assert len(await engine.table()) == 1
-    assert engine.wake.calls == wakes  # nothing changed, nothing to wake for
+    # Nothing changed, yet the host is woken: the first ingest may have
+    # stored the job and died before its wake.
+    assert engine.wake.calls == wakes + 1
 
 
 @pytest.mark.parametrize(
@@ -162,7 +164,7 @@ async def test_an_identical_replay_of_the_whole_list_is_all_duplicates(engine: E
               for n in range(5)]  # key order differs
     assert await engine.another_process().ingest_many(replay) == ["duplicate"] * 5
     assert await engine.table() == rows
-    assert engine.wake.calls == wakes
+    assert engine.wake.calls == wakes + 1  # a replay wakes too (see ingest)
     # Mixed: stored, new, stored.
     assert await runtime.ingest_many([jobs[0], job("new"), jobs[4]]) == [
         "duplicate", "queued", "duplicate"]

@@ -147,25 +147,25 @@ async def test_wake_after_every_durable_change(harness: Harness) -> None:
     base = wake.calls
     runtime.ingest(job("a"))
     assert wake.calls == base + 1
-    runtime.ingest(job("a"))  # duplicate: nothing changed
-    assert wake.calls == base + 1
+    runtime.ingest(job("a"))  # duplicate: nothing changed, but a replay wakes too
+    assert wake.calls == base + 2
     runtime.cancel("missing", "c")
-    assert wake.calls == base + 1
+    assert wake.calls == base + 2
     runtime.ingest(job("b", queue="other"))
     runtime.cancel("b", "c")
-    assert wake.calls == base + 3
-    await runtime.tick()  # settles the cancellation
     assert wake.calls == base + 4
+    await runtime.tick()  # settles the cancellation
+    assert wake.calls == base + 5
     await runtime.tick()  # runs a
-    assert wake.calls == base + 5
+    assert wake.calls == base + 6
     assert await runtime.tick() == TickResult("idle")
-    assert wake.calls == base + 5
+    assert wake.calls == base + 6
     runtime.ingest(job("c", lane="x"))
     runtime.fail_lane("x", "r")
-    assert wake.calls == base + 7
+    assert wake.calls == base + 8
     runtime.fail_lane("x", "r")  # nothing left
     runtime.purge("nothing-here")
-    assert wake.calls == base + 7
+    assert wake.calls == base + 8
 
 
 async def test_async_wake_is_awaited_or_scheduled(harness: Harness) -> None:

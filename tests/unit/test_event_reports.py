@@ -27,7 +27,7 @@ def test_ingest_reports_a_new_job_only() -> None:
     _, reports = reported(operations.ingest(Job("a", "q", "l", 0, {})), [True, None])
     assert [(report.kind, report.subject.job_id) for report in reports] == [("ingested", "a")]
     stored = validate_job(Job("a", "q", "l", 0, {}))
-    _, reports = reported(operations.ingest(Job("a", "q", "l", 0, {})), [False, stored])
+    _, reports = reported(operations.ingest(Job("a", "q", "l", 0, {})), [False, stored, None])
     assert reports == []
 
 

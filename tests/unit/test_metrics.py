@@ -104,7 +104,11 @@ def test_bad_buckets_are_refused(buckets: tuple[object, ...]) -> None:
         Metrics(buckets=buckets)  # type: ignore[arg-type]
 
 
-def test_fan_out_isolates_each_hooks_failure(caplog: pytest.LogCaptureFixture) -> None:
+def test_fan_out_isolates_each_hooks_failure(caplog: pytest.LogCaptureFixture,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from tickwork import events
+
+    monkeypatch.setattr(events, "HOOK_FAILURE_LOG_INTERVAL_S", 0.0)  # log every failure
     seen: list[str] = []
 
     def broken(event: Event) -> None:

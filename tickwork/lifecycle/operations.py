@@ -325,6 +325,10 @@ def ingest(job: Job) -> Plan[IngestStatus]:
         differences = cargo_differences(valid, stored)
         if differences:
             raise IngestConflict(valid.job_id, differences)
+        # A replay wakes the host too: the first ingest may have stored the
+        # job and died before its wake (the host would wait for something
+        # else to come). Cheap, and idempotent.
+        yield _WAKE_SOON
         return "duplicate"
 
 
@@ -343,11 +347,10 @@ def ingest_many(jobs: Sequence[Job]) -> Plan[list[IngestStatus]]:
             break
     else:
         raise RuntimeError("ingest_many did not converge under concurrent changes")
-    if any(inserted):
-        for job, new in zip(valid, inserted, strict=True):
-            if new:
-                yield Report("ingested", job)
-        yield _WAKE_SOON
+    for job, new in zip(valid, inserted, strict=True):
+        if new:
+            yield Report("ingested", job)
+    yield _WAKE_SOON  # a replay too (see ingest)
     return ["queued" if new else "duplicate" for new in inserted]
 
 

@@ -7,6 +7,8 @@ decodes the rows by column name. No lifecycle decisions here.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +21,24 @@ from tickwork.model.schedules import StoredSchedule, ValidSchedule
 from tickwork.ports.database import CountingDatabase, Row, SyncDatabase
 from tickwork.stores.rows import CARGO, CLAIM, JOB, Columns, decode_job, schedule_row
 from tickwork.stores.sql import sqlite as sql
+
+logger = logging.getLogger(__name__)
+
+#: When a failed listing was last logged (monotonic seconds), and how many
+#: failures were not logged since: at most one line a minute.
+_listing_failures: list[float] = [-1e9, 0]
+
+
+def _log_listing_failure(error: Exception) -> None:
+    now = time.monotonic()
+    if now - _listing_failures[0] < 60:
+        _listing_failures[1] += 1
+        return
+    skipped = int(_listing_failures[1])
+    _listing_failures[:] = [now, 0]
+    logger.warning("tickwork: listing new jobs failed (%s: %s); they stay unlisted, still read, "
+                   "and are listed at a later insert%s", type(error).__name__, error,
+                   f" ({skipped} more such failures not logged)" if skipped else "")
 
 #: How many rows the store inserts before it lists them, and how many
 #: settlements it leaves unfiled before it files them (schema 0009). Every
@@ -334,10 +354,22 @@ class OwnerLocalStore:
         return True
 
     def _inserted_rows(self, count: int) -> None:
-        """Count rows inserted unlisted; list them all once _list_every have come."""
+        """Count rows inserted unlisted; list them all once _list_every have come.
+
+        Listing only moves rows into the indexes: every read also reads the
+        unlisted rows, so nothing depends on it having run. It may run after
+        an insert already committed by itself, and then its failure must not
+        turn a stored job into a failed ingest (a caller told "failed" would
+        retry and get "duplicate", and nothing would announce the job):
+        the rows stay unlisted and the next insert lists them. Inside a
+        larger transaction, a failure that broke that transaction still
+        fails its commit, so nothing is reported stored that is not."""
         self._unlisted += count
         if self._unlisted >= self._list_every:
-            self.list_new_rows()
+            try:
+                self.list_new_rows()
+            except Exception as error:
+                _log_listing_failure(error)
 
     def list_new_rows(self) -> None:
         """Put every unlisted row into the indexes of unsettled jobs, and note

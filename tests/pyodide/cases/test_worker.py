@@ -142,9 +142,9 @@ async def test_the_fetch_transport_reads_retry_after_through_the_ffi() -> None:
     """A real JS Response: its Retry-After header comes back a str, a missing
     one as JS null (jsnull, truthy), which must read as no header; the
     webhook executor then asks for the header's delay, or for none."""
-    import js  # type: ignore[import-not-found]
     import sys
 
+    import js  # type: ignore[import-not-found]
     import pyodide.http  # type: ignore[import-not-found]
     from pyodide.ffi import to_js  # type: ignore[import-not-found]
 

@@ -19,8 +19,11 @@ imports them (``tests/unit/test_workers_safety.py`` keeps it so for
 * ``examples``: the default executors of ``tickwork serve``.
 * ``sqlite_files``: ``open_sqlite3``, a sqlite3 file opened with tickwork's
   settings (page size, WAL, synchronous), for any CPython host.
+* ``event_buffer``: ``EventBuffer``, an event hook delivered on a thread of
+  its own, so a slow hook never slows the engine.
 """
 
+from tickwork.hosts.cpython.event_buffer import EventBuffer
 from tickwork.hosts.cpython.sqlite_files import open_sqlite3
 
-__all__ = ["open_sqlite3"]
+__all__ = ["EventBuffer", "open_sqlite3"]
