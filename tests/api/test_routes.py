@@ -154,8 +154,19 @@ async def test_enqueue_a_list_is_atomic(api: JobApi, owners: Owners) -> None:
     ({"jobs": {"a": 1}}, "jobs"),
     ({"jobs": [a_job(str(n)) for n in range(MAX_INGEST_BATCH + 1)]}, "jobs"),
     ({"jobs": [a_job("a")], "extra": 1}, "body"),
-    ([a_job("a")], "job"),
-    ("just text", "job"),
+    ([a_job("a")], "body"),
+    ("just text", "body"),
+    # One job as the body: every refusal names the field from the body, the
+    # request's shape (wire) and its values (engine) alike, as in a list.
+    ({"job_id": "a"}, "queue"),
+    (a_job("a", colour="red"), "body"),
+    (a_job("a", queue=5), "queue"),
+    (a_job("a", retry={"base_delay_ms": 1}), "retry.attempts"),
+    (a_job("a", retry={"attempts": 0}), "retry.attempts"),
+    (a_job("a", recovery={"retries": 1}), "recovery"),
+    (a_job("a", recovery={"max_recoveries": -1}), "recovery.max_recoveries"),
+    ({"jobs": [a_job("a", retry={"base_delay_ms": 1})]}, "jobs[0].retry.attempts"),
+    ({"jobs": [a_job("a", retry={"attempts": 0})]}, "jobs[0].retry.attempts"),
 ])
 async def test_bad_jobs_are_refused_naming_the_field_and_store_nothing(
         api: JobApi, owners: Owners, body: Any, field: str) -> None:
@@ -164,6 +175,17 @@ async def test_bad_jobs_are_refused_naming_the_field_and_store_nothing(
     assert response.body["error"]["field"] == field
     assert field.split("[")[0].split(".")[0] in response.body["error"]["message"]
     assert owners.runtimes == {}  # refused before any owner was opened
+
+
+@pytest.mark.parametrize(("retry", "message"), [
+    ({"attempts": 0}, "must be within 1 and 1000, got 0"),
+    ({"attempts": 1001}, "must be within 1 and 1000, got 1001"),
+    ({"attempts": 2, "max_delay_ms": -1}, "must be within 0 and"),
+])
+async def test_a_range_refusal_states_the_real_range(api: JobApi, retry: Any,
+                                                     message: str) -> None:
+    response = await call(api, "POST", "/v1/owners/acme/jobs", a_job("a", retry=retry))
+    assert response.status == 400 and message in response.body["error"]["message"], response.body
 
 
 @pytest.mark.parametrize(("raw", "code"), [

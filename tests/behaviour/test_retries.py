@@ -274,7 +274,7 @@ async def test_the_retry_policy_is_part_of_the_cargo(engine: Engine) -> None:
 
 @pytest.mark.parametrize(("policy", "field", "problem"), [
     (Retry(0), "retry.attempts", "within 1"),
-    (Retry(1001), "retry.attempts", "at most 1000"),
+    (Retry(1001), "retry.attempts", "within 1 and 1000"),
     (Retry(3, base_delay_ms=-1), "retry.base_delay_ms", "within 0"),
     (Retry(3, base_delay_ms=10, max_delay_ms=5), "retry.max_delay_ms", "at least"),
     (Retry(3, factor=0.5), "retry.factor", "within 1.0"),

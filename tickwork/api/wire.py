@@ -110,26 +110,31 @@ def refusal_from_wire(status: int, body: object) -> Exception | None:
 # ------------------------------------------------------------------ decoding
 
 
-def job_from_wire(value: object, where: str = "job") -> Job:
+def job_from_wire(value: object, where: str = "") -> Job:
     """A Job from its JSON object. ``lane`` defaults to the queue name,
     ``priority`` to 0, ``payload`` to null, ``recovery``, ``run_at``,
     ``delay_ms`` and ``retry`` to none; every field is then validated by the
-    engine as for any other ingest."""
+    engine as for any other ingest.
+
+    ``where`` is the object's place in the request body ("" when the body is
+    the job itself, ``jobs[3]`` inside a list): a refusal names a field by
+    its path from the body (``retry.attempts``, ``jobs[3].retry.attempts``),
+    as the engine's own refusals are named (see ``tickwork.api.operations``)."""
     if not isinstance(value, Mapping):
-        raise InvalidJob(where, f"must be a JSON object, got {_json_type(value)}")
+        raise InvalidJob(where or "body", f"must be a JSON object, got {_json_type(value)}")
     unknown = sorted(str(key) for key in value if key not in _JOB_KEYS)
     if unknown:
-        raise InvalidJob(where, f"unknown field(s) {', '.join(unknown)}; "
-                                f"a job has {', '.join(_JOB_KEYS)}")
+        raise InvalidJob(where or "body", f"unknown field(s) {', '.join(unknown)}; "
+                                          f"a job has {', '.join(_JOB_KEYS)}")
     missing = [key for key in _REQUIRED_JOB_KEYS if key not in value]
     if missing:
-        raise InvalidJob(f"{where}.{missing[0]}", "is required")
+        raise InvalidJob(_path(where, missing[0]), "is required")
     recovery = value.get("recovery")
     if recovery is not None:
-        recovery = _recovery_from_wire(recovery, f"{where}.recovery")
+        recovery = _recovery_from_wire(recovery, _path(where, "recovery"))
     retry = value.get("retry")
     if retry is not None:
-        retry = _retry_from_wire(retry, f"{where}.retry")
+        retry = _retry_from_wire(retry, _path(where, "retry"))
     queue = value["queue"]
     return Job(
         job_id=value["job_id"],
@@ -144,9 +149,14 @@ def job_from_wire(value: object, where: str = "job") -> Job:
     )
 
 
+def _path(where: str, name: str) -> str:
+    """``name`` inside the object at ``where`` ("" for the body itself)."""
+    return f"{where}.{name}" if where else name
+
+
 def _retry_from_wire(value: object, where: str) -> Retry:
-    # The engine validates each value (naming job.retry.<field>); here only
-    # the shape: an object with attempts and known keys.
+    # The engine validates each value (naming retry.<field>); here only the
+    # shape: an object with attempts and known keys.
     if not isinstance(value, Mapping):
         raise InvalidJob(where, f"must be null or a JSON object, got {_json_type(value)}")
     unknown = sorted(str(key) for key in value if key not in _RETRY_KEYS)

@@ -196,12 +196,15 @@ def check_cancel_args(job_id: object, cancellation_id: object, only_if_queued: o
         raise InvalidArgument("only_if_queued", "must be a bool")
 
 
-def check_safe_int(field: str, value: object, error: type[InvalidArgument], minimum: int) -> int:
+def check_safe_int(field: str, value: object, error: type[InvalidArgument], minimum: int,
+                   maximum: int = MAX_SAFE_INTEGER) -> int:
+    """``value`` as an int within ``minimum`` and ``maximum`` (by default the
+    largest integer every store keeps exactly); the refusal states the range."""
     # bool is an int subclass; True as a priority is almost certainly a bug.
     if not isinstance(value, int) or isinstance(value, bool):
         raise error(field, f"must be an integer, got {type(value).__name__}")
-    if not minimum <= value <= MAX_SAFE_INTEGER:
-        raise error(field, f"must be within {minimum} and {MAX_SAFE_INTEGER}, got {value}")
+    if not minimum <= value <= maximum:
+        raise error(field, f"must be within {minimum} and {maximum}, got {value}")
     return value
 
 
@@ -320,9 +323,7 @@ def validate_job(job: object) -> ValidJob:
     if job.delay_ms is not None:
         if run_at is not None:
             raise InvalidJob("delay_ms", "cannot be combined with run_at: give one of the two")
-        delay_ms = check_safe_int("delay_ms", job.delay_ms, InvalidJob, 0)
-        if delay_ms > MAX_DELAY_MS:
-            raise InvalidJob("delay_ms", f"must be at most {MAX_DELAY_MS}, got {delay_ms}")
+        delay_ms = check_safe_int("delay_ms", job.delay_ms, InvalidJob, 0, MAX_DELAY_MS)
     retry_json = None if job.retry is None else retry_policy_json(job.retry, "retry")
     return ValidJob(job_id, queue, lane, priority, canonical_json(job.payload), max_recoveries,
                     run_at, delay_ms, retry_json)
@@ -340,14 +341,12 @@ def check_retry(policy: object, field: str = "retry") -> Retry:
     """A valid retry policy, or InvalidJob naming the bad field."""
     if not isinstance(policy, Retry):
         raise InvalidJob(field, f"must be a tickwork.Retry or None, got {type(policy).__name__}")
-    attempts = check_safe_int(f"{field}.attempts", policy.attempts, InvalidJob, 1)
-    if attempts > MAX_ATTEMPTS:
-        raise InvalidJob(f"{field}.attempts", f"must be at most {MAX_ATTEMPTS}, got {attempts}")
-    base = check_safe_int(f"{field}.base_delay_ms", policy.base_delay_ms, InvalidJob, 0)
-    cap = check_safe_int(f"{field}.max_delay_ms", policy.max_delay_ms, InvalidJob, 0)
-    for name, value in (("base_delay_ms", base), ("max_delay_ms", cap)):
-        if value > MAX_DELAY_MS:
-            raise InvalidJob(f"{field}.{name}", f"must be at most {MAX_DELAY_MS}, got {value}")
+    attempts = check_safe_int(f"{field}.attempts", policy.attempts, InvalidJob, 1,
+                              MAX_ATTEMPTS)
+    base = check_safe_int(f"{field}.base_delay_ms", policy.base_delay_ms, InvalidJob, 0,
+                          MAX_DELAY_MS)
+    cap = check_safe_int(f"{field}.max_delay_ms", policy.max_delay_ms, InvalidJob, 0,
+                         MAX_DELAY_MS)
     if cap < base:
         raise InvalidJob(f"{field}.max_delay_ms",
                          f"must be at least base_delay_ms ({base}), got {cap}")

@@ -35,11 +35,8 @@ class Failed:
         if self.reason is not None:
             check_reason("Failed.reason", self.reason)
         if self.retry_after_ms is not None:
-            check_safe_int("Failed.retry_after_ms", self.retry_after_ms, InvalidArgument, 0)
-            if self.retry_after_ms > MAX_DELAY_MS:
-                raise InvalidArgument("Failed.retry_after_ms",
-                                      f"must be at most {MAX_DELAY_MS}, "
-                                      f"got {self.retry_after_ms}")
+            check_safe_int("Failed.retry_after_ms", self.retry_after_ms, InvalidArgument, 0,
+                           MAX_DELAY_MS)
 
 
 @dataclass(frozen=True, slots=True)

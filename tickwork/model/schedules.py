@@ -170,9 +170,7 @@ def validate_schedule(schedule: object) -> ValidSchedule:
         if every > MAX_DELAY_MS or every % 1000:
             raise InvalidArgument("every_ms", f"must be whole seconds from {MIN_EVERY_MS} to "
                                               f"{MAX_DELAY_MS}, got {every}")
-    catch_up = check_safe_int("catch_up", schedule.catch_up, InvalidArgument, 1)
-    if catch_up > MAX_CATCH_UP:
-        raise InvalidArgument("catch_up", f"must be at most {MAX_CATCH_UP}, got {catch_up}")
+    catch_up = check_safe_int("catch_up", schedule.catch_up, InvalidArgument, 1, MAX_CATCH_UP)
     # The template is a job in all but its id and time: validated as one
     # (errors name job.<field>), and stored in its canonical form.
     try:
