@@ -425,3 +425,86 @@ async def test_an_executors_error_is_shown_escaped_with_its_traceback_folded(
         in failures
     assert html.escape(record.error.traceback[:200]) in failures
     assert "<script>" not in failures
+
+
+# ------------------------------------------------------- hardening (issue 45)
+
+
+async def test_the_session_cookie_twice_is_refused(api: JobApi, owners: Owners) -> None:
+    """Two cookies of the name (one set by another site beside ours): neither
+    is picked, whichever a browser sends first."""
+    twice = {"cookie": f"{COOKIE_NAME}={SESSION}; {COOKIE_NAME}=planted"}
+    for headers in (twice, {"cookie": f"{COOKIE_NAME}=planted; {COOKIE_NAME}={SESSION}"}):
+        response = await get(api, "/v1/owners/acme/dashboard", headers)
+        assert response.status == 400
+        assert_html(response)
+        assert "ambiguous_cookie" in text(response)
+    assert owners.runtimes == {}
+
+
+@pytest.mark.parametrize(("method", "path", "status"), [
+    ("GET", "/v1/dashboard/nowhere", 404),
+    ("GET", "/v1/owners/acme/dashboard/nowhere", 404),
+    ("GET", "/v1/shared/dashboard/actions/explode", 404),
+    ("DELETE", "/v1/dashboard", 405),
+    ("GET", "/v1/dashboard/login", 405),
+])
+async def test_every_answer_under_the_dashboard_carries_its_security_headers(
+    api: JobApi, method: str, path: str, status: int,
+) -> None:
+    answers = [await api.handle(ApiRequest(method, path, {"host": HOST})),
+               api.refuse_early(method, path, {"host": HOST}, None)]
+    for answer in answers:
+        assert answer is not None and answer.status == status
+        headers = answer.all_headers()
+        for name, value in SECURITY_HEADERS.items():
+            assert headers[name] == value, (name, headers)
+
+
+async def test_an_api_route_keeps_its_own_headers(api: JobApi) -> None:
+    answer = await api.handle(ApiRequest("GET", "/v1/owners/acme/nowhere", AUTH))
+    assert answer.status == 404 and "content-security-policy" not in answer.all_headers()
+
+
+async def login(api: JobApi, token: str, client: str) -> ApiResponse:
+    sent = {**SAME_ORIGIN, "cookie": ""}
+    return await api.handle(ApiRequest("POST", "/v1/dashboard/login",
+                                       {k: v for k, v in sent.items() if v},
+                                       urlencode({"token": token}).encode(), client=client))
+
+
+async def test_wrong_tokens_are_throttled_per_client_then_overall(owners: Owners) -> None:
+    from tickwork.api.dashboard import LoginThrottle
+
+    now = [1_000_000.0]
+    api = JobApi(token=TOKEN, owners=owners)
+    api._dashboard._now_s = lambda: now[0]
+    api._dashboard.throttle = LoginThrottle(per_client=3, overall=5, window_s=60)
+    for _ in range(3):
+        assert (await login(api, "wrong", "198.51.100.7")).status == 401
+    throttled = await login(api, TOKEN, "198.51.100.7")  # even the right token waits
+    assert throttled.status == 429
+    assert throttled.all_headers()["retry-after"] == "60"
+    assert "set-cookie" not in throttled.all_headers() and "try again in 60 s" in text(throttled)
+    # Another address may still try, until the overall limit.
+    assert (await login(api, "wrong", "203.0.113.9")).status == 401
+    assert (await login(api, "wrong", "203.0.113.9")).status == 401
+    assert (await login(api, TOKEN, "192.0.2.1")).status == 429
+    now[0] += 45
+    assert (await login(api, TOKEN, "192.0.2.1")).all_headers()["retry-after"] == "15"
+    now[0] += 15  # the window is over
+    answer = await login(api, TOKEN, "198.51.100.7")
+    assert answer.status == 303 and "set-cookie" in answer.all_headers()
+
+
+async def test_a_login_forgets_its_clients_failures(owners: Owners) -> None:
+    from tickwork.api.dashboard import LoginThrottle
+
+    api = JobApi(token=TOKEN, owners=owners)
+    api._dashboard.throttle = LoginThrottle(per_client=3, overall=100, window_s=60)
+    for _ in range(2):
+        assert (await login(api, "wrong", "198.51.100.7")).status == 401
+    assert (await login(api, TOKEN, "198.51.100.7")).status == 303
+    for _ in range(3):
+        assert (await login(api, "wrong", "198.51.100.7")).status == 401
+    assert (await login(api, "wrong", "198.51.100.7")).status == 429

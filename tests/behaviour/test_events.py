@@ -11,6 +11,8 @@ import time
 from dataclasses import replace
 from typing import Any
 
+import pytest
+
 from tests.support import job
 from tests.support.engine import Engine
 from tickwork import Recovery, Retry, TickResult

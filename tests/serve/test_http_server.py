@@ -316,3 +316,11 @@ async def test_a_failing_head_check_is_a_500_and_logged(running: Any) -> None:
     assert status_of(reply) == 500 and b'"internal_error"' in reply
     assert api.requests == []
     assert len(errors) == 1 and "a bug in the head checks" in errors[0]
+
+
+async def test_the_api_learns_the_clients_address(running: Any) -> None:
+    """The dashboard's login throttle counts wrong tokens per address."""
+    _, api, port, _ = running
+    reply = await exchange(port, b"GET /x HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
+    assert status_of(reply) == 200
+    assert api.requests[-1].client == "127.0.0.1"

@@ -248,3 +248,19 @@ async def test_the_runtime_resolves_dot_segments_before_the_worker_sees_the_path
     req = request(shape, "GET", sent)
     assert req.url == "https://tickwork.example" + seen
     assert await send(worker, shape, "GET", sent) == await send(worker, shape, "GET", seen)
+
+
+def test_the_api_learns_the_clients_address_from_cf_connecting_ip(workers_module: Any) -> None:
+    """The dashboard's login throttle counts wrong tokens per address: on
+    Cloudflare the client's is the CF-Connecting-IP header."""
+    import asyncio
+
+    from tests.support.worker import request
+    from tickwork.api import ApiRequest, JobApi
+    from tickwork.cloudflare.app import read_request
+
+    api = JobApi(token="t")
+    adapted = asyncio.run(read_request(request("d1-builtin", "GET", "/v1/health",
+                                               headers={"cf-connecting-ip": "203.0.113.5"}),
+                                       api))
+    assert isinstance(adapted, ApiRequest) and adapted.client == "203.0.113.5"

@@ -37,7 +37,9 @@ import hashlib
 import hmac
 import html
 import json
+import math
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -117,6 +119,12 @@ class DashboardRoute:
     name: str = ""
 
 
+def is_dashboard_path(raw: Sequence[str]) -> bool:
+    """Whether the path after /v1 (``raw`` segments) is under a dashboard."""
+    return (raw[:1] == ["dashboard"] or raw[:2] == ["shared", "dashboard"]
+            or (raw[:1] == ["owners"] and len(raw) >= 3 and raw[2] == "dashboard"))
+
+
 def match(raw: Sequence[str], method: str) -> DashboardRoute | None:
     """The dashboard route of the path after /v1 (``raw``: still
     percent-encoded segments), None when it is no dashboard path; an unknown
@@ -147,6 +155,59 @@ def match(raw: Sequence[str], method: str) -> DashboardRoute | None:
     raise _no_page(raw)
 
 
+class LoginThrottle:
+    """Wrong tokens at the login form, counted in windows of ``window_s``:
+    at most ``per_client`` from one client address and ``overall`` from all
+    of them together; past either, the form answers 429 with
+    ``retry-after`` until the window ends, without looking at the token.
+
+    In memory, per process (per isolate on Workers, so an attacker spread
+    over isolates gets a multiple of it): it slows guessing down, it does
+    not replace a long random token. A successful login forgets its
+    client's failures. At most ``MAX_CLIENTS`` addresses are remembered
+    (the oldest forgotten first)."""
+
+    MAX_CLIENTS = 10_000
+
+    def __init__(self, *, per_client: int = 5, overall: int = 100,
+                 window_s: float = 60.0) -> None:
+        self.per_client = per_client
+        self.overall = overall
+        self.window_s = window_s
+        self._clients: OrderedDict[str, list[float]] = OrderedDict()
+        self._all = [0.0, 0.0]  # window start, failures in it
+
+    def retry_after(self, client: str, now_s: float) -> int | None:
+        """Seconds until ``client`` may try again, or None when it may now."""
+        waits = [self._wait(self._all, self.overall, now_s)]
+        known = self._clients.get(client)
+        if known is not None:
+            waits.append(self._wait(known, self.per_client, now_s))
+        longest = max((wait for wait in waits if wait is not None), default=None)
+        return None if longest is None else max(1, math.ceil(longest))
+
+    def failed(self, client: str, now_s: float) -> None:
+        self._count(self._all, now_s)
+        entry = self._clients.pop(client, None) or [now_s, 0.0]
+        self._count(entry, now_s)
+        self._clients[client] = entry
+        while len(self._clients) > self.MAX_CLIENTS:
+            self._clients.popitem(last=False)
+
+    def succeeded(self, client: str) -> None:
+        self._clients.pop(client, None)
+
+    def _count(self, entry: list[float], now_s: float) -> None:
+        if now_s - entry[0] >= self.window_s:
+            entry[0], entry[1] = now_s, 0.0
+        entry[1] += 1
+
+    def _wait(self, entry: list[float], limit: int, now_s: float) -> float | None:
+        if now_s - entry[0] >= self.window_s or entry[1] < limit:
+            return None
+        return entry[0] + self.window_s - now_s
+
+
 class Dashboard:
     """The dashboard of one API: ``token`` is the API token (None: every
     page but the static files answers 503), ``service(scope)`` resolves a
@@ -154,11 +215,13 @@ class Dashboard:
 
     def __init__(self, token: bytes | None,
                  service: Callable[[Scope], Awaitable[JobService]], *,
-                 now_s: Callable[[], float] = time.time) -> None:
+                 now_s: Callable[[], float] = time.time,
+                 throttle: LoginThrottle | None = None) -> None:
         self._token = token
         self._service = service
         self._now_s = now_s
         self._csrf = _derive(token, _CSRF_LABEL) if token else ""
+        self.throttle = throttle if throttle is not None else LoginThrottle()
 
     def session_value(self, expires_s: int) -> str:
         """The session cookie's value for a session ending at ``expires_s``
@@ -233,12 +296,19 @@ class Dashboard:
     def _login(self, request: ApiRequest) -> Answer:
         assert self._token is not None
         _same_origin(request)
+        now = self._now_s()
+        wait = self.throttle.retry_after(request.client, now)
+        if wait is not None:
+            return _page(429, "Log in", _login_form(
+                f"Too many wrong tokens; try again in {wait} s."), {"retry-after": str(wait)})
         form = _form(request)
         presented = form.get("token", "").strip()
         # Constant time in the token's content; only its length may leak.
         if not presented or not hmac.compare_digest(presented.encode(), self._token):
+            self.throttle.failed(request.client, now)
             return _page(401, "Log in", _login_form("Wrong token."))
-        expires = int(self._now_s()) + SESSION_MAX_AGE_S
+        self.throttle.succeeded(request.client)
+        expires = int(now) + SESSION_MAX_AGE_S
         return _redirect(LOGIN_PATH, {
             "set-cookie": _cookie(self.session_value(expires), SESSION_MAX_AGE_S,
                                   request.scheme)})
@@ -628,11 +698,20 @@ def _cookie(value: str, max_age: int, scheme: str) -> str:
 
 
 def _cookie_value(header: str) -> str | None:
+    """The session cookie's value, None without one. The cookie twice is
+    refused (400): a browser sends two when another site (a sibling
+    subdomain, a path of its own) has set one beside ours, and picking
+    either would let it choose the session."""
+    found: list[str] = []
     for item in header.split(";"):
         name, _, value = item.strip().partition("=")
         if name == COOKIE_NAME:
-            return value.strip()
-    return None
+            found.append(value.strip())
+    if len(found) > 1:
+        raise ApiError(400, "ambiguous_cookie",
+                       f"the {COOKIE_NAME} cookie was sent {len(found)} times; clear this "
+                       "site's cookies and log in again", "cookie")
+    return found[0] if found else None
 
 
 def _same_origin(request: ApiRequest) -> None:

@@ -65,6 +65,10 @@ class ApiRequest:
     #: "https" or "http": how the request reached the host (the dashboard's
     #: session cookie is ``Secure`` over https).
     scheme: str = "http"
+    #: The client's address as the host knows it ("" when it does not):
+    #: ``tickwork serve`` the peer's IP, the Worker ``CF-Connecting-IP``. The
+    #: dashboard's login throttle counts wrong tokens per address.
+    client: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,12 +128,13 @@ class JobApi:
 
     async def handle(self, request: ApiRequest) -> ApiResponse:
         try:
-            return await self._handle(request)
+            answer = await self._handle(request)
         except Exception as error:
-            answer = refusal(error)
-            if answer is None:
+            refused = refusal(error)
+            if refused is None:
                 raise
-            return answer
+            answer = refused
+        return _dashboard_headers(request.path, answer)
 
     def refuse_early(self, method: str, path: str, headers: Mapping[str, str],
                      content_length: int | None) -> ApiResponse | None:
@@ -147,7 +152,7 @@ class JobApi:
             answer = refusal(error)
             if answer is None:
                 raise
-            return answer
+            return _dashboard_headers(path, answer)
         return None
 
     def _check_head(self, request: ApiRequest) -> Route | dashboard.DashboardRoute | str | None:
@@ -225,6 +230,18 @@ class JobApi:
         if inspect.isawaitable(service):
             service = await service
         return service
+
+
+def _dashboard_headers(path: str, answer: ApiResponse) -> ApiResponse:
+    """``answer`` with the dashboard's security headers (CSP, nosniff, no
+    caching) when ``path`` is a dashboard path: its refusals too (an unknown
+    page, a wrong method), which the API answers in JSON."""
+    segments = [segment for segment in path[:MAX_PATH_LENGTH].split("?", 1)[0].split("/")
+                if segment != ""]
+    if not dashboard.is_dashboard_path(segments[1:]):
+        return answer
+    headers = {**dashboard.SECURITY_HEADERS, **answer.headers}
+    return ApiResponse(answer.status, answer.body, headers)
 
 
 # ------------------------------------------------------------------ routing

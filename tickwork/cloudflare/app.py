@@ -396,7 +396,8 @@ async def read_request(request: Any, api: JobApi) -> ApiRequest | ApiResponse:
     # An undeclared or understated body over the limit is refused by api.handle.
     body = await _body(request) if has_body else b""
     return ApiRequest(method=method, path=path, headers=headers, body=body, query=url.query,
-                      scheme=url.scheme or "https")
+                      scheme=url.scheme or "https",
+                      client=_header(request, "cf-connecting-ip") or "")
 
 
 def to_response(answer: ApiResponse) -> Any:

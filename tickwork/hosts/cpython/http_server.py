@@ -241,6 +241,8 @@ class ApiServer:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                      task: asyncio.Task[None]) -> None:
+        peer = writer.get_extra_info("peername")
+        client = str(peer[0]) if isinstance(peer, tuple) and peer else ""
         while not self._closing:
             try:
                 data = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"),
@@ -279,7 +281,7 @@ class ApiServer:
                                                   self.body_timeout_s)
                 except (asyncio.IncompleteReadError, TimeoutError):
                     return  # an incomplete body is never handed to the API
-            response = await self._handle(head, body)
+            response = await self._handle(head, body, client)
             if not await self._answer(writer, head, response):
                 return
             self._connections[task] = False
@@ -302,8 +304,9 @@ class ApiServer:
         except Exception:
             return self._failed(head)
 
-    async def _handle(self, head: RequestHead, body: bytes) -> ApiResponse:
-        request = ApiRequest(head.method, head.path, head.headers, body, head.query)
+    async def _handle(self, head: RequestHead, body: bytes, client: str = "") -> ApiResponse:
+        request = ApiRequest(head.method, head.path, head.headers, body, head.query,
+                             client=client)
         try:
             return await self.api.handle(request)
         except Exception:
