@@ -81,6 +81,31 @@ async def test_missed_slots_are_caught_up_to_the_bound(engine: Engine) -> None:
     assert [r.job_id for r in results] == sorted(await engine.job_states())  # oldest first
 
 
+async def test_catch_up_is_bounded_per_tick_and_each_slot_still_gets_one_job(
+    engine: Engine,
+) -> None:
+    """Found by an outage test on main: one firing made up to 100 schedules x
+    1,000 slots of jobs in one transaction. Now a call makes at most
+    MAX_SLOTS_PER_TICK, oldest first, and the next call goes on."""
+    from tickwork.lifecycle.operations import MAX_SLOTS_PER_TICK
+
+    jobs, now = engine.timed_runtime()
+    for name in ("a", "b"):
+        await jobs.put_schedule(Schedule(name, ScheduledJob("q", "q"), every_ms=MINUTE,
+                                         catch_up=700))
+    now.advance(2 * DAY)  # 2,880 slots of each went by; 700 each to catch up
+    made = [await jobs.fire_schedules() for _ in range(3)]
+    assert made == [MAX_SLOTS_PER_TICK, 1_400 - MAX_SLOTS_PER_TICK, 0]
+    names = list(await engine.job_states())
+    assert len(names) == len(set(names)) == 1_400
+    for name in ("a", "b"):
+        slots = sorted(job_id for job_id in names if job_id.startswith(f"{name}@"))
+        assert len(slots) == 700  # the latest 700 slots, each once
+    assert await jobs.fire_schedules() == 0
+    now.advance(MINUTE)
+    assert await jobs.fire_schedules() == 2  # then one slot each, as ever
+
+
 async def test_an_interval_schedule_runs_on_whole_multiples(engine: Engine) -> None:
     jobs, now = engine.timed_runtime()
     every = Schedule("sync", ScheduledJob("sync", "sync"), every_ms=15 * MINUTE)
