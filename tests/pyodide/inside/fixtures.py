@@ -200,6 +200,18 @@ async def capsys() -> AsyncIterator[CaptureOutput]:
         sys.stdout, sys.stderr = saved
 
 
+@fixture("monkeypatch")
+async def monkeypatch() -> AsyncIterator[Any]:
+    """pytest's ``monkeypatch``: every change undone when the case ends."""
+    from _pytest.monkeypatch import MonkeyPatch
+
+    patcher = MonkeyPatch()
+    try:
+        yield patcher
+    finally:
+        patcher.undo()
+
+
 @fixture("tmp_path")
 async def tmp_path() -> AsyncIterator[Path]:
     yield Path(tempfile.mkdtemp())
