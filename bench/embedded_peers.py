@@ -211,7 +211,7 @@ def tickwork_run(path: Path, count: int, setting: str,
     connection = _open(path, setting)
     ran: list[int] = []
 
-    def execute(job: Any, signal: Any) -> Completed:
+    async def execute(job: Any, signal: Any) -> Completed:
         ran.append(job.payload["n"])
         return Completed()
 

@@ -95,7 +95,8 @@ async def test_a_cancelled_queued_job_is_settled_before_the_next_claim(
         harness: Harness) -> None:
     """The claim taken ahead follows the tick's order: a cancelled job that
     waits is settled first (the claim-if-clear guard claims nothing)."""
-    def execute(record: Any, signal: Any) -> Completed:
+    async def execute(record: Any, signal: Any) -> Completed:  # async: it writes through the
+        # harness's connection, which a worker thread (where a plain one runs) may not use
         if record.job_id == "a":
             runtime.cancel("c", "stop-c")
         return Completed()
@@ -112,7 +113,8 @@ async def test_a_suspect_claim_is_recovered_before_the_next_claim(harness: Harne
     """A running claim this runtime does not execute appears while a runs
     (another process's, as far as this runtime knows): a's settlement claims
     nothing ahead, and the next step probes it first, as a tick would."""
-    def execute(record: Any, signal: Any) -> Completed:
+    async def execute(record: Any, signal: Any) -> Completed:  # async: it writes through the
+        # harness's connection, which a worker thread (where a plain one runs) may not use
         if record.job_id == "a":
             harness.host_execute("UPDATE tickwork_jobs SET state = 'running',"
                                  " claim_token = 'elsewhere', started_at = 1 WHERE job_id = 'x'")

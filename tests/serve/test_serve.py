@@ -80,6 +80,23 @@ def test_enqueued_jobs_run_and_their_outcomes_are_readable(server: Serve) -> Non
     assert owner_file(server, owner).exists()
 
 
+def test_a_blocking_plain_executor_does_not_freeze_the_server(server: Serve) -> None:
+    """Found on main: a plain executor failed with "object Completed can't be
+    used in 'await' expression", and a time.sleep(3) in an executor froze
+    the whole server (/v1/health took 2.7 s). It runs in a worker thread."""
+    client, owner = server.client(), "plain-sleeper"
+    assert client.enqueue(owner, job("nap", "sleep_plain", payload={"kind": "sleep_plain",
+                                                                    "ms": 2_000}))[0] == 201
+    client.running(owner, "nap")
+    started = time.monotonic()
+    assert server.client(token=None).call("GET", "/v1/health")[0] == 200
+    # Answered while the executor still sleeps (the loop is not held): well
+    # inside the 2 s the job blocks for, however loaded the machine.
+    assert time.monotonic() - started < 1.5
+    assert client.job(owner, "nap")["state"] == "running"
+    assert client.settled(owner, "nap")["outcome"] == "completed"
+
+
 def test_single_enqueue_answers_201(server: Serve) -> None:
     client = server.client()
     assert client.enqueue("single", job("one")) == (201, {"job_id": "one", "status": "queued"})

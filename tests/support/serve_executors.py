@@ -10,11 +10,14 @@ Chosen by ``payload["kind"]``:
 * ``slow``: waits until aborted (Cancelled), or ``payload["ms"]`` ms (Completed).
 * ``block_once``: the first run creates ``payload["marker"]`` and waits until
   aborted; any later run (after a crash and recovery) completes at once.
+* ``sleep_plain``: a plain (not async) function that blocks in
+  ``time.sleep(payload["ms"] / 1000)``, then Completed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
@@ -66,8 +69,14 @@ async def block_once(job: JobRecord, signal: Any) -> ExecutionResult:
     return Cancelled()
 
 
+def sleep_plain(job: JobRecord, signal: Any) -> ExecutionResult:
+    time.sleep(job.payload["ms"] / 1000)
+    return Completed()
+
+
 for _kind, _executor in {"complete": complete, "fail": fail, "raise": explode,
-                         "unknown": unknown, "slow": slow, "block_once": block_once}.items():
+                         "unknown": unknown, "slow": slow, "block_once": block_once,
+                         "sleep_plain": sleep_plain}.items():
     registry.on_field(_kind, _executor)
 
 

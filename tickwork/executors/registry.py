@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, overload
 
 from tickwork.model.jobs import JobRecord
 from tickwork.model.outcomes import ExecutionResult, Failed
 from tickwork.model.signals import AbortSignal
+from tickwork.runtimes.execution import nonblocking
 
 #: Failure reason of a job no executor is registered for.
 NO_EXECUTOR = "no_executor"
@@ -27,8 +29,11 @@ class ExecutorRegistry:
     def __init__(self, *, field: str | None = None, fallback: Executor | None = None) -> None:
         self.field = field
         self.fallback = fallback
-        self._by_queue: dict[str, Executor] = {}
-        self._by_field: dict[str, Executor] = {}
+        # Each executor with what runs it: itself when async; a plain one as
+        # nonblocking() makes it (in a worker thread on CPython), made once.
+        self._by_queue: dict[str, tuple[Executor, Executor]] = {}
+        self._by_field: dict[str, tuple[Executor, Executor]] = {}
+        self._fallback: tuple[Executor, Executor] | None = None
 
     @overload
     def on_queue(self, queue: str, executor: Executor) -> Executor: ...
@@ -43,7 +48,7 @@ class ExecutorRegistry:
         name = _name("queue", queue)
 
         def register(chosen: Executor) -> Executor:
-            self._by_queue[name] = chosen
+            self._by_queue[name] = (chosen, nonblocking(chosen))
             return chosen
 
         return register if executor is None else register(executor)
@@ -63,23 +68,41 @@ class ExecutorRegistry:
         name = _name("value", value)
 
         def register(chosen: Executor) -> Executor:
-            self._by_field[name] = chosen
+            self._by_field[name] = (chosen, nonblocking(chosen))
             return chosen
 
         return register if executor is None else register(executor)
 
     def executor_for(self, job: JobRecord) -> Executor | None:
+        """The executor registered for ``job`` (or the fallback), or None."""
+        chosen = self._entry_for(job)
+        return None if chosen is None else chosen[0]
+
+    def _entry_for(self, job: JobRecord) -> tuple[Executor, Executor] | None:
         if self.field is not None and isinstance(job.payload, Mapping):
             kind = job.payload.get(self.field)
             if isinstance(kind, str) and kind in self._by_field:
                 return self._by_field[kind]
-        return self._by_queue.get(job.queue, self.fallback)
+        entry = self._by_queue.get(job.queue)
+        if entry is not None:
+            return entry
+        fallback = self.fallback
+        if fallback is None:
+            return None
+        if self._fallback is None or self._fallback[0] is not fallback:
+            self._fallback = (fallback, nonblocking(fallback))
+        return self._fallback
 
     async def __call__(self, job: JobRecord, signal: AbortSignal) -> ExecutionResult:
-        executor = self.executor_for(job)
-        if executor is None:
+        entry = self._entry_for(job)
+        if entry is None:
             return Failed(NO_EXECUTOR)
-        return await executor(job, signal)
+        # A plain (not async) executor works too: in a worker thread on
+        # CPython, called directly on Workers (see runtimes/execution.py).
+        result: Any = entry[1](job, signal)
+        if inspect.isawaitable(result):
+            result = await result
+        return result  # type: ignore[no-any-return]
 
 
 def _name(what: str, value: object) -> str:

@@ -10,6 +10,14 @@ An executor that raises is logged here, once per raise, on the
 ``tickwork.execution`` logger (level ERROR, with the traceback), naming the
 job; writing its settlement (however often a store retries that) logs
 nothing more.
+
+A plain (not ``async``) executor is welcome: ``nonblocking(execute)`` is how
+the runtimes and ``ExecutorRegistry`` take it. On CPython it runs in a worker
+thread (``asyncio.to_thread``), so a blocking call (``time.sleep``, a sync
+HTTP client, a heavy computation) never holds the event loop and the host's
+other owners, requests and timers; where threads do not run (Pyodide, so
+Workers and Durable Objects), it is called directly and holds its event
+until it returns.
 """
 
 from __future__ import annotations
@@ -17,7 +25,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import Callable, Generator
+import sys
+from collections.abc import Awaitable, Callable, Generator
 from types import CoroutineType
 from typing import Any, TypeVar
 
@@ -28,6 +37,49 @@ from tickwork.model.signals import AbortSignal
 SignalT = TypeVar("SignalT", bound=AbortSignal)
 
 logger = logging.getLogger("tickwork.execution")
+
+#: Whether a plain executor runs in a worker thread (not on Pyodide: no threads).
+THREADED_PLAIN_EXECUTORS = sys.platform != "emscripten"
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def is_async_executor(execute: object) -> bool:
+    """True for an ``async def`` function (or a partial of one), and for an
+    object whose ``__call__`` is one (an ``ExecutorRegistry``)."""
+    # The method itself is inspected here, not whether execute is callable.
+    method = getattr(type(execute), "__call__", None)  # noqa: B004
+    return inspect.iscoroutinefunction(execute) or inspect.iscoroutinefunction(method)
+
+
+def nonblocking(execute: F) -> F:
+    """``execute`` as the runtimes call it: an async executor unchanged; a
+    plain one, on CPython, run in a worker thread (its result awaited too if
+    it is awaitable); elsewhere unchanged (``run_executor`` takes a plain
+    result). A plain executor in a thread cannot be interrupted: it should
+    look at ``signal.aborted`` between steps of long work."""
+    if not THREADED_PLAIN_EXECUTORS or is_async_executor(execute):
+        return execute
+
+    async def in_a_thread(job: JobRecord, signal: AbortSignal) -> Any:
+        result = await asyncio.to_thread(execute, job, signal)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    in_a_thread.__qualname__ = f"nonblocking({getattr(execute, '__qualname__', execute)!s})"
+    return in_a_thread  # type: ignore[return-value]
+
+
+async def call_executor(execute: Callable[..., Any], job: JobRecord, signal: AbortSignal,
+                        ) -> Any:
+    """``execute(job, signal)``'s result, whether ``execute`` is async or plain
+    (plain: in a worker thread on CPython, see ``nonblocking``)."""
+    result: Any = nonblocking(execute)(job, signal)
+    if inspect.isawaitable(result):
+        awaited: Awaitable[Any] = result
+        result = await awaited
+    return result
 
 
 async def run_executor(

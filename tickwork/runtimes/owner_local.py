@@ -128,7 +128,7 @@ from tickwork.ports.host import (
 from tickwork.ports.host import (
     Wake as WakePort,
 )
-from tickwork.runtimes.execution import run_executor
+from tickwork.runtimes.execution import nonblocking, run_executor
 from tickwork.stores.owner_local import (
     EVERY_JOB,
     OwnerLocalStore,
@@ -224,7 +224,7 @@ class _LocalRuntime:
         # their queues, and that check would read past the rows waiting for a
         # batch for each candidate: such a runtime's store batches nothing.
         self._store = OwnerLocalStore(database, batched=concurrent_lane is None)
-        self._execute = execute
+        self._execute = nonblocking(execute)
         self._is_alive = is_alive
         self._wake = wake
         self._project = project

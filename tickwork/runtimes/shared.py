@@ -119,7 +119,7 @@ from tickwork.model.signals import AbortSignal, LeasedSignal
 from tickwork.ports.host import SharedExecutor
 from tickwork.ports.host import Wake as WakePort
 from tickwork.ports.shared_store import SharedStore
-from tickwork.runtimes.execution import run_executor
+from tickwork.runtimes.execution import nonblocking, run_executor
 
 __all__ = ["LeasedSignal", "Now", "SharedRuntime"]
 
@@ -189,7 +189,7 @@ class SharedRuntime:
         if now is not None and not callable(now):
             raise InvalidArgument("now", "must be a callable returning epoch milliseconds")
         self._store = store
-        self._execute = execute
+        self._execute = nonblocking(execute)
         self._wake = wake
         self._now = now
         self._lease_ms = lease_ms

@@ -52,6 +52,7 @@ from tickwork.hosts.cpython.progress import Progress
 from tickwork.metrics import Metrics
 from tickwork.model.jobs import JobRecord
 from tickwork.model.outcomes import ExecutionResult
+from tickwork.runtimes.execution import call_executor
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8787
@@ -195,7 +196,9 @@ def counted(execute: Executor, progress: Progress) -> Executor:
     async def run(job: JobRecord, signal: Any) -> ExecutionResult:
         progress.started_job()
         try:
-            return await execute(job, signal)
+            # A plain executor runs in a worker thread (never on the loop).
+            result: ExecutionResult = await call_executor(execute, job, signal)
+            return result
         finally:
             progress.finished_job()
 
