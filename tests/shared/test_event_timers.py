@@ -76,13 +76,13 @@ async def test_a_lease_is_renewed_in_a_later_event(
     async def slow(record: Any, signal: Any) -> Any:
         await asyncio.sleep(0)  # a job that waits once has its lease timers armed
         if record.job_id == "slow":
-            await asyncio.sleep(0.8)  # longer than the 500 ms lease
+            await asyncio.sleep(2.0)  # longer than the 1.5 s lease
         return Completed()
 
     # Each event makes its own runtime, as the Worker's cron does: the first
     # with the default lease settings, the second renewing every 100 ms.
     first = shared.runtime(db_time=True, execute=slow, **_clock(shared_timers))
-    runtime = shared.runtime(db_time=True, execute=slow, lease_ms=500, renew_every_ms=100,
+    runtime = shared.runtime(db_time=True, execute=slow, lease_ms=1_500, renew_every_ms=100,
                              **_clock(shared_timers))
     store = runtime._store
     renew = store.renew
@@ -102,10 +102,10 @@ async def test_a_lease_is_renewed_in_a_later_event(
         assert await events.run(lambda: run_one(first, "quick")) == [("quick", "completed")]
         events.pass_time(60)
         renewals.clear()
-        outcome = await events.run(lambda: run_one(runtime, "slow"), limit_s=5)
+        outcome = await events.run(lambda: run_one(runtime, "slow"), limit_s=10)
     if _works_across_events(shared_timers):
         assert outcome == [("slow", "completed")]
-        assert len(renewals) >= 4  # every 100 ms for 800 ms
+        assert len(renewals) >= 4  # every 100 ms for 2 s, however slow the machine
     else:
         assert renewals == []  # the renewal timer waited behind a timer that never fired
         assert outcome != [("slow", "completed")]  # the lease lapsed under the running job
