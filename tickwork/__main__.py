@@ -11,6 +11,7 @@ CPython only. Each command's modules are imported when it runs.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 COMMANDS = {
@@ -21,19 +22,26 @@ COMMANDS = {
 }
 
 
+def plain_text(doc: str | None) -> str:
+    """A module docstring as terminal help: its reST literals (``x``) as plain x."""
+    return re.sub(r"``([^`]+)``", r"\1", doc or "")
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from tickwork import __version__
     from tickwork.hosts.cpython import inspect_cli, serve
 
     parser = argparse.ArgumentParser(
         prog="tickwork", description="tickwork: a durable job engine.",
         epilog="Run 'tickwork <command> --help' for a command's options.")
+    parser.add_argument("--version", action="version", version=f"tickwork {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="<command>", required=True)
     commands.add_parser("demo", help=COMMANDS["demo"], description=COMMANDS["demo"])
     serve.add_arguments(commands.add_parser(
-        "serve", help=COMMANDS["serve"], description=serve.__doc__,
+        "serve", help=COMMANDS["serve"], description=plain_text(serve.__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter))
     inspect_cli.add_arguments(commands.add_parser(
-        "inspect", help=COMMANDS["inspect"], description=inspect_cli.__doc__,
+        "inspect", help=COMMANDS["inspect"], description=plain_text(inspect_cli.__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter))
     schema = commands.add_parser("schema", help=COMMANDS["schema"],
                                  description=COMMANDS["schema"] + (

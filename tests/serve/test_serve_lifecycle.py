@@ -167,6 +167,18 @@ def test_help_lists_the_commands() -> None:
     serve_help = subprocess.run([sys.executable, "-m", "tickwork", "serve", "--help"],
                                 cwd=ROOT, capture_output=True, text=True, timeout=30)
     assert "--executors" in serve_help.stdout and "--postgres" in serve_help.stdout
+    for command in ("serve", "inspect"):
+        shown = subprocess.run([sys.executable, "-m", "tickwork", command, "--help"],
+                               cwd=ROOT, capture_output=True, text=True, timeout=30)
+        assert shown.returncode == 0 and "``" not in shown.stdout, shown.stdout  # no reST
+
+
+def test_version_is_printed() -> None:
+    import tickwork
+
+    result = subprocess.run([sys.executable, "-m", "tickwork", "--version"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=30)
+    assert (result.returncode, result.stdout) == (0, f"tickwork {tickwork.__version__}\n")
 
 
 @pytest.mark.parametrize("flag", ["--help", "-h"])
