@@ -41,14 +41,23 @@ def _works_across_events(shared_timers: bool | None) -> bool:
     return not (SHARE_LOOP_TIMERS if shared_timers is None else shared_timers)
 
 
+def fresh_loop_timers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The running loop's shared timers start empty, as in a new isolate:
+    inside Pyodide one loop runs every case, and a timer an earlier case
+    left armed (outside any event, so alive) would fire into these events
+    and hide what a loop-wide timer does across them."""
+    monkeypatch.delattr(asyncio.get_running_loop(), "_tickwork_lease_timers", raising=False)
+
+
 def test_the_default_clock_keeps_no_loop_wide_timer_on_pyodide() -> None:
     assert SHARE_LOOP_TIMERS is (sys.platform != "emscripten")
 
 
 @pytest.mark.parametrize("shared_timers", CLOCKS)
 async def test_a_drain_waits_for_a_due_job_in_every_event(
-    shared: SharedHarness, shared_timers: bool | None,
+    shared: SharedHarness, shared_timers: bool | None, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    fresh_loop_timers(monkeypatch)
     runtime = shared.runtime(db_time=True, **_clock(shared_timers))
 
     async def firing(job_id: str) -> list[str]:
@@ -69,8 +78,9 @@ async def test_a_drain_waits_for_a_due_job_in_every_event(
 
 @pytest.mark.parametrize("shared_timers", CLOCKS)
 async def test_a_lease_is_renewed_in_a_later_event(
-    shared: SharedHarness, shared_timers: bool | None,
+    shared: SharedHarness, shared_timers: bool | None, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    fresh_loop_timers(monkeypatch)
     renewals: list[str] = []
 
     async def slow(record: Any, signal: Any) -> Any:
