@@ -33,7 +33,8 @@ from tests.pyodide.inside.fixtures import FIXTURES
 #: Seconds one case may take (its fixtures included).
 CASE_TIMEOUT_S = 120.0
 
-#: The frame of Miniflare's synchronous proxy call in a failure's traceback.
+#: The frame of Miniflare's synchronous proxy call in a failure's traceback
+#: (inside/workerd.py raises it too when the Worker's 500 hid it).
 _PROXY_LOST_STEP = "in SynchronousFetcher.fetch"
 
 

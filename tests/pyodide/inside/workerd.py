@@ -24,6 +24,7 @@ Pyodide; the bindings are JavaScript objects from ``js/bindings.mjs``):
 from __future__ import annotations
 
 import inspect
+import io
 import sys
 from collections.abc import Callable
 from types import FunctionType
@@ -37,6 +38,20 @@ from tests.support.workers_events import WorkersEvents
 
 #: Seconds one event may take before the runtime stand-in fails it.
 EVENT_LIMIT_S = 60.0
+#: The frame of Miniflare's synchronous proxy call in a traceback (run.py).
+PROXY_LOST_STEP = "in SynchronousFetcher.fetch"
+
+
+class _Tee(io.StringIO):
+    """Keeps what is written, and passes it on to ``through``."""
+
+    def __init__(self, through: Any) -> None:
+        super().__init__()
+        self.through = through
+
+    def write(self, text: str) -> int:
+        self.through.write(text)
+        return super().write(text)
 
 
 def rpc_methods(cls: type) -> set[str]:
@@ -150,10 +165,26 @@ class Runtime:
     # ------------------------------------------------------------ handlers
 
     async def fetch(self, worker: Any, request: Any) -> Any:
-        """One fetch event; ``request`` is a JS Request. The JS Response."""
+        """One fetch event; ``request`` is a JS Request. The JS Response.
+
+        The Worker answers any failure with a bare 500 and writes the
+        traceback to stderr. When that traceback shows Miniflare's D1 proxy
+        losing step (the harness breaking, see run.py), it is raised here,
+        so the runner restarts Miniflare and runs the case again, saying so,
+        instead of the case failing on a 500 that hides why."""
         sdk = sys.modules["workers"]
-        answer = await self.event(lambda: worker.fetch(sdk.Request(request)), "fetch")
-        return getattr(answer, "js_object", answer)
+        logged = _Tee(sys.stderr)
+        sys.stderr = logged
+        try:
+            answer = await self.event(lambda: worker.fetch(sdk.Request(request)), "fetch")
+        finally:
+            sys.stderr = logged.through
+        response = getattr(answer, "js_object", answer)
+        text = logged.getvalue()
+        if int(response.status) == 500 and PROXY_LOST_STEP in text:
+            raise RuntimeError(f"the Worker answered 500 after Miniflare's proxy lost step:\n"
+                               f"{text}")
+        return response
 
     async def scheduled(self, worker: Any, scheduled_ms: int, cron: str = "* * * * *") -> None:
         controller = tickwork_tier.bindings.ScheduledController.new(cron, scheduled_ms)
