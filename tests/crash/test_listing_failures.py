@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from tests.crash.test_commit_failures import FaultyConnection
 from tests.support import ScriptedExecutor, job
 from tickwork import OwnerRuntime
 from tickwork.stores import Sqlite3Database
@@ -32,16 +33,16 @@ class CountingWake:
         self.calls += 1
 
 
-class FailOnce:
+class FailOnce(FaultyConnection):
     """A sqlite3 connection whose first statement starting with ``prefix``
-    (after the first insert has happened) fails, as a broken database would."""
+    (after the first insert, once ``watching``) fails, as a broken database's
+    would; commit, rollback and the rest pass through (FaultyConnection's)."""
 
     def __init__(self, real: sqlite3.Connection, prefix: str) -> None:
-        self.real = real
+        super().__init__(real)
         self.prefix = prefix
         self.watching = False  # set once the runtime is built
         self.armed = False
-        self.failed: list[str] = []
 
     def execute(self, sql: str, params: Any = ()) -> sqlite3.Cursor:
         text = " ".join(sql.split())
@@ -53,23 +54,6 @@ class FailOnce:
             self.watching = False
             self.armed = True  # the listing comes right after the first insert
         return self.real.execute(sql, params)
-
-    def commit(self) -> None:
-        self.real.commit()
-
-    def rollback(self) -> None:
-        self.real.rollback()
-
-    @property
-    def in_transaction(self) -> bool:
-        return self.real.in_transaction
-
-    @property
-    def isolation_level(self) -> str | None:
-        return self.real.isolation_level
-
-    def close(self) -> None:
-        self.real.close()
 
 
 #: The statements of the listing transaction (Sqlite3Database.atomic).
