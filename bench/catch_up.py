@@ -26,18 +26,18 @@ from tickwork.lifecycle import operations
 START_MS = 1_796_000_000_000
 
 
-class _Wake:
+class NoWake:
     def recompute(self) -> None:
         return None
 
 
-async def _never(job: object, signal: object) -> None:  # pragma: no cover - never run
+async def never_run(job: object, signal: object) -> None:  # pragma: no cover - never run
     raise AssertionError("no job runs here")
 
 
 def _runtime(path: Path, clock: list[int], schedules: int, catch_up: int) -> OwnerRuntime:
-    runtime = OwnerRuntime(open_sqlite3(path), execute=_never, is_alive=lambda job: False,
-                           wake=_Wake(), clock=lambda: clock[0])
+    runtime = OwnerRuntime(open_sqlite3(path), execute=never_run, is_alive=lambda job: False,
+                           wake=NoWake(), clock=lambda: clock[0])
     for number in range(schedules):
         runtime.put_schedule(Schedule(f"s{number}", ScheduledJob("q", "q"), every_ms=60_000,
                                       catch_up=catch_up))

@@ -311,3 +311,15 @@ def test_an_index_taken_away_is_a_frame_fewer_in_each_commit_that_changed_it(
     assert whole[1] == pytest.approx(counter[1], abs=0.02)
     floor = counted["only the claim's indexes and the unique job id"]
     assert whole[0] - floor[0] >= 0.9 and 0 < whole[1] - floor[1] <= 0.4
+
+
+def test_queue_gauges_benchmark_reads_the_backlog_it_made() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.queue_gauges", "--settled", "3000", "--pending", "300",
+         "--queues", "10"], capture_output=True, text=True, cwd=ROOT, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 0, result.stderr
+    # 300 pending twice, a third delayed, one running per queue each time.
+    assert "(380 ready after doubling)" in result.stdout, result.stdout
+    for label in ("status() (baseline)", "backlog()", "backlog(), 600 pending", "target"):
+        assert label in result.stdout, label

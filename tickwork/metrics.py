@@ -17,7 +17,23 @@ other queue is counted under ``queue="_other"`` (``OTHER_QUEUE``). So a
 host with 10,000 queue names answers a scrape of a few hundred lines, not
 220,000 (measured before the cap: 16.6 MB, 364 ms).
 
-``snapshot()`` returns them as plain data, ``prometheus_text()`` in the
+and, when ``prometheus_text`` is given the stores' backlog
+(``QueueBacklog``, from a runtime's ``backlog()``), gauges read at scrape
+time:
+
+* ``tickwork_queue_jobs{queue, state}``: jobs ``ready`` to run, ``delayed``
+  (waiting for their time) and ``running``;
+* ``tickwork_queue_oldest_ready_age_seconds{queue}``: how long the oldest
+  ready job has waited since it became ready (0 without one): the queue's
+  latency, the gauge to alert on.
+
+A runtime's ``backlog()`` reads only its indexes of unsettled jobs, never
+the settled history, so a scrape costs in proportion to the backlog. The
+gauges sum (and the age takes the largest) over every backlog given for a
+queue label: several owners' queues of one name are one series. A queue
+with a series of its own reads 0 once nothing of it is unsettled.
+
+``snapshot()`` returns the counters as plain data, ``prometheus_text()`` in the
 Prometheus text exposition format 0.0.4 (what ``tickwork serve`` answers at
 ``GET /v1/metrics``). Counts start at zero with the process: Prometheus
 reads a restart as a counter reset.
@@ -30,11 +46,12 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from tickwork.events import Event
+from tickwork.model.outcomes import QueueBacklog
 
 __all__ = ["DEFAULT_BUCKETS", "DEFAULT_MAX_QUEUES", "OTHER_QUEUE", "PROMETHEUS_CONTENT_TYPE",
            "DurationHistogram", "Metrics", "MetricsSnapshot", "escape_label_value"]
@@ -55,6 +72,8 @@ PROMETHEUS_CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 
 _EVENTS: Final = "tickwork_events_total"
 _DURATION: Final = "tickwork_execution_duration_seconds"
+_QUEUE_JOBS: Final = "tickwork_queue_jobs"
+_OLDEST_READY: Final = "tickwork_queue_oldest_ready_age_seconds"
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,8 +162,9 @@ class Metrics:
             durations[queue] = DurationHistogram(tuple(cumulative), total[0], running)
         return MetricsSnapshot(dict(self._events), durations)
 
-    def prometheus_text(self) -> str:
-        """Every metric in the Prometheus text exposition format 0.0.4."""
+    def prometheus_text(self, backlog: Iterable[QueueBacklog] | None = None) -> str:
+        """Every metric in the Prometheus text exposition format 0.0.4; the
+        queue gauges too when ``backlog`` is given (see the module doc)."""
         snapshot = self.snapshot()
         lines = [
             f"# HELP {_EVENTS} Lifecycle transitions tickwork reported, by kind, queue "
@@ -164,7 +184,37 @@ class Metrics:
                              f"{count}")
             lines.append(f"{_DURATION}_sum{_labels(queue=queue)} {_number(histogram.sum)}")
             lines.append(f"{_DURATION}_count{_labels(queue=queue)} {histogram.count}")
+        if backlog is not None:
+            lines += self._gauge_lines(backlog)
         return "\n".join(lines) + "\n"
+
+    def _gauge_lines(self, backlog: Iterable[QueueBacklog]) -> list[str]:
+        # Per queue label: ready, delayed, running, the oldest ready age (ms).
+        # Every queue with a series of its own reads 0 once it has nothing
+        # unsettled: a series that vanished would look like a broken scrape.
+        gauges: dict[str, list[int]] = {queue: [0, 0, 0, 0] for queue in self._labelled}
+        for entry in backlog:
+            values = gauges.setdefault(self._queue_label(entry.queue), [0, 0, 0, 0])
+            values[0] += entry.ready
+            values[1] += entry.delayed
+            values[2] += entry.running
+            values[3] = max(values[3], entry.oldest_ready_age_ms)
+        lines = [
+            f"# HELP {_QUEUE_JOBS} Unsettled jobs by queue: ready to run, delayed (waiting "
+            "for their time) and running.",
+            f"# TYPE {_QUEUE_JOBS} gauge",
+        ]
+        for queue, values in sorted(gauges.items()):
+            for state, value in zip(("ready", "delayed", "running"), values, strict=False):
+                lines.append(f"{_QUEUE_JOBS}{_labels(queue=queue, state=state)} {value}")
+        lines += [
+            f"# HELP {_OLDEST_READY} How long the queue's oldest ready job has waited since "
+            "it became ready (0 without one).",
+            f"# TYPE {_OLDEST_READY} gauge",
+        ]
+        for queue, values in sorted(gauges.items()):
+            lines.append(f"{_OLDEST_READY}{_labels(queue=queue)} {_number(values[3] / 1000)}")
+        return lines
 
 
 def escape_label_value(value: str) -> str:

@@ -311,3 +311,22 @@ def test_every_page_of_list_jobs_is_an_index_range_at_200000_rows(harness: Harne
     assert [r.job_id for r in running.jobs] == [
         f"old-{n}" for n in newest if n % 50 == 7 and state(n) == "running"][:50]
     assert running.jobs, "the rows hold running jobs of lane7"
+
+
+def test_the_backlog_reads_unsettled_rows_only(harness: Harness) -> None:
+    """The gauges' read walks the index of listed unsettled rows and the
+    unlisted rows by the primary key: never the settled history."""
+    runtime = harness.runtime()
+    runtime.ingest_many([job(f"j{n}", queue=f"q{n % 3}") for n in range(30)])
+    text = sql.BACKLOG_LOCAL.render(sql.OWNER_LOCAL).text
+    plan = [row[-1] for row in harness.host_query("EXPLAIN QUERY PLAN " + text, ())]
+    jobs = [line for line in plan if "tickwork_jobs " in line]
+    assert any(line.startswith("SCAN tickwork_jobs USING INDEX tickwork_jobs_queue_order")
+               for line in jobs), plan
+    assert any("INTEGER PRIMARY KEY (rowid>?)" in line for line in jobs), plan
+    assert len(jobs) == 2, plan
+    # A redriven job's time is one probe of the redrives' primary key.
+    assert "SEARCH redrive USING INDEX sqlite_autoindex_tickwork_redrives_1 (job_id=?)" in plan, \
+        plan
+    assert [(b.queue, b.ready) for b in runtime.backlog()] == [("q0", 10), ("q1", 10),
+                                                                 ("q2", 10)]

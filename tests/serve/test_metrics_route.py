@@ -97,3 +97,46 @@ def test_a_bad_on_event_is_refused_by_name(tmp_path: Path, spec: str, problem: s
                          timeout=30)
     assert run.returncode == 1
     assert f"--on-event {spec!r}" in run.stderr and problem in run.stderr
+
+
+def gauges(serve: Serve) -> dict[tuple[str, str], float]:
+    """The queue gauges of one scrape: (metric name's last word, queue/state) -> value."""
+    status, _, body = get(serve, "/v1/metrics")
+    assert status == 200
+    found = {}
+    for (name, labels), value in parse(body.decode()).items():
+        named = dict(labels)
+        if name == "tickwork_queue_jobs":
+            found[(named["queue"], named["state"])] = value
+        elif name == "tickwork_queue_oldest_ready_age_seconds":
+            found[(named["queue"], "age")] = value
+    return found
+
+
+def test_queue_gauges_count_every_owner_open_or_closed(tmp_path: Path) -> None:
+    """One owner open at a time: the owner closed to make room for another
+    is counted from what it held when it closed, its wait still growing."""
+    serve = Serve(tmp_path / "data", "--max-open-owners", "1").start()
+    try:
+        client = serve.client()
+        for owner in ("alpha", "beta"):
+            assert client.call("POST", f"/v1/owners/{owner}/queues/held/pause")[0] == 200
+        assert client.enqueue("alpha", job("a1", queue="held"), job("a2", queue="held"),
+                              job("later", queue="held", delay_ms=600_000))[0] == 200
+        first = gauges(serve)
+        assert {key: value for key, value in first.items() if key[1] != "age"} == {
+            ("held", "ready"): 2, ("held", "delayed"): 1, ("held", "running"): 0}
+        # beta's ingest opens beta, so alpha (idle: its queue is paused) closes.
+        assert client.enqueue("beta", job("b1", queue="held"))[0] == 201
+        time.sleep(0.3)
+        second = gauges(serve)
+        assert {key: value for key, value in second.items() if key[1] != "age"} == {
+            ("held", "ready"): 3, ("held", "delayed"): 1, ("held", "running"): 0}
+        assert second[("held", "age")] >= first[("held", "age")] + 0.25
+        # A running job counts as running until it settles.
+        assert client.enqueue("beta", job("slow", "slow", queue="busy",
+                                          payload={"ms": 60_000}))[0] == 201
+        client.running("beta", "slow")
+        assert gauges(serve)[("busy", "running")] == 1
+    finally:
+        serve.stop()

@@ -135,3 +135,19 @@ def test_an_unreachable_database_is_explained(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "cannot connect to PostgreSQL" in result.stderr
     assert "hunter2" not in result.stderr
+
+
+def test_the_shared_queues_have_gauges_too(shared_serve: Serve) -> None:
+    from tests.serve.test_metrics_route import gauges
+
+    client = shared_serve.client()
+    assert client.call("POST", "/v1/shared/queues/parked/pause")[0] == 200
+    assert client.call("POST", "/v1/shared/jobs", {"jobs": [
+        job("p1", queue="parked"), job("p2", queue="parked")]})[0] == 200
+    assert client.enqueue("owner", job("o1", queue="parked", delay_ms=600_000))[0] == 201
+    time.sleep(0.2)
+    found = gauges(shared_serve)
+    # One series per queue name: the shared queue's and the owner's summed.
+    assert (found[("parked", "ready")], found[("parked", "delayed")],
+            found[("parked", "running")]) == (2, 1, 0)
+    assert 0.2 <= found[("parked", "age")] < 30

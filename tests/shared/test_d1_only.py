@@ -261,10 +261,9 @@ async def test_ingest_many_before_must_be_a_list_of_statements(db: Any) -> None:
     assert await _count(db) == 0
 
 
-async def test_queue_status_counts_every_state_from_indexes_only(db: Any) -> None:
-    """Queued, running and settled counts each come from a covering index
-    (settled ones from 0009's queue_outcomes): no statement scans the table."""
-    runtime = await _runtime(db)
+async def _thirty_queued_and_a_settled_history(runtime: Any, db: Any) -> None:
+    """30 queued jobs over q0..q2, and 3,000 settled ones over q0..q299 (a
+    third failed), written directly."""
     await runtime.ingest_many([job(f"j{n}", queue=f"q{n % 3}") for n in range(30)])
     await db.prepare("""
         WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c WHERE n < 3000)
@@ -273,6 +272,13 @@ async def test_queue_status_counts_every_state_from_indexes_only(db: Any) -> Non
         SELECT 'old-' || n, 'q' || (n % 300), 'lane', 0, '{}', 'settled',
                CASE WHEN n % 3 = 0 THEN 'failed' ELSE 'completed' END, n, n, n FROM c
     """).run()
+
+
+async def test_queue_status_counts_every_state_from_indexes_only(db: Any) -> None:
+    """Queued, running and settled counts each come from a covering index
+    (settled ones from 0009's queue_outcomes): no statement scans the table."""
+    runtime = await _runtime(db)
+    await _thirty_queued_and_a_settled_history(runtime, db)
     plan = await D1Binding(db).query("EXPLAIN QUERY PLAN " + d1_sql.QUEUE_STATUS.text, ["q1"])
     text = "\n".join(str(row[-1]) for row in plan)
     assert "USING COVERING INDEX tickwork_jobs_queue_waiting (queue=?)" in text, text
@@ -284,6 +290,19 @@ async def test_queue_status_counts_every_state_from_indexes_only(db: Any) -> Non
     assert (status.outcomes["completed"], status.outcomes["failed"]) == (10, 0)
     status = await runtime.queue_status("q3")
     assert (status.queued, status.settled, status.outcomes["failed"]) == (0, 10, 10)
+
+
+async def test_the_backlog_reads_unsettled_rows_only_on_d1(db: Any) -> None:
+    """The gauges' read walks the index of queued and running rows in queue
+    order (no sort for the groups), never the settled history."""
+    runtime = await _runtime(db)
+    await _thirty_queued_and_a_settled_history(runtime, db)
+    plan = await D1Binding(db).query("EXPLAIN QUERY PLAN " + d1_sql.BACKLOG.text, [])
+    text = "\n".join(str(row[-1]) for row in plan)
+    assert "SCAN tickwork_jobs USING INDEX tickwork_jobs_queue_pending" in text, text
+    assert "TEMP B-TREE" not in text, text
+    assert [(b.queue, b.ready) for b in await runtime.backlog()] == [
+        ("q0", 10), ("q1", 10), ("q2", 10)]
 
 
 async def test_every_page_of_list_jobs_is_an_index_range_on_d1(db: Any) -> None:

@@ -28,6 +28,7 @@ from tickwork.model.outcomes import (
     FailLaneResult,
     IngestStatus,
     JobPage,
+    QueueBacklog,
     QueueStatus,
     RedriveResult,
     TickResult,
@@ -65,6 +66,10 @@ class Jobs:
     async def read_queue_head(self, queue: str) -> JobRecord | None:
         record: JobRecord | None = await self._call("read_queue_head", queue)
         return record
+
+    async def backlog(self) -> list[QueueBacklog]:
+        backlogs: list[QueueBacklog] = await self._call("backlog")
+        return backlogs
 
     async def status(self) -> list[QueueStatus]:
         statuses: list[QueueStatus] = await self._call("status")

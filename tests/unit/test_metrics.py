@@ -165,3 +165,42 @@ def test_named_queues_only_get_series_of_their_own() -> None:
 def test_bad_caps_are_refused(options: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         Metrics(**options)
+
+
+def test_queue_gauges_sum_backlogs_by_queue_and_keep_the_longest_wait() -> None:
+    from tickwork import QueueBacklog
+
+    metrics = Metrics()
+    # Two owners with a queue of one name, and another queue; read at 10 s.
+    backlog = [QueueBacklog("mail", 3, 1, 1, 4_000, 10_000),
+               QueueBacklog("mail", 2, 0, 0, 9_500, 10_000),
+               QueueBacklog("export", 0, 5, 0, None, 10_000)]
+    samples = parse(metrics.prometheus_text(backlog))
+    jobs = {(dict(labels)["queue"], dict(labels)["state"]): value
+            for (name, labels), value in samples.items() if name == "tickwork_queue_jobs"}
+    assert jobs == {("mail", "ready"): 5, ("mail", "delayed"): 1, ("mail", "running"): 1,
+                    ("export", "ready"): 0, ("export", "delayed"): 5, ("export", "running"): 0}
+    ages = {dict(labels)["queue"]: value for (name, labels), value in samples.items()
+            if name == "tickwork_queue_oldest_ready_age_seconds"}
+    assert ages == {"mail": 6.0, "export": 0.0}
+    # Once a queue has nothing unsettled its series read 0; they stay.
+    emptied = parse(metrics.prometheus_text([]))
+    assert emptied[("tickwork_queue_jobs", (("queue", "mail"), ("state", "ready")))] == 0
+    assert emptied[("tickwork_queue_oldest_ready_age_seconds", (("queue", "export"),))] == 0
+    # Without a backlog (a host that reads none), no gauge is described.
+    assert "tickwork_queue_jobs" not in metrics.prometheus_text()
+
+
+def test_queue_gauges_share_the_counters_cap() -> None:
+    from tickwork import QueueBacklog
+    from tickwork.metrics import OTHER_QUEUE
+
+    metrics = Metrics(max_queues=2)
+    backlog = [QueueBacklog(f"q{n}", 1, 0, 0, 1_000 - n, 2_000) for n in range(1_000)]
+    text = metrics.prometheus_text(backlog)
+    samples = parse(text)
+    ages = {dict(labels)["queue"]: value for (name, labels), value in samples.items()
+            if name == "tickwork_queue_oldest_ready_age_seconds"}
+    assert ages == {"q0": 1.0, "q1": 1.001, OTHER_QUEUE: 1.999}
+    assert samples[("tickwork_queue_jobs", (("queue", OTHER_QUEUE), ("state", "ready")))] == 998
+    assert len(text.splitlines()) < 40

@@ -106,7 +106,7 @@ class JobApi:
     ``shared`` is the shared queues' service. Either may be None: its routes
     then answer 404 ``scope_not_configured``. ``token`` is the bearer token;
     with None every /v1 route but health answers 503 (fail closed).
-    ``metrics()`` (optional) returns the Prometheus text ``GET /v1/metrics``
+    ``metrics()`` (optional) returns (or resolves to) the Prometheus text ``GET /v1/metrics``
     answers, behind the same token; without it that route answers 404.
     """
 
@@ -117,7 +117,7 @@ class JobApi:
         owners: OwnerServices | None = None,
         shared: JobService | None = None,
         max_body_bytes: int = MAX_BODY_BYTES,
-        metrics: Callable[[], str] | None = None,
+        metrics: Callable[[], str | Awaitable[str]] | None = None,
     ) -> None:
         self._token = token.encode() if token else None
         self._metrics = metrics
@@ -185,8 +185,10 @@ class JobApi:
             return ApiResponse(200, {"ok": True, "api": API_VERSION, "version": VERSION})
         if isinstance(route, str):
             assert self._metrics is not None  # checked with the head
-            return ApiResponse(200, self._metrics().encode(),
-                               {"content-type": PROMETHEUS_CONTENT_TYPE})
+            text = self._metrics()
+            if not isinstance(text, str):
+                text = await text
+            return ApiResponse(200, text.encode(), {"content-type": PROMETHEUS_CONTENT_TYPE})
         if len(request.body) > self.max_body_bytes:
             raise _too_large(len(request.body), self.max_body_bytes)
         if isinstance(route, dashboard.DashboardRoute):

@@ -23,6 +23,7 @@ from tickwork.lifecycle.requests import (
     DEAD,
     Abort,
     AskLiveness,
+    Backlog,
     Claim,
     ClaimOrProbe,
     Commit,
@@ -105,9 +106,11 @@ from tickwork.model.outcomes import (
     FailLaneResult,
     IngestStatus,
     JobPage,
+    QueueBacklog,
     QueueStatus,
     RedriveResult,
     TickResult,
+    queue_backlogs_from_rows,
     queue_status_from_counts,
     queue_statuses_from_groups,
     ran_result,
@@ -210,6 +213,15 @@ def queue_status(queue: str) -> Plan[QueueStatus]:
     check_id("queue", queue)
     queued, running, delayed, paused, *outcomes = yield QueueCounts(queue)
     return queue_status_from_counts(queue, queued, running, outcomes, delayed, paused)
+
+
+def backlog() -> Plan[list[QueueBacklog]]:
+    """Every queue's ready, delayed and running jobs and how long its oldest
+    ready job has waited, sorted by queue name: read from the indexes of
+    unsettled jobs only, so cheap enough for every metrics scrape."""
+    rows = yield Backlog()
+    read_at: int = yield StoreNow()
+    return queue_backlogs_from_rows(rows, read_at)
 
 
 def dead_letters(queue: str, limit: int = 50, cursor: str | None = None

@@ -141,6 +141,12 @@ class QueueCounts(Request):
 
 
 @dataclass(slots=True)
+class Backlog(Request):
+    """Every queue's unsettled counts, from the indexes of unsettled jobs ->
+    rows of ``(queue, ready, delayed, running, ready_since)``."""
+
+
+@dataclass(slots=True)
 class DeadLetterPage(Request):
     """Up to ``limit`` of the queue's dead letters settled before ``before``
     (``(settled_at, sequence)``, exclusive), newest first -> ``list[JobRecord]``."""

@@ -200,6 +200,45 @@ class QueueStatus:
         object.__setattr__(self, "outcomes", {name: given.get(name, 0) for name in OUTCOMES})
 
 
+@dataclass(frozen=True, slots=True)
+class QueueBacklog:
+    """One queue's unsettled jobs, as a store reads them cheaply (from its
+    indexes of unsettled jobs, never its settled history): for gauges.
+
+    ``ready`` jobs are in the ready set (due, not cancelled), ``delayed`` ones
+    wait for their time (a run_at, a delay or a retry's back-off), ``running``
+    ones are claimed. ``oldest_ready_at`` (epoch ms, None without a ready job)
+    is when the longest-waiting ready job became ready: when it was first
+    due, or when its latest retry back-off ended or its latest redrive was
+    made. ``read_at`` is the store's clock when it was read.
+    """
+
+    queue: str
+    ready: int
+    delayed: int
+    running: int
+    oldest_ready_at: int | None
+    read_at: int
+
+    @property
+    def oldest_ready_age_ms(self) -> int:
+        """How long the oldest ready job has waited (0 without one)."""
+        if self.oldest_ready_at is None:
+            return 0
+        return max(0, self.read_at - self.oldest_ready_at)
+
+
+def queue_backlogs_from_rows(rows: Iterable[Sequence[Any]], read_at: int) -> list[QueueBacklog]:
+    """QueueBacklog of every ``(queue, ready, delayed, running, ready_since)``
+    row, sorted by queue name; queues with nothing unsettled left out."""
+    backlogs = [QueueBacklog(str(queue), int(ready or 0), int(delayed or 0), int(running or 0),
+                             None if since is None else int(since), read_at)
+                for queue, ready, delayed, running, since in rows]
+    return sorted((backlog for backlog in backlogs
+                   if backlog.ready or backlog.delayed or backlog.running),
+                  key=lambda backlog: backlog.queue)
+
+
 def queue_status_from_counts(queue: str, queued: int, running: int,
                              outcome_counts: Iterable[Any], delayed: int = 0,
                              paused: bool = False) -> QueueStatus:

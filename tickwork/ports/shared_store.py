@@ -62,6 +62,10 @@ class SharedStore(Protocol):
         schedule slot (or None), the store's clock, and the next schedule
         slot alone (or None)."""
 
+    async def backlog(self) -> Sequence[Sequence[Any]]:
+        """``(queue, ready, delayed, running, ready_since)`` of every queue
+        with unsettled jobs, from the indexes of unsettled jobs (one statement)."""
+
     async def status_groups(self) -> Sequence[Sequence[Any]]:
         """``(queue, state, outcome, count)`` of every group of jobs, a queued
         job still waiting for its time in state ``delayed`` (one statement)."""

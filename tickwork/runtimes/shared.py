@@ -46,6 +46,7 @@ from tickwork.lifecycle import operations
 from tickwork.lifecycle.drive import drive_async
 from tickwork.lifecycle.requests import (
     Abort,
+    Backlog,
     Claim,
     ClaimOrProbe,
     ClaimView,
@@ -110,6 +111,7 @@ from tickwork.model.outcomes import (
     IngestStatus,
     JobPage,
     ListOrder,
+    QueueBacklog,
     QueueStatus,
     RedriveResult,
     TickResult,
@@ -224,6 +226,13 @@ class SharedRuntime:
         job is due or running, else the earliest due time of a waiting job,
         else None."""
         return await self._drive(operations.next_tick_at())
+
+    async def backlog(self) -> list[QueueBacklog]:
+        """Every queue's ready, delayed and running jobs and how long its
+        oldest ready job has waited (queues with nothing unsettled left out),
+        in one statement over the indexes of unsettled jobs: cheap enough for
+        every metrics scrape, unlike ``status``."""
+        return await self._drive(operations.backlog())
 
     async def status(self) -> list[QueueStatus]:
         """Job counts of every queue that has any job, sorted by queue name.
@@ -458,6 +467,7 @@ class SharedRuntime:
             QueueHead: lambda r: store.queue_head(r.queue),
             HasPendingWork: lambda r: store.has_pending_work(db_now()),
             NextWork: lambda r: self._next_work(store.next_work(db_now())),
+            Backlog: lambda r: store.backlog(),
             StatusGroups: lambda r: store.status_groups(),
             QueueCounts: lambda r: store.queue_counts(r.queue),
             Insert: lambda r: store.insert(r.job, db_now()),
@@ -748,7 +758,7 @@ _AWAITED = frozenset({
     ClaimOrProbe, Claim, Requeue, SettleRecovered, SettleNextCancelled, Execute, Settle,
     ReadClaim, DeadLetterPage, RedriveApplied, RecordRedrive, RequeueForRetry,
     StoreNow, FindSchedule, ListSchedules, CreateSchedule, ReplaceSchedule, PauseSchedule,
-    ResumeSchedule, DeleteSchedule, DueSchedules, FireSlots, ListJobs,
+    ResumeSchedule, DeleteSchedule, DueSchedules, FireSlots, ListJobs, Backlog,
 })
 
 

@@ -140,6 +140,7 @@ _NEXT_DUE = _render(sql.NEXT_DUE)
 _NEXT_WORK = _render(sql.NEXT_WORK, "now")
 _PROMOTE_DUE = _render(sql.PROMOTE_DUE_QUEUES, "now", "limit")
 _STATUS = _render(sql.STATUS)
+_BACKLOG = _render(sql.BACKLOG_LOCAL)
 _QUEUE_STATUS = _render(sql.QUEUE_STATUS_LOCAL, "queue")
 _READ_SETTLED = _render(sql.READ_SETTLED, "after_sequence", "limit")
 _READ_SETTLED_OUTSIDE_LANE = _render(sql.READ_SETTLED_OUTSIDE_LANE,
@@ -315,6 +316,11 @@ class OwnerLocalStore:
     def status_groups(self) -> list[Row]:
         """(queue, state, outcome, count) of every group of jobs (a full scan)."""
         return self.database.query(_STATUS.text)
+
+    def backlog(self) -> list[Row]:
+        """(queue, ready, delayed, running, ready_since) of every queue with
+        unsettled jobs, from the indexes of unsettled jobs."""
+        return self.database.query(_BACKLOG.text)
 
     def queue_counts(self, queue: str) -> Row:
         """(queued, running, delayed, then settled per outcome in OUTCOMES order)."""

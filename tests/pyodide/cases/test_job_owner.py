@@ -187,6 +187,8 @@ async def test_a_retried_job_keeps_integer_times_in_its_stored_history(deploymen
     assert text is not None
     (entry,) = json.loads(text)
     assert type(entry["ended_at"]) is int and type(entry["started_at"]) is int, text
+    # When its back-off ends (the queue gauges' "ready since"): an integer too.
+    assert type(entry["due_at"]) is int and entry["due_at"] > entry["ended_at"], text
     assert f'"ended_at":{deployment.clock()}' in text.replace(" ", "")
     record = (await call(deployment, "read", "r"))["value"]
     assert type(record["history"][0]["ended_at"]) is int

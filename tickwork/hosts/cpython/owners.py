@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import errno
 import fcntl
 import hashlib
@@ -83,6 +84,7 @@ from tickwork.hosts.cpython.progress import Progress
 from tickwork.hosts.cpython.sqlite_files import open_sqlite3
 from tickwork.hosts.ticking import tick_until_idle
 from tickwork.model.jobs import JobRecord, validate_jobs
+from tickwork.model.outcomes import QueueBacklog
 from tickwork.ports.host import wall_clock_ms
 from tickwork.stores import Sqlite3Database
 
@@ -240,6 +242,11 @@ class OwnerDirectory:
         # Owners whose jobs wait for a due time: one timer each, for the
         # earliest, kept while the owner itself may be closed.
         self._due_timers: dict[str, tuple[int, asyncio.TimerHandle]] = {}
+        # The backlog of each closed owner with unsettled jobs, as read when
+        # it closed: a closed owner's file does not change (only this
+        # process writes it, through an open runtime), and a wait that ends
+        # opens it again (its due timer).
+        self._closed_backlogs: dict[str, list[QueueBacklog]] = {}
 
     # ---------------------------------------------------------------- API side
 
@@ -308,6 +315,25 @@ class OwnerDirectory:
                 self._arm_due_timer(owner, at)
                 self._close_owner(owner)
         return started
+
+    def backlog(self) -> list[QueueBacklog]:
+        """Every owner's queue backlog, for the metrics' gauges: each open
+        owner read now (one statement over its indexes of unsettled jobs),
+        each closed one as it was when it closed, its oldest ready job's wait
+        brought up to now. An owner with work that could not be opened yet
+        (more owners with work than may be open) counts once it opens."""
+        now = wall_clock_ms()
+        found: list[QueueBacklog] = []
+        for key, backlogs in self._closed_backlogs.items():
+            if key not in self._open:
+                found += [dataclasses.replace(entry, read_at=now) for entry in backlogs]
+        for owner in list(self._open.values()):
+            try:
+                found += owner.runtime.backlog()
+            except sqlite3.Error as error:  # one unreadable owner must not fail the scrape
+                self._log(f"tickwork serve: cannot read the backlog of owner {owner.key!r}: "
+                          f"{error}")
+        return found
 
     # ---------------------------------------------------------------------- wake
 
@@ -477,6 +503,7 @@ class OwnerDirectory:
             raise
         owner = _Owner(key, path, connection, runtime)
         self._open[key] = owner
+        self._closed_backlogs.pop(key, None)  # read live while open
         return owner
 
     def _make_room(self, count: int) -> bool:
@@ -501,6 +528,14 @@ class OwnerDirectory:
             owner.retry.cancel()
         if self._open.get(owner.key) is owner:
             del self._open[owner.key]
+        try:
+            backlog = owner.runtime.backlog()
+        except sqlite3.Error:
+            backlog = []  # counted again once it is opened
+        if backlog:
+            self._closed_backlogs[owner.key] = backlog
+        else:
+            self._closed_backlogs.pop(owner.key, None)
         owner.connection.close()
 
 

@@ -17,7 +17,8 @@ and printed once.
 
 Every runtime the server opens (each owner's, the shared workers') reports
 its transitions to one ``tickwork.metrics.Metrics``, served as Prometheus
-text at ``GET /v1/metrics`` (behind the same token), and to each
+text at ``GET /v1/metrics`` (behind the same token) with gauges of every
+queue's backlog read at each scrape, and to each
 ``--on-event`` hook.
 
 SIGINT or SIGTERM stops the server gracefully: no new connections or
@@ -257,8 +258,17 @@ async def serve(options: argparse.Namespace) -> int:
             shared = SharedWorkers(options.postgres, execute, workers=options.workers,
                                    poll_s=options.poll, progress=progress, on_event=on_event)
             shared_service = await shared.start()
-        api = JobApi(token=token, owners=store.service, shared=shared_service,
-                     metrics=metrics.prometheus_text)
+        workers = shared
+
+        async def scrape() -> str:
+            # The counters, and the queue gauges read now: every owner's
+            # backlog and the shared queues' (cheap reads, see Metrics).
+            backlog = store.backlog()
+            if workers is not None:
+                backlog += await workers.backlog()
+            return metrics.prometheus_text(backlog)
+
+        api = JobApi(token=token, owners=store.service, shared=shared_service, metrics=scrape)
         server = ApiServer(api)
         try:
             host, port = await server.start(options.host, options.port)

@@ -34,7 +34,7 @@ from tickwork.hosts.cpython.common import Log, finish_tasks, stderr
 from tickwork.hosts.cpython.owners import HostError
 from tickwork.hosts.cpython.progress import Progress
 from tickwork.model.errors import SchemaError
-from tickwork.model.outcomes import CancelResult, FailLaneResult
+from tickwork.model.outcomes import CancelResult, FailLaneResult, QueueBacklog
 
 #: Longest drain() before a worker looks whether it should stop.
 DRAIN_BUDGET_MS = 1000
@@ -131,6 +131,14 @@ class SharedWorkers:
     def poke(self) -> None:
         for event in self._events:
             event.set()
+
+    async def backlog(self) -> list[QueueBacklog]:
+        """The shared queues' backlog, for the metrics' gauges: one statement
+        over the indexes of unsettled jobs (nothing before ``start``)."""
+        if self.service is None:
+            return []
+        backlogs: list[QueueBacklog] = await self.service.runtime.backlog()
+        return backlogs
 
     async def _worker(self, runtime: Any, event: asyncio.Event) -> None:
         while not self._stopping:

@@ -54,6 +54,7 @@ HAS_PENDING_WORK = _render(sql.HAS_PENDING_WORK, "now")
 NEXT_WORK = _render(sql.NEXT_WORK, "now")
 PROMOTE_DUE = _render(sql.PROMOTE_DUE, "now", "limit")
 STATUS = _render(sql.STATUS)
+BACKLOG = _render(sql.BACKLOG)
 QUEUE_STATUS = _render(sql.QUEUE_STATUS, "queue")
 CLAIM_ONE = _render(sql.CLAIM, "token", "now", "lease_ms")
 CLAIM_IF_CLEAR = _render(sql.CLAIM_IF_CLEAR, "token", "now", "lease_ms")
@@ -168,6 +169,9 @@ class D1Store:
 
     async def next_work(self, now: int | None) -> tuple[Any, ...]:
         return (await self.d1.query(NEXT_WORK.text, (now,)))[0]
+
+    async def backlog(self) -> list[tuple[Any, ...]]:
+        return await self.d1.query(BACKLOG.text)
 
     async def status_groups(self) -> list[tuple[Any, ...]]:
         return await self.d1.query(STATUS.text)

@@ -111,7 +111,8 @@ class PostgresStore:
             rows = []
         stored = int(rows[0][0]) if rows else 0
         check_schema_version(stored, database="PostgreSQL", folder="schema/postgres",
-                             apply_with="psql -f, or your migration tool",
+                             apply_with="tickwork migrate postgres applies them; "
+                                        "or psql -f each, in order",
                              migrations=POSTGRES_MIGRATIONS)
 
     async def insert(self, job: ValidJob, now: int | None) -> bool:
@@ -167,6 +168,9 @@ class PostgresStore:
 
     async def next_work(self, now: int | None) -> tuple[Any, ...]:
         return (await self._rows(sql.NEXT_WORK, {"now": now}))[0]
+
+    async def backlog(self) -> list[tuple[Any, ...]]:
+        return await self._rows(sql.BACKLOG, {})
 
     async def status_groups(self) -> list[tuple[Any, ...]]:
         return await self._rows(sql.STATUS, {})

@@ -158,6 +158,35 @@ FROM tickwork_jobs
 WHERE queue = %(queue)s AND state = 'settled'
 """
 
+# The backlog of every queue with unsettled jobs, for gauges a scrape reads
+# (tickwork.metrics): per queue, jobs ready to run, waiting for their time,
+# running, and when the oldest ready job became ready (the rule of
+# tickwork.stores.sql.sqlite.READY_SINCE: first due, else the last retry's
+# due_at, else the latest redrive, else the last attempt's end). Only
+# unsettled rows are read, through the queue_pending index (0009, state in
+# queued/running), never the settled history: its cost grows with the
+# backlog alone. A cancelled job still queued is none of these (the next
+# claim settles it). Columns: queue, ready, delayed, running, ready_since.
+BACKLOG = """
+SELECT queue,
+       count(*) FILTER (WHERE state = 'queued' AND cancellation_id IS NULL
+                        AND due_at IS NULL),
+       count(*) FILTER (WHERE state = 'queued' AND cancellation_id IS NULL
+                        AND due_at IS NOT NULL),
+       count(*) FILTER (WHERE state = 'running'),
+       min(CASE WHEN history_json IS NULL
+                THEN greatest(enqueued_at, run_at, enqueued_at + coalesce(delay_ms, 0))
+                ELSE coalesce((history_json::jsonb -> -1 ->> 'due_at')::bigint,
+                              (SELECT max(redriven_at) FROM tickwork_redrives AS redrive
+                               WHERE redrive.job_id = job.job_id),
+                              (history_json::jsonb -> -1 ->> 'ended_at')::bigint,
+                              enqueued_at) END)
+           FILTER (WHERE state = 'queued' AND cancellation_id IS NULL AND due_at IS NULL)
+FROM tickwork_jobs AS job
+WHERE state IN ('queued', 'running')
+GROUP BY queue
+"""
+
 # Work for a tick now: a job due (ready, or due but not yet moved into the
 # ready set), a cancelled job to settle, or a running claim; a job waiting
 # for its time is not. Four probes, each of its own partial index.
@@ -376,7 +405,7 @@ SET state = 'queued', started_at = NULL, lease_expires_at = NULL, claim_token = 
     history_json = {_APPEND_HISTORY.format(entry=(
         "jsonb_build_object('attempt', attempt, 'outcome', %(outcome)s::text, "
         "'reason', %(reason)s::text, 'started_at', started_at, 'ended_at', " + NOW + ", "
-        "'error', %(error_line)s::text)"))}
+        "'error', %(error_line)s::text, 'due_at', " + NOW + " + %(delay_ms)s::bigint)"))}
 WHERE sequence = %(sequence)s AND state = 'running' AND claim_token = %(token)s
   AND lease_expires_at > {NOW} AND cancellation_id IS NULL
 RETURNING {JOB_SELECT}

@@ -375,6 +375,55 @@ QUEUE_STATUS_LOCAL = Template("queue_status", _QUEUE_STATUS.format(
     SELECT outcome FROM {UNFILED} AND queue = :queue)"""),
     ("queue",), _QUEUE_STATUS_COLUMNS, _local)
 
+# The backlog of every queue with unsettled jobs, for gauges a scrape reads
+# (tickwork.metrics): per queue, jobs ready to run, waiting for their time,
+# running, and when the oldest ready job became ready (READY_SINCE). Only
+# unsettled rows are read, never the settled history, so its cost grows
+# with the backlog alone: on D1 the queue_pending index (0009, state in
+# queued/running) in queue order, so the groups need no sort; owner-local
+# (0010) the queue order index (listed, unfiled rows: it also holds the
+# drain's settlements not filed yet, which the state test skips) and the
+# unlisted rows. A cancelled job still queued is none of these: the next
+# tick settles it without running it. Columns: queue, ready, delayed,
+# running, ready_since (NULL without a ready job).
+_BACKLOG_COUNTS = """
+SELECT queue,
+       count(CASE WHEN ready THEN 1 END) AS ready,
+       count(CASE WHEN state = 'queued' AND cancellation_id IS NULL AND due_at IS NOT NULL
+                  THEN 1 END) AS delayed,
+       count(CASE WHEN state = 'running' THEN 1 END) AS running,
+       min(CASE WHEN ready THEN {ready_since} END) AS ready_since
+FROM ({rows})
+GROUP BY queue
+"""
+#: When a ready job became ready (epoch ms): a first attempt when it was
+#: first due (enqueued, or its run_at / delay came); a retried one when its
+#: back-off ended (the history entry's due_at), a redriven one at its latest
+#: redrive; a retry recorded before entries carried due_at, no earlier than
+#: that attempt ended.
+READY_SINCE = """CASE WHEN history_json IS NULL
+     THEN max(enqueued_at, coalesce(run_at, 0), enqueued_at + coalesce(delay_ms, 0))
+     ELSE coalesce(json_extract(history_json, '$[#-1].due_at'),
+                   (SELECT max(redriven_at) FROM tickwork_redrives AS redrive
+                    WHERE redrive.job_id = row_job_id),
+                   json_extract(history_json, '$[#-1].ended_at'), enqueued_at) END"""
+_BACKLOG_ROW = ("queue, state, due_at, cancellation_id, job_id AS row_job_id, history_json, "
+                "enqueued_at, "
+                "run_at, delay_ms, (state = 'queued' AND cancellation_id IS NULL "
+                "AND due_at IS NULL) AS ready")
+_BACKLOG_COLUMNS = Columns("queue", "ready", "delayed", "running", "ready_since")
+BACKLOG = Template("backlog", _BACKLOG_COUNTS.format(ready_since=READY_SINCE, rows=f"""
+    SELECT {_BACKLOG_ROW}
+    FROM tickwork_jobs INDEXED BY tickwork_jobs_queue_pending
+    WHERE state IN ('queued', 'running')
+    ORDER BY queue"""), (), _BACKLOG_COLUMNS, _d1)
+BACKLOG_LOCAL = Template("backlog", _BACKLOG_COUNTS.format(ready_since=READY_SINCE, rows=f"""
+    SELECT {_BACKLOG_ROW} FROM {QUEUE_ORDER}
+      AND (state = 'queued' OR state = 'running')
+    UNION ALL
+    SELECT {_BACKLOG_ROW} FROM {UNLISTED}
+      AND (state = 'queued' OR state = 'running')"""), (), _BACKLOG_COLUMNS, _local)
+
 # Work for a tick now: a ready job of a queue that is not paused, a job due
 # but not yet moved into the ready set, a cancelled job to settle, or a
 # running claim, or a schedule slot that has come. A job waiting for its
@@ -739,7 +788,8 @@ SET state = 'queued', started_at = NULL, claim_token = NULL{{clear_lease}},
     attempt = attempt + 1, due_at = {{now}} + :delay_ms, error_json = :error_json,
     history_json = {_APPEND_HISTORY.format(entry=(
         "json_object('attempt', attempt, 'outcome', :outcome, 'reason', :failure_reason, "
-        "'started_at', started_at, 'ended_at', CAST({now} AS INTEGER), 'error', :error_line)"))}
+        "'started_at', started_at, 'ended_at', CAST({now} AS INTEGER), 'error', :error_line, "
+        "'due_at', CAST({now} + :delay_ms AS INTEGER))"))}
 WHERE sequence = :sequence AND state = 'running' AND claim_token = :token {{lease_live}}
   AND cancellation_id IS NULL
 RETURNING {JOB_SELECT}
