@@ -183,3 +183,20 @@ def test_the_clients_request_decodes_to_the_same_arguments(operation: Any) -> No
     decoded, _ = operation.decode(list(path_args), json.loads(json.dumps(body)))
     assert decoded == args
     assert operation.idempotent == (operation.name not in ("purge", "fail_lane"))
+
+
+def test_the_client_page_lists_every_client_method_as_generated() -> None:
+    """docs/how-to/call-tickwork-from-python.md holds ``python -m
+    tickwork.api.openapi --client``, and the client has one method per
+    operation (``ingest_many`` besides ``ingest``), sync and async alike."""
+    from tickwork.api.openapi import client_method_table
+    from tickwork.client.clients import AsyncJobs, Jobs
+
+    text = (REPO / "docs" / "how-to" / "call-tickwork-from-python.md").read_text()
+    table = text.split("<!-- client methods: generated -->\n", 1)[1].split(
+        "<!-- end of client methods -->", 1)[0]
+    assert table == client_method_table()
+    for facade in (Jobs, AsyncJobs):
+        methods = {name for name, _ in inspect.getmembers(facade, inspect.isfunction)
+                   if not name.startswith("_")}
+        assert methods == {operation.name for operation in OPERATIONS} | {"ingest_many"}, facade

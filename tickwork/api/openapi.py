@@ -2,6 +2,8 @@
 
     python -m tickwork.api.openapi > docs/reference/openapi.json
     python -m tickwork.api.openapi --markdown     # the route table of http-api.md
+    python -m tickwork.api.openapi --client       # the client's methods, for
+                                                  # call-tickwork-from-python.md
 
 The tests regenerate both and compare, so the published reference cannot
 drift from the routes the Worker and ``tickwork serve`` actually serve.
@@ -136,5 +138,34 @@ def route_table() -> str:
     return "\n".join(lines) + "\n"
 
 
+def client_method_table() -> str:
+    """Every method of the client's ``Jobs`` (``tickwork.client``), with its
+    operation's summary, as the Markdown table in call-tickwork-from-python.md.
+    ``ingest`` (one job) and ``ingest_many`` are both the ``ingest`` operation."""
+    import inspect
+
+    from tickwork.client.clients import Jobs
+
+    summaries = {operation.name: operation.summary for operation in OPERATIONS}
+    lines = ["| Method | Returns | What it does |", "| --- | --- | --- |"]
+    for name, method in inspect.getmembers(Jobs, inspect.isfunction):
+        if name.startswith("_"):
+            continue
+        signature = inspect.signature(method)
+        parameters = str(signature.replace(
+            parameters=[parameter.replace(annotation=inspect.Parameter.empty)
+                        for parameter in list(signature.parameters.values())[1:]],
+            return_annotation=inspect.Signature.empty))
+        returns = str(signature.return_annotation).replace("|", "\\|")  # a table cell
+        operation = "ingest" if name == "ingest_many" else name
+        lines.append(f"| `{name}{parameters}` | `{returns}` | {summaries[operation]} |")
+    return "\n".join(lines) + "\n"
+
+
 if __name__ == "__main__":
-    sys.stdout.write(route_table() if sys.argv[1:] == ["--markdown"] else openapi_json())
+    if sys.argv[1:] == ["--markdown"]:
+        sys.stdout.write(route_table())
+    elif sys.argv[1:] == ["--client"]:
+        sys.stdout.write(client_method_table())
+    else:
+        sys.stdout.write(openapi_json())
