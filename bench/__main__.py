@@ -50,7 +50,9 @@ MODULES = ("owner_local", "embedded_peers", "shared_d1", "shared_postgres", "ser
            "durable_object")
 DEFAULT_CHART = ROOT / "docs" / "images" / "benchmarks.png"
 DOCS = ROOT / "docs" / "explanation" / "benchmarks.md"
-TABLE_START = "<!-- bench: table -->"
+#: The markers around the table in DOCS; the first names the command that
+#: writes it, for a reader of the page's source.
+TABLE_START = "<!-- bench: table, written by python -m bench --update-docs -->"
 TABLE_END = "<!-- end of bench table -->"
 CHARTS = {"workers": "PostgreSQL: jobs/s against workers",
           "depth": "owner-local: jobs/s against queue depth"}

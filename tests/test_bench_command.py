@@ -81,6 +81,30 @@ def test_update_docs_replaces_only_what_lies_between_the_markers(tmp_path: Path)
     assert bare.read_text() == "no markers\n"
 
 
+def test_the_docs_page_holds_the_table_the_command_writes() -> None:
+    # The page's table is the command's output, not prose: both markers once
+    # and in order (or --update-docs has nowhere to write), the command the
+    # first marker names is one the parser takes, and the table's first line
+    # says it is a full run of modules the command has.
+    text = command.DOCS.read_text()
+    assert text.count(command.TABLE_START) == 1, command.TABLE_START
+    assert text.count(command.TABLE_END) == 1, command.TABLE_END
+    assert text.index(command.TABLE_START) < text.index(command.TABLE_END)
+    named = re.fullmatch(r"<!-- bench: table, written by python -m bench (.+) -->",
+                         command.TABLE_START)
+    assert named is not None
+    assert command.parse(named.group(1).split()).update_docs
+    table = text.split(command.TABLE_START, 1)[1].split(command.TABLE_END, 1)[0]
+    note, _, rows = table.strip().partition("\n\n")
+    assert note.startswith("`python -m bench`, full sizes, "), note[:80]
+    assert "Partial" not in note and "Not measured" not in note
+    measured = re.findall(r"`bench\.(\w+)`", note.split(";", 1)[0])
+    assert measured and set(measured) <= set(command.MODULES), measured
+    lines = rows.splitlines()
+    assert lines[0] == "| " + " | ".join(command.HEADER) + " |"
+    assert len(lines) > 2 and all(line.startswith("| ") for line in lines)
+
+
 def test_the_chart_is_a_png_matplotlib_drew_from_the_points(tmp_path: Path) -> None:
     points = [point for figures in (run_of(700, 1000, 11.0), run_of(500, 900, 13.0))
               for point in figures.points]
