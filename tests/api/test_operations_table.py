@@ -75,6 +75,11 @@ def test_paths_are_unambiguous() -> None:
     ("purge", {"now": True}, False),
     ("ingest", {"job_id": "a", "queue": "q", "delay_ms": 5}, True),
     ("ingest", {"job_id": "a", "queue": "q", "run_at": -1}, False),
+    # run_at in seconds (before 2001 as milliseconds) is refused by both.
+    ("ingest", {"job_id": "a", "queue": "q", "run_at": 1_796_523_995}, False),
+    ("ingest", {"job_id": "a", "queue": "q", "run_at": 978_307_199_999}, False),
+    ("ingest", {"job_id": "a", "queue": "q", "run_at": 978_307_200_000}, True),
+    ("ingest", {"job_id": "a", "queue": "q", "lane": None}, False),
     ("ingest", {"job_id": "a", "queue": "q", "delay_ms": "soon"}, False),
     ("pause", {}, True),
     ("pause", {"until": 5}, False),

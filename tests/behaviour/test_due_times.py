@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support import job
+from tests.support import job, unchecked_job
 from tests.support.engine import Engine
 from tickwork import IngestConflict, InvalidJob
+from tickwork.model.jobs import MIN_RUN_AT_MS
 
 MINUTE = 60_000
 
@@ -154,9 +155,12 @@ async def test_purge_deletes_waiting_jobs_too(engine: Engine) -> None:
 
 
 @pytest.mark.parametrize(("fields", "field", "problem"), [
-    ({"run_at": 1, "delay_ms": 1}, "delay_ms", "cannot be combined with run_at"),
+    ({"run_at": MIN_RUN_AT_MS, "delay_ms": 1}, "delay_ms", "cannot be combined with run_at"),
     ({"delay_ms": -1}, "delay_ms", "must be within 0"),
-    ({"run_at": -1}, "run_at", "must be within 0"),
+    ({"run_at": -1}, "run_at", f"must be epoch milliseconds within {MIN_RUN_AT_MS}"),
+    ({"run_at": 1_796_523_995}, "run_at",
+     "must be epoch milliseconds; 1796523995 looks like seconds (multiply by 1000)"),
+    ({"run_at": MIN_RUN_AT_MS - 1}, "run_at", "must be epoch milliseconds within"),
     ({"delay_ms": True}, "delay_ms", "must be an integer"),
     ({"run_at": 1.5}, "run_at", "must be an integer"),
     ({"delay_ms": 2**53}, "delay_ms", "must be within 0"),
@@ -164,12 +168,17 @@ async def test_purge_deletes_waiting_jobs_too(engine: Engine) -> None:
 ])
 async def test_a_bad_due_time_is_refused_by_name_and_nothing_changes(
         engine: Engine, fields: dict[str, object], field: str, problem: str) -> None:
+    # Job() refuses it where it is built; a job that got around the
+    # constructor is refused by ingest with the same error.
+    with pytest.raises(InvalidJob) as built:
+        job("bad", **fields)  # type: ignore[arg-type]
     jobs, _ = engine.timed_runtime()
     await jobs.ingest(job("kept"))
     before = await engine.table()
     with pytest.raises(InvalidJob) as refused:
-        await jobs.ingest(job("bad", **fields))  # type: ignore[arg-type]
+        await jobs.ingest(unchecked_job("bad", **fields))
     assert refused.value.field == field and problem in refused.value.problem
+    assert (built.value.field, built.value.problem) == (field, refused.value.problem)
     assert await engine.table() == before
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import job
+from tests.support import job, unchecked_job
 from tests.support.engine import Engine
 from tickwork import IngestConflict, InvalidArgument, InvalidJob, Job, Recovery
 from tickwork.model.jobs import MAX_INGEST_BATCH
@@ -16,43 +16,69 @@ MAX = 2**53 - 1
 
 
 @pytest.mark.parametrize(
-    ("bad", "field"),
+    ("fields", "field"),
     [
-        (Job("", "q", "l", 0, {}), "job_id"),
-        (Job("x" * 257, "q", "l", 0, {}), "job_id"),
-        (Job(7, "q", "l", 0, {}), "job_id"),  # type: ignore[arg-type]
-        (Job("a", "", "l", 0, {}), "queue"),
-        (Job("a", "q" * 257, "l", 0, {}), "queue"),
-        (Job("a", "q", "", 0, {}), "lane"),
-        (Job("a", "q", "l" * 513, 0, {}), "lane"),
-        (Job("a", "q", "l", True, {}), "priority"),
-        (Job("a", "q", "l", 1.5, {}), "priority"),  # type: ignore[arg-type]
-        (Job("a", "q", "l", MAX + 1, {}), "priority"),
-        (Job("a", "q", "l", -MAX - 1, {}), "priority"),
-        (Job("a", "q", "l", 0, {"x": math.nan}), "payload"),
-        (Job("a", "q", "l", 0, [math.inf]), "payload"),
-        (Job("a", "q", "l", 0, {1: "non-string key"}), "payload"),
-        (Job("a", "q", "l", 0, {"x": object()}), "payload"),
-        (Job("\ud800", "q", "l", 0, {}), "job_id"),
-        (Job("a", "q\udfff", "l", 0, {}), "queue"),
-        (Job("a", "q", "l\ud800", 0, {}), "lane"),
-        (Job("a", "q", "l", 0, {"s": "\ud800"}), "payload"),
-        (Job("a", "q", "l", 0, {"\ud800": 1}), "payload"),
-        (Job("a", "q", "l", 0, {}, Recovery(-1)), "recovery.max_recoveries"),
-        (Job("a", "q", "l", 0, {}, Recovery(True)), "recovery.max_recoveries"),
-        (Job("a", "q", "l", 0, {}, 3), "recovery"),  # type: ignore[arg-type]
+        (("", "q", "l", 0, {}), "job_id"),
+        (("x" * 257, "q", "l", 0, {}), "job_id"),
+        ((7, "q", "l", 0, {}), "job_id"),
+        (("a", "", "l", 0, {}), "queue"),
+        (("a", "q" * 257, "l", 0, {}), "queue"),
+        (("a", "q", "", 0, {}), "lane"),
+        (("a", "q", "l" * 513, 0, {}), "lane"),
+        (("a", "q", "l", True, {}), "priority"),
+        (("a", "q", "l", 1.5, {}), "priority"),
+        (("a", "q", "l", MAX + 1, {}), "priority"),
+        (("a", "q", "l", -MAX - 1, {}), "priority"),
+        (("a", "q", "l", 0, {"x": math.nan}), "payload"),
+        (("a", "q", "l", 0, [math.inf]), "payload"),
+        (("a", "q", "l", 0, {1: "non-string key"}), "payload"),
+        (("a", "q", "l", 0, {"x": object()}), "payload"),
+        (("\ud800", "q", "l", 0, {}), "job_id"),
+        (("a", "q\udfff", "l", 0, {}), "queue"),
+        (("a", "q", "l\ud800", 0, {}), "lane"),
+        (("a", "q", "l", 0, {"s": "\ud800"}), "payload"),
+        (("a", "q", "l", 0, {"\ud800": 1}), "payload"),
+        (("a", "q", "l", 0, {}, Recovery(-1)), "recovery.max_recoveries"),
+        (("a", "q", "l", 0, {}, Recovery(True)), "recovery.max_recoveries"),
+        (("a", "q", "l", 0, {}, 3), "recovery"),
     ],
 )
 async def test_invalid_job_names_the_field_and_writes_nothing(
-    engine: Engine, bad: Job, field: str
+    engine: Engine, fields: tuple[Any, ...], field: str
 ) -> None:
+    # Job() refuses it where it is built; a job that got around the
+    # constructor (its fields changed since) is refused by ingest, the same way.
+    with pytest.raises(InvalidJob) as built:
+        Job(*fields)
     runtime = engine.runtime()
     await runtime.ingest(job("kept"))
     before = await engine.table()
     with pytest.raises(InvalidJob) as caught:
-        await runtime.ingest(bad)
+        await runtime.ingest(unchecked_job(*fields))
     assert caught.value.field == field
     assert field in str(caught.value)
+    assert (built.value.field, str(built.value)) == (field, str(caught.value))
+    assert await engine.table() == before
+
+
+async def test_a_payload_changed_after_the_job_was_built_is_refused_at_ingest(
+    engine: Engine,
+) -> None:
+    # Job() checked the payload when it was built; a dict is still the
+    # caller's to change, so ingest checks it again.
+    payload: dict[str, Any] = {"amount": 30}
+    built = Job("a", "q", "l", 0, payload)
+    payload["at"] = {"nan": math.nan}
+    runtime = engine.runtime()
+    await runtime.ingest(job("kept"))
+    before = await engine.table()
+    with pytest.raises(InvalidJob) as caught:
+        await runtime.ingest(built)
+    assert str(caught.value) == (
+        "payload: payload['at']['nan'] is nan, which JSON cannot represent")
+    with pytest.raises(InvalidJob) as in_a_list:
+        await runtime.ingest_many([job("b"), built])
+    assert in_a_list.value.field == "jobs[1].payload"
     assert await engine.table() == before
 
 
@@ -206,11 +232,11 @@ async def test_a_conflict_in_the_middle_stores_nothing(engine: Engine) -> None:
 @pytest.mark.parametrize(
     ("bad", "field"),
     [
-        (Job("a", "q", "l", True, {}), "jobs[2].priority"),
-        (Job("", "q", "l", 0, {}), "jobs[2].job_id"),
-        (Job("a", "q", "l" * 513, 0, {}), "jobs[2].lane"),
-        (Job("a", "q", "l", 0, {"x": float("nan")}), "jobs[2].payload"),
-        (Job("a", "q", "l", 0, {}, Recovery(-1)), "jobs[2].recovery.max_recoveries"),
+        (unchecked_job("a", "q", "l", True, {}), "jobs[2].priority"),
+        (unchecked_job("", "q", "l", 0, {}), "jobs[2].job_id"),
+        (unchecked_job("a", "q", "l" * 513, 0, {}), "jobs[2].lane"),
+        (unchecked_job("a", "q", "l", 0, {"x": float("nan")}), "jobs[2].payload"),
+        (unchecked_job("a", "q", "l", 0, {}, Recovery(-1)), "jobs[2].recovery.max_recoveries"),
         ("not a job", "jobs[2]"),
     ],
 )

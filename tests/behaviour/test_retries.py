@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support import job
+from tests.support import job, unchecked_job
 from tests.support.engine import Engine
 from tickwork import Attempt, Cancelled, Failed, IngestConflict, InvalidJob, Recovery, Retry
 
@@ -286,10 +286,15 @@ async def test_the_retry_policy_is_part_of_the_cargo(engine: Engine) -> None:
 ])
 async def test_a_bad_policy_is_refused_by_name_and_nothing_changes(
         engine: Engine, policy: object, field: str, problem: str) -> None:
+    # Job() refuses it where it is built; a job that got around the
+    # constructor is refused by ingest with the same error.
+    with pytest.raises(InvalidJob) as built:
+        job("bad", retry=policy)  # type: ignore[arg-type]
     jobs, _ = engine.timed_runtime()
     await jobs.ingest(job("kept"))
     before = await engine.table()
     with pytest.raises(InvalidJob, match=problem) as raised:
-        await jobs.ingest(job("bad", retry=policy))  # type: ignore[arg-type]
+        await jobs.ingest(unchecked_job("bad", retry=policy))
     assert raised.value.field == field
+    assert (built.value.field, str(built.value)) == (field, str(raised.value))
     assert await engine.table() == before

@@ -37,6 +37,7 @@ from tests.support.models import (
     BLOCKING,
     EPOCH_MS,
     IMMEDIATE_OUTCOMES,
+    ORIGIN_MS,
     RELEASES,
     SERIAL,
     Cancel,
@@ -250,7 +251,7 @@ class SlotSpec(ReplaySpec):
         return dict(reversed(items) if reverse else items)
 
     def run_at(self) -> int | None:
-        return self.slot * EPOCH_MS
+        return ORIGIN_MS + self.slot * EPOCH_MS
 
 
 def schedule_of(op: PutSchedule) -> Schedule:
@@ -305,7 +306,7 @@ class OwnerModel(Model):
                 continue
             first = max(schedule.next_epoch, self.epoch - schedule.catch_up + 1)
             for slot in range(first, self.epoch + 1):
-                spec = SlotSpec(f"{name}@{slot_text(slot * EPOCH_MS)}", "qc", "la", 0,
+                spec = SlotSpec(f"{name}@{slot_text(ORIGIN_MS + slot * EPOCH_MS)}", "qc", "la", 0,
                                 "complete", None, slot=slot, variant=schedule.variant)
                 self.jobs[spec.job_id] = ModelJob(spec, self.next_sequence)
                 self.next_sequence += 1
@@ -553,7 +554,7 @@ class Scenario(ModelScenario[OwnerModel, OwnerRuntime]):
         self.check_heads(QUEUES)
         assert [(r.schedule.name, r.next_at, r.paused, r.schedule.catch_up)
                 for r in runtime.schedules()] == [
-            (name, s.next_epoch * EPOCH_MS, s.paused, s.catch_up)
+            (name, ORIGIN_MS + s.next_epoch * EPOCH_MS, s.paused, s.catch_up)
             for name, s in sorted(model.schedules.items())]
         # The raw table: nothing beyond the model, one running job per queue.
         rows = self.harness.host_query("SELECT job_id, state, queue FROM tickwork_jobs")

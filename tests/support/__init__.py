@@ -51,6 +51,30 @@ def job(
                run_at=run_at, delay_ms=delay_ms, retry=retry)
 
 
+def unchecked_job(
+    job_id: object,
+    queue: object = "q",
+    lane: object = "lane",
+    priority: object = 0,
+    payload: object = None,
+    recovery: object = None,
+    *,
+    run_at: object = None,
+    delay_ms: object = None,
+    retry: object = None,
+) -> Job:
+    """A Job holding whatever it is given, made around the checks of
+    ``Job()``: as a job whose fields changed after it was built (a payload
+    mutated, ``object.__setattr__``, an unpickled copy). What ingest's own
+    validation is there to refuse."""
+    made = object.__new__(Job)
+    for name, value in (("job_id", job_id), ("queue", queue), ("lane", lane),
+                        ("priority", priority), ("payload", payload), ("recovery", recovery),
+                        ("run_at", run_at), ("delay_ms", delay_ms), ("retry", retry)):
+        object.__setattr__(made, name, value)
+    return made
+
+
 class CountingWake:
     """A wake that records how often it was asked to recompute."""
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from tests.support import unchecked_job
 from tickwork import (
     CancelResult,
     DeadLetters,
@@ -24,6 +25,7 @@ from tickwork import (
 )
 from tickwork.client import AsyncJobs
 from tickwork.model.errors import IngestConflict, InvalidArgument, InvalidJob
+from tickwork.model.jobs import MIN_RUN_AT_MS
 
 names = itertools.count()
 
@@ -58,7 +60,10 @@ async def scenario(jobs: AsyncJobs, *, runs_beside: bool) -> None:
         await jobs.ingest_many([job(f"d-{n}", q2), job(f"d-{n}", q2, priority=1)])
     assert await jobs.read(f"d-{n}") is None
     with pytest.raises(InvalidJob) as invalid:
-        await jobs.ingest(job(f"e-{n}", q1, payload=float("nan")))
+        job(f"e-{n}", q1, payload=float("nan"))
+    assert invalid.value.field == "payload"
+    with pytest.raises(InvalidJob) as invalid:  # a job made around Job()'s checks
+        await jobs.ingest(unchecked_job(f"e-{n}", q1, q1, 0, float("nan")))
     assert invalid.value.field == "payload"
 
     record = await jobs.read(a.job_id)
@@ -129,8 +134,14 @@ async def scenario(jobs: AsyncJobs, *, runs_beside: bool) -> None:
     with pytest.raises(IngestConflict) as other_delay:
         await jobs.ingest(Job(later.job_id, q4, q4, 0, {"remind": "é"}, delay_ms=day + 1))
     assert other_delay.value.fields == ("delay_ms",)
+    # Refused where it is built, and by the client (before any request) when
+    # a job got around the constructor.
     with pytest.raises(InvalidJob) as both:
-        await jobs.ingest(Job(f"both-{n}", q4, q4, 0, None, run_at=1, delay_ms=1))
+        Job(f"both-{n}", q4, q4, 0, None, run_at=MIN_RUN_AT_MS, delay_ms=1)
+    assert both.value.field == "delay_ms"
+    with pytest.raises(InvalidJob) as both:
+        await jobs.ingest(unchecked_job(f"both-{n}", q4, q4, 0, None, run_at=MIN_RUN_AT_MS,
+                                        delay_ms=1))
     assert both.value.field == "delay_ms"
     stored = await jobs.read(later.job_id)
     assert stored is not None and (stored.state, stored.delay_ms, stored.run_at) == (
@@ -144,7 +155,11 @@ async def scenario(jobs: AsyncJobs, *, runs_beside: bool) -> None:
         await jobs.ingest(Job(retried.job_id, q4, q4, 0, None, delay_ms=day, retry=Retry(6)))
     assert other_policy.value.fields == ("retry",)
     with pytest.raises(InvalidJob) as bad_policy:
-        await jobs.ingest(Job(f"bad-policy-{n}", q4, q4, 0, None, retry=Retry(3, factor=0.5)))
+        Job(f"bad-policy-{n}", q4, q4, 0, None, retry=Retry(3, factor=0.5))
+    assert bad_policy.value.field == "retry.factor"
+    with pytest.raises(InvalidJob) as bad_policy:
+        await jobs.ingest(unchecked_job(f"bad-policy-{n}", q4, q4, 0, None,
+                                        retry=Retry(3, factor=0.5)))
     assert bad_policy.value.field == "retry.factor"
     read_back = await jobs.read(retried.job_id)
     assert read_back is not None and (read_back.retry, read_back.attempt, read_back.history) == (

@@ -125,6 +125,9 @@ assert set(IMMEDIATE_OUTCOMES) == set(IMMEDIATE_ACTIONS)
 
 #: One epoch of the models' clock, in ms (see the module doc).
 EPOCH_MS = 10**9
+#: Where epoch 0 starts: a whole number of epochs after 1970, in 2026 (a
+#: run_at before 2001 is refused as likely seconds).
+ORIGIN_MS = 1796 * EPOCH_MS
 
 
 @dataclass(frozen=True)
@@ -160,7 +163,7 @@ class Spec:
         return None if self.max_recoveries is None else Recovery(self.max_recoveries)
 
     def run_at(self) -> int | None:
-        return None if self.at is None else self.at * EPOCH_MS + EPOCH_MS // 2
+        return None if self.at is None else ORIGIN_MS + self.at * EPOCH_MS + EPOCH_MS // 2
 
     def delay_ms(self) -> int | None:
         return None if self.delay is None else self.delay * EPOCH_MS
@@ -428,7 +431,7 @@ def in_epochs(result: TickResult) -> TickResult:
     """``result`` with its ``retry_at`` as the epoch it falls in."""
     if result.retry_at is None:
         return result
-    return replace(result, retry_at=result.retry_at // EPOCH_MS)
+    return replace(result, retry_at=(result.retry_at - ORIGIN_MS) // EPOCH_MS)
 
 
 def claim_order(job: ModelJob) -> tuple[int, int]:
@@ -829,7 +832,7 @@ class ModelScenario(Generic[M, R]):
     # -- the runtime
     def clock(self) -> int:
         self.now += 1
-        return self.model.epoch * EPOCH_MS + self.now
+        return ORIGIN_MS + self.model.epoch * EPOCH_MS + self.now
 
     def build(self) -> R:
         options: dict[str, Any] = {}

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.support import unchecked_job
 from tickwork import InvalidArgument, InvalidJob, Job, Recovery
 from tickwork.model.jobs import (
     MAX_ID_LENGTH,
@@ -175,6 +176,16 @@ def good(**changes: Any) -> Job:
     return Job(**fields)
 
 
+def bad(**changes: Any) -> Job:
+    """``good(**changes)`` made around the constructor's checks."""
+    fields: dict[str, Any] = {
+        "queue": "q", "lane": "lane", "priority": 0, "payload": {"b": 1, "a": 2},
+        "recovery": None,
+    }
+    fields.update(changes)
+    return unchecked_job(fields.pop("job_id", "job"), **fields)
+
+
 def test_a_valid_job_is_canonicalised() -> None:
     valid = validate_job(good(priority=-3, recovery=Recovery(2)))
     assert valid == ValidJob("job", "q", "lane", -3, '{"a":2,"b":1}', 2)
@@ -222,20 +233,26 @@ def test_boundaries_are_accepted() -> None:
     ],
 )
 def test_each_bad_field_is_named(changes: dict[str, Any], field: str) -> None:
+    # Refused where the job is built, and by validate_job (ingest) when a
+    # job got past the constructor: the same error, word for word.
+    with pytest.raises(InvalidJob) as built:
+        good(**changes)
     with pytest.raises(InvalidJob) as caught:
-        validate_job(good(**changes))
+        validate_job(bad(**changes))
     assert caught.value.field == field
     assert str(caught.value).startswith(f"{field}: ")
     assert isinstance(caught.value, ValueError)
+    assert (built.value.field, str(built.value)) == (field, str(caught.value))
 
 
 def test_the_first_bad_field_is_reported() -> None:
-    with pytest.raises(InvalidJob) as caught:
-        validate_job(good(job_id="", queue="", priority=True, payload={1: 1}))
-    assert caught.value.field == "job_id"
-    with pytest.raises(InvalidJob) as caught:
-        validate_job(good(lane="", priority=True))
-    assert caught.value.field == "lane"
+    for make in (good, bad):
+        with pytest.raises(InvalidJob) as caught:
+            validate_job(make(job_id="", queue="", priority=True, payload={1: 1}))
+        assert caught.value.field == "job_id"
+        with pytest.raises(InvalidJob) as caught:
+            validate_job(make(lane="", priority=True))
+        assert caught.value.field == "lane"
 
 
 @pytest.mark.parametrize("not_a_job", [None, {"job_id": "x"}, ("x", "q", "l", 0, {}, None)])

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests.support import unchecked_job
 from tickwork import IngestConflict, InvalidArgument, InvalidJob, Job, JobRecord, Recovery
 from tickwork.lifecycle import operations
 from tickwork.lifecycle.drive import Deferred, drive, drive_async
@@ -132,7 +133,7 @@ def test_a_job_purged_between_insert_and_compare_is_inserted_again() -> None:
 
 
 def test_bad_input_is_refused_before_any_request() -> None:
-    plan = operations.ingest(Job("", "q", "q", 0, {}))
+    plan = operations.ingest(unchecked_job("", "q", "q", 0, {}))
     with pytest.raises(InvalidJob, match="job_id"):
         next(plan)
     with pytest.raises(InvalidArgument, match="queue"):

@@ -40,6 +40,7 @@ from tickwork.model.jobs import (
     MAX_INGEST_BATCH,
     MAX_LANE_LENGTH,
     MAX_SAFE_INTEGER,
+    MIN_RUN_AT_MS,
     Job,
     check_id,
     check_reason,
@@ -412,8 +413,10 @@ JOB_SCHEMA: Final = {
             "type": "object", "required": ["max_recoveries"], "additionalProperties": False,
             "properties": {"max_recoveries": {"type": "integer", "minimum": 0}}}]},
         "run_at": {"oneOf": [{"type": "null"}, {
-            "type": "integer", "minimum": 0, "maximum": 2**53 - 1,
-            "description": "epoch ms before which the job is not claimed"}]},
+            "type": "integer", "minimum": MIN_RUN_AT_MS, "maximum": 2**53 - 1,
+            "description": "epoch ms before which the job is not claimed; from "
+                           "2001-01-01 on (an earlier value is refused as likely "
+                           "seconds)"}]},
         "delay_ms": {"oneOf": [{"type": "null"}, {
             "type": "integer", "minimum": 0, "maximum": MAX_DELAY_MS,
             "description": "ms after ingest (store's clock) before which the job is not "

@@ -17,7 +17,16 @@ from urllib.parse import parse_qsl
 
 from tickwork.model.errors import IngestConflict, InvalidArgument, InvalidJob, TickworkError
 from tickwork.model.failures import summary_from_value, summary_to_value
-from tickwork.model.jobs import MAX_INGEST_BATCH, Attempt, Job, JobRecord, Recovery, Retry
+from tickwork.model.jobs import (
+    MAX_INGEST_BATCH,
+    MAX_LANE_LENGTH,
+    Attempt,
+    Job,
+    JobRecord,
+    Recovery,
+    Retry,
+    check_text,
+)
 from tickwork.model.outcomes import (
     CancelResult,
     DeadLetters,
@@ -113,8 +122,8 @@ def refusal_from_wire(status: int, body: object) -> Exception | None:
 def job_from_wire(value: object, where: str = "") -> Job:
     """A Job from its JSON object. ``lane`` defaults to the queue name,
     ``priority`` to 0, ``payload`` to null, ``recovery``, ``run_at``,
-    ``delay_ms`` and ``retry`` to none; every field is then validated by the
-    engine as for any other ingest.
+    ``delay_ms`` and ``retry`` to none; every field is validated as the
+    engine validates any job (``Job`` itself checks them).
 
     ``where`` is the object's place in the request body ("" when the body is
     the job itself, ``jobs[3]`` inside a list): a refusal names a field by
@@ -136,17 +145,23 @@ def job_from_wire(value: object, where: str = "") -> Job:
     if retry is not None:
         retry = _retry_from_wire(retry, _path(where, "retry"))
     queue = value["queue"]
-    return Job(
-        job_id=value["job_id"],
-        queue=queue,
-        lane=value.get("lane", queue),
-        priority=value.get("priority", 0),
-        payload=value.get("payload"),
-        recovery=recovery,
-        run_at=value.get("run_at"),
-        delay_ms=value.get("delay_ms"),
-        retry=retry,
-    )
+    lane = value.get("lane", queue)
+    try:
+        if lane is None:  # Job() would take None for the queue; JSON null is no lane
+            check_text("lane", lane, MAX_LANE_LENGTH, InvalidJob)
+        return Job(
+            job_id=value["job_id"],
+            queue=queue,
+            lane=lane,
+            priority=value.get("priority", 0),
+            payload=value.get("payload"),
+            recovery=recovery,
+            run_at=value.get("run_at"),
+            delay_ms=value.get("delay_ms"),
+            retry=retry,
+        )
+    except InvalidJob as refused:  # named by its path from the body
+        raise InvalidJob(_path(where, refused.field), refused.problem) from None
 
 
 def _path(where: str, name: str) -> str:

@@ -3,7 +3,7 @@
     from tickwork.client import AsyncClient, Client
 
     jobs = Client("http://127.0.0.1:8787", token=TOKEN).owner("alice")
-    jobs.ingest(Job("j1", "emails", "emails", 0, {"to": "a@example.com"}))  # "queued"
+    jobs.ingest(Job("j1", queue="emails", payload={"to": "a@example.com"}))  # "queued"
 
 See ``tickwork.client.clients`` for the methods and ``core`` for retries.
 """

@@ -2,7 +2,7 @@
 
     client = AsyncClient("https://jobs.example.workers.dev", token=TOKEN)
     jobs = client.owner("alice")              # or client.shared()
-    await jobs.ingest(Job("j1", "emails", "emails", 0, {"to": "a@example.com"}))
+    await jobs.ingest(Job("j1", queue="emails", payload={"to": "a@example.com"}))
     record = await jobs.read("j1")            # a JobRecord, or None
 
 Each method has the name, arguments and result type of the runtime method

@@ -10,6 +10,7 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, NamedTuple, TypeAlias
 
 from tickwork.model.errors import IngestConflict, InvalidArgument, InvalidJob
@@ -31,6 +32,18 @@ MAX_ATTEMPTS = 1000
 MAX_BACKOFF_FACTOR = 100.0
 #: How many earlier attempts a job's history keeps (the oldest are dropped).
 MAX_HISTORY = 20
+#: The earliest ``run_at``: 2001-01-01T00:00:00Z in epoch milliseconds. An
+#: earlier value is almost always seconds where milliseconds are meant
+#: (``int(time.time())``), which would be a date in January 1970: the job
+#: would run at once instead of when it was asked to.
+MIN_RUN_AT_MS = 978_307_200_000
+
+#: A run_at from ``MIN_RUN_AT_MS // 1000`` (2001 in seconds) up to this one
+#: (10**11 s is the year 5138) is refused as seconds; from here up to
+#: MIN_RUN_AT_MS it reads as milliseconds of 1973-2000, refused as too early.
+_SECONDS_BELOW = 10**11
+_UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ONE_MS = timedelta(milliseconds=1)
 
 JobState: TypeAlias = Literal["queued", "running", "settled"]
 Outcome: TypeAlias = Literal["completed", "failed", "cancelled", "outcome_unknown", "interrupted"]
@@ -84,15 +97,24 @@ class Attempt(NamedTuple):
     error: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Job:
     """A unit of work. ``payload`` is opaque JSON; tickwork never looks inside it.
 
-    A job is due at once, unless it names when: ``run_at`` (epoch ms) or
-    ``delay_ms`` (from the moment it is stored, by the store's clock:
-    database time on D1 and PostgreSQL), never both. Until it is due it
-    waits: no tick claims it, and it holds no queue. ``retry`` opts in to
-    retries of failed attempts (see ``Retry``).
+    Only ``job_id`` and ``queue`` are required; the rest default as over
+    HTTP: ``lane`` to the queue, ``priority`` to 0, ``payload`` to None.
+
+    A job is due at once, unless it names when: ``run_at`` (epoch ms, or an
+    aware ``datetime``) or ``delay_ms`` (ms, or a ``timedelta``, from the
+    moment it is stored, by the store's clock: database time on D1 and
+    PostgreSQL), never both; a ``datetime`` or ``timedelta`` is kept as
+    whole milliseconds, rounded down. Until it is due it waits: no tick
+    claims it, and it holds no queue. ``retry`` opts in to retries of failed
+    attempts (see ``Retry``).
+
+    Every field is validated here, by the rules ingest applies (ingest checks
+    again: a payload may have changed since), so a bad job raises
+    ``InvalidJob`` naming the field where it is built.
     """
 
     job_id: str
@@ -100,10 +122,32 @@ class Job:
     lane: str
     priority: int
     payload: Any
-    recovery: Recovery | None = None
-    run_at: int | None = None
-    delay_ms: int | None = None
-    retry: Retry | None = None
+    recovery: Recovery | None
+    run_at: int | None
+    delay_ms: int | None
+    retry: Retry | None
+
+    def __init__(self, job_id: str, queue: str, lane: str | None = None, priority: int = 0,
+                 payload: Any = None, recovery: Recovery | None = None,
+                 run_at: int | datetime | None = None,
+                 delay_ms: int | timedelta | None = None,
+                 retry: Retry | None = None) -> None:
+        # Frozen: fields are set through object.__setattr__, then checked by
+        # validate_job itself, so construction and ingest share every rule.
+        setattr_ = object.__setattr__
+        setattr_(self, "job_id", job_id)
+        setattr_(self, "queue", queue)
+        setattr_(self, "lane", queue if lane is None else lane)
+        setattr_(self, "priority", priority)
+        setattr_(self, "payload", payload)
+        setattr_(self, "recovery", recovery)
+        setattr_(self, "run_at", run_at)
+        setattr_(self, "delay_ms", delay_ms)
+        setattr_(self, "retry", retry)
+        valid = validate_job(self)
+        # A datetime or timedelta is kept as the milliseconds it stands for.
+        setattr_(self, "run_at", valid.run_at)
+        setattr_(self, "delay_ms", valid.delay_ms)
 
 
 class JobRecord(NamedTuple):
@@ -301,6 +345,40 @@ def _explain_non_json(value: Any, path: str = "payload", depth: int = 0) -> None
     raise InvalidJob("payload", f"{path} is a {type(value).__name__}, which is not JSON")
 
 
+def check_run_at(value: object, field: str = "run_at") -> int:
+    """A due time as epoch milliseconds: an int from ``MIN_RUN_AT_MS`` (2001)
+    on, or an aware ``datetime`` (rounded down to the millisecond)."""
+    if isinstance(value, datetime):
+        if value.utcoffset() is None:
+            raise InvalidJob(field, f"is a naive datetime ({value.isoformat()}); give it a "
+                                    "timezone, e.g. datetime.now(timezone.utc)")
+        if value < _UNIX_EPOCH + MIN_RUN_AT_MS * _ONE_MS:
+            raise InvalidJob(field, f"must be 2001-01-01T00:00:00Z or later, "
+                                    f"got {value.isoformat()}")
+        value = (value - _UNIX_EPOCH) // _ONE_MS
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidJob(field, f"must be an integer (epoch milliseconds) or an aware "
+                                f"datetime, got {type(value).__name__}")
+    if MIN_RUN_AT_MS // 1000 <= value < _SECONDS_BELOW:
+        raise InvalidJob(field, f"must be epoch milliseconds; {value} looks like seconds "
+                                "(multiply by 1000)")
+    if not MIN_RUN_AT_MS <= value <= MAX_SAFE_INTEGER:
+        raise InvalidJob(field, f"must be epoch milliseconds within {MIN_RUN_AT_MS} "
+                                f"(2001-01-01T00:00:00Z) and {MAX_SAFE_INTEGER}, got {value}")
+    return value
+
+
+def check_delay_ms(value: object, field: str = "delay_ms") -> int:
+    """A delay in milliseconds: an int, or a ``timedelta`` (rounded down to
+    the millisecond), 0 to ``MAX_DELAY_MS``."""
+    if isinstance(value, timedelta):
+        value = value // _ONE_MS
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidJob(field, f"must be an integer (milliseconds) or a timedelta, "
+                                f"got {type(value).__name__}")
+    return check_safe_int(field, value, InvalidJob, 0, MAX_DELAY_MS)
+
+
 def validate_job(job: object) -> ValidJob:
     """Check every field of ``job``; raise InvalidJob naming the first bad one."""
     if not isinstance(job, Job):
@@ -319,11 +397,11 @@ def validate_job(job: object) -> ValidJob:
         )
     run_at = delay_ms = None
     if job.run_at is not None:
-        run_at = check_safe_int("run_at", job.run_at, InvalidJob, 0)
+        run_at = check_run_at(job.run_at)
     if job.delay_ms is not None:
         if run_at is not None:
             raise InvalidJob("delay_ms", "cannot be combined with run_at: give one of the two")
-        delay_ms = check_safe_int("delay_ms", job.delay_ms, InvalidJob, 0, MAX_DELAY_MS)
+        delay_ms = check_delay_ms(job.delay_ms)
     retry_json = None if job.retry is None else retry_policy_json(job.retry, "retry")
     return ValidJob(job_id, queue, lane, priority, canonical_json(job.payload), max_recoveries,
                     run_at, delay_ms, retry_json)

@@ -14,7 +14,7 @@ ones; older ones are skipped.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, TypeAlias
 
 from tickwork.model.cron import Cron, slot_text
@@ -145,9 +145,12 @@ class ValidSchedule:
         """The job of ``slot``: the template, its id from the name and slot,
         due at the slot."""
         template = self.schedule.job
-        return validate_job(Job(f"{self.name}@{slot_text(slot)}", template.queue,
-                                template.lane, template.priority, template.payload,
-                                template.recovery, run_at=slot, retry=template.retry))
+        job = validate_job(Job(f"{self.name}@{slot_text(slot)}", template.queue,
+                               template.lane, template.priority, template.payload,
+                               template.recovery, retry=template.retry))
+        # The slot comes from the clock, not from a caller: set as it is (a
+        # run_at a caller gives is refused before 2001, as likely seconds).
+        return replace(job, run_at=slot)
 
 
 def validate_schedule(schedule: object) -> ValidSchedule:
