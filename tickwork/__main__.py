@@ -3,7 +3,12 @@
     demo      run the engine end to end on sqlite3 and print every job's outcome
     serve     serve the /v1 job API locally (sqlite3 per owner, optional PostgreSQL)
     inspect   show queues or one job through the HTTP API
+    jobs      list, cancel and redrive jobs through the HTTP API
+    queues    show, pause and resume queues through the HTTP API
+    schedules list, pause, resume and delete schedules through the HTTP API
     schema    write the package's migrations (d1 or postgres) into a directory
+    migrate   apply the pending PostgreSQL migrations (or print their SQL)
+    worker    run PostgreSQL's shared-queue jobs, without the HTTP API
 
 CPython only. Each command's modules are imported when it runs.
 """
@@ -18,7 +23,12 @@ COMMANDS = {
     "demo": "run the engine end to end on sqlite3 and print every job's outcome",
     "serve": "serve the /v1 job API on this machine (sqlite3 per owner, optional PostgreSQL)",
     "inspect": "show queues or one job in the terminal, through the HTTP API",
+    "jobs": "list, cancel and redrive jobs through the HTTP API",
+    "queues": "show, pause and resume queues through the HTTP API",
+    "schedules": "list, pause, resume and delete schedules through the HTTP API",
     "schema": "write this version's migrations (d1 or postgres) into a directory",
+    "migrate": "apply this version's pending PostgreSQL migrations, or print their SQL",
+    "worker": "run the jobs of PostgreSQL's shared queues (no HTTP API)",
 }
 
 
@@ -43,6 +53,12 @@ def build_parser() -> argparse.ArgumentParser:
     inspect_cli.add_arguments(commands.add_parser(
         "inspect", help=COMMANDS["inspect"], description=plain_text(inspect_cli.__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter))
+    from tickwork.hosts.cpython import actions_cli
+
+    for name in actions_cli.COMMANDS:
+        actions_cli.add_arguments(name, commands.add_parser(
+            name, help=COMMANDS[name], description=plain_text(actions_cli.__doc__),
+            formatter_class=argparse.RawDescriptionHelpFormatter))
     schema = commands.add_parser("schema", help=COMMANDS["schema"],
                                  description=COMMANDS["schema"] + (
                                      ": the files wrangler d1 migrations apply (or your "
@@ -50,6 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
                                      "are refused, never overwritten."))
     schema.add_argument("dialect", choices=("d1", "postgres"))
     schema.add_argument("directory", help="where to write them (created if missing)")
+    from tickwork.hosts.cpython import migrate_cli, worker_cli
+
+    for name, module in (("migrate", migrate_cli), ("worker", worker_cli)):
+        module.add_arguments(commands.add_parser(
+            name, help=COMMANDS[name], description=plain_text(module.__doc__),
+            formatter_class=argparse.RawDescriptionHelpFormatter))
     return parser
 
 
@@ -93,6 +115,18 @@ def main(argv: list[str] | None = None) -> int:
         return serve.main(options)
     if options.command == "schema":
         return write_schema(options.dialect, options.directory)
+    if options.command == "migrate":
+        from tickwork.hosts.cpython import migrate_cli
+
+        return migrate_cli.main(options)
+    if options.command == "worker":
+        from tickwork.hosts.cpython import worker_cli
+
+        return worker_cli.main(options)
+    if options.command in ("jobs", "queues", "schedules"):
+        from tickwork.hosts.cpython import actions_cli
+
+        return actions_cli.main(options)
     assert options.command == "inspect", options.command
     from tickwork.hosts.cpython import inspect_cli
 

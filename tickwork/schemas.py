@@ -2,7 +2,9 @@
 
 The files live in ``schema/d1`` (``wrangler d1 migrations`` format) and
 ``schema/postgres`` at the top of the repository, and ship inside the package
-(``tickwork/_schema`` points there). Opening a runtime never applies them.
+(``tickwork/_schema`` points there). Opening a runtime never applies them;
+``tickwork migrate postgres`` applies PostgreSQL's (see its module,
+``tickwork.hosts.cpython.migrate_cli``).
 
     from tickwork.schemas import migrations
     for migration in migrations("postgres"):

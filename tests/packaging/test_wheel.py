@@ -85,3 +85,37 @@ def test_a_fresh_venv_imports_every_public_module_from_the_wheel(
     d1, postgres = map(int, run.stdout.split("\n")[0].split())
     assert d1 >= 3 and postgres >= 3
     assert run.stdout.split("\n")[1] == "['alarm', 'cancel']"
+
+
+def test_a_wheel_user_gets_the_postgres_extra_and_the_migrations(
+        wheel: Path, tmp_path: Path) -> None:
+    # The extra that `pip install 'tickwork[postgres]'` names exists...
+    archive = zipfile.ZipFile(wheel)
+    (metadata,) = [name for name in archive.namelist() if name.endswith(".dist-info/METADATA")]
+    lines = archive.read(metadata).decode().splitlines()
+    assert "Provides-Extra: postgres" in lines
+    assert sorted(line.removeprefix("Requires-Dist: ") for line in lines
+                  if line.startswith("Requires-Dist:") and 'extra == "postgres"' in line) == [
+        'psycopg-pool<4,>=3.2; extra == "postgres"',
+        'psycopg[binary]<4,>=3.2; extra == "postgres"']
+    # ... and without it, the wheel still prints its migrations, and names the
+    # extra when asked to apply them or run a worker.
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    subprocess.run([str(env_dir / "bin" / "python"), "-m", "pip", "install", "--no-deps",
+                    "--quiet", str(wheel)], check=True, capture_output=True, text=True,
+                   timeout=300)
+    tickwork = str(env_dir / "bin" / "tickwork")
+    clean = {"PATH": "/usr/bin:/bin"}
+    printed = subprocess.run([tickwork, "migrate", "postgres", "--sql"], cwd=tmp_path, env=clean,
+                             capture_output=True, text=True, timeout=120)
+    assert printed.returncode == 0, printed.stderr
+    assert printed.stdout.startswith("-- tickwork migration 0001_tickwork_jobs.sql\n")
+    for command in (["migrate", "postgres", "--dsn", "postgresql://db.invalid/jobs"],
+                    ["worker", "--dsn", "postgresql://db.invalid/jobs", "--executors",
+                     "tickwork.hosts.cpython.examples:example_registry"]):
+        refused = subprocess.run([tickwork, *command], cwd=tmp_path, env=clean,
+                                 capture_output=True, text=True, timeout=120)
+        assert refused.returncode == 1
+        assert len(refused.stderr.splitlines()) == 1, refused.stderr
+        assert "pip install 'tickwork[postgres]'" in refused.stderr

@@ -65,7 +65,7 @@ def test_errors_are_explained(server: Serve, capsys: pytest.CaptureFixture[str],
                               monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TICKWORK_TOKEN", raising=False)
     code, _, err = inspect(capsys, "--url", server.url, "--token", "wrong", "--owner", "x")
-    assert code == 1 and "401 unauthorized" in err and "--token" in err
+    assert code == 3 and "401 unauthorized" in err and "--token" in err  # auth: 3
     code, _, err = inspect(capsys, "--url", server.url, "--token", TOKEN, "--owner", "x",
                            "--job", "nope")
     assert code == 1 and "404 job_not_found: no job 'nope'" in err
@@ -76,12 +76,12 @@ def test_errors_are_explained(server: Serve, capsys: pytest.CaptureFixture[str],
         port = unused.getsockname()[1]
     code, _, err = inspect(capsys, "--url", f"http://127.0.0.1:{port}", "--token", TOKEN,
                            "--owner", "x")
-    assert code == 1 and "cannot connect" in err and "connection refused" in err
+    assert code == 3 and "cannot connect" in err and "connection refused" in err
     code, _, err = inspect(capsys, "--url", server.url, "--owner", "x")
     assert code == 2 and "no token" in err
     code, _, err = inspect(capsys, "--url", "ftp://example.com", "--token", TOKEN,
                            "--owner", "x")
-    assert code == 1 and "invalid URL" in err
+    assert code == 2 and "invalid URL" in err  # usage: nothing was sent
 
 
 def test_empty_scope(server: Serve, capsys: pytest.CaptureFixture[str]) -> None:

@@ -2,9 +2,10 @@
 
     from tickwork import PostgresRuntime, purge_postgres_queues
 
-Apply ``schema/postgres`` with your migration tool first; opening a runtime
-never migrates. Needs psycopg 3 (``pip install "psycopg[binary]" psycopg-pool``),
-which this module never imports itself: you hand it the pool.
+Apply ``schema/postgres`` first (``tickwork migrate postgres --dsn DSN``, or
+your migration tool); opening a runtime never migrates. Needs psycopg 3
+(``pip install 'tickwork[postgres]'``), which this module never imports
+itself: you hand it the pool.
 """
 
 from __future__ import annotations

@@ -14,6 +14,10 @@ imports them (``tests/unit/test_workers_safety.py`` keeps it so for
   PostgreSQL (``shared``).
 * ``inspect_cli``: queue and job status in the terminal, through the HTTP
   API, so it works against a deployed Worker too.
+* ``actions_cli``: ``tickwork jobs``, ``queues`` and ``schedules``, the
+  actions (list, cancel, redrive, pause, resume, delete), the same way.
+* ``api_commands``: what the commands calling the API share: ``--url``,
+  ``--token``, the scope, error messages and exit codes.
 * ``http_server`` / ``http_client``: the HTTP/1.1 transport, both ways, on
   asyncio streams.
 * ``examples``: the default executors of ``tickwork serve``.

@@ -1,7 +1,7 @@
 """``tickwork inspect``: queue and job status in the terminal, through the HTTP API.
 
-    tickwork inspect [--url URL] [--token TOKEN] (--owner KEY | --shared)
-                     [--job ID | --queue NAME] [--watch SECONDS]
+    tickwork inspect [--url URL] [--token TOKEN] [--timeout SECONDS]
+                     (--owner KEY | --shared) [--job ID | --queue NAME] [--watch SECONDS]
 
 Only the /v1 API is used, through ``tickwork.client``, so it works the same
 against ``tickwork serve`` and a deployed Worker. Without ``--job`` or
@@ -9,6 +9,9 @@ against ``tickwork serve`` and a deployed Worker. Without ``--job`` or
 settled, and settled by outcome); ``--queue`` prints one queue and its head;
 ``--job`` prints one job.
 ``--watch`` prints again every few seconds until Ctrl-C.
+The exit codes are those of every command that calls the API
+(``tickwork.hosts.cpython.api_commands``): 0 done, 1 the server refused
+(no such job...), 2 usage, 3 no server to talk to or the token refused.
 """
 
 from __future__ import annotations
@@ -18,20 +21,26 @@ import asyncio
 import contextlib
 import datetime
 import json
-import os
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tickwork.api import wire
-from tickwork.api.wire import ApiError
-from tickwork.client import AsyncClient, RetryPolicy, TransportError
-from tickwork.model.errors import InvalidArgument
-
-DEFAULT_URL = "http://127.0.0.1:8787"
-URL_ENV = "TICKWORK_URL"
-TOKEN_ENV = "TICKWORK_TOKEN"
-TIMEOUT_S = 10.0
+from tickwork.client import AsyncClient, RetryPolicy
+from tickwork.hosts.cpython.api_commands import (
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_USAGE,
+    CommandError,
+    add_connection_arguments,
+    exit_codes_epilog,
+    explain,
+    request_timeout,
+    scope_title,
+    server_token,
+    server_url,
+)
+from tickwork.hosts.cpython.common import one_line
 
 #: Table columns for the outcomes, in the API's order.
 OUTCOME_COLUMNS = (("completed", "completed"), ("failed", "failed"),
@@ -39,17 +48,9 @@ OUTCOME_COLUMNS = (("completed", "completed"), ("failed", "failed"),
                    ("interrupted", "interrupted"))
 
 
-class InspectError(Exception):
-    """A problem shown to the user in one line."""
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", default=None,
-                        help=f"the API's base URL (default ${URL_ENV}, else {DEFAULT_URL})")
-    parser.add_argument("--token", help=f"API bearer token (default ${TOKEN_ENV})")
-    scope = parser.add_mutually_exclusive_group(required=True)
-    scope.add_argument("--owner", metavar="KEY", help="one owner's jobs")
-    scope.add_argument("--shared", action="store_true", help="the shared queues")
+    parser.epilog = exit_codes_epilog()
+    add_connection_arguments(parser)
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--job", metavar="ID", help="show one job")
     what.add_argument("--queue", metavar="NAME", help="show one queue and its head")
@@ -58,24 +59,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(options: argparse.Namespace) -> int:
-    url = (options.url or os.environ.get(URL_ENV) or DEFAULT_URL).rstrip("/")
-    token = options.token or os.environ.get(TOKEN_ENV)
-    if not token:
-        print(f"tickwork inspect: no token; pass --token or set {TOKEN_ENV}", file=sys.stderr)
-        return 2
-    if options.watch is not None and options.watch <= 0:
-        print("tickwork inspect: --watch takes a positive number of seconds", file=sys.stderr)
-        return 2
-    if options.watch is None:
-        try:
+    """Print once (or every ``--watch`` seconds); the exit code (see ``api_commands``)."""
+    try:
+        url, token = server_url(options), server_token(options)
+        request_timeout(options)
+        if options.watch is not None and options.watch <= 0:
+            raise CommandError("--watch takes a positive number of seconds", EXIT_USAGE)
+        if options.watch is None:
             print(asyncio.run(render(url, token, options)))
-        except InspectError as error:
-            print(f"tickwork inspect: {error}", file=sys.stderr)
-            return 1
-        return 0
+            return EXIT_OK
+    except CommandError as error:
+        print(f"tickwork inspect: {error}", file=sys.stderr)
+        return error.exit_code
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_watch(url, token, options))
-    return 0
+    return EXIT_OK
 
 
 async def _watch(url: str, token: str, options: argparse.Namespace) -> None:
@@ -83,7 +81,7 @@ async def _watch(url: str, token: str, options: argparse.Namespace) -> None:
     while True:
         try:
             text = await render(url, token, options)
-        except InspectError as error:
+        except CommandError as error:
             text = f"tickwork inspect: {error}"
         stamp = datetime.datetime.now().strftime("%H:%M:%S")
         print(f"{clear}{text}\n\n(every {options.watch:g} s, {stamp}; Ctrl-C to stop)",
@@ -91,22 +89,18 @@ async def _watch(url: str, token: str, options: argparse.Namespace) -> None:
         await asyncio.sleep(options.watch)
 
 
-def scope_title(options: argparse.Namespace) -> str:
-    """How to name the scope."""
-    return "shared queues" if options.shared else f"owner {options.owner!r}"
-
-
 async def render(url: str, token: str, options: argparse.Namespace) -> str:
-    """What one look at the scope prints."""
+    """What one look at the scope prints; CommandError for what went wrong."""
     title = scope_title(options)
     try:
-        client = AsyncClient(url, token=token, timeout_s=TIMEOUT_S,
+        client = AsyncClient(url, token=token, timeout_s=options.timeout,
                              retry=RetryPolicy(attempts=2))
         jobs = client.shared() if options.shared else client.owner(options.owner)
         if options.job is not None:
             record = await jobs.read(options.job)
             if record is None:
-                raise InspectError(f"404 job_not_found: no job {options.job!r}")
+                raise CommandError(f"404 job_not_found: no job {options.job!r}",
+                                   EXIT_REFUSED)
             return format_job(wire.record_to_wire(record))
         if options.queue is not None:
             status = await jobs.queue_status(options.queue)
@@ -118,34 +112,13 @@ async def render(url: str, token: str, options: argparse.Namespace) -> str:
         statuses = await jobs.status()
         return format_queues([wire.status_to_wire(status) for status in statuses],
                              f"{title} at {url}")
-    except InvalidArgument as error:
-        prefix = "invalid URL" if error.field == "base_url" else error.field
-        raise InspectError(f"{prefix}: {error.problem}") from None
-    except TransportError as error:
-        raise InspectError(_unreachable(url, error)) from None
-    except ApiError as error:
-        raise InspectError(_refused(error)) from None
-
-
-def _refused(error: ApiError) -> str:
-    if error.status == 401:
-        return (f"401 unauthorized ({error.message or 'bad token'}); pass the "
-                f"server's token with --token or {TOKEN_ENV}")
-    if error.status == 404:
-        return f"404 {error.code}: {error.message}"
-    return f"HTTP {error.status} {error.code}: {error.message}"
-
-
-def _unreachable(url: str, error: TransportError) -> str:
-    cause = error.__cause__
-    reason = getattr(cause, "reason", cause)
-    if isinstance(reason, ConnectionRefusedError):
-        return f"cannot connect to {url}: connection refused; is tickwork serve running there?"
-    if not error.maybe_sent:
-        return f"cannot connect to {url}: {reason}; is tickwork serve running there?"
-    if isinstance(reason, TimeoutError):
-        return f"no reply from {url} within {TIMEOUT_S:g} s"
-    return f"no reply from {url}: {reason}"
+    except CommandError:
+        raise
+    except Exception as error:
+        explained = explain(error, url, options.timeout)
+        if explained is None:
+            raise
+        raise explained from None
 
 
 # ----------------------------------------------------------------- formatting
@@ -197,7 +170,7 @@ def format_job(job: Mapping[str, Any]) -> str:
         fields.append(("cancellation", str(job["cancellation_id"])))
     error = job.get("error")
     if error is not None:
-        fields.append(("error", _one_line(f"{error['type']}: {error['message']}")))
+        fields.append(("error", one_line(f"{error['type']}: {error['message']}")))
     fields.append(("payload", json.dumps(job.get("payload"), ensure_ascii=False)))
     width = max(len(name) for name, _ in fields)
     text = "\n".join(f"{name.ljust(width)}  {value}" for name, value in fields)
@@ -206,11 +179,6 @@ def format_job(job: Mapping[str, Any]) -> str:
         lines = str(error["traceback"]).rstrip("\n").split("\n")
         text += "\ntraceback\n" + "\n".join(f"  {line}" for line in lines)
     return text
-
-
-def _one_line(text: str) -> str:
-    """``text`` on one line of the table (a message may hold newlines)."""
-    return " ".join(text.splitlines()) if "\n" in text or "\r" in text else text
 
 
 def _attempts(job: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -226,7 +194,7 @@ def _attempts(job: Mapping[str, Any]) -> list[tuple[str, str]]:
         ended = f"{entry['outcome']}" + (f" ({entry['failure_reason']})"
                                          if entry.get("failure_reason") else "")
         redriven = f", redriven as {entry['redrive_id']}" if entry.get("redrive_id") else ""
-        raised = f", raised {_one_line(entry['error'])}" if entry.get("error") else ""
+        raised = f", raised {one_line(entry['error'])}" if entry.get("error") else ""
         lines.append((f"attempt {entry['attempt']}",
                       f"{ended} at {_time(entry.get('ended_at'))}{redriven}{raised}"))
     return lines

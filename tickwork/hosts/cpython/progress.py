@@ -20,8 +20,10 @@ from tickwork.model.outcomes import OUTCOMES, TickResult
 class Progress:
     """Counts of what the ticks of this process did since it started."""
 
-    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic,
+                 label: str = "tickwork serve") -> None:
         self._clock = clock
+        self.label = label  # the line's prefix: the command that prints it
         self.started = clock()
         self.outcomes: dict[str, int] = dict.fromkeys(OUTCOMES, 0)
         self.requeued = 0
@@ -60,7 +62,7 @@ class Progress:
         rate = (settled - self._last_settled) / elapsed
         self._last_changes, self._last_settled, self._last_at = self._changes, settled, now
         counts = ", ".join(f"{name} {count}" for name, count in self.outcomes.items() if count)
-        line = f"tickwork serve: {settled} settled" + (f" ({counts})" if counts else "")
+        line = f"{self.label}: {settled} settled" + (f" ({counts})" if counts else "")
         if self.requeued:
             line += f", {self.requeued} recovered"
         return f"{line} | {rate:.1f}/s | {self.running} running"

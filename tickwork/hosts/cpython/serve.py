@@ -37,7 +37,6 @@ import importlib
 import inspect
 import os
 import secrets
-import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -46,6 +45,7 @@ from typing import Any
 from tickwork.api import JobApi
 from tickwork.events import EventHook, fan_out
 from tickwork.executors import Executor, ExecutorRegistry
+from tickwork.hosts.cpython.common import stop_on_signals
 from tickwork.hosts.cpython.event_buffer import EventBuffer
 from tickwork.hosts.cpython.http_server import ApiServer
 from tickwork.hosts.cpython.owners import DataDirLock, HostError, OwnerDirectory
@@ -75,8 +75,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "arguments (default: "
                              "tickwork.hosts.cpython.examples:example_registry)")
     parser.add_argument("--postgres", metavar="DSN",
-                        help="serve /v1/shared from PostgreSQL (schema/postgres applied); "
-                             "needs psycopg and psycopg-pool")
+                        help="serve /v1/shared from PostgreSQL (its schema applied by "
+                             "tickwork migrate postgres); needs pip install "
+                             "'tickwork[postgres]'")
     parser.add_argument("--workers", type=int, default=4,
                         help="shared-queue workers with --postgres (default 4)")
     parser.add_argument("--poll", type=float, default=1.0, metavar="SECONDS",
@@ -313,23 +314,10 @@ async def serve(options: argparse.Namespace) -> int:
 
 async def _until_signalled(store: OwnerDirectory, shared: Any) -> None:
     """Return at the first SIGINT/SIGTERM; a second one interrupts running jobs at once."""
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    received: list[int] = []
 
-    def on_signal(number: int) -> None:
-        received.append(number)
-        if len(received) == 1:
-            print(f"tickwork serve: {signal.Signals(number).name}: stopping (running jobs "
-                  "may settle; signal again to interrupt them)", file=sys.stderr, flush=True)
-            stop.set()
-        else:
-            store.interrupt()
-            if shared is not None:
-                shared.interrupt()
+    def interrupt() -> None:
+        store.interrupt()
+        if shared is not None:
+            shared.interrupt()
 
-    # The handlers stay installed through the shutdown (a second signal
-    # interrupts); closing the loop at the end of asyncio.run removes them.
-    for number in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(number, on_signal, number)
-    await stop.wait()
+    await stop_on_signals("tickwork serve", "running jobs may settle", interrupt).wait()

@@ -1,8 +1,10 @@
 """Shared queues of ``tickwork serve --postgres DSN``: PostgreSQL, drained by local workers.
 
+Also the workers of ``tickwork worker`` (``worker_cli``), which serves no API.
 psycopg 3 and psycopg-pool are imported only here, and only when
-``--postgres`` is given. The schema (``schema/postgres/*.sql``) must have
-been applied; start-up checks it and names the missing migration.
+PostgreSQL is used. The schema (``schema/postgres/*.sql``) must have
+been applied (``tickwork migrate postgres``); start-up checks it and names
+the missing migration.
 
 Layout: one ``AsyncConnectionPool`` shared by
 
@@ -30,9 +32,16 @@ from typing import Any
 from tickwork.api import RuntimeService
 from tickwork.events import EventHook
 from tickwork.executors import Executor
-from tickwork.hosts.cpython.common import Log, finish_tasks, stderr
+from tickwork.hosts.cpython.common import (
+    Log,
+    error_line,
+    finish_tasks,
+    redact_dsn,
+    stderr,
+)
 from tickwork.hosts.cpython.owners import HostError
 from tickwork.hosts.cpython.progress import Progress
+from tickwork.leases import DEFAULT_LEASE_MS, DEFAULT_RENEW_EVERY_MS
 from tickwork.model.errors import SchemaError
 from tickwork.model.outcomes import CancelResult, FailLaneResult, QueueBacklog
 
@@ -41,8 +50,8 @@ DRAIN_BUDGET_MS = 1000
 #: How long start-up waits for PostgreSQL.
 CONNECT_TIMEOUT_S = 15.0
 
-PSYCOPG_HINT = ("--postgres needs psycopg 3 and psycopg-pool: "
-                "pip install 'psycopg[binary]' psycopg-pool")
+PSYCOPG_HINT = ("PostgreSQL needs psycopg 3 and psycopg-pool: pip install 'tickwork[postgres]' "
+                "(or pip install 'psycopg[binary]' psycopg-pool)")
 
 
 class _Wake:
@@ -66,12 +75,18 @@ class SharedWorkers:
         progress: Progress | None = None,
         log: Log | None = None,
         on_event: EventHook | None = None,
+        lease_ms: int = DEFAULT_LEASE_MS,
+        renew_every_ms: int = DEFAULT_RENEW_EVERY_MS,
+        name: str = "tickwork serve",
     ) -> None:
         if workers < 1:
             raise HostError("--workers must be at least 1")
         self.dsn = dsn
         self._execute = execute
         self._on_event = on_event
+        # The worker runtimes' leases (the API's runtime never claims).
+        self._lease_ms, self._renew_every_ms = lease_ms, renew_every_ms
+        self._name = name  # the command, in log lines
         self._worker_count = workers
         self._poll_s = poll_s
         self._progress = progress or Progress()
@@ -96,8 +111,8 @@ class SharedWorkers:
             probe = await asyncio.wait_for(AsyncConnection.connect(self.dsn), CONNECT_TIMEOUT_S)
             await probe.close()
         except Exception as error:
-            raise HostError(f"cannot connect to PostgreSQL ({_redact(self.dsn)}): "
-                            f"{str(error).strip() or type(error).__name__}") from None
+            raise HostError(f"cannot connect to PostgreSQL ({redact_dsn(self.dsn)}): "
+                            f"{error_line(error)}") from None
         pool: Any = AsyncConnectionPool(self.dsn, min_size=1,
                                         max_size=self._worker_count + 4, open=False)
         try:
@@ -105,8 +120,8 @@ class SharedWorkers:
         except Exception as error:
             with contextlib.suppress(Exception):
                 await pool.close()
-            raise HostError(f"cannot connect to PostgreSQL ({_redact(self.dsn)}): "
-                            f"{error}") from None
+            raise HostError(f"cannot connect to PostgreSQL ({redact_dsn(self.dsn)}): "
+                            f"{error_line(error)}") from None
         self._pool = pool
         wake = _Wake(self)
         api_runtime = PostgresRuntime(pool, execute=self._execute, wake=wake,
@@ -117,7 +132,8 @@ class SharedWorkers:
             await self.close(0)
             raise HostError(f"PostgreSQL schema: {error}") from None
         self._runtimes = [PostgresRuntime(pool, execute=self._execute, wake=wake,
-                                          on_event=self._on_event)
+                                          on_event=self._on_event, lease_ms=self._lease_ms,
+                                          renew_every_ms=self._renew_every_ms)
                           for _ in range(self._worker_count)]
         self.service = SharedService(api_runtime, self._runtimes)
         loop = asyncio.get_running_loop()
@@ -149,7 +165,7 @@ class SharedWorkers:
             except asyncio.CancelledError:
                 raise
             except Exception:
-                self._log("tickwork serve: shared worker: drain failed; retrying\n"
+                self._log(f"{self._name}: shared worker: drain failed; retrying\n"
                           + traceback.format_exc())
                 results = []
             for result in results:
@@ -204,14 +220,4 @@ class SharedService(RuntimeService):
     async def _recheck_workers(self) -> None:
         for worker in self._workers:
             await worker.recheck_executing()
-
-
-def _redact(dsn: str) -> str:
-    """The DSN without its password, for error messages."""
-    if "://" in dsn and "@" in dsn:
-        scheme, rest = dsn.split("://", 1)
-        credentials, host = rest.rsplit("@", 1)
-        user = credentials.split(":", 1)[0]
-        return f"{scheme}://{user}@{host}"
-    return " ".join(part for part in dsn.split() if not part.startswith("password="))
 

@@ -1,0 +1,381 @@
+"""``tickwork jobs|queues|schedules`` against a live ``tickwork serve``.
+
+Every action is checked through the API afterwards (what the server holds),
+not only by what the command printed or its exit code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+
+from tests.support.serve import ROOT, TOKEN, Serve, job, owner_path
+from tickwork.__main__ import main
+from tickwork.hosts.cpython.api_commands import (
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+)
+
+
+def run(capsys: pytest.CaptureFixture[str], server: Serve, *args: str,
+        token: str = TOKEN) -> tuple[int, str, str]:
+    """``tickwork ARGS --url ... --token ...``: exit code, stdout, stderr."""
+    code = main([*args, "--url", server.url, "--token", token])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def run_json(capsys: pytest.CaptureFixture[str], server: Serve, *args: str) -> Any:
+    code, out, err = run(capsys, server, *args, "--json")
+    assert (code, err) == (EXIT_OK, ""), err
+    return json.loads(out)
+
+
+def api(server: Serve, method: str, path: str, body: Any = None) -> Any:
+    status, answer = server.client().call(method, path, body)
+    assert status in (200, 201), (status, answer)
+    return answer
+
+
+@contextlib.contextmanager
+def not_tickwork() -> Iterator[str]:
+    """The URL of a web server that answers every GET with an HTML 404."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_error(404)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    web = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=web.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{web.server_address[1]}"
+    finally:
+        web.shutdown()
+        web.server_close()
+
+
+def free_port_url() -> str:
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{unused.getsockname()[1]}"
+
+
+# ----------------------------------------------------------------- queues
+
+
+def test_queues_pause_resume_and_status(server: Serve,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    owner = "cli queues"
+    code, out, _ = run(capsys, server, "queues", "pause", "held", "other", "--owner", owner)
+    assert code == EXIT_OK
+    assert out.splitlines() == ["queue 'held' paused", "queue 'other' paused"]
+    assert api(server, "GET", f"{owner_path(owner)}/queues/held")["queue"]["paused"] is True
+    code, out, _ = run(capsys, server, "queues", "pause", "held", "--owner", owner)
+    assert (code, out) == (EXIT_OK, "queue 'held' was paused already\n")
+
+    server.client().enqueue(owner, job("h-1", queue="held"), job("h-2", queue="held"))
+    listed = api(server, "GET", f"{owner_path(owner)}/queues")
+    assert run_json(capsys, server, "queues", "status", "--owner", owner) == listed
+    one = run_json(capsys, server, "queues", "status", "held", "--owner", owner)
+    assert one["queue"]["queued"] == 2 and one["queue"]["paused"] is True
+    code, out, _ = run(capsys, server, "queues", "status", "--owner", owner)
+    assert code == EXIT_OK
+    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()[4:]}
+    assert rows["held"][:2] == ["(paused)", "2"], out
+
+    resumed = run_json(capsys, server, "queues", "resume", "held", "never-paused",
+                       "--owner", owner)
+    assert resumed == [{"queue": "held", "paused": False, "changed": True},
+                       {"queue": "never-paused", "paused": False, "changed": False}]
+    assert api(server, "GET", f"{owner_path(owner)}/queues/held")["queue"]["paused"] is False
+    server.client().settled(owner, "h-1")  # resumed: the held jobs run
+    server.client().settled(owner, "h-2")
+
+
+# ------------------------------------------------------------------- jobs
+
+
+def test_jobs_list_pages_with_the_cursor(server: Serve,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    owner = "cli list"
+    run(capsys, server, "queues", "pause", "mail", "--owner", owner)  # they stay queued
+    server.client().enqueue(owner, *(job(f"m-{n}", queue="mail", lane=f"lane-{n % 2}")
+                                     for n in range(1, 6)))
+    first = run_json(capsys, server, "jobs", "list", "--owner", owner, "--queue", "mail",
+                     "--limit", "2")
+    assert [item["job_id"] for item in first["jobs"]] == ["m-5", "m-4"]
+    assert first["cursor"] is not None
+    assert first == api(server, "GET", f"{owner_path(owner)}/jobs?queue=mail&limit=2")
+    second = run_json(capsys, server, "jobs", "list", "--owner", owner, "--queue", "mail",
+                      "--limit", "2", "--cursor", first["cursor"])
+    assert [item["job_id"] for item in second["jobs"]] == ["m-3", "m-2"]
+    every = run_json(capsys, server, "jobs", "list", "--owner", owner, "--queue", "mail",
+                     "--limit", "2", "--all", "--order", "oldest")
+    assert [item["job_id"] for item in every["jobs"]] == ["m-1", "m-2", "m-3", "m-4", "m-5"]
+    assert every["cursor"] is None
+    by_lane = run_json(capsys, server, "jobs", "list", "--owner", owner, "--lane", "lane-0")
+    assert sorted(item["job_id"] for item in by_lane["jobs"]) == ["m-2", "m-4"]
+
+    code, out, _ = run(capsys, server, "jobs", "list", "--owner", owner, "--queue", "mail",
+                       "--limit", "2")
+    lines = out.splitlines()
+    assert code == EXIT_OK
+    assert lines[0].split()[:5] == ["job", "queue", "lane", "priority", "state"]
+    assert [line.split()[0] for line in lines[2:4]] == ["m-5", "m-4"]
+    assert lines[-1] == f"more: pass --cursor {first['cursor']} for the next page (or --all)"
+    code, out, _ = run(capsys, server, "jobs", "list", "--owner", owner, "--queue", "mail",
+                       "--state", "running")
+    assert (code, out) == (EXIT_OK, "no running jobs in queue 'mail'\n")
+
+
+def test_jobs_cancel(server: Serve, capsys: pytest.CaptureFixture[str]) -> None:
+    owner = "cli cancel"
+    client = server.client()
+    client.enqueue(owner, job("c-run", "slow"), job("c-wait", "slow", queue="held"))
+    run(capsys, server, "queues", "pause", "held", "--owner", owner)
+    client.running(owner, "c-run")
+
+    code, out, _ = run(capsys, server, "jobs", "cancel", "c-run", "--only-if-queued",
+                       "--owner", owner)
+    assert (code, out) == (EXIT_REFUSED, "c-run: running already; not cancelled "
+                                         "(--only-if-queued)\n")
+    assert client.job(owner, "c-run")["state"] == "running"  # type: ignore[index]
+
+    # Several ids: each is tried, and a missing one makes the exit code 1.
+    code, out, _ = run(capsys, server, "jobs", "cancel", "c-wait", "no-such", "c-run",
+                       "--cancellation-id", "stop-1", "--owner", owner)
+    assert code == EXIT_REFUSED
+    assert out.splitlines() == ["c-wait: cancellation recorded", "no-such: no such job",
+                                "c-run: cancellation recorded"]
+    for job_id in ("c-wait", "c-run"):
+        settled = client.settled(owner, job_id)
+        assert (settled["outcome"], settled["cancellation_id"]) == ("cancelled", "stop-1")
+
+    replayed = run_json(capsys, server, "jobs", "cancel", "c-wait", "--cancellation-id",
+                        "stop-1", "--owner", owner)
+    assert replayed == [{"job_id": "c-wait", "status": "replayed"}]
+    code, out, _ = run(capsys, server, "jobs", "cancel", "c-wait", "--owner", owner)
+    assert code == EXIT_REFUSED and out.startswith("c-wait: "), out
+
+
+def test_dead_letters_and_redrive(server: Serve, capsys: pytest.CaptureFixture[str]) -> None:
+    owner = "cli redrive"
+    client = server.client()
+    client.enqueue(owner, job("d-1", "fail", queue="sync"), job("d-2", "fail", queue="sync"),
+                   job("ok-1", queue="sync"))
+    for job_id in ("d-1", "d-2", "ok-1"):
+        client.settled(owner, job_id)
+    letters = run_json(capsys, server, "jobs", "dead-letters", "--owner", owner,
+                       "--queue", "sync")
+    assert sorted(item["job_id"] for item in letters["jobs"]) == ["d-1", "d-2"]
+    assert letters == api(server, "GET", f"{owner_path(owner)}/queues/sync/dead-letters")
+
+    # Paused, so the redriven jobs stay queued where we can see them.
+    run(capsys, server, "queues", "pause", "sync", "--owner", owner)
+    code, out, _ = run(capsys, server, "jobs", "redrive", "d-1", "--redrive-id", "r-1",
+                       "--owner", owner)
+    assert (code, out) == (EXIT_OK, "d-1: redriven: queued again as attempt 1 "
+                                    "(redrive id r-1)\n")
+    record = client.job(owner, "d-1")
+    assert record is not None
+    assert (record["state"], record["attempt"]) == ("queued", 1)
+    assert record["history"][-1]["redrive_id"] == "r-1"
+    code, out, _ = run(capsys, server, "jobs", "redrive", "d-1", "--redrive-id", "r-1",
+                       "--owner", owner)
+    assert (code, out) == (EXIT_OK, "d-1: redriven already under this id (replayed)\n")
+
+    # --queue: every dead letter left (d-2); then there are none.
+    answers = run_json(capsys, server, "jobs", "redrive", "--queue", "sync", "--owner", owner)
+    assert [(item["job_id"], item["status"]) for item in answers] == [("d-2", "redriven")]
+    assert client.job(owner, "d-2")["state"] == "queued"  # type: ignore[index]
+    assert run_json(capsys, server, "jobs", "redrive", "--queue", "sync",
+                    "--owner", owner) == []
+
+    code, out, _ = run(capsys, server, "jobs", "redrive", "ok-1", "nope", "--owner", owner)
+    assert code == EXIT_REFUSED
+    assert out.splitlines() == [
+        "ok-1: refused: it settled completed or cancelled: not a dead letter",
+        "nope: no such job"]
+    code, _, err = run(capsys, server, "jobs", "redrive", "d-1", "--queue", "sync",
+                       "--owner", owner)
+    assert code == EXIT_USAGE and "not both" in err
+
+
+def test_the_settled_feed_is_an_owners(server: Serve,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    owner = "cli settled"
+    client = server.client()
+    client.enqueue(owner, job("s-1"), job("s-2"))
+    client.settled(owner, "s-1")
+    client.settled(owner, "s-2")
+    feed = run_json(capsys, server, "jobs", "settled", "--owner", owner)
+    assert feed == api(server, "GET", f"{owner_path(owner)}/settled")
+    assert [item["job_id"] for item in feed["jobs"]] == ["s-1", "s-2"]
+    after = feed["jobs"][0]["sequence"]
+    code, out, _ = run(capsys, server, "jobs", "settled", "--owner", owner,
+                       "--after", str(after))
+    assert code == EXIT_OK and "s-2" in out and "s-1" not in out
+    assert out.rstrip().endswith(f"read on with: --after {feed['jobs'][1]['sequence']}")
+
+    # Refused before anything is sent: nothing listens at this URL, yet the
+    # answer is the usage error, not "cannot connect".
+    code = main(["jobs", "settled", "--shared", "--url", free_port_url(), "--token", TOKEN])
+    err = capsys.readouterr().err
+    assert code == EXIT_USAGE
+    assert "the settled feed is an owner's; the shared queues have none" in err
+
+
+# -------------------------------------------------------------- schedules
+
+
+def test_schedules(server: Serve, capsys: pytest.CaptureFixture[str]) -> None:
+    owner = "cli schedules"
+    base = f"{owner_path(owner)}/schedules"
+    for name in ("hourly", "nightly"):
+        api(server, "POST", base, {"name": name, "every_ms": 3_600_000,
+                                   "job": {"queue": "reports", "payload": {"kind": "complete"}}})
+    listed = run_json(capsys, server, "schedules", "list", "--owner", owner)
+    assert listed == api(server, "GET", base)
+    code, out, _ = run(capsys, server, "schedules", "list", "--owner", owner)
+    assert code == EXIT_OK
+    assert [line.split()[:4] for line in out.splitlines()[2:]] == [
+        ["hourly", "every", "3600", "s"], ["nightly", "every", "3600", "s"]]
+
+    def paused() -> dict[str, bool]:
+        return {item["name"]: item["paused"] for item in api(server, "GET", base)["schedules"]}
+
+    code, out, _ = run(capsys, server, "schedules", "pause", "nightly", "--owner", owner)
+    assert (code, out) == (EXIT_OK, "schedule 'nightly': paused\n")
+    assert paused() == {"hourly": False, "nightly": True}
+    code, out, _ = run(capsys, server, "schedules", "pause", "nightly", "missing",
+                       "--owner", owner)
+    assert code == EXIT_REFUSED
+    assert out.splitlines() == ["schedule 'nightly': was paused already",
+                                "schedule 'missing': no such schedule"]
+    assert run_json(capsys, server, "schedules", "resume", "nightly", "--owner", owner) == [
+        {"name": "nightly", "changed": True}]
+    assert paused() == {"hourly": False, "nightly": False}
+    code, out, _ = run(capsys, server, "schedules", "resume", "hourly", "--owner", owner)
+    assert (code, out) == (EXIT_OK, "schedule 'hourly': was not paused\n")
+
+    code, out, _ = run(capsys, server, "schedules", "delete", "hourly", "--owner", owner)
+    assert (code, out) == (EXIT_OK, "schedule 'hourly': deleted (the jobs it created stay)\n")
+    assert list(paused()) == ["nightly"]
+    code, out, _ = run(capsys, server, "schedules", "delete", "hourly", "--owner", owner)
+    assert (code, out) == (EXIT_REFUSED, "schedule 'hourly': no such schedule\n")
+
+
+# ------------------------------------------------------------- exit codes
+
+
+def test_exit_codes(server: Serve, capsys: pytest.CaptureFixture[str],
+                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TICKWORK_TOKEN", raising=False)
+    monkeypatch.delenv("TICKWORK_URL", raising=False)
+    code, _, err = run(capsys, server, "jobs", "list", "--owner", "x", "--queue", "q",
+                       token="wrong")
+    assert code == EXIT_UNREACHABLE and "401 unauthorized" in err and "--token" in err
+    code = main(["queues", "status", "--owner", "x", "--url", free_port_url(),
+                 "--token", TOKEN])
+    err = capsys.readouterr().err
+    assert code == EXIT_UNREACHABLE and "connection refused" in err
+    with not_tickwork() as url:  # something answers, but not tickwork's API
+        code = main(["queues", "status", "--owner", "x", "--url", url, "--token", TOKEN])
+    err = capsys.readouterr().err
+    assert code == EXIT_UNREACHABLE and f"no tickwork API at {url}" in err, err
+    # tickwork answers, refusing the path: a wrong prefix in --url.
+    code = main(["queues", "status", "--owner", "x", "--url", f"{server.url}/not-the-api",
+                 "--token", TOKEN])
+    err = capsys.readouterr().err
+    assert code == EXIT_REFUSED and "404 no_route" in err, err
+
+    code, _, err = run(capsys, server, "queues", "status", "--shared")
+    assert code == EXIT_REFUSED and "404 scope_not_configured" in err and "--postgres" in err
+    code, _, err = run(capsys, server, "jobs", "cancel", "ghost", "--owner", "x")
+    assert code == EXIT_REFUSED
+
+    code, _, err = run(capsys, server, "jobs", "list", "--owner", "x", "--queue", "q",
+                       "--limit", "500")
+    assert code == EXIT_USAGE and "limit: must be an integer from 1 to 100" in err
+    code = main(["jobs", "list", "--owner", "x", "--queue", "q", "--url", server.url])
+    err = capsys.readouterr().err
+    assert code == EXIT_USAGE and "no token" in err
+    code, _, err = run(capsys, server, "queues", "pause", "..", "--owner", "x")
+    assert code == EXIT_USAGE and "queue" in err
+    with pytest.raises(SystemExit) as exited:  # argparse: no scope given
+        main(["jobs", "list", "--queue", "q"])
+    assert exited.value.code == EXIT_USAGE
+    assert "one of the arguments --owner --shared is required" in capsys.readouterr().err
+
+
+def test_the_installed_command_exits_with_these_codes(server: Serve) -> None:
+    def tickwork(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "tickwork", *args], cwd=ROOT,
+                              capture_output=True, text=True, timeout=60,
+                              env={"PATH": "/usr/bin:/bin", "TICKWORK_TOKEN": TOKEN,
+                                   "TICKWORK_URL": server.url})
+
+    paused = tickwork("queues", "pause", "proc", "--owner", "cli process", "--json")
+    assert paused.returncode == EXIT_OK, paused.stderr
+    assert json.loads(paused.stdout) == [{"queue": "proc", "paused": True, "changed": True}]
+    path = f"{owner_path('cli process')}/queues/{quote('proc', safe='')}"
+    assert api(server, "GET", path)["queue"]["paused"] is True
+    assert tickwork("jobs", "cancel", "ghost", "--owner", "p").returncode == EXIT_REFUSED
+    assert tickwork("jobs", "list", "--owner", "p").returncode == EXIT_USAGE
+    unreachable = tickwork("jobs", "list", "--owner", "p", "--queue", "q",
+                           "--url", free_port_url())
+    assert unreachable.returncode == EXIT_UNREACHABLE, unreachable.stderr
+
+
+def test_help_is_plain_text_and_lists_the_exit_codes() -> None:
+    for command in (["jobs"], ["jobs", "list"], ["queues", "pause"], ["schedules", "delete"],
+                    ["inspect"]):
+        shown = subprocess.run([sys.executable, "-m", "tickwork", *command, "--help"],
+                               cwd=ROOT, capture_output=True, text=True, timeout=30)
+        assert shown.returncode == 0, shown.stderr
+        assert "``" not in shown.stdout and "exit codes:" in shown.stdout, shown.stdout
+
+
+# ------------------------------------------------------------ shared scope
+
+
+def test_the_shared_queues(shared_serve: Serve, capsys: pytest.CaptureFixture[str]) -> None:
+    server = shared_serve
+    run(capsys, server, "queues", "pause", "shared-q", "--shared")
+    status, body = server.client().call("POST", "/v1/shared/jobs",
+                                        job("sh-1", queue="shared-q"))
+    assert status == 201, body
+    listed = run_json(capsys, server, "jobs", "list", "--shared", "--queue", "shared-q")
+    assert [item["job_id"] for item in listed["jobs"]] == ["sh-1"]
+    code, out, _ = run(capsys, server, "jobs", "cancel", "sh-1", "--shared")
+    assert (code, out) == (EXIT_OK, "sh-1: cancellation recorded\n")
+    recorded = api(server, "GET", "/v1/shared/jobs/sh-1")["job"]
+    assert recorded["cancellation_id"].startswith("cli-")  # a fresh id of the command's
+    statuses = run_json(capsys, server, "queues", "status", "--shared")
+    assert {item["queue"]: item["paused"] for item in statuses["queues"]} == {"shared-q": True}
+    # Resumed, a worker claims it and settles it cancelled, as recorded.
+    code, out, _ = run(capsys, server, "queues", "resume", "shared-q", "--shared")
+    assert (code, out) == (EXIT_OK, "queue 'shared-q' resumed\n")
+    deadline = time.monotonic() + 20
+    while (settled := api(server, "GET", "/v1/shared/jobs/sh-1")["job"])["state"] != "settled":
+        assert time.monotonic() < deadline, settled
+        time.sleep(0.05)
+    assert settled["outcome"] == "cancelled"
+    assert run_json(capsys, server, "schedules", "list", "--shared") == {"schedules": []}

@@ -1,0 +1,496 @@
+"""``tickwork jobs``, ``queues`` and ``schedules``: act on one scope's jobs,
+queues and schedules from the terminal, through the HTTP API.
+
+    tickwork jobs list (--queue NAME | --lane NAME) [--state STATE] [--outcome OUTCOME]
+                       [--order newest|oldest] [--limit N] [--cursor CURSOR] [--all]
+    tickwork jobs dead-letters --queue NAME [--limit N] [--cursor CURSOR] [--all]
+    tickwork jobs cancel JOB_ID [JOB_ID ...] [--only-if-queued] [--cancellation-id ID]
+    tickwork jobs redrive (JOB_ID [JOB_ID ...] | --queue NAME) [--redrive-id ID]
+    tickwork jobs settled [--after SEQUENCE] [--limit N]        (an owner's feed)
+    tickwork queues status [QUEUE]
+    tickwork queues pause QUEUE [QUEUE ...]
+    tickwork queues resume QUEUE [QUEUE ...]
+    tickwork schedules list
+    tickwork schedules pause|resume|delete NAME [NAME ...]
+
+Every action also takes --url URL (default $TICKWORK_URL, else
+http://127.0.0.1:8787), --token TOKEN (default $TICKWORK_TOKEN), --timeout
+SECONDS, the scope (--owner KEY or --shared) and --json. Only the /v1 API is
+used, through ``tickwork.client``, so they work the same against ``tickwork
+serve`` and a deployed Worker, on both scopes; the settled feed is an
+owner's only (the shared queues have none), and asking it of --shared is
+refused before anything is sent.
+
+A list prints a table, then the --cursor of the next page if there is one
+(--all follows the cursors to the end). An action prints one line per job,
+queue or schedule. --json prints one JSON document instead: a list's page
+as the API answers it (``{"jobs": [...], "cursor": ...}``), an action's
+answers as a JSON array, one per argument, in the API's shapes.
+
+A cancel or redrive without an id of yours gets a fresh one (``cli-`` and a
+random hex), sent again as is if a reply is lost, so a retry is a replay.
+Nothing to change is not an error (a queue paused already, a cancellation
+replayed); a job or schedule that is not there, or a cancel or redrive the
+engine refuses, is (exit 1, after the other arguments were tried).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final, get_args
+
+from tickwork.api import wire
+from tickwork.client import Client, Jobs
+from tickwork.hosts.cpython.api_commands import (
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_USAGE,
+    CommandError,
+    add_connection_arguments,
+    exit_codes_epilog,
+    explain,
+    request_timeout,
+    scope_title,
+    server_token,
+    server_url,
+)
+from tickwork.hosts.cpython.common import one_line
+from tickwork.hosts.cpython.inspect_cli import format_queues
+from tickwork.model.jobs import JobRecord, JobState
+from tickwork.model.outcomes import OUTCOMES, ListOrder
+
+#: The commands this module adds (their one-line help is ``tickwork.__main__``'s).
+COMMANDS: Final = ("jobs", "queues", "schedules")
+
+#: Actions the shared queues do not have, and what to use instead.
+OWNER_ONLY: Final = {
+    ("jobs", "settled"): "the settled feed is an owner's; the shared queues have none "
+                         "(use 'tickwork jobs list --shared --queue NAME --state settled')",
+}
+
+#: The most jobs one dead-letters page asks for when redriving a whole queue.
+DEAD_LETTER_PAGE: Final = 100
+
+
+# ------------------------------------------------------------------ arguments
+
+
+def add_arguments(command: str, parser: argparse.ArgumentParser) -> None:
+    """The actions of ``command`` (one of ``COMMANDS``) as subcommands of ``parser``."""
+    parser.epilog = exit_codes_epilog()
+    actions = parser.add_subparsers(dest="action", metavar="<action>", required=True)
+
+    def action(name: str, summary: str) -> argparse.ArgumentParser:
+        added = actions.add_parser(name, help=summary, description=summary + ".",
+                                   epilog=exit_codes_epilog(),
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+        add_connection_arguments(added)
+        added.add_argument("--json", action="store_true",
+                           help="print one JSON document instead of text")
+        return added
+
+    if command == "jobs":
+        _add_job_actions(action)
+    elif command == "queues":
+        _add_queue_actions(action)
+    else:
+        assert command == "schedules", command
+        _add_schedule_actions(action)
+
+
+def _add_job_actions(action: Callable[[str, str], argparse.ArgumentParser]) -> None:
+    listing = action("list", "list one queue's or one lane's jobs in one state, a page "
+                             "at a time")
+    where = listing.add_mutually_exclusive_group(required=True)
+    where.add_argument("--queue", metavar="NAME", help="the queue's jobs")
+    where.add_argument("--lane", metavar="NAME", help="the lane's jobs")
+    listing.add_argument("--state", choices=get_args(JobState), default=None,
+                         help="queued (the default), running or settled")
+    listing.add_argument("--outcome", choices=OUTCOMES,
+                         help="settled jobs with this outcome (implies --state settled)")
+    listing.add_argument("--order", choices=get_args(ListOrder), default="newest",
+                         help="newest first (the default) or oldest first")
+    _add_paging(listing, 50)
+
+    dead = action("dead-letters", "list a queue's dead letters (settled failed, "
+                                  "outcome_unknown or interrupted), newest settlement first")
+    dead.add_argument("--queue", metavar="NAME", required=True, help="the queue")
+    _add_paging(dead, 50)
+
+    cancel = action("cancel", "cancel jobs: a queued job settles cancelled, a running "
+                              "one is told to stop")
+    cancel.add_argument("job_ids", nargs="+", metavar="JOB_ID", help="the job(s) to cancel")
+    cancel.add_argument("--only-if-queued", action="store_true",
+                        help="refuse (exit 1) for a job that is already running")
+    cancel.add_argument("--cancellation-id", metavar="ID",
+                        help="the cancellation's id, to make a repeated command a replay "
+                             "(default: a fresh one)")
+
+    redrive = action("redrive", "queue dead letters again, each as a new attempt chain")
+    redrive.add_argument("job_ids", nargs="*", metavar="JOB_ID",
+                         help="the dead letter(s) to redrive")
+    redrive.add_argument("--queue", metavar="NAME",
+                         help="redrive every dead letter of this queue instead")
+    redrive.add_argument("--redrive-id", metavar="ID",
+                         help="the redrive's id, to make a repeated command a replay "
+                              "(default: a fresh one)")
+
+    settled = action("settled", "read an owner's settled feed: settled jobs in enqueue "
+                                "order, after a sequence number")
+    settled.add_argument("--after", type=int, default=0, metavar="SEQUENCE",
+                         help="only jobs after this sequence number (default 0)")
+    settled.add_argument("--limit", type=int, default=100, metavar="N",
+                         help="at most N jobs (default 100, at most 1000)")
+
+
+def _add_paging(parser: argparse.ArgumentParser, default_limit: int) -> None:
+    parser.add_argument("--limit", type=int, default=default_limit, metavar="N",
+                        help=f"jobs per page (default {default_limit}, at most 100)")
+    parser.add_argument("--cursor", metavar="CURSOR",
+                        help="start where the page that printed this cursor ended")
+    parser.add_argument("--all", action="store_true",
+                        help="follow the cursors: every page to the end")
+
+
+def _add_queue_actions(action: Callable[[str, str], argparse.ArgumentParser]) -> None:
+    status = action("status", "count the scope's jobs per queue and state, or one queue's")
+    status.add_argument("queue", nargs="?", metavar="QUEUE",
+                        help="only this queue (default: every queue with jobs)")
+    pause = action("pause", "pause queues: no new job of theirs starts until resumed")
+    pause.add_argument("queues", nargs="+", metavar="QUEUE", help="the queue(s) to pause")
+    resume = action("resume", "resume paused queues")
+    resume.add_argument("queues", nargs="+", metavar="QUEUE", help="the queue(s) to resume")
+
+
+def _add_schedule_actions(action: Callable[[str, str], argparse.ArgumentParser]) -> None:
+    action("list", "list the scope's schedules")
+    for name, summary in (("pause", "pause schedules: their slots get no job until resumed"),
+                          ("resume", "resume paused schedules from their next slot"),
+                          ("delete", "delete schedules (the jobs they created stay)")):
+        added = action(name, summary)
+        added.add_argument("names", nargs="+", metavar="NAME", help="the schedule(s)")
+
+
+# ----------------------------------------------------------------------- main
+
+
+class Report:
+    """Where an action's results go: lines as they come, or one JSON document."""
+
+    def __init__(self, as_json: bool) -> None:
+        self.as_json = as_json
+        self.items: list[Any] = []
+        self.failed = False
+
+    def item(self, text: str, data: Any, *, ok: bool = True) -> None:
+        """One argument's result (a JSON array's element)."""
+        self.failed = self.failed or not ok
+        if self.as_json:
+            self.items.append(data)
+        else:
+            print(text, flush=True)
+
+    def document(self, text: str, data: Any) -> None:
+        """The whole result of a list or a status."""
+        print(_json_text(data) if self.as_json else text, flush=True)
+
+    def finish(self) -> None:
+        """Print the JSON array of the items, if any (also when an error cut it short)."""
+        if self.as_json and self.items:
+            print(_json_text(self.items), flush=True)
+            self.items = []
+
+
+Action = Callable[[Jobs, argparse.Namespace, Report], None]
+
+
+def main(options: argparse.Namespace) -> int:
+    """Run ``tickwork <command> <action>``; its exit code (see ``api_commands``)."""
+    name = f"tickwork {options.command} {options.action}"
+    report = Report(options.json)
+    url, timeout = "", 0.0
+    try:
+        url, token, timeout = server_url(options), server_token(options), request_timeout(options)
+        unsupported = OWNER_ONLY.get((options.command, options.action))
+        if options.shared and unsupported is not None:
+            raise CommandError(unsupported, EXIT_USAGE)
+        client = Client(url, token=token, timeout_s=timeout)
+        jobs = client.shared() if options.shared else client.owner(options.owner)
+        ACTIONS[(options.command, options.action)](jobs, options, report)
+    except CommandError as error:
+        report.finish()
+        print(f"{name}: {error}", file=sys.stderr)
+        return error.exit_code
+    except KeyboardInterrupt:  # Ctrl-C (a long --all): the results so far are printed
+        report.finish()
+        return 130
+    except Exception as error:
+        explained = explain(error, url, timeout)
+        if explained is None:
+            raise
+        report.finish()
+        print(f"{name}: {explained}", file=sys.stderr)
+        return explained.exit_code
+    report.finish()
+    return EXIT_REFUSED if report.failed else EXIT_OK
+
+
+# ---------------------------------------------------------------------- jobs
+
+
+def list_jobs(jobs: Jobs, options: argparse.Namespace, report: Report) -> None:
+    state: JobState = options.state or ("settled" if options.outcome else "queued")
+    found: list[JobRecord] = []
+    cursor = options.cursor
+    while True:
+        page = jobs.list_jobs(options.queue, lane=options.lane, state=state,
+                              outcome=options.outcome, order=options.order,
+                              limit=options.limit, cursor=cursor)
+        found += page.jobs
+        cursor = page.cursor
+        if cursor is None or not options.all:
+            break
+    where = f"queue {options.queue!r}" if options.queue is not None \
+        else f"lane {options.lane!r}"
+    what = f"{options.outcome} jobs" if options.outcome else f"{state} jobs"
+    report.document(_job_table(found, f"no {what} in {where}", cursor),
+                    {"jobs": [wire.record_to_wire(job) for job in found], "cursor": cursor})
+
+
+def dead_letters(jobs: Jobs, options: argparse.Namespace, report: Report) -> None:
+    found: list[JobRecord] = []
+    cursor = options.cursor
+    while True:
+        page = jobs.dead_letters(options.queue, limit=options.limit, cursor=cursor)
+        found += page.jobs
+        cursor = page.cursor
+        if cursor is None or not options.all:
+            break
+    report.document(_job_table(found, f"no dead letters in queue {options.queue!r}", cursor),
+                    {"queue": options.queue, "jobs": [wire.record_to_wire(job) for job in found],
+                     "cursor": cursor})
+
+
+def read_settled(jobs: Jobs, options: argparse.Namespace, report: Report) -> None:
+    found = jobs.read_settled(options.limit, options.after)
+    text = _job_table(found, f"no settled jobs after sequence {options.after}", None,
+                      with_sequence=True)
+    if found:
+        text += f"\n\nread on with: --after {found[-1].sequence}"
+    report.document(text, {"jobs": [wire.record_to_wire(job) for job in found]})
+
+
+#: What a cancel's status says, and whether it is what was asked for.
+CANCELLED: Final = {
+    "recorded": ("cancellation recorded", True),
+    "replayed": ("cancellation recorded already under this id (replayed)", True),
+    "already_settled": ("settled already; nothing to cancel", False),
+    "refused": ("running already; not cancelled (--only-if-queued)", False),
+    "conflict": ("carries another cancellation already", False),
+    "not_found": ("no such job", False),
+}
+
+
+def cancel(jobs: Jobs, options: argparse.Namespace, report: Report) -> None:
+    cancellation_id = options.cancellation_id or _fresh_id()
+    for job_id in options.job_ids:
+        result = jobs.cancel(job_id, cancellation_id, only_if_queued=options.only_if_queued)
+        said, ok = CANCELLED.get(result.status, (result.status, False))
+        report.item(f"{job_id}: {said}", wire.cancel_to_wire(result), ok=ok)
+
+
+#: Why a redrive was refused, in words.
+REDRIVE_REFUSALS: Final = {
+    "not_settled": "it has not settled",
+    "not_dead": "it settled completed or cancelled: not a dead letter",
+    "cancellation_recorded": "it carries a cancellation",
+}
+
+
+def redrive(jobs: Jobs, options: argparse.Namespace, report: Report) -> None:
+    if bool(options.job_ids) == (options.queue is not None):
+        raise CommandError("give the job ids to redrive, or --queue NAME for every dead "
+                           "letter of a queue (not both)", EXIT_USAGE)
+    job_ids = options.job_ids or _dead_letter_ids(jobs, options.queue)
+    if not job_ids:
+        report.document(f"no dead letters in queue {options.queue!r}", [])
+        return
+    redrive_id = options.redrive_id or _fresh_id()
+    for job_id in job_ids:
+        result = jobs.redrive(job_id, redrive_id)
+        if result.status == "redriven":
+            said, ok = f"redriven: queued again as attempt 1 (redrive id {redrive_id})", True
+        elif result.status == "replayed":
+            said, ok = "redriven already under this id (replayed)", True
+        elif result.status == "not_found":
+            said, ok = "no such job", False
+        else:
+            reason = REDRIVE_REFUSALS.get(result.reason or "", result.reason or "")
+            said, ok = f"refused: {reason}", False
+        report.item(f"{job_id}: {said}", wire.redrive_to_wire(result), ok=ok)
+
+
+def _dead_letter_ids(jobs: Jobs, queue: str) -> list[str]:
+    """Every dead letter of ``queue`` now (read first, then redriven: a
+    redriven job leaves the list, which would shift the pages under us)."""
+    found: list[str] = []
+    cursor = None
+    while True:
+        page = jobs.dead_letters(queue, limit=DEAD_LETTER_PAGE, cursor=cursor)
+        found += [job.job_id for job in page.jobs]
+        cursor = page.cursor
+        if cursor is None:
+            return found
+
+
+def _fresh_id() -> str:
+    return f"cli-{uuid.uuid4().hex}"
+
+
+# -------------------------------------------------------------------- queues
+
+
+def queue_status(jobs: Jobs, options: argparse.Namespace, report: Report) -> None:
+    title = f"{scope_title(options)} at {server_url(options)}"
+    if options.queue is not None:
+        status = wire.status_to_wire(jobs.queue_status(options.queue))
+        report.document(format_queues([status], f"{title}, queue {options.queue!r}"),
+                        {"queue": status})
+        return
+    statuses = [wire.status_to_wire(status) for status in jobs.status()]
+    report.document(format_queues(statuses, title), {"queues": statuses})
+
+
+def pause_queues(jobs: Jobs, options: argparse.Namespace, report: Report) -> None:
+    for queue in options.queues:
+        changed = jobs.pause(queue)
+        report.item(f"queue {queue!r} " + ("paused" if changed else "was paused already"),
+                    {"queue": queue, "paused": True, "changed": changed})
+
+
+def resume_queues(jobs: Jobs, options: argparse.Namespace, report: Report) -> None:
+    for queue in options.queues:
+        changed = jobs.resume(queue)
+        report.item(f"queue {queue!r} " + ("resumed" if changed else "was not paused"),
+                    {"queue": queue, "paused": False, "changed": changed})
+
+
+# ----------------------------------------------------------------- schedules
+
+
+def list_schedules(jobs: Jobs, options: argparse.Namespace, report: Report) -> None:
+    records = jobs.schedules()
+    wired = [wire.schedule_record_to_wire(record) for record in records]
+    if not records:
+        text = "no schedules"
+    else:
+        header = ["schedule", "when", "queue", "lane", "next (UTC)", "state"]
+        rows = [[item["name"], _when(item), item["job"]["queue"], item["job"]["lane"],
+                 _time(item["next_at"]), "paused" if item["paused"] else "active"]
+                for item in wired]
+        text = _table(header, rows)
+    report.document(text, {"schedules": wired})
+
+
+def _when(schedule: Mapping[str, Any]) -> str:
+    if schedule.get("cron") is not None:
+        return f"cron {schedule['cron']}"
+    return f"every {schedule['every_ms'] / 1000:g} s"
+
+
+def _schedule_action(verb: str, call: Callable[[Jobs, str], bool], unchanged: str
+                     ) -> Action:
+    def act(jobs: Jobs, options: argparse.Namespace, report: Report) -> None:
+        names: set[str] | None = None
+        for name in options.names:
+            changed = call(jobs, name)
+            if changed:
+                said, ok = verb, True
+            else:
+                # The reply is the same for a schedule left as it was and for
+                # one that is not there: the list tells them apart.
+                if names is None:
+                    names = {record.schedule.name for record in jobs.schedules()}
+                ok = name in names and bool(unchanged)
+                said = unchanged if ok else "no such schedule"
+            report.item(f"schedule {name!r}: {said}", {"name": name, "changed": changed},
+                        ok=ok)
+    return act
+
+
+# ---------------------------------------------------------------- formatting
+
+
+def _json_text(data: Any) -> str:
+    return json.dumps(data, ensure_ascii=False, indent=2)
+
+
+def _job_table(found: Sequence[JobRecord], empty: str, cursor: str | None, *,
+               with_sequence: bool = False) -> str:
+    if not found:
+        text = empty
+    else:
+        header = ["job", "queue", "lane", "priority", "state", "attempt",
+                  "enqueued (UTC)", "settled or due (UTC)"]
+        if with_sequence:
+            header.insert(0, "sequence")
+        rows = []
+        for job in found:
+            row = [job.job_id, job.queue, job.lane, str(job.priority), _state(job),
+                   str(job.attempt), _time(job.enqueued_at),
+                   _time(job.settled_at) if job.settled_at is not None
+                   else (f"due {_time(job.due_at)}" if job.due_at is not None else "-")]
+            if with_sequence:
+                row.insert(0, str(job.sequence))
+            rows.append(row)
+        text = _table(header, rows)
+    if cursor is not None:
+        text += f"\n\nmore: pass --cursor {cursor} for the next page (or --all)"
+    return text
+
+
+def _state(job: JobRecord) -> str:
+    if job.state != "settled":
+        return job.state
+    reason = f" ({job.failure_reason})" if job.failure_reason else ""
+    return f"{job.outcome}{reason}"
+
+
+def _time(epoch_ms: int | None) -> str:
+    if epoch_ms is None:
+        return "-"
+    moment = datetime.datetime.fromtimestamp(epoch_ms / 1000, tz=datetime.UTC)
+    return moment.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    cells = [[one_line(cell) for cell in row] for row in [header, *rows]]
+    widths = [max(len(row[index]) for row in cells) for index in range(len(header))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+             .rstrip() for row in cells]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(lines)
+
+
+ACTIONS: Final[Mapping[tuple[str, str], Action]] = {
+    ("jobs", "list"): list_jobs,
+    ("jobs", "dead-letters"): dead_letters,
+    ("jobs", "cancel"): cancel,
+    ("jobs", "redrive"): redrive,
+    ("jobs", "settled"): read_settled,
+    ("queues", "status"): queue_status,
+    ("queues", "pause"): pause_queues,
+    ("queues", "resume"): resume_queues,
+    ("schedules", "list"): list_schedules,
+    ("schedules", "pause"): _schedule_action("paused", Jobs.pause_schedule,
+                                             "was paused already"),
+    ("schedules", "resume"): _schedule_action("resumed", Jobs.resume_schedule,
+                                              "was not paused"),
+    ("schedules", "delete"): _schedule_action("deleted (the jobs it created stay)",
+                                              Jobs.delete_schedule, ""),
+}
