@@ -1,23 +1,37 @@
 """Every code example in README.md and docs/ runs, and every link resolves.
 
-A page is run top to bottom, like a reader would:
+A page is run top to bottom, like a reader would, on its own: a fresh
+working directory, a fresh namespace, nothing from another page:
 
-* its ``python`` blocks run as scripts, in one namespace and a fresh working
-  directory, with no event loop running (``asyncio.run`` works); a block with
-  a top-level ``await`` runs on the page's own loop;
+* its ``python`` blocks run as scripts, in one namespace per page, with no
+  event loop running (``asyncio.run`` works); a block with a top-level
+  ``await`` runs on the page's own loop;
 * its ``sh`` blocks run with bash in the same directory, one after another,
-  with ``.venv/bin`` first on PATH; a block marked
-  ``<!-- example: background -->`` keeps running (a server) until the page ends;
+  with ``.venv/bin`` first on PATH; each is a new terminal: what one exports
+  does not reach the next, and no ``TICKWORK_*`` variable is set for any (not
+  even from the environment the tests run in), so a block that needs the
+  token exports it itself; a block marked
+  ``<!-- example: background -->`` keeps running (a server) until the page ends
+  and then gets SIGTERM; the next block runs once port 8787 answers, or, for
+  a block that does not name the port (a worker), once it did not exit at once;
 * a block marked ``<!-- example: not run (why) -->`` is only checked to say why
-  (commands that need a Cloudflare account, or the test command itself);
+  (commands that need a Cloudflare account, or the test command itself; a
+  ``toml`` block so marked is a file of the reader's own);
 * a ``text`` block marked ``<!-- example: output -->`` must be exactly what
-  the python block before it printed;
+  the block before it printed (a python block, or a shell block's stdout);
 * other fences (``toml``, ``json``, ``text``) are configuration or output.
+
+A block that imports names from a module imports every name it uses from that
+module: a reader who copies it alone must not meet a NameError for a name an
+earlier block happened to import. The README's quick start and the first
+tutorial also run twice in the same directory, as a reader reruns them.
 
 A page declares what its examples need on its first line,
 ``<!-- examples: d1 -->`` (``env.DB`` is Miniflare's D1 with schema/d1
 applied), ``postgres`` (``$DATABASE_URL`` names a fresh database with
-schema/postgres applied), ``workers`` (the ``workers`` module stand-in is importable) or
+schema/postgres applied), ``empty_postgres`` (``$DATABASE_URL`` names a
+fresh database without the schema, for a page that creates it), ``workers``
+(the ``workers`` module stand-in is importable) or
 ``repository`` (shell blocks run from the repository root). Port 8787 in a
 page's shell and python blocks is replaced by a free port. A ``toml`` block is a piece
 of ``wrangler.toml`` (or of the file a ``<!-- example: from FILE -->`` mark
@@ -80,7 +94,7 @@ def needs(page: Path) -> set[str]:
 
 
 def _id(page: Path) -> str:
-    return page.relative_to(REPO).as_posix()
+    return page.relative_to(REPO).as_posix() if page.is_relative_to(REPO) else page.name
 
 
 def test_there_are_docs_and_examples() -> None:
@@ -99,7 +113,7 @@ def test_every_fence_is_a_known_kind_and_every_skip_says_why(page: Path) -> None
             f"{_id(page)}:{block.line}: fence ```{block.language} (use one of "
             f"{sorted(RUN | SHOWN)})")
         if block.mark and block.mark.startswith("not run"):
-            assert block.language in RUN and len(block.mark) > len("not run (...)")
+            assert block.language in RUN | {"toml"} and len(block.mark) > len("not run (...)")
         if block.mark == "output":
             assert block.language == "text", f"{_id(page)}:{block.line}: output is ```text"
 
@@ -124,6 +138,8 @@ def test_files_shown_are_the_real_ones(page: Path) -> None:
     # "from FILE" mark names; a python block marked so is that file's code.
     for block in blocks(page):
         source = block.mark[len("from "):] if (block.mark or "").startswith("from ") else None
+        if (block.mark or "").startswith("not run"):
+            continue  # a file of the reader's own (the mark says where it is checked)
         if block.language == "toml":
             name = source or "wrangler.toml"
             missing = _settings(block.code) - _settings((REPO / name).read_text())
@@ -149,21 +165,27 @@ class Shell:
         self.background: list[subprocess.Popen[bytes]] = []
         self.port = str(_free_port())
 
-    def run(self, block: Block, where: str) -> None:
+    def run(self, block: Block, where: str) -> str:
+        """Runs one block in a new bash; what it printed (stdout, the port as
+        the page wrote it)."""
         code = block.code.replace("8787", self.port)
         if block.mark == "background":
             process = subprocess.Popen(["bash", "-c", code], cwd=self.directory,
                                        env=self.environment, start_new_session=True,
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             self.background.append(process)
-            self._wait_for_port()
-            return
+            if "8787" in block.code:
+                self._wait_for_port()
+            else:
+                self._wait_alive(process)
+            return ""
         finished = subprocess.run(["bash", "-euo", "pipefail", "-c", code], cwd=self.directory,
                                   env=self.environment, capture_output=True, text=True,
                                   timeout=120)
         assert finished.returncode == 0, (
             f"{where} failed ({finished.returncode}):\n{code}\n--- stdout\n"
             f"{finished.stdout[-3000:]}\n--- stderr\n{finished.stderr[-3000:]}")
+        return finished.stdout.replace(self.port, "8787")
 
     def _wait_for_port(self) -> None:
         for _ in range(200):
@@ -174,6 +196,15 @@ class Shell:
                 raise AssertionError("a background example exited at once")
             subprocess.run(["sleep", "0.05"], check=True)
         raise AssertionError(f"nothing listens on port {self.port}")
+
+    @staticmethod
+    def _wait_alive(process: subprocess.Popen[bytes]) -> None:
+        """A process that listens on no port (a worker): still running after 2 s."""
+        try:
+            process.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            return
+        raise AssertionError(f"a background example exited at once ({process.returncode})")
 
     def close(self) -> None:
         for process in self.background:
@@ -195,7 +226,12 @@ def run_python(code: str, namespace: dict[str, Any], where: str,
 
 
 @pytest.fixture
-def page_directory(tmp_path: Path) -> Iterator[Path]:
+def page_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A fresh directory to run a page in, with no ``TICKWORK_*`` variable in
+    this process's environment either (python blocks read ``os.environ``)."""
+    for name in list(os.environ):
+        if name.startswith("TICKWORK_"):
+            monkeypatch.delenv(name)
     before = Path.cwd()
     os.chdir(tmp_path)
     try:
@@ -213,13 +249,56 @@ def runnable(page: Path) -> list[Block]:
 # still cover them, and test_there_are_docs_and_examples keeps this list honest.
 PAGES_WITH_EXAMPLES = [page for page in PAGES if runnable(page)]
 
+#: Pages a reader is likely to run again where they ran them first (their files
+#: from the first run still there).
+RERUN_PAGES = [REPO / "README.md", REPO / "docs" / "tutorial" / "first-jobs.md"]
 
-@pytest.mark.parametrize("page", PAGES_WITH_EXAMPLES, ids=_id)
-def test_the_examples_run(page: Path, page_directory: Path,
-                          request: pytest.FixtureRequest) -> None:
+
+def _imports(tree: ast.AST) -> dict[str, str]:
+    """``from M import name`` in a block: each name bound, and its module."""
+    return {alias.asname or alias.name: node.module or ""
+            for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+            for alias in node.names}
+
+
+def incomplete_imports(page: Path) -> list[str]:
+    """Each python block that imports from a module but not every name it
+    uses from that module (a name an earlier block imported), as "where: names"."""
+    found = []
+    imported_before: dict[str, str] = {}
+    for block in blocks(page):
+        if block.language != "python" or (block.mark or "").startswith("not run"):
+            continue
+        tree = ast.parse(textwrap.dedent(block.code))
+        own = _imports(tree)
+        used = {node.id for node in ast.walk(tree)
+                if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
+        missing = sorted(name for name in used - own.keys()
+                         if imported_before.get(name) in set(own.values()))
+        if missing:
+            modules = sorted({imported_before[name] for name in missing})
+            found.append(f"{_id(page)}:{block.line}: imports from {', '.join(modules)} "
+                         f"but not {', '.join(missing)}, which it uses")
+        imported_before.update(own)
+    return found
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_id)
+def test_a_block_imports_all_it_uses_from_a_module_it_imports_from(page: Path) -> None:
+    # Blocks share a namespace, so a name an earlier block imported would
+    # never raise here; a reader who copies a block that has its own
+    # `from tickwork import ...` line trusts that line to be complete.
+    assert not incomplete_imports(page)
+
+
+def run_page(page: Path, directory: Path, request: pytest.FixtureRequest) -> None:
+    """Runs ``page``'s blocks in order in ``directory``, in a fresh namespace
+    (see the module docstring)."""
     wanted = needs(page)
-    environment = {**os.environ, "PATH": f"{REPO / '.venv' / 'bin'}:{os.environ['PATH']}",
-                   "PYTHONPATH": str(REPO), "TICKWORK_TOKEN": "dev-token"}
+    inherited = {name: value for name, value in os.environ.items()
+                 if not name.startswith("TICKWORK_")}
+    environment = {**inherited, "PATH": f"{REPO / '.venv' / 'bin'}:{os.environ['PATH']}",
+                   "PYTHONPATH": str(REPO)}
     namespace: dict[str, Any] = {"__name__": "__docs__"}
     loop = asyncio.new_event_loop()
     cleanups: list[Any] = [loop.close]
@@ -233,8 +312,16 @@ def test_the_examples_run(page: Path, page_directory: Path,
         cleanups.append(lambda: binding.__exit__(None, None, None))
         loop.run_until_complete(apply_d1_schema(db))
         namespace["env"] = SimpleNamespace(DB=db)
-    if "postgres" in wanted:
-        dsn = request.getfixturevalue("postgres_dsn")
+    if "postgres" in wanted or "empty_postgres" in wanted:
+        if "postgres" in wanted:
+            dsn = request.getfixturevalue("postgres_dsn")
+        else:  # a database the page migrates itself
+            from tests.support.pg.server import unique_database_name
+
+            server = request.getfixturevalue("postgres_server")
+            name = unique_database_name("tickwork_docs")
+            dsn = server.create_database(name)
+            cleanups.append(lambda: server.drop_database(name))
         environment["DATABASE_URL"] = dsn
         os.environ["DATABASE_URL"] = dsn
         cleanups.append(lambda: os.environ.pop("DATABASE_URL", None))
@@ -245,14 +332,19 @@ def test_the_examples_run(page: Path, page_directory: Path,
         installed.__enter__()
         cleanups.append(lambda: installed.__exit__(None, None, None))
     environment.update({"WRANGLER_SEND_METRICS": "false", "CI": "1", "NO_COLOR": "1"})
-    shell = Shell(REPO if "repository" in wanted else page_directory, environment)
-    sys.path.insert(0, str(REPO))
+    shell = Shell(REPO if "repository" in wanted else directory, environment)
+    # As `python3` started in the directory: the page's own files import, and
+    # are forgotten afterwards, so no other page (or rerun) sees them.
+    sys.path[:0] = [str(directory), str(REPO)]
+    modules_before = set(sys.modules)
+    cwd_before = Path.cwd()
+    os.chdir(directory)
     try:
         printed = None
         for number, block in enumerate(blocks(page), start=1):
             where = f"{_id(page)}:{block.line} (example {number})"
             if block.mark == "output":
-                assert printed is not None, f"{where}: no python block before this output"
+                assert printed is not None, f"{where}: no block before this output"
                 assert printed.rstrip() == block.code.rstrip(), (
                     f"{where}: the block above printed\n{printed}")
             elif block.language not in RUN or (block.mark or "").startswith("not run"):
@@ -265,9 +357,31 @@ def test_the_examples_run(page: Path, page_directory: Path,
                 printed = captured.getvalue()
                 sys.stdout.write(printed)
             else:
-                shell.run(block, where)
+                printed = shell.run(block, where)
+                sys.stdout.write(printed)
     finally:
         shell.close()
+        os.chdir(cwd_before)
+        sys.path.remove(str(directory))
         sys.path.remove(str(REPO))
+        for name in set(sys.modules) - modules_before:
+            file = getattr(sys.modules[name], "__file__", None) or ""
+            if Path(file).is_relative_to(directory):
+                del sys.modules[name]
         for cleanup in reversed(cleanups):
             cleanup()
+
+
+@pytest.mark.parametrize("page", PAGES_WITH_EXAMPLES, ids=_id)
+def test_the_examples_run(page: Path, page_directory: Path,
+                          request: pytest.FixtureRequest) -> None:
+    run_page(page, page_directory, request)
+
+
+@pytest.mark.parametrize("page", RERUN_PAGES, ids=_id)
+def test_the_examples_run_again_in_the_same_directory(
+        page: Path, page_directory: Path, request: pytest.FixtureRequest) -> None:
+    # A reader reruns a page in a new session where its files (the sqlite3
+    # database) were left: the page must still hold as written.
+    run_page(page, page_directory, request)
+    run_page(page, page_directory, request)
