@@ -1,4 +1,5 @@
-"""The behaviour suite's one fixture: ``engine``, a real store of every kind."""
+"""The behaviour suite's one fixture: ``engine``, a real store of each family
+(``BEHAVIOUR_KINDS``: sqlite3, D1 on Miniflare, PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 import pytest_asyncio
 
 from tests.support.d1.fixtures import d1_bridge  # noqa: F401  (pytest finds fixtures by name)
-from tests.support.engine import ENGINE_KINDS, OWNER_LOCAL_KINDS, Engine
+from tests.support.engine import BEHAVIOUR_KINDS, OWNER_LOCAL_KINDS, Engine
 from tests.support.pg.with_schema import (  # noqa: F401  (pytest finds fixtures by name)
     postgres_dsn,
     postgres_schema_files,
@@ -19,7 +20,7 @@ from tests.support.pg.with_schema import (  # noqa: F401  (pytest finds fixtures
 from tests.support.stores import owner_local_harness, shared_harness
 
 
-@pytest_asyncio.fixture(params=ENGINE_KINDS)
+@pytest_asyncio.fixture(params=BEHAVIOUR_KINDS)
 async def engine(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Engine]:
     kind: str = request.param
     if kind in OWNER_LOCAL_KINDS:

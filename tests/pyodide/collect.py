@@ -47,6 +47,8 @@ SUITES: dict[str, tuple[str, ...]] = {
         "test_concurrent_lane", "test_drain", "test_due_times", "test_events",
         "test_projection", "test_recovery",
         "test_schema_and_plans", "test_transactional")),
+    # The owner-local store's contract, method by method, on the same JS ctx.storage.
+    "contract-owner-local": ("tests.contract.test_owner_local_store_contract",),
     # What only the shared runtimes have (leases, drain, edge values), on D1.
     "shared-d1": tuple(f"tests.shared.{name}" for name in (
         "test_drain", "test_edge_values", "test_event_timers", "test_leases")),
@@ -70,6 +72,7 @@ FIXTURE_FOR: dict[str, dict[str, str]] = {
     "behaviour-do": {"engine": "engine_do"},
     "behaviour-d1": {"engine": "engine_d1"},
     "workers": {"storage": "do_storage"},
+    "contract-owner-local": {"local_store": "local_store_do"},
 }
 
 

@@ -1,9 +1,10 @@
 """Engine: any store kind behind one harness, for the behaviour suite.
 
-The behaviour suite (``tests/behaviour``) runs unchanged over every kind of
+The behaviour suite (``tests/behaviour``) runs unchanged over any kind of
 store: owner-local (sqlite3, the Durable Object storage stand-in answering
 like either SDK, and in the real-Pyodide tier a JavaScript storage) and
-shared (D1 through either SDK, PostgreSQL). What differs is kept here:
+shared (D1 through either SDK, PostgreSQL); under CPython on one kind per
+family (``BEHAVIOUR_KINDS``). What differs is kept here:
 
 * ``runtime()`` opens a runtime over the engine's database (another worker,
   for a shared store); ``Jobs`` gives every runtime one async API;
@@ -37,6 +38,13 @@ from tickwork.model.outcomes import (
 OWNER_LOCAL_KINDS = ("sqlite3", "do-builtin", "do-external")
 SHARED_KINDS = ("d1-external", "d1-builtin", "postgres")
 ENGINE_KINDS = OWNER_LOCAL_KINDS + SHARED_KINDS
+#: The kinds the behaviour suite runs on under CPython: one store per family.
+#: The other kinds differ only below the store port (the Durable Object
+#: stand-in's and the D1 binding's SDK shapes), which the store contract
+#: suite (tests/contract) exercises method by method on every kind; and the
+#: real-Pyodide tier runs the whole behaviour suite again on a JavaScript
+#: ctx.storage and on Miniflare's D1 handed to Pyodide.
+BEHAVIOUR_KINDS = ("sqlite3", "d1-builtin", "postgres")
 
 
 class Jobs:

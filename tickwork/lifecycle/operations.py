@@ -81,6 +81,7 @@ from tickwork.lifecycle.rules import (
     decide_recovery,
     decide_redrive,
     decide_retry,
+    in_lane_failure_order,
     recovery_settlement,
     settlement_under_cancellation,
 )
@@ -394,6 +395,7 @@ def fail_lane(lane: str, reason: str) -> Plan[FailLaneResult]:
     check_text("lane", lane, MAX_LANE_LENGTH, InvalidArgument)
     check_reason("reason", reason)
     failed, more = yield FailLane(lane, reason, FAIL_LANE_BATCH)
+    failed = in_lane_failure_order(failed)
     yield Commit()
     # Durable now: only now stop the executions here. Their ticks find the
     # claim settled under their token and report the committed failure.

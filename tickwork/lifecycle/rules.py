@@ -241,3 +241,11 @@ def recovery_settlement(action: RecoveryAction) -> Settlement:
     if action == "cancel":
         return Settlement("cancelled")
     return Settlement("interrupted")
+
+
+def in_lane_failure_order(jobs: list[JobRecord]) -> list[JobRecord]:
+    """The jobs one failing of a lane settled, as it chose them: running ones
+    first (``started_at`` is set exactly while a job runs), then in enqueue
+    order. A store returns them in RETURNING's order, which no dialect defines;
+    the events (and an owner-local projector) see them in this one."""
+    return sorted(jobs, key=lambda job: (job.started_at is None, job.sequence))

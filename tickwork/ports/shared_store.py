@@ -71,8 +71,9 @@ class SharedStore(Protocol):
         job still waiting for its time in state ``delayed`` (one statement)."""
 
     async def queue_counts(self, queue: str) -> Sequence[Any]:
-        """One queue's ``(queued, running, delayed, then settled per outcome in
-        tickwork.model.outcomes.OUTCOMES order)`` (one statement)."""
+        """One queue's ``(queued, running, delayed, paused, then settled per
+        outcome in tickwork.model.outcomes.OUTCOMES order)`` (one statement;
+        ``paused`` is 0/1 on D1, a bool on PostgreSQL)."""
 
     async def claim(
         self, token: str, lease_ms: int, now: int | None, *, guarded: bool
@@ -132,8 +133,9 @@ class SharedStore(Protocol):
     async def fail_lane(
         self, lane: str, reason: str, limit: int, now: int | None
     ) -> tuple[list[JobRecord], bool]:
-        """Settle up to ``limit`` unsettled jobs of ``lane`` as failed, running
-        first; also says whether any remain."""
+        """Settle up to ``limit`` unsettled jobs of ``lane`` as failed, the
+        running ones chosen first; the failed jobs (in no particular order:
+        the lifecycle orders its events), and whether any remain."""
 
     async def purge(self, queue: str) -> int: ...
 

@@ -90,7 +90,7 @@ from tickwork.lifecycle.requests import (
     Wake,
     event_of,
 )
-from tickwork.lifecycle.rules import ABORT_CANCELLED, Settlement
+from tickwork.lifecycle.rules import ABORT_CANCELLED, Settlement, in_lane_failure_order
 from tickwork.model.errors import InvalidArgument, SchemaError
 from tickwork.model.jobs import (
     MAX_LANE_LENGTH,
@@ -673,8 +673,8 @@ class _LocalRuntime:
         return job
 
     def _fail_lane(self, request: FailLane) -> tuple[list[JobRecord], None]:
-        failed = self._store.fail_lane(request.lane, request.reason, request.limit,
-                                       self._clock())
+        failed = in_lane_failure_order(self._store.fail_lane(
+            request.lane, request.reason, request.limit, self._clock()))
         for job in failed:
             self._project_queue(job.queue, settled=job)
         return failed, None  # whether more remain: asked after the commit

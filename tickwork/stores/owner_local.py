@@ -323,7 +323,8 @@ class OwnerLocalStore:
         return self.database.query(_BACKLOG.text)
 
     def queue_counts(self, queue: str) -> Row:
-        """(queued, running, delayed, then settled per outcome in OUTCOMES order)."""
+        """(queued, running, delayed, paused (0 or 1), then settled per outcome
+        in OUTCOMES order)."""
         return self.database.query(_QUEUE_STATUS.text, (queue,))[0]
 
     def schema_version(self) -> int:
@@ -575,13 +576,10 @@ class OwnerLocalStore:
         return str(rows[0][0]) if rows else None
 
     def fail_lane(self, lane: str, reason: str, limit: int, now: int) -> list[JobRecord]:
-        """Settle up to ``limit`` of the lane's jobs as failed; running ones first."""
+        """Settle up to ``limit`` of the lane's jobs as failed, running ones
+        chosen first; the failed jobs, in no particular order (RETURNING's)."""
         rows = self.database.mutate(_FAIL_LANE.text, (lane, reason, limit, now))
-        records = [JOB.job(row) for row in rows]
-        # RETURNING has no order; report in the order they were chosen.
-        # started_at is set exactly while a job runs (requeue clears it).
-        records.sort(key=lambda job: (job.started_at is None, job.sequence))
-        return records
+        return [JOB.job(row) for row in rows]
 
     def purge_queue(self, queue: str) -> int:
         return len(self.database.mutate(_PURGE_QUEUE.text, (queue,)))

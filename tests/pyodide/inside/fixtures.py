@@ -82,6 +82,18 @@ async def harness() -> AsyncIterator[JsDurableObjectHarness]:
         built.close()
 
 
+@fixture("local_store_do")
+async def local_store_do() -> AsyncIterator[Any]:
+    """The owner-local store over the JavaScript ``ctx.storage``, for its contract suite."""
+    from tests.contract.under_test import LocalStoreUnderTest
+
+    built = JsDurableObjectHarness(Path(tempfile.mkdtemp()))
+    try:
+        yield LocalStoreUnderTest(built)
+    finally:
+        built.close()
+
+
 @fixture("do_storage")
 async def do_storage() -> AsyncIterator[Any]:
     """A fresh Durable Object ``ctx.storage`` (a JS object)."""

@@ -134,6 +134,8 @@ class D1Store:
         on this database that run first in the same batch (their results are
         ignored), so they commit with the jobs or not at all."""
         leading = list(before)
+        if not leading and not jobs:
+            return []  # D1 refuses an empty batch ("No SQL statements detected")
         # One batch, one round trip: the caller's statements, then one per job.
         try:
             results = await self.d1.batch(

@@ -1,0 +1,825 @@
+"""The owner-local store's contract: every public method of ``OwnerLocalStore``,
+called directly on sqlite3 and on a Durable Object's storage (both SDK
+shapes; in the real-Pyodide tier, the JavaScript ctx.storage).
+
+Each test names the methods it covers (``@covers``);
+``test_every_store_method_has_a_contract_test`` fails when a public method
+has none. Rows are read back with the host's own SQL, beside the store.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.contract.stores import (
+    T0,
+    coverage_gaps,
+    covers,
+    every_listing,
+    expected_listing,
+    first_cursor,
+    next_cursor,
+    valid_job,
+    valid_schedule,
+)
+from tests.contract.under_test import LocalStoreUnderTest
+from tickwork import JobRecord, Retry
+from tickwork.lifecycle import Settlement
+from tickwork.lifecycle.requests import JobListing
+from tickwork.model.errors import IngestConflict
+from tickwork.model.failures import ErrorSummary
+from tickwork.stores.owner_local import EVERY_JOB, OwnerLocalStore, inside_lane, outside_lane
+from tickwork.stores.owner_schema import SCHEMA_VERSION
+
+COMPLETED = Settlement("completed")
+FAILED = Settlement("failed", "it broke")
+RAISED = Settlement("failed", "it broke",
+                    error=ErrorSummary("ValueError", "no ünïcode here", "Traceback ...\n"))
+
+
+def test_every_store_method_has_a_contract_test() -> None:
+    assert coverage_gaps(OwnerLocalStore, globals()) == []
+
+
+def column(local: LocalStoreUnderTest, job_id: str, *names: str) -> tuple[Any, ...]:
+    rows = local.rows(f"SELECT {', '.join(names)} FROM tickwork_jobs WHERE job_id = ?", (job_id,))
+    assert len(rows) == 1, f"{job_id}: {rows}"
+    return rows[0]
+
+
+def queued(local: LocalStoreUnderTest, *job_ids: str, queue: str = "q",
+           lane: str | None = None) -> None:
+    for job_id in job_ids:
+        assert local.store.insert(valid_job(job_id, queue, lane=lane), T0)
+
+
+def claimed(local: LocalStoreUnderTest, token: str, now: int = T0) -> JobRecord:
+    job = local.store.claim_next(EVERY_JOB, token, now)
+    assert job is not None, "nothing to claim"
+    return job
+
+
+# ----------------------------------------------------------------- reads
+
+
+@covers("schema_version")
+def test_schema_version_is_the_one_the_package_applies(local_store: LocalStoreUnderTest) -> None:
+    assert local_store.store.schema_version() == SCHEMA_VERSION
+
+
+@covers("insert", "find")
+def test_insert_stores_a_queued_job_once(local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    assert store.find("a") is None
+    job = valid_job("a", "q", lane="l", priority=3, payload={"n": 1}, max_recoveries=2)
+    assert store.insert(job, T0) is True
+    record = store.find("a")
+    assert record is not None
+    assert (record.job_id, record.queue, record.lane, record.priority, record.payload) == (
+        "a", "q", "l", 3, {"n": 1})
+    assert (record.state, record.outcome, record.attempt, record.recoveries) == (
+        "queued", None, 1, 0)
+    assert record.enqueued_at == T0 and record.started_at is None and record.due_at is None
+    assert record.recovery is not None and record.recovery.max_recoveries == 2
+    # Idempotent on job_id: a second insert, even of other cargo, writes nothing.
+    assert store.insert(valid_job("a", "other", payload={"n": 2}), T0 + 5) is False
+    assert column(local_store, "a", "queue", "payload_json", "enqueued_at") == (
+        "q", '{"n":1}', T0)
+
+
+@covers("insert")
+def test_insert_sets_the_due_time_a_job_names(local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    store.insert(valid_job("delayed", delay_ms=5000), T0)
+    store.insert(valid_job("later", run_at=T0 + 9000), T0)
+    store.insert(valid_job("past", run_at=T0 - 1000), T0)
+    store.insert(valid_job("retrying", retry=Retry(3)), T0)
+    assert column(local_store, "delayed", "delay_ms", "due_at") == (5000, T0 + 5000)
+    assert column(local_store, "later", "run_at", "due_at") == (T0 + 9000, T0 + 9000)
+    assert column(local_store, "past", "run_at", "due_at") == (T0 - 1000, None)
+    retry_json = column(local_store, "retrying", "retry_json")[0]
+    assert retry_json is not None and '"attempts":3' in retry_json
+
+
+@covers("find_cargo")
+def test_find_cargo_returns_what_was_inserted(local_store: LocalStoreUnderTest) -> None:
+    job = valid_job("a", priority=-2, payload={"z": [1, 2]}, max_recoveries=0, delay_ms=10,
+                    retry=Retry(2))
+    assert local_store.store.find_cargo("a") is None
+    local_store.store.insert(job, T0)
+    assert local_store.store.find_cargo("a") == job
+
+
+@covers("insert_many")
+def test_insert_many_flags_new_jobs_and_identical_replays(
+        local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    store.insert(valid_job("stored", payload={"v": 1}), T0)
+    seen: list[str] = []
+    flags = store.insert_many(
+        [valid_job("new"), valid_job("stored", payload={"v": 1}), valid_job("new")],
+        T0, lambda job: seen.append(job.job_id))
+    assert flags == [True, False, False]
+    assert seen == ["new"]
+    assert local_store.rows("SELECT job_id FROM tickwork_jobs ORDER BY sequence") == [
+        ("stored",), ("new",)]
+    assert store.insert_many([], T0, lambda job: seen.append(job.job_id)) == []
+
+
+@covers("insert_many")
+def test_insert_many_writes_nothing_when_a_job_conflicts(
+        local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    store.insert(valid_job("stored", payload={"v": 1}), T0)
+    with pytest.raises(IngestConflict) as raised:
+        store.insert_many([valid_job("first"), valid_job("stored", payload={"v": 2})], T0,
+                          lambda job: None)
+    assert raised.value.job_id == "stored"
+    assert local_store.rows("SELECT job_id FROM tickwork_jobs") == [("stored",)]
+    with pytest.raises(IngestConflict):  # within the list, too
+        store.insert_many([valid_job("x", "q1"), valid_job("x", "q2")], T0, lambda job: None)
+    assert local_store.rows("SELECT count(*) FROM tickwork_jobs") == [(1,)]
+
+
+@covers("list_new_rows")
+def test_list_new_rows_lists_every_row_and_notes_how_far(
+        local_store: LocalStoreUnderTest) -> None:
+    queued(local_store, "a", "b", "c")
+    # The first insert lists at once (it takes in what a store before it left);
+    # the next ones wait for the batch.
+    assert local_store.rows("SELECT job_id, listed FROM tickwork_jobs ORDER BY sequence") == [
+        ("a", 1), ("b", 0), ("c", 0)]
+    # Unlisted rows are read all the same.
+    head = local_store.store.queue_head("q")
+    assert head is not None and head.job_id == "a"
+    local_store.store.list_new_rows()
+    assert local_store.rows("SELECT listed FROM tickwork_jobs") == [(1,), (1,), (1,)]
+    last = local_store.rows("SELECT max(sequence) FROM tickwork_jobs")[0][0]
+    assert local_store.rows(
+        "SELECT value FROM tickwork_meta WHERE key = 'listed_through'") == [(str(last),)]
+    local_store.store.list_new_rows()  # nothing new: nothing changes
+    assert local_store.rows("SELECT count(*) FROM tickwork_jobs WHERE listed = 1") == [(3,)]
+
+
+@covers("insert", "settle_claim")
+def test_an_unbatched_store_lists_and_files_every_row_at_once(
+        local_store: LocalStoreUnderTest) -> None:
+    # A runtime with a concurrent lane opens its store with batched=False.
+    store = OwnerLocalStore(local_store.store.database, batched=False)
+    for job_id in ("a", "b"):
+        assert store.insert(valid_job(job_id), T0)
+    assert local_store.rows("SELECT job_id, listed FROM tickwork_jobs ORDER BY sequence") == [
+        ("a", 1), ("b", 1)]
+    for token in ("t1", "t2"):
+        job = store.claim_next(EVERY_JOB, token, T0)
+        assert job is not None
+        assert store.settle_claim(job.sequence, token, COMPLETED, T0, cancelled=False,
+                                  file=False)
+    assert local_store.rows("SELECT filed FROM tickwork_jobs") == [(1,), (1,)]
+
+
+@covers("queue_head")
+def test_queue_head_is_the_running_job_else_the_best_ready_one(
+        local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    assert store.queue_head("q") is None
+    store.insert(valid_job("waits", priority=9, delay_ms=1000), T0)
+    store.insert(valid_job("low"), T0)
+    store.insert(valid_job("high", priority=5), T0)
+    store.insert(valid_job("high-later", priority=5), T0)
+    store.insert(valid_job("elsewhere", "other", priority=10), T0)
+    head = store.queue_head("q")
+    assert head is not None and head.job_id == "high"
+    store.claim_next(EVERY_JOB, "t", T0)  # "elsewhere" (priority 10)
+    store.claim_next(EVERY_JOB, "t2", T0)  # "high"
+    running = store.queue_head("q")
+    assert running is not None and (running.job_id, running.state) == ("high", "running")
+
+
+@covers("latest_settled")
+def test_latest_settled_is_the_last_settlement_of_the_queue(
+        local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    queued(local_store, "a", "b")
+    assert store.latest_settled("q") is None
+    for token, at in (("t1", T0 + 10), ("t2", T0 + 20)):
+        job = claimed(local_store, token)
+        assert store.settle_claim(job.sequence, token, COMPLETED, at, cancelled=False)
+    latest = store.latest_settled("q")
+    assert latest is not None and (latest.job_id, latest.settled_at) == ("b", T0 + 20)
+    assert store.latest_settled("other") is None
+
+
+@covers("find_claim")
+def test_find_claim_returns_the_job_and_its_current_token(
+        local_store: LocalStoreUnderTest) -> None:
+    queued(local_store, "a")
+    sequence = local_store.rows("SELECT sequence FROM tickwork_jobs")[0][0]
+    found = local_store.store.find_claim(sequence)
+    assert found is not None and found[0].state == "queued" and found[1] is None
+    claimed(local_store, "tok")
+    found = local_store.store.find_claim(sequence)
+    assert found is not None and found[0].state == "running" and found[1] == "tok"
+    assert local_store.store.find_claim(sequence + 100) is None
+
+
+@covers("read_settled")
+def test_read_settled_stops_at_the_first_unsettled_job(
+        local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    queued(local_store, "a", "b")
+    queued(local_store, "fast-1", lane="fast")
+    queued(local_store, "c")
+    assert store.read_settled(0, 10, None) == []
+    settled = []
+    for token in ("t1", "t2", "t3"):
+        job = claimed(local_store, token)
+        store.settle_claim(job.sequence, token, COMPLETED, T0, cancelled=False)
+        settled.append(job.job_id)
+    assert settled == ["a", "b", "fast-1"]
+    assert [job.job_id for job in store.read_settled(0, 10, None)] == ["a", "b", "fast-1"]
+    first = store.read_settled(0, 1, None)
+    assert [job.job_id for job in first] == ["a"]
+    assert [job.job_id for job in store.read_settled(first[0].sequence, 10, None)] == [
+        "b", "fast-1"]
+    # Without the lane's jobs, the feed reads on to "c", which is unsettled.
+    assert [job.job_id for job in store.read_settled(0, 10, "fast")] == ["a", "b"]
+
+
+@covers("lane_has_pending")
+def test_lane_has_pending_until_the_lane_settles(local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    assert store.lane_has_pending("l") is False
+    queued(local_store, "a", lane="l")
+    assert store.lane_has_pending("l") is True and store.lane_has_pending("m") is False
+    job = claimed(local_store, "t")
+    assert store.lane_has_pending("l") is True
+    store.settle_claim(job.sequence, "t", COMPLETED, T0, cancelled=False)
+    assert store.lane_has_pending("l") is False
+
+
+@covers("has_pending_work", "next_due", "next_work")
+def test_pending_work_and_the_next_due_time(local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    assert store.has_pending_work(T0) is False
+    assert store.next_due() is None
+    assert tuple(store.next_work(T0)) == (0, None, T0)
+    store.insert(valid_job("later", delay_ms=5000), T0)
+    assert store.has_pending_work(T0) is False
+    assert store.next_due() == T0 + 5000
+    assert tuple(store.next_work(T0)) == (0, T0 + 5000, T0)
+    assert store.has_pending_work(T0 + 5000) is True  # its time has come
+    store.create_schedule(valid_schedule(), T0 + 3000, T0)
+    assert tuple(store.next_work(T0)) == (0, T0 + 3000, T0)  # a schedule's slot is work too
+    assert store.next_due() == T0 + 5000  # but not a job's due time
+    assert store.has_pending_work(T0 + 3000) is True
+    store.insert(valid_job("ready", "paused"), T0)
+    store.pause_queue("paused", T0)
+    assert store.has_pending_work(T0) is False  # a paused queue's job waits
+    store.resume_queue("paused")
+    assert store.has_pending_work(T0) is True
+    assert bool(store.next_work(T0)[0]) is True
+
+
+@covers("has_pending_work")
+def test_a_running_claim_or_a_waiting_cancellation_is_pending_work(
+        local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    queued(local_store, "a", "b", queue="q")
+    claimed(local_store, "t")
+    store.pause_queue("q", T0)  # "b" waits; "a" still runs
+    assert store.has_pending_work(T0) is True
+    assert store.record_cancellation("b", "c1", only_if_queued=True) == "q"
+    store.fail_lane("q", "gone", 1, T0)  # "a" settles; cancelled "b" still waits
+    assert store.has_pending_work(T0) is True
+
+
+@covers("promote_due")
+def test_promote_due_moves_due_jobs_into_the_ready_set(local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    store.insert(valid_job("a", "qa", delay_ms=1000), T0)
+    store.insert(valid_job("b", "qb", delay_ms=2000), T0)
+    store.insert(valid_job("c", "qc", delay_ms=9000), T0)
+    assert store.promote_due(T0 + 500, 10) == set()
+    assert store.promote_due(T0 + 5000, 1) == {"qa"}  # the limit, earliest first
+    assert store.promote_due(T0 + 5000, 10) == {"qb"}
+    assert local_store.rows("SELECT job_id, due_at FROM tickwork_jobs ORDER BY job_id") == [
+        ("a", None), ("b", None), ("c", T0 + 9000)]
+
+
+@covers("status_groups", "backlog", "queue_counts")
+def test_status_backlog_and_queue_counts(local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    assert list(store.status_groups()) == [] and list(store.backlog()) == []
+    assert tuple(store.queue_counts("q")) == (0, 0, 0, 0, 0, 0, 0, 0, 0)
+    queued(local_store, "a", "b", "c")
+    store.insert(valid_job("d", delay_ms=1000), T0)
+    done = claimed(local_store, "t1")
+    store.settle_claim(done.sequence, "t1", FAILED, T0 + 1, cancelled=False)
+    claimed(local_store, "t2", T0 + 2)
+    store.pause_queue("idle", T0)
+    assert sorted(tuple(row) for row in store.status_groups()) == [
+        ("idle", "paused", None, 1), ("q", "delayed", None, 1), ("q", "queued", None, 1),
+        ("q", "running", None, 1), ("q", "settled", "failed", 1)]
+    # ready_since: when the oldest ready job became ready (its enqueue time).
+    assert [tuple(row) for row in store.backlog()] == [("q", 1, 1, 1, T0)]
+    # (queued, running, delayed, paused, then settled per outcome in OUTCOMES order)
+    assert tuple(store.queue_counts("q")) == (1, 1, 1, 0, 0, 1, 0, 0, 0)
+    assert tuple(store.queue_counts("idle"))[:4] == (0, 0, 0, 1)
+
+
+@covers("backlog")
+def test_backlog_says_since_when_each_ready_job_was_ready(
+        local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    store.insert(valid_job("timed", "qt", run_at=T0 + 100), T0)
+    store.insert(valid_job("delayed", "qd", delay_ms=30), T0)
+    store.insert(valid_job("retried", "qr", retry=Retry(3)), T0)
+    job = claimed(local_store, "t1")
+    assert store.retry_claim(job.sequence, "t1", FAILED, 50, T0 + 10) is not None
+    dead_letter(local_store, "redriven", "qx", T0 + 20)
+    assert store.redrive("redriven", "r", T0 + 150) is not None
+    store.promote_due(T0 + 200, 10)
+    assert sorted(tuple(row) for row in store.backlog()) == [
+        ("qd", 1, 0, 0, T0 + 30),  # enqueued, then its delay
+        ("qr", 1, 0, 0, T0 + 60),  # when its back-off ended
+        ("qt", 1, 0, 0, T0 + 100),  # its run_at
+        ("qx", 1, 0, 0, T0 + 150)]  # redriven
+
+
+# ---------------------------------------------------------------- claims
+
+
+@covers("claim_next")
+def test_claim_next_takes_the_best_ready_job_of_a_free_queue(
+        local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    assert store.claim_next(EVERY_JOB, "t0", T0) is None
+    store.insert(valid_job("a1", "a"), T0)
+    store.insert(valid_job("a2", "a", priority=1), T0)
+    store.insert(valid_job("b1", "b"), T0)
+    store.insert(valid_job("later", "c", priority=9, delay_ms=1000), T0)
+    store.insert(valid_job("paused", "p", priority=9), T0)
+    store.pause_queue("p", T0)
+    first = store.claim_next(EVERY_JOB, "t1", T0 + 7)
+    assert first is not None and (first.job_id, first.state, first.started_at) == (
+        "a2", "running", T0 + 7)
+    assert column(local_store, "a2", "claim_token") == ("t1",)
+    second = store.claim_next(EVERY_JOB, "t2", T0)  # queue a is busy
+    assert second is not None and second.job_id == "b1"
+    assert store.claim_next(EVERY_JOB, "t3", T0) is None
+    assert column(local_store, "a1", "state", "claim_token") == ("queued", None)
+
+
+@covers("claim_next")
+def test_claims_of_a_concurrent_lane_and_of_the_rest_stay_apart(
+        local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    store.insert(valid_job("serial", "s"), T0)
+    store.insert(valid_job("fast-1", "f1", lane="fast"), T0)
+    store.insert(valid_job("fast-2", "f2", lane="fast"), T0)
+    inside, outside = inside_lane("fast"), outside_lane("fast")
+    one = store.claim_next(inside, "c1", T0)
+    two = store.claim_next(inside, "c2", T0)
+    assert {one.job_id if one else None, two.job_id if two else None} == {"fast-1", "fast-2"}
+    assert store.claim_next(inside, "c3", T0) is None
+    rest = store.claim_next(outside, "s1", T0)
+    assert rest is not None and rest.job_id == "serial"
+
+
+@covers("claim_next_if_clear")
+def test_claim_next_if_clear_claims_only_when_nothing_must_come_first(
+        local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    queued(local_store, "a", queue="qa")
+    queued(local_store, "b", queue="qb")
+    queued(local_store, "c", queue="qc")
+    first = store.claim_next_if_clear(EVERY_JOB, "t1", T0, ())
+    assert first is not None and first.job_id == "a"
+    assert column(local_store, "a", "state", "claim_token") == ("running", "t1")
+    # A running claim it does not execute is a suspect: no claim.
+    assert store.claim_next_if_clear(EVERY_JOB, "t2", T0, ()) is None
+    assert store.claim_next_if_clear(EVERY_JOB, "t2", T0, ("other",)) is None
+    second = store.claim_next_if_clear(EVERY_JOB, "t2", T0, ("t1",))
+    assert second is not None and second.job_id == "b"
+    # A cancelled job still queued must be settled first.
+    store.record_cancellation("c", "cancel", only_if_queued=False)
+    assert store.claim_next_if_clear(EVERY_JOB, "t3", T0, ("t1", "t2")) is None
+    assert column(local_store, "c", "state") == ("queued",)
+
+
+@covers("probe")
+def test_probe_names_running_claims_round_robin_and_waiting_cancellations(
+        local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    assert store.probe(EVERY_JOB, (), (0, 0)) == (None, False)
+    queued(local_store, "a", queue="qa")
+    queued(local_store, "b", queue="qb")
+    queued(local_store, "c", queue="qc")
+    a = claimed(local_store, "ta", T0 + 1)
+    b = claimed(local_store, "tb", T0 + 2)
+    assert store.probe(EVERY_JOB, (), (0, 0)) == (a.sequence, False)
+    assert store.probe(EVERY_JOB, (), (T0 + 1, a.sequence)) == (b.sequence, False)
+    assert store.probe(EVERY_JOB, (), (T0 + 2, b.sequence)) == (a.sequence, False)  # wraps
+    assert store.probe(EVERY_JOB, ("ta",), (0, 0)) == (b.sequence, False)
+    store.record_cancellation("c", "x", only_if_queued=True)
+    assert store.probe(EVERY_JOB, ("ta", "tb"), (0, 0)) == (None, True)
+
+
+# ----------------------------------------------------------- settlements
+
+
+@covers("settle_claim")
+def test_settle_claim_is_fenced_on_the_token_and_the_cancellation(
+        local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    queued(local_store, "a")
+    job = claimed(local_store, "tok")
+    before = local_store.rows("SELECT * FROM tickwork_jobs")
+    assert store.settle_claim(job.sequence, "stale", COMPLETED, T0, cancelled=False) is False
+    assert store.settle_claim(job.sequence, "tok", COMPLETED, T0, cancelled=True) is False
+    assert local_store.rows("SELECT * FROM tickwork_jobs") == before
+    assert store.settle_claim(job.sequence, "tok", RAISED, T0 + 9, cancelled=False) is True
+    assert column(local_store, "a", "state", "outcome", "failure_reason", "settled_at",
+                  "filed") == ("settled", "failed", "it broke", T0 + 9, 1)
+    record = store.find("a")
+    assert record is not None and record.error == RAISED.error
+    # Settled once: the same call again changes nothing.
+    assert store.settle_claim(job.sequence, "tok", COMPLETED, T0 + 20, cancelled=False) is False
+    assert column(local_store, "a", "outcome") == ("failed",)
+
+
+@covers("settle_claim", "file_settled")
+def test_a_settlement_left_unfiled_is_filed_later(local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    queued(local_store, "a", "b")
+    job = claimed(local_store, "t1")
+    store.record_cancellation("a", "c1", only_if_queued=False)
+    assert store.settle_claim(job.sequence, "t1", COMPLETED, T0, cancelled=False) is False
+    assert store.settle_claim(job.sequence, "t1", Settlement("cancelled"), T0, cancelled=True,
+                              file=False) is True
+    # The first unfiled settlement files at once (it takes in what a store
+    # before it left); the next waits for the batch.
+    job = claimed(local_store, "t2")
+    assert store.settle_claim(job.sequence, "t2", COMPLETED, T0, cancelled=False, file=False)
+    assert local_store.rows("SELECT job_id, filed FROM tickwork_jobs ORDER BY sequence") == [
+        ("a", 1), ("b", 0)]
+    latest = store.latest_settled("q")  # unfiled settlements are read all the same
+    assert latest is not None and latest.job_id == "b"
+    store.file_settled()
+    assert local_store.rows("SELECT filed FROM tickwork_jobs") == [(1,), (1,)]
+
+
+@covers("settle_claim_record")
+def test_settle_claim_record_returns_the_settled_job(local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    queued(local_store, "a")
+    job = claimed(local_store, "tok")
+    assert store.settle_claim_record(job.sequence, "old", COMPLETED, T0, cancelled=False) is None
+    record = store.settle_claim_record(job.sequence, "tok", COMPLETED, T0 + 3, cancelled=False)
+    assert record is not None
+    assert (record.job_id, record.state, record.outcome, record.settled_at) == (
+        "a", "settled", "completed", T0 + 3)
+    assert store.settle_claim_record(job.sequence, "tok", COMPLETED, T0, cancelled=False) is None
+
+
+@covers("settle_next_cancelled")
+def test_settle_next_cancelled_settles_the_oldest_cancelled_waiting_job(
+        local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    assert store.settle_next_cancelled(EVERY_JOB, T0) is None
+    queued(local_store, "a", "b", "c")
+    store.record_cancellation("c", "x", only_if_queued=False)
+    store.record_cancellation("b", "y", only_if_queued=False)
+    first = store.settle_next_cancelled(EVERY_JOB, T0 + 4)
+    assert first is not None and (first.job_id, first.outcome, first.settled_at) == (
+        "b", "cancelled", T0 + 4)
+    second = store.settle_next_cancelled(EVERY_JOB, T0)
+    assert second is not None and second.job_id == "c"
+    assert store.settle_next_cancelled(EVERY_JOB, T0) is None
+    assert column(local_store, "a", "state") == ("queued",)
+
+
+@covers("settle_recovered_claim")
+def test_settle_recovered_claim_settles_and_releases_the_token(
+        local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    queued(local_store, "a")
+    job = claimed(local_store, "tok")
+    assert store.settle_recovered_claim(job.sequence, "stale", COMPLETED, T0) is None
+    unknown = Settlement("outcome_unknown", "process_lost")
+    record = store.settle_recovered_claim(job.sequence, "tok", unknown, T0 + 1)
+    assert record is not None and (record.outcome, record.failure_reason) == (
+        "outcome_unknown", "process_lost")
+    assert column(local_store, "a", "state", "claim_token", "settled_at") == (
+        "settled", None, T0 + 1)
+    assert store.settle_recovered_claim(job.sequence, "tok", unknown, T0) is None
+
+
+@covers("requeue_claim", "release_claim")
+def test_requeue_counts_a_recovery_and_release_does_not(
+        local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    queued(local_store, "a")
+    job = claimed(local_store, "t1")
+    assert store.requeue_claim(job.sequence, "stale") is None
+    requeued = store.requeue_claim(job.sequence, "t1")
+    assert requeued is not None and (requeued.state, requeued.recoveries) == ("queued", 1)
+    assert column(local_store, "a", "claim_token", "started_at") == (None, None)
+    assert store.requeue_claim(job.sequence, "t1") is None  # the token went with it
+    job = claimed(local_store, "t2")
+    assert store.release_claim(job.sequence, "t1") is None
+    released = store.release_claim(job.sequence, "t2")
+    assert released is not None and (released.state, released.recoveries) == ("queued", 1)
+    assert column(local_store, "a", "state", "claim_token") == ("queued", None)
+    assert store.release_claim(job.sequence, "t2") is None
+
+
+@covers("retry_claim")
+def test_retry_claim_queues_the_next_attempt_due_later(local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    store.insert(valid_job("a", retry=Retry(3)), T0)
+    job = claimed(local_store, "tok", T0 + 1)
+    assert store.retry_claim(job.sequence, "stale", FAILED, 500, T0 + 2) is None
+    again = store.retry_claim(job.sequence, "tok", RAISED, 500, T0 + 2)
+    assert again is not None
+    assert (again.state, again.attempt, again.due_at, again.started_at, again.error) == (
+        "queued", 2, T0 + 502, None, RAISED.error)
+    [attempt] = again.history
+    assert (attempt.attempt, attempt.outcome, attempt.failure_reason, attempt.started_at,
+            attempt.ended_at, attempt.error) == (
+        1, "failed", "it broke", T0 + 1, T0 + 2, "ValueError: no ünïcode here")
+    assert column(local_store, "a", "claim_token") == (None,)
+    # A recorded cancellation fences the retry off.
+    store.promote_due(T0 + 502, 10)
+    job = claimed(local_store, "tok2", T0 + 600)
+    store.record_cancellation("a", "c", only_if_queued=False)
+    assert store.retry_claim(job.sequence, "tok2", FAILED, 500, T0 + 700) is None
+    assert column(local_store, "a", "state", "attempt") == ("running", 2)
+
+
+# ----------------------------------------------- dead letters, redrive
+
+
+def dead_letter(local: LocalStoreUnderTest, job_id: str, queue: str, at: int,
+                settlement: Settlement = FAILED) -> JobRecord:
+    local.store.insert(valid_job(job_id, queue), T0)
+    job = local.store.claim_next(EVERY_JOB, f"tok-{job_id}", at)
+    assert job is not None and job.job_id == job_id
+    assert local.store.settle_claim(job.sequence, f"tok-{job_id}", settlement, at,
+                                    cancelled=False)
+    return job
+
+
+@covers("dead_letters")
+def test_dead_letters_newest_first_before_the_cursor(local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    end = (2**53 - 1, 2**53 - 1)  # the first page: before every settlement
+    assert store.dead_letters("q", end, 10) == []
+    dead_letter(local_store, "d1", "q", T0 + 1)
+    dead_letter(local_store, "d2", "q", T0 + 2, Settlement("outcome_unknown"))
+    dead_letter(local_store, "d3", "q", T0 + 3, Settlement("interrupted"))
+    dead_letter(local_store, "other", "q2", T0 + 4)
+    dead_letter(local_store, "fine", "q", T0 + 5, COMPLETED)
+    page = store.dead_letters("q", end, 2)
+    assert [job.job_id for job in page] == ["d3", "d2"]
+    cursor = (page[-1].settled_at or 0, page[-1].sequence)
+    assert [job.job_id for job in store.dead_letters("q", cursor, 2)] == ["d1"]
+
+
+@covers("list_jobs")
+def test_list_jobs_pages_a_queue_or_a_lane(local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    end = (2**53 - 1, 2**53 - 1)  # the first page: before every settlement
+    dead_letter(local_store, "x", "dead", T0 + 1)
+    queued(local_store, "a", "b", "c", lane="l")
+    by_queue = JobListing("queue", "q", "queued", None, False)
+    assert [job.job_id for job in store.list_jobs(by_queue, (0, 0), 2)] == ["a", "b"]
+    newest = JobListing("queue", "q", "queued", None, True)
+    assert [job.job_id for job in store.list_jobs(newest, end, 10)] == ["c", "b", "a"]
+    by_lane = JobListing("lane", "l", "queued", None, False)
+    second = store.list_jobs(by_lane, (0, 0), 1)[0]
+    assert [job.job_id for job in store.list_jobs(by_lane, (0, second.sequence), 5)] == [
+        "b", "c"]
+    failed = JobListing("queue", "dead", "settled", "failed", True)
+    assert [job.job_id for job in store.list_jobs(failed, end, 5)] == ["x"]
+    completed = JobListing("queue", "dead", "settled", "completed", True)
+    assert store.list_jobs(completed, end, 5) == []
+
+
+@covers("list_jobs")
+def test_every_listing_shape_pages_through_its_jobs_in_order(
+        local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    # Settled in queue q across two lanes, with a tie on settled_at (the
+    # sequence breaks it), one running, and waiting ones (one delayed, one
+    # cancelled); lane l1 also has jobs of another queue.
+    settled_at = {"s1": T0 + 30, "s2": T0 + 10, "s3": T0 + 10, "s4": T0 + 20}
+    for job_id in settled_at:
+        store.insert(valid_job(job_id, "q", lane="l1" if job_id in ("s1", "s3") else "l2"), T0)
+    for job_id, at in settled_at.items():
+        job = claimed(local_store, f"t-{job_id}")
+        outcome = Settlement("completed") if job_id == "s2" else FAILED
+        assert store.settle_claim(job.sequence, f"t-{job_id}", outcome, at, cancelled=False)
+    store.insert(valid_job("run", "q", lane="l1"), T0)
+    claimed(local_store, "t-run")
+    for job_id, lane in (("w1", "l1"), ("w2", "l2"), ("w3", "l1")):
+        store.insert(valid_job(job_id, "q", lane=lane, delay_ms=5 if job_id == "w2" else None),
+                     T0)
+    store.record_cancellation("w3", "c", only_if_queued=True)
+    store.insert(valid_job("x1", "other", lane="l1"), T0)
+    records = [store.find(job_id) for job_id in (*settled_at, "run", "w1", "w2", "w3", "x1")]
+    known = [record for record in records if record is not None]
+    for listing in every_listing("q", "l1", "failed"):
+        listed: list[str] = []
+        cursor = first_cursor(listing)
+        while True:
+            page = store.list_jobs(listing, cursor, 2)
+            listed += [job.job_id for job in page]
+            if len(page) < 2:
+                break
+            cursor = next_cursor(page[-1])
+        assert listed == expected_listing(known, listing), listing
+
+
+@covers("redrive", "redrive_applied")
+def test_redrive_queues_a_dead_letter_once_per_redrive_id(
+        local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    dead_letter(local_store, "d", "q", T0 + 1)
+    queued(local_store, "alive", queue="q2")
+    assert store.redrive_applied("d", "r1") is False
+    assert store.redrive("alive", "r1", T0) is None  # not a dead letter
+    assert store.redrive("missing", "r1", T0) is None
+    record = store.redrive("d", "r1", T0 + 9)
+    assert record is not None
+    assert (record.state, record.outcome, record.attempt, record.settled_at) == (
+        "queued", None, 1, None)
+    assert record.history[-1].redrive_id == "r1"
+    assert store.redrive_applied("d", "r1") is True
+    assert store.redrive_applied("d", "r2") is False
+    assert local_store.rows("SELECT job_id, redrive_id, redriven_at FROM tickwork_redrives") == [
+        ("d", "r1", T0 + 9)]
+    # Failed again, the same id does not apply twice; a new one does.
+    job = claimed(local_store, "t2")
+    store.settle_claim(job.sequence, "t2", FAILED, T0 + 20, cancelled=False)
+    assert store.redrive("d", "r1", T0 + 21) is None
+    assert column(local_store, "d", "state") == ("settled",)
+    assert store.redrive("d", "r2", T0 + 22) is not None
+
+
+# ------------------------------------------------- cancel, fail, purge
+
+
+@covers("record_cancellation")
+def test_record_cancellation_keeps_the_first_id(local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    queued(local_store, "a", "b")
+    assert store.record_cancellation("missing", "c", only_if_queued=False) is None
+    assert store.record_cancellation("a", "first", only_if_queued=True) == "q"
+    assert store.record_cancellation("a", "second", only_if_queued=False) is None
+    assert column(local_store, "a", "cancellation_id", "state") == ("first", "queued")
+    claimed(local_store, "t")  # "b" runs ("a" is cancelled)
+    assert store.record_cancellation("b", "c", only_if_queued=True) is None
+    assert store.record_cancellation("b", "c", only_if_queued=False) == "q"
+    assert column(local_store, "b", "cancellation_id", "state") == ("c", "running")
+
+
+@covers("fail_lane")
+def test_fail_lane_settles_running_jobs_first_up_to_the_limit(
+        local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    store.insert(valid_job("w1", "q1", lane="l"), T0)
+    store.insert(valid_job("w2", "q2", lane="l"), T0)
+    store.insert(valid_job("r", "q3", lane="l", priority=5), T0)
+    store.insert(valid_job("other", "q4", lane="m"), T0)
+    assert claimed(local_store, "t").job_id == "r"
+    failed = store.fail_lane("l", "lane gone", 2, T0 + 5)
+    # Which jobs: the running one first, then enqueue order; their order in
+    # the answer is RETURNING's (the lifecycle orders the events).
+    assert sorted((job.job_id, job.outcome, job.failure_reason, job.settled_at)
+                  for job in failed) == [
+        ("r", "failed", "lane gone", T0 + 5), ("w1", "failed", "lane gone", T0 + 5)]
+    assert column(local_store, "w2", "state") == ("queued",)
+    assert [job.job_id for job in store.fail_lane("l", "lane gone", 10, T0)] == ["w2"]
+    assert store.fail_lane("l", "lane gone", 10, T0) == []
+    assert column(local_store, "other", "state") == ("queued",)
+
+
+@covers("purge_queue")
+def test_purge_queue_deletes_waiting_jobs_only(local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    assert store.purge_queue("q") == 0
+    queued(local_store, "run", "w1", "w2")
+    store.insert(valid_job("later", delay_ms=1000), T0)
+    queued(local_store, "keep", queue="q2")
+    claimed(local_store, "t")
+    assert store.purge_queue("q") == 3
+    assert local_store.rows("SELECT job_id FROM tickwork_jobs ORDER BY sequence") == [
+        ("run",), ("keep",)]
+
+
+@covers("pause_queue", "resume_queue")
+def test_pause_and_resume_say_whether_they_changed_anything(
+        local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    assert store.resume_queue("q") is False
+    assert store.pause_queue("q", T0) is True
+    assert store.pause_queue("q", T0 + 1) is False
+    assert local_store.rows("SELECT queue, paused_at FROM tickwork_paused_queues") == [("q", T0)]
+    assert store.resume_queue("q") is True
+    assert store.resume_queue("q") is False
+    assert local_store.rows("SELECT count(*) FROM tickwork_paused_queues") == [(0,)]
+
+
+# ------------------------------------------------------------ schedules
+
+
+@covers("create_schedule", "find_schedule", "list_schedules", "delete_schedule")
+def test_create_find_list_delete_a_schedule(local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    assert store.find_schedule("nightly") is None and store.list_schedules() == []
+    nightly, hourly = valid_schedule("nightly"), valid_schedule("hourly", every_ms=3_600_000)
+    assert store.create_schedule(nightly, T0 + 60_000, T0) is True
+    assert store.create_schedule(valid_schedule("nightly", every_ms=5000), T0, T0 + 1) is False
+    assert store.create_schedule(hourly, T0 + 3_600_000, T0) is True
+    found = store.find_schedule("nightly")
+    assert found is not None
+    assert (found.spec_json, found.next_at, found.paused, found.created_at,
+            found.updated_at) == (nightly.spec_json, T0 + 60_000, False, T0, T0)
+    assert [schedule.name for schedule in store.list_schedules()] == ["hourly", "nightly"]
+    assert store.delete_schedule("nightly") is True
+    assert store.delete_schedule("nightly") is False
+    assert local_store.rows("SELECT name FROM tickwork_schedules") == [("hourly",)]
+
+
+@covers("replace_schedule")
+def test_replace_schedule_is_fenced_on_the_definition_read(
+        local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    old, new = valid_schedule(every_ms=60_000), valid_schedule(every_ms=120_000)
+    assert store.replace_schedule(new, old.spec_json, T0, T0) is False  # no such schedule
+    store.create_schedule(old, T0 + 60_000, T0)
+    assert store.replace_schedule(new, "{}", T0 + 120_000, T0 + 1) is False
+    assert store.replace_schedule(new, old.spec_json, T0 + 120_000, T0 + 2) is True
+    assert local_store.rows(
+        "SELECT spec_json, next_at, created_at, updated_at FROM tickwork_schedules") == [
+        (new.spec_json, T0 + 120_000, T0, T0 + 2)]
+    assert store.replace_schedule(new, old.spec_json, T0, T0 + 3) is False
+
+
+@covers("pause_schedule", "resume_schedule")
+def test_pause_and_resume_a_schedule(local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    schedule = valid_schedule()
+    assert store.pause_schedule("nightly", T0) is False
+    store.create_schedule(schedule, T0 + 60_000, T0)
+    assert store.resume_schedule("nightly", schedule.spec_json, T0, T0) is False  # running
+    assert store.pause_schedule("nightly", T0 + 1) is True
+    assert store.pause_schedule("nightly", T0 + 2) is False
+    assert local_store.rows("SELECT paused, updated_at FROM tickwork_schedules") == [(1, T0 + 1)]
+    assert store.next_slot() is None  # a paused schedule has no next slot
+    assert store.resume_schedule("nightly", "{}", T0 + 180_000, T0 + 3) is False
+    assert store.resume_schedule("nightly", schedule.spec_json, T0 + 180_000, T0 + 3) is True
+    assert local_store.rows("SELECT paused, next_at, updated_at FROM tickwork_schedules") == [
+        (0, T0 + 180_000, T0 + 3)]
+
+
+@covers("due_schedules", "next_slot")
+def test_due_schedules_and_the_next_slot(local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    assert store.due_schedules(T0) == [] and store.next_slot() is None
+    store.create_schedule(valid_schedule("b"), T0 + 100, T0)
+    store.create_schedule(valid_schedule("a"), T0 + 100, T0)
+    store.create_schedule(valid_schedule("c"), T0 + 50, T0)
+    store.create_schedule(valid_schedule("later"), T0 + 999, T0)
+    assert store.next_slot() == T0 + 50
+    assert [s.name for s in store.due_schedules(T0 + 100)] == ["c", "a", "b"]
+    assert store.due_schedules(T0 + 49) == []
+
+
+@covers("fire_slots")
+def test_fire_slots_creates_each_slot_job_once_and_advances(
+        local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    schedule = valid_schedule(every_ms=60_000, payload={"k": 1}, catch_up=5)
+    first = 60_000 * (T0 // 60_000 + 1)
+    store.create_schedule(schedule, first, T0)
+    slots = [first, first + 60_000]
+    created = store.fire_slots(schedule, slots, first + 120_000, first + 60_000)
+    assert [job.run_at for job in created] == slots
+    assert [job.job_id for job in created] == [schedule.slot_job(slot).job_id for slot in slots]
+    rows = local_store.rows("SELECT job_id, queue, payload_json, run_at, enqueued_at, state "
+                            "FROM tickwork_jobs ORDER BY sequence")
+    assert rows == [(job.job_id, "sched", '{"k":1}', job.run_at, first + 60_000, "queued")
+                    for job in created]
+    assert local_store.rows("SELECT next_at FROM tickwork_schedules") == [(first + 120_000,)]
+    # A lagging caller firing the same slots again creates nothing, moves nothing back.
+    assert store.fire_slots(schedule, slots, first + 60_000, first + 60_000) == []
+    assert local_store.rows("SELECT count(*) FROM tickwork_jobs") == [(2,)]
+    assert local_store.rows("SELECT next_at FROM tickwork_schedules") == [(first + 120_000,)]
+    # Nor does a caller holding another definition.
+    other = valid_schedule(every_ms=120_000)
+    assert store.fire_slots(other, [first + 120_000], first + 240_000, first + 130_000) == []

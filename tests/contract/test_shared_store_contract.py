@@ -1,0 +1,806 @@
+"""The shared-store contract: every method of the ``SharedStore`` port, called
+directly on D1 (Miniflare, through either SDK) and PostgreSQL.
+
+Each test names the methods it covers (``@covers``);
+``test_every_port_method_has_a_contract_test`` fails when a port method has
+none, or when a store has a public method the port lacks. Time is the
+tests' own (``now`` given to every call, from ``T0``), except where the
+contract is about database time. Rows are read back with plain SQL.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from tests.contract.stores import (
+    T0,
+    coverage_gaps,
+    covers,
+    every_listing,
+    expected_listing,
+    first_cursor,
+    next_cursor,
+    valid_job,
+    valid_schedule,
+)
+from tests.contract.under_test import SharedStoreUnderTest
+from tickwork import Retry
+from tickwork.lifecycle import Settlement
+from tickwork.lifecycle.requests import JobListing
+from tickwork.model.errors import IngestConflict, SchemaError
+from tickwork.model.failures import ErrorSummary
+from tickwork.model.jobs import JobRecord
+from tickwork.ports.shared_store import SharedStore
+from tickwork.stores.d1 import store as d1_store
+from tickwork.stores.d1.store import D1Store
+from tickwork.stores.postgres import store as postgres_store
+from tickwork.stores.postgres.store import PostgresStore
+
+COMPLETED = Settlement("completed")
+FAILED = Settlement("failed", "it broke")
+RAISED = Settlement("failed", "it broke",
+                    error=ErrorSummary("ValueError", "no ünïcode here", "Traceback ...\n"))
+LEASE = 30_000
+#: The first page of a listing that goes newest first: before every settlement.
+END = (2**53 - 1, 2**53 - 1)
+
+
+def test_every_port_method_has_a_contract_test() -> None:
+    assert coverage_gaps(SharedStore, globals(), stores=(D1Store, PostgresStore)) == []
+
+
+async def column(shared: SharedStoreUnderTest, job_id: str, *names: str) -> tuple[Any, ...]:
+    rows = await shared.rows(
+        f"SELECT {', '.join(names)} FROM tickwork_jobs WHERE job_id = '{job_id}'")
+    assert len(rows) == 1, f"{job_id}: {rows}"
+    return rows[0]
+
+
+async def job_ids(shared: SharedStoreUnderTest) -> list[str]:
+    return [row[0] for row in await shared.rows(
+        "SELECT job_id FROM tickwork_jobs ORDER BY sequence")]
+
+
+async def queued(shared: SharedStoreUnderTest, *ids: str, queue: str = "q",
+                 lane: str | None = None, now: int = T0) -> None:
+    for job_id in ids:
+        assert await shared.store.insert(valid_job(job_id, queue, lane=lane), now)
+
+
+async def claimed(shared: SharedStoreUnderTest, token: str, now: int = T0,
+                  lease_ms: int = LEASE) -> JobRecord:
+    job = await shared.store.claim(token, lease_ms, now, guarded=False)
+    assert job is not None, "nothing to claim"
+    return job
+
+
+# ------------------------------------------------------------- the schema
+
+
+@covers("check_schema")
+async def test_check_schema_passes_on_the_current_schema_and_names_an_old_one(
+        shared_store: SharedStoreUnderTest) -> None:
+    await shared_store.store.check_schema()
+    store = shared_store.store
+    latest = (d1_store.LATEST_MIGRATION if isinstance(store, D1Store)
+              else postgres_store.LATEST_MIGRATION)
+    version = store.schema_version
+    await shared_store.rows(f"UPDATE tickwork_meta SET value = '{version - 1}' "
+                            "WHERE key = 'schema_version'")
+    with pytest.raises(SchemaError, match=latest.rsplit("/", 1)[1]):
+        await shared_store.store.check_schema()
+
+
+@covers("store_now")
+async def test_store_now_is_the_given_time_else_the_database_clock(
+        shared_store: SharedStoreUnderTest) -> None:
+    assert await shared_store.store.store_now(T0) == T0
+    before = int(time.time() * 1000)
+    database_now = await shared_store.store.store_now(None)
+    after = int(time.time() * 1000)
+    # The database's clock is the host's here (same machine), to a second.
+    assert before - 1000 <= database_now <= after + 1000
+
+
+# ----------------------------------------------------------------- ingest
+
+
+@covers("insert", "find")
+async def test_insert_stores_a_queued_job_once(shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    assert await store.find("a") is None
+    job = valid_job("a", "q", lane="l", priority=3, payload={"n": 1}, max_recoveries=2)
+    assert await store.insert(job, T0) is True
+    record = await store.find("a")
+    assert record is not None
+    assert (record.job_id, record.queue, record.lane, record.priority, record.payload) == (
+        "a", "q", "l", 3, {"n": 1})
+    assert (record.state, record.outcome, record.attempt, record.recoveries) == (
+        "queued", None, 1, 0)
+    assert record.enqueued_at == T0 and record.started_at is None and record.due_at is None
+    assert record.recovery is not None and record.recovery.max_recoveries == 2
+    assert await store.insert(valid_job("a", "other", payload={"n": 2}), T0 + 5) is False
+    assert await column(shared_store, "a", "queue", "payload_json", "enqueued_at") == (
+        "q", '{"n":1}', T0)
+
+
+@covers("insert")
+async def test_insert_sets_the_due_time_a_job_names(shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    await store.insert(valid_job("delayed", delay_ms=5000), T0)
+    await store.insert(valid_job("later", run_at=T0 + 9000), T0)
+    await store.insert(valid_job("past", run_at=T0 - 1000), T0)
+    assert await column(shared_store, "delayed", "delay_ms", "due_at") == (5000, T0 + 5000)
+    assert await column(shared_store, "later", "run_at", "due_at") == (T0 + 9000, T0 + 9000)
+    assert await column(shared_store, "past", "run_at", "due_at") == (T0 - 1000, None)
+
+
+@covers("find_cargo")
+async def test_find_cargo_returns_what_was_inserted(shared_store: SharedStoreUnderTest) -> None:
+    job = valid_job("a", priority=-2, payload={"z": [1, 2]}, max_recoveries=0, delay_ms=10,
+                    retry=Retry(2))
+    assert await shared_store.store.find_cargo("a") is None
+    await shared_store.store.insert(job, T0)
+    assert await shared_store.store.find_cargo("a") == job
+
+
+@covers("insert_many")
+async def test_insert_many_flags_new_jobs_and_identical_replays(
+        shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    await store.insert(valid_job("stored", payload={"v": 1}), T0)
+    flags = await store.insert_many(
+        [valid_job("new"), valid_job("stored", payload={"v": 1}), valid_job("new")], T0)
+    assert flags == [True, False, False]
+    assert await job_ids(shared_store) == ["stored", "new"]
+    assert await column(shared_store, "new", "state", "enqueued_at") == ("queued", T0)
+
+
+@covers("insert_many")
+async def test_insert_many_writes_nothing_when_a_job_conflicts(
+        shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    await store.insert(valid_job("stored", payload={"v": 1}), T0)
+    with pytest.raises(IngestConflict) as raised:
+        await store.insert_many([valid_job("first"), valid_job("stored", payload={"v": 2})], T0)
+    assert raised.value.job_id == "stored"
+    assert await job_ids(shared_store) == ["stored"]
+    with pytest.raises(IngestConflict):  # within the list, too
+        await store.insert_many([valid_job("x", "q1"), valid_job("x", "q2")], T0)
+    assert await job_ids(shared_store) == ["stored"]
+
+
+@covers("insert_many")
+async def test_insert_many_of_no_jobs_writes_nothing(
+        shared_store: SharedStoreUnderTest) -> None:
+    # Found by this suite: D1Store sent D1 an empty batch, which D1 refuses.
+    # The lifecycle never asks (ingest_many refuses an empty list first).
+    assert await shared_store.store.insert_many([], T0) == []
+    assert await job_ids(shared_store) == []
+
+
+# ----------------------------------------------------------------- reads
+
+
+@covers("queue_head")
+async def test_queue_head_is_the_running_job_else_the_best_ready_one(
+        shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    assert await store.queue_head("q") is None
+    await store.insert(valid_job("waits", priority=9, delay_ms=1000), T0)
+    await store.insert(valid_job("low"), T0)
+    await store.insert(valid_job("high", priority=5), T0)
+    await store.insert(valid_job("high-later", priority=5), T0)
+    await store.insert(valid_job("elsewhere", "other", priority=10), T0)
+    head = await store.queue_head("q")
+    assert head is not None and head.job_id == "high"
+    assert (await claimed(shared_store, "t1")).job_id == "elsewhere"
+    assert (await claimed(shared_store, "t2")).job_id == "high"
+    running = await store.queue_head("q")
+    assert running is not None and (running.job_id, running.state) == ("high", "running")
+
+
+@covers("has_pending_work", "next_work")
+async def test_pending_work_and_when_it_comes(shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    assert await store.has_pending_work(T0) is False
+    pending, next_due, now, next_slot = await store.next_work(T0)
+    assert (bool(pending), next_due, now, next_slot) == (False, None, T0, None)
+    await store.insert(valid_job("later", delay_ms=5000), T0)
+    assert await store.has_pending_work(T0) is False
+    assert await store.has_pending_work(T0 + 5000) is True  # its time has come
+    await store.create_schedule(valid_schedule(), T0 + 3000, T0)
+    pending, next_due, now, next_slot = await store.next_work(T0)
+    assert (bool(pending), next_due, now, next_slot) == (False, T0 + 3000, T0, T0 + 3000)
+    assert await store.has_pending_work(T0 + 3000) is True  # a schedule slot has come
+    await store.insert(valid_job("ready", "paused"), T0)
+    await store.pause_queue("paused", T0)
+    assert await store.has_pending_work(T0) is False  # a paused queue's job waits
+    await store.resume_queue("paused")
+    assert await store.has_pending_work(T0) is True
+    await claimed(shared_store, "t")
+    await store.pause_queue("paused", T0)
+    assert await store.has_pending_work(T0) is True  # a running claim
+
+
+@covers("status_groups", "backlog", "queue_counts")
+async def test_status_backlog_and_queue_counts(shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    assert list(await store.status_groups()) == [] and list(await store.backlog()) == []
+    assert tuple(await store.queue_counts("q")) == (0, 0, 0, 0, 0, 0, 0, 0, 0)
+    await queued(shared_store, "a", "b", "c")
+    await store.insert(valid_job("d", delay_ms=1000), T0)
+    done = await claimed(shared_store, "t1")
+    assert await store.settle(done.sequence, "t1", FAILED, T0 + 1, cancelled=False)
+    await claimed(shared_store, "t2", T0 + 2)
+    await store.pause_queue("idle", T0)
+    assert sorted(tuple(row) for row in await store.status_groups()) == [
+        ("idle", "paused", None, 1), ("q", "delayed", None, 1), ("q", "queued", None, 1),
+        ("q", "running", None, 1), ("q", "settled", "failed", 1)]
+    assert [tuple(row) for row in await store.backlog()] == [("q", 1, 1, 1, T0)]
+    # (queued, running, delayed, paused, then settled per outcome in OUTCOMES order)
+    assert tuple(await store.queue_counts("q")) == (1, 1, 1, 0, 0, 1, 0, 0, 0)
+    assert tuple(await store.queue_counts("idle"))[:4] == (0, 0, 0, 1)
+
+
+@covers("backlog")
+async def test_backlog_says_since_when_each_ready_job_was_ready(
+        shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    await store.insert(valid_job("timed", "qt", run_at=T0 + 100), T0)
+    await store.insert(valid_job("delayed", "qd", delay_ms=30), T0)
+    await store.insert(valid_job("retried", "qr", retry=Retry(3)), T0)
+    job = await claimed(shared_store, "t1")
+    assert await store.retry(job.sequence, "t1", FAILED, 50, T0 + 10) is not None
+    await dead_letter(shared_store, "redriven", "qx", T0 + 20)
+    assert await store.redrive("redriven", "r", T0 + 150) is not None
+    # Due jobs join the ready set in a claim's own step: with every queue
+    # paused, the claim moves them and takes none.
+    for queue in ("qt", "qd", "qr", "qx"):
+        await store.pause_queue(queue, T0)
+    assert await store.claim("t2", LEASE, T0 + 200, guarded=False) is None
+    assert sorted(tuple(row) for row in await store.backlog()) == [
+        ("qd", 1, 0, 0, T0 + 30),  # enqueued, then its delay
+        ("qr", 1, 0, 0, T0 + 60),  # when its back-off ended
+        ("qt", 1, 0, 0, T0 + 100),  # its run_at
+        ("qx", 1, 0, 0, T0 + 150)]  # redriven
+
+
+# ---------------------------------------------------------------- claims
+
+
+@covers("claim")
+async def test_claim_takes_the_best_ready_job_of_a_free_queue_with_a_lease(
+        shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    assert await store.claim("t0", LEASE, T0, guarded=False) is None
+    await store.insert(valid_job("a1", "a"), T0)
+    await store.insert(valid_job("a2", "a", priority=1), T0)
+    await store.insert(valid_job("b1", "b"), T0)
+    await store.insert(valid_job("later", "c", priority=9, delay_ms=1000), T0)
+    await store.insert(valid_job("paused", "p", priority=9), T0)
+    await store.pause_queue("p", T0)
+    first = await store.claim("t1", LEASE, T0 + 7, guarded=False)
+    assert first is not None and (first.job_id, first.state, first.started_at) == (
+        "a2", "running", T0 + 7)
+    assert await column(shared_store, "a2", "claim_token", "lease_expires_at") == (
+        "t1", T0 + 7 + LEASE)
+    second = await store.claim("t2", LEASE, T0, guarded=False)  # queue a is busy
+    assert second is not None and second.job_id == "b1"
+    assert await store.claim("t3", LEASE, T0, guarded=False) is None
+    # A job whose time has come joins the ready set in the claim's own step.
+    later = await store.claim("t4", LEASE, T0 + 1000, guarded=False)
+    assert later is not None and (later.job_id, later.due_at) == ("later", None)
+
+
+@covers("claim")
+async def test_a_guarded_claim_waits_for_expired_leases_and_cancellations(
+        shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    await queued(shared_store, "a", queue="qa")
+    await queued(shared_store, "b", queue="qb")
+    await queued(shared_store, "c", queue="qc")
+    first = await store.claim("t1", LEASE, T0, guarded=True)
+    assert first is not None and first.job_id == "a"
+    # A live lease is no reason to wait.
+    second = await store.claim("t2", LEASE, T0 + 1, guarded=True)
+    assert second is not None and second.job_id == "b"
+    # "a"'s lease has expired: recovery comes first.
+    assert await store.claim("t3", LEASE, T0 + LEASE, guarded=True) is None
+    assert await column(shared_store, "c", "state") == ("queued",)
+    third = await store.claim("t3", LEASE, T0 + LEASE, guarded=False)
+    assert third is not None and third.job_id == "c"
+
+
+@covers("claim", "has_pending_work")
+async def test_a_cancelled_waiting_job_is_pending_work_that_guards_the_claim(
+        shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    await queued(shared_store, "cancelled", queue="qa")
+    await queued(shared_store, "ready", queue="qb")
+    await store.pause_queue("qb", T0)
+    assert await store.record_cancellation("cancelled", "c", "only_if_queued") is True
+    assert await store.has_pending_work(T0) is True
+    await store.resume_queue("qb")
+    assert await store.claim("t1", LEASE, T0, guarded=True) is None
+    assert await column(shared_store, "ready", "state") == ("queued",)
+    job = await store.claim("t1", LEASE, T0, guarded=False)  # never the cancelled one
+    assert job is not None and job.job_id == "ready"
+
+
+@covers("probe")
+async def test_probe_names_the_oldest_expired_claim_and_waiting_cancellations(
+        shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    assert await store.probe(T0) == (None, False)
+    await queued(shared_store, "a", queue="qa")
+    await queued(shared_store, "b", queue="qb")
+    await queued(shared_store, "c", queue="qc")
+    await claimed(shared_store, "ta", T0 + 2)
+    await claimed(shared_store, "tb", T0 + 1)
+    assert await store.probe(T0 + LEASE) == (None, False)  # both live
+    suspect, waiting = await store.probe(T0 + 2 + LEASE)  # "a"'s lease ends last
+    assert suspect is not None and waiting is False
+    assert (suspect.job.job_id, suspect.token, suspect.lease_expired) == ("b", "tb", True)
+    await store.record_cancellation("c", "x", "only_if_queued")
+    assert await store.probe(T0) == (None, True)
+
+
+@covers("claim_or_probe")
+async def test_claim_or_probe_claims_when_clear_and_probes_when_not(
+        shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    assert await store.claim_or_probe("t0", LEASE, T0) == (None, (None, False))
+    await queued(shared_store, "a", queue="qa")
+    await queued(shared_store, "b", queue="qb")
+    job, probed = await store.claim_or_probe("t1", LEASE, T0)
+    assert job is not None and job.job_id == "a" and probed == (None, False)
+    job, (suspect, waiting) = await store.claim_or_probe("t2", LEASE, T0 + LEASE)
+    assert job is None and waiting is False
+    assert suspect is not None and (suspect.job.job_id, suspect.token) == ("a", "t1")
+    assert await column(shared_store, "b", "state") == ("queued",)
+
+
+# ------------------------------------------------------------ leases
+
+
+@covers("read_claim")
+async def test_read_claim_says_whose_claim_and_whether_it_is_live(
+        shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    await queued(shared_store, "a")
+    sequence = (await shared_store.rows("SELECT sequence FROM tickwork_jobs"))[0][0]
+    view = await store.read_claim(sequence, T0)
+    assert view is not None and (view.job.state, view.token, view.lease_live) == (
+        "queued", None, False)
+    await claimed(shared_store, "tok")
+    view = await store.read_claim(sequence, T0 + LEASE - 1)
+    assert view is not None and (view.job.state, view.token, view.lease_live) == (
+        "running", "tok", True)
+    view = await store.read_claim(sequence, T0 + LEASE)
+    assert view is not None and view.lease_live is False
+    assert await store.read_claim(sequence + 100, T0) is None
+
+
+@covers("renew")
+async def test_renew_extends_a_live_lease_only(shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    await queued(shared_store, "a")
+    job = await claimed(shared_store, "tok")
+    assert await store.renew(job.sequence, "stale", LEASE, T0 + 1) == "lost"
+    assert await store.renew(job.sequence, "tok", LEASE, T0 + 10) == "held"
+    assert await column(shared_store, "a", "lease_expires_at") == (T0 + 10 + LEASE,)
+    # A shorter heartbeat never shortens the lease.
+    assert await store.renew(job.sequence, "tok", 5, T0 + 20) == "held"
+    assert await column(shared_store, "a", "lease_expires_at") == (T0 + 10 + LEASE,)
+    await store.record_cancellation("a", "c", "any")
+    assert await store.renew(job.sequence, "tok", LEASE, T0 + 30) == "cancelled"
+    assert await column(shared_store, "a", "lease_expires_at") == (T0 + 30 + LEASE,)
+    # Expired: a late renewal cannot resurrect the claim.
+    assert await store.renew(job.sequence, "tok", LEASE, T0 + 30 + LEASE) == "lost"
+    assert await column(shared_store, "a", "lease_expires_at") == (T0 + 30 + LEASE,)
+
+
+@covers("requeue_expired")
+async def test_requeue_expired_is_fenced_on_the_token_and_the_expiry(
+        shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    await queued(shared_store, "a")
+    job = await claimed(shared_store, "tok")
+    assert await store.requeue_expired(job.sequence, "tok", T0 + LEASE - 1) is False  # live
+    assert await store.requeue_expired(job.sequence, "stale", T0 + LEASE) is False
+    assert await column(shared_store, "a", "state", "recoveries") == ("running", 0)
+    assert await store.requeue_expired(job.sequence, "tok", T0 + LEASE) is True
+    assert await column(shared_store, "a", "state", "claim_token", "lease_expires_at",
+                        "started_at", "recoveries") == ("queued", None, None, None, 1)
+    assert await store.requeue_expired(job.sequence, "tok", T0 + LEASE) is False
+
+
+@covers("settle_expired")
+async def test_settle_expired_is_fenced_and_releases_the_token(
+        shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    await queued(shared_store, "a")
+    job = await claimed(shared_store, "tok")
+    unknown = Settlement("outcome_unknown", "lease_expired")
+    assert await store.settle_expired(job.sequence, "tok", unknown, T0 + 1) is None  # live
+    assert await store.settle_expired(job.sequence, "stale", unknown, T0 + LEASE) is None
+    record = await store.settle_expired(job.sequence, "tok", unknown, T0 + LEASE)
+    assert record is not None and (record.state, record.outcome, record.failure_reason,
+                                   record.settled_at) == (
+        "settled", "outcome_unknown", "lease_expired", T0 + LEASE)
+    assert await column(shared_store, "a", "claim_token") == (None,)
+    assert await store.settle_expired(job.sequence, "tok", unknown, T0 + LEASE) is None
+
+
+# ----------------------------------------------------------- settlements
+
+
+@covers("settle")
+async def test_settle_is_fenced_on_the_token_the_lease_and_the_cancellation(
+        shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    await queued(shared_store, "a", "b")
+    job = await claimed(shared_store, "tok")
+    before = await shared_store.rows("SELECT * FROM tickwork_jobs ORDER BY sequence")
+    assert await store.settle(job.sequence, "stale", COMPLETED, T0, cancelled=False) is False
+    assert await store.settle(job.sequence, "tok", COMPLETED, T0, cancelled=True) is False
+    assert await store.settle(job.sequence, "tok", COMPLETED, T0 + LEASE,
+                              cancelled=False) is False  # the lease ran out
+    assert await shared_store.rows("SELECT * FROM tickwork_jobs ORDER BY sequence") == before
+    assert await store.settle(job.sequence, "tok", RAISED, T0 + 9, cancelled=False) is True
+    assert await column(shared_store, "a", "state", "outcome", "failure_reason",
+                        "settled_at") == ("settled", "failed", "it broke", T0 + 9)
+    record = await store.find("a")
+    assert record is not None and record.error == RAISED.error
+    assert await store.settle(job.sequence, "tok", COMPLETED, T0 + 10,
+                              cancelled=False) is False
+    # A recorded cancellation: only cancelled=True settles it.
+    job = await claimed(shared_store, "tok2")
+    await store.record_cancellation("b", "c", "any")
+    assert await store.settle(job.sequence, "tok2", COMPLETED, T0, cancelled=False) is False
+    assert await store.settle(job.sequence, "tok2", Settlement("cancelled"), T0,
+                              cancelled=True) is True
+    assert await column(shared_store, "b", "outcome") == ("cancelled",)
+
+
+@covers("settle_and_claim")
+async def test_settle_and_claim_settles_then_claims_the_next_job(
+        shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    await queued(shared_store, "a", "b")
+    job = await claimed(shared_store, "t1")
+    settled, following = await store.settle_and_claim(
+        job.sequence, "t1", COMPLETED, T0 + 5, next_token="t2", lease_ms=LEASE)
+    assert settled is True
+    # The queue the settlement freed is claimed in the same step.
+    assert following is not None and (following.job_id, following.started_at) == ("b", T0 + 5)
+    assert await column(shared_store, "b", "claim_token", "lease_expires_at") == (
+        "t2", T0 + 5 + LEASE)
+    # A stale settlement writes nothing, and the claim still runs (guarded).
+    await queued(shared_store, "c", queue="other")
+    settled, following = await store.settle_and_claim(
+        job.sequence, "t1", COMPLETED, T0 + 6, next_token="t3", lease_ms=LEASE)
+    assert settled is False and following is not None and following.job_id == "c"
+    assert await column(shared_store, "a", "settled_at") == (T0 + 5,)
+    settled, following = await store.settle_and_claim(
+        following.sequence, "t3", COMPLETED, T0 + 7, next_token="t4", lease_ms=LEASE)
+    assert (settled, following) == (True, None)
+
+
+@covers("settle_next_cancelled")
+async def test_settle_next_cancelled_settles_the_oldest_cancelled_waiting_job(
+        shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    assert await store.settle_next_cancelled(T0) is None
+    await queued(shared_store, "a", "b", "c")
+    await store.record_cancellation("c", "x", "any")
+    await store.record_cancellation("b", "y", "any")
+    first = await store.settle_next_cancelled(T0 + 4)
+    assert first is not None and (first.job_id, first.outcome, first.settled_at) == (
+        "b", "cancelled", T0 + 4)
+    second = await store.settle_next_cancelled(T0)
+    assert second is not None and second.job_id == "c"
+    assert await store.settle_next_cancelled(T0) is None
+    assert await column(shared_store, "a", "state") == ("queued",)
+
+
+@covers("retry")
+async def test_retry_queues_the_next_attempt_due_later(shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    await store.insert(valid_job("a", retry=Retry(3)), T0)
+    job = await claimed(shared_store, "tok", T0 + 1)
+    assert await store.retry(job.sequence, "stale", FAILED, 500, T0 + 2) is None
+    assert await store.retry(job.sequence, "tok", FAILED, 500, T0 + 1 + LEASE) is None  # expired
+    again = await store.retry(job.sequence, "tok", RAISED, 500, T0 + 2)
+    assert again is not None
+    assert (again.state, again.attempt, again.due_at, again.started_at, again.error) == (
+        "queued", 2, T0 + 502, None, RAISED.error)
+    [attempt] = again.history
+    assert (attempt.attempt, attempt.outcome, attempt.failure_reason, attempt.started_at,
+            attempt.ended_at, attempt.error) == (
+        1, "failed", "it broke", T0 + 1, T0 + 2, "ValueError: no ünïcode here")
+    assert await column(shared_store, "a", "claim_token", "lease_expires_at") == (None, None)
+    job = await claimed(shared_store, "tok2", T0 + 600)
+    assert job.job_id == "a"
+    await store.record_cancellation("a", "c", "any")
+    assert await store.retry(job.sequence, "tok2", FAILED, 500, T0 + 700) is None
+    assert await column(shared_store, "a", "state", "attempt") == ("running", 2)
+
+
+# ----------------------------------------------- dead letters, redrive
+
+
+async def dead_letter(shared: SharedStoreUnderTest, job_id: str, queue: str, at: int,
+                      settlement: Settlement = FAILED) -> JobRecord:
+    await shared.store.insert(valid_job(job_id, queue), T0)
+    job = await shared.store.claim(f"tok-{job_id}", LEASE, at, guarded=False)
+    assert job is not None and job.job_id == job_id
+    assert await shared.store.settle(job.sequence, f"tok-{job_id}", settlement, at,
+                                     cancelled=False)
+    return job
+
+
+@covers("dead_letters")
+async def test_dead_letters_newest_first_before_the_cursor(
+        shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    assert await store.dead_letters("q", END, 10) == []
+    await dead_letter(shared_store, "d1", "q", T0 + 1)
+    await dead_letter(shared_store, "d2", "q", T0 + 2, Settlement("outcome_unknown"))
+    await dead_letter(shared_store, "d3", "q", T0 + 3, Settlement("interrupted"))
+    await dead_letter(shared_store, "other", "q2", T0 + 4)
+    await dead_letter(shared_store, "fine", "q", T0 + 5, COMPLETED)
+    page = await store.dead_letters("q", END, 2)
+    assert [job.job_id for job in page] == ["d3", "d2"]
+    cursor = (page[-1].settled_at or 0, page[-1].sequence)
+    assert [job.job_id for job in await store.dead_letters("q", cursor, 2)] == ["d1"]
+
+
+@covers("list_jobs")
+async def test_list_jobs_pages_a_queue_or_a_lane(shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    await dead_letter(shared_store, "x", "dead", T0 + 1)
+    await queued(shared_store, "a", "b", "c", lane="l")
+    by_queue = JobListing("queue", "q", "queued", None, False)
+    assert [job.job_id for job in await store.list_jobs(by_queue, (0, 0), 2)] == ["a", "b"]
+    newest = JobListing("queue", "q", "queued", None, True)
+    assert [job.job_id for job in await store.list_jobs(newest, END, 10)] == ["c", "b", "a"]
+    by_lane = JobListing("lane", "l", "queued", None, False)
+    second = (await store.list_jobs(by_lane, (0, 0), 1))[0]
+    assert [job.job_id for job in await store.list_jobs(by_lane, (0, second.sequence), 5)] == [
+        "b", "c"]
+    failed = JobListing("queue", "dead", "settled", "failed", True)
+    assert [job.job_id for job in await store.list_jobs(failed, END, 5)] == ["x"]
+    completed = JobListing("queue", "dead", "settled", "completed", True)
+    assert await store.list_jobs(completed, END, 5) == []
+
+
+@covers("list_jobs")
+async def test_every_listing_shape_pages_through_its_jobs_in_order(
+        shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    settled_at = {"s1": T0 + 30, "s2": T0 + 10, "s3": T0 + 10, "s4": T0 + 20}
+    for job_id in settled_at:
+        await store.insert(valid_job(job_id, "q", lane="l1" if job_id in ("s1", "s3") else "l2"),
+                           T0)
+    for job_id, at in settled_at.items():
+        job = await claimed(shared_store, f"t-{job_id}", at)
+        outcome = COMPLETED if job_id == "s2" else FAILED
+        assert await store.settle(job.sequence, f"t-{job_id}", outcome, at, cancelled=False)
+    await store.insert(valid_job("run", "q", lane="l1"), T0)
+    await claimed(shared_store, "t-run", T0 + 40)
+    for job_id, lane in (("w1", "l1"), ("w2", "l2"), ("w3", "l1")):
+        await store.insert(valid_job(job_id, "q", lane=lane,
+                                     delay_ms=5 if job_id == "w2" else None), T0)
+    await store.record_cancellation("w3", "c", "only_if_queued")
+    await store.insert(valid_job("x1", "other", lane="l1"), T0)
+    records = [await store.find(job_id)
+               for job_id in (*settled_at, "run", "w1", "w2", "w3", "x1")]
+    known = [record for record in records if record is not None]
+    for listing in every_listing("q", "l1", "failed"):
+        listed: list[str] = []
+        cursor = first_cursor(listing)
+        while True:
+            page = await store.list_jobs(listing, cursor, 2)
+            listed += [job.job_id for job in page]
+            if len(page) < 2:
+                break
+            cursor = next_cursor(page[-1])
+        assert listed == expected_listing(known, listing), listing
+
+
+@covers("redrive", "redrive_applied")
+async def test_redrive_queues_a_dead_letter_once_per_redrive_id(
+        shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    await dead_letter(shared_store, "d", "q", T0 + 1)
+    await queued(shared_store, "alive", queue="q2")
+    assert await store.redrive_applied("d", "r1") is False
+    assert await store.redrive("alive", "r1", T0) is None  # not a dead letter
+    assert await store.redrive("missing", "r1", T0) is None
+    record = await store.redrive("d", "r1", T0 + 9)
+    assert record is not None
+    assert (record.state, record.outcome, record.attempt, record.settled_at) == (
+        "queued", None, 1, None)
+    assert record.history[-1].redrive_id == "r1"
+    assert await store.redrive_applied("d", "r1") is True
+    assert await store.redrive_applied("d", "r2") is False
+    assert await shared_store.rows(
+        "SELECT job_id, redrive_id, redriven_at FROM tickwork_redrives") == [("d", "r1", T0 + 9)]
+    job = await claimed(shared_store, "t2", T0 + 10)
+    assert await store.settle(job.sequence, "t2", FAILED, T0 + 20, cancelled=False)
+    assert await store.redrive("d", "r1", T0 + 21) is None
+    assert await column(shared_store, "d", "state") == ("settled",)
+    assert await store.redrive("d", "r2", T0 + 22) is not None
+
+
+# ------------------------------------------------- cancel, fail, purge
+
+
+@covers("record_cancellation")
+async def test_record_cancellation_keeps_the_first_id(shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    await queued(shared_store, "a", "b")
+    assert await store.record_cancellation("missing", "c", "any") is False
+    assert await store.record_cancellation("a", "first", "only_if_queued") is True
+    assert await store.record_cancellation("a", "second", "any") is False
+    assert await column(shared_store, "a", "cancellation_id", "state") == ("first", "queued")
+    assert (await claimed(shared_store, "t")).job_id == "b"  # "a" is cancelled
+    assert await store.record_cancellation("b", "c", "only_if_queued") is False
+    assert await store.record_cancellation("b", "c", "any") is True
+    assert await column(shared_store, "b", "cancellation_id", "state") == ("c", "running")
+
+
+@covers("fail_lane")
+async def test_fail_lane_settles_running_jobs_first_up_to_the_limit(
+        shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    assert await store.fail_lane("l", "lane gone", 10, T0) == ([], False)
+    await store.insert(valid_job("w1", "q1", lane="l"), T0)
+    await store.insert(valid_job("w2", "q2", lane="l"), T0)
+    await store.insert(valid_job("r", "q3", lane="l", priority=5), T0)
+    await store.insert(valid_job("other", "q4", lane="m"), T0)
+    assert (await claimed(shared_store, "t")).job_id == "r"
+    failed, more = await store.fail_lane("l", "lane gone", 2, T0 + 5)
+    # Which jobs: the running one first. Not their order: D1 and PostgreSQL
+    # return them in RETURNING's order (OwnerLocalStore sorts running first).
+    assert sorted((job.job_id, job.outcome, job.failure_reason, job.settled_at)
+                  for job in failed) == [("r", "failed", "lane gone", T0 + 5),
+                                         ("w1", "failed", "lane gone", T0 + 5)]
+    assert more is True
+    assert await column(shared_store, "w2", "state") == ("queued",)
+    failed, more = await store.fail_lane("l", "lane gone", 10, T0)
+    assert [job.job_id for job in failed] == ["w2"] and more is False
+    assert await column(shared_store, "other", "state") == ("queued",)
+
+
+@covers("purge")
+async def test_purge_deletes_waiting_jobs_only(shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    assert await store.purge("q") == 0
+    await dead_letter(shared_store, "dead", "q3", T0)
+    await queued(shared_store, "run", "w1", "w2")
+    await store.insert(valid_job("later", delay_ms=1000), T0)
+    await queued(shared_store, "keep", queue="q2")
+    assert (await claimed(shared_store, "t")).job_id == "run"
+    assert await store.purge("q") == 3
+    assert await store.purge("q3") == 0
+    assert await job_ids(shared_store) == ["dead", "run", "keep"]
+
+
+@covers("pause_queue", "resume_queue")
+async def test_pause_and_resume_say_whether_they_changed_anything(
+        shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    assert await store.resume_queue("q") is False
+    assert await store.pause_queue("q", T0) is True
+    assert await store.pause_queue("q", T0 + 1) is False
+    assert await shared_store.rows("SELECT queue, paused_at FROM tickwork_paused_queues") == [
+        ("q", T0)]
+    assert await store.resume_queue("q") is True
+    assert await store.resume_queue("q") is False
+    assert await shared_store.rows("SELECT count(*) FROM tickwork_paused_queues") == [(0,)]
+
+
+# ------------------------------------------------------------ schedules
+
+
+@covers("create_schedule", "find_schedule", "list_schedules", "delete_schedule")
+async def test_create_find_list_delete_a_schedule(shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    assert await store.find_schedule("nightly") is None and await store.list_schedules() == []
+    nightly, hourly = valid_schedule("nightly"), valid_schedule("hourly", every_ms=3_600_000)
+    assert await store.create_schedule(nightly, T0 + 60_000, T0) is True
+    assert await store.create_schedule(valid_schedule("nightly", every_ms=5000), T0,
+                                       T0 + 1) is False
+    assert await store.create_schedule(hourly, T0 + 3_600_000, T0) is True
+    found = await store.find_schedule("nightly")
+    assert found is not None
+    assert (found.spec_json, found.next_at, found.paused, found.created_at,
+            found.updated_at) == (nightly.spec_json, T0 + 60_000, False, T0, T0)
+    assert [schedule.name for schedule in await store.list_schedules()] == ["hourly", "nightly"]
+    assert await store.delete_schedule("nightly") is True
+    assert await store.delete_schedule("nightly") is False
+    assert await shared_store.rows("SELECT name FROM tickwork_schedules") == [("hourly",)]
+
+
+@covers("replace_schedule")
+async def test_replace_schedule_is_fenced_on_the_definition_read(
+        shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    old, new = valid_schedule(every_ms=60_000), valid_schedule(every_ms=120_000)
+    assert await store.replace_schedule(new, old.spec_json, T0, T0) is False
+    await store.create_schedule(old, T0 + 60_000, T0)
+    assert await store.replace_schedule(new, "{}", T0 + 120_000, T0 + 1) is False
+    assert await store.replace_schedule(new, old.spec_json, T0 + 120_000, T0 + 2) is True
+    assert await shared_store.rows(
+        "SELECT spec_json, next_at, created_at, updated_at FROM tickwork_schedules") == [
+        (new.spec_json, T0 + 120_000, T0, T0 + 2)]
+    assert await store.replace_schedule(new, old.spec_json, T0, T0 + 3) is False
+
+
+@covers("pause_schedule", "resume_schedule")
+async def test_pause_and_resume_a_schedule(shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    schedule = valid_schedule()
+    assert await store.pause_schedule("nightly", T0) is False
+    await store.create_schedule(schedule, T0 + 60_000, T0)
+    assert await store.resume_schedule("nightly", schedule.spec_json, T0, T0) is False
+    assert await store.pause_schedule("nightly", T0 + 1) is True
+    assert await store.pause_schedule("nightly", T0 + 2) is False
+    found = await store.find_schedule("nightly")
+    assert found is not None and (found.paused, found.updated_at) == (True, T0 + 1)
+    assert await store.next_slot() is None  # a paused schedule has no next slot
+    assert await store.resume_schedule("nightly", "{}", T0 + 180_000, T0 + 3) is False
+    assert await store.resume_schedule("nightly", schedule.spec_json, T0 + 180_000,
+                                       T0 + 3) is True
+    found = await store.find_schedule("nightly")
+    assert found is not None and (found.paused, found.next_at, found.updated_at) == (
+        False, T0 + 180_000, T0 + 3)
+
+
+@covers("due_schedules", "next_slot")
+async def test_due_schedules_and_the_next_slot(shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    assert await store.due_schedules(T0) == ([], None) and await store.next_slot() is None
+    await store.create_schedule(valid_schedule("b"), T0 + 100, T0)
+    await store.create_schedule(valid_schedule("a"), T0 + 100, T0)
+    await store.create_schedule(valid_schedule("c"), T0 + 50, T0)
+    await store.create_schedule(valid_schedule("later"), T0 + 999, T0)
+    assert await store.next_slot() == T0 + 50
+    due, judged_at = await store.due_schedules(T0 + 100)
+    assert [s.name for s in due] == ["c", "a", "b"] and judged_at == T0 + 100
+    assert await store.due_schedules(T0 + 49) == ([], None)
+
+
+@covers("fire_slots")
+async def test_fire_slots_creates_each_slot_job_once_and_advances(
+        shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    schedule = valid_schedule(every_ms=60_000, payload={"k": 1}, catch_up=5)
+    first = 60_000 * (T0 // 60_000 + 1)
+    await store.create_schedule(schedule, first, T0)
+    await store.create_schedule(valid_schedule("other"), first + 600_000, T0)
+    slots = [first, first + 60_000]
+    created, next_slot = await store.fire_slots(schedule, slots, first + 120_000,
+                                                first + 60_000)
+    assert [job.run_at for job in created] == slots
+    assert [job.job_id for job in created] == [schedule.slot_job(slot).job_id for slot in slots]
+    assert next_slot == first + 120_000
+    rows = await shared_store.rows("SELECT job_id, queue, payload_json, run_at, enqueued_at, "
+                                   "state FROM tickwork_jobs ORDER BY sequence")
+    assert rows == [(job.job_id, "sched", '{"k":1}', job.run_at, first + 60_000, "queued")
+                    for job in created]
+    found = await store.find_schedule("nightly")
+    assert found is not None and found.next_at == first + 120_000
+    # A lagging caller firing the same slots again creates nothing, moves nothing back.
+    again = await store.fire_slots(schedule, slots, first + 60_000, first + 60_000)
+    assert again == ([], first + 120_000)
+    assert len(await job_ids(shared_store)) == 2
+    other = valid_schedule(every_ms=120_000)  # nor does another definition
+    assert (await store.fire_slots(other, [first + 120_000], first + 240_000,
+                                   first + 130_000))[0] == []
