@@ -50,8 +50,9 @@ def uv() -> str:
 
 def python_for_the_example() -> list[str]:
     """``--python`` for uv: a CPython 3.12+ on this machine (the example's
-    requires-python), from PATH or pyenv's versions; none found, uv looks
-    for one itself (and may download it)."""
+    requires-python), from PATH or pyenv's versions. None found is a failure
+    that says so: uv would try to download one (from GitHub, which neither
+    this workplace nor its CI reaches), and fail less clearly."""
     pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
     candidates = [shutil.which(f"python3.{minor}") for minor in (12, 13, 14)]
     candidates += [str(path) for path in sorted(pyenv.glob("3.1[2-9]*/bin/python3"))]
@@ -61,7 +62,8 @@ def python_for_the_example() -> list[str]:
                 [candidate, "-c", "import sys; sys.exit(sys.version_info < (3, 12))"],
                 capture_output=True).returncode == 0:
             return ["--python", candidate]
-    return []
+    pytest.fail("no CPython 3.12 or newer on this machine (the example's requires-python): "
+                "install one (e.g. pyenv install 3.12) to build the example's environment")
 
 
 @pytest.fixture
@@ -74,6 +76,7 @@ def uv_env(tmp_path: Path) -> dict[str, str]:
         "UV_PROJECT_ENVIRONMENT", "UV_FROZEN", "UV_LOCKED", "UV_NO_SYNC", "UV_NO_DEV"}}
     environment["UV_CACHE_DIR"] = str(tmp_path / "uv-cache")
     environment["NO_COLOR"] = "1"
+    environment["UV_PYTHON_DOWNLOADS"] = "never"  # see python_for_the_example
     return environment
 
 
