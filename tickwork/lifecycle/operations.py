@@ -141,7 +141,7 @@ MAX_ROUNDS = 8
 
 #: A tick's answer: what it did, and the claim it took for the next tick (a
 #: worker loop's ``claim_next``), if any.
-Ticked = tuple[TickResult, "Held | None"]
+TickAnswer = tuple[TickResult, "Held | None"]
 
 
 def settled(job: JobRecord) -> TickResult:
@@ -582,7 +582,7 @@ def _fire_due(due: list[StoredSchedule], now: int) -> Plan[int]:
 # ------------------------------------------------------------------ ticks
 
 
-def tick(ticker: object, *, claim_next: bool = False, reporting: bool = True) -> Plan[Ticked]:
+def tick(ticker: object, *, claim_next: bool = False, reporting: bool = True) -> Plan[TickAnswer]:
     """Recover a dead claim, settle a cancelled job, or claim and run one job.
 
     The common tick is one request before the executor runs: the claim only
@@ -653,7 +653,7 @@ def recover(suspect: Suspect, ticker: object) -> Plan[TickResult | None]:
     return settled(recovered)
 
 
-def run(held: Held, *, claim_next: bool = False, reporting: bool = True) -> Plan[Ticked]:
+def run(held: Held, *, claim_next: bool = False, reporting: bool = True) -> Plan[TickAnswer]:
     """Execute a held claim and record exactly one outcome for it: its
     settlement, or, when its retry policy retries this attempt, its return
     to the queue as the next attempt (the job's one outcome comes later).
