@@ -55,7 +55,7 @@ def context(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        pytest.fail("playwright is not installed: pip install -e '.[test]' (scripts/test does)")
+        pytest.fail("playwright is not installed: pip install -e '.[browser]' (scripts/test does)")
     with sync_playwright() as playwright:
         browser_context = playwright.chromium.launch_persistent_context(
             str(tmp_path_factory.mktemp("chromium-profile")), executable_path=str(CHROMIUM),
