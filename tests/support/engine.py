@@ -22,6 +22,7 @@ import inspect
 from collections.abc import Sequence
 from typing import Any
 
+from tests.support.shared import UNTIL_TIMEOUT_S
 from tickwork import DEFAULT_LEASE_MS, Job, JobRecord, Schedule, ScheduleRecord
 from tickwork.model.outcomes import (
     CancelResult,
@@ -260,7 +261,7 @@ class Engine:
             self.harness.now.advance(DEFAULT_LEASE_MS + 1)
 
 
-async def until(predicate: Any, timeout: float = 5.0) -> None:
+async def until(predicate: Any, timeout: float = UNTIL_TIMEOUT_S) -> None:
     """Let the loop run until ``predicate()`` holds."""
     deadline = asyncio.get_running_loop().time() + timeout
     while not predicate():

@@ -116,7 +116,14 @@ class SharedHarness:
         return {row[0]: (row[1], row[2]) for row in rows}
 
 
-async def until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+#: How long ``until`` waits for a condition: the time a failing test takes to
+#: say so. Generous, because the real-Pyodide tier runs D1 through
+#: Miniflare's synchronous proxy beside the rest of the suite on two cores
+#: (a claim once took over 5 s there, in a CI run).
+UNTIL_TIMEOUT_S = 20.0
+
+
+async def until(predicate: Callable[[], bool], timeout: float = UNTIL_TIMEOUT_S) -> None:
     """Let the loop run until ``predicate()`` holds."""
     deadline = asyncio.get_running_loop().time() + timeout
     while not predicate():
