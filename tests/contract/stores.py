@@ -18,12 +18,21 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from tickwork import Job, JobRecord, Recovery, Retry, Schedule, ScheduledJob
+from tickwork.lifecycle import Settlement
 from tickwork.lifecycle.requests import JobListing
+from tickwork.model.failures import ErrorSummary
 from tickwork.model.jobs import ValidJob, validate_job
 from tickwork.model.schedules import ValidSchedule, validate_schedule
 
 #: The fixed start of the contract clock: 2026-11-30T00:00:00Z (as tests.support.shared).
 T0 = 1_796_000_000_000
+
+#: Settlements the contract tests record: a success, a failure, a failure
+#: with the error summary of what its executor raised.
+COMPLETED = Settlement("completed")
+FAILED = Settlement("failed", "it broke")
+RAISED = Settlement("failed", "it broke",
+                    error=ErrorSummary("ValueError", "no ünïcode here", "Traceback ...\n"))
 
 _Test = TypeVar("_Test", bound=Callable[..., Any])
 

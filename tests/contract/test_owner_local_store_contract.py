@@ -14,6 +14,9 @@ from typing import Any
 import pytest
 
 from tests.contract.stores import (
+    COMPLETED,
+    FAILED,
+    RAISED,
     T0,
     coverage_gaps,
     covers,
@@ -29,14 +32,8 @@ from tickwork import JobRecord, Retry
 from tickwork.lifecycle import Settlement
 from tickwork.lifecycle.requests import JobListing
 from tickwork.model.errors import IngestConflict
-from tickwork.model.failures import ErrorSummary
 from tickwork.stores.owner_local import EVERY_JOB, OwnerLocalStore, inside_lane, outside_lane
 from tickwork.stores.owner_schema import SCHEMA_VERSION
-
-COMPLETED = Settlement("completed")
-FAILED = Settlement("failed", "it broke")
-RAISED = Settlement("failed", "it broke",
-                    error=ErrorSummary("ValueError", "no ünïcode here", "Traceback ...\n"))
 
 
 def test_every_store_method_has_a_contract_test() -> None:

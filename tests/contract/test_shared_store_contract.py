@@ -16,6 +16,9 @@ from typing import Any
 import pytest
 
 from tests.contract.stores import (
+    COMPLETED,
+    FAILED,
+    RAISED,
     T0,
     coverage_gaps,
     covers,
@@ -31,7 +34,6 @@ from tickwork import Retry
 from tickwork.lifecycle import Settlement
 from tickwork.lifecycle.requests import JobListing
 from tickwork.model.errors import IngestConflict, SchemaError
-from tickwork.model.failures import ErrorSummary
 from tickwork.model.jobs import JobRecord
 from tickwork.ports.shared_store import SharedStore
 from tickwork.stores.d1 import store as d1_store
@@ -39,10 +41,6 @@ from tickwork.stores.d1.store import D1Store
 from tickwork.stores.postgres import store as postgres_store
 from tickwork.stores.postgres.store import PostgresStore
 
-COMPLETED = Settlement("completed")
-FAILED = Settlement("failed", "it broke")
-RAISED = Settlement("failed", "it broke",
-                    error=ErrorSummary("ValueError", "no ünïcode here", "Traceback ...\n"))
 LEASE = 30_000
 #: The first page of a listing that goes newest first: before every settlement.
 END = (2**53 - 1, 2**53 - 1)

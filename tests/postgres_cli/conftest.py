@@ -15,6 +15,16 @@ from tests.support.pg.fixtures import (  # noqa: F401  (pytest finds fixtures by
 )
 from tests.support.pg.server import PostgresCluster, TemplateRegistry, unique_database_name
 
+
+def without_module(directory: Path, module: str) -> str:
+    """A PYTHONPATH entry under ``directory`` where importing ``module``
+    fails as if it were not installed (put it first on the path)."""
+    shadow = directory / "shadow"
+    shadow.mkdir(exist_ok=True)
+    (shadow / f"{module}.py").write_text(f"raise ImportError(\"No module named '{module}'\")\n")
+    return str(shadow)
+
+
 #: A fresh database built from the first ``n`` migrations (all of them for None).
 MakeDatabase = Callable[[int | None], str]
 

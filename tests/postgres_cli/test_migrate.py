@@ -12,7 +12,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.postgres_cli.conftest import MakeDatabase
+from tests.postgres_cli.conftest import MakeDatabase, without_module
 from tests.support.pg.fixtures import POSTGRES_SCHEMA_DIR, open_pool, schema_files
 from tickwork import PostgresRuntime
 from tickwork.hosts.cpython.migrate_cli import MIGRATE_LOCK_KEY
@@ -223,9 +223,7 @@ def test_bad_input_is_one_clear_line(args: list[str], env: dict[str, str],
 
 
 def test_missing_psycopg_names_the_extra(tmp_path: Path) -> None:
-    shadow = tmp_path / "shadow"
-    shadow.mkdir()
-    (shadow / "psycopg.py").write_text("raise ImportError(\"No module named 'psycopg'\")\n")
+    shadow = without_module(tmp_path, "psycopg")
     result = migrate("--dsn", "postgresql://nowhere/db",
                      env=environment(PYTHONPATH=f"{shadow}:{ROOT}"))
     assert result.returncode == 1

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.postgres_cli.conftest import MakeDatabase
+from tests.postgres_cli.conftest import MakeDatabase, without_module
 from tests.support.pg.fixtures import open_pool
 from tickwork import Job, JobRecord, PostgresRuntime
 
@@ -288,10 +288,7 @@ def test_bad_input_is_one_clear_line(tmp_path: Path, args: list[str], expected: 
 
 
 def test_missing_psycopg_names_the_extra(tmp_path: Path) -> None:
-    shadow = tmp_path / "shadow"
-    shadow.mkdir()
-    (shadow / "psycopg_pool.py").write_text(
-        "raise ImportError(\"No module named 'psycopg_pool'\")\n")
+    shadow = without_module(tmp_path, "psycopg_pool")
     result = Worker(tmp_path, "postgresql://nowhere/db",
                     env={"PYTHONPATH": f"{shadow}:{ROOT}"}).run()
     assert result.returncode == 1

@@ -35,9 +35,10 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from tickwork.hosts.cpython.common import error_line, redact_dsn
+from tickwork.hosts.cpython.common import error_line, redact_dsn, stderr
 from tickwork.schemas import Migration, migrations
 from tickwork.stores.schema_version import POSTGRES_MIGRATIONS
+from tickwork.stores.sql import postgres as postgres_sql
 
 #: Where the DSN comes from when --dsn is absent.
 DSN_ENV = "DATABASE_URL"
@@ -73,10 +74,10 @@ def main(options: argparse.Namespace) -> int:
     try:
         return migrate(options.dsn or os.environ.get(DSN_ENV) or None, sql_only=options.sql)
     except MigrateError as error:
-        print(f"tickwork migrate: {error}", file=sys.stderr, flush=True)
+        stderr(f"tickwork migrate: {error}")
         return 1
     except KeyboardInterrupt:  # the transaction, if any, was never committed
-        print("tickwork migrate: interrupted; nothing was applied", file=sys.stderr)
+        stderr("tickwork migrate: interrupted; nothing was applied")
         return 130
 
 
@@ -89,7 +90,7 @@ def migrate(dsn: str | None, *, sql_only: bool = False,
     MigrateError with a one-line message for anything that went wrong.
     """
     out = write or _stdout
-    err = log or _stderr
+    err = log or stderr
     known = package_migrations()
     if sql_only and dsn is None:
         out(render_sql(known))
@@ -165,8 +166,7 @@ def _stored_version(connection: Any) -> int:
         exists = connection.execute("SELECT to_regclass('tickwork_meta') IS NOT NULL")
         if not exists.fetchone()[0]:
             return 0
-        row = connection.execute(
-            "SELECT value FROM tickwork_meta WHERE key = 'schema_version'").fetchone()
+        row = connection.execute(postgres_sql.SCHEMA_VERSION).fetchone()
     except Exception as error:
         raise MigrateError(f"cannot read the schema version: {error_line(error)}") from None
     if row is None:
@@ -227,6 +227,3 @@ def _stdout(text: str) -> None:
     sys.stdout.write(text)
     sys.stdout.flush()
 
-
-def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)

@@ -529,7 +529,8 @@ class OwnerDirectory:
         if self._open.get(owner.key) is owner:
             del self._open[owner.key]
         try:
-            backlog = owner.runtime.backlog()
+            # Remembered for the gauges while closed; not when the process stops.
+            backlog = [] if self._stopping else owner.runtime.backlog()
         except sqlite3.Error:
             backlog = []  # counted again once it is opened
         if backlog:

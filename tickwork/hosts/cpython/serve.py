@@ -259,14 +259,13 @@ async def serve(options: argparse.Namespace) -> int:
             shared = SharedWorkers(options.postgres, execute, workers=options.workers,
                                    poll_s=options.poll, progress=progress, on_event=on_event)
             shared_service = await shared.start()
-        workers = shared
 
         async def scrape() -> str:
             # The counters, and the queue gauges read now: every owner's
             # backlog and the shared queues' (cheap reads, see Metrics).
             backlog = store.backlog()
-            if workers is not None:
-                backlog += await workers.backlog()
+            if shared is not None:
+                backlog += await shared.backlog()
             return metrics.prometheus_text(backlog)
 
         api = JobApi(token=token, owners=store.service, shared=shared_service, metrics=scrape)
