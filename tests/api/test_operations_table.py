@@ -15,7 +15,12 @@ from openapi_spec_validator import validate
 from tickwork import InvalidArgument, InvalidJob, Job, Retry, Schedule, ScheduledJob
 from tickwork.api import OPERATIONS, ApiError, JobOwnerRpc, JobService, rpc_methods
 from tickwork.api.openapi import openapi_document, openapi_json, route_table
+from tickwork.api.operations import DECLARED, Operation
 from tickwork.api.rpc import RpcService
+from tickwork.client import AsyncJobs, Jobs
+from tickwork.lifecycle.surface import JobOperations, declared_operations
+from tickwork.runtimes.owner_local import OwnerRuntime
+from tickwork.runtimes.shared import SharedRuntime
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -43,12 +48,48 @@ def test_the_openapi_document_is_valid_and_has_every_operation_in_both_scopes() 
 
 
 def test_every_service_method_is_an_operation_and_every_operation_a_method() -> None:
-    methods = {name for name, _ in inspect.getmembers(JobService, inspect.iscoroutinefunction)
+    declared = declared_operations(JobService)
+    written = {name for name, _ in inspect.getmembers(JobService, inspect.iscoroutinefunction)
                if not name.startswith("_")} - {"perform"}
-    assert methods == {operation.name for operation in OPERATIONS}
+    assert not written & declared.keys()
+    assert written | declared.keys() == {operation.name for operation in OPERATIONS}
     for operation in OPERATIONS:
-        signature = inspect.signature(getattr(JobService, operation.name))
-        assert len(signature.parameters) - 1 == operation.arity, operation.name
+        signature = inspect.signature(getattr(JobService(), operation.name))
+        assert len(signature.parameters) == operation.arity, operation.name
+
+
+def test_every_declared_operation_is_served_and_performed_by_the_runtime_method() -> None:
+    """The declarations (tickwork.lifecycle.surface) and the table agree: an
+    operation is declared or its perform is given, never both."""
+    declared = declared_operations(JobOperations)
+    assert declared.keys() == DECLARED.keys()
+    for operation in OPERATIONS:
+        if operation.name in declared:
+            assert operation.arity == len(declared[operation.name].signature.parameters)
+
+
+@pytest.mark.parametrize("surface", [OwnerRuntime, SharedRuntime, JobService, AsyncJobs,
+                                     Jobs, RpcService])
+def test_every_surface_has_every_declared_operation_with_the_plans_signature(
+        surface: type[Any]) -> None:
+    declared = declared_operations(JobOperations)
+    found = declared_operations(surface)
+    for name, operation in declared.items():
+        # Declared (derived) on the surface, or written by hand with the same parameters.
+        if name not in found:
+            written = inspect.signature(getattr(surface, name))
+            assert list(written.parameters)[1:] == list(operation.signature.parameters), name
+    assert {name: getattr(surface, name).__doc__ for name in found} == {
+        name: operation.plan.__doc__ for name, operation in found.items()}
+
+
+def test_an_operation_is_declared_or_given_a_perform_never_both() -> None:
+    with pytest.raises(TypeError, match="give perform exactly when"):
+        Operation("redrive", "POST", ("x",), "", lambda args, body: ((), None),
+                  lambda args, context, result: None, perform=lambda runtime: None)
+    with pytest.raises(TypeError, match="give perform exactly when"):
+        Operation("not_declared", "GET", ("x",), "", lambda args, body: ((), None),
+                  lambda args, context, result: None)
 
 
 def test_paths_are_unambiguous() -> None:
@@ -203,5 +244,5 @@ def test_the_client_page_lists_every_client_method_as_generated() -> None:
     assert table == client_method_table()
     for facade in (Jobs, AsyncJobs):
         methods = {name for name, _ in inspect.getmembers(facade, inspect.isfunction)
-                   if not name.startswith("_")}
+                   if not name.startswith("_")} | declared_operations(facade).keys()
         assert methods == {operation.name for operation in OPERATIONS} | {"ingest_many"}, facade

@@ -106,10 +106,10 @@ async def test_every_operation_through_the_worker_side_client(host: Host) -> Non
     assert head is not None and head.job_id == "a"
     assert await jobs.read_queue_head("empty") is None
 
-    cancelled = await jobs.cancel("b", "cancel-b", False)
+    cancelled = await jobs.cancel("b", "cancel-b")
     assert (cancelled.status, cancelled.job_id) == ("recorded", "b")
-    assert (await jobs.cancel("b", "cancel-b", False)).status == "replayed"
-    assert (await jobs.cancel("b", "other", True)).status == "conflict"
+    assert (await jobs.cancel("b", "cancel-b")).status == "replayed"
+    assert (await jobs.cancel("b", "other", only_if_queued=True)).status == "conflict"
     refused = await jobs.fail_lane("lane-1", "tenant_blocked")
     assert (refused.settled, refused.more) == (2, False)
     assert await jobs.purge("s") == 1

@@ -19,20 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from typing import Any
 
 from tests.support.shared import UNTIL_TIMEOUT_S
-from tickwork import DEFAULT_LEASE_MS, Job, JobRecord, Schedule, ScheduleRecord
+from tickwork import DEFAULT_LEASE_MS
+from tickwork.lifecycle.surface import AsyncSurface, Declared, RuntimeOperations
 from tickwork.model.outcomes import (
-    CancelResult,
-    DeadLetters,
-    FailLaneResult,
-    IngestStatus,
-    JobPage,
-    QueueBacklog,
-    QueueStatus,
-    RedriveResult,
     TickResult,
 )
 
@@ -48,8 +41,9 @@ ENGINE_KINDS = OWNER_LOCAL_KINDS + SHARED_KINDS
 BEHAVIOUR_KINDS = ("sqlite3", "d1-builtin", "postgres")
 
 
-class Jobs:
-    """One runtime, owner-local (synchronous) or shared (async), as one async API."""
+class Jobs(RuntimeOperations, AsyncSurface):
+    """One runtime, owner-local (synchronous) or shared (async), as one async
+    API: every operation of ``RuntimeOperations``, awaited."""
 
     def __init__(self, runtime: Any) -> None:
         self.runtime = runtime
@@ -60,100 +54,13 @@ class Jobs:
             result = await result
         return result
 
-    async def ingest(self, job: Job) -> IngestStatus:
-        status: IngestStatus = await self._call("ingest", job)
-        return status
-
-    async def ingest_many(self, jobs: Sequence[Job]) -> list[IngestStatus]:
-        statuses: list[IngestStatus] = await self._call("ingest_many", jobs)
-        return statuses
-
-    async def read(self, job_id: str) -> JobRecord | None:
-        record: JobRecord | None = await self._call("read", job_id)
-        return record
-
-    async def read_queue_head(self, queue: str) -> JobRecord | None:
-        record: JobRecord | None = await self._call("read_queue_head", queue)
-        return record
-
-    async def backlog(self) -> list[QueueBacklog]:
-        backlogs: list[QueueBacklog] = await self._call("backlog")
-        return backlogs
-
-    async def status(self) -> list[QueueStatus]:
-        statuses: list[QueueStatus] = await self._call("status")
-        return statuses
-
-    async def queue_status(self, queue: str) -> QueueStatus:
-        status: QueueStatus = await self._call("queue_status", queue)
-        return status
-
-    async def has_pending_work(self) -> bool:
-        pending: bool = await self._call("has_pending_work")
-        return pending
-
-    async def next_tick_at(self) -> int | None:
-        at: int | None = await self._call("next_tick_at")
-        return at
-
-    async def cancel(self, job_id: str, cancellation_id: str, *,
-                     only_if_queued: bool = False) -> CancelResult:
-        result: CancelResult = await self._call("cancel", job_id, cancellation_id,
-                                                only_if_queued=only_if_queued)
-        return result
-
-    async def fail_lane(self, lane: str, reason: str) -> FailLaneResult:
-        result: FailLaneResult = await self._call("fail_lane", lane, reason)
-        return result
-
-    async def purge(self, queue: str) -> int:
-        deleted: int = await self._call("purge", queue)
-        return deleted
-
-    async def pause(self, queue: str) -> bool:
-        changed: bool = await self._call("pause", queue)
-        return changed
-
-    async def resume(self, queue: str) -> bool:
-        changed: bool = await self._call("resume", queue)
-        return changed
-
-    async def dead_letters(self, queue: str, *, limit: int = 50,
-                           cursor: str | None = None) -> DeadLetters:
-        page: DeadLetters = await self._call("dead_letters", queue, limit=limit, cursor=cursor)
-        return page
+    def _perform_declared(self, declared: Declared[Any, Any], args: tuple[Any, ...],
+                          kwargs: dict[str, Any]) -> Coroutine[Any, Any, Any]:
+        return self._call(declared.name, *args, **kwargs)
 
     async def check_ready(self) -> int:
         version: int = await self._call("check_ready")
         return version
-
-    async def list_jobs(self, queue: str | None = None, **options: Any) -> JobPage:
-        page: JobPage = await self._call("list_jobs", queue, **options)
-        return page
-
-    async def redrive(self, job_id: str, redrive_id: str) -> RedriveResult:
-        result: RedriveResult = await self._call("redrive", job_id, redrive_id)
-        return result
-
-    async def put_schedule(self, schedule: Schedule) -> str:
-        status: str = await self._call("put_schedule", schedule)
-        return status
-
-    async def schedules(self) -> list[ScheduleRecord]:
-        records: list[ScheduleRecord] = await self._call("schedules")
-        return records
-
-    async def pause_schedule(self, name: str) -> bool:
-        changed: bool = await self._call("pause_schedule", name)
-        return changed
-
-    async def resume_schedule(self, name: str) -> bool:
-        changed: bool = await self._call("resume_schedule", name)
-        return changed
-
-    async def delete_schedule(self, name: str) -> bool:
-        changed: bool = await self._call("delete_schedule", name)
-        return changed
 
     async def fire_schedules(self) -> int:
         created: int = await self._call("fire_schedules")

@@ -139,7 +139,7 @@ def test_bad_input_is_refused_before_any_request() -> None:
     with pytest.raises(InvalidArgument, match="queue"):
         next(operations.purge(""))
     with pytest.raises(InvalidArgument, match="only_if_queued"):
-        next(operations.cancel("a", "c", "yes"))  # type: ignore[arg-type]
+        next(operations.cancel("a", "c", only_if_queued="yes"))  # type: ignore[arg-type]
 
 
 def test_ingest_many_asks_again_until_the_store_decides() -> None:

@@ -339,7 +339,7 @@ class Dashboard:
         if action == "cancel":
             subject = check_id("job_id", form.get("job_id"))
             # One cancellation id per job: a second click replays the first.
-            result = (await service.cancel(subject, "dashboard", False)).status
+            result = (await service.cancel(subject, "dashboard")).status
         elif action == "redrive":
             subject = check_id("job_id", form.get("job_id"))
             # The form names the settlement it redrives: a double submit
@@ -444,13 +444,13 @@ class Dashboard:
         queue = status.queue
         badge = ' <span class="badge paused">paused</span>' if status.paused else ""
         head = await service.read_queue_head(queue)
-        queued = await service.list_jobs(queue, None, "queued", None, "oldest",
-                                         JOBS_PER_LIST, None)
-        running = await service.list_jobs(queue, None, "running", None, "oldest",
-                                          JOBS_PER_LIST, None)
-        failed = await service.list_jobs(queue, None, "settled", "failed", "newest",
-                                         JOBS_PER_LIST, None)
-        dead = await service.dead_letters(queue, JOBS_PER_LIST, None)
+        queued = await service.list_jobs(queue, state="queued", order="oldest",
+                                         limit=JOBS_PER_LIST)
+        running = await service.list_jobs(queue, state="running", order="oldest",
+                                          limit=JOBS_PER_LIST)
+        failed = await service.list_jobs(queue, state="settled", outcome="failed",
+                                         limit=JOBS_PER_LIST)
+        dead = await service.dead_letters(queue, limit=JOBS_PER_LIST)
         # The head is shown first; the other lists hold the others.
         shown = head.job_id if head else None
         lists = [

@@ -145,20 +145,24 @@ def client_method_table() -> str:
     import inspect
 
     from tickwork.client.clients import Jobs
+    from tickwork.lifecycle.surface import declared_operations
 
     summaries = {operation.name: operation.summary for operation in OPERATIONS}
+    signatures = {name: (list(inspect.signature(method).parameters.values())[1:],
+                         str(inspect.signature(method).return_annotation))
+                  for name, method in inspect.getmembers(Jobs, inspect.isfunction)
+                  if not name.startswith("_")}
+    for name, declared in declared_operations(Jobs).items():
+        plan_returns = str(declared.signature.return_annotation)  # "Plan[...]"
+        signatures[name] = (list(declared.signature.parameters.values()),
+                            plan_returns.removeprefix("Plan[").removesuffix("]"))
     lines = ["| Method | Returns | What it does |", "| --- | --- | --- |"]
-    for name, method in inspect.getmembers(Jobs, inspect.isfunction):
-        if name.startswith("_"):
-            continue
-        signature = inspect.signature(method)
-        parameters = str(signature.replace(
-            parameters=[parameter.replace(annotation=inspect.Parameter.empty)
-                        for parameter in list(signature.parameters.values())[1:]],
-            return_annotation=inspect.Signature.empty))
-        returns = str(signature.return_annotation).replace("|", "\\|")  # a table cell
+    for name, (parameters, returns) in sorted(signatures.items()):
+        shown = str(inspect.Signature(
+            [parameter.replace(annotation=inspect.Parameter.empty) for parameter in parameters]))
+        returns = returns.replace("|", "\\|")  # a table cell
         operation = "ingest" if name == "ingest_many" else name
-        lines.append(f"| `{name}{parameters}` | `{returns}` | {summaries[operation]} |")
+        lines.append(f"| `{name}{shown}` | `{returns}` | {summaries[operation]} |")
     return "\n".join(lines) + "\n"
 
 

@@ -4,15 +4,16 @@ Every operation is one ``Operation`` in ``OPERATIONS``: its name (the
 ``JobService`` method and the Durable Object RPC method), its HTTP method and
 path, how an HTTP request becomes its arguments, how its result becomes the
 HTTP answer, how its arguments and result cross RPC (as text, see
-``tickwork.api.rpc``), which runtime method performs it, and its description
-for the OpenAPI document. The HTTP routes (``routes.py``), the RPC stubs and
-the object's RPC methods (``rpc.py``), the host scopes (``service.py``) and
+``tickwork.api.rpc``) and its description for the OpenAPI document. The
+HTTP routes (``routes.py``), the RPC stubs and the object's RPC methods
+(``rpc.py``), the host scopes (``service.py``) and
 ``docs/reference/openapi.json`` are all built from this table.
 
-Adding an operation: a plan in ``tickwork.lifecycle.operations``, a method on
-each runtime driving it, a ``JobService`` method, an entry here (with the
-client's ``to_http`` and ``from_http``), and its method on the clients
-(``tickwork.client.clients``).
+Adding an operation: its plan in ``tickwork.lifecycle.operations``, one line
+declaring it in ``tickwork.lifecycle.surface.JobOperations`` (which gives
+every runtime, ``JobService`` and both clients its typed method), and its
+entry here (with the client's ``to_http`` and ``from_http``). A test holds
+the declarations and this table together.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from tickwork.lifecycle.operations import (
     READ_SETTLED_MAX_LIMIT,
     list_jobs_request,
 )
+from tickwork.lifecycle.surface import Declared, JobOperations, declared_operations
 from tickwork.model.errors import IngestConflict, InvalidArgument, InvalidJob
 from tickwork.model.jobs import (
     MAX_ATTEMPTS,
@@ -68,6 +70,25 @@ Decode = Callable[[Sequence[str], Any], tuple[tuple[Any, ...], Any]]
 Answer = Callable[[tuple[Any, ...], Any, Any], Reply]
 
 
+#: The operations every surface declares (``tickwork.lifecycle.surface``), by name.
+DECLARED: Final = declared_operations(JobOperations)
+
+
+def _runtime_method(declared: Declared[Any, Any]) -> Callable[..., Any]:
+    """``perform(runtime, *arguments)`` of a declared operation: the
+    runtime's method of its name (each argument passed by name)."""
+    name = declared.name
+
+    def perform(runtime: Any, *arguments: Any) -> Any:
+        return declared.call_with(getattr(runtime, name), arguments)
+
+    parameters = [inspect.Parameter("runtime", inspect.Parameter.POSITIONAL_ONLY),
+                  *(parameter.replace(kind=inspect.Parameter.POSITIONAL_ONLY)
+                    for parameter in declared.signature.parameters.values())]
+    perform.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+    return perform
+
+
 @dataclass(frozen=True, slots=True)
 class Operation:
     """One operation of the API; see the module doc."""
@@ -79,10 +100,12 @@ class Operation:
     decode: Decode
     reply: Answer
     #: ``perform(runtime, *arguments)``: the runtime method (sync or async).
-    perform: Callable[..., Any]
+    #: Derived for an operation of ``JobOperations`` (the runtime's method of
+    #: its name); given only for the others.
+    perform: Callable[..., Any] | None = None
     #: Its result as JSON data, and back (what an RPC reply carries).
-    result_to_wire: Callable[[Any], Any]
-    result_from_wire: Callable[[Any], Any]
+    result_to_wire: Callable[[Any], Any] = lambda result: result
+    result_from_wire: Callable[[Any], Any] = lambda result: result
     #: Its arguments as RPC sends them (str, bool or JSON text), and back.
     args_to_rpc: Callable[[tuple[Any, ...]], tuple[Any, ...]] = lambda args: args
     args_from_rpc: Callable[[tuple[Any, ...]], tuple[Any, ...]] = lambda args: args
@@ -110,10 +133,18 @@ class Operation:
     #: not: a second call may take jobs the first did not.
     idempotent: bool = False
 
+    def __post_init__(self) -> None:
+        declared = DECLARED.get(self.name)
+        if (declared is None) == (self.perform is None):
+            raise TypeError(f"operation {self.name!r}: give perform exactly when it is not "
+                            "declared in tickwork.lifecycle.surface.JobOperations")
+        if declared is not None:
+            object.__setattr__(self, "perform", _runtime_method(declared))
+
     @property
     def arity(self) -> int:
         """How many arguments it takes (``perform``'s, but the runtime)."""
-        return len(inspect.signature(self.perform).parameters) - 1
+        return len(inspect.signature(self.perform).parameters) - 1  # type: ignore[arg-type]
 
     @property
     def path_params(self) -> tuple[str, ...]:
@@ -483,7 +514,6 @@ def _schedule_action(name: str, summary: str, answer: str) -> Operation:
     return Operation(
         name, "POST", ("schedules", "{name}", action), summary, _schedule_name,
         lambda args, context, changed: Reply(200, {"name": args[0], "changed": changed}),
-        perform=lambda runtime, schedule: getattr(runtime, name)(schedule),
         result_to_wire=_same, result_from_wire=_same, body_schema=_EMPTY_SCHEMA,
         answers={200: answer}, reply_shape='`{"name", "changed"}`',
         to_http=lambda args: ((args[0],), {}), from_http=lambda body: body["changed"],
@@ -498,7 +528,6 @@ def _pausing(name: str, summary: str, *, paused: bool, creates_owner: bool = Fal
         name, "POST", ("queues", "{queue}", name), summary, _decode_queue_action,
         lambda args, context, changed: Reply(200, {"queue": args[0], "paused": paused,
                                                    "changed": changed}),
-        perform=lambda runtime, queue: getattr(runtime, name)(queue),
         result_to_wire=_same, result_from_wire=_same, creates_owner=creates_owner,
         body_schema=_EMPTY_SCHEMA,
         answers={200: f"{'paused' if paused else 'not paused'}; changed says whether "
@@ -529,7 +558,6 @@ OPERATIONS: Final = (
     Operation(
         "read", "GET", ("jobs", "{job_id}"), "Read one job",
         _job_id, _reply_read,
-        perform=lambda runtime, job_id: runtime.read(job_id),
         result_to_wire=_optional_record, result_from_wire=_optional_record_from,
         answers={200: "the job", 404: "no such job"},
         reply_shape='`{"job": {...}}`',
@@ -541,8 +569,6 @@ OPERATIONS: Final = (
         _decode_cancel,
         lambda args, context, result: Reply(CANCEL_STATUS[result.status],
                                             wire.cancel_to_wire(result)),
-        perform=lambda runtime, job_id, cancellation_id, only_if_queued: runtime.cancel(
-            job_id, cancellation_id, only_if_queued=only_if_queued),
         result_to_wire=wire.cancel_to_wire,
         result_from_wire=wire.cancel_from_wire,
         body_schema=_CANCEL_SCHEMA,
@@ -557,7 +583,6 @@ OPERATIONS: Final = (
         "Job counts of every queue (reads every stored job)",
         _nothing,
         lambda args, context, result: Reply(200, {"queues": _statuses_to_wire(result)}),
-        perform=lambda runtime: runtime.status(),
         result_to_wire=_statuses_to_wire, result_from_wire=_statuses_from_wire,
         answers={200: "one entry per queue that has jobs"},
         reply_shape=('`{"queues": [{"queue", "queued", "running", "settled", "outcomes", '
@@ -567,7 +592,6 @@ OPERATIONS: Final = (
         "queue_status", "GET", ("queues", "{queue}"), "Job counts of one queue",
         _queue,
         lambda args, context, result: Reply(200, {"queue": wire.status_to_wire(result)}),
-        perform=lambda runtime, queue: runtime.queue_status(queue),
         result_to_wire=wire.status_to_wire, result_from_wire=wire.status_from_wire,
         answers={200: "the counts (all zero for a queue without jobs)"},
         reply_shape=('`{"queue": {"queue", "queued", "running", "settled", "outcomes", '
@@ -579,7 +603,6 @@ OPERATIONS: Final = (
         _queue,
         lambda args, context, record: Reply(200, {"queue": args[0],
                                                   "head": _optional_record(record)}),
-        perform=lambda runtime, queue: runtime.read_queue_head(queue),
         result_to_wire=_optional_record, result_from_wire=_optional_record_from,
         answers={200: "the head, or null"},
         reply_shape='`{"queue", "head": {...} or null}`',
@@ -589,7 +612,6 @@ OPERATIONS: Final = (
         "Delete the queue's queued jobs; running and settled ones stay",
         _decode_queue_action,
         lambda args, context, deleted: Reply(200, {"queue": args[0], "purged": deleted}),
-        perform=lambda runtime, queue: runtime.purge(queue),
         result_to_wire=_same, result_from_wire=_same,
         body_schema=_EMPTY_SCHEMA, answers={200: "how many were deleted"},
         reply_shape='`{"queue", "purged"}`',
@@ -605,8 +627,6 @@ OPERATIONS: Final = (
         _decode_dead_letters,
         lambda args, context, page: Reply(200, {"queue": args[0],
                                                 **wire.dead_letters_to_wire(page)}),
-        perform=lambda runtime, queue, limit, cursor: runtime.dead_letters(
-            queue, limit=limit, cursor=cursor),
         result_to_wire=wire.dead_letters_to_wire, result_from_wire=wire.dead_letters_from_wire,
         # The queue, the limit and the cursor (or null) cross RPC as JSON text.
         args_to_rpc=_each_as_json_text, args_from_rpc=_each_from_json_text,
@@ -625,9 +645,6 @@ OPERATIONS: Final = (
         "optionally of one outcome), newest or oldest first",
         _decode_list_jobs,
         lambda args, context, page: Reply(200, wire.job_page_to_wire(page)),
-        perform=lambda runtime, queue, lane, state, outcome, order, limit, cursor:
-            runtime.list_jobs(queue, lane=lane, state=state, outcome=outcome, order=order,
-                              limit=limit, cursor=cursor),
         result_to_wire=wire.job_page_to_wire, result_from_wire=wire.job_page_from_wire,
         # Every argument (a string, null or the limit) crosses RPC as JSON text.
         args_to_rpc=_each_as_json_text, args_from_rpc=_each_from_json_text,
@@ -692,7 +709,6 @@ OPERATIONS: Final = (
         _decode_redrive,
         lambda args, context, result: Reply(REDRIVE_STATUS[result.status],
                                             wire.redrive_to_wire(result)),
-        perform=lambda runtime, job_id, redrive_id: runtime.redrive(job_id, redrive_id),
         result_to_wire=wire.redrive_to_wire, result_from_wire=wire.redrive_from_wire,
         body_schema=_REDRIVE_SCHEMA,
         answers={200: "redriven, or replayed", 404: "no such job",
@@ -706,7 +722,6 @@ OPERATIONS: Final = (
         _decode_schedule,
         lambda args, context, status: Reply(201 if status == "created" else 200,
                                             {"name": args[0].name, "status": status}),
-        perform=lambda runtime, schedule: runtime.put_schedule(schedule),
         result_to_wire=_same, result_from_wire=_same,
         args_to_rpc=lambda args: (wire.to_json_text(wire.schedule_to_wire(args[0])),),
         args_from_rpc=lambda args: (wire.schedule_from_wire(_json_from_rpc(args[0])),),
@@ -720,7 +735,6 @@ OPERATIONS: Final = (
         "schedules", "GET", ("schedules",), "Every schedule, by name, with its next slot",
         _nothing,
         lambda args, context, records: Reply(200, {"schedules": _records_to_wire(records)}),
-        perform=lambda runtime: runtime.schedules(),
         result_to_wire=_records_to_wire, result_from_wire=_records_from_wire,
         answers={200: "the schedules"},
         reply_shape='`{"schedules": [{"name", "cron", "every_ms", "catch_up", "job", '
@@ -739,7 +753,6 @@ OPERATIONS: Final = (
         _decode_fail_lane,
         lambda args, context, result: Reply(200, {"lane": args[0],
                                                   **wire.fail_lane_to_wire(result)}),
-        perform=lambda runtime, lane, reason: runtime.fail_lane(lane, reason),
         result_to_wire=wire.fail_lane_to_wire, result_from_wire=wire.fail_lane_from_wire,
         body_schema=_FAIL_LANE_SCHEMA,
         answers={200: "how many were settled, and whether more remain (call again)"},

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from typing import Any
 
 from tickwork.api.operations import BY_NAME, Operation
@@ -37,19 +37,12 @@ from tickwork.client.core import (
     request_for,
     result_of,
 )
+from tickwork.lifecycle.surface import AsyncSurface, Declared, JobOperations, SyncSurface
 from tickwork.model.errors import InvalidArgument
-from tickwork.model.jobs import Job, JobRecord, JobState, Outcome, validate_job
+from tickwork.model.jobs import Job, JobRecord, validate_job
 from tickwork.model.outcomes import (
-    CancelResult,
-    DeadLetters,
-    FailLaneResult,
     IngestStatus,
-    JobPage,
-    ListOrder,
-    QueueStatus,
-    RedriveResult,
 )
-from tickwork.model.schedules import Schedule, ScheduleRecord, ScheduleStatus
 
 #: Seconds one request may take, connecting included.
 DEFAULT_TIMEOUT_S = 10.0
@@ -155,12 +148,19 @@ class AsyncClient(_Settings):
         raise AssertionError("unreachable")
 
 
-class AsyncJobs:
-    """The job service of one scope, over HTTP (see ``AsyncClient``)."""
+class AsyncJobs(JobOperations, AsyncSurface):
+    """The job service of one scope, over HTTP (see ``AsyncClient``): every
+    operation of ``tickwork.lifecycle.surface.JobOperations``, with the
+    runtime's signature, plus ``ingest``, ``ingest_many``, ``read_settled``
+    and ``ready``."""
 
     def __init__(self, client: AsyncClient, scope: tuple[str, ...]) -> None:
         self._client = client
         self.scope = scope
+
+    def _perform_declared(self, declared: Declared[Any, Any], args: tuple[Any, ...],
+                          kwargs: dict[str, Any]) -> Coroutine[Any, Any, Any]:
+        return self._client.call(self.scope, declared.name, declared.arguments(args, kwargs))
 
     async def ingest(self, job: Job) -> IngestStatus:
         """Store ``job``: "queued" when new, "duplicate" for an identical replay."""
@@ -174,55 +174,6 @@ class AsyncJobs:
             self.scope, "ingest", (jobs,))
         return statuses
 
-    async def read(self, job_id: str) -> JobRecord | None:
-        record: JobRecord | None = await self._client.call(self.scope, "read", (job_id,))
-        return record
-
-    async def read_queue_head(self, queue: str) -> JobRecord | None:
-        record: JobRecord | None = await self._client.call(
-            self.scope, "read_queue_head", (queue,))
-        return record
-
-    async def cancel(self, job_id: str, cancellation_id: str, *,
-                     only_if_queued: bool = False) -> CancelResult:
-        result: CancelResult = await self._client.call(
-            self.scope, "cancel", (job_id, cancellation_id, only_if_queued))
-        return result
-
-    async def fail_lane(self, lane: str, reason: str) -> FailLaneResult:
-        result: FailLaneResult = await self._client.call(self.scope, "fail_lane", (lane, reason))
-        return result
-
-    async def purge(self, queue: str) -> int:
-        deleted: int = await self._client.call(self.scope, "purge", (queue,))
-        return deleted
-
-    async def pause(self, queue: str) -> bool:
-        """Pause the queue; True when this call paused it."""
-        changed: bool = await self._client.call(self.scope, "pause", (queue,))
-        return changed
-
-    async def resume(self, queue: str) -> bool:
-        """Resume the queue; True when it was paused."""
-        changed: bool = await self._client.call(self.scope, "resume", (queue,))
-        return changed
-
-    async def dead_letters(self, queue: str, *, limit: int = 50,
-                           cursor: str | None = None) -> DeadLetters:
-        """One page of the queue's dead letters, newest first."""
-        page: DeadLetters = await self._client.call(self.scope, "dead_letters",
-                                                    (queue, limit, cursor))
-        return page
-
-    async def list_jobs(self, queue: str | None = None, *, lane: str | None = None,
-                        state: JobState = "queued", outcome: Outcome | None = None,
-                        order: ListOrder = "newest", limit: int = 50,
-                        cursor: str | None = None) -> JobPage:
-        """One page of a queue's (or a lane's) jobs in ``state``."""
-        page: JobPage = await self._client.call(
-            self.scope, "list_jobs", (queue, lane, state, outcome, order, limit, cursor))
-        return page
-
     async def read_settled(self, limit: int = 100, after_sequence: int = 0) -> list[JobRecord]:
         """An owner's settled feed after ``after_sequence`` (owners only)."""
         jobs: list[JobRecord] = await self._client.call(self.scope, "read_settled",
@@ -233,42 +184,6 @@ class AsyncJobs:
         """Ask the scope to read its store now; its schema version (ApiError 503 if not)."""
         version: int = await self._client.call(self.scope, "ready", ())
         return version
-
-    async def redrive(self, job_id: str, redrive_id: str) -> RedriveResult:
-        """Queue a dead letter again as a new attempt chain (replay-safe)."""
-        result: RedriveResult = await self._client.call(self.scope, "redrive",
-                                                        (job_id, redrive_id))
-        return result
-
-    async def put_schedule(self, schedule: Schedule) -> ScheduleStatus:
-        """Create or replace a schedule: created, replaced or unchanged."""
-        status: ScheduleStatus = await self._client.call(self.scope, "put_schedule",
-                                                         (schedule,))
-        return status
-
-    async def schedules(self) -> list[ScheduleRecord]:
-        records: list[ScheduleRecord] = await self._client.call(self.scope, "schedules", ())
-        return records
-
-    async def pause_schedule(self, name: str) -> bool:
-        changed: bool = await self._client.call(self.scope, "pause_schedule", (name,))
-        return changed
-
-    async def resume_schedule(self, name: str) -> bool:
-        changed: bool = await self._client.call(self.scope, "resume_schedule", (name,))
-        return changed
-
-    async def delete_schedule(self, name: str) -> bool:
-        changed: bool = await self._client.call(self.scope, "delete_schedule", (name,))
-        return changed
-
-    async def status(self) -> list[QueueStatus]:
-        statuses: list[QueueStatus] = await self._client.call(self.scope, "status", ())
-        return statuses
-
-    async def queue_status(self, queue: str) -> QueueStatus:
-        status: QueueStatus = await self._client.call(self.scope, "queue_status", (queue,))
-        return status
 
 
 class Client(_Settings):
@@ -314,12 +229,17 @@ class Client(_Settings):
         raise AssertionError("unreachable")
 
 
-class Jobs:
-    """The job service of one scope, over HTTP, synchronously (see ``Client``)."""
+class Jobs(JobOperations, SyncSurface):
+    """The job service of one scope, over HTTP, synchronously (see ``Client``
+    and ``AsyncJobs``)."""
 
     def __init__(self, client: Client, scope: tuple[str, ...]) -> None:
         self._client = client
         self.scope = scope
+
+    def _perform_declared(self, declared: Declared[Any, Any], args: tuple[Any, ...],
+                          kwargs: dict[str, Any]) -> Any:
+        return self._client.call(self.scope, declared.name, declared.arguments(args, kwargs))
 
     def ingest(self, job: Job) -> IngestStatus:
         validate_job(job)
@@ -328,54 +248,6 @@ class Jobs:
     def ingest_many(self, jobs: Sequence[Job]) -> list[IngestStatus]:
         statuses: list[IngestStatus] = self._client.call(self.scope, "ingest", (jobs,))
         return statuses
-
-    def read(self, job_id: str) -> JobRecord | None:
-        record: JobRecord | None = self._client.call(self.scope, "read", (job_id,))
-        return record
-
-    def read_queue_head(self, queue: str) -> JobRecord | None:
-        record: JobRecord | None = self._client.call(self.scope, "read_queue_head", (queue,))
-        return record
-
-    def cancel(self, job_id: str, cancellation_id: str, *,
-               only_if_queued: bool = False) -> CancelResult:
-        result: CancelResult = self._client.call(
-            self.scope, "cancel", (job_id, cancellation_id, only_if_queued))
-        return result
-
-    def fail_lane(self, lane: str, reason: str) -> FailLaneResult:
-        result: FailLaneResult = self._client.call(self.scope, "fail_lane", (lane, reason))
-        return result
-
-    def purge(self, queue: str) -> int:
-        deleted: int = self._client.call(self.scope, "purge", (queue,))
-        return deleted
-
-    def pause(self, queue: str) -> bool:
-        """Pause the queue; True when this call paused it."""
-        changed: bool = self._client.call(self.scope, "pause", (queue,))
-        return changed
-
-    def resume(self, queue: str) -> bool:
-        """Resume the queue; True when it was paused."""
-        changed: bool = self._client.call(self.scope, "resume", (queue,))
-        return changed
-
-    def dead_letters(self, queue: str, *, limit: int = 50,
-                     cursor: str | None = None) -> DeadLetters:
-        """One page of the queue's dead letters, newest first."""
-        page: DeadLetters = self._client.call(self.scope, "dead_letters",
-                                              (queue, limit, cursor))
-        return page
-
-    def list_jobs(self, queue: str | None = None, *, lane: str | None = None,
-                  state: JobState = "queued", outcome: Outcome | None = None,
-                  order: ListOrder = "newest", limit: int = 50,
-                  cursor: str | None = None) -> JobPage:
-        """One page of a queue's (or a lane's) jobs in ``state``."""
-        page: JobPage = self._client.call(
-            self.scope, "list_jobs", (queue, lane, state, outcome, order, limit, cursor))
-        return page
 
     def read_settled(self, limit: int = 100, after_sequence: int = 0) -> list[JobRecord]:
         """An owner's settled feed after ``after_sequence`` (owners only)."""
@@ -387,37 +259,3 @@ class Jobs:
         """Ask the scope to read its store now; its schema version (ApiError 503 if not)."""
         version: int = self._client.call(self.scope, "ready", ())
         return version
-
-    def redrive(self, job_id: str, redrive_id: str) -> RedriveResult:
-        """Queue a dead letter again as a new attempt chain (replay-safe)."""
-        result: RedriveResult = self._client.call(self.scope, "redrive", (job_id, redrive_id))
-        return result
-
-    def put_schedule(self, schedule: Schedule) -> ScheduleStatus:
-        """Create or replace a schedule: created, replaced or unchanged."""
-        status: ScheduleStatus = self._client.call(self.scope, "put_schedule", (schedule,))
-        return status
-
-    def schedules(self) -> list[ScheduleRecord]:
-        records: list[ScheduleRecord] = self._client.call(self.scope, "schedules", ())
-        return records
-
-    def pause_schedule(self, name: str) -> bool:
-        changed: bool = self._client.call(self.scope, "pause_schedule", (name,))
-        return changed
-
-    def resume_schedule(self, name: str) -> bool:
-        changed: bool = self._client.call(self.scope, "resume_schedule", (name,))
-        return changed
-
-    def delete_schedule(self, name: str) -> bool:
-        changed: bool = self._client.call(self.scope, "delete_schedule", (name,))
-        return changed
-
-    def status(self) -> list[QueueStatus]:
-        statuses: list[QueueStatus] = self._client.call(self.scope, "status", ())
-        return statuses
-
-    def queue_status(self, queue: str) -> QueueStatus:
-        status: QueueStatus = self._client.call(self.scope, "queue_status", (queue,))
-        return status

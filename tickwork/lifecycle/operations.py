@@ -91,6 +91,8 @@ from tickwork.model.jobs import (
     MAX_SAFE_INTEGER,
     Job,
     JobRecord,
+    JobState,
+    Outcome,
     ValidJob,
     cargo_differences,
     check_cancel_args,
@@ -107,6 +109,7 @@ from tickwork.model.outcomes import (
     FailLaneResult,
     IngestStatus,
     JobPage,
+    ListOrder,
     QueueBacklog,
     QueueStatus,
     RedriveResult,
@@ -118,6 +121,7 @@ from tickwork.model.outcomes import (
 )
 from tickwork.model.schedules import (
     MAX_SCHEDULE_NAME,
+    Schedule,
     ScheduleRecord,
     ScheduleStatus,
     StoredSchedule,
@@ -172,18 +176,23 @@ _CURSOR = re.compile(r"-?[0-9]{1,16}\.[0-9]{1,16}", re.ASCII)
 
 
 def read(job_id: str) -> Plan[JobRecord | None]:
+    """The job ``job_id`` as stored now, or None when there is none."""
     check_id("job_id", job_id)
     job: JobRecord | None = yield Find(job_id)
     return job
 
 
 def read_queue_head(queue: str) -> Plan[JobRecord | None]:
+    """The queue's running job, else the job a tick would claim from it
+    next (or None): what the queue is busy with, or waits on."""
     check_id("queue", queue)
     job: JobRecord | None = yield QueueHead(queue)
     return job
 
 
 def has_pending_work() -> Plan[bool]:
+    """True while a job is due (or cancelled) and queued, or running; a job
+    waiting for its due time is not (``next_tick_at`` says when it is)."""
     pending: bool = yield HasPendingWork()
     return pending
 
@@ -204,13 +213,17 @@ def next_tick_at() -> Plan[int | None]:
 
 
 def status() -> Plan[list[QueueStatus]]:
-    """Job counts of every queue that has any job, sorted by queue name."""
+    """Job counts of every queue that has any job, sorted by queue name.
+
+    One statement, but it reads every stored job, settled history included:
+    use ``queue_status`` for one queue and ``backlog`` for a metrics scrape.
+    """
     groups = yield StatusGroups()
     return queue_statuses_from_groups(groups)
 
 
 def queue_status(queue: str) -> Plan[QueueStatus]:
-    """Job counts of one queue (all zero for a queue without jobs)."""
+    """Job counts of one queue (all zero for a queue without jobs), from its indexes."""
     check_id("queue", queue)
     queued, running, delayed, paused, *outcomes = yield QueueCounts(queue)
     return queue_status_from_counts(queue, queued, running, outcomes, delayed, paused)
@@ -225,7 +238,7 @@ def backlog() -> Plan[list[QueueBacklog]]:
     return queue_backlogs_from_rows(rows, read_at)
 
 
-def dead_letters(queue: str, limit: int = 50, cursor: str | None = None
+def dead_letters(queue: str, *, limit: int = 50, cursor: str | None = None
                  ) -> Plan[DeadLetters]:
     """One page of the queue's dead letters (jobs settled failed,
     outcome_unknown or interrupted), newest settlement first: up to
@@ -267,8 +280,9 @@ _JOB_STATES = ("queued", "running", "settled")
 _ORDERS = ("newest", "oldest")
 
 
-def list_jobs(queue: str | None = None, lane: str | None = None, state: str = "queued",
-              outcome: str | None = None, order: str = "newest", limit: int = 50,
+def list_jobs(queue: str | None = None, *, lane: str | None = None,
+              state: JobState = "queued", outcome: Outcome | None = None,
+              order: ListOrder = "newest", limit: int = 50,
               cursor: str | None = None) -> Plan[JobPage]:
     """One page of the jobs of one queue or one lane (exactly one of the
     two) in ``state``, settled ones optionally of one ``outcome``: queued
@@ -367,9 +381,12 @@ def ingest_many(jobs: Sequence[Job]) -> Plan[list[IngestStatus]]:
     return ["queued" if new else "duplicate" for new in inserted]
 
 
-def cancel(job_id: str, cancellation_id: str, only_if_queued: bool = False
+def cancel(job_id: str, cancellation_id: str, *, only_if_queued: bool = False
            ) -> Plan[CancelResult]:
-    """Record a durable cancellation; an execution here is told to stop once it is."""
+    """Record a durable cancellation (``only_if_queued``: only while the job
+    has not started). An execution in this process is told to stop once it
+    is recorded; on a shared runtime, one on another worker learns of it at
+    that worker's next lease renewal."""
     check_cancel_args(job_id, cancellation_id, only_if_queued)
     # Decide on what is stored, then write fenced on that decision still
     # holding: a concurrent change makes the write match nothing, and the
@@ -390,8 +407,10 @@ def cancel(job_id: str, cancellation_id: str, only_if_queued: bool = False
 
 
 def fail_lane(lane: str, reason: str) -> Plan[FailLaneResult]:
-    """Settle up to ``FAIL_LANE_BATCH`` of the lane's queued and running jobs
-    as failed, running ones first; ``more`` says whether any remain."""
+    """Settle up to ``FAIL_LANE_BATCH`` (256) of the lane's queued and
+    running jobs as failed, running ones first; ``more`` says whether any
+    remain. Executions in this process stop at once; on a shared runtime,
+    other workers lose their claims at their next renewal."""
     check_text("lane", lane, MAX_LANE_LENGTH, InvalidArgument)
     check_reason("reason", reason)
     failed, more = yield FailLane(lane, reason, FAIL_LANE_BATCH)
@@ -476,7 +495,7 @@ def redrive(job_id: str, redrive_id: str) -> Plan[RedriveResult]:
 # -------------------------------------------------------------- schedules
 
 
-def put_schedule(schedule: object) -> Plan[ScheduleStatus]:
+def put_schedule(schedule: Schedule) -> Plan[ScheduleStatus]:
     """Create the schedule, or replace the one of its name: ``created``,
     ``replaced`` (it starts afresh from the next slot after now; jobs of
     earlier slots stay), or ``unchanged`` (the same definition: nothing

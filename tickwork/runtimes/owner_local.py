@@ -30,7 +30,7 @@ import inspect
 import itertools
 import logging
 import secrets
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Self, TypeVar, overload
 
@@ -91,14 +91,13 @@ from tickwork.lifecycle.requests import (
     event_of,
 )
 from tickwork.lifecycle.rules import ABORT_CANCELLED, Settlement, in_lane_failure_order
+from tickwork.lifecycle.surface import Declared, RuntimeOperations, SyncSurface
 from tickwork.model.errors import InvalidArgument, SchemaError
 from tickwork.model.jobs import (
     MAX_LANE_LENGTH,
     MAX_SAFE_INTEGER,
     Job,
     JobRecord,
-    JobState,
-    Outcome,
     ValidJob,
     check_id,
     check_safe_int,
@@ -106,18 +105,11 @@ from tickwork.model.jobs import (
 )
 from tickwork.model.outcomes import (
     CancelResult,
-    DeadLetters,
-    FailLaneResult,
     IngestStatus,
-    JobPage,
-    ListOrder,
-    QueueBacklog,
-    QueueStatus,
     QueueTransition,
-    RedriveResult,
     TickResult,
 )
-from tickwork.model.schedules import Schedule, ScheduleRecord, ScheduleStatus, StoredSchedule
+from tickwork.model.schedules import StoredSchedule
 from tickwork.model.signals import AbortSignal
 from tickwork.ports.database import SyncDatabase
 from tickwork.ports.host import (
@@ -191,10 +183,12 @@ class _Ticker:
         self.probe_after = _BEFORE_ANY_CLAIM
 
 
-class _LocalRuntime:
+class _LocalRuntime(RuntimeOperations, SyncSurface):
     """Everything OwnerRuntime does; OwnerRuntime adds only the constructor's
     choice of class (a separate base so that type checkers read that choice
-    from ``OwnerRuntime.__new__``)."""
+    from ``OwnerRuntime.__new__``). The operations of ``RuntimeOperations``
+    (``read``, ``ingest``, ``cancel``, ``redrive``...) each perform their
+    plan, synchronously."""
 
     def __init__(
         self,
@@ -254,61 +248,14 @@ class _LocalRuntime:
         self._next_slot: int | None = self._store.next_slot()
         self.transactional = TransactionalJobs(self)
 
-    # ------------------------------------------------------------------ reads
+    # ------------------------------------- the declared operations, and reads
 
-    def read(self, job_id: str) -> JobRecord | None:
-        return self._read(operations.read(job_id))
-
-    def read_queue_head(self, queue: str) -> JobRecord | None:
-        return self._read(operations.read_queue_head(queue))
-
-    def has_pending_work(self) -> bool:
-        """True while a job is due or running (in either ticker's partition);
-        a job waiting for its due time is not (``next_tick_at`` says when)."""
-        return self._read(operations.has_pending_work())
-
-    def next_tick_at(self) -> int | None:
-        """When a tick next has work (epoch ms, by the runtime's clock): now
-        while a job is due or running, else the earliest due time of a
-        waiting job, else None. What a host arms its alarm or timer for."""
-        return self._read(operations.next_tick_at())
-
-    def backlog(self) -> list[QueueBacklog]:
-        """Every queue's ready, delayed and running jobs and how long its
-        oldest ready job has waited (queues with nothing unsettled left out),
-        read from the indexes of unsettled jobs only: cheap enough for every
-        metrics scrape, unlike ``status``."""
-        return self._read(operations.backlog())
-
-    def status(self) -> list[QueueStatus]:
-        """Job counts of every queue that has any job, sorted by queue name.
-
-        One statement, but it reads every stored job, settled history
-        included: use ``queue_status`` for one queue.
-        """
-        return self._read(operations.status())
-
-    def queue_status(self, queue: str) -> QueueStatus:
-        """Job counts of one queue (all zero for a queue without jobs), from its indexes."""
-        return self._read(operations.queue_status(queue))
-
-    def dead_letters(self, queue: str, *, limit: int = 50,
-                     cursor: str | None = None) -> DeadLetters:
-        """One page of the queue's dead letters (settled failed,
-        outcome_unknown or interrupted), newest settlement first; pass the
-        page's ``cursor`` to read the next one."""
-        return self._read(operations.dead_letters(queue, limit, cursor))
-
-    def list_jobs(self, queue: str | None = None, *, lane: str | None = None,
-                  state: JobState = "queued", outcome: Outcome | None = None,
-                  order: ListOrder = "newest", limit: int = 50,
-                  cursor: str | None = None) -> JobPage:
-        """One page of the jobs of ``queue`` (or of ``lane``) in ``state``,
-        settled ones optionally of one ``outcome``, ``newest`` or ``oldest``
-        first, in one indexed statement; pass the page's ``cursor`` to read
-        the next one (see ``tickwork.lifecycle.operations.list_jobs``)."""
-        return self._read(operations.list_jobs(queue, lane, state, outcome, order, limit,
-                                               cursor))
+    def _perform_declared(self, declared: Declared[Any, Any], args: tuple[Any, ...],
+                          kwargs: dict[str, Any]) -> Any:
+        """Every operation of ``RuntimeOperations``: a read's requests each on
+        its own, a change's as one transaction (see ``_read``, ``_perform``)."""
+        plan = declared.plan(*args, **kwargs)
+        return self._perform(plan) if declared.writes else self._read(plan)
 
     def check_ready(self) -> int:
         """Readiness: read the owner's storage (its schema version, which
@@ -338,77 +285,13 @@ class _LocalRuntime:
         check_safe_int("after_sequence", after_sequence, InvalidArgument, 0)
         return self._store.read_settled(after_sequence, limit, self._concurrent_lane)
 
-    # -------------------------------------------------------------- mutations
-
-    def ingest(self, job: Job) -> IngestStatus:
-        """Store ``job``: "queued" when new, "duplicate" for an identical replay."""
-        return self._perform(operations.ingest(job))
-
-    def ingest_many(self, jobs: Sequence[Job]) -> list[IngestStatus]:
-        """Store up to ``MAX_INGEST_BATCH`` jobs atomically; one status per job, in order.
-
-        Every job is validated before anything is written. All of them commit
-        in one transaction, or, when any one conflicts (``IngestConflict``),
-        none does. A job_id repeated within the call is a "duplicate" when
-        its cargo is identical, else a conflict.
-        """
-        return self._perform(operations.ingest_many(jobs))
-
-    def cancel(
-        self, job_id: str, cancellation_id: str, *, only_if_queued: bool = False
-    ) -> CancelResult:
-        """Record a durable cancellation; a job executing here is aborted after it commits."""
-        return self._perform(operations.cancel(job_id, cancellation_id, only_if_queued))
-
-    def fail_lane(self, lane: str, reason: str) -> FailLaneResult:
-        """Settle up to 256 of the lane's queued and running jobs as failed."""
-        return self._perform(operations.fail_lane(lane, reason))
-
-    def purge(self, queue: str) -> int:
-        """Delete the queue's queued jobs; running and settled jobs stay."""
-        return self._perform(operations.purge(queue))
-
-    def pause(self, queue: str) -> bool:
-        """Pause the queue (no tick claims its jobs); True when this call paused it."""
-        return self._perform(operations.pause(queue))
-
-    def resume(self, queue: str) -> bool:
-        """Resume the queue; True when it was paused."""
-        return self._perform(operations.resume(queue))
-
-    # ------------------------------------------------------------- schedules
-
-    def put_schedule(self, schedule: Schedule) -> ScheduleStatus:
-        """Create or replace a schedule (see ``tickwork.Schedule``): ``created``,
-        ``replaced`` (afresh from its next slot after now) or ``unchanged``."""
-        return self._perform(operations.put_schedule(schedule))
-
-    def schedules(self) -> list[ScheduleRecord]:
-        """Every schedule, by name, with its next slot."""
-        return self._read(operations.schedules())
-
-    def pause_schedule(self, name: str) -> bool:
-        """Stop creating the schedule's jobs; True when this call paused it."""
-        return self._perform(operations.pause_schedule(name))
-
-    def resume_schedule(self, name: str) -> bool:
-        """Resume from the next slot after now; True when it was paused."""
-        return self._perform(operations.resume_schedule(name))
-
-    def delete_schedule(self, name: str) -> bool:
-        """Delete the schedule (its jobs stay); True when there was one."""
-        return self._perform(operations.delete_schedule(name))
+    # -------------------------------------------------------------- schedules
 
     def fire_schedules(self) -> int:
         """Create the jobs of the schedule slots that have come (every tick
         does this first); how many were created."""
         self._next_slot = _LOOK
         return self._perform(operations.fire_schedules())
-
-    def redrive(self, job_id: str, redrive_id: str) -> RedriveResult:
-        """Put a dead letter back in its queue as a new attempt chain (see
-        ``RedriveResult``); replay-safe by ``redrive_id``."""
-        return self._perform(operations.redrive(job_id, redrive_id))
 
     # ------------------------------------------------------------------- tick
 
@@ -1217,7 +1100,7 @@ class TransactionalJobs:
                 deferred.reports,
                 lambda found: found is not None and found.cancellation_id == cancellation_id)
 
-        return drive(operations.cancel(job_id, cancellation_id, only_if_queued),
+        return drive(operations.cancel(job_id, cancellation_id, only_if_queued=only_if_queued),
                      runtime._answers, transaction=runtime._transaction,
                      after_commit=after_commit)
 

@@ -27,7 +27,7 @@ import inspect
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -94,29 +94,18 @@ from tickwork.lifecycle.requests import (
     event_of,
 )
 from tickwork.lifecycle.rules import ABORT_CANCELLED, Settlement
+from tickwork.lifecycle.surface import AsyncSurface, Declared, RuntimeOperations
 from tickwork.model.errors import InvalidArgument
 from tickwork.model.jobs import (
     MAX_SAFE_INTEGER,
-    Job,
     JobRecord,
-    JobState,
-    Outcome,
     ValidJob,
     check_safe_int,
 )
 from tickwork.model.outcomes import (
-    CancelResult,
-    DeadLetters,
-    FailLaneResult,
-    IngestStatus,
-    JobPage,
-    ListOrder,
-    QueueBacklog,
-    QueueStatus,
-    RedriveResult,
     TickResult,
 )
-from tickwork.model.schedules import Schedule, ScheduleRecord, ScheduleStatus, StoredSchedule
+from tickwork.model.schedules import StoredSchedule
 from tickwork.model.signals import AbortSignal, LeasedSignal
 from tickwork.ports.host import SharedExecutor
 from tickwork.ports.host import Wake as WakePort
@@ -165,8 +154,9 @@ class _Claim:
         return self
 
 
-class SharedRuntime:
-    """Same operations and results as ``OwnerRuntime``, all of them async;
+class SharedRuntime(RuntimeOperations, AsyncSurface):
+    """Same operations and results as ``OwnerRuntime``, all of them async
+    (each operation of ``RuntimeOperations`` drives its plan with ``await``);
     ``on_event`` likewise (``tickwork.events``)."""
 
     def __init__(
@@ -209,60 +199,12 @@ class SharedRuntime:
         self._slots_read_at = 0.0
         self._answers = self._answer_table()
 
-    # ------------------------------------------------------------------ reads
+    # ------------------------------------- the declared operations, and reads
 
-    async def read(self, job_id: str) -> JobRecord | None:
-        return await self._drive(operations.read(job_id))
-
-    async def read_queue_head(self, queue: str) -> JobRecord | None:
-        return await self._drive(operations.read_queue_head(queue))
-
-    async def has_pending_work(self) -> bool:
-        """True while a job is due or running; a job waiting for its due time is not."""
-        return await self._drive(operations.has_pending_work())
-
-    async def next_tick_at(self) -> int | None:
-        """When a tick next has work, in database time (epoch ms): now while a
-        job is due or running, else the earliest due time of a waiting job,
-        else None."""
-        return await self._drive(operations.next_tick_at())
-
-    async def backlog(self) -> list[QueueBacklog]:
-        """Every queue's ready, delayed and running jobs and how long its
-        oldest ready job has waited (queues with nothing unsettled left out),
-        in one statement over the indexes of unsettled jobs: cheap enough for
-        every metrics scrape, unlike ``status``."""
-        return await self._drive(operations.backlog())
-
-    async def status(self) -> list[QueueStatus]:
-        """Job counts of every queue that has any job, sorted by queue name.
-
-        One statement, but it reads every stored job, settled history
-        included: use ``queue_status`` for one queue.
-        """
-        return await self._drive(operations.status())
-
-    async def queue_status(self, queue: str) -> QueueStatus:
-        """Job counts of one queue (all zero for a queue without jobs), in one statement."""
-        return await self._drive(operations.queue_status(queue))
-
-    async def dead_letters(self, queue: str, *, limit: int = 50,
-                           cursor: str | None = None) -> DeadLetters:
-        """One page of the queue's dead letters (settled failed,
-        outcome_unknown or interrupted), newest settlement first, in one
-        statement; pass the page's ``cursor`` to read the next one."""
-        return await self._drive(operations.dead_letters(queue, limit, cursor))
-
-    async def list_jobs(self, queue: str | None = None, *, lane: str | None = None,
-                        state: JobState = "queued", outcome: Outcome | None = None,
-                        order: ListOrder = "newest", limit: int = 50,
-                        cursor: str | None = None) -> JobPage:
-        """One page of the jobs of ``queue`` (or of ``lane``) in ``state``,
-        settled ones optionally of one ``outcome``, ``newest`` or ``oldest``
-        first, in one indexed statement; pass the page's ``cursor`` to read
-        the next one (see ``tickwork.lifecycle.operations.list_jobs``)."""
-        return await self._drive(operations.list_jobs(queue, lane, state, outcome, order,
-                                                      limit, cursor))
+    def _perform_declared(self, declared: Declared[Any, Any], args: tuple[Any, ...],
+                          kwargs: dict[str, Any]) -> Coroutine[Any, Any, Any]:
+        """Every operation of ``RuntimeOperations``: its plan, driven with ``await``."""
+        return self._drive(declared.plan(*args, **kwargs))
 
     async def check_ready(self) -> int:
         """Readiness: read the shared database (its schema version, one
@@ -272,75 +214,7 @@ class SharedRuntime:
         self._schema_checked = True
         return self._store.schema_version
 
-    # -------------------------------------------------------------- mutations
-
-    async def ingest(self, job: Job) -> IngestStatus:
-        """Store ``job``: "queued" when new, "duplicate" for an identical replay."""
-        return await self._drive(operations.ingest(job))
-
-    async def ingest_many(self, jobs: Sequence[Job]) -> list[IngestStatus]:
-        """Store up to ``MAX_INGEST_BATCH`` jobs atomically; one status per job, in order.
-
-        Every job is validated before anything is written. All of them commit
-        in one transaction (PostgreSQL) or one batch (D1), or, when any one
-        conflicts (``IngestConflict``), none does. A job_id repeated within
-        the call is a "duplicate" when its cargo is identical, else a conflict.
-        """
-        return await self._drive(operations.ingest_many(jobs))
-
-    async def cancel(
-        self, job_id: str, cancellation_id: str, *, only_if_queued: bool = False
-    ) -> CancelResult:
-        """Record a durable cancellation.
-
-        A job executing here is aborted at once; a job another worker executes
-        learns of it at that worker's next lease renewal.
-        """
-        return await self._drive(operations.cancel(job_id, cancellation_id, only_if_queued))
-
-    async def fail_lane(self, lane: str, reason: str) -> FailLaneResult:
-        """Settle up to 256 of the lane's queued and running jobs as failed.
-
-        Executions here stop at once; workers elsewhere lose the claim at
-        their next renewal (the fenced renewal matches nothing).
-        """
-        return await self._drive(operations.fail_lane(lane, reason))
-
-    async def purge(self, queue: str) -> int:
-        """Delete the queue's queued jobs; running and settled jobs stay."""
-        return await self._drive(operations.purge(queue))
-
-    async def pause(self, queue: str) -> bool:
-        """Pause the queue on every worker (no claim takes its jobs); True
-        when this call paused it. Jobs already running finish."""
-        return await self._drive(operations.pause(queue))
-
-    async def resume(self, queue: str) -> bool:
-        """Resume the queue; True when it was paused."""
-        return await self._drive(operations.resume(queue))
-
-    # ------------------------------------------------------------- schedules
-
-    async def put_schedule(self, schedule: Schedule) -> ScheduleStatus:
-        """Create or replace a schedule (see ``tickwork.Schedule``): ``created``,
-        ``replaced`` (afresh from its next slot after now) or ``unchanged``."""
-        return await self._drive(operations.put_schedule(schedule))
-
-    async def schedules(self) -> list[ScheduleRecord]:
-        """Every schedule, by name, with its next slot."""
-        return await self._drive(operations.schedules())
-
-    async def pause_schedule(self, name: str) -> bool:
-        """Stop creating the schedule's jobs on every worker; True when this call paused it."""
-        return await self._drive(operations.pause_schedule(name))
-
-    async def resume_schedule(self, name: str) -> bool:
-        """Resume from the next slot after now; True when it was paused."""
-        return await self._drive(operations.resume_schedule(name))
-
-    async def delete_schedule(self, name: str) -> bool:
-        """Delete the schedule (its jobs stay); True when there was one."""
-        return await self._drive(operations.delete_schedule(name))
+    # -------------------------------------------------------------- schedules
 
     async def fire_schedules(self) -> int:
         """Create the jobs of the schedule slots that have come (ticks do
@@ -348,11 +222,6 @@ class SharedRuntime:
         number of workers at once: each slot gets one job."""
         self._next_slot = _UNKNOWN
         return await self._drive(operations.fire_schedules())
-
-    async def redrive(self, job_id: str, redrive_id: str) -> RedriveResult:
-        """Put a dead letter back in its queue as a new attempt chain (see
-        ``RedriveResult``); replay-safe by ``redrive_id``."""
-        return await self._drive(operations.redrive(job_id, redrive_id))
 
     # ------------------------------------------------------------------- tick
 

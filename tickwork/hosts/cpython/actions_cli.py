@@ -487,10 +487,10 @@ ACTIONS: Final[Mapping[tuple[str, str], Action]] = {
     ("queues", "pause"): pause_queues,
     ("queues", "resume"): resume_queues,
     ("schedules", "list"): list_schedules,
-    ("schedules", "pause"): _schedule_action("paused", Jobs.pause_schedule,
-                                             "was paused already"),
-    ("schedules", "resume"): _schedule_action("resumed", Jobs.resume_schedule,
-                                              "was not paused"),
-    ("schedules", "delete"): _schedule_action("deleted (the jobs it created stay)",
-                                              Jobs.delete_schedule, ""),
+    ("schedules", "pause"): _schedule_action(
+        "paused", lambda jobs, name: jobs.pause_schedule(name), "was paused already"),
+    ("schedules", "resume"): _schedule_action(
+        "resumed", lambda jobs, name: jobs.resume_schedule(name), "was not paused"),
+    ("schedules", "delete"): _schedule_action(
+        "deleted (the jobs it created stay)", lambda jobs, name: jobs.delete_schedule(name), ""),
 }

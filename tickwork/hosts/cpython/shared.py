@@ -204,15 +204,16 @@ class SharedService(RuntimeService):
         super().__init__(runtime)
         self._workers = list(workers)
 
-    async def cancel(self, job_id: str, cancellation_id: str,
-                     only_if_queued: bool) -> CancelResult:
-        result = await super().cancel(job_id, cancellation_id, only_if_queued)
+    async def cancel(self, job_id: str, cancellation_id: str, *,
+                     only_if_queued: bool = False) -> CancelResult:
+        result: CancelResult = await super().cancel(job_id, cancellation_id,
+                                                    only_if_queued=only_if_queued)
         if result.status == "recorded":
             await self._recheck_workers()
         return result
 
     async def fail_lane(self, lane: str, reason: str) -> FailLaneResult:
-        result = await super().fail_lane(lane, reason)
+        result: FailLaneResult = await super().fail_lane(lane, reason)
         if result.settled:
             await self._recheck_workers()
         return result
