@@ -1,24 +1,23 @@
 """The loops that run a plan: one synchronous, one with ``await``.
 
 A runtime hands a driver its answers as a table from request type to a
-function of the request. The driver sends each answer into the plan, or
-throws the function's exception into it at the ``yield`` that asked, so a
-plan's ``try``/``except`` around a request works as it reads; what the plan
-does not catch propagates to the runtime's caller.
+function of the request (``tickwork.lifecycle.answers.answer_table``). The
+driver sends each answer into the plan, or throws the function's exception
+into it at the ``yield`` that asked, so a plan's ``try``/``except`` around a
+request works as it reads; what the plan does not catch propagates to the
+runtime's caller.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from tickwork.lifecycle.answers import AnswerTable
 from tickwork.lifecycle.requests import Abort, Commit, Plan, Report, Request, Wake
 
 T = TypeVar("T")
-
-#: Request type -> the function answering it.
-Answers = Mapping[type[Request], Callable[[Any], Any]]
 
 
 @dataclass(slots=True)
@@ -32,7 +31,7 @@ class Deferred:
     reports: list[Report] = field(default_factory=list)
 
 
-def drive(plan: Plan[T], answers: Answers, *,
+def drive(plan: Plan[T], answers: AnswerTable, *,
           transaction: Callable[[Callable[[], None]], None],
           after_commit: Callable[[Deferred], None]) -> T:
     """Run ``plan`` synchronously.
@@ -90,7 +89,7 @@ def drive(plan: Plan[T], answers: Answers, *,
             return result
 
 
-async def drive_async(plan: Plan[T], answers: Answers,
+async def drive_async(plan: Plan[T], answers: AnswerTable,
                       awaited: Collection[type[Request]] = (), *,
                       before_first: Callable[[], Awaitable[None]] | None = None) -> T:
     """Run ``plan``, awaiting the answers of the request types in ``awaited``

@@ -30,12 +30,13 @@ import inspect
 import itertools
 import logging
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Self, TypeVar, overload
 
 from tickwork.events import EventHook, check_hook, emit
 from tickwork.lifecycle import operations
+from tickwork.lifecycle.answers import OwnerLocalAnswers, answer_table
 from tickwork.lifecycle.drive import Deferred, drive, drive_async
 from tickwork.lifecycle.operations import READ_SETTLED_MAX_LIMIT
 from tickwork.lifecycle.requests import (
@@ -76,7 +77,6 @@ from tickwork.lifecycle.requests import (
     RedriveApplied,
     ReplaceSchedule,
     Report,
-    Request,
     Requeue,
     RequeueForRetry,
     ResumeQueue,
@@ -234,7 +234,7 @@ class _LocalRuntime(RuntimeOperations, SyncSurface):
         # A tick awaits an async wake; a plain one is just called (cheaper).
         self._wake_is_async = inspect.iscoroutinefunction(getattr(wake, "recompute", None))
         self._awaited = _AWAITED if self._wake_is_async else _AWAITED - {Wake}
-        self._answers = self._answer_table()
+        self._answers = answer_table(_LocalAnswers(self), OwnerLocalAnswers)
         ensure_schema(database)
         # The earliest due time of a waiting job, as far as this runtime knows
         # (it is the database's only writer): a tick moves due jobs into the
@@ -424,58 +424,6 @@ class _LocalRuntime(RuntimeOperations, SyncSurface):
             logger.exception("tickwork could not build a %s event", report.kind)
             return
         emit(hook, event)
-
-    def _answer_table(self) -> dict[type[Request], Callable[[Any], Any]]:
-        store = self._store
-        clock = self._clock
-        return {
-            Find: lambda r: store.find(r.job_id),
-            FindCargo: lambda r: store.find_cargo(r.job_id),
-            QueueHead: lambda r: store.queue_head(r.queue),
-            HasPendingWork: lambda r: store.has_pending_work(clock()),
-            NextWork: lambda r: store.next_work(clock()),
-            Backlog: lambda r: store.backlog(),
-            StatusGroups: lambda r: store.status_groups(),
-            QueueCounts: lambda r: store.queue_counts(r.queue),
-            LaneHasPending: lambda r: store.lane_has_pending(r.lane),
-            DeadLetterPage: lambda r: store.dead_letters(r.queue, r.before, r.limit),
-            ListJobs: lambda r: store.list_jobs(r.listing, r.after, r.limit),
-            RedriveApplied: lambda r: store.redrive_applied(r.job_id, r.redrive_id),
-            RecordRedrive: self._record_redrive,
-            StoreNow: lambda r: clock(),
-            FindSchedule: lambda r: store.find_schedule(r.name),
-            ListSchedules: lambda r: store.list_schedules(),
-            CreateSchedule: lambda r: self._schedules_changed(
-                store.create_schedule(r.schedule, r.next_at, clock())),
-            ReplaceSchedule: lambda r: self._schedules_changed(
-                store.replace_schedule(r.schedule, r.old_spec_json, r.next_at, clock())),
-            PauseSchedule: lambda r: self._schedules_changed(
-                store.pause_schedule(r.name, clock())),
-            ResumeSchedule: lambda r: self._schedules_changed(
-                store.resume_schedule(r.name, r.spec_json, r.next_at, clock())),
-            DeleteSchedule: lambda r: self._schedules_changed(store.delete_schedule(r.name)),
-            DueSchedules: self._due_schedules,
-            FireSlots: self._fire_slots,
-            Insert: self._insert,
-            InsertMany: self._insert_many,
-            RecordCancellation: self._record_cancellation,
-            FailLane: self._fail_lane,
-            Purge: self._purge,
-            PauseQueue: lambda r: store.pause_queue(r.queue, clock()),
-            ResumeQueue: lambda r: store.resume_queue(r.queue),
-            ClaimOrProbe: self._claim_or_probe,
-            Claim: self._claim,
-            AskLiveness: self._ask_liveness,
-            Requeue: self._requeue,
-            SettleRecovered: self._settle_recovered,
-            SettleNextCancelled: self._settle_next_cancelled,
-            Execute: self._execute_claim,
-            Settle: self._settle,
-            RequeueForRetry: self._requeue_for_retry,
-            ReadClaim: self._read_claim,
-            Wake: self._wake_for_tick if self._wake_is_async else self._wake_at_once,
-            Report: self._report,
-        }
 
     # ------------------------------------- mutations (inside _transaction)
 
@@ -860,6 +808,158 @@ class _LocalRuntime(RuntimeOperations, SyncSurface):
 
 #: The answer to DueSchedules when no slot has come (never changed by its reader).
 _NONE_DUE: tuple[list[StoredSchedule], None] = ([], None)
+
+class _LocalAnswers(OwnerLocalAnswers):
+    """How the owner-local runtime answers each request: from its store, at
+    once (reads and single-statement writes), or by the runtime's own steps
+    (claims, executions, settlements; see ``_LocalRuntime``). Only the
+    execution, the liveness probe and an async wake are awaited (``_AWAITED``)."""
+
+    __slots__ = ("_clock", "_runtime", "_store", "_wake")
+
+    def __init__(self, runtime: _LocalRuntime) -> None:
+        self._runtime = runtime
+        self._store = runtime._store
+        self._clock = runtime._clock
+        # A tick awaits an async wake; a plain one is just called.
+        self._wake = runtime._wake_for_tick if runtime._wake_is_async else runtime._wake_at_once
+
+    # reads
+    def find(self, request: Find) -> JobRecord | None:
+        return self._store.find(request.job_id)
+
+    def find_cargo(self, request: FindCargo) -> ValidJob | None:
+        return self._store.find_cargo(request.job_id)
+
+    def queue_head(self, request: QueueHead) -> JobRecord | None:
+        return self._store.queue_head(request.queue)
+
+    def has_pending_work(self, request: HasPendingWork) -> bool:
+        return self._store.has_pending_work(self._clock())
+
+    def next_work(self, request: NextWork) -> tuple[bool, int | None, int]:
+        return self._store.next_work(self._clock())
+
+    def status_groups(self, request: StatusGroups) -> list[tuple[str, str, str | None, int]]:
+        return self._store.status_groups()
+
+    def queue_counts(self, request: QueueCounts) -> Sequence[Any]:
+        return self._store.queue_counts(request.queue)
+
+    def backlog(self, request: Backlog) -> list[tuple[Any, ...]]:
+        return self._store.backlog()
+
+    def dead_letter_page(self, request: DeadLetterPage) -> list[JobRecord]:
+        return self._store.dead_letters(request.queue, request.before, request.limit)
+
+    def list_jobs(self, request: ListJobs) -> list[JobRecord]:
+        return self._store.list_jobs(request.listing, request.after, request.limit)
+
+    def redrive_applied(self, request: RedriveApplied) -> bool:
+        return self._store.redrive_applied(request.job_id, request.redrive_id)
+
+    def lane_has_pending(self, request: LaneHasPending) -> bool:
+        return self._store.lane_has_pending(request.lane)
+
+    def store_now(self, request: StoreNow) -> int:
+        return self._clock()
+
+    # changes
+    def insert(self, request: Insert) -> bool:
+        return self._runtime._insert(request)
+
+    def insert_many(self, request: InsertMany) -> list[bool]:
+        return self._runtime._insert_many(request)
+
+    def record_cancellation(self, request: RecordCancellation) -> bool:
+        return self._runtime._record_cancellation(request)
+
+    def record_redrive(self, request: RecordRedrive) -> JobRecord | None:
+        return self._runtime._record_redrive(request)
+
+    def fail_lane(self, request: FailLane) -> tuple[list[JobRecord], None]:
+        return self._runtime._fail_lane(request)
+
+    def purge(self, request: Purge) -> int:
+        return self._runtime._purge(request)
+
+    def pause_queue(self, request: PauseQueue) -> bool:
+        return self._store.pause_queue(request.queue, self._clock())
+
+    def resume_queue(self, request: ResumeQueue) -> bool:
+        return self._store.resume_queue(request.queue)
+
+    # schedules
+    def find_schedule(self, request: FindSchedule) -> StoredSchedule | None:
+        return self._store.find_schedule(request.name)
+
+    def list_schedules(self, request: ListSchedules) -> list[StoredSchedule]:
+        return self._store.list_schedules()
+
+    def create_schedule(self, request: CreateSchedule) -> bool:
+        return self._runtime._schedules_changed(
+            self._store.create_schedule(request.schedule, request.next_at, self._clock()))
+
+    def replace_schedule(self, request: ReplaceSchedule) -> bool:
+        return self._runtime._schedules_changed(self._store.replace_schedule(
+            request.schedule, request.old_spec_json, request.next_at, self._clock()))
+
+    def pause_schedule(self, request: PauseSchedule) -> bool:
+        return self._runtime._schedules_changed(
+            self._store.pause_schedule(request.name, self._clock()))
+
+    def resume_schedule(self, request: ResumeSchedule) -> bool:
+        return self._runtime._schedules_changed(self._store.resume_schedule(
+            request.name, request.spec_json, request.next_at, self._clock()))
+
+    def delete_schedule(self, request: DeleteSchedule) -> bool:
+        return self._runtime._schedules_changed(self._store.delete_schedule(request.name))
+
+    def due_schedules(self, request: DueSchedules) -> tuple[list[StoredSchedule], int | None]:
+        return self._runtime._due_schedules(request)
+
+    def fire_slots(self, request: FireSlots) -> list[ValidJob]:
+        return self._runtime._fire_slots(request)
+
+    # ticks
+    def claim_or_probe(self, request: ClaimOrProbe) -> tuple[_Execution | None, Probe | None]:
+        return self._runtime._claim_or_probe(request)
+
+    def claim(self, request: Claim) -> _Execution | None:
+        return self._runtime._claim(request)
+
+    def ask_liveness(self, request: AskLiveness) -> Awaitable[bool | str]:
+        return self._runtime._ask_liveness(request)
+
+    def requeue(self, request: Requeue) -> bool:
+        return self._runtime._requeue(request)
+
+    def settle_recovered(self, request: SettleRecovered) -> JobRecord | None:
+        return self._runtime._settle_recovered(request)
+
+    def settle_next_cancelled(self, request: SettleNextCancelled) -> JobRecord | None:
+        return self._runtime._settle_next_cancelled(request)
+
+    def execute(self, request: Execute) -> Awaitable[tuple[Settlement,
+                                                           asyncio.CancelledError | None]]:
+        return self._runtime._execute_claim(request)
+
+    def settle(self, request: Settle) -> tuple[bool, _Execution | None]:
+        return self._runtime._settle(request)
+
+    def requeue_for_retry(self, request: RequeueForRetry) -> JobRecord | None:
+        return self._runtime._requeue_for_retry(request)
+
+    def read_claim(self, request: ReadClaim) -> ClaimView | None:
+        return self._runtime._read_claim(request)
+
+    # effects
+    def wake(self, request: Wake) -> Awaitable[None] | None:
+        return self._wake(request)
+
+    def report(self, request: Report) -> None:
+        self._runtime._report(request)
+
 
 #: The tick requests whose answers are awaited.
 _AWAITED = frozenset({Execute, AskLiveness, Wake})

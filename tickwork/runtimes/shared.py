@@ -27,7 +27,7 @@ import inspect
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -43,6 +43,7 @@ from tickwork.leases import (
     watchdog_delay_ms,
 )
 from tickwork.lifecycle import operations
+from tickwork.lifecycle.answers import AnswerTable, SharedAnswers, answer_table
 from tickwork.lifecycle.drive import drive_async
 from tickwork.lifecycle.requests import (
     Abort,
@@ -80,7 +81,6 @@ from tickwork.lifecycle.requests import (
     RedriveApplied,
     ReplaceSchedule,
     Report,
-    Request,
     Requeue,
     RequeueForRetry,
     ResumeQueue,
@@ -120,9 +120,6 @@ logger = logging.getLogger("tickwork.events")
 
 #: ``now()``: the test clock replacing database time (epoch ms), or None.
 Now = Callable[[], int]
-
-#: Request type -> the function answering it (see ``tickwork.lifecycle.drive``).
-Answers = Mapping[type[Request], Callable[[Any], Any]]
 
 _BUSY = TickResult("busy")
 #: "This runtime does not know when the next schedule slot is": look.
@@ -197,7 +194,7 @@ class SharedRuntime(RuntimeOperations, AsyncSurface):
         # every SCHEDULE_LOOK_MS for schedules other workers created.
         self._next_slot: int | object | None = _UNKNOWN
         self._slots_read_at = 0.0
-        self._answers = self._answer_table()
+        self._answers = answer_table(_SharedRuntimeAnswers(self), SharedAnswers)
 
     # ------------------------------------- the declared operations, and reads
 
@@ -320,68 +317,12 @@ class SharedRuntime(RuntimeOperations, AsyncSurface):
 
     # ------------------------------------------------------------ the driver
 
-    async def _drive(self, plan: Plan[T], answers: Answers | None = None) -> T:
+    async def _drive(self, plan: Plan[T], answers: AnswerTable | None = None) -> T:
         """Run ``plan``; the schema is checked once per runtime, before its
         first request is answered (after the plan validated its arguments)."""
         before = None if self._schema_checked else self._check_schema
         return await drive_async(plan, self._answers if answers is None else answers,
                                  _AWAITED, before_first=before)
-
-    def _answer_table(self) -> dict[type[Request], Callable[[Any], Any]]:
-        store = self._store
-        db_now = self._db_now
-        return {
-            Find: lambda r: store.find(r.job_id),
-            FindCargo: lambda r: store.find_cargo(r.job_id),
-            QueueHead: lambda r: store.queue_head(r.queue),
-            HasPendingWork: lambda r: store.has_pending_work(db_now()),
-            NextWork: lambda r: self._next_work(store.next_work(db_now())),
-            Backlog: lambda r: store.backlog(),
-            StatusGroups: lambda r: store.status_groups(),
-            QueueCounts: lambda r: store.queue_counts(r.queue),
-            Insert: lambda r: store.insert(r.job, db_now()),
-            InsertMany: lambda r: store.insert_many(list(r.jobs), db_now()),
-            RecordCancellation: lambda r: store.record_cancellation(
-                r.job_id, r.cancellation_id,
-                "only_if_queued" if r.only_if_queued else "any"),
-            FailLane: lambda r: store.fail_lane(r.lane, r.reason, r.limit, db_now()),
-            Purge: lambda r: store.purge(r.queue),
-            PauseQueue: lambda r: store.pause_queue(r.queue, db_now()),
-            ResumeQueue: lambda r: store.resume_queue(r.queue),
-            DeadLetterPage: lambda r: store.dead_letters(r.queue, r.before, r.limit),
-            ListJobs: lambda r: store.list_jobs(r.listing, r.after, r.limit),
-            StoreNow: lambda r: store.store_now(db_now()),
-            FindSchedule: lambda r: store.find_schedule(r.name),
-            ListSchedules: lambda r: store.list_schedules(),
-            CreateSchedule: lambda r: self._schedules_changed(
-                store.create_schedule(r.schedule, r.next_at, db_now())),
-            ReplaceSchedule: lambda r: self._schedules_changed(
-                store.replace_schedule(r.schedule, r.old_spec_json, r.next_at, db_now())),
-            PauseSchedule: lambda r: self._schedules_changed(
-                store.pause_schedule(r.name, db_now())),
-            ResumeSchedule: lambda r: self._schedules_changed(
-                store.resume_schedule(r.name, r.spec_json, r.next_at, db_now())),
-            DeleteSchedule: lambda r: self._schedules_changed(store.delete_schedule(r.name)),
-            DueSchedules: self._due_schedules,
-            FireSlots: self._fire_slots,
-            RedriveApplied: lambda r: store.redrive_applied(r.job_id, r.redrive_id),
-            RecordRedrive: lambda r: store.redrive(r.job_id, r.redrive_id, db_now()),
-            Commit: _every_write_committed,
-            Abort: self._abort_all,
-            Wake: lambda r: self._wake_now(),
-            ClaimOrProbe: self._claim_or_probe,
-            Claim: self._claim,
-            Requeue: lambda r: store.requeue_expired(r.suspect.job.sequence, r.suspect.token,
-                                                     db_now()),
-            SettleRecovered: lambda r: store.settle_expired(
-                r.suspect.job.sequence, r.suspect.token, r.settlement, db_now()),
-            SettleNextCancelled: lambda r: store.settle_next_cancelled(db_now()),
-            Execute: self._execute_claim,
-            Settle: self._settle,
-            RequeueForRetry: self._requeue_for_retry,
-            ReadClaim: self._read_claim,
-            Report: self._report,
-        }
 
     def _report(self, report: Report) -> None:
         """Tell the hook of a transition: every write here committed on its
@@ -621,6 +562,166 @@ class SharedRuntime(RuntimeOperations, AsyncSurface):
 
 
 #: Every request's answer is awaited but these two, answered in memory.
+class _SharedRuntimeAnswers(SharedAnswers):
+    """How a shared runtime answers each request: one awaited statement (or
+    batch) of its store, in database time (``now`` None) unless the runtime
+    was given a clock, or the runtime's own steps (claims under leases,
+    executions, settlements; see ``SharedRuntime``)."""
+
+    __slots__ = ("_db_now", "_runtime", "_store")
+
+    def __init__(self, runtime: SharedRuntime) -> None:
+        self._runtime = runtime
+        self._store = runtime._store
+        self._db_now = runtime._db_now
+
+    # reads
+    def find(self, request: Find) -> Awaitable[JobRecord | None]:
+        return self._store.find(request.job_id)
+
+    def find_cargo(self, request: FindCargo) -> Awaitable[ValidJob | None]:
+        return self._store.find_cargo(request.job_id)
+
+    def queue_head(self, request: QueueHead) -> Awaitable[JobRecord | None]:
+        return self._store.queue_head(request.queue)
+
+    def has_pending_work(self, request: HasPendingWork) -> Awaitable[bool]:
+        return self._store.has_pending_work(self._db_now())
+
+    def next_work(self, request: NextWork) -> Awaitable[Sequence[Any]]:
+        return self._runtime._next_work(self._store.next_work(self._db_now()))
+
+    def status_groups(self, request: StatusGroups) -> Awaitable[Sequence[Sequence[Any]]]:
+        return self._store.status_groups()
+
+    def queue_counts(self, request: QueueCounts) -> Awaitable[Sequence[Any]]:
+        return self._store.queue_counts(request.queue)
+
+    def backlog(self, request: Backlog) -> Awaitable[Sequence[Sequence[Any]]]:
+        return self._store.backlog()
+
+    def dead_letter_page(self, request: DeadLetterPage) -> Awaitable[list[JobRecord]]:
+        return self._store.dead_letters(request.queue, request.before, request.limit)
+
+    def list_jobs(self, request: ListJobs) -> Awaitable[list[JobRecord]]:
+        return self._store.list_jobs(request.listing, request.after, request.limit)
+
+    def redrive_applied(self, request: RedriveApplied) -> Awaitable[bool]:
+        return self._store.redrive_applied(request.job_id, request.redrive_id)
+
+    def store_now(self, request: StoreNow) -> Awaitable[int]:
+        return self._store.store_now(self._db_now())
+
+    # changes
+    def insert(self, request: Insert) -> Awaitable[bool]:
+        return self._store.insert(request.job, self._db_now())
+
+    def insert_many(self, request: InsertMany) -> Awaitable[list[bool] | None]:
+        return self._store.insert_many(list(request.jobs), self._db_now())
+
+    def record_cancellation(self, request: RecordCancellation) -> Awaitable[bool]:
+        return self._store.record_cancellation(
+            request.job_id, request.cancellation_id,
+            "only_if_queued" if request.only_if_queued else "any")
+
+    def record_redrive(self, request: RecordRedrive) -> Awaitable[JobRecord | None]:
+        return self._store.redrive(request.job_id, request.redrive_id, self._db_now())
+
+    def fail_lane(self, request: FailLane) -> Awaitable[tuple[list[JobRecord], bool]]:
+        return self._store.fail_lane(request.lane, request.reason, request.limit,
+                                     self._db_now())
+
+    def purge(self, request: Purge) -> Awaitable[int]:
+        return self._store.purge(request.queue)
+
+    def pause_queue(self, request: PauseQueue) -> Awaitable[bool]:
+        return self._store.pause_queue(request.queue, self._db_now())
+
+    def resume_queue(self, request: ResumeQueue) -> Awaitable[bool]:
+        return self._store.resume_queue(request.queue)
+
+    # schedules
+    def find_schedule(self, request: FindSchedule) -> Awaitable[StoredSchedule | None]:
+        return self._store.find_schedule(request.name)
+
+    def list_schedules(self, request: ListSchedules) -> Awaitable[list[StoredSchedule]]:
+        return self._store.list_schedules()
+
+    def create_schedule(self, request: CreateSchedule) -> Awaitable[bool]:
+        return self._runtime._schedules_changed(self._store.create_schedule(
+            request.schedule, request.next_at, self._db_now()))
+
+    def replace_schedule(self, request: ReplaceSchedule) -> Awaitable[bool]:
+        return self._runtime._schedules_changed(self._store.replace_schedule(
+            request.schedule, request.old_spec_json, request.next_at, self._db_now()))
+
+    def pause_schedule(self, request: PauseSchedule) -> Awaitable[bool]:
+        return self._runtime._schedules_changed(
+            self._store.pause_schedule(request.name, self._db_now()))
+
+    def resume_schedule(self, request: ResumeSchedule) -> Awaitable[bool]:
+        return self._runtime._schedules_changed(self._store.resume_schedule(
+            request.name, request.spec_json, request.next_at, self._db_now()))
+
+    def delete_schedule(self, request: DeleteSchedule) -> Awaitable[bool]:
+        return self._runtime._schedules_changed(self._store.delete_schedule(request.name))
+
+    def due_schedules(self, request: DueSchedules
+                      ) -> Awaitable[tuple[list[StoredSchedule], int | None]]:
+        return self._runtime._due_schedules(request)
+
+    def fire_slots(self, request: FireSlots) -> Awaitable[list[ValidJob]]:
+        return self._runtime._fire_slots(request)
+
+    # ticks
+    def claim_or_probe(self, request: ClaimOrProbe
+                       ) -> Awaitable[tuple[_Claim | None, Probe | None]]:
+        return self._runtime._claim_or_probe(request)
+
+    def claim(self, request: Claim) -> Awaitable[_Claim | None]:
+        return self._runtime._claim(request)
+
+    def requeue(self, request: Requeue) -> Awaitable[bool]:
+        suspect = request.suspect
+        return self._store.requeue_expired(suspect.job.sequence, suspect.token,
+                                           self._db_now())
+
+    def settle_recovered(self, request: SettleRecovered) -> Awaitable[JobRecord | None]:
+        suspect = request.suspect
+        return self._store.settle_expired(suspect.job.sequence, suspect.token,
+                                          request.settlement, self._db_now())
+
+    def settle_next_cancelled(self, request: SettleNextCancelled
+                              ) -> Awaitable[JobRecord | None]:
+        return self._store.settle_next_cancelled(self._db_now())
+
+    def execute(self, request: Execute
+                ) -> Awaitable[tuple[Settlement, asyncio.CancelledError | None]]:
+        return self._runtime._execute_claim(request)
+
+    def settle(self, request: Settle) -> Awaitable[tuple[bool, _Claim | None]]:
+        return self._runtime._settle(request)
+
+    def requeue_for_retry(self, request: RequeueForRetry) -> Awaitable[JobRecord | None]:
+        return self._runtime._requeue_for_retry(request)
+
+    def read_claim(self, request: ReadClaim) -> Awaitable[ClaimView | None]:
+        return self._runtime._read_claim(request)
+
+    # effects
+    def commit(self, request: Commit) -> None:
+        """Every write committed on its own already: nothing is pending."""
+
+    def abort(self, request: Abort) -> None:
+        self._runtime._abort_all(request)
+
+    def wake(self, request: Wake) -> Awaitable[None]:
+        return self._runtime._wake_now()
+
+    def report(self, request: Report) -> None:
+        self._runtime._report(request)
+
+
 _AWAITED = frozenset({
     Find, FindCargo, QueueHead, HasPendingWork, NextWork, StatusGroups, QueueCounts, Insert,
     InsertMany, RecordCancellation, FailLane, Purge, PauseQueue, ResumeQueue, Wake,
@@ -629,10 +730,6 @@ _AWAITED = frozenset({
     StoreNow, FindSchedule, ListSchedules, CreateSchedule, ReplaceSchedule, PauseSchedule,
     ResumeSchedule, DeleteSchedule, DueSchedules, FireSlots, ListJobs, Backlog,
 })
-
-
-def _every_write_committed(request: Commit) -> None:
-    """Commit: nothing to do, every statement or batch committed on its own."""
 
 
 def _abort_stale(signal: AbortSignal, stale: StaleLease) -> None:
