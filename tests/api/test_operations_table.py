@@ -204,6 +204,7 @@ CLIENT_ARGS: dict[str, tuple[Any, ...]] = {
     "resume": ("q",),
     "status": (),
     "queue_status": ("q",),
+    "backlog": (),
     "dead_letters": ("q é", 20, "17.3"),
     "redrive": ("j/1", "r-1"),
     "list_jobs": (None, "lane é", "settled", "failed", "oldest", 20, "17.3"),

@@ -17,6 +17,7 @@ from tickwork import (
     FailLaneResult,
     Job,
     JobRecord,
+    QueueBacklog,
     QueueStatus,
     RedriveResult,
     Retry,
@@ -168,6 +169,16 @@ async def scenario(jobs: AsyncJobs, *, runs_beside: bool) -> None:
     delayed = await jobs.queue_status(q4)
     assert (delayed.queued, delayed.delayed) == (0, 2)
     assert await jobs.read_queue_head(q4) is None
+    # The backlog reads the unsettled jobs only: q4's two wait, none is ready.
+    backlog = {entry.queue: entry for entry in await jobs.backlog()}
+    assert isinstance(backlog[q4], QueueBacklog)
+    assert (backlog[q4].ready, backlog[q4].delayed, backlog[q4].running) == (0, 2, 0)
+    assert (backlog[q4].oldest_ready_at, backlog[q4].oldest_ready_age_ms) == (None, 0)
+    assert backlog[q4].read_at >= stored.enqueued_at
+    if runs_beside:  # q3's head still runs on a worker; the rest was purged
+        assert (backlog[q3].ready, backlog[q3].delayed, backlog[q3].running) == (0, 0, 1)
+    else:
+        assert q3 not in backlog  # purged: nothing unsettled left
 
     # A schedule: created once, replaced, listed, paused, resumed, deleted.
     # Its yearly slot is far off: no job comes of it here.

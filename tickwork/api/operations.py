@@ -51,7 +51,7 @@ from tickwork.model.jobs import (
     validate_job,
     validate_jobs,
 )
-from tickwork.model.outcomes import OUTCOMES, QueueStatus
+from tickwork.model.outcomes import OUTCOMES, QueueBacklog, QueueStatus
 from tickwork.model.schedules import MAX_CATCH_UP, MAX_SCHEDULE_NAME, validate_schedule
 
 
@@ -395,6 +395,14 @@ def _statuses_from_wire(values: list[Any]) -> list[QueueStatus]:
     return [wire.status_from_wire(value) for value in values]
 
 
+def _backlogs_to_wire(backlogs: list[QueueBacklog]) -> list[dict[str, Any]]:
+    return [wire.backlog_to_wire(backlog) for backlog in backlogs]
+
+
+def _backlogs_from_wire(values: list[Any]) -> list[QueueBacklog]:
+    return [wire.backlog_from_wire(value) for value in values]
+
+
 def _records_to_wire(records: list[Any]) -> list[dict[str, Any]]:
     return [wire.schedule_record_to_wire(record) for record in records]
 
@@ -597,6 +605,17 @@ OPERATIONS: Final = (
         reply_shape=('`{"queue": {"queue", "queued", "running", "settled", "outcomes", '
                      '"delayed", "paused"}}`'),
         from_http=lambda body: wire.status_from_wire(body["queue"]), idempotent=True),
+    Operation(
+        "backlog", "GET", ("backlog",),
+        "Every queue's ready, delayed and running jobs and how long its oldest ready job "
+        "has waited, from the indexes of unsettled jobs only (cheap enough to poll)",
+        _nothing,
+        lambda args, context, result: Reply(200, {"queues": _backlogs_to_wire(result)}),
+        result_to_wire=_backlogs_to_wire, result_from_wire=_backlogs_from_wire,
+        answers={200: "one entry per queue with unsettled jobs, by queue name"},
+        reply_shape=('`{"queues": [{"queue", "ready", "delayed", "running", '
+                     '"oldest_ready_at", "oldest_ready_age_ms", "read_at"}, ...]}`'),
+        from_http=lambda body: _backlogs_from_wire(body["queues"]), idempotent=True),
     Operation(
         "read_queue_head", "GET", ("queues", "{queue}", "head"),
         "The queue's running job, else its next waiting one",

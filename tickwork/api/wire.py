@@ -32,6 +32,7 @@ from tickwork.model.outcomes import (
     DeadLetters,
     FailLaneResult,
     JobPage,
+    QueueBacklog,
     QueueStatus,
     RedriveResult,
 )
@@ -385,6 +386,24 @@ def status_from_wire(value: Mapping[str, Any]) -> QueueStatus:
         delayed=value.get("delayed", 0),
         paused=value.get("paused", False),
     )
+
+
+def backlog_to_wire(backlog: QueueBacklog) -> dict[str, Any]:
+    return {
+        "queue": backlog.queue,
+        "ready": backlog.ready,
+        "delayed": backlog.delayed,
+        "running": backlog.running,
+        "oldest_ready_at": backlog.oldest_ready_at,
+        "oldest_ready_age_ms": backlog.oldest_ready_age_ms,
+        "read_at": backlog.read_at,
+    }
+
+
+def backlog_from_wire(value: Mapping[str, Any]) -> QueueBacklog:
+    return QueueBacklog(queue=value["queue"], ready=value["ready"], delayed=value["delayed"],
+                        running=value["running"], oldest_ready_at=value["oldest_ready_at"],
+                        read_at=value["read_at"])
 
 
 def cancel_to_wire(result: CancelResult) -> dict[str, Any]:

@@ -117,6 +117,7 @@ class JobOperations:
     read_queue_head = Declared(operations.read_queue_head, writes=False)
     status = Declared(operations.status, writes=False)
     queue_status = Declared(operations.queue_status, writes=False)
+    backlog = Declared(operations.backlog, writes=False)
     dead_letters = Declared(operations.dead_letters, writes=False)
     list_jobs = Declared(operations.list_jobs, writes=False)
     schedules = Declared(operations.schedules, writes=False)
@@ -134,12 +135,11 @@ class JobOperations:
 
 
 class RuntimeOperations(JobOperations):
-    """What a runtime offers besides: the reads a host's wake and metrics
-    use, and ingest by job (the API's ``ingest`` takes a list)."""
+    """What a runtime offers besides: the reads a host's wake uses, and
+    ingest by job (the API's ``ingest`` takes a list)."""
 
     has_pending_work = Declared(operations.has_pending_work, writes=False)
     next_tick_at = Declared(operations.next_tick_at, writes=False)
-    backlog = Declared(operations.backlog, writes=False)
     ingest = Declared(operations.ingest, writes=True)
     ingest_many = Declared(operations.ingest_many, writes=True)
 
