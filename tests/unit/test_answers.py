@@ -65,3 +65,21 @@ def test_each_runtime_answers_every_request_of_its_family(answers: type,
     assert not missing
     table = answer_table(object.__new__(answers), family)
     assert {method_name(kind) for kind in table} == protocol_methods(family).keys()
+
+
+def awaited_by_annotation(answers: type) -> set[str]:
+    """The answers declared to return an awaitable (the annotation's text)."""
+    return {name for name, value in vars(answers).items()
+            if inspect.isfunction(value) and not name.startswith("_")
+            and str(value.__annotations__.get("return", "")).startswith("Awaitable")}
+
+
+def test_the_awaited_requests_are_the_answers_that_return_awaitables() -> None:
+    from tickwork.runtimes import owner_local, shared
+
+    assert {method_name(kind) for kind in shared._AWAITED} == awaited_by_annotation(
+        _SharedRuntimeAnswers)
+    # Owner-local: the execution, the liveness probe and the wake (awaited
+    # only when the host's wake is async: the runtime drops it otherwise).
+    assert {method_name(kind) for kind in owner_local._AWAITED} == awaited_by_annotation(
+        _LocalAnswers) == {"execute", "ask_liveness", "wake"}
