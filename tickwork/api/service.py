@@ -1,9 +1,11 @@
 """JobService: the operations the API serves for one scope of jobs, typed once.
 
 A scope is one owner (a Durable Object or one file of ``tickwork serve``) or
-the shared queues (D1 or PostgreSQL). Each method below is one operation of
-``tickwork.api.operations.OPERATIONS``; a service only says how it performs
-an operation (``perform``), so every adapter is one small class:
+the shared queues (D1 or PostgreSQL). Each of its methods is one operation of
+``tickwork.api.operations.OPERATIONS``: the declared ones
+(``tickwork.lifecycle.surface.JobOperations``) are derived, ``ingest``,
+``ready`` and ``read_settled`` are written below. A service only says how it
+performs an operation (``perform``), so every adapter is one small class:
 
 * ``RuntimeService``: an in-process runtime, owner-local (synchronous) or
   shared (async);

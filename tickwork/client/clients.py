@@ -6,8 +6,9 @@
     record = await jobs.read("j1")            # a JobRecord, or None
 
 Each method has the name, arguments and result type of the runtime method
-it calls on the host (``OwnerRuntime``, ``D1Runtime``, ``PostgresRuntime``),
-and a refusal raises the runtime's error (``InvalidJob``, ``InvalidArgument``,
+it calls on the host (``OwnerRuntime``, ``D1Runtime``, ``PostgresRuntime``):
+both come from one declaration (``tickwork.lifecycle.surface``). A refusal
+raises the runtime's error (``InvalidJob``, ``InvalidArgument``,
 ``IngestConflict``) or an ``ApiError`` with the host's status, code and
 field. Bad arguments are refused before anything is sent. Idempotent
 operations are sent again by the ``RetryPolicy`` after a lost reply or a
