@@ -15,8 +15,8 @@ before any store is touched.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from typing import Final
+from collections.abc import Callable, Sequence
+from typing import Final, TypeAlias
 
 from tickwork.lifecycle.requests import (
     ALIVE,
@@ -146,6 +146,11 @@ MAX_ROUNDS = 8
 #: A tick's answer: what it did, and the claim it took for the next tick (a
 #: worker loop's ``claim_next``), if any.
 TickAnswer = tuple[TickResult, "Held | None"]
+
+#: Whether a tick claims the next job as its job settles: a worker loop's
+#: answer, or the function it asks then (``tickwork.runtimes.draining``:
+#: whether its budget lets it run one more tick; it must not raise).
+ClaimNext: TypeAlias = bool | Callable[[], bool]
 
 
 def settled(job: JobRecord) -> TickResult:
@@ -601,7 +606,8 @@ def _fire_due(due: list[StoredSchedule], now: int) -> Plan[int]:
 # ------------------------------------------------------------------ ticks
 
 
-def tick(ticker: object, *, claim_next: bool = False, reporting: bool = True) -> Plan[TickAnswer]:
+def tick(ticker: object, *, claim_next: ClaimNext = False,
+         reporting: bool = True) -> Plan[TickAnswer]:
     """Recover a dead claim, settle a cancelled job, or claim and run one job.
 
     The common tick is one request before the executor runs: the claim only
@@ -672,10 +678,14 @@ def recover(suspect: Suspect, ticker: object) -> Plan[TickResult | None]:
     return settled(recovered)
 
 
-def run(held: Held, *, claim_next: bool = False, reporting: bool = True) -> Plan[TickAnswer]:
+def run(held: Held, *, claim_next: ClaimNext = False,
+        reporting: bool = True) -> Plan[TickAnswer]:
     """Execute a held claim and record exactly one outcome for it: its
     settlement, or, when its retry policy retries this attempt, its return
     to the queue as the next attempt (the job's one outcome comes later).
+
+    ``claim_next``: claim the next job in the settlement's transaction (see
+    ``ClaimNext``); a function is asked as the job settles, not before it runs.
 
     ``reporting=False`` (a runtime with no event hook, which would ignore
     them) leaves out the common path's ``Report`` requests: the claim, the
@@ -694,8 +704,8 @@ def run(held: Held, *, claim_next: bool = False, reporting: bool = True) -> Plan
         else:
             result = yield from settle_unusual(held, settlement, retry_in)
     else:
-        written, next_held = yield Settle(held, settlement,
-                                          claim_next=claim_next and interruption is None)
+        ahead = interruption is None and (claim_next() if callable(claim_next) else claim_next)
+        written, next_held = yield Settle(held, settlement, claim_next=ahead)
         if written:
             if reporting:
                 yield Report("settled", held, settlement)

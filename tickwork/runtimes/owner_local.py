@@ -122,6 +122,7 @@ from tickwork.ports.host import (
 from tickwork.ports.host import (
     Wake as WakePort,
 )
+from tickwork.runtimes.draining import Budget, drain_loop
 from tickwork.runtimes.execution import nonblocking, run_executor
 from tickwork.stores.owner_local import (
     EVERY_JOB,
@@ -165,7 +166,7 @@ class _Ticker:
     time; ``executions`` is keyed by job_id for the abort paths.
     """
 
-    __slots__ = ("ahead", "ahead_if", "busy", "executions", "partition", "probe_after")
+    __slots__ = ("ahead", "busy", "executions", "partition", "probe_after")
 
     def __init__(self, partition: Partition) -> None:
         self.partition = partition
@@ -175,9 +176,6 @@ class _Ticker:
         # before it, and has not started yet (registered in ``executions``
         # too, so that cancel() and fail_lane() reach it).
         self.ahead: _Execution | None = None
-        # Asked when the job of a drain's step settles: whether its loop will
-        # run one more job (its budget is asked then, after the job ran).
-        self.ahead_if: Callable[[], bool] | None = None
         # Where the next liveness probe starts: after the last claim that was
         # found alive or could not be judged (round robin over such claims).
         self.probe_after = _BEFORE_ANY_CLAIM
@@ -308,44 +306,34 @@ class _LocalRuntime(RuntimeOperations, SyncSurface):
     ) -> list[TickResult]:
         """Tick until nothing is due, ``max_ticks`` ticks ran or ``budget_ms``
         passed (by the runtime's clock); what each tick did (idle ticks
-        excluded).
+        excluded). A tick that answers busy (another loop holds the ticker)
+        or liveness_unknown (the probe could not judge a suspect claim, and
+        nothing else was due) ends it, that result last.
 
-        A worker loop: because the next tick is certain, the settlement of
-        one job and the claim of the next share one transaction (two commits
-        per job instead of three; see ``draining``). A claim taken ahead is
-        always run by this same call. While it runs, ``tick()`` reports busy
-        (with a concurrent lane, it drains the serial ticker). It never
-        sleeps for a waiting job: the host's wake is told when one is due.
+        A worker loop: the drain loop of ``tickwork.runtimes.draining`` over
+        ``draining()``. When the budget lets it run one more tick as a job
+        settles, that settlement and the claim of the next job share one
+        transaction (two commits per job instead of three); a claim taken
+        ahead is always run by this same call. While it runs, ``tick()``
+        reports busy (with a concurrent lane, it drains the serial ticker).
+        It never sleeps for a waiting job: the host's wake is told when one
+        is due.
         """
-        if max_ticks is not None:
-            check_safe_int("max_ticks", max_ticks, InvalidArgument, 1)
-        if budget_ms is not None:
-            check_safe_int("budget_ms", budget_ms, InvalidArgument, 1)
-        clock = self._clock
-        deadline = None if budget_ms is None else clock() + budget_ms
+        budget = Budget.of(max_ticks=max_ticks, budget_ms=budget_ms, now_ms=self._clock)
         results: list[TickResult] = []
-
-        def room_for(tick_number: int) -> bool:
-            return ((max_ticks is None or tick_number <= max_ticks)
-                    and (deadline is None or clock() < deadline))
-
         with self.draining() as steps:
-            while True:
-                # Asked as the step's job settles: will one more tick run?
-                result = await steps.step(claim_next=lambda: room_for(len(results) + 2))
-                if result.status == "idle" and result.job_id is None:
-                    return results
-                results.append(result)
-                if result is _BUSY or (not steps.carrying and not room_for(len(results) + 1)):
-                    return results
+            await drain_loop(steps, budget, on_result=results.append, yielding=False)
+        return results
 
     def draining(self) -> DrainSteps:
-        """The serial ticker's steps for a worker loop (``drain()``, the hosts'
-        ``tick_until_idle``), as a context manager holding its busy guard.
+        """The serial ticker's steps for the drain loop (``drain()``, the
+        hosts' ``tick_until_idle``; see ``tickwork.runtimes.draining``), as a
+        context manager holding its busy guard.
 
         ``step(claim_next=True)`` (or a function, asked as the job settles:
-        whether the loop will run one more) ticks and, when the job it ran
-        settles, claims the next one in the same transaction, by the tick's own rule
+        whether the loop will run one more; it must not raise) ticks and,
+        when the job it ran settles, claims the next one in the same
+        transaction, by the tick's own rule
         (the claim-if-clear statement: when a suspect claim or a cancelled
         job waits, or a schedule slot has come, it claims nothing and the
         next step ticks); the next step runs that claim. Leaving the context
@@ -628,7 +616,7 @@ class _LocalRuntime(RuntimeOperations, SyncSurface):
     def _settle(self, request: Settle) -> tuple[bool, _Execution | None]:
         execution: _Execution = request.held  # type: ignore[assignment]
         job, settlement, now = execution.job, request.settlement, self._clock()
-        if request.claim_next and _ahead_allowed(execution.ticker):
+        if request.claim_next:
             next_slot = self._next_slot
             # A schedule slot that has come is filled by a tick before it claims.
             if next_slot is None or next_slot > now:
@@ -965,18 +953,6 @@ class _LocalAnswers(OwnerLocalAnswers):
 _AWAITED = frozenset({Execute, AskLiveness, Wake})
 
 
-def _ahead_allowed(ticker: _Ticker) -> bool:
-    """Whether the drain of ``ticker`` will run one more job (its loop's answer)."""
-    allowed = ticker.ahead_if
-    if allowed is None:
-        return True
-    try:
-        return bool(allowed())
-    except Exception:  # a host's budget check failed: settle, claim nothing ahead
-        logger.exception("tickwork: a drain's budget check raised; nothing claimed ahead")
-        return False
-
-
 def _at_once(step: Callable[[], None]) -> None:
     step()
 
@@ -986,8 +962,9 @@ def _nothing_deferred(deferred: Deferred) -> None:
 
 
 class DrainSteps:
-    """One drain of a ticker (``OwnerRuntime.draining``): each ``step`` ticks,
-    or runs the claim the step before it took ahead."""
+    """One drain of a ticker (``OwnerRuntime.draining``; the ``Steps`` of
+    ``tickwork.runtimes.draining``): each ``step`` ticks, or runs the claim
+    the step before it took ahead."""
 
     __slots__ = ("_held", "_runtime", "_ticker")
 
@@ -1023,8 +1000,6 @@ class DrainSteps:
         if not self._held:
             return _BUSY
         runtime, ticker = self._runtime, self._ticker
-        if callable(claim_next):
-            ticker.ahead_if, claim_next = claim_next, True
         ahead, ticker.ahead = ticker.ahead, None
         if ahead is not None and ahead.signal.aborted:
             # cancel() or fail_lane() reached it before it started: it never
@@ -1040,7 +1015,6 @@ class DrainSteps:
         finally:
             # The claim this step ran is over; the one it took ahead (if any)
             # stays registered until the next step runs it.
-            ticker.ahead_if = None
             ticker.executions.clear()
             taken = ticker.ahead
             if taken is not None:

@@ -110,6 +110,7 @@ from tickwork.model.signals import AbortSignal, LeasedSignal
 from tickwork.ports.host import SharedExecutor
 from tickwork.ports.host import Wake as WakePort
 from tickwork.ports.shared_store import SharedStore
+from tickwork.runtimes.draining import Budget, drain_loop
 from tickwork.runtimes.execution import nonblocking, run_executor
 
 __all__ = ["LeasedSignal", "Now", "SharedRuntime"]
@@ -238,53 +239,33 @@ class SharedRuntime(RuntimeOperations, AsyncSurface):
         self, *, max_ticks: int | None = None, budget_ms: int | None = None
     ) -> list[TickResult]:
         """Tick until there is nothing to do, ``max_ticks`` ticks ran or
-        ``budget_ms`` passed; returns what each tick did (idle ticks excluded).
+        ``budget_ms`` passed (by the runtime's monotonic clock); returns what
+        each tick did (idle ticks excluded). A tick that answers busy ends it.
 
         With a budget, a drain that runs out of due work while a waiting job
         falls due within the budget sleeps until it is due (by database
         time, re-read after the sleep) and goes on, instead of returning or
         spinning; without a budget it returns as soon as nothing is due.
 
-        A worker loop: because the next tick is certain, the settlement of
-        one job and the claim of the next share one commit (PostgreSQL) or one
-        batch (D1), halving the commits per job. A claim taken ahead is always
-        run by this same call, even when the budget has run out meanwhile.
-        While it runs, ``tick()`` on this runtime reports busy.
+        A worker loop: the drain loop of ``tickwork.runtimes.draining``. When
+        the budget lets it run one more tick as a job settles, that
+        settlement and the claim of the next job share one commit
+        (PostgreSQL) or one batch (D1), halving the commits per job; a claim
+        taken ahead is always run by this same call (one left carried by a
+        drain that raised or was cancelled stays running under its lease,
+        which any worker recovers once it expires). Between carried claims
+        it fills the schedule slots that have come. While it runs, ``tick()``
+        on this runtime reports busy.
         """
-        if max_ticks is not None:
-            check_safe_int("max_ticks", max_ticks, InvalidArgument, 1)
-        if budget_ms is not None:
-            check_safe_int("budget_ms", budget_ms, InvalidArgument, 1)
-        if self._busy:
-            return [_BUSY]
-        self._busy = True
-        try:
-            clock = self._clock
-            deadline = None if budget_ms is None else clock.now_ms() + budget_ms
-            results: list[TickResult] = []
-            carried: _Claim | None = None
-            while True:
-                more = ((max_ticks is None or len(results) + 1 < max_ticks)
-                        and (deadline is None or clock.now_ms() < deadline))
-                if carried is not None and self._slot_may_be_due():
-                    # A long run of carried claims still fills schedule slots.
-                    await self._drive(operations.fire_schedules())
-                reporting = self._on_event is not None
-                if carried is not None:
-                    plan = operations.run(carried, claim_next=more, reporting=reporting)
-                else:
-                    plan = operations.tick(None, claim_next=more, reporting=reporting)
-                result, held = await self._drive(plan)
-                carried = held if isinstance(held, _Claim) else None
-                if result.status == "idle" and result.job_id is None:
-                    if deadline is None or not await self._sleep_until_due(deadline):
-                        return results
-                    continue
-                results.append(result)
-                if not more and carried is None:
-                    return results
-        finally:
-            self._busy = False
+        clock = self._clock
+        budget = Budget.of(max_ticks=max_ticks, budget_ms=budget_ms, now_ms=clock.now_ms)
+        deadline = budget.deadline_ms
+        results: list[TickResult] = []
+        with _SharedSteps(self) as steps:
+            await drain_loop(
+                steps, budget, on_result=results.append, yielding=False,
+                look_again=None if deadline is None else lambda: self._sleep_until_due(deadline))
+        return results
 
     async def _sleep_until_due(self, deadline: float) -> bool:
         """Sleep until the next waiting job is due, if that is before ``deadline``
@@ -559,6 +540,53 @@ class SharedRuntime(RuntimeOperations, AsyncSurface):
         result = self._wake.recompute()
         if inspect.isawaitable(result):
             await result
+
+
+class _SharedSteps:
+    """One drain of a shared runtime (the ``Steps`` of
+    ``tickwork.runtimes.draining``), as a context manager holding the
+    runtime's busy guard: each ``step`` ticks, or runs the claim the step
+    before it carried (after filling the schedule slots that have come, as
+    a tick would first). Steps of a busy runtime each answer busy."""
+
+    __slots__ = ("_carried", "_held", "_runtime")
+
+    def __init__(self, runtime: SharedRuntime) -> None:
+        self._runtime = runtime
+        self._carried: _Claim | None = None
+        self._held = False
+
+    def __enter__(self) -> _SharedSteps:
+        runtime = self._runtime
+        if not runtime._busy:
+            runtime._busy = self._held = True
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._held:
+            self._carried = None
+            self._runtime._busy = self._held = False
+
+    @property
+    def carrying(self) -> bool:
+        return self._carried is not None
+
+    async def step(self, *, claim_next: operations.ClaimNext = False) -> TickResult:
+        if not self._held:
+            return _BUSY
+        runtime, carried = self._runtime, self._carried
+        self._carried = None
+        reporting = runtime._on_event is not None
+        if carried is None:
+            plan = operations.tick(None, claim_next=claim_next, reporting=reporting)
+        else:
+            if runtime._slot_may_be_due():
+                # A long run of carried claims still fills schedule slots.
+                await runtime._drive(operations.fire_schedules())
+            plan = operations.run(carried, claim_next=claim_next, reporting=reporting)
+        result, held = await runtime._drive(plan)
+        self._carried = held if isinstance(held, _Claim) else None
+        return result
 
 
 #: Every request's answer is awaited but these two, answered in memory.
