@@ -95,7 +95,8 @@ from tickwork import Completed, Job, OwnerRuntime
 from tickwork.hosts.cpython import open_sqlite3
 from tickwork.hosts.cpython.sqlite_files import NEW_FILE_PAGE_SIZE, checkpoint_by_bytes
 from tickwork.stores import Sqlite3Database
-from tickwork.stores.owner_local import FILE_EVERY, LIST_EVERY, OwnerLocalStore
+from tickwork.stores.index_batching import FILE_EVERY, LIST_EVERY
+from tickwork.stores.owner_local import OwnerLocalStore
 
 SECTION = "owner-local"
 SYNCHRONOUS = {"NORMAL": 1, "FULL": 2}

@@ -46,7 +46,8 @@ from typing import Any
 from bench.report import Figures, Point, Row, print_rows
 from tickwork import Completed, Job, OwnerRuntime, Schedule, ScheduledJob
 from tickwork.stores import Sqlite3Database
-from tickwork.stores.owner_local import LIST_EVERY, OwnerLocalStore
+from tickwork.stores.index_batching import LIST_EVERY
+from tickwork.stores.owner_local import OwnerLocalStore
 
 SECTION = "owner-local"
 

@@ -8,14 +8,15 @@
 -- index, the AUTOINCREMENT counter, the claim's order, the queue's waiting
 -- jobs, and the unsettled jobs by queue and by lane) and a settlement seven
 -- (the row, the running index, those two again, and the three history
--- indexes by queue, by outcome and by lane): 8.5 and 11 frames against 2
--- and 2 for a queue that deletes its rows (docs/explanation/benchmarks.md).
--- So a row now carries two flags:
+-- indexes by queue, by outcome and by lane). Entries written a batch at a
+-- time share the pages they change (docs/explanation/architecture.md has
+-- what that saves). So a row now carries two flags:
 --
 -- * listed: 0 for a row inserted after the last listing; 1 once it is in
 --   the indexes of unsettled jobs by queue and by lane. The runtime lists
---   every new row at once every 100 inserts (one statement, and the
---   sequence listed through kept in tickwork_meta as 'listed_through').
+--   every new row at once every LIST_EVERY inserts (one statement, and the
+--   sequence listed through kept in tickwork_meta as 'listed_through';
+--   tickwork/stores/index_batching.py decides when).
 --   Rows come in sequence order, so the unlisted rows are exactly those
 --   after 'listed_through': a read of unsettled jobs also reads them, by
 --   the primary key (at most a few hundred rows).
@@ -23,10 +24,10 @@
 --   by drain(), for a while after it settles; 1 once its settlement is in
 --   the history indexes. The indexes of unsettled jobs hold the listed rows
 --   with filed = 0, so the drain's settlement leaves them alone, and the
---   history indexes every filed row. drain() files up to 100 settled rows
---   at once, in the commit of a later settlement. Between the two a settled
---   row is in tickwork_jobs_unfiled: every read of settled history reads
---   that index too. Every other settlement files its row in its own
+--   history indexes every filed row. drain() files up to FILE_EVERY
+--   settled rows at once, in the commit of a later settlement. Between the
+--   two a settled row is in tickwork_jobs_unfiled: every read of settled
+--   history reads that index too. Every other settlement files its row in its own
 --   statement, as before.
 --
 -- What a read returns does not depend on either flag.
@@ -68,7 +69,7 @@ CREATE INDEX tickwork_jobs_dead
     ON tickwork_jobs (queue, settled_at, sequence)
     WHERE filed = 1
       AND (outcome = 'failed' OR outcome = 'outcome_unknown' OR outcome = 'interrupted');
--- Settlements not filed yet (few: drain() files them every 100 settlements).
+-- Settlements not filed yet (few: drain() files them every FILE_EVERY settlements).
 CREATE INDEX tickwork_jobs_unfiled
     ON tickwork_jobs (queue, settled_at, sequence)
     WHERE filed = 0 AND state = 'settled';

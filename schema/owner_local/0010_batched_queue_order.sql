@@ -4,12 +4,11 @@
 --
 -- Why: tickwork_jobs_queue_waiting held the queued jobs by (queue,
 -- priority, sequence), so every ingest added an entry and every claim took
--- one away: about one WAL frame in each of the two commits a drained job
--- makes (docs/explanation/benchmarks.md). Its successor holds the same keys
--- for the rows 0009 keeps in the indexes of unsettled jobs (listed, not
--- filed), so a row enters it when it is listed and leaves it when it is
--- filed, in the batches of 100, and neither a claim nor a settlement
--- writes it.
+-- one away: a page more in each of the two commits a drained job makes.
+-- Its successor holds the same keys for the rows 0009 keeps in the indexes
+-- of unsettled jobs (listed, not filed), so a row enters it when it is
+-- listed and leaves it when it is filed, in the batches of 0009, and
+-- neither a claim nor a settlement writes it.
 --
 -- What it costs: a read of a queue's waiting jobs (its head, its counts, a
 -- purge, the concurrent lane's head check) reads each row's state from the

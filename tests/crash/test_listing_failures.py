@@ -67,9 +67,9 @@ async def test_a_stored_job_is_reported_announced_and_run_when_its_listing_fails
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from tickwork.hosts.cpython import open_sqlite3
-    from tickwork.stores import owner_local
+    from tickwork.stores import index_batching
 
-    monkeypatch.setattr(owner_local, "_listing_failures", [-1e9, 0])  # log the next one
+    monkeypatch.setattr(index_batching, "_listing_failures", [-1e9, 0])  # log the next one
     path = tmp_path / "jobs.sqlite3"
 
     open_sqlite3(path).connection.close()  # the schema, applied once

@@ -17,7 +17,8 @@ import pytest
 from tests.support import Harness, job
 from tickwork import OwnerRuntime
 from tickwork.stores import owner_local as owner_local_store
-from tickwork.stores.owner_local import FILE_EVERY, LIST_EVERY, OwnerLocalStore
+from tickwork.stores.index_batching import FILE_EVERY, LIST_EVERY
+from tickwork.stores.owner_local import OwnerLocalStore
 
 ACTIONS = ("complete", "fail", "unknown", "cancel", "complete", "raise")
 QUEUES = ("q0", "q1", "q2")

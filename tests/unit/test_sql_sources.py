@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tickwork.schemas import migrations, split_statements
-from tickwork.stores import owner_local
+from tickwork.stores import index_batching, owner_local
 from tickwork.stores.d1 import store as d1_store
 from tickwork.stores.owner_schema import (
     BATCHED_ENTRIES_SQL,
@@ -98,7 +98,7 @@ def test_the_stores_differ_only_in_the_clock_and_the_lease() -> None:
 def test_both_stores_run_the_same_templates() -> None:
     pairs = [
         (owner_local._FAIL_LANE, d1_store.FAIL_LANE),
-        (owner_local._SETTLE_CLAIM, d1_store.SETTLE),
+        (index_batching.FILING.claim, d1_store.SETTLE),
         (owner_local._REQUEUE_CLAIM, d1_store.REQUEUE_EXPIRED),
         (owner_local._SETTLE_RECOVERED_CLAIM, d1_store.SETTLE_EXPIRED),
         (owner_local._RECORD_CANCELLATION, d1_store.RECORD_CANCELLATION),

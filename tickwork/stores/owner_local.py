@@ -7,8 +7,6 @@ decodes the rows by column name. No lifecycle decisions here.
 
 from __future__ import annotations
 
-import logging
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,44 +17,11 @@ from tickwork.model.errors import IngestConflict
 from tickwork.model.jobs import JobRecord, ValidJob, cargo_differences
 from tickwork.model.schedules import StoredSchedule, ValidSchedule
 from tickwork.ports.database import CountingDatabase, Row, SyncDatabase
+from tickwork.stores.index_batching import IndexBatching
 from tickwork.stores.rows import CARGO, CLAIM, JOB, Columns, decode_job, schedule_row
 from tickwork.stores.sql import sqlite as sql
 
-logger = logging.getLogger(__name__)
-
-#: When a failed listing was last logged (monotonic seconds), and how many
-#: failures were not logged since: at most one line a minute.
-_listing_failures: list[float] = [-1e9, 0]
-
-
-def _log_listing_failure(error: Exception) -> None:
-    now = time.monotonic()
-    if now - _listing_failures[0] < 60:
-        _listing_failures[1] += 1
-        return
-    skipped = int(_listing_failures[1])
-    _listing_failures[:] = [now, 0]
-    logger.warning("tickwork: listing new jobs failed (%s: %s); they stay unlisted, still read, "
-                   "and are listed at a later insert%s", type(error).__name__, error,
-                   f" ({skipped} more such failures not logged)" if skipped else "")
-
-#: How many rows the store inserts before it lists them, and how many
-#: settlements it leaves unfiled before it files them (schema 0009). Every
-#: read of unsettled jobs by queue or lane reads the unlisted ones too, and
-#: every read of settled history the unfiled ones, so these bound that cost;
-#: the saving is near its limit well before 100.
-LIST_EVERY = 100
-FILE_EVERY = 100
-
-
-def _render(template: sql.Template, *binds: str) -> sql.Statement:
-    """``template`` for the owner-local store, checked to bind ``binds`` in
-    that order (the order the methods below pass their values in)."""
-    statement = template.render(sql.OWNER_LOCAL)
-    if statement.params != binds:
-        raise AssertionError(f"{template.name} binds {statement.params}, not {binds}")
-    return statement
-
+_render = sql.render_owner_local
 
 _INSERT_JOB = _render(sql.INSERT_JOB, *sql.JOB_PARAMS)
 _INSERT_JOB_AT_ONCE = _render(sql.INSERT_JOB_AT_ONCE, *sql.JOB_PARAMS_AT_ONCE)
@@ -68,39 +33,7 @@ _SELECT_CARGO = _render(sql.SELECT_CARGO, "job_id")
 _SELECT_QUEUE_HEAD = _render(sql.SELECT_QUEUE_HEAD_LOCAL, "queue")
 _SELECT_LATEST_SETTLED = _render(sql.SELECT_LATEST_SETTLED, "queue")
 _SELECT_CLAIM = _render(sql.SELECT_CLAIM, "sequence")
-_SETTLE = ("outcome", "failure_reason", "error_json", "now", "sequence", "token")
-_SETTLE_CLAIM = _render(sql.SETTLE_CLAIM, *_SETTLE)
-_SETTLE_CANCELLED_CLAIM = _render(sql.SETTLE_CANCELLED_CLAIM, *_SETTLE)
-_SETTLE_CLAIM_RECORD = _render(sql.SETTLE_CLAIM_RECORD, *_SETTLE)
-_SETTLE_CANCELLED_CLAIM_RECORD = _render(sql.SETTLE_CANCELLED_CLAIM_RECORD, *_SETTLE)
-_SETTLE_CLAIM_COUNTED = _render(sql.SETTLE_CLAIM_COUNTED, *_SETTLE)
-_SETTLE_CANCELLED_CLAIM_COUNTED = _render(sql.SETTLE_CANCELLED_CLAIM_COUNTED, *_SETTLE)
-
-
-@dataclass(frozen=True, slots=True)
-class _Settlements:
-    """The statements of a claim's settlement (cancelled or not; the settled
-    row returned, its sequence returned, or only counted), all filing the row
-    or all leaving it unfiled."""
-
-    claim: sql.Statement
-    cancelled_claim: sql.Statement
-    claim_record: sql.Statement
-    cancelled_claim_record: sql.Statement
-    claim_counted: sql.Statement
-    cancelled_claim_counted: sql.Statement
-
-
-_FILING = _Settlements(_SETTLE_CLAIM, _SETTLE_CANCELLED_CLAIM, _SETTLE_CLAIM_RECORD,
-                       _SETTLE_CANCELLED_CLAIM_RECORD, _SETTLE_CLAIM_COUNTED,
-                       _SETTLE_CANCELLED_CLAIM_COUNTED)
-_UNFILED = _Settlements(*(_render(template, *_SETTLE) for template in (
-    sql.SETTLE_CLAIM_UNFILED, sql.SETTLE_CANCELLED_CLAIM_UNFILED,
-    sql.SETTLE_CLAIM_RECORD_UNFILED, sql.SETTLE_CANCELLED_CLAIM_RECORD_UNFILED,
-    sql.SETTLE_CLAIM_UNFILED_COUNTED, sql.SETTLE_CANCELLED_CLAIM_UNFILED_COUNTED)))
-_FILE_SETTLED = _render(sql.FILE_SETTLED)
-_LIST_NEW_ROWS = _render(sql.LIST_NEW_ROWS)
-_NOTE_LISTED = _render(sql.NOTE_LISTED)
+_SETTLE = sql.SETTLE_PARAMS
 _CLAIMED_BY_TOKEN = _render(sql.CLAIMED_BY_TOKEN, "token")
 _SETTLE_RECOVERED_CLAIM = _render(sql.SETTLE_RECOVERED_CLAIM, *_SETTLE)
 _REQUEUE_CLAIM = _render(sql.REQUEUE_CLAIM, "sequence", "token")
@@ -203,27 +136,19 @@ def inside_lane(lane: str) -> Partition:
 class OwnerLocalStore:
     """The owner-local job table, one method per statement.
 
-    ``batched=False`` writes no index entry in batches (schemas 0009, 0010):
-    each row is listed in its insert's commit and each settlement filed in
-    its own, whatever the caller asks (for a runtime with a concurrent lane,
-    whose claims read a queue's head for every candidate)."""
+    When the index entries no claim needs are written is the ``IndexBatching``
+    policy's to decide (``tickwork.stores.index_batching``): in batches
+    (``batched``, the default) or each in its row's own commit."""
 
     def __init__(self, database: SyncDatabase, *, batched: bool = True) -> None:
         self.database = database
-        self._batched = batched
-        self._list_every = LIST_EVERY if batched else 1
+        self._batching = IndexBatching(database, batched=batched)
         self._texts: dict[tuple[str, int], str] = {}
         # How many rows a write changed, if the database says so (a
         # CountingDatabase, such as Sqlite3Database): then the inserts, the hot
         # claim and the settlements run without RETURNING.
         self._count: Callable[[str, Sequence[Any]], int] | None = (
             database.mutate_count if isinstance(database, CountingDatabase) else None)
-        # Rows inserted since this store last listed, settlements left
-        # unfiled since it last filed: it lists them every _list_every and
-        # files them at FILE_EVERY. Both start there, so the first insert and
-        # the first unfiled settlement also take in what a store before it left.
-        self._unlisted = self._list_every
-        self._unfiled = FILE_EVERY
 
     # The statements these two run return JOB rows (job columns first).
     def _read_one(self, statement: sql.Statement, params: Sequence[Any]) -> JobRecord | None:
@@ -348,45 +273,12 @@ class OwnerLocalStore:
             statement, counted = _INSERT_JOB, _INSERT_JOB_COUNTED
             params = (job.job_id, job.queue, job.lane, job.priority, job.payload_json,
                       job.max_recoveries, job.run_at, job.delay_ms, job.retry_json, now)
-        if self._batched:
-            return self._insert_row(statement, counted, params)
-        # A store that lists every row at once lists it in the insert's commit.
-        return self.database.atomic(lambda: self._insert_row(statement, counted, params))
-
-    def _insert_row(self, statement: sql.Statement, counted: sql.Statement,
-                    params: Sequence[Any]) -> bool:
-        if not self._changed(statement, counted, params):
-            return False
-        self._inserted_rows(1)
-        return True
-
-    def _inserted_rows(self, count: int) -> None:
-        """Count rows inserted unlisted; list them all once _list_every have come.
-
-        Listing only moves rows into the indexes: every read also reads the
-        unlisted rows, so nothing depends on it having run. It may run after
-        an insert already committed by itself, and then its failure must not
-        turn a stored job into a failed ingest (a caller told "failed" would
-        retry and get "duplicate", and nothing would announce the job):
-        the rows stay unlisted and the next insert lists them. Inside a
-        larger transaction, a failure that broke that transaction still
-        fails its commit, so nothing is reported stored that is not."""
-        self._unlisted += count
-        if self._unlisted >= self._list_every:
-            try:
-                self.list_new_rows()
-            except Exception as error:
-                _log_listing_failure(error)
+        return self._batching.insert(lambda: self._changed(statement, counted, params))
 
     def list_new_rows(self) -> None:
         """Put every unlisted row into the indexes of unsettled jobs, and note
         the sequence listed through, in one transaction."""
-        def list_rows() -> None:
-            self.database.mutate(_LIST_NEW_ROWS.text, ())
-            self.database.mutate(_NOTE_LISTED.text, ())
-
-        self.database.atomic(list_rows)
-        self._unlisted = 0
+        self._batching.list_rows()
 
     def insert_many(
         self, jobs: Sequence[ValidJob], now: int, inserted: Callable[[ValidJob], None]
@@ -462,19 +354,19 @@ class OwnerLocalStore:
     ) -> bool:
         """Settle the claim; False when it is no longer the job's current claim,
         or its cancellation is not (``cancelled=False``: is) recorded.
-        ``file=False`` leaves the settled row unfiled (schema 0009) in a
-        batched store: the FILE_EVERY-th such settlement files them all, in
-        the caller's transaction."""
+        ``file=False`` lets the row's history entries wait for a batch, if
+        the store's ``IndexBatching`` makes batches (then a later settlement
+        writes them, in the caller's transaction)."""
         params = (settlement.outcome, settlement.failure_reason, settlement.error_json, now,
                   sequence, token)
-        statements = self._settlements(file)
+        statements = self._batching.settlements(may_defer=not file)
         if cancelled:
             settled = self._changed(statements.cancelled_claim,
                                     statements.cancelled_claim_counted, params)
         else:
             settled = self._changed(statements.claim, statements.claim_counted, params)
-        if settled and statements is _UNFILED:
-            self._settled_unfiled()
+        if settled:
+            self._batching.settled(statements)
         return settled
 
     def settle_claim_record(
@@ -482,31 +374,19 @@ class OwnerLocalStore:
         file: bool = True,
     ) -> JobRecord | None:
         """settle_claim, returning the settled job (for the projector)."""
-        statements = self._settlements(file)
+        statements = self._batching.settlements(may_defer=not file)
         statement = statements.cancelled_claim_record if cancelled else statements.claim_record
         params = (settlement.outcome, settlement.failure_reason, settlement.error_json, now,
                   sequence, token)
         job = self._write_one(statement, params)
-        if job is not None and statements is _UNFILED:
-            self._settled_unfiled()
+        if job is not None:
+            self._batching.settled(statements)
         return job
-
-    def _settlements(self, file: bool) -> _Settlements:
-        """The statements that file the settled row, or (``file=False`` in a
-        batched store) leave it for the next batch."""
-        return _FILING if file or not self._batched else _UNFILED
-
-    def _settled_unfiled(self) -> None:
-        """Count a settlement left unfiled; file them all once FILE_EVERY have come."""
-        self._unfiled += 1
-        if self._unfiled >= FILE_EVERY:
-            self.file_settled()
 
     def file_settled(self) -> None:
         """File every settled row left unfiled: into the history indexes, out
         of the indexes of unsettled jobs, in one statement."""
-        self.database.mutate(_FILE_SETTLED.text, ())
-        self._unfiled = 0
+        self._batching.file_rows()
 
     def settle_next_cancelled(self, partition: Partition, now: int) -> JobRecord | None:
         return self._write_one(partition.settle_next_cancelled, (*partition.bind, now))
@@ -641,7 +521,7 @@ class OwnerLocalStore:
                     created.append(job)
             self.database.mutate(_ADVANCE_SCHEDULE.text,
                                  (next_at, schedule.name, schedule.spec_json))
-            self._inserted_rows(len(created))
+            self._batching.inserted(len(created))
             return created
 
         return self.database.atomic(fire)

@@ -68,14 +68,31 @@ DEAD_OUTCOME_CHAIN = ("(outcome = 'failed' OR outcome = 'outcome_unknown'"
                       " OR outcome = 'interrupted')")
 DEAD_OUTCOME_LIST = "outcome IN ('failed', 'outcome_unknown', 'interrupted')"
 
-
-#: What a statement of unsettled jobs says for SQLite to use the indexes of
-#: unsettled jobs by queue and by lane, per store: owner-local's 0009 keeps
-#: every listed, unfiled row in them (queued, running, and the drain's
-#: settlements not filed yet: the statement still names the states it
-#: wants); D1's schema keeps queued and running ones.
-PENDING_LISTED = "listed = 1 AND filed = 0"
+#: What a statement of unsettled jobs says for SQLite to use D1's indexes of
+#: unsettled jobs by queue and by lane (owner-local's: PENDING_LISTED).
 PENDING_STATES = "state IN ('queued', 'running')"
+#: A queue's waiting job that can head it: in the ready set.
+HEAD_READY = "state = 'queued' AND due_at IS NULL"
+
+
+# ------------------------------------------ the deferred part (owner-local)
+#
+# Owner-local schemas 0009 and 0010 write the index entries no claim needs
+# in batches: a row is "listed" once it is in the indexes of unsettled jobs
+# (by queue, by lane, and its queue's pick order), and "filed" once its
+# settlement is in the history indexes. When the batches run is decided in
+# one place, tickwork.stores.index_batching. A read of the owner-local store
+# also reads the rows waiting for a batch, through the fragments of this
+# section and the {pending}, {file} and {unfile} fragments (empty on D1), so
+# no answer depends on the batches; an owner-local statement that differs
+# from D1's only for this is named *_LOCAL and built from them. The
+# statements that run the batches close the settlements section.
+
+#: What a statement of unsettled jobs says for SQLite to use the owner-local
+#: indexes of unsettled jobs by queue and by lane: they hold every listed,
+#: unfiled row (queued, running, and the drain's settlements not filed yet:
+#: the statement still names the states it wants).
+PENDING_LISTED = "listed = 1 AND filed = 0"
 
 #: Owner-local (0009): the sequence every row up to which is listed. The rows
 #: after it are the unlisted ones (at most a few hundred): a read of
@@ -91,8 +108,6 @@ UNFILED = "tickwork_jobs INDEXED BY tickwork_jobs_unfiled WHERE filed = 0 AND st
 #: running, and the drain's settlements not filed yet: a read names the
 #: state it wants, and reads the unlisted rows too).
 QUEUE_ORDER = f"tickwork_jobs INDEXED BY tickwork_jobs_queue_order WHERE {PENDING_LISTED}"
-#: A queue's waiting job that can head it: in the ready set.
-HEAD_READY = "state = 'queued' AND due_at IS NULL"
 
 
 def queue_rows(select: str, where: str) -> str:
@@ -122,6 +137,31 @@ def queue_head(queue: str, ready: str) -> str:
             SELECT sequence, priority FROM {UNLISTED} AND queue = {queue} AND {ready})
         ORDER BY priority DESC, sequence
         LIMIT 1) END"""
+
+
+def merged_page(indexed: str, few: str, order: str, limit: str) -> str:
+    """An owner-local page (0009) read from two sets of rows: the first
+    ``limit`` in ``order`` of ``indexed`` (a ``FROM ... WHERE`` walked in
+    ``order`` by its index), and every row of ``few`` (the rows not listed or
+    not filed yet: a few dozen at most), merged into one page in ``order``.
+    ``order`` names result columns only."""
+    return f"""
+SELECT * FROM (
+    SELECT {JOB_SELECT} FROM {indexed}
+    ORDER BY {order}
+    LIMIT {limit})
+UNION ALL
+SELECT {JOB_SELECT} FROM {few}
+ORDER BY {order}
+LIMIT {limit}
+"""
+
+
+def settled_page(index: str, where: str, order: str, limit: str) -> str:
+    """Settled jobs matching ``where``: the filed ones through ``index`` (a
+    history index), and the unfiled ones."""
+    return merged_page(f"tickwork_jobs INDEXED BY {index} WHERE {where} AND filed = 1",
+                       f"{UNFILED} AND {where}", order, limit)
 
 
 def _fragments(target: Target) -> dict[str, str]:
@@ -207,6 +247,15 @@ class Template:
 
 _local = (OWNER_LOCAL,)
 _d1 = (D1,)
+
+
+def render_owner_local(template: Template, *binds: str) -> Statement:
+    """``template`` for the owner-local store, checked to bind ``binds`` in
+    that order (the order its caller passes the values in)."""
+    statement = template.render(OWNER_LOCAL)
+    if statement.params != binds:
+        raise AssertionError(f"{template.name} binds {statement.params}, not {binds}")
+    return statement
 
 #: Claims take no job of a paused queue (one probe of the paused table's key).
 NOT_PAUSED = """AND NOT EXISTS (
@@ -508,31 +557,6 @@ SELECT EXISTS (
 """, ("lane",), Columns("more"), _local)
 
 
-def merged_page(indexed: str, few: str, order: str, limit: str) -> str:
-    """An owner-local page (0009) read from two sets of rows: the first
-    ``limit`` in ``order`` of ``indexed`` (a ``FROM ... WHERE`` walked in
-    ``order`` by its index), and every row of ``few`` (the rows not listed or
-    not filed yet: a few dozen at most), merged into one page in ``order``.
-    ``order`` names result columns only."""
-    return f"""
-SELECT * FROM (
-    SELECT {JOB_SELECT} FROM {indexed}
-    ORDER BY {order}
-    LIMIT {limit})
-UNION ALL
-SELECT {JOB_SELECT} FROM {few}
-ORDER BY {order}
-LIMIT {limit}
-"""
-
-
-def settled_page(index: str, where: str, order: str, limit: str) -> str:
-    """Settled jobs matching ``where``: the filed ones through ``index`` (a
-    history index), and the unfiled ones."""
-    return merged_page(f"tickwork_jobs INDEXED BY {index} WHERE {where} AND filed = 1",
-                       f"{UNFILED} AND {where}", order, limit)
-
-
 # The latest settlement of a queue (transactional read_latest_settled_job).
 SELECT_LATEST_SETTLED = Template("select_latest_settled", settled_page(
     "tickwork_jobs_queue_settled", "queue = :queue",
@@ -639,20 +663,41 @@ WHERE sequence = :sequence AND state = 'running' AND claim_token = :token {{leas
   AND cancellation_id {cancelled}
 RETURNING {returning}
 """
-_SETTLE_PARAMS = ("outcome", "failure_reason", "error_json", "now", "sequence", "token")
+#: What every settlement binds, in this order.
+SETTLE_PARAMS = ("outcome", "failure_reason", "error_json", "now", "sequence", "token")
 SETTLE_CLAIM = Template("settle_claim", _SETTLE.format(
-    cancelled="IS NULL", returning="sequence", filing="{file}"), _SETTLE_PARAMS, SEQUENCE_ROWS)
+    cancelled="IS NULL", returning="sequence", filing="{file}"), SETTLE_PARAMS, SEQUENCE_ROWS)
 SETTLE_CANCELLED_CLAIM = Template("settle_cancelled_claim", _SETTLE.format(
     cancelled="IS NOT NULL", returning="sequence", filing="{file}"),
-    _SETTLE_PARAMS, SEQUENCE_ROWS)
+    SETTLE_PARAMS, SEQUENCE_ROWS)
 SETTLE_CLAIM_RECORD = Template("settle_claim_record", _SETTLE.format(
-    cancelled="IS NULL", returning=JOB_SELECT, filing="{file}"), _SETTLE_PARAMS, JOB_ROWS,
+    cancelled="IS NULL", returning=JOB_SELECT, filing="{file}"), SETTLE_PARAMS, JOB_ROWS,
     _local)
 SETTLE_CANCELLED_CLAIM_RECORD = Template("settle_cancelled_claim_record", _SETTLE.format(
-    cancelled="IS NOT NULL", returning=JOB_SELECT, filing="{file}"), _SETTLE_PARAMS, JOB_ROWS,
+    cancelled="IS NOT NULL", returning=JOB_SELECT, filing="{file}"), SETTLE_PARAMS, JOB_ROWS,
     _local)
 SETTLE_CLAIM_COUNTED = counted(SETTLE_CLAIM)
 SETTLE_CANCELLED_CLAIM_COUNTED = counted(SETTLE_CANCELLED_CLAIM)
+
+# Settle the oldest cancelled job that is still queued, without running it.
+# Its queue's head may be busy; cancellation does not wait for it.
+SETTLE_NEXT_CANCELLED = Template("settle_next_cancelled", f"""
+UPDATE tickwork_jobs
+SET state = 'settled', outcome = 'cancelled', failure_reason = NULL, error_json = NULL,
+    settled_at = {{now}}{{file}}
+WHERE sequence = (
+    SELECT sequence FROM tickwork_jobs
+    WHERE state = 'queued' AND cancellation_id IS NOT NULL
+    ORDER BY sequence
+    LIMIT 1)
+RETURNING {JOB_SELECT}
+""", ("now",), JOB_ROWS)
+
+# ------------------------------ the deferred part: the batches (owner-local)
+#
+# The settlements that leave their row unfiled, and the statements that list
+# and file rows in batches (schemas 0009, 0010). Only
+# tickwork.stores.index_batching runs them.
 
 
 def _unfiled(template: Template) -> Template:
@@ -670,8 +715,7 @@ SETTLE_CANCELLED_CLAIM_RECORD_UNFILED = _unfiled(SETTLE_CANCELLED_CLAIM_RECORD)
 SETTLE_CLAIM_UNFILED_COUNTED = counted(SETTLE_CLAIM_UNFILED)
 SETTLE_CANCELLED_CLAIM_UNFILED_COUNTED = counted(SETTLE_CANCELLED_CLAIM_UNFILED)
 
-# List every row not listed yet (owner-local, 0009; the store runs it every
-# 100 inserts, both statements in one transaction): the rows after
+# List every row not listed yet (both statements in one transaction): the rows after
 # LISTED_THROUGH enter the indexes of unsettled jobs by queue and by lane (the
 # settled and filed ones among them stay out), a batch at a time, and
 # LISTED_THROUGH moves to the last of them. A job enqueued later gets a
@@ -684,8 +728,8 @@ INSERT OR REPLACE INTO tickwork_meta (key, value)
 SELECT 'listed_through', CAST(coalesce(max(sequence), 0) AS TEXT) FROM tickwork_jobs
 """, (), None, _local)
 
-# File every settled row not filed yet (owner-local; the drain runs it in
-# the commit of every 100th settlement it leaves unfiled): the rows leave the
+# File every settled row not filed yet (in the commit of a settlement that
+# left its row unfiled, the last of a batch): the rows leave the
 # indexes of unsettled jobs and tickwork_jobs_unfiled and enter the history
 # indexes, a batch at a time, so a batch's entries share the pages they
 # change. INDEXED BY: the indexes of unsettled jobs also hold every unfiled
@@ -696,20 +740,6 @@ UPDATE tickwork_jobs INDEXED BY tickwork_jobs_unfiled
 SET filed = 1
 WHERE filed = 0 AND state = 'settled'
 """, (), None, _local)
-
-# Settle the oldest cancelled job that is still queued, without running it.
-# Its queue's head may be busy; cancellation does not wait for it.
-SETTLE_NEXT_CANCELLED = Template("settle_next_cancelled", f"""
-UPDATE tickwork_jobs
-SET state = 'settled', outcome = 'cancelled', failure_reason = NULL, error_json = NULL,
-    settled_at = {{now}}{{file}}
-WHERE sequence = (
-    SELECT sequence FROM tickwork_jobs
-    WHERE state = 'queued' AND cancellation_id IS NOT NULL
-    ORDER BY sequence
-    LIMIT 1)
-RETURNING {JOB_SELECT}
-""", ("now",), JOB_ROWS)
 
 # --------------------------------------------------------------- recovery
 
@@ -749,7 +779,7 @@ SET state = 'settled', outcome = :outcome, failure_reason = :failure_reason,
     error_json = :error_json, settled_at = {{now}}, claim_token = NULL{{file}}
 WHERE sequence = :sequence AND state = 'running' AND claim_token = :token {{lease_dead}}
 RETURNING {JOB_SELECT}
-""", _SETTLE_PARAMS, JOB_ROWS)
+""", SETTLE_PARAMS, JOB_ROWS)
 
 # ------------------------------------------------- retries, dead letters
 
