@@ -214,9 +214,8 @@ class _LocalRuntime(RuntimeOperations, SyncSurface):
         self._serial = self._tickers[0]
         self._concurrent_lane = concurrent_lane
         self._database = database
-        # With a concurrent lane every claim checks that its candidates head
-        # their queues, and that check would read past the rows waiting for a
-        # batch for each candidate: such a runtime's store batches nothing.
+        # A concurrent lane's claims would read past rows waiting for a batch
+        # (tickwork.stores.index_batching): such a runtime's store batches nothing.
         self._store = OwnerLocalStore(database, batched=concurrent_lane is None)
         self._execute = nonblocking(execute)
         self._is_alive = is_alive
@@ -646,7 +645,7 @@ class _LocalRuntime(RuntimeOperations, SyncSurface):
         The settlement leaves its row unfiled (its outcome is as durable and
         every read sees it; only the history indexes wait): the store files a
         batch of them in the transaction of every FILE_EVERY-th (see
-        ``tickwork.stores.owner_local``), so the indexes that filing changes
+        ``tickwork.stores.index_batching``), so the indexes that filing changes
         are written once per batch (a store that batches nothing files it
         at once)."""
         ticker, job, store = execution.ticker, execution.job, self._store
