@@ -61,19 +61,23 @@ async def test_a_drain_waits_for_a_due_job_in_every_event(
     runtime = shared.runtime(db_time=True, **_clock(shared_timers))
 
     async def firing(job_id: str) -> list[str]:
-        # A cron firing: a job comes due within the drain's budget.
-        await runtime.ingest(job(job_id, delay_ms=150))
-        return [result.job_id or "" for result in await runtime.drain(budget_ms=5_000)]
+        # A cron firing: a job comes due within the drain's budget. Its delay
+        # is long enough that the drain's first tick finds it waiting even on
+        # a loaded machine (with 150 ms, a slow ingest let the tick find it
+        # due at once: nothing waited, and a loop-wide timer hung nothing).
+        await runtime.ingest(job(job_id, delay_ms=1_000))
+        return [result.job_id or "" for result in await runtime.drain(budget_ms=10_000)]
 
     with WorkersEvents() as events:
-        assert await events.run(lambda: firing("first"), name="first firing") == ["first"]
+        assert await events.run(lambda: firing("first"), name="first firing",
+                                limit_s=8) == ["first"]
         events.pass_time(60)  # the next firing comes a minute later
         if _works_across_events(shared_timers):
             assert await events.run(lambda: firing("second"), name="second firing",
-                                    limit_s=5) == ["second"]
+                                    limit_s=8) == ["second"]
         else:
             with pytest.raises(EventHung):
-                await events.run(lambda: firing("second"), name="second firing", limit_s=2)
+                await events.run(lambda: firing("second"), name="second firing", limit_s=4)
 
 
 @pytest.mark.parametrize("shared_timers", CLOCKS)
