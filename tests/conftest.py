@@ -50,6 +50,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         items[:] = others + tier
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """Tell each pytest-xdist worker how the controller hands out tests (a
+    worker's own ``--dist`` reads "no"): the real-Pyodide tier must run in
+    one worker (tests/pyodide/test_real_pyodide.py)."""
+    node.workerinput["dist"] = node.config.getoption("dist")
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_report_to_serializable(report: pytest.TestReport | pytest.CollectReport,
                                   ) -> Generator[None, Any, Any]:
