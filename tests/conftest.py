@@ -1,13 +1,15 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.support import OWNER_KINDS, Harness
 from tests.support.fakes.do_storage import FakeDurableObjectStorage
 from tests.support.fakes.pyodide_ffi import fake_pyodide
+from tests.support.reports import utf8_safe
 from tests.support.stores import owner_local_harness
 
 #: The tier of every test under a path (the first that matches), as a marker:
@@ -46,6 +48,25 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     if tier:
         others = [item for item in items if not item.nodeid.startswith("tests/pyodide/")]
         items[:] = others + tier
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """Tell each pytest-xdist worker how the controller hands out tests (a
+    worker's own ``--dist`` reads "no"): the real-Pyodide tier must run in
+    one worker (tests/pyodide/test_real_pyodide.py)."""
+    node.workerinput["dist"] = node.config.getoption("dist")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_report_to_serializable(report: pytest.TestReport | pytest.CollectReport,
+                                  ) -> Generator[None, Any, Any]:
+    """A report as pytest-xdist sends it from a worker, with any lone
+    surrogate escaped (tests/support/reports.py): execnet cannot encode one,
+    and a test that logs an executor's exception carrying one would
+    otherwise kill its worker."""
+    data = yield
+    return utf8_safe(data)
 
 
 @pytest.fixture(params=OWNER_KINDS)

@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 
 from tests.support.examples import EXAMPLE
+from tests.support.tree_build import building_from_the_checkout
 from tickwork import __version__
 from tickwork.schemas import migrations
 
@@ -136,7 +137,8 @@ def test_the_example_builds_its_environment_from_this_repository(
     assert tomllib.loads((project / "pyproject.toml").read_text())["project"][
         "requires-python"] == ">=3.12"  # python_for_the_example looks for this
     # The README's first command: tickwork and workers-py (the dev group).
-    run([uv(), "sync", *python_for_the_example()], project, uv_env)
+    with building_from_the_checkout(REPO):
+        run([uv(), "sync", *python_for_the_example()], project, uv_env)
     assert_this_repositorys_tickwork(project / ".venv" / "bin" / "python", uv_env)
     assert (project / ".venv" / "bin" / "pywrangler").is_file()
     run([uv(), "run", "--frozen", "pywrangler", "--help"], project, uv_env)
@@ -160,9 +162,10 @@ def vendor_like_pywrangler(project: Path, env: dict[str, str]) -> tuple[Path, di
     build_locally = ["--no-binary", "tickwork"] if "directory" in locked else []
     vendor = project / "pyodide-venv"
     run([uv(), "venv", str(vendor), *python], project, env)
-    run([uv(), "pip", "install", "--only-binary", ":all:", *build_locally,
-         "-r", "pylock.toml", "--preview-features", "pylock"],
-        project, {**env, "VIRTUAL_ENV": str(vendor)})
+    with building_from_the_checkout(REPO):
+        run([uv(), "pip", "install", "--only-binary", ":all:", *build_locally,
+             "-r", "pylock.toml", "--preview-features", "pylock"],
+            project, {**env, "VIRTUAL_ENV": str(vendor)})
     return vendor / "bin" / "python", locked
 
 
@@ -196,7 +199,8 @@ def test_a_project_outside_the_repository_builds_with_the_documented_wheel(
     # The page's build command, run in this clone, as it says.
     command = how_to_block("sh", "uv build").split("#", 1)[0].split()
     assert command == ["uv", "build", "--wheel", "--out-dir", "../my-jobs/wheels"]
-    run([uv(), *command[1:-1], str(project / "wheels")], REPO, uv_env)
+    with building_from_the_checkout(REPO):
+        run([uv(), *command[1:-1], str(project / "wheels")], REPO, uv_env)
     (built,) = (project / "wheels").glob("tickwork-*.whl")
     wanted = tomllib.loads(wheel_source)["tool"]["uv"]["sources"]["tickwork"]["path"]
     assert wanted == f"wheels/{built.name}", (

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.tree_build import building_from_the_checkout
+
 REPO = Path(__file__).resolve().parents[2]
 
 PUBLIC_MODULES = ("tickwork", "tickwork.api", "tickwork.client", "tickwork.executors",
@@ -40,8 +42,9 @@ WORKERS_STAND_IN = textwrap.dedent('''
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     out = tmp_path_factory.mktemp("dist")
-    subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", str(out), str(REPO)],
-                   check=True, capture_output=True, text=True, timeout=600)
+    with building_from_the_checkout(REPO):
+        subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", str(out),
+                        str(REPO)], check=True, capture_output=True, text=True, timeout=600)
     (built,) = out.glob("tickwork-*.whl")
     yield built
 

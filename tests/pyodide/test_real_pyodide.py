@@ -124,8 +124,22 @@ class Tier:
         return cls.found
 
 
+#: pytest-xdist's modes that send all of one file's tests to one worker.
+WHOLE_FILE_MODES = ("loadfile", "loadscope")
+
+
 @pytest.fixture(scope="session")
-def pyodide_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+def pyodide_results(pytestconfig: pytest.Config,
+                    tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    workerinput = getattr(pytestconfig, "workerinput", None)
+    if workerinput is not None:
+        # Every xdist worker this file's tests reach would start both lines
+        # (tests/conftest.py passes the controller's --dist on).
+        dist = workerinput.get("dist")
+        if dist not in WHOLE_FILE_MODES:
+            raise RuntimeError(f"the real-Pyodide tier runs in one pytest-xdist worker: "
+                               f"run it with --dist loadfile (as scripts/test does), "
+                               f"not --dist {dist}")
     Tier.start(tmp_path_factory.mktemp("pyodide-tier"))  # if collection did not already
     return Tier.results()
 
