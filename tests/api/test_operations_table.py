@@ -207,6 +207,7 @@ CLIENT_ARGS: dict[str, tuple[Any, ...]] = {
     "backlog": (),
     "dead_letters": ("q é", 20, "17.3"),
     "redrive": ("j/1", "r-1"),
+    "redrive_dead_letters": ("q é", "r-1", 20, "17.3"),
     "list_jobs": (None, "lane é", "settled", "failed", "oldest", 20, "17.3"),
     "read_settled": (500, 42),
     "ready": (),

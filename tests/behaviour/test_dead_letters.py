@@ -172,3 +172,76 @@ async def test_a_cursor_at_the_integer_bounds_pages_on_every_store(engine: Engin
     page = await jobs.dead_letters("q", cursor=f"{edge}.{edge}")
     assert [record.job_id for record in page.jobs] == ["f1"]
     assert (await jobs.dead_letters("q", cursor=f"-{edge}.{edge}")).jobs == []
+
+
+async def test_a_queues_dead_letters_are_redriven_a_page_at_a_time_under_one_id(
+        engine: Engine) -> None:
+    jobs, now = engine.timed_runtime()
+    await _settle_all(engine, now, [
+        ("f1", "q", "fail"), ("ok", "q", "complete"), ("u1", "q", "unknown"),
+        ("f2", "q", "raise"), ("elsewhere", "other", "fail"), ("f3", "q", "fail")])
+    calls_before = engine.wake.calls
+    first = await jobs.redrive_dead_letters("q", "bulk-1", limit=2)
+    assert (first.queue, first.redriven, first.replayed, first.refused) == ("q", 2, 0, 0)
+    assert first.cursor is not None  # a full page: there may be more
+    assert engine.wake.calls > calls_before
+    assert {job_id: (await jobs.read(job_id)).state  # type: ignore[union-attr]
+            for job_id in ("f3", "f2", "u1", "f1")} == {
+        "f3": "queued", "f2": "queued", "u1": "settled", "f1": "settled"}
+    rest = await jobs.redrive_dead_letters("q", "bulk-1", limit=2, cursor=first.cursor)
+    assert (rest.redriven, rest.replayed, rest.refused) == (2, 0, 0)
+    assert rest.cursor is not None
+    last = await jobs.redrive_dead_letters("q", "bulk-1", limit=2, cursor=rest.cursor)
+    assert (last.redriven, last.replayed, last.refused, last.cursor) == (0, 0, 0, None)
+    assert (await jobs.dead_letters("q")).jobs == []
+    other = await jobs.read("elsewhere")
+    assert other is not None and other.state == "settled"  # another queue's: left alone
+    for job_id in ("f3", "f2", "u1", "f1"):
+        record = await jobs.read(job_id)
+        assert record is not None and record.history[-1].redrive_id == "bulk-1"
+
+
+async def test_a_bulk_redrive_sent_again_replays_and_redrives_nothing_twice(
+        engine: Engine) -> None:
+    jobs, now = engine.timed_runtime()
+    await _settle_all(engine, now, [("f1", "q", "fail"), ("f2", "q", "fail")])
+    assert (await jobs.redrive_dead_letters("q", "bulk-1")).redriven == 2
+    await jobs.drain()  # both fail again: dead letters again
+    before = await engine.table()
+    again = await jobs.redrive_dead_letters("q", "bulk-1")
+    assert (again.redriven, again.replayed, again.refused, again.cursor) == (0, 2, 0, None)
+    assert await engine.table() == before
+    # A new id is a new request: both go back.
+    assert (await jobs.redrive_dead_letters("q", "bulk-2")).redriven == 2
+
+
+async def test_a_dead_letter_with_a_recorded_cancellation_is_refused_by_a_bulk_redrive(
+        engine: Engine) -> None:
+    jobs, _ = engine.timed_runtime()
+    await jobs.ingest(job("cancelled-then-failed", lane="gone"))
+    await jobs.cancel("cancelled-then-failed", "c-1")
+    await jobs.fail_lane("gone", "lane_gone")
+    await jobs.ingest(job("plain", payload={"do": "fail"}))
+    await jobs.drain()
+    result = await jobs.redrive_dead_letters("q", "bulk-1")
+    assert (result.redriven, result.replayed, result.refused) == (1, 0, 1)
+    refused = await jobs.read("cancelled-then-failed")
+    assert refused is not None and refused.state == "settled"
+
+
+@pytest.mark.parametrize(("call", "field"), [
+    ({"queue": "", "redrive_id": "r"}, "queue"),
+    ({"queue": "q", "redrive_id": ""}, "redrive_id"),
+    ({"queue": "q", "redrive_id": "r", "limit": 0}, "limit"),
+    ({"queue": "q", "redrive_id": "r", "limit": 101}, "limit"),
+    ({"queue": "q", "redrive_id": "r", "cursor": "nonsense"}, "cursor"),
+])
+async def test_bad_bulk_redrive_arguments_are_refused_by_name_and_change_nothing(
+        engine: Engine, call: dict[str, object], field: str) -> None:
+    jobs, now = engine.timed_runtime()
+    await _settle_all(engine, now, [("f1", "q", "fail")])
+    before = await engine.table()
+    with pytest.raises(InvalidArgument) as raised:
+        await jobs.redrive_dead_letters(**call)  # type: ignore[arg-type]
+    assert raised.value.field == field
+    assert await engine.table() == before

@@ -203,7 +203,8 @@ def test_dead_letters_and_redrive(server: Serve, capsys: pytest.CaptureFixture[s
 
     # --queue: every dead letter left (d-2); then there are none.
     answers = run_json(capsys, server, "jobs", "redrive", "--queue", "sync", "--owner", owner)
-    assert [(item["job_id"], item["status"]) for item in answers] == [("d-2", "redriven")]
+    assert answers == [{"queue": "sync", "redriven": 1, "replayed": 0, "refused": 0,
+                        "cursor": None}]
     assert client.job(owner, "d-2")["state"] == "queued"  # type: ignore[index]
     assert run_json(capsys, server, "jobs", "redrive", "--queue", "sync",
                     "--owner", owner) == []

@@ -14,6 +14,7 @@ from tests.support import unchecked_job
 from tickwork import (
     CancelResult,
     DeadLetters,
+    DeadLettersRedriven,
     FailLaneResult,
     Job,
     JobRecord,
@@ -125,6 +126,19 @@ async def scenario(jobs: AsyncJobs, *, runs_beside: bool) -> None:
     assert [(entry.outcome, entry.redrive_id) for entry in redriven.history] == [
         ("failed", "redrive-1")]
     assert (await jobs.dead_letters(q2)).jobs == []
+    # A queue's dead letters, redriven by the page under one id: a second
+    # call with that id replays a job it redrove, even one that died again.
+    lost = f"lost-{n}"
+    await jobs.ingest(job(f"h-{n}", q2, lane=lost, payload=SLOW))
+    assert (await jobs.fail_lane(lost, "lane_down")).settled == 1
+    assert await jobs.redrive_dead_letters(q2, "bulk-1") == DeadLettersRedriven(
+        q2, 1, 0, 0, None)
+    assert (await jobs.fail_lane(lost, "lane_down")).settled == 1  # dead again
+    assert await jobs.redrive_dead_letters(q2, "bulk-1", limit=1) == DeadLettersRedriven(
+        q2, 0, 1, 0, (await jobs.dead_letters(q2, limit=1)).cursor)
+    with pytest.raises(InvalidArgument) as bad_bulk:
+        await jobs.redrive_dead_letters(q2, "bulk-1", cursor="nonsense")
+    assert bad_bulk.value.field == "cursor"
 
     # A job due in a day: stored with its delay and due time, counted as
     # delayed, compared on replay as asked, and never run by this scenario.

@@ -32,6 +32,7 @@ from tickwork.lifecycle.operations import (
     MAX_JOB_PAGE,
     READ_SETTLED_MAX_LIMIT,
     list_jobs_request,
+    redrive_dead_letters,
 )
 from tickwork.lifecycle.surface import Declared, JobOperations, declared_operations
 from tickwork.model.errors import IngestConflict, InvalidArgument, InvalidJob
@@ -249,6 +250,17 @@ def _decode_redrive(args: Sequence[str], body: Any) -> tuple[tuple[Any, ...], An
     job_id = check_id("job_id", args[0])
     given = wire.fields(body, "body", ("redrive_id",))
     return (job_id, check_id("redrive_id", given["redrive_id"])), None
+
+
+def _decode_redrive_dead_letters(args: Sequence[str], body: Any
+                                 ) -> tuple[tuple[Any, ...], Any]:
+    given = wire.fields(body, "body", ("redrive_id",), ("limit", "cursor"))
+    arguments = (check_id("queue", args[0]), given["redrive_id"], given.get("limit", 100),
+                 given.get("cursor"))
+    # The plan checks every argument before its first request: run it that far.
+    next(redrive_dead_letters(arguments[0], arguments[1], limit=arguments[2],
+                              cursor=arguments[3]))
+    return arguments, None
 
 
 def _decode_dead_letters(args: Sequence[str], query: Any) -> tuple[tuple[Any, ...], Any]:
@@ -515,6 +527,16 @@ _REDRIVE_SCHEMA: Final = {
     "properties": {"redrive_id": {"type": "string", "minLength": 1, "maxLength": 256}}}
 
 
+_REDRIVE_DEAD_LETTERS_SCHEMA: Final = {
+    "type": "object", "required": ["redrive_id"], "additionalProperties": False,
+    "properties": {
+        "redrive_id": {"type": "string", "minLength": 1, "maxLength": 256},
+        "limit": {"type": "integer", "minimum": 1, "maximum": MAX_DEAD_LETTER_PAGE,
+                  "default": 100},
+        "cursor": {"oneOf": [{"type": "null"}, {"type": "string"}],
+                   "description": "the cursor of the previous answer"}}}
+
+
 def _schedule_action(name: str, summary: str, answer: str) -> Operation:
     """pause_schedule, resume_schedule, delete_schedule: a POST on a schedule
     whose result says whether it changed anything."""
@@ -735,6 +757,21 @@ OPERATIONS: Final = (
         reply_shape='`{"job_id", "status", "reason"}`',
         to_http=lambda args: ((args[0],), {"redrive_id": args[1]}),
         from_http=wire.redrive_from_wire, idempotent=True),
+    Operation(
+        "redrive_dead_letters", "POST", ("queues", "{queue}", "dead-letters", "redrive"),
+        "Redrive one page of the queue's dead letters (up to limit, newest first, after "
+        "cursor) under one redrive_id; a job the id was applied to is replayed, never "
+        "redriven twice",
+        _decode_redrive_dead_letters,
+        lambda args, context, result: Reply(200, wire.redriven_to_wire(result)),
+        result_to_wire=wire.redriven_to_wire, result_from_wire=wire.redriven_from_wire,
+        body_schema=_REDRIVE_DEAD_LETTERS_SCHEMA,
+        answers={200: "the page's counts; cursor (for the next page) is null after the "
+                      "last"},
+        reply_shape='`{"queue", "redriven", "replayed", "refused", "cursor"}`',
+        to_http=lambda args: ((args[0],), {"redrive_id": args[1], "limit": args[2],
+                                           "cursor": args[3]}),
+        from_http=wire.redriven_from_wire, idempotent=True),
     Operation(
         "put_schedule", "POST", ("schedules",),
         "Create a schedule, or replace the one of its name",

@@ -30,6 +30,7 @@ from tickwork.model.jobs import (
 from tickwork.model.outcomes import (
     CancelResult,
     DeadLetters,
+    DeadLettersRedriven,
     FailLaneResult,
     JobPage,
     QueueBacklog,
@@ -404,6 +405,17 @@ def backlog_from_wire(value: Mapping[str, Any]) -> QueueBacklog:
     return QueueBacklog(queue=value["queue"], ready=value["ready"], delayed=value["delayed"],
                         running=value["running"], oldest_ready_at=value["oldest_ready_at"],
                         read_at=value["read_at"])
+
+
+def redriven_to_wire(result: DeadLettersRedriven) -> dict[str, Any]:
+    return {"queue": result.queue, "redriven": result.redriven, "replayed": result.replayed,
+            "refused": result.refused, "cursor": result.cursor}
+
+
+def redriven_from_wire(value: Mapping[str, Any]) -> DeadLettersRedriven:
+    return DeadLettersRedriven(queue=value["queue"], redriven=value["redriven"],
+                               replayed=value["replayed"], refused=value["refused"],
+                               cursor=value["cursor"])
 
 
 def cancel_to_wire(result: CancelResult) -> dict[str, Any]:

@@ -106,6 +106,7 @@ from tickwork.model.outcomes import (
     OUTCOMES,
     CancelResult,
     DeadLetters,
+    DeadLettersRedriven,
     FailLaneResult,
     IngestStatus,
     JobPage,
@@ -480,6 +481,40 @@ def redrive(job_id: str, redrive_id: str) -> Plan[RedriveResult]:
     ``replayed`` and changes nothing."""
     check_id("job_id", job_id)
     check_id("redrive_id", redrive_id)
+    result = yield from _redrive_one(job_id, redrive_id)
+    if result.status == "redriven":
+        yield _WAKE_SOON
+    return result
+
+
+def redrive_dead_letters(queue: str, redrive_id: str, *, limit: int = 100,
+                         cursor: str | None = None) -> Plan[DeadLettersRedriven]:
+    """Redrive one page of the queue's dead letters (up to ``limit``, 1 to
+    100, newest settlement first, after ``cursor``), each as ``redrive``
+    would under ``redrive_id``: a job this id was applied to before is
+    replayed, never redriven twice, so the same call may be sent again. Pass
+    the answer's ``cursor`` to go on to older ones (None after the last)."""
+    check_id("queue", queue)
+    check_id("redrive_id", redrive_id)
+    _check_page_limit(limit, MAX_DEAD_LETTER_PAGE)
+    before = ((MAX_SAFE_INTEGER, MAX_SAFE_INTEGER) if cursor is None
+              else _parse_position(cursor, "a redrive_dead_letters answer"))
+    jobs: list[JobRecord] = yield DeadLetterPage(queue, before, limit)
+    counts = {"redriven": 0, "replayed": 0, "refused": 0, "not_found": 0}
+    for job in jobs:
+        result = yield from _redrive_one(job.job_id, redrive_id)
+        counts[result.status] += 1
+    if counts["redriven"]:
+        yield _WAKE_SOON
+    last = jobs[-1] if len(jobs) == limit else None
+    # A job deleted meanwhile has nothing left to redrive: counted as refused.
+    return DeadLettersRedriven(queue, counts["redriven"], counts["replayed"],
+                               counts["refused"] + counts["not_found"],
+                               None if last is None else f"{last.settled_at}.{last.sequence}")
+
+
+def _redrive_one(job_id: str, redrive_id: str) -> Plan[RedriveResult]:
+    """``redrive`` of one job, without the wake (the caller's)."""
     for _ in range(MAX_ROUNDS):
         job = yield Find(job_id)
         applied = False if job is None else (yield RedriveApplied(job_id, redrive_id))
@@ -490,11 +525,8 @@ def redrive(job_id: str, redrive_id: str) -> Plan[RedriveResult]:
         redriven = yield RecordRedrive(job_id, redrive_id)
         if redriven is not None:
             yield Report("requeued", redriven, reason=REQUEUED_BY_REDRIVE)
-            break
-    else:
-        raise RuntimeError(f"redrive of job {job_id!r} did not converge")
-    yield _WAKE_SOON
-    return RedriveResult("redriven", job_id)
+            return RedriveResult("redriven", job_id)
+    raise RuntimeError(f"redrive of job {job_id!r} did not converge")
 
 
 # -------------------------------------------------------------- schedules

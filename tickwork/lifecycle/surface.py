@@ -128,6 +128,7 @@ class JobOperations:
     pause = Declared(operations.pause, writes=True)
     resume = Declared(operations.resume, writes=True)
     redrive = Declared(operations.redrive, writes=True)
+    redrive_dead_letters = Declared(operations.redrive_dead_letters, writes=True)
     put_schedule = Declared(operations.put_schedule, writes=True)
     pause_schedule = Declared(operations.pause_schedule, writes=True)
     resume_schedule = Declared(operations.resume_schedule, writes=True)

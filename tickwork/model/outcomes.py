@@ -125,6 +125,21 @@ class RedriveResult:
 
 
 @dataclass(frozen=True, slots=True)
+class DeadLettersRedriven:
+    """What ``redrive_dead_letters`` did to one page of ``queue``'s dead
+    letters: how many it ``redriven``, how many its id had been applied to
+    before (``replayed``: nothing done) and how many it could not redrive
+    (``refused``: one with a recorded cancellation, or one that changed
+    meanwhile). ``cursor`` goes on to the next page; None after the last."""
+
+    queue: str
+    redriven: int
+    replayed: int
+    refused: int
+    cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class DeadLetters:
     """One page of a queue's dead letters (jobs settled ``failed``,
     ``outcome_unknown`` or ``interrupted``), newest settlement first.

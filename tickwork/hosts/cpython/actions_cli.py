@@ -316,12 +316,11 @@ def redrive(jobs: Jobs, options: argparse.Namespace, report: Report) -> None:
     if bool(options.job_ids) == (options.queue is not None):
         raise CommandError("give the job ids to redrive, or --queue NAME for every dead "
                            "letter of a queue (not both)", EXIT_USAGE)
-    job_ids = options.job_ids or _dead_letter_ids(jobs, options.queue)
-    if not job_ids:
-        report.document(f"no dead letters in queue {options.queue!r}", [])
-        return
     redrive_id = options.redrive_id or _fresh_id()
-    for job_id in job_ids:
+    if options.queue is not None:
+        _redrive_queue(jobs, options.queue, redrive_id, report)
+        return
+    for job_id in options.job_ids:
         result = jobs.redrive(job_id, redrive_id)
         if result.status == "redriven":
             said, ok = f"redriven: queued again as attempt 1 (redrive id {redrive_id})", True
@@ -335,17 +334,23 @@ def redrive(jobs: Jobs, options: argparse.Namespace, report: Report) -> None:
         report.item(f"{job_id}: {said}", wire.redrive_to_wire(result), ok=ok)
 
 
-def _dead_letter_ids(jobs: Jobs, queue: str) -> list[str]:
-    """Every dead letter of ``queue`` now (read first, then redriven: a
-    redriven job leaves the list, which would shift the pages under us)."""
-    found: list[str] = []
+def _redrive_queue(jobs: Jobs, queue: str, redrive_id: str, report: Report) -> None:
+    """Every dead letter of ``queue``, a page per request (the server redrives
+    each page under the one id, so the command may be run again)."""
     cursor = None
     while True:
-        page = jobs.dead_letters(queue, limit=DEAD_LETTER_PAGE, cursor=cursor)
-        found += [job.job_id for job in page.jobs]
+        page = jobs.redrive_dead_letters(queue, redrive_id, limit=DEAD_LETTER_PAGE,
+                                         cursor=cursor)
+        if cursor is None and page.cursor is None and not (
+                page.redriven or page.replayed or page.refused):
+            report.document(f"no dead letters in queue {queue!r}", [])
+            return
+        report.item(f"{queue}: {page.redriven} redriven, {page.replayed} redriven already "
+                    f"under this id, {page.refused} refused (redrive id {redrive_id})",
+                    wire.redriven_to_wire(page), ok=not page.refused)
         cursor = page.cursor
         if cursor is None:
-            return found
+            return
 
 
 def _fresh_id() -> str:
