@@ -18,7 +18,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import pytest
 
 from tests.api.test_routes import AUTH, TOKEN, Owners, call
-from tickwork.api import ApiRequest, ApiResponse, JobApi
+from tickwork.api import ApiRequest, ApiResponse, JobApi, dashboard
 from tickwork.api.dashboard import COOKIE_NAME, SECURITY_HEADERS
 from tickwork.model.schedules import Schedule, ScheduledJob
 
@@ -358,6 +358,55 @@ async def test_dead_letter_redrive(api: JobApi, owners: Owners) -> None:
     # A second submit of the same form replays: no second chain.
     replay = await post(api, "/v1/owners/acme/dashboard/actions/redrive", form)
     assert parse_qs(urlsplit(replay.all_headers()["location"]).query)["result"] == ["replayed"]
+
+
+async def test_redrive_all_of_a_queues_dead_letters(api: JobApi, owners: Owners) -> None:
+    for job_id in ("bad-1", "bad-2"):
+        await enqueue(api, "acme", a_job(job_id, payload={"do": "fail", "reason": "smtp down"}))
+    await enqueue(api, "acme", a_job("fine"))
+    runtime = owners.runtimes["acme"]
+    await runtime.drain()
+    newest = runtime.read("bad-2")
+    assert newest is not None and newest.outcome == "failed"
+    page = text(await get(api, "/v1/owners/acme/dashboard", COOKIE))
+    redrive_id = f"dashboard-all-{newest.settled_at}.{newest.sequence}"
+    assert 'action="/v1/owners/acme/dashboard/actions/redrive_dead_letters"' in page
+    assert f'name="redrive_id" value="{redrive_id}"' in page
+    form = {"csrf": CSRF, "queue": "emails", "redrive_id": redrive_id}
+    response = await post(api, "/v1/owners/acme/dashboard/actions/redrive_dead_letters", form)
+    assert parse_qs(urlsplit(response.all_headers()["location"]).query)["result"] == ["redriven"]
+    states = {job_id: runtime.read(job_id) for job_id in ("bad-1", "bad-2", "fine")}
+    assert {job_id: record and record.state for job_id, record in states.items()} == {
+        "bad-1": "queued", "bad-2": "queued", "fine": "settled"}
+    location = urlsplit(response.all_headers()["location"])
+    flash = text(await get(api, location.path, COOKIE, query=location.query))
+    assert ("Redrive of every dead letter of queue <span class=\"id\">emails</span>: "
+            "redriven") in flash
+    # Both fail again; the same form (a double submit) replays, redriving nothing.
+    await runtime.drain()
+    replay = await post(api, "/v1/owners/acme/dashboard/actions/redrive_dead_letters", form)
+    assert parse_qs(urlsplit(replay.all_headers()["location"]).query)["result"] == ["replayed"]
+    assert all(record is not None and record.state == "settled"
+               for record in (runtime.read("bad-1"), runtime.read("bad-2")))
+    # The page now names a new set (its newest dead letter changed): a new press redrives.
+    page = text(await get(api, "/v1/owners/acme/dashboard", COOKIE))
+    assert f'value="{redrive_id}"' not in page
+
+
+async def test_redrive_all_stops_after_its_pages_and_says_more_remain(
+        api: JobApi, owners: Owners, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dashboard, "REDRIVE_ALL_PAGES", 1)
+    for n in range(101):
+        await enqueue(api, "acme", a_job(f"bad-{n}", payload={"do": "fail"}))
+    runtime = owners.runtimes["acme"]
+    await runtime.drain()
+    form = {"csrf": CSRF, "queue": "emails", "redrive_id": "press-1"}
+    response = await post(api, "/v1/owners/acme/dashboard/actions/redrive_dead_letters", form)
+    assert parse_qs(urlsplit(response.all_headers()["location"]).query)["result"] == ["more"]
+    assert len(runtime.dead_letters("emails").jobs) == 1  # the oldest: the next press's
+    again = await post(api, "/v1/owners/acme/dashboard/actions/redrive_dead_letters", form)
+    assert parse_qs(urlsplit(again.all_headers()["location"]).query)["result"] == ["redriven"]
+    assert runtime.dead_letters("emails").jobs == []
 
 
 # ------------------------------------------------------------ the rest

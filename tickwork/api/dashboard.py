@@ -79,7 +79,11 @@ PAYLOAD_EXCERPT = 160
 MESSAGE_EXCERPT = 300
 TRACEBACK_EXCERPT = 4000
 
-ACTIONS = ("cancel", "pause", "resume", "redrive", "pause_schedule", "resume_schedule")
+ACTIONS = ("cancel", "pause", "resume", "redrive", "redrive_dead_letters", "pause_schedule",
+           "resume_schedule")
+#: Pages of dead letters (100 each) one "Redrive all" redrives at most; a
+#: queue with more says so, and the next press goes on.
+REDRIVE_ALL_PAGES = 10
 
 SECURITY_HEADERS = {
     "cache-control": "no-store",
@@ -100,12 +104,15 @@ _NONE = {"head": "no job ready", "queued": "no other job waiting",
          "dead": "no dead letters"}
 #: How an action's result reads in the flash message after it.
 _DONE = {"cancel": "Cancel of job", "pause": "Pause of queue", "resume": "Resume of queue",
-         "redrive": "Redrive of job", "pause_schedule": "Pause of schedule",
-         "resume_schedule": "Resume of schedule"}
+         "redrive": "Redrive of job",
+         "redrive_dead_letters": "Redrive of every dead letter of queue",
+         "pause_schedule": "Pause of schedule", "resume_schedule": "Resume of schedule"}
 _RESULTS = {"recorded": "recorded", "replayed": "already done", "conflict": "conflict",
             "refused": "refused", "not_found": "not found",
             "already_settled": "refused: the job is settled already", "redriven": "redriven",
-            "changed": "done", "unchanged": "nothing to change"}
+            "changed": "done", "unchanged": "nothing to change",
+            "redriven_some_refused": "redriven, but for jobs that carry a cancellation",
+            "more": "redriven 1,000; more remain, press again"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,6 +353,12 @@ class Dashboard:
             # replays, a later failure of the same job gets a new redrive.
             redrive_id = check_id("redrive_id", form.get("redrive_id"))
             result = (await service.redrive(subject, redrive_id)).status
+        elif action == "redrive_dead_letters":
+            subject = check_id("queue", form.get("queue"))
+            # Named after the newest dead letter shown: a double submit
+            # replays, a later failure makes a new set with a new id.
+            redrive_id = check_id("redrive_id", form.get("redrive_id"))
+            result = await _redrive_all(service, subject, redrive_id)
         elif action in ("pause", "resume"):
             subject = check_id("queue", form.get("queue"))
             changed = await (service.pause(subject) if action == "pause"
@@ -461,7 +474,8 @@ class Dashboard:
                 scope, [job for job in running.jobs if job.job_id != shown])),
             ("failures", "Recent failures",
              self._settled_table(scope, failed.jobs, redrive=False)),
-            ("dead", "Dead letters", self._settled_table(scope, dead.jobs, redrive=True)),
+            ("dead", "Dead letters", self._redrive_all_button(scope, queue, dead.jobs)
+             + self._settled_table(scope, dead.jobs, redrive=True)),
         ]
         parts = [f'<div class="queue" id="queue-{_anchor(queue)}" data-queue="{_e(queue)}">'
                  f'<h3><span class="id">{_e(queue)}</span>{badge}</h3>']
@@ -498,6 +512,16 @@ class Dashboard:
                 '<th>state</th><th class="num">attempt</th><th>enqueued</th><th>due</th>'
                 f'<th>payload</th><th></th></tr></thead><tbody>{"".join(rows)}</tbody></table>'
                 "</div>")
+
+    def _redrive_all_button(self, scope: Scope, queue: str, dead: Sequence[JobRecord]) -> str:
+        """"Redrive all" over the queue's dead letters ("" for none)."""
+        if not dead:
+            return ""
+        newest = dead[0]
+        return self._button(
+            scope, "redrive_dead_letters", "Redrive all",
+            {"queue": queue, "redrive_id": f"dashboard-all-{newest.settled_at}.{newest.sequence}"},
+            confirm=f"Queue every dead letter of {queue} again?")
 
     def _settled_table(self, scope: Scope, jobs: Iterable[JobRecord], *,
                        redrive: bool) -> str:
@@ -626,6 +650,27 @@ def _error_summary(job: JobRecord) -> str:
             parts.append("<details><summary>traceback</summary>"
                          f"<pre>{_e(_clip(error.traceback, TRACEBACK_EXCERPT))}</pre></details>")
     return "".join(parts)
+
+
+async def _redrive_all(service: JobService, queue: str, redrive_id: str) -> str:
+    """Redrive the queue's dead letters a page per request, up to
+    ``REDRIVE_ALL_PAGES``; the flash result key of what it did."""
+    cursor: str | None = None
+    redriven = replayed = refused = 0
+    for _ in range(REDRIVE_ALL_PAGES):
+        page = await service.redrive_dead_letters(queue, redrive_id, cursor=cursor)
+        redriven, replayed, refused = (redriven + page.redriven, replayed + page.replayed,
+                                       refused + page.refused)
+        cursor = page.cursor
+        if cursor is None:
+            break
+    else:
+        return "more"
+    if refused:
+        return "redriven_some_refused" if redriven else "refused"
+    if redriven:
+        return "redriven"
+    return "replayed" if replayed else "unchanged"
 
 
 def _flash(query: str) -> str:
