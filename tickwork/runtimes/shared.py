@@ -589,7 +589,6 @@ class _SharedSteps:
         return result
 
 
-#: Every request's answer is awaited but these two, answered in memory.
 class _SharedRuntimeAnswers(SharedAnswers):
     """How a shared runtime answers each request: one awaited statement (or
     batch) of its store, in database time (``now`` None) unless the runtime
@@ -750,6 +749,9 @@ class _SharedRuntimeAnswers(SharedAnswers):
         self._runtime._report(request)
 
 
+#: The requests whose answers are awaited: all but Commit, Abort and Report,
+#: answered in memory (tests/unit/test_answers.py holds this to the answers'
+#: annotations).
 _AWAITED = frozenset({
     Find, FindCargo, QueueHead, HasPendingWork, NextWork, StatusGroups, QueueCounts, Insert,
     InsertMany, RecordCancellation, FailLane, Purge, PauseQueue, ResumeQueue, Wake,
