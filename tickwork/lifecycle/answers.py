@@ -149,14 +149,15 @@ def method_name(kind: type[Request]) -> str:
 
 _CAPITAL: Final = re.compile(r"(?<!^)(?=[A-Z])")
 
-#: Every request type a plan may yield.
+#: Every request type a plan may yield, with the name of its answer's method.
 REQUEST_TYPES: Final = tuple(
     value for value in vars(requests).values()
     if isinstance(value, type) and issubclass(value, Request) and value is not Request)
+_METHOD_NAMES: Final = {kind: method_name(kind) for kind in REQUEST_TYPES}
 
 
 def answer_table(answers: Answers, family: type) -> dict[type[Request], Callable[[Any], Any]]:
     """Request type -> the bound method of ``answers`` answering it, for every
     request of ``family`` (the protocol ``answers`` implements)."""
-    return {kind: getattr(answers, method_name(kind)) for kind in REQUEST_TYPES
-            if hasattr(family, method_name(kind))}
+    return {kind: getattr(answers, name) for kind, name in _METHOD_NAMES.items()
+            if hasattr(family, name)}
