@@ -142,10 +142,17 @@ async def test_a_storage_failure_reaches_the_caller_as_the_remote_traceback(
     # object lets through (the storage's own) crosses the JS boundary as
     # itself; one full run of the tier (314, external SDK) failed the
     # PythonError-only form of this check, its message not captured, so both
-    # forms are accepted and the text is shown if neither comes.
+    # forms are accepted and the text is shown if neither comes. A third came
+    # once (0.28, built-in SDK shape, a loaded CI run): a PythonError whose
+    # text is asyncio's "Task exception was never retrieved" report of that
+    # same failure, the storage's error named in it. Each form carries the
+    # remote cause, which is what the caller must get.
     text = str(failed.value)
     assert text.startswith(("Error: PythonError: Traceback (most recent call last):",
-                            "Error: this Durable Object storage was evicted")), text[:300]
+                            "Error: this Durable Object storage was evicted",
+                            "Error: PythonError: PyodideTask exception was never retrieved",
+                            )), text[:300]
+    assert "storage was evicted" in text, text[:300]
     assert "evicted" in failed.value.message
     assert list(deployment.rows()) == ["a"]
 
