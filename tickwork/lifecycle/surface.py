@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Coroutine, Mapping
+from types import MethodType
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from tickwork.lifecycle import operations
@@ -42,6 +43,23 @@ class Declared(Generic[P, R]):
         self.name = plan.__name__
         self.signature = inspect.signature(plan)
         self.__doc__ = plan.__doc__
+        self._method = self._make_method()
+
+    def _make_method(self) -> Callable[..., Any]:
+        """The method every surface binds, made once: it hands the call to
+        the surface's ``_perform_declared``, under the plan's name, docstring
+        and signature (``self`` first, as a bound method drops it)."""
+        declared = self
+
+        def method(surface: Any, *args: Any, **kwargs: Any) -> Any:
+            return surface._perform_declared(declared, args, kwargs)
+
+        method.__name__ = method.__qualname__ = self.name
+        method.__doc__ = self.__doc__
+        method.__signature__ = self.signature.replace(  # type: ignore[attr-defined]
+            parameters=[inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY),
+                        *self.signature.parameters.values()])
+        return method
 
     def __set_name__(self, owner: type[Any], name: str) -> None:
         if name != self.name:
@@ -74,17 +92,9 @@ class Declared(Generic[P, R]):
                 owner: type[Any]) -> Callable[P, Coroutine[Any, Any, R]]: ...
 
     def __get__(self, surface: object, owner: type[Any]) -> Any:
-        if surface is None:
-            return self
-        perform = surface._perform_declared  # type: ignore[attr-defined]
-
-        def operation(*args: Any, **kwargs: Any) -> Any:
-            return perform(self, args, kwargs)
-
-        operation.__name__ = operation.__qualname__ = self.name
-        operation.__doc__ = self.__doc__
-        operation.__signature__ = self.signature  # type: ignore[attr-defined]
-        return operation
+        # A bound method, as for any function on a class: as cheap to make per
+        # access, and nothing per surface to keep.
+        return self if surface is None else MethodType(self._method, surface)
 
     def __repr__(self) -> str:
         return f"<declared operation {self.name}>"
