@@ -90,6 +90,12 @@ def _runtime_method(declared: Declared[Any, Any]) -> Callable[..., Any]:
     return perform
 
 
+def _derived(runtime: Any, *arguments: Any) -> Any:
+    """``Operation.perform``'s default: stands for the one ``__post_init__``
+    derives from the operation's declaration (never called)."""
+    raise AssertionError("a declared operation's perform is derived in __post_init__")
+
+
 @dataclass(frozen=True, slots=True)
 class Operation:
     """One operation of the API; see the module doc."""
@@ -103,7 +109,7 @@ class Operation:
     #: ``perform(runtime, *arguments)``: the runtime method (sync or async).
     #: Derived for an operation of ``JobOperations`` (the runtime's method of
     #: its name); given only for the others.
-    perform: Callable[..., Any] | None = None
+    perform: Callable[..., Any] = _derived
     #: Its result as JSON data, and back (what an RPC reply carries).
     result_to_wire: Callable[[Any], Any] = lambda result: result
     result_from_wire: Callable[[Any], Any] = lambda result: result
@@ -136,7 +142,7 @@ class Operation:
 
     def __post_init__(self) -> None:
         declared = DECLARED.get(self.name)
-        if (declared is None) == (self.perform is None):
+        if (declared is None) == (self.perform is _derived):
             raise TypeError(f"operation {self.name!r}: give perform exactly when it is not "
                             "declared in tickwork.lifecycle.surface.JobOperations")
         if declared is not None:
@@ -145,7 +151,7 @@ class Operation:
     @property
     def arity(self) -> int:
         """How many arguments it takes (``perform``'s, but the runtime)."""
-        return len(inspect.signature(self.perform).parameters) - 1  # type: ignore[arg-type]
+        return len(inspect.signature(self.perform).parameters) - 1
 
     @property
     def path_params(self) -> tuple[str, ...]:

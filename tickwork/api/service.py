@@ -79,8 +79,6 @@ class RuntimeService(JobService):
         self.runtime = runtime
 
     async def perform(self, operation: Operation, args: tuple[Any, ...]) -> Any:
-        assert operation.perform is not None  # every Operation has one (see __post_init__)
-        assert operation.perform is not None  # every Operation has one (see __post_init__)
         result = operation.perform(self.runtime, *args)
         if inspect.isawaitable(result):
             result = await result
