@@ -418,3 +418,25 @@ def test_ran_result_is_the_tick_result_it_stands_for(
     assert (built, hash(built), repr(built)) == (made, hash(made), repr(made))
     with pytest.raises(AttributeError):
         built.status = "idle"  # type: ignore[misc]  # still frozen
+
+
+# --------------------------------------------------------- bulk redrive
+
+
+def test_a_bulk_redrive_decides_on_the_page_it_read_without_reading_each_job_again() -> None:
+    dead = record("a", state="settled", outcome="failed")
+    asked, result = script(operations.redrive_dead_letters("q", "r-1", limit=2),
+                           [[dead], False, record("a", state="queued"), None])
+    assert kinds(asked) == ["DeadLetterPage", "RedriveApplied", "RecordRedrive", "Wake"]
+    assert (result.redriven, result.replayed, result.refused, result.cursor) == (1, 0, 0, None)
+
+
+def test_a_bulk_redrive_reads_a_job_again_when_it_changed_since_the_page() -> None:
+    # The fenced write matched nothing (another redrive under the same id came
+    # first): the job is read again and judged as it is now, a replay.
+    dead = record("a", state="settled", outcome="failed")
+    asked, result = script(operations.redrive_dead_letters("q", "r-1"),
+                           [[dead], False, None, record("a", state="queued"), True])
+    assert kinds(asked) == ["DeadLetterPage", "RedriveApplied", "RecordRedrive", "Find",
+                            "RedriveApplied"]
+    assert (result.redriven, result.replayed, result.refused) == (0, 1, 0)

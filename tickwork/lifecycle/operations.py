@@ -502,7 +502,7 @@ def redrive_dead_letters(queue: str, redrive_id: str, *, limit: int = 100,
     jobs: list[JobRecord] = yield DeadLetterPage(queue, before, limit)
     counts = {"redriven": 0, "replayed": 0, "refused": 0, "not_found": 0}
     for job in jobs:
-        result = yield from _redrive_one(job.job_id, redrive_id)
+        result = yield from _redrive_one(job.job_id, redrive_id, job)
         counts[result.status] += 1
     if counts["redriven"]:
         yield _WAKE_SOON
@@ -513,10 +513,14 @@ def redrive_dead_letters(queue: str, redrive_id: str, *, limit: int = 100,
                                None if last is None else f"{last.settled_at}.{last.sequence}")
 
 
-def _redrive_one(job_id: str, redrive_id: str) -> Plan[RedriveResult]:
-    """``redrive`` of one job, without the wake (the caller's)."""
+def _redrive_one(job_id: str, redrive_id: str,
+                 read: JobRecord | None = None) -> Plan[RedriveResult]:
+    """``redrive`` of one job, without the wake (the caller's). ``read``: the
+    job as the caller just read it, decided on in the first round instead of
+    reading it again (the write is fenced on that decision all the same)."""
     for _ in range(MAX_ROUNDS):
-        job = yield Find(job_id)
+        job = read if read is not None else (yield Find(job_id))
+        read = None
         applied = False if job is None else (yield RedriveApplied(job_id, redrive_id))
         decision = decide_redrive(job, applied)
         if not decision.record:
