@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Protocol
 
+from tickwork.lifecycle.operations import ClaimNext
 from tickwork.model.outcomes import TickResult
 from tickwork.runtimes.draining import Budget, Steps, Stop, Ticked, drain_loop
 
@@ -37,7 +38,7 @@ class _TickSteps:
     def __init__(self, tick: Callable[[], Awaitable[TickResult]]) -> None:
         self._tick = tick
 
-    async def step(self, *, claim_next: bool | Callable[[], bool] = False) -> TickResult:
+    async def step(self, *, claim_next: ClaimNext = False) -> TickResult:
         return await self._tick()
 
 

@@ -35,6 +35,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol, TypeAlias
 
+from tickwork.lifecycle.operations import ClaimNext
 from tickwork.model.errors import InvalidArgument
 from tickwork.model.jobs import check_safe_int
 from tickwork.model.outcomes import TickResult
@@ -68,7 +69,7 @@ class Steps(Protocol):
         """Whether the last step took a claim ahead (the next step runs it)."""
         ...
 
-    async def step(self, *, claim_next: bool | Callable[[], bool] = False) -> TickResult:
+    async def step(self, *, claim_next: ClaimNext = False) -> TickResult:
         """Tick, or run the claim taken ahead; ``claim_next`` (or its answer,
         asked as the step's job settles) says whether to claim the next job
         in that settlement's transaction."""

@@ -38,7 +38,7 @@ from tickwork.events import EventHook, check_hook, emit
 from tickwork.lifecycle import operations
 from tickwork.lifecycle.answers import OwnerLocalAnswers, answer_table
 from tickwork.lifecycle.drive import Deferred, drive, drive_async
-from tickwork.lifecycle.operations import READ_SETTLED_MAX_LIMIT
+from tickwork.lifecycle.operations import READ_SETTLED_MAX_LIMIT, ClaimNext
 from tickwork.lifecycle.requests import (
     ALIVE,
     DEAD,
@@ -995,7 +995,7 @@ class DrainSteps:
         """Whether the last step took a claim ahead (the next step runs it)."""
         return self._ticker.ahead is not None
 
-    async def step(self, *, claim_next: bool | Callable[[], bool] = False) -> TickResult:
+    async def step(self, *, claim_next: ClaimNext = False) -> TickResult:
         if not self._held:
             return _BUSY
         runtime, ticker = self._runtime, self._ticker
