@@ -15,7 +15,7 @@ from openapi_spec_validator import validate
 from tickwork import InvalidArgument, InvalidJob, Job, Retry, Schedule, ScheduledJob
 from tickwork.api import OPERATIONS, ApiError, JobOwnerRpc, JobService, rpc_methods
 from tickwork.api.openapi import openapi_document, openapi_json, route_table
-from tickwork.api.operations import DECLARED, Operation
+from tickwork.api.operations import Operation
 from tickwork.api.rpc import RpcService
 from tickwork.client import AsyncJobs, Jobs
 from tickwork.lifecycle.surface import JobOperations, declared_operations
@@ -59,13 +59,13 @@ def test_every_service_method_is_an_operation_and_every_operation_a_method() -> 
 
 
 def test_every_declared_operation_is_served_and_performed_by_the_runtime_method() -> None:
-    """The declarations (tickwork.lifecycle.surface) and the table agree: an
-    operation is declared or its perform is given, never both."""
-    declared = declared_operations(JobOperations)
-    assert declared.keys() == DECLARED.keys()
-    for operation in OPERATIONS:
-        if operation.name in declared:
-            assert operation.arity == len(declared[operation.name].signature.parameters)
+    """The declarations (tickwork.lifecycle.surface) and the table agree:
+    every operation every surface declares has its route (a client sends it
+    by name), and takes the plan's arguments there."""
+    by_name = {operation.name: operation for operation in OPERATIONS}
+    for name, declared in declared_operations(JobOperations).items():
+        assert name in by_name, f"{name} is declared but has no entry in OPERATIONS"
+        assert by_name[name].arity == len(declared.signature.parameters), name
 
 
 @pytest.mark.parametrize("surface", [OwnerRuntime, SharedRuntime, JobService, AsyncJobs,
@@ -79,8 +79,12 @@ def test_every_surface_has_every_declared_operation_with_the_plans_signature(
         if name not in found:
             written = inspect.signature(getattr(surface, name))
             assert list(written.parameters)[1:] == list(operation.signature.parameters), name
-    assert {name: getattr(surface, name).__doc__ for name in found} == {
-        name: operation.plan.__doc__ for name, operation in found.items()}
+    # What an instance's derived method shows: the plan's signature and docstring.
+    instance = object.__new__(surface)
+    for name, operation in found.items():
+        method = getattr(instance, name)
+        assert (method.__name__, method.__doc__) == (name, operation.plan.__doc__)
+        assert inspect.signature(method) == operation.signature, name
 
 
 def test_an_operation_is_declared_or_given_a_perform_never_both() -> None:
