@@ -18,6 +18,7 @@ from tickwork import (
     FailLaneResult,
     Job,
     JobRecord,
+    LaneCancelled,
     QueueBacklog,
     QueueStatus,
     RedriveResult,
@@ -139,6 +140,23 @@ async def scenario(jobs: AsyncJobs, *, runs_beside: bool) -> None:
     with pytest.raises(InvalidArgument) as bad_bulk:
         await jobs.redrive_dead_letters(q2, "bulk-1", cursor="nonsense")
     assert bad_bulk.value.field == "cursor"
+
+    # A lane's queued jobs, cancelled by the page under one id: a second call
+    # replays, and the next ticks settle them without running them.
+    # They wait behind a slow head of another lane, so no host starts them.
+    gone, q5 = f"gone-{n}", f"q5-{n}"
+    await jobs.ingest(job(f"head5-{n}", q5, payload=SLOW))
+    await jobs.ingest_many([job(f"g{index}-{n}", q5, lane=gone) for index in range(3)])
+    first = await jobs.cancel_lane(gone, "stop-1", limit=2)
+    assert (first.lane, first.cancelled, first.replayed, first.skipped) == (gone, 2, 0, 0)
+    assert first.cursor is not None
+    assert await jobs.cancel_lane(gone, "stop-1", cursor=first.cursor) == LaneCancelled(
+        gone, 1, 0, 0, None)
+    assert await jobs.cancel_lane(gone, "stop-1") == LaneCancelled(gone, 0, 3, 0, None)
+    with pytest.raises(InvalidArgument) as bad_lane_page:
+        await jobs.cancel_lane(gone, "stop-1", limit=0)
+    assert bad_lane_page.value.field == "limit"
+    assert (await jobs.cancel(f"head5-{n}", "stop-1")).status == "recorded"
 
     # A job due in a day: stored with its delay and due time, counted as
     # delayed, compared on replay as asked, and never run by this scenario.

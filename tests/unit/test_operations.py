@@ -440,3 +440,33 @@ def test_a_bulk_redrive_reads_a_job_again_when_it_changed_since_the_page() -> No
     assert kinds(asked) == ["DeadLetterPage", "RedriveApplied", "RecordRedrive", "Find",
                             "RedriveApplied"]
     assert (result.redriven, result.replayed, result.refused) == (0, 1, 0)
+
+
+# --------------------------------------------------------- cancelling a lane
+
+
+def test_cancel_lane_decides_on_the_page_it_read_and_aborts_nothing() -> None:
+    # One listing, then one fenced write per queued job: no Find, and no
+    # Abort (a queued-only cancellation never stops an execution).
+    queued = record("a", state="queued")
+    reports: list[Report] = []
+    asked, result = script(operations.cancel_lane("lane", "c-1", limit=2),
+                           [[queued], True, None], reports)
+    assert kinds(asked) == ["ListJobs", "RecordCancellation", "Wake"]
+    assert [(report.kind, report.subject) for report in reports] == [("cancelled", queued)]
+    listing = asked[0]
+    assert (listing.listing.by, listing.listing.state, listing.listing.newest) == (
+        "lane", "queued", False)
+    assert asked[1].only_if_queued is True
+    assert (result.cancelled, result.replayed, result.skipped, result.cursor) == (1, 0, 0, None)
+
+
+def test_cancel_lane_reads_a_job_again_when_it_started_since_the_page() -> None:
+    # The fenced write matched nothing: the job was claimed meanwhile, so it
+    # is read again and left running (skipped), and nothing wakes.
+    queued = record("a", state="queued")
+    asked, result = script(operations.cancel_lane("lane", "c-1", limit=1),
+                           [[queued], False, record("a", state="running")])
+    assert kinds(asked) == ["ListJobs", "RecordCancellation", "Find"]
+    assert (result.cancelled, result.replayed, result.skipped) == (0, 0, 1)
+    assert result.cursor is not None  # a full page: there may be more

@@ -31,6 +31,7 @@ from tickwork.lifecycle.operations import (
     MAX_DEAD_LETTER_PAGE,
     MAX_JOB_PAGE,
     READ_SETTLED_MAX_LIMIT,
+    cancel_lane,
     list_jobs_request,
     redrive_dead_letters,
 )
@@ -256,6 +257,15 @@ def _decode_redrive(args: Sequence[str], body: Any) -> tuple[tuple[Any, ...], An
     job_id = check_id("job_id", args[0])
     given = wire.fields(body, "body", ("redrive_id",))
     return (job_id, check_id("redrive_id", given["redrive_id"])), None
+
+
+def _decode_cancel_lane(args: Sequence[str], body: Any) -> tuple[tuple[Any, ...], Any]:
+    given = wire.fields(body, "body", ("cancellation_id",), ("limit", "cursor"))
+    arguments = (args[0], given["cancellation_id"], given.get("limit", 100),
+                 given.get("cursor"))
+    # The plan checks every argument before its first request: run it that far.
+    next(cancel_lane(arguments[0], arguments[1], limit=arguments[2], cursor=arguments[3]))
+    return arguments, None
 
 
 def _decode_redrive_dead_letters(args: Sequence[str], body: Any
@@ -508,6 +518,14 @@ _CANCEL_SCHEMA: Final = {
 _FAIL_LANE_SCHEMA: Final = {
     "type": "object", "required": ["reason"], "additionalProperties": False,
     "properties": {"reason": {"type": "string", "minLength": 1, "maxLength": 256}}}
+
+_CANCEL_LANE_SCHEMA: Final = {
+    "type": "object", "required": ["cancellation_id"], "additionalProperties": False,
+    "properties": {
+        "cancellation_id": {"type": "string", "minLength": 1, "maxLength": 256},
+        "limit": {"type": "integer", "minimum": 1, "maximum": MAX_JOB_PAGE, "default": 100},
+        "cursor": {"oneOf": [{"type": "null"}, {"type": "string"}],
+                   "description": "the cursor of the previous answer"}}}
 
 _EMPTY_SCHEMA: Final = {"type": "object", "additionalProperties": False}
 
@@ -821,6 +839,22 @@ OPERATIONS: Final = (
         reply_shape='`{"lane", "settled", "more"}`',
         to_http=lambda args: ((args[0],), {"reason": args[1]}),
         from_http=wire.fail_lane_from_wire),
+    Operation(
+        "cancel_lane", "POST", ("lanes", "{lane}", "cancel"),
+        "Cancel one page of the lane's queued jobs (up to limit, oldest first, after "
+        "cursor) under one cancellation_id; a job that started meanwhile keeps running, "
+        "and a replay changes nothing",
+        _decode_cancel_lane,
+        lambda args, context, result: Reply(200, wire.lane_cancelled_to_wire(result)),
+        result_to_wire=wire.lane_cancelled_to_wire,
+        result_from_wire=wire.lane_cancelled_from_wire,
+        body_schema=_CANCEL_LANE_SCHEMA,
+        answers={200: "the page's counts; cursor (for the next page) is null after the "
+                      "last"},
+        reply_shape='`{"lane", "cancelled", "replayed", "skipped", "cursor"}`',
+        to_http=lambda args: ((args[0],), {"cancellation_id": args[1], "limit": args[2],
+                                           "cursor": args[3]}),
+        from_http=wire.lane_cancelled_from_wire, idempotent=True),
 )
 
 #: Operations by name.

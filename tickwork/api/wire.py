@@ -33,6 +33,7 @@ from tickwork.model.outcomes import (
     DeadLettersRedriven,
     FailLaneResult,
     JobPage,
+    LaneCancelled,
     QueueBacklog,
     QueueStatus,
     RedriveResult,
@@ -416,6 +417,17 @@ def redriven_from_wire(value: Mapping[str, Any]) -> DeadLettersRedriven:
     return DeadLettersRedriven(queue=value["queue"], redriven=value["redriven"],
                                replayed=value["replayed"], refused=value["refused"],
                                cursor=value["cursor"])
+
+
+def lane_cancelled_to_wire(result: LaneCancelled) -> dict[str, Any]:
+    return {"lane": result.lane, "cancelled": result.cancelled, "replayed": result.replayed,
+            "skipped": result.skipped, "cursor": result.cursor}
+
+
+def lane_cancelled_from_wire(value: Mapping[str, Any]) -> LaneCancelled:
+    return LaneCancelled(lane=value["lane"], cancelled=value["cancelled"],
+                         replayed=value["replayed"], skipped=value["skipped"],
+                         cursor=value["cursor"])
 
 
 def cancel_to_wire(result: CancelResult) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from typing import Final, TypeAlias
+from typing import Final, TypeAlias, get_args
 
 from tickwork.lifecycle.requests import (
     ALIVE,
@@ -105,11 +105,13 @@ from tickwork.model.jobs import (
 from tickwork.model.outcomes import (
     OUTCOMES,
     CancelResult,
+    CancelStatus,
     DeadLetters,
     DeadLettersRedriven,
     FailLaneResult,
     IngestStatus,
     JobPage,
+    LaneCancelled,
     ListOrder,
     QueueBacklog,
     QueueStatus,
@@ -394,22 +396,60 @@ def cancel(job_id: str, cancellation_id: str, *, only_if_queued: bool = False
     is recorded; on a shared runtime, one on another worker learns of it at
     that worker's next lease renewal."""
     check_cancel_args(job_id, cancellation_id, only_if_queued)
+    result = yield from _cancel_one(job_id, cancellation_id, only_if_queued)
+    if result.status == "recorded":
+        yield Abort((job_id,), ABORT_CANCELLED)
+        yield _WAKE_SOON
+    return result
+
+
+def cancel_lane(lane: str, cancellation_id: str, *, limit: int = 100,
+                cursor: str | None = None) -> Plan[LaneCancelled]:
+    """Cancel one page of the lane's queued jobs (up to ``limit``, 1 to 100,
+    oldest first, after ``cursor``), each as ``cancel(job_id,
+    cancellation_id, only_if_queued=True)`` would: a job that started
+    meanwhile keeps running, and one this id was recorded on before is
+    replayed, so the same call may be sent again. Pass the answer's
+    ``cursor`` to go on (None after the last page). Each cancelled job is
+    settled ``cancelled`` by the next tick without running."""
+    check_text("lane", lane, MAX_LANE_LENGTH, InvalidArgument)
+    check_id("cancellation_id", cancellation_id)
+    _check_page_limit(limit, MAX_JOB_PAGE)
+    after = ((-MAX_SAFE_INTEGER, -MAX_SAFE_INTEGER) if cursor is None
+             else _parse_position(cursor, "a cancel_lane answer"))
+    listing = JobListing("lane", lane, "queued", None, newest=False)
+    jobs: list[JobRecord] = yield ListJobs(listing, after, limit)
+    counts = dict.fromkeys(get_args(CancelStatus), 0)
+    for job in jobs:
+        result = yield from _cancel_one(job.job_id, cancellation_id, True, job)
+        counts[result.status] += 1
+    if counts["recorded"]:
+        yield _WAKE_SOON
+    # Nothing to abort: a queued-only cancellation never stops an execution.
+    last = jobs[-1] if len(jobs) == limit else None
+    return LaneCancelled(lane, counts["recorded"], counts["replayed"],
+                         len(jobs) - counts["recorded"] - counts["replayed"],
+                         None if last is None else f"0.{last.sequence}")
+
+
+def _cancel_one(job_id: str, cancellation_id: str, only_if_queued: bool,
+                read: JobRecord | None = None) -> Plan[CancelResult]:
+    """``cancel`` of one job, without the abort and the wake (the caller's).
+    ``read``: the job as the caller just read it, decided on in the first
+    round instead of reading it again."""
     # Decide on what is stored, then write fenced on that decision still
     # holding: a concurrent change makes the write match nothing, and the
     # next round decides again (states only move forward).
     for _ in range(MAX_ROUNDS):
-        job = yield Find(job_id)
+        job = read if read is not None else (yield Find(job_id))
+        read = None
         decision = decide_cancel(job, cancellation_id, only_if_queued=only_if_queued)
         if not decision.record:
             return CancelResult(decision.status, job_id)
         if (yield RecordCancellation(job_id, cancellation_id, only_if_queued)):
-            break
-    else:
-        raise RuntimeError(f"cancellation of job {job_id!r} did not converge")
-    yield Report("cancelled", job)
-    yield Abort((job_id,), ABORT_CANCELLED)
-    yield _WAKE_SOON
-    return CancelResult("recorded", job_id)
+            yield Report("cancelled", job)
+            return CancelResult("recorded", job_id)
+    raise RuntimeError(f"cancellation of job {job_id!r} did not converge")
 
 
 def fail_lane(lane: str, reason: str) -> Plan[FailLaneResult]:

@@ -134,6 +134,7 @@ class JobOperations:
     # changes
     cancel = Declared(operations.cancel, writes=True)
     fail_lane = Declared(operations.fail_lane, writes=True)
+    cancel_lane = Declared(operations.cancel_lane, writes=True)
     purge = Declared(operations.purge, writes=True)
     pause = Declared(operations.pause, writes=True)
     resume = Declared(operations.resume, writes=True)

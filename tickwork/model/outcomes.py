@@ -140,6 +140,21 @@ class DeadLettersRedriven:
 
 
 @dataclass(frozen=True, slots=True)
+class LaneCancelled:
+    """What ``cancel_lane`` did to one page of ``lane``'s queued jobs: how
+    many it ``cancelled``, how many carried its id already (``replayed``:
+    nothing done) and how many it left alone (``skipped``: started
+    meanwhile, settled, or cancelled under another id). ``cursor`` goes on
+    to the next page; None after the last."""
+
+    lane: str
+    cancelled: int
+    replayed: int
+    skipped: int
+    cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class DeadLetters:
     """One page of a queue's dead letters (jobs settled ``failed``,
     ``outcome_unknown`` or ``interrupted``), newest settlement first.
