@@ -409,6 +409,64 @@ async def test_redrive_all_stops_after_its_pages_and_says_more_remain(
     assert runtime.dead_letters("emails").jobs == []
 
 
+async def test_cancel_a_lanes_queued_jobs(api: JobApi, owners: Owners) -> None:
+    await enqueue(api, "acme", a_job("gone-1", queue="a", lane="tenant-gone"))
+    await enqueue(api, "acme", a_job("gone-2", queue="b", lane="tenant-gone"))
+    await enqueue(api, "acme", a_job("kept", queue="a", lane="tenant-kept"))
+    runtime = owners.runtimes["acme"]
+    page = text(await get(api, "/v1/owners/acme/dashboard", COOKIE))
+    assert 'action="/v1/owners/acme/dashboard/actions/cancel_lane"' in page
+    form = {"csrf": CSRF, "lane": "tenant-gone"}
+    response = await post(api, "/v1/owners/acme/dashboard/actions/cancel_lane", form)
+    location = urlsplit(response.all_headers()["location"])
+    assert parse_qs(location.query)["result"] == ["cancelled"]
+    flash = text(await get(api, location.path, COOKIE, query=location.query))
+    assert ("Cancel of every queued job of lane <span class=\"id\">tenant-gone</span>: "
+            "cancelled; each settles without running") in flash
+    assert {job_id: record and record.cancellation_id
+            for job_id in ("gone-1", "gone-2", "kept")
+            for record in [runtime.read(job_id)]} == {
+        "gone-1": "dashboard", "gone-2": "dashboard", "kept": None}
+    # A double submit replays; once settled, the lane has nothing queued.
+    replay = await post(api, "/v1/owners/acme/dashboard/actions/cancel_lane", form)
+    assert parse_qs(urlsplit(replay.all_headers()["location"]).query)["result"] == ["replayed"]
+    await runtime.drain()
+    assert runtime.read("gone-1").outcome == "cancelled"  # type: ignore[union-attr]
+    assert runtime.read("kept").outcome == "completed"  # type: ignore[union-attr]
+    after = await post(api, "/v1/owners/acme/dashboard/actions/cancel_lane", form)
+    assert parse_qs(urlsplit(after.all_headers()["location"]).query)["result"] == [
+        "none_queued"]
+    # A lane too long is refused by name, and nothing changes.
+    before = runtime.read("kept")
+    refused = await post(api, "/v1/owners/acme/dashboard/actions/cancel_lane",
+                         {"csrf": CSRF, "lane": "l" * 513})
+    assert refused.status == 400 and "lane" in text(refused)
+    assert runtime.read("kept") == before
+
+
+async def test_cancel_lane_stops_after_its_pages_and_says_more_remain(
+        api: JobApi, owners: Owners, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dashboard, "CANCEL_LANE_PAGES", 1)
+    for n in range(101):
+        await enqueue(api, "acme", a_job(f"gone-{n}", queue=f"q{n}", lane="tenant-gone"))
+    runtime = owners.runtimes["acme"]
+    form = {"csrf": CSRF, "lane": "tenant-gone"}
+    response = await post(api, "/v1/owners/acme/dashboard/actions/cancel_lane", form)
+    assert parse_qs(urlsplit(response.all_headers()["location"]).query)["result"] == [
+        "more_queued"]
+    assert runtime.read("gone-100").cancellation_id is None  # type: ignore[union-attr]
+    # Nothing ran meanwhile, so the first 100 still wait: the next press
+    # replays them (a read, not counted against its pages) and goes on.
+    again = await post(api, "/v1/owners/acme/dashboard/actions/cancel_lane", form)
+    assert parse_qs(urlsplit(again.all_headers()["location"]).query)["result"] == ["cancelled"]
+    assert runtime.read("gone-100").cancellation_id == "dashboard"  # type: ignore[union-attr]
+    # Reading is bounded too: with one page read per press, it stops there.
+    monkeypatch.setattr(dashboard, "LANE_PAGES_READ", 1)
+    bounded = await post(api, "/v1/owners/acme/dashboard/actions/cancel_lane", form)
+    assert parse_qs(urlsplit(bounded.all_headers()["location"]).query)["result"] == [
+        "more_queued"]
+
+
 # ------------------------------------------------------------ the rest
 
 

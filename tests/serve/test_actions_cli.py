@@ -219,6 +219,46 @@ def test_dead_letters_and_redrive(server: Serve, capsys: pytest.CaptureFixture[s
     assert code == EXIT_USAGE and "not both" in err
 
 
+def test_jobs_cancel_lane(server: Serve, capsys: pytest.CaptureFixture[str]) -> None:
+    owner = "cli lane"
+    client = server.client()
+    client.enqueue(owner, job("l-run", "slow", queue="busy", lane="t"))
+    client.running(owner, "l-run")
+    run(capsys, server, "queues", "pause", "held", "--owner", owner)
+    client.enqueue(owner, job("l-1", queue="held", lane="t"), job("l-2", queue="held", lane="t"),
+                   job("keep", queue="held", lane="u"))
+
+    code, out, _ = run(capsys, server, "jobs", "cancel", "--lane", "t", "--cancellation-id",
+                       "gone-1", "--owner", owner)
+    assert (code, out) == (EXIT_OK, "t: 2 cancelled, 0 cancelled already under this id, "
+                                    "0 skipped (started, settled or cancelled under another "
+                                    "id meanwhile) (cancellation id gone-1)\n")
+    assert client.job(owner, "l-run")["state"] == "running"  # type: ignore[index]
+    assert client.job(owner, "keep")["cancellation_id"] is None  # type: ignore[index]
+    # Sent again while they wait (the owner's one execution is busy): a replay.
+    assert run_json(capsys, server, "jobs", "cancel", "--lane", "t", "--cancellation-id",
+                    "gone-1", "--owner", owner) == [
+        {"lane": "t", "cancelled": 0, "replayed": 2, "skipped": 0, "cursor": None}]
+    assert client.job(owner, "l-run")["state"] == "running"  # type: ignore[index]
+    run(capsys, server, "jobs", "cancel", "l-run", "--owner", owner)
+    for job_id in ("l-1", "l-2"):  # settled without running, though the queue is paused
+        settled = client.settled(owner, job_id)
+        assert (settled["outcome"], settled["cancellation_id"]) == ("cancelled", "gone-1")
+    assert client.job(owner, "keep")["state"] == "queued"  # type: ignore[index]
+    # Once settled they are no queued jobs of the lane any more.
+    assert run_json(capsys, server, "jobs", "cancel", "--lane", "t", "--cancellation-id",
+                    "gone-1", "--owner", owner) == []
+
+    code, _, err = run(capsys, server, "jobs", "cancel", "l-run", "--lane", "t",
+                       "--owner", owner)
+    assert code == EXIT_USAGE and "not both" in err
+    code, _, err = run(capsys, server, "jobs", "cancel", "--lane", "t", "--only-if-queued",
+                       "--owner", owner)
+    assert code == EXIT_USAGE and "--only-if-queued" in err
+    code, _, err = run(capsys, server, "jobs", "cancel", "--owner", owner)
+    assert code == EXIT_USAGE and "--lane" in err
+
+
 def test_the_settled_feed_is_an_owners(server: Serve,
                                        capsys: pytest.CaptureFixture[str]) -> None:
     owner = "cli settled"

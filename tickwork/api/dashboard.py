@@ -49,7 +49,8 @@ from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 from tickwork.api import wire
 from tickwork.api.service import JobService
 from tickwork.api.wire import ApiError
-from tickwork.model.jobs import JobRecord, check_id
+from tickwork.model.errors import InvalidArgument
+from tickwork.model.jobs import MAX_LANE_LENGTH, JobRecord, check_id, check_text
 from tickwork.model.outcomes import OUTCOMES, QueueStatus
 from tickwork.model.schedules import ScheduleRecord
 
@@ -79,11 +80,19 @@ PAYLOAD_EXCERPT = 160
 MESSAGE_EXCERPT = 300
 TRACEBACK_EXCERPT = 4000
 
-ACTIONS = ("cancel", "pause", "resume", "redrive", "redrive_dead_letters", "pause_schedule",
-           "resume_schedule")
+ACTIONS = ("cancel", "cancel_lane", "pause", "resume", "redrive", "redrive_dead_letters",
+           "pause_schedule", "resume_schedule")
 #: Pages of dead letters (100 each) one "Redrive all" redrives at most; a
 #: queue with more says so, and the next press goes on.
 REDRIVE_ALL_PAGES = 10
+#: Pages of queued jobs (100 each) one "Cancel queued jobs" of a lane
+#: cancels at most; a lane with more says so, and the next press goes on.
+CANCEL_LANE_PAGES = 10
+#: Pages (100 each) one press reads at most, those it only replays included.
+LANE_PAGES_READ = 50
+#: The cancellation id of every cancel the dashboard makes: one per job, so
+#: a second click (or a lane's second press) replays the first.
+DASHBOARD_CANCELLATION_ID = "dashboard"
 
 SECURITY_HEADERS = {
     "cache-control": "no-store",
@@ -106,13 +115,21 @@ _NONE = {"head": "no job ready", "queued": "no other job waiting",
 _DONE = {"cancel": "Cancel of job", "pause": "Pause of queue", "resume": "Resume of queue",
          "redrive": "Redrive of job",
          "redrive_dead_letters": "Redrive of every dead letter of queue",
+         "cancel_lane": "Cancel of every queued job of lane",
          "pause_schedule": "Pause of schedule", "resume_schedule": "Resume of schedule"}
 _RESULTS = {"recorded": "recorded", "replayed": "already done", "conflict": "conflict",
             "refused": "refused", "not_found": "not found",
             "already_settled": "refused: the job is settled already", "redriven": "redriven",
             "changed": "done", "unchanged": "nothing to change",
             "redriven_some_refused": "redriven, but for jobs that carry a cancellation",
-            "more": "redriven 1,000; more remain, press again"}
+            "more": "redriven 1,000; more remain, press again",
+            "cancelled": "cancelled; each settles without running",
+            "cancelled_some_skipped": "cancelled, but for jobs that started or were "
+                                      "cancelled otherwise meanwhile",
+            "skipped": "nothing cancelled: every job started or was cancelled otherwise "
+                       "meanwhile",
+            "none_queued": "no queued jobs in that lane",
+            "more_queued": "cancelled 1,000; more remain, press again"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,7 +363,10 @@ class Dashboard:
         if action == "cancel":
             subject = check_id("job_id", form.get("job_id"))
             # One cancellation id per job: a second click replays the first.
-            result = (await service.cancel(subject, "dashboard")).status
+            result = (await service.cancel(subject, DASHBOARD_CANCELLATION_ID)).status
+        elif action == "cancel_lane":
+            subject = check_text("lane", form.get("lane"), MAX_LANE_LENGTH, InvalidArgument)
+            result = await _cancel_lane(service, subject)
         elif action == "redrive":
             subject = check_id("job_id", form.get("job_id"))
             # The form names the settlement it redrives: a double submit
@@ -422,6 +442,7 @@ class Dashboard:
                 parts.append(await self._queue_jobs(scope, service, status))
             parts.append("</section>")
         parts.append(self._schedules_table(scope, schedules))
+        parts.append(self._lanes_form(scope))
         parts.append("</main>")
         return "".join(parts)
 
@@ -522,6 +543,24 @@ class Dashboard:
             scope, "redrive_dead_letters", "Redrive all",
             {"queue": queue, "redrive_id": f"dashboard-all-{newest.settled_at}.{newest.sequence}"},
             confirm=f"Queue every dead letter of {queue} again?")
+
+    def _lanes_form(self, scope: Scope) -> str:
+        """Cancel every queued job of a lane (a tenant gone, a customer's
+        backlog withdrawn); its running jobs keep running."""
+        return (
+            '<section id="lanes"><h2>Lanes</h2>'
+            '<form method="post" class="lane-cancel" '
+            f'action="{_e(scope_path(scope))}/actions/cancel_lane" '
+            'data-confirm="Cancel every queued job of this lane?">'
+            f'<input type="hidden" name="csrf" value="{_e(self._csrf)}">'
+            '<label for="cancel-lane">Lane</label> '
+            f'<input type="text" id="cancel-lane" name="lane" required '
+            f'maxlength="{MAX_LANE_LENGTH}" autocomplete="off" autocapitalize="off" '
+            'spellcheck="false"> '
+            '<button type="submit" class="danger">Cancel queued jobs</button></form>'
+            '<p class="muted">Its queued jobs settle cancelled without running; its running '
+            f"jobs keep running. Up to {CANCEL_LANE_PAGES * 100:,} jobs per press.</p>"
+            "</section>")
 
     def _settled_table(self, scope: Scope, jobs: Iterable[JobRecord], *,
                        redrive: bool) -> str:
@@ -671,6 +710,33 @@ async def _redrive_all(service: JobService, queue: str, redrive_id: str) -> str:
     if redriven:
         return "redriven"
     return "replayed" if replayed else "unchanged"
+
+
+async def _cancel_lane(service: JobService, lane: str) -> str:
+    """Cancel the lane's queued jobs a page per request, up to
+    ``CANCEL_LANE_PAGES`` pages that cancel something; the flash result key
+    of what it did. A page of jobs cancelled before (still queued while the
+    owner is busy) costs one read and does not count, so a second press goes
+    on past them, up to ``LANE_PAGES_READ`` pages read."""
+    cursor: str | None = None
+    cancelled = replayed = skipped = writing_pages = 0
+    for _ in range(LANE_PAGES_READ):
+        page = await service.cancel_lane(lane, DASHBOARD_CANCELLATION_ID, cursor=cursor)
+        cancelled, replayed, skipped = (cancelled + page.cancelled, replayed + page.replayed,
+                                        skipped + page.skipped)
+        writing_pages += 1 if page.cancelled else 0
+        cursor = page.cursor
+        if cursor is None:
+            break
+        if writing_pages >= CANCEL_LANE_PAGES:
+            return "more_queued"
+    else:
+        return "more_queued"
+    if skipped:
+        return "cancelled_some_skipped" if cancelled else "skipped"
+    if cancelled:
+        return "cancelled"
+    return "replayed" if replayed else "none_queued"
 
 
 def _flash(query: str) -> str:

@@ -4,7 +4,8 @@ queues and schedules from the terminal, through the HTTP API.
     tickwork jobs list (--queue NAME | --lane NAME) [--state STATE] [--outcome OUTCOME]
                        [--order newest|oldest] [--limit N] [--cursor CURSOR] [--all]
     tickwork jobs dead-letters --queue NAME [--limit N] [--cursor CURSOR] [--all]
-    tickwork jobs cancel JOB_ID [JOB_ID ...] [--only-if-queued] [--cancellation-id ID]
+    tickwork jobs cancel (JOB_ID [JOB_ID ...] [--only-if-queued] | --lane NAME)
+                         [--cancellation-id ID]
     tickwork jobs redrive (JOB_ID [JOB_ID ...] | --queue NAME) [--redrive-id ID]
     tickwork jobs settled [--after SEQUENCE] [--limit N]        (an owner's feed)
     tickwork queues status [QUEUE]
@@ -75,6 +76,8 @@ OWNER_ONLY: Final = {
 
 #: The most jobs one dead-letters page asks for when redriving a whole queue.
 DEAD_LETTER_PAGE: Final = 100
+#: The most queued jobs one request cancels when cancelling a whole lane.
+LANE_PAGE: Final = 100
 
 
 # ------------------------------------------------------------------ arguments
@@ -124,7 +127,10 @@ def _add_job_actions(action: Callable[[str, str], argparse.ArgumentParser]) -> N
 
     cancel = action("cancel", "cancel jobs: a queued job settles cancelled, a running "
                               "one is told to stop")
-    cancel.add_argument("job_ids", nargs="+", metavar="JOB_ID", help="the job(s) to cancel")
+    cancel.add_argument("job_ids", nargs="*", metavar="JOB_ID", help="the job(s) to cancel")
+    cancel.add_argument("--lane", metavar="NAME",
+                        help="cancel every queued job of this lane instead (running ones "
+                             "keep running)")
     cancel.add_argument("--only-if-queued", action="store_true",
                         help="refuse (exit 1) for a job that is already running")
     cancel.add_argument("--cancellation-id", metavar="ID",
@@ -297,7 +303,16 @@ CANCELLED: Final = {
 
 
 def cancel(jobs: Jobs, options: argparse.Namespace, report: Report) -> None:
+    if bool(options.job_ids) == (options.lane is not None):
+        raise CommandError("give the job ids to cancel, or --lane NAME for every queued job "
+                           "of a lane (not both)", EXIT_USAGE)
     cancellation_id = options.cancellation_id or _fresh_id()
+    if options.lane is not None:
+        if options.only_if_queued:
+            raise CommandError("--lane cancels queued jobs only already; drop "
+                               "--only-if-queued", EXIT_USAGE)
+        _cancel_lane(jobs, options.lane, cancellation_id, report)
+        return
     for job_id in options.job_ids:
         result = jobs.cancel(job_id, cancellation_id, only_if_queued=options.only_if_queued)
         said, ok = CANCELLED.get(result.status, (result.status, False))
@@ -348,6 +363,25 @@ def _redrive_queue(jobs: Jobs, queue: str, redrive_id: str, report: Report) -> N
         report.item(f"{queue}: {page.redriven} redriven, {page.replayed} redriven already "
                     f"under this id, {page.refused} refused (redrive id {redrive_id})",
                     wire.redriven_to_wire(page), ok=not page.refused)
+        cursor = page.cursor
+        if cursor is None:
+            return
+
+
+def _cancel_lane(jobs: Jobs, lane: str, cancellation_id: str, report: Report) -> None:
+    """Every queued job of ``lane``, a page per request (the server cancels
+    each page under the one id, so the command may be run again)."""
+    cursor = None
+    while True:
+        page = jobs.cancel_lane(lane, cancellation_id, limit=LANE_PAGE, cursor=cursor)
+        if cursor is None and page.cursor is None and not (
+                page.cancelled or page.replayed or page.skipped):
+            report.document(f"no queued jobs in lane {lane!r}", [])
+            return
+        report.item(f"{lane}: {page.cancelled} cancelled, {page.replayed} cancelled already "
+                    f"under this id, {page.skipped} skipped (started, settled or cancelled "
+                    f"under another id meanwhile) (cancellation id {cancellation_id})",
+                    wire.lane_cancelled_to_wire(page), ok=not page.skipped)
         cursor = page.cursor
         if cursor is None:
             return
