@@ -214,6 +214,29 @@ def test_dashboard_in_chromium(server: Serve, context: Any) -> None:
     with page.expect_navigation():
         page.locator('#queues tr[data-queue="reports"] button:has-text("Pause")').click()
     assert queue(server, "reports")["paused"] is True
+    # Redrive all of its dead letters: both wait again (the queue is paused).
+    page.once("dialog", accept)
+    with page.expect_navigation():
+        page.locator('.queue[data-queue="reports"] button:has-text("Redrive all")').click()
+    assert questions[-1] == "Queue every dead letter of reports again?"
+    assert page.locator(".flash").inner_text() == (
+        "Redrive of every dead letter of queue reports: redriven")
+    for job_id in ("report-2026-11", "import-csv"):
+        redriven = Client(server.url).job(OWNER, job_id)
+        assert redriven is not None and redriven["state"] == "queued"
+        assert redriven["history"][-1]["redrive_id"].startswith("dashboard-all-")
+    # Cancel the queued jobs of its lane (the reports lane: the two redriven
+    # jobs and the digest due in an hour) from the Lanes form.
+    page.fill("#cancel-lane", "reports")
+    page.once("dialog", accept)
+    with page.expect_navigation():
+        page.click("button:has-text('Cancel queued jobs')")
+    assert questions[-1] == "Cancel every queued job of this lane?"
+    assert page.locator(".flash").inner_text() == (
+        "Cancel of every queued job of lane reports: cancelled; each settles without running")
+    for job_id in ("report-2026-11", "import-csv", "digest-weekly"):
+        cancelled = Client(server.url).job(OWNER, job_id)
+        assert cancelled is not None and cancelled["cancellation_id"] == "dashboard"
     # Cancel the running job (the head of its queue): its executor is aborted.
     page.once("dialog", lambda dialog: dialog.accept())
     with page.expect_navigation():
