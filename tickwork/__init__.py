@@ -59,6 +59,7 @@ from tickwork.model.outcomes import (
 )
 from tickwork.model.schedules import Schedule, ScheduledJob, ScheduleRecord
 from tickwork.model.signals import AbortSignal, LeasedSignal
+from tickwork.model.waiting import Hold, JobWait
 from tickwork.runtimes.d1 import D1Runtime, purge_d1_queues
 from tickwork.runtimes.owner_local import (
     ConcurrentOwnerRuntime,
@@ -94,12 +95,14 @@ __all__ = [
     "FailLaneResult",
     "Failed",
     "Heartbeat",
+    "Hold",
     "IngestConflict",
     "InvalidArgument",
     "InvalidJob",
     "Job",
     "JobPage",
     "JobRecord",
+    "JobWait",
     "LaneCancelled",
     "LeaseKeeper",
     "LeasedSignal",

@@ -213,6 +213,7 @@ CLIENT_ARGS: dict[str, tuple[Any, ...]] = {
     "redrive": ("j/1", "r-1"),
     "redrive_dead_letters": ("q é", "r-1", 20, "17.3"),
     "cancel_lane": ("lane é", "c-1", 20, "0.17"),
+    "explain": ("job é",),
     "list_jobs": (None, "lane é", "settled", "failed", "oldest", 20, "17.3"),
     "read_settled": (500, 42),
     "ready": (),

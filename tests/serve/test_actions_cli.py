@@ -259,6 +259,33 @@ def test_jobs_cancel_lane(server: Serve, capsys: pytest.CaptureFixture[str]) -> 
     assert code == EXIT_USAGE and "--lane" in err
 
 
+def test_jobs_why(server: Serve, capsys: pytest.CaptureFixture[str]) -> None:
+    owner = "cli why"
+    client = server.client()
+    client.enqueue(owner, job("w-run", "slow", queue="busy"), job("w-next", queue="busy"),
+                   job("w-later", queue="other", delay_ms=3_600_000))
+    client.running(owner, "w-run")
+    code, out, _ = run(capsys, server, "jobs", "why", "w-next", "w-later", "w-run", "nope",
+                       "--owner", owner)
+    assert code == EXIT_REFUSED  # the missing job
+    lines = out.splitlines()
+    assert lines[0] == ("w-next: queued; held: its queue runs one job at a time and is "
+                        "running w-run")
+    assert lines[1].startswith("w-later: queued; held: not due until ")
+    assert lines[1].endswith(" UTC; the owner runs one job at a time and is running w-run")
+    assert lines[2:] == ["w-run: running; not waiting", "nope: no such job"]
+    answers = run_json(capsys, server, "jobs", "why", "w-next", "--owner", owner)
+    direct = api(server, "GET", f"{owner_path(owner)}/jobs/w-next/why")
+    assert [{**answer, "read_at": 0} for answer in answers] == [{**direct, "read_at": 0}]
+    assert answers[0]["holds"] == [{"kind": "queue_busy", "until": None, "job_ids": ["w-run"],
+                                    "text": "its queue runs one job at a time and is running "
+                                            "w-run"}]
+    run(capsys, server, "jobs", "cancel", "w-run", "--owner", owner)
+    client.settled(owner, "w-next")
+    code, out, _ = run(capsys, server, "jobs", "why", "w-later", "--owner", owner)
+    assert code == EXIT_OK and "owner runs one job" not in out
+
+
 def test_the_settled_feed_is_an_owners(server: Serve,
                                        capsys: pytest.CaptureFixture[str]) -> None:
     owner = "cli settled"

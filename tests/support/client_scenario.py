@@ -147,6 +147,14 @@ async def scenario(jobs: AsyncJobs, *, runs_beside: bool) -> None:
     gone, q5 = f"gone-{n}", f"q5-{n}"
     await jobs.ingest(job(f"head5-{n}", q5, payload=SLOW))
     await jobs.ingest_many([job(f"g{index}-{n}", q5, lane=gone) for index in range(3)])
+    # Why g0 waits: its queue's slow head (running on a host that runs it,
+    # else ahead of it), and nothing else of its own.
+    wait = await jobs.explain(f"g0-{n}")
+    assert wait is not None and wait.state == "queued"
+    assert {(hold.kind, hold.job_ids) for hold in wait.holds} - {
+        ("owner_busy", (a.job_id,))} in ({("queue_busy", (f"head5-{n}",))},
+                                         {("behind_head", (f"head5-{n}",))})
+    assert await jobs.explain(f"nothing-{n}") is None
     first = await jobs.cancel_lane(gone, "stop-1", limit=2)
     assert (first.lane, first.cancelled, first.replayed, first.skipped) == (gone, 2, 0, 0)
     assert first.cursor is not None

@@ -470,3 +470,33 @@ def test_cancel_lane_reads_a_job_again_when_it_started_since_the_page() -> None:
     assert kinds(asked) == ["ListJobs", "RecordCancellation", "Find"]
     assert (result.cancelled, result.replayed, result.skipped) == (0, 0, 1)
     assert result.cursor is not None  # a full page: there may be more
+
+
+# --------------------------------------------------------- why a job waits
+
+
+def test_the_holds_of_a_queued_job_name_each_job_once() -> None:
+    from tickwork.lifecycle.rules import decide_holds
+    from tickwork.model.waiting import Hold
+
+    job = record("b", state="queued")
+    running_head = record("a", state="running")
+    # The queue's running job is the owner's execution too: named once, as
+    # what holds the queue; another execution is what holds the owner.
+    assert decide_holds(job, 0, paused=False, head=running_head,
+                        executing=["a", "x"]) == (Hold("queue_busy", job_ids=("a",)),
+                                                  Hold("owner_busy", job_ids=("x",)))
+    # The job is its queue's head: nothing ahead of it; its own execution
+    # list says nothing of it.
+    assert decide_holds(job, 0, paused=False, head=job, executing=[]) == ()
+    assert decide_holds(record("c", state="queued", cancellation_id="c-1"), 0, paused=True,
+                        head=running_head, executing=["a"]) == (Hold("cancelled"),)
+
+
+def test_explain_reads_the_job_then_its_queue_and_settled_jobs_no_more() -> None:
+    settled = record("a", state="settled", outcome="completed")
+    asked, result = script(operations.explain("a"), [settled, 5])
+    assert kinds(asked) == ["Find", "StoreNow"]
+    assert (result.state, result.holds, result.read_at) == ("settled", (), 5)
+    asked, result = script(operations.explain("b"), [None])
+    assert (kinds(asked), result) == (["Find"], None)

@@ -393,6 +393,12 @@ def _reply_read(args: tuple[Any, ...], context: Any, record: Any) -> Reply:
     return Reply(200, {"job": wire.record_to_wire(record)})
 
 
+def _reply_explain(args: tuple[Any, ...], context: Any, result: Any) -> Reply:
+    if result is None:
+        raise ApiError(404, "job_not_found", f"no job {args[0]!r}", "job_id")
+    return Reply(200, wire.job_wait_to_wire(result))
+
+
 #: Redrive statuses as HTTP: the body always carries the engine's status.
 REDRIVE_STATUS: Final = {"redriven": 200, "replayed": 200, "refused": 409, "not_found": 404}
 
@@ -617,6 +623,18 @@ OPERATIONS: Final = (
         reply_shape='`{"job": {...}}`',
         from_http=lambda body: wire.record_from_wire(body["job"]),
         none_when="job_not_found", idempotent=True),
+    Operation(
+        "explain", "GET", ("jobs", "{job_id}", "why"),
+        "Why a job is not running yet: its state and, while queued, every hold that "
+        "applies (not due until, queue paused, its queue's running job, the job ahead of "
+        "it, the owner busy); none means the next tick may claim it",
+        _job_id, _reply_explain,
+        result_to_wire=lambda result: None if result is None else wire.job_wait_to_wire(result),
+        result_from_wire=lambda value: None if value is None else wire.job_wait_from_wire(value),
+        answers={200: "the job's state and holds", 404: "no such job"},
+        reply_shape='`{"job_id", "state", "holds": [{"kind", "until", "job_ids", "text"}], '
+                    '"read_at"}`',
+        from_http=wire.job_wait_from_wire, none_when="job_not_found", idempotent=True),
     Operation(
         "cancel", "POST", ("jobs", "{job_id}", "cancel"),
         "Record a durable cancellation; a running execution is told to stop",

@@ -39,6 +39,7 @@ from tickwork.model.outcomes import (
     RedriveResult,
 )
 from tickwork.model.schedules import Schedule, ScheduledJob, ScheduleRecord
+from tickwork.model.waiting import Hold, JobWait
 
 _JOB_KEYS = ("job_id", "queue", "lane", "priority", "payload", "recovery", "run_at",
              "delay_ms", "retry")
@@ -417,6 +418,20 @@ def redriven_from_wire(value: Mapping[str, Any]) -> DeadLettersRedriven:
     return DeadLettersRedriven(queue=value["queue"], redriven=value["redriven"],
                                replayed=value["replayed"], refused=value["refused"],
                                cursor=value["cursor"])
+
+
+def job_wait_to_wire(result: JobWait) -> dict[str, Any]:
+    # "text" is the hold in words, for a reader of the raw JSON; a client
+    # rebuilds it from the kind.
+    return {"job_id": result.job_id, "state": result.state, "read_at": result.read_at,
+            "holds": [{"kind": hold.kind, "until": hold.until, "job_ids": list(hold.job_ids),
+                       "text": hold.describe()} for hold in result.holds]}
+
+
+def job_wait_from_wire(value: Mapping[str, Any]) -> JobWait:
+    return JobWait(value["job_id"], value["state"],
+                   tuple(Hold(hold["kind"], hold["until"], tuple(hold["job_ids"]))
+                         for hold in value["holds"]), value["read_at"])
 
 
 def lane_cancelled_to_wire(result: LaneCancelled) -> dict[str, Any]:

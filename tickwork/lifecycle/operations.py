@@ -32,6 +32,7 @@ from tickwork.lifecycle.requests import (
     DeleteSchedule,
     DueSchedules,
     Execute,
+    Executing,
     FailLane,
     Find,
     FindCargo,
@@ -78,6 +79,7 @@ from tickwork.lifecycle.rules import (
     LEASE_EXPIRED,
     Settlement,
     decide_cancel,
+    decide_holds,
     decide_recovery,
     decide_redrive,
     decide_retry,
@@ -131,6 +133,7 @@ from tickwork.model.schedules import (
     schedule_from_json,
     validate_schedule,
 )
+from tickwork.model.waiting import JobWait
 
 #: A tick that found nothing to do.
 IDLE: Final = TickResult("idle")
@@ -188,6 +191,26 @@ def read(job_id: str) -> Plan[JobRecord | None]:
     check_id("job_id", job_id)
     job: JobRecord | None = yield Find(job_id)
     return job
+
+
+def explain(job_id: str) -> Plan[JobWait | None]:
+    """Why the job is not running yet: its state and, while it is queued,
+    every hold that applies (not due until T, its queue paused, its queue's
+    running job, the job ahead of it, the owner busy with another job); no
+    holds means the next tick may claim it. None when there is no such job.
+    Four indexed reads, for a page or a terminal, not a hot path."""
+    check_id("job_id", job_id)
+    job: JobRecord | None = yield Find(job_id)
+    if job is None:
+        return None
+    now: int = yield StoreNow()
+    if job.state != "queued":
+        return JobWait(job_id, job.state, (), now)
+    paused: bool = (yield QueueCounts(job.queue))[3]
+    head: JobRecord | None = yield QueueHead(job.queue)
+    executing: list[str] = yield Executing(job.lane)
+    holds = decide_holds(job, now, paused=bool(paused), head=head, executing=executing)
+    return JobWait(job_id, "queued", holds, now)
 
 
 def read_queue_head(queue: str) -> Plan[JobRecord | None]:

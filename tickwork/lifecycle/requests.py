@@ -308,6 +308,15 @@ class Wake(Request):
 
 
 @dataclass(slots=True)
+class Executing(Request):
+    """The jobs the executor a job of ``lane`` would run on is busy with, in
+    this process -> ``list[str]`` (empty where the runtime has no owner-wide
+    limit: a shared runtime's workers each run their own)."""
+
+    lane: str
+
+
+@dataclass(slots=True)
 class StoreNow(Request):
     """The store's clock (epoch ms; database time on D1 and PostgreSQL) -> ``int``."""
 

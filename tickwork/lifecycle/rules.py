@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
@@ -30,6 +30,7 @@ from tickwork.model.outcomes import (
     OutcomeUnknown,
     RedriveStatus,
 )
+from tickwork.model.waiting import Hold
 
 # Reason codes the engine itself writes as failure_reason.
 EXECUTION_FAILED = "execution_failed"
@@ -204,6 +205,31 @@ def decide_redrive(job: JobRecord | None, already_applied: bool) -> RedriveDecis
 class CancelDecision:
     status: CancelStatus
     record: bool  # write the cancellation id?
+
+
+def decide_holds(job: JobRecord, now: int, *, paused: bool, head: JobRecord | None,
+                 executing: Sequence[str]) -> tuple[Hold, ...]:
+    """What holds the queued ``job`` at ``now``, every hold that applies, in
+    the order they clear (see ``tickwork.model.waiting``): ``paused`` is its
+    queue's pause, ``head`` its queue's running job or else its best waiting
+    one, ``executing`` the jobs the executor it would run on is busy with
+    (empty where there is no owner-wide limit)."""
+    if job.cancellation_id is not None:
+        return (Hold("cancelled"),)
+    holds: list[Hold] = []
+    if job.due_at is not None and job.due_at > now:
+        holds.append(Hold("not_due", until=job.due_at))
+    if paused:
+        holds.append(Hold("queue_paused"))
+    named: tuple[str, ...] = ()
+    if head is not None and head.job_id != job.job_id:
+        named = (head.job_id,)
+        holds.append(Hold("queue_busy" if head.state == "running" else "behind_head",
+                          job_ids=named))
+    others = tuple(job_id for job_id in executing if job_id not in named)
+    if others:
+        holds.append(Hold("owner_busy", job_ids=others))
+    return tuple(holds)
 
 
 def decide_cancel(

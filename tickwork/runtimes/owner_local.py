@@ -52,6 +52,7 @@ from tickwork.lifecycle.requests import (
     DeleteSchedule,
     DueSchedules,
     Execute,
+    Executing,
     FailLane,
     Find,
     FindCargo,
@@ -490,6 +491,13 @@ class _LocalRuntime(RuntimeOperations, SyncSurface):
             self._project_queue(job.queue)
         return job
 
+    def _executing(self, lane: str) -> list[str]:
+        """The jobs the ticker that serves ``lane`` executes now (its claim
+        taken ahead included): one at a time, so they hold every other job
+        it serves."""
+        ticker = self._tickers[-1] if lane == self._concurrent_lane else self._tickers[0]
+        return list(ticker.executions)
+
     def _fail_lane(self, request: FailLane) -> tuple[list[JobRecord], None]:
         failed = in_lane_failure_order(self._store.fail_lane(
             request.lane, request.reason, request.limit, self._clock()))
@@ -850,6 +858,9 @@ class _LocalAnswers(OwnerLocalAnswers):
 
     def store_now(self, request: StoreNow) -> int:
         return self._clock()
+
+    def executing(self, request: Executing) -> list[str]:
+        return self._runtime._executing(request.lane)
 
     # changes
     def insert(self, request: Insert) -> bool:

@@ -57,6 +57,7 @@ from tickwork.lifecycle.requests import (
     DeleteSchedule,
     DueSchedules,
     Execute,
+    Executing,
     FailLane,
     Find,
     FindCargo,
@@ -638,6 +639,10 @@ class _SharedRuntimeAnswers(SharedAnswers):
 
     def store_now(self, request: StoreNow) -> Awaitable[int]:
         return self._store.store_now(self._db_now())
+
+    def executing(self, request: Executing) -> list[str]:
+        # No owner-wide limit: each worker runs its own claims.
+        return []
 
     # changes
     def insert(self, request: Insert) -> Awaitable[bool]:

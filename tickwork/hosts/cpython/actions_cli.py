@@ -7,6 +7,7 @@ queues and schedules from the terminal, through the HTTP API.
     tickwork jobs cancel (JOB_ID [JOB_ID ...] [--only-if-queued] | --lane NAME)
                          [--cancellation-id ID]
     tickwork jobs redrive (JOB_ID [JOB_ID ...] | --queue NAME) [--redrive-id ID]
+    tickwork jobs why JOB_ID [JOB_ID ...]
     tickwork jobs settled [--after SEQUENCE] [--limit N]        (an owner's feed)
     tickwork queues status [QUEUE]
     tickwork queues pause QUEUE [QUEUE ...]
@@ -145,6 +146,9 @@ def _add_job_actions(action: Callable[[str, str], argparse.ArgumentParser]) -> N
     redrive.add_argument("--redrive-id", metavar="ID",
                          help="the redrive's id, to make a repeated command a replay "
                               "(default: a fresh one)")
+
+    why = action("why", "say why jobs are not running yet: every hold on a queued job")
+    why.add_argument("job_ids", nargs="+", metavar="JOB_ID", help="the job(s) to explain")
 
     settled = action("settled", "read an owner's settled feed: settled jobs in enqueue "
                                 "order, after a sequence number")
@@ -289,6 +293,21 @@ def read_settled(jobs: Jobs, options: argparse.Namespace, report: Report) -> Non
     if found:
         text += f"\n\nread on with: --after {found[-1].sequence}"
     report.document(text, {"jobs": [wire.record_to_wire(job) for job in found]})
+
+
+def why(jobs: Jobs, options: argparse.Namespace, report: Report) -> None:
+    for job_id in options.job_ids:
+        wait = jobs.explain(job_id)
+        if wait is None:
+            report.item(f"{job_id}: no such job", None, ok=False)
+            continue
+        if wait.state != "queued":
+            said = f"{wait.state}; not waiting"
+        elif not wait.holds:
+            said = "queued; nothing holds it: the next tick may claim it"
+        else:
+            said = "queued; held: " + "; ".join(hold.describe() for hold in wait.holds)
+        report.item(f"{job_id}: {said}", wire.job_wait_to_wire(wait))
 
 
 #: What a cancel's status says, and whether it is what was asked for.
@@ -522,6 +541,7 @@ ACTIONS: Final[Mapping[tuple[str, str], Action]] = {
     ("jobs", "cancel"): cancel,
     ("jobs", "redrive"): redrive,
     ("jobs", "settled"): read_settled,
+    ("jobs", "why"): why,
     ("queues", "status"): queue_status,
     ("queues", "pause"): pause_queues,
     ("queues", "resume"): resume_queues,
