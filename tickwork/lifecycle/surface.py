@@ -130,6 +130,7 @@ class JobOperations:
     backlog = Declared(operations.backlog, writes=False)
     dead_letters = Declared(operations.dead_letters, writes=False)
     list_jobs = Declared(operations.list_jobs, writes=False)
+    find_jobs = Declared(operations.find_jobs, writes=False)
     schedules = Declared(operations.schedules, writes=False)
     # changes
     cancel = Declared(operations.cancel, writes=True)
