@@ -1209,7 +1209,7 @@ def _attempts_section(job: JobRecord) -> str:
         latest = (f'<h3>Latest error</h3><div class="error"><strong>{_e(error.type)}</strong>: '
                   f"{_e(_clip(error.message, MESSAGE_EXCERPT * 4))}</div>")
         if error.traceback:
-            latest += (f"<details open><summary>traceback</summary>"
+            latest += (f"<details><summary>traceback</summary>"
                        f"<pre>{_e(_clip(error.traceback, TRACEBACK_EXCERPT))}</pre></details>")
     return f'<section id="attempts"><h2>Attempts</h2>{table}{latest}</section>'
 

@@ -97,6 +97,7 @@ pre.cargo { max-height: 30rem; }
 .job h2 .id { font-size: 1rem; }
 @media (max-width: 40rem) {
   form.search { flex-basis: 100%; }
+  dl.facts { grid-template-columns: 1fr 1fr; }
   table.stack td[data-label="reason"] { flex-basis: 100%; }
   table.stack tr.note td { flex-basis: 100%; }
   table.stack tr.note td::before { content: none; }
