@@ -124,9 +124,10 @@ _RESULTS = {"recorded": "recorded", "replayed": "already done", "conflict": "con
 
 @dataclass(frozen=True, slots=True)
 class DashboardRoute:
-    """A dashboard path: ``page`` is home, login, logout, open, static, scope
-    or action; ``scope`` the scope of a scope page or action; ``name`` the
-    static file or the action."""
+    """A dashboard path: ``page`` is home, login, logout, open, static, scope,
+    action, job, search or completed; ``scope`` the scope of a scope's page
+    or view or an action; ``name`` the static file, the action, the job id
+    (job) or the queue (completed)."""
 
     page: str
     scope: Scope | None = None

@@ -124,6 +124,8 @@ class Operation:
     #: name -> (schema, description)), and the answers by status.
     body_schema: Mapping[str, Any] | None = None
     query_params: Mapping[str, tuple[Mapping[str, Any], str]] = field(default_factory=dict)
+    #: The query parameters a request must give (the others have defaults).
+    required_query: tuple[str, ...] = ()
     answers: Mapping[int, str] = field(default_factory=dict)
     #: The reply body's shape, for the reference docs.
     reply_shape: str = ""
@@ -749,6 +751,7 @@ OPERATIONS: Final = (
             "limit": ({"type": "integer", "minimum": 1, "maximum": MAX_JOB_PAGE,
                        "default": 50}, "jobs per page"),
             "cursor": ({"type": "string"}, "the cursor of the previous page")},
+        required_query=("id_prefix",),
         answers={200: "up to limit jobs, by job id (code point order); cursor (for the "
                       "next page) is null on the last page"},
         reply_shape='`{"jobs": [{...}, ...], "cursor"}`',
