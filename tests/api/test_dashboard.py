@@ -615,3 +615,284 @@ async def test_a_login_forgets_its_clients_failures(owners: Owners) -> None:
     for _ in range(3):
         assert (await login(api, "wrong", "198.51.100.7")).status == 401
     assert (await login(api, "wrong", "198.51.100.7")).status == 429
+
+
+# ------------------------------------------------- a job's page and search (issue 50)
+
+THREE_ATTEMPTS = {"do": "fail_until", "raise_before": 3, "note": HOSTILE}
+
+
+async def three_attempts(api: JobApi, owners: Owners, job_id: str = "three") -> None:
+    """A job that raises on attempts 1 and 2 and fails on 3, its last: a dead letter."""
+    await enqueue(api, "acme", a_job(job_id, payload=THREE_ATTEMPTS,
+                                     retry={"attempts": 3, "base_delay_ms": 0}))
+    for _ in range(3):
+        assert (await owners.runtimes["acme"].tick()).job_id == job_id
+
+
+def section(page: str, name: str) -> str:
+    return page.split(f'<section id="{name}">', 1)[1].split("</section>", 1)[0]
+
+
+async def test_a_jobs_page_shows_each_of_three_attempts_with_its_outcome(
+        api: JobApi, owners: Owners) -> None:
+    await three_attempts(api, owners)
+    record = owners.runtimes["acme"].read("three")
+    assert record is not None and record.attempt == 3 and len(record.history) == 2
+    response = await get(api, "/v1/owners/acme/dashboard/jobs/three", COOKIE)
+    assert response.status == 200
+    assert_html(response)
+    page = text(response)
+    attempts = section(page, "attempts")
+    rows = re.findall(r'<tr data-attempt="(\d)">(.*?)</tr>', attempts)
+    assert [number for number, _ in rows] == ["1", "2", "3"]
+    for (number, row), (reason, error) in zip(rows, [
+            ("execution_failed", "RuntimeError: attempt 1 exploded"),
+            ("execution_failed", "RuntimeError: attempt 2 exploded"),
+            ("attempt-3", "")], strict=True):
+        assert '<span class="badge failed">failed</span>' in row, number
+        assert f"<code>{reason}</code>" in row, number
+        assert f'<td data-label="error">{error}</td>' in row, number
+        assert row.count("<time ") == 2, number  # started and ended
+    facts = section(page, "record")
+    assert '<div data-fact="attempt"><dt>attempt</dt><dd>3 of 3</dd></div>' in facts
+    assert 'href="/v1/owners/acme/dashboard#queue-' in facts
+    assert '<div data-fact="cancellation id"><dt>cancellation id</dt><dd>' \
+           '<span class="muted">none</span>' in facts
+    assert '<li data-reason="settled">Settled failed' in section(page, "waiting")
+    # The payload in full, pretty-printed and escaped.
+    cargo = section(page, "cargo")
+    assert html.escape('"note": ' + '"' + HOSTILE.replace('"', '\\"') + '"') in cargo
+    assert "<script>" not in page
+    # A dead letter's action is a redrive that comes back to this page.
+    actions = section(page, "actions")
+    assert 'action="/v1/owners/acme/dashboard/actions/redrive"' in actions
+    assert '<input type="hidden" name="back" value="job">' in actions
+    assert "actions/cancel" not in actions
+
+
+async def test_a_redrive_and_a_cancel_from_a_jobs_page_reach_the_store(
+        api: JobApi, owners: Owners) -> None:
+    await three_attempts(api, owners)
+    page = text(await get(api, "/v1/owners/acme/dashboard/jobs/three", COOKIE))
+    fields = dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)">',
+                             section(page, "actions")))
+    assert fields["csrf"] == CSRF and fields["job_id"] == "three"
+    done = await post(api, "/v1/owners/acme/dashboard/actions/redrive", fields)
+    assert done.status == 303
+    location = done.all_headers()["location"]
+    assert location.startswith("/v1/owners/acme/dashboard/jobs/three?")
+    assert parse_qs(urlsplit(location).query) == {
+        "did": ["redrive"], "result": ["redriven"], "subject": ["three"]}
+    record = owners.runtimes["acme"].read("three")
+    assert record is not None and record.state == "queued" and record.attempt == 1
+    assert record.history[-1].redrive_id == fields["redrive_id"]
+    page = text(await get(api, "/v1/owners/acme/dashboard/jobs/three", COOKIE,
+                          query=urlsplit(location).query))
+    assert '<p class="flash" role="status">Redrive of job <span class="id">three</span>: ' \
+           "redriven</p>" in page
+    assert f'data-redrive="{fields["redrive_id"]}"' in section(page, "attempts")
+    assert fields["redrive_id"] in section(page, "record")  # among its redrive ids
+    # Queued again: now the action is a cancel, which also comes back here.
+    actions = section(page, "actions")
+    assert "actions/redrive" not in actions
+    fields = dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)">', actions))
+    done = await post(api, "/v1/owners/acme/dashboard/actions/cancel", fields)
+    assert done.all_headers()["location"].startswith("/v1/owners/acme/dashboard/jobs/three?")
+    record = owners.runtimes["acme"].read("three")
+    assert record is not None and record.cancellation_id == "dashboard"
+    page = text(await get(api, "/v1/owners/acme/dashboard/jobs/three", COOKIE))
+    assert '<li data-reason="cancellation_pending">Cancellation dashboard is recorded' \
+           in section(page, "waiting")
+    assert '<section id="actions">' not in page  # nothing applies to it any more
+
+
+async def test_a_queued_jobs_page_says_what_it_waits_for(api: JobApi, owners: Owners) -> None:
+    await enqueue(api, "acme", a_job("first"))
+    await enqueue(api, "acme", a_job("later", delay_ms=3_600_000))
+    await enqueue(api, "acme", a_job("second"))
+    assert (await call(api, "POST", "/v1/owners/acme/queues/emails/pause", {})).status == 200
+    page = text(await get(api, "/v1/owners/acme/dashboard/jobs/second", COOKIE))
+    waiting = section(page, "waiting")
+    assert re.findall(r'data-reason="(\w+)"', waiting) == ["queue_paused", "behind_head"]
+    assert 'href="/v1/owners/acme/dashboard/jobs/first">first</a>' in waiting
+    page = text(await get(api, "/v1/owners/acme/dashboard/jobs/later", COOKIE))
+    assert re.findall(r'data-reason="(\w+)"', section(page, "waiting")) == [
+        "due_later", "queue_paused", "behind_head"]
+    assert (await call(api, "POST", "/v1/owners/acme/queues/emails/resume", {})).status == 200
+    page = text(await get(api, "/v1/owners/acme/dashboard/jobs/first", COOKIE))
+    assert re.findall(r'data-reason="(\w+)"', section(page, "waiting")) == ["next_to_run"]
+    assert "actions/cancel" in section(page, "actions")
+
+
+def _record(**fields: Any) -> Any:
+    from tickwork.model.jobs import JobRecord
+    base = JobRecord(job_id="j", queue="q", lane="l", priority=0, payload={}, recovery=None,
+                     state="queued", outcome=None, failure_reason=None, sequence=1,
+                     recoveries=0, enqueued_at=1_000, started_at=None, settled_at=None)
+    return base._replace(**fields)
+
+
+def test_waiting_on_reads_the_record_and_the_queues_status() -> None:
+    from tickwork.api.dashboard import waiting_on
+    from tickwork.model.jobs import Attempt
+    from tickwork.model.outcomes import QueueStatus
+
+    def codes(job: Any, paused: bool = False, head: Any = None, now: int = 5_000) -> list[str]:
+        status = QueueStatus("q", 1, 0, 0, {}, paused=paused)
+        return [reason.code for reason in waiting_on(job, status, head, now)]
+
+    job = _record()
+    assert codes(job, head=job) == ["next_to_run"]
+    assert codes(job) == []  # nothing known: the page says so
+    assert codes(job, paused=True, head=job) == ["queue_paused"]
+    other = _record(job_id="other", state="running", started_at=2_000)
+    reasons = waiting_on(job, None, other, 5_000)
+    assert [(r.code, r.job_id) for r in reasons] == [("behind_head", "other")]
+    assert "is running" in reasons[0].text
+    retry = _record(due_at=9_000, attempt=2, history=(
+        Attempt(1, "failed", "boom", 1_000, 2_000),))
+    reasons = waiting_on(retry, None, _record(job_id="first"), 5_000)
+    assert [(r.code, r.at) for r in reasons] == [("due_later", 9_000), ("behind_head", None)]
+    assert "runs first" in reasons[1].text
+    assert reasons[0].text == "Its retry is due at"
+    assert codes(_record(due_at=4_000), head=_record(due_at=4_000)) == ["next_to_run"]
+    cancelled = _record(cancellation_id="c-1")
+    assert codes(cancelled, head=cancelled) == ["cancellation_pending"]
+    running = _record(state="running", started_at=2_000, cancellation_id="c-2")
+    assert [(r.code, r.at) for r in waiting_on(running, None, None, 5_000)] == [
+        ("cancellation_pending", None), ("running", 2_000)]
+    settled = _record(state="settled", outcome="completed", settled_at=3_000)
+    assert [(r.code, r.at) for r in waiting_on(settled, None, None, 5_000)] == [
+        ("settled", 3_000)]
+
+
+async def test_a_jobs_page_escapes_its_id_and_knows_an_unknown_one(api: JobApi) -> None:
+    hostile_id = 'a/<b>"&\'c'
+    await enqueue(api, "acme", a_job(hostile_id))
+    path = dashboard.job_path(("owner", "acme"), hostile_id)
+    assert path == "/v1/owners/acme/dashboard/jobs/a%2F%3Cb%3E%22%26%27c"
+    page = text(await get(api, path, COOKIE))
+    assert f'<h2>Job <span class="id">{html.escape(hostile_id)}</span>' in page
+    assert "<b>" not in page
+    missing = await get(api, "/v1/owners/acme/dashboard/jobs/nope%3Cx%3E", COOKIE)
+    assert missing.status == 404
+    assert '<h2>No job <span class="id">nope&lt;x&gt;</span></h2>' in text(missing)
+    assert (await get(api, "/v1/owners/acme/dashboard/jobs/" + "x" * 257, COOKIE)).status == 400
+    for headers in ({}, {"cookie": f"{COOKIE_NAME}=stale"}):
+        refused = await get(api, path, headers)
+        assert refused.status == 303 and "PAYLOAD-TEXT" not in text(refused)
+    wrong = await api.handle(ApiRequest("POST", path, {"host": HOST, **COOKIE}))
+    assert wrong.status == 405
+
+
+async def test_every_job_id_on_the_scope_page_links_to_its_page(
+        api: JobApi, owners: Owners) -> None:
+    await three_attempts(api, owners, "dead-1")
+    await enqueue(api, "acme", a_job("done-1"))
+    assert (await owners.runtimes["acme"].tick()).job_id == "done-1"
+    await enqueue(api, "acme", a_job("head-1"))
+    await enqueue(api, "acme", a_job("queued-1"))
+    page = text(await get(api, "/v1/owners/acme/dashboard", COOKIE))
+    shown = re.findall(r'<tr data-job="([^"]+)"><td data-label="job">(.*?)</td>', page)
+    assert {job_id for job_id, _ in shown} == {"dead-1", "done-1", "head-1", "queued-1"}
+    for job_id, cell in shown:
+        assert cell == (f'<a class="id" href="/v1/owners/acme/dashboard/jobs/{job_id}">'
+                        f"{job_id}</a>"), cell
+    completed = page.split('data-list="completed"', 1)[1].split("</div>", 1)[0]
+    assert "<h3>Recently completed</h3>" in completed and "done-1" in completed
+    assert '<input type="search" id="job-search" name="q"' in page  # the header's search
+
+
+async def test_a_queues_completed_jobs_page_through_every_one(
+        api: JobApi, owners: Owners) -> None:
+    for number in range(dashboard.COMPLETED_PAGE + 5):
+        await enqueue(api, "acme", a_job(f"c-{number:03}", queue="q<1>"))
+        assert (await owners.runtimes["acme"].tick()).outcome == "completed"
+    page = text(await get(api, "/v1/owners/acme/dashboard", COOKIE))
+    more = dashboard.completed_path(("owner", "acme"), "q<1>")
+    assert more == "/v1/owners/acme/dashboard/queues/q%3C1%3E/completed"
+    assert f'<a href="{more}">Every completed job of q&lt;1&gt; \u2192</a>' in page
+    first = text(await get(api, more, COOKIE))
+    ids = re.findall(r'<tr data-job="(c-\d+)">', first)
+    assert ids == [f"c-{n:03}" for n in range(54, 4, -1)]  # newest settlement first
+    cursor = re.search(r'<a rel="next" href="[^"?]+\?([^"]+)">Older', first)
+    assert cursor is not None
+    second = text(await get(api, more, COOKIE, query=html.unescape(cursor[1])))
+    assert re.findall(r'<tr data-job="(c-\d+)">', second) == [
+        f"c-{n:03}" for n in range(4, -1, -1)]
+    assert 'rel="next"' not in second
+    assert (await get(api, more, COOKIE, query="cursor=nonsense")).status == 400
+
+
+async def test_the_search_goes_to_an_exact_id_and_lists_a_prefix(api: JobApi) -> None:
+    for job_id in ("order-1", "order-10", "order-11", "order-2", "ordeR-3", "user-1"):
+        await enqueue(api, "acme", a_job(job_id))
+    search = "/v1/owners/acme/dashboard/search"
+    exact = await get(api, search, COOKIE, query="q=order-1")
+    assert exact.status == 303
+    assert exact.all_headers()["location"] == "/v1/owners/acme/dashboard/jobs/order-1"
+    padded = await get(api, search, COOKIE, query="q=+order-2+")
+    assert padded.all_headers()["location"] == "/v1/owners/acme/dashboard/jobs/order-2"
+    listed = await get(api, search, COOKIE, query="q=order-")
+    assert listed.status == 200
+    page = text(listed)
+    assert re.findall(r'<tr data-job="([^"]+)">', page) == [
+        "order-1", "order-10", "order-11", "order-2"]
+    assert 'href="/v1/owners/acme/dashboard/jobs/order-10">order-10</a>' in page
+    assert 'value="order-"' in page  # the box keeps what was asked
+    # An exact id's own prefix list, when asked for.
+    page = text(await get(api, search, COOKIE, query="q=order-1&list=prefix"))
+    assert re.findall(r'<tr data-job="([^"]+)">', page) == ["order-1", "order-10", "order-11"]
+    none = await get(api, search, COOKIE, query="q=zzz")
+    assert none.status == 200
+    assert '<p class="muted" data-found="0">No job id starts with this in this scope.</p>' \
+        in text(none)
+
+
+async def test_the_search_pages_through_many_matches(api: JobApi) -> None:
+    for number in range(dashboard.SEARCH_PAGE + 3):
+        await enqueue(api, "acme", a_job(f"batch-{number:02}"))
+    page = text(await get(api, "/v1/owners/acme/dashboard/search", COOKIE, query="q=batch"))
+    assert len(re.findall(r'<tr data-job="', page)) == dashboard.SEARCH_PAGE
+    following = re.search(r'<a rel="next" href="/v1/owners/acme/dashboard/search\?([^"]+)"',
+                          page)
+    assert following is not None
+    page = text(await get(api, "/v1/owners/acme/dashboard/search", COOKIE,
+                          query=html.unescape(following[1])))
+    assert re.findall(r'<tr data-job="([^"]+)">', page) == ["batch-25", "batch-26", "batch-27"]
+
+
+@pytest.mark.parametrize(("query", "message"), [
+    ("", "Type a job id, or the start of one."),
+    ("q=+++", "Type a job id, or the start of one."),
+    ("q=" + "x" * 257, "A job id has at most 256 characters; this has 257."),
+    ("q=a&q=b", "The search is malformed"),
+    ("q=%FF", "The search is malformed"),
+])
+async def test_bad_searches_are_refused_in_words(api: JobApi, owners: Owners, query: str,
+                                                 message: str) -> None:
+    await enqueue(api, "acme", a_job())
+    response = await get(api, "/v1/owners/acme/dashboard/search", COOKIE, query=query)
+    assert response.status == 400
+    assert_html(response)
+    assert message in text(response)
+
+
+async def test_a_search_with_a_forged_cursor_or_no_session_is_refused(api: JobApi) -> None:
+    await enqueue(api, "acme", a_job("order-1"))
+    search = "/v1/owners/acme/dashboard/search"
+    forged = await get(api, search, COOKIE, query="q=order&cursor=user-9")
+    assert forged.status == 400 and "invalid_argument" in text(forged)
+    anonymous = await get(api, search, query="q=order-1")
+    assert anonymous.status == 303 and anonymous.all_headers()["location"] == "/v1/dashboard"
+
+
+async def test_search_results_escape_ids_and_payloads(api: JobApi) -> None:
+    await enqueue(api, "acme", a_job(f"x{HOSTILE}", payload={"html": HOSTILE}))
+    await enqueue(api, "acme", a_job(f"x{HOSTILE}2"))
+    page = text(await get(api, "/v1/owners/acme/dashboard/search", COOKIE,
+                          query=urlencode({"q": "x<"})))
+    assert "<script>" not in page
+    assert f'<tr data-job="{html.escape("x" + HOSTILE)}">' in page
+    assert html.escape(dashboard.job_path(("owner", "acme"), "x" + HOSTILE)) in page

@@ -215,6 +215,7 @@ CLIENT_ARGS: dict[str, tuple[Any, ...]] = {
     "cancel_lane": ("lane é", "c-1", 20, "0.17"),
     "explain": ("job é",),
     "list_jobs": (None, "lane é", "settled", "failed", "oldest", 20, "17.3"),
+    "find_jobs": ("order-é", 20, "order-é 17"),
     "read_settled": (500, 42),
     "ready": (),
     "put_schedule": (Schedule("nightly é", ScheduledJob("q", "lane", 2, {"f": 1.0},

@@ -474,6 +474,36 @@ def test_refuse_early_answers_from_the_head_alone(api: JobApi, owners: Owners) -
     assert owners.runtimes == {}
 
 
+# ------------------------------------------------------------ jobs by id
+
+
+async def test_jobs_by_id_page_through_a_prefix_from_the_query(api: JobApi) -> None:
+    await call(api, "POST", "/v1/owners/acme/jobs", {"jobs": [
+        a_job(job_id) for job_id in ("ord/2", "ord/10", "ord/1", "ore", "ord")]})
+    first = await api.handle(ApiRequest("GET", "/v1/owners/acme/jobs-by-id", AUTH,
+                                        query="id_prefix=ord%2F&limit=2"))
+    assert first.status == 200
+    assert [job["job_id"] for job in first.body["jobs"]] == ["ord/1", "ord/10"]
+    assert first.body["cursor"] == "ord/10"
+    second = await api.handle(ApiRequest("GET", "/v1/owners/acme/jobs-by-id", AUTH,
+                                         query="id_prefix=ord%2F&limit=2&cursor=ord%2F10"))
+    assert [job["job_id"] for job in second.body["jobs"]] == ["ord/2"]
+    assert second.body["cursor"] is None
+
+
+@pytest.mark.parametrize(("query", "field"), [
+    ("", "id_prefix"), ("limit=5", "id_prefix"), ("id_prefix=", "id_prefix"),
+    ("id_prefix=a&limit=0", "limit"), ("id_prefix=a&cursor=b", "cursor"),
+    ("id_prefix=a&queue=q", "query"), ("id_prefix=a&id_prefix=b", "id_prefix"),
+])
+async def test_bad_jobs_by_id_queries_are_refused_by_name(api: JobApi, owners: Owners,
+                                                          query: str, field: str) -> None:
+    answer = await api.handle(ApiRequest("GET", "/v1/owners/acme/jobs-by-id", AUTH,
+                                         query=query))
+    assert answer.status == 400, answer.body
+    assert answer.body["error"]["field"] == field
+
+
 # ------------------------------------------------------ dead letters, redrive
 
 

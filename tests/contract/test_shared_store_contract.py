@@ -558,6 +558,35 @@ async def test_dead_letters_newest_first_before_the_cursor(
     assert [job.job_id for job in await store.dead_letters("q", cursor, 2)] == ["d1"]
 
 
+#: Job ids around the prefix "ab": the ones it starts, in code point order,
+#: then neighbours that sort just before or after them (in a language's
+#: collation "ab-" and "aB" might sort among them).
+_PREFIX_IDS = ("a", "aa\U0010ffff", "ab", "ab-1", "ab.", "abc", "ab\u00e9", "ab\U0010ffff",
+               "ab\U0010ffff\U0010ffff", "aB", "ac", "b")
+_STARTING_AB = ["ab", "ab-1", "ab.", "abc", "ab\u00e9", "ab\U0010ffff",
+                "ab\U0010ffff\U0010ffff"]
+
+
+@covers("jobs_by_id_prefix")
+async def test_jobs_by_id_prefix_pages_the_ids_a_prefix_starts_in_code_point_order(
+        shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    await dead_letter(shared_store, "ab-dead", "dead", T0 + 1)  # any state, any queue
+    await queued(shared_store, *_PREFIX_IDS[::2])
+    await queued(shared_store, *_PREFIX_IDS[1::2], queue="other")
+    expected = sorted([*_STARTING_AB, "ab-dead"])
+    assert expected[:3] == ["ab", "ab-1", "ab-dead"]
+    assert [job.job_id for job in await store.jobs_by_id_prefix("ab", None, 100)] == expected
+    first = await store.jobs_by_id_prefix("ab", None, 3)
+    assert [job.job_id for job in first] == expected[:3]
+    after = await store.jobs_by_id_prefix("ab", first[-1].job_id, 100)
+    assert [job.job_id for job in after] == expected[3:]
+    assert [job.job_id for job in await store.jobs_by_id_prefix("abc", None, 5)] == ["abc"]
+    assert await store.jobs_by_id_prefix("abd", None, 5) == []
+    assert [job.job_id for job in await store.jobs_by_id_prefix(
+        "ab\U0010ffff", None, 5)] == ["ab\U0010ffff", "ab\U0010ffff\U0010ffff"]
+
+
 @covers("list_jobs")
 async def test_list_jobs_pages_a_queue_or_a_lane(shared_store: SharedStoreUnderTest) -> None:
     store = shared_store.store

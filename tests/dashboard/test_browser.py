@@ -5,9 +5,12 @@ owner's sqlite3 file).
 Jobs are enqueued through the HTTP API; the browser logs in with the token,
 opens the owner's page, reads the queues and jobs, cancels a job and pauses
 a queue through the page's forms (accepting their confirm dialogs), and the
-HTTP API then reads the change from the store. The page also loads at a
-phone's width. Screenshots go to ``test-artifacts/`` (``dashboard.png`` is
-the one ``docs/images/dashboard.png`` was taken from).
+HTTP API then reads the change from the store. A job with three attempts
+is found through the header's search, its page read and redriven. The
+pages also load at a phone's width. Screenshots go to ``test-artifacts/``
+(``dashboard.png`` and ``dashboard-job.png`` are the ones
+``docs/images/dashboard.png`` and ``docs/images/dashboard-job.png`` were
+taken from).
 
 Chromium is Debian's package (``scripts/test`` installs it): Playwright's own
 browser download is not used. Missing, the test fails (CI must run it).
@@ -269,3 +272,107 @@ def test_dashboard_in_chromium(server: Serve, context: Any) -> None:
     page.goto(server.url + owner_path("dashboard"))
     assert page.url == server.url + "/v1/dashboard"
     assert SECRET not in page.content()
+
+
+def log_in(page: Any, server: Serve) -> None:
+    page.goto(server.url + "/v1/dashboard")
+    if page.locator("#token").count():
+        page.fill("#token", TOKEN)
+        with page.expect_navigation():
+            page.click("button:has-text('Log in')")
+
+
+def test_a_jobs_page_with_three_attempts_in_chromium(server: Serve, context: Any) -> None:
+    """The header's search finds a job by the start of its id; its page
+    shows each of its three attempts, its error and cargo, reads at a
+    phone's width, and its redrive reaches the store."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    api(server, "POST", owner_path("jobs"), {"jobs": [
+        {"job_id": f"invoice-2026-004{n}", "queue": "billing", "lane": "tenant-7",
+         "retry": {"attempts": 3, "base_delay_ms": 0},
+         "payload": {"kind": "raise", "invoice": f"INV-2026-004{n}", "amount_cents": 129900,
+                     "customer": {"email": SECRET, "note": "<b>not bold</b>"}}}
+        for n in (1, 2)]})
+    client = Client(server.url)
+    for n in (1, 2):
+        settled = client.settled(OWNER, f"invoice-2026-004{n}")
+        assert settled["attempt"] == 3 and settled["outcome"] == "failed"
+
+    page = context.new_page()
+    problems: list[str] = []
+    page.on("console", lambda message: problems.append(message.text)
+            if message.type == "error" else None)
+    page.on("pageerror", lambda error: problems.append(str(error)))
+    log_in(page, server)
+    page.goto(server.url + owner_path("dashboard"))
+    # The search box of the header: a prefix lists the jobs it starts.
+    page.fill("#job-search", "invoice-2026")
+    with page.expect_navigation():
+        page.press("#job-search", "Enter")
+    found = page.locator("tr[data-job]")
+    assert found.evaluate_all("rows => rows.map(row => row.dataset.job)") == [
+        "invoice-2026-0041", "invoice-2026-0042"]
+    with page.expect_navigation():
+        page.click("a:has-text('invoice-2026-0042')")
+    job_page = server.url + owner_path("dashboard/jobs/invoice-2026-0042")
+    assert page.url == job_page
+    # An exact id goes straight to its page.
+    page.fill("#job-search", "invoice-2026-0042")
+    with page.expect_navigation():
+        page.click("form.search button")
+    assert page.url == job_page
+
+    rows = page.locator("#attempts tr[data-attempt]")
+    assert rows.evaluate_all("rows => rows.map(row => row.dataset.attempt)") == ["1", "2", "3"]
+    for index in range(3):
+        row = rows.nth(index)
+        assert row.locator('td[data-label="outcome"]').inner_text() == "failed"
+        assert row.locator('td[data-label="reason"]').inner_text() == "execution_failed"
+        assert "RuntimeError: the test executor raised" in row.locator(
+            'td[data-label="error"]').inner_text()
+        assert re.search(r"ago$", row.locator('td[data-label="ended"] time').inner_text())
+    traceback = page.locator("#attempts pre")
+    assert not traceback.is_visible()  # folded, as on the scope's page
+    page.click("#attempts summary")
+    assert "Traceback (most recent call last)" in traceback.inner_text()
+    page.click("#attempts summary")
+    assert page.locator('[data-fact="attempt"] dd').inner_text() == "3 of 3"
+    assert "Settled failed" in page.locator("#waiting").inner_text()
+    cargo = page.locator("#cargo pre").inner_text()
+    assert '"note": "<b>not bold</b>"' in cargo and SECRET in cargo  # text, not markup
+    assert page.locator("#cargo b").count() == 0
+    page.screenshot(path=str(ARTIFACTS / "dashboard-job.png"), full_page=True)
+
+    # A phone's width: no sideways scrolling, each attempt a card.
+    phone = context.new_page()
+    phone.set_viewport_size({"width": 390, "height": 844})
+    phone.goto(job_page)
+    assert phone.evaluate("document.documentElement.scrollWidth") <= 390
+    assert phone.locator("#attempts thead").evaluate(
+        "element => getComputedStyle(element).display") == "none"
+    assert phone.locator('#attempts tr[data-attempt="3"]').is_visible()
+    assert phone.locator("#job-search").is_visible()
+    phone.screenshot(path=str(ARTIFACTS / "dashboard-job-phone.png"), full_page=True)
+    phone.close()
+
+    # Its redrive, from its page, comes back to it and reaches the store.
+    questions: list[str] = []
+
+    def accept(dialog: Any) -> None:
+        questions.append(dialog.message)
+        dialog.accept()
+
+    page.once("dialog", accept)
+    with page.expect_navigation():
+        page.click("#actions button:has-text('Redrive')")
+    assert questions == ["Queue job invoice-2026-0042 again?"]
+    assert page.url.startswith(job_page + "?did=redrive")
+    assert page.locator(".flash").inner_text() == \
+        "Redrive of job invoice-2026-0042: redriven"
+    shown = page.locator("#attempts tr[data-redrive]").get_attribute("data-redrive")
+    record = client.job(OWNER, "invoice-2026-0042")
+    assert record is not None and shown is not None and shown.startswith("dashboard-")
+    assert [entry["redrive_id"] for entry in record["history"]
+            if entry.get("redrive_id")] == [shown]
+    assert problems == [], problems
+    page.close()

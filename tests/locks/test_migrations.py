@@ -25,7 +25,8 @@ def test_the_migration_creates_exactly_what_table_ddl_describes(dialect: str,
                      "0005_paused_queues.sql", "0006_retries.sql", "0007_schedules.sql",
                      "0008_error_summaries.sql", "0009_browse.sql",
                      *(["0010_queue_claims.sql", "0011_generic_claim_plans.sql",
-                        "0012_claim_passes.sql"] if folder == "postgres" else [])]
+                        "0012_claim_passes.sql", "0013_job_id_prefix.sql"]
+                       if folder == "postgres" else [])]
     migration = migrations(folder)[1]
     statements = migration.statements()
     assert statements == split_statements(migration.sql)
@@ -52,11 +53,12 @@ def test_the_d1_migration_has_no_transaction_statements(index: int) -> None:
 async def test_a_migrated_database_is_at_its_dialects_schema_version(
         locks: LockHarness) -> None:
     """Every migration ran (0003 to 0009 after the locks' 0002, and
-    PostgreSQL's own 0010 to 0012), and the lock tables are there."""
+    PostgreSQL's own 0010 to 0013), and the lock tables are there."""
     rows = await locks.query("SELECT value FROM tickwork_meta WHERE key = 'schema_version'")
     # PostgreSQL's 0010 (claims locked per queue), 0011 (the group commit's
-    # generic plans) and 0012 (its claim's passes) have no D1 counterpart.
-    assert rows == [("12",)] if locks.kind == "postgres" else [("9",)]
+    # generic plans), 0012 (its claim's passes) and 0013 (job ids in byte
+    # order) have no D1 counterpart.
+    assert rows == [("13",)] if locks.kind == "postgres" else [("9",)]
     for table in ("tickwork_job_locks", "tickwork_job_locks_slots"):
         assert await locks.table_exists(table)
     if locks.kind == "postgres":

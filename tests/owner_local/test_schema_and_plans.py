@@ -213,6 +213,26 @@ def test_ingest_claim_and_settle_build_no_temporary_b_tree(harness: Harness) -> 
         assert not value_trees, (statement.name, value_trees)
 
 
+def test_a_page_of_jobs_by_id_prefix_is_a_range_of_the_job_id_index(harness: Harness) -> None:
+    """Both statements of find_jobs search the job_id UNIQUE index between
+    the prefix's bounds (no table scan, no sort), and find the same jobs as
+    a plain startswith over every id."""
+    runtime = harness.runtime()
+    runtime.ingest_many([job(f"{kind}-{n:03}", queue=f"q{n % 3}")
+                         for kind in ("order", "ordeR", "orders", "user") for n in range(25)])
+    for template in (sql.JOBS_BY_ID_PREFIX_FIRST, sql.JOBS_BY_ID_PREFIX_NEXT):
+        statement = template.render(sql.OWNER_LOCAL)
+        low, high = sql.id_prefix_range("order-", 256)
+        plan = [row[-1] for row in harness.host_query(
+            "EXPLAIN QUERY PLAN " + statement.text, (low, high, 10))]
+        assert len(plan) == 1, plan  # one search, no temp b-tree for the order
+        assert plan[0].startswith("SEARCH tickwork_jobs USING INDEX sqlite_autoindex_"), plan
+        assert "(job_id>? AND job_id<?)" in plan[0], plan
+    found = runtime.find_jobs("order-", limit=100)
+    assert [record.job_id for record in found.jobs] == [f"order-{n:03}" for n in range(25)]
+    assert found.cursor is None
+
+
 def test_every_page_of_list_jobs_is_an_index_range_at_200000_rows(harness: Harness) -> None:
     """Each listing's statement walks its index in the listing's order: no
     table scan and no sort, so a page costs O(log n + page) (here with

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import http.client
 import re
+import time
+from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 from tests.support.serve import TOKEN, Client, Serve, job
@@ -82,3 +84,54 @@ def test_owner_dashboard_static_files_and_a_form_body_limit(server: Serve) -> No
     status, _, page = exchange(server, "GET", "/v1/owners/dash-owner/dashboard",
                                {"cookie": session})
     assert status == 200 and "owner dash-owner" in page and "No queue has jobs." in page
+
+
+
+def _settled_after_three_attempts(client: Client, scope: str) -> dict[str, Any]:
+    """A job its executor fails on every attempt (the test executors fail a
+    job of kind "fail"), retried at once twice: a dead letter after three."""
+    assert client.call("POST", f"/v1/{scope}/jobs", job(
+        "pay-3", queue="payments", payload={"kind": "fail", "reason": "card <declined>"},
+        retry={"attempts": 3, "base_delay_ms": 0}))[0] == 201
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        record: dict[str, Any] = client.call("GET", f"/v1/{scope}/jobs/pay-3")[1]["job"]
+        if record["state"] == "settled":
+            return record
+        time.sleep(0.05)
+    raise AssertionError(f"pay-3 of {scope} never settled: {record}")
+
+
+def test_a_jobs_page_search_and_redrive_on_postgres_and_an_owner_file(
+        shared_serve: Serve) -> None:
+    client = Client(shared_serve.url)
+    session = login(shared_serve)
+    for scope in ("shared", "owners/acme"):
+        record = _settled_after_three_attempts(client, scope)
+        assert record["attempt"] == 3 and len(record["history"]) == 2
+        status, headers, _ = exchange(shared_serve, "GET",
+                                      f"/v1/{scope}/dashboard/search?q=pay-3",
+                                      {"cookie": session})
+        assert status == 303
+        page_path = f"/v1/{scope}/dashboard/jobs/pay-3"
+        assert headers["location"] == page_path
+        status, _, listed = exchange(shared_serve, "GET",
+                                     f"/v1/{scope}/dashboard/search?q=pay", {"cookie": session})
+        assert status == 200 and re.findall(r'<tr data-job="([^"]+)">', listed) == ["pay-3"]
+        status, _, page = exchange(shared_serve, "GET", page_path, {"cookie": session})
+        assert status == 200
+        attempts = page.split('<section id="attempts">', 1)[1]
+        assert re.findall(r'<tr data-attempt="(\d)">', attempts) == ["1", "2", "3"]
+        assert attempts.count('<span class="badge failed">failed</span>') == 3
+        assert attempts.count("<code>card &lt;declined&gt;</code>") == 3
+        assert "card <declined>" not in page
+        actions = page.split('<section id="actions">', 1)[1].split("</section>", 1)[0]
+        fields = dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)">',
+                                 actions))
+        status, headers, _ = form_post(shared_serve, f"/v1/{scope}/dashboard/actions/redrive",
+                                       fields, {"cookie": session})
+        assert status == 303 and headers["location"].startswith(page_path + "?did=redrive")
+        # Queued again as a new chain (which the workers may have begun running).
+        redriven = client.call("GET", f"/v1/{scope}/jobs/pay-3")[1]["job"]
+        assert [entry["redrive_id"] for entry in redriven["history"]
+                if entry.get("redrive_id")] == [fields["redrive_id"]]

@@ -16,6 +16,7 @@ from tickwork.runtimes.d1 import D1Runtime, purge_d1_queues
 from tickwork.runtimes.shared import LeasedSignal
 from tickwork.stores.d1 import store as d1_sql
 from tickwork.stores.d1.binding import D1Binding
+from tickwork.stores.sql.sqlite import id_prefix_range
 
 
 @pytest.fixture(params=["external", "builtin"], ids=["d1-external", "d1-builtin"])
@@ -337,6 +338,31 @@ async def test_every_page_of_list_jobs_is_an_index_range_on_d1(db: Any) -> None:
     page = await runtime.list_jobs(lane="lane3", state="settled", outcome="failed", limit=2)
     assert [r.job_id for r in page.jobs] == [
         f"old-{n}" for n in range(3000, 0, -1) if n % 7 == 3 and n % 10 and n % 3 == 0][:2]
+
+
+async def test_a_page_of_jobs_by_id_prefix_is_a_range_of_the_job_id_index_on_d1(
+        db: Any) -> None:
+    """On D1's engine, both find_jobs statements search the job_id UNIQUE
+    index between the prefix's bounds, in its order (no scan, no sort)."""
+    runtime = await _runtime(db)
+    await db.prepare("""
+        WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c WHERE n < 3000)
+        INSERT INTO tickwork_jobs (job_id, queue, lane, priority, payload_json, state,
+                                   enqueued_at)
+        SELECT CASE n % 3 WHEN 0 THEN 'order-' WHEN 1 THEN 'ordeR-' ELSE 'user-' END || n,
+               'q' || (n % 30), 'lane' || (n % 7), 0, '{}', 'queued', n
+        FROM c
+    """).run()
+    low, high = id_prefix_range("order-1", 256)
+    for statement in (d1_sql.JOBS_BY_ID_PREFIX_FIRST, d1_sql.JOBS_BY_ID_PREFIX_NEXT):
+        plan = [str(row[-1]) for row in await D1Binding(db).query(
+            "EXPLAIN QUERY PLAN " + statement.text, [low, high, 50])]
+        assert len(plan) == 1, plan
+        assert plan[0].startswith("SEARCH tickwork_jobs USING INDEX sqlite_autoindex_"), plan
+        assert "(job_id>? AND job_id<?)" in plan[0], plan
+    page = await runtime.find_jobs("order-1", limit=3)
+    assert [r.job_id for r in page.jobs] == sorted(
+        f"order-{n}" for n in range(3, 3001, 3) if str(n).startswith("1"))[:3]
 
 
 async def test_a_database_without_0004_is_refused_then_upgraded_with_its_rows(db: Any) -> None:

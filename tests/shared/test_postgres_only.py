@@ -314,6 +314,40 @@ async def test_every_page_of_list_jobs_is_an_index_range_at_200000_rows(pool: Po
         if n % 1000 == 7 and n % 10 != 0 and n % 997 != 0 and n % 7 == 0][:3]
 
 
+async def test_a_page_of_jobs_by_id_prefix_is_a_range_of_its_byte_order_index(
+        pool: Pool) -> None:
+    """With 200,000 jobs both find_jobs statements read through 0013's index
+    of job_id in byte order, bounded by the prefix's range (no table scan),
+    whatever the database's collation; ids that a language's collation
+    would sort among them ("ordeR-", "order_") stay out."""
+    async with pool.connection() as conn:
+        await conn.execute("""
+            INSERT INTO tickwork_jobs (job_id, queue, lane, priority, payload_json, state,
+                                       enqueued_at)
+            SELECT CASE n % 3 WHEN 0 THEN 'order-' WHEN 1 THEN 'ordeR-' ELSE 'order_' END
+                   || n, 'q' || (n % 1000), 'lane' || (n % 50), 0, '{}', 'queued', n
+            FROM generate_series(1, 200000) AS n""")
+        await conn.execute("ANALYZE tickwork_jobs")
+        await conn.commit()
+    from tickwork.stores.sql import postgres as sql
+    from tickwork.stores.sql.sqlite import id_prefix_range
+
+    low, high = id_prefix_range("order-12", 256)
+    async with pool.connection() as conn:
+        for statement in (sql.JOBS_BY_ID_PREFIX_FIRST, sql.JOBS_BY_ID_PREFIX_NEXT):
+            text = "\n".join(await plans_of(conn, statement,
+                                            {"low": low, "high": high, "limit": 50}))
+            assert "Seq Scan" not in text, text
+            assert "tickwork_jobs_id_bytes" in text, text
+            assert re.search(r"Index Cond: .*job_id.*>=?.*AND.*job_id.*<", text), text
+    runtime = _runtime(pool, now=ManualNow())
+    page = await runtime.find_jobs("order-12", limit=4)
+    expected = sorted(f"order-{n}" for n in range(3, 200001, 3) if str(n).startswith("12"))
+    assert [r.job_id for r in page.jobs] == expected[:4]
+    following = await runtime.find_jobs("order-12", limit=100, cursor=page.cursor)
+    assert [r.job_id for r in following.jobs] == expected[4:104]
+
+
 async def test_workers_in_separate_processes_never_run_one_queue_twice(postgres_dsn: str) -> None:
     """Four pools stand for four processes: their claims really race in the server."""
     watch = _SerialWatch(pause=0.001)
@@ -547,13 +581,14 @@ async def test_a_database_without_0004_is_refused_then_upgraded_with_its_rows(
                 before = await (await conn.execute(
                     "SELECT * FROM tickwork_jobs ORDER BY sequence")).fetchall()
             runtime = _runtime(pool)
-            with pytest.raises(SchemaError, match=r"version 3, this package needs 12: apply "
+            with pytest.raises(SchemaError, match=r"version 3, this package needs 13: apply "
                                                   r"0004_due_times\.sql, 0005_paused_queues"
                                                   r"\.sql, 0006_retries\.sql, 0007_schedules"
                                                   r"\.sql, 0008_error_summaries\.sql, "
                                                   r"0009_browse\.sql, 0010_queue_claims\.sql, "
                                                   r"0011_generic_claim_plans\.sql, "
-                                                  r"0012_claim_passes\.sql"
+                                                  r"0012_claim_passes\.sql, "
+                                                  r"0013_job_id_prefix\.sql"
                                                   r" from schema/postgres"):
                 await runtime.ingest(job("a"))
             assert await _count(pool) == 2

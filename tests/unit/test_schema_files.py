@@ -60,11 +60,12 @@ def test_the_migration_list_is_pinned() -> None:
     assert SCHEMA_VERSION == 9
     # PostgreSQL alone has 0010 (its claims lock per queue; D1 runs one
     # statement at a time and needs no lock), 0011 (plans of its function)
-    # and 0012 (its claim walking again when it came up short).
-    assert POSTGRES_MIGRATIONS[:-3] == MIGRATIONS
-    assert POSTGRES_MIGRATIONS[-3:] == ("0010_queue_claims.sql", "0011_generic_claim_plans.sql",
-                                        "0012_claim_passes.sql")
-    assert POSTGRES_SCHEMA_VERSION == 12
+    # 0012 (its claim walking again when it came up short) and 0013 (job ids
+    # in byte order: SQLite's job_id index sorts so already).
+    assert POSTGRES_MIGRATIONS[:-4] == MIGRATIONS
+    assert POSTGRES_MIGRATIONS[-4:] == ("0010_queue_claims.sql", "0011_generic_claim_plans.sql",
+                                        "0012_claim_passes.sql", "0013_job_id_prefix.sql")
+    assert POSTGRES_SCHEMA_VERSION == 13
 
 
 @pytest.mark.parametrize("dialect", ["d1", "postgres"])
@@ -98,9 +99,10 @@ def test_schema_errors_name_the_missing_migrations() -> None:
     check_schema_version(SCHEMA_VERSION, database="D1", folder="schema/d1", apply_with="x")
     with pytest.raises(SchemaError, match="upgrade tickwork"):
         check_schema_version(SCHEMA_VERSION + 1, database="D1", folder="x", apply_with="x")
-    with pytest.raises(SchemaError, match=r"version 9, this package needs 12: apply "
+    with pytest.raises(SchemaError, match=r"version 9, this package needs 13: apply "
                                           r"0010_queue_claims\.sql, 0011_generic_claim_plans"
-                                          r"\.sql, 0012_claim_passes\.sql from schema/postgres"):
+                                          r"\.sql, 0012_claim_passes\.sql, "
+                                          r"0013_job_id_prefix\.sql from schema/postgres"):
         check_schema_version(9, database="PostgreSQL", folder="schema/postgres",
                              apply_with="psql", migrations=POSTGRES_MIGRATIONS)
 

@@ -78,3 +78,40 @@ def test_to_response_carries_every_header(workers_module: Any) -> None:
     assert response.headers.get("set-cookie") == "a=b; HttpOnly"
     assert response.headers.get("content-type") == "text/html; charset=utf-8"
     assert response.headers.get("cache-control") == "no-store"
+
+
+@pytest.mark.parametrize("scope", ["owners/tenant-1", "shared"])
+async def test_a_search_a_jobs_page_and_a_cancel_from_it(worker: Any, shape: str,
+                                                         scope: str) -> None:
+    """The search (find_jobs over RPC for an owner, from D1 for the shared
+    queues) leads to a job's page, whose cancel reaches the store and comes
+    back to the page."""
+    for job_id in ("order/1", "order/2", "user-1"):
+        assert (await send(worker, shape, "POST", f"/v1/{scope}/jobs",
+                           job(job_id, queue="mail", payload={"n": "<b>"})))[0] == 201
+    session = await login(worker, shape)
+    listed = await fetch(worker, shape, "GET", f"/v1/{scope}/dashboard/search?q=order%2F",
+                         {"cookie": session})
+    assert listed.status == 200
+    text = listed.body.decode()
+    assert re.findall(r'<tr data-job="([^"]+)">', text) == ["order/1", "order/2"]
+    exact = await fetch(worker, shape, "GET", f"/v1/{scope}/dashboard/search?q=order%2F2",
+                        {"cookie": session})
+    assert exact.status == 303
+    page_path = f"/v1/{scope}/dashboard/jobs/order%2F2"
+    assert exact.headers.get("location") == page_path
+    page = await fetch(worker, shape, "GET", page_path, {"cookie": session})
+    assert page.status == 200
+    text = page.body.decode()
+    assert '<h2>Job <span class="id">order/2</span>' in text
+    assert '<li data-reason="next_to_run">' not in text  # order/1 heads the queue
+    assert 'href="/v1/' + scope + '/dashboard/jobs/order%2F1">order/1</a>' in text
+    assert "&lt;b&gt;" in text and "<b>" not in text
+    form = dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)">',
+                           text.split('<section id="actions">', 1)[1]))
+    cancel = await fetch(worker, shape, "POST", f"/v1/{scope}/dashboard/actions/cancel",
+                         {**FORM, "cookie": session}, form)
+    assert cancel.status == 303, cancel.body
+    assert cancel.headers.get("location").startswith(page_path + "?did=cancel&result=recorded")
+    status, body = await send(worker, shape, "GET", f"/v1/{scope}/jobs/order%2F2")
+    assert status == 200 and body["job"]["cancellation_id"] == "dashboard"

@@ -14,6 +14,12 @@ Paths (``docs/how-to/use-the-dashboard.md``):
 * ``GET /v1/shared/dashboard``, ``GET /v1/owners/{owner}/dashboard``: a
   scope's page. Needs the session cookie or ``Authorization: Bearer``;
   without either it redirects to the login form (a wrong bearer token: 401).
+* ``GET /v1/{scope}/dashboard/jobs/{job_id}``: a job's page (its cargo,
+  state, attempts, what it waits for, its actions);
+  ``GET /v1/{scope}/dashboard/search?q=...``: an exact job id redirects to
+  its page, else the jobs whose id starts with it, a page at a time;
+  ``GET /v1/{scope}/dashboard/queues/{queue}/completed``: a queue's
+  completed jobs, newest first, a page at a time. Same access as a scope's page.
 * ``POST /v1/{scope}/dashboard/actions/{action}``: cancel, pause, resume,
   redrive, pause_schedule, resume_schedule. Needs the session (or bearer)
   and the form's CSRF field; a cross-site request (``Sec-Fetch-Site``, or an
@@ -49,8 +55,16 @@ from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 from tickwork.api import wire
 from tickwork.api.service import JobService
 from tickwork.api.wire import ApiError
+from tickwork.lifecycle.rules import DEAD_OUTCOMES
 from tickwork.model.errors import InvalidArgument
-from tickwork.model.jobs import MAX_LANE_LENGTH, JobRecord, check_id, check_text
+from tickwork.model.jobs import (
+    MAX_HISTORY,
+    MAX_ID_LENGTH,
+    MAX_LANE_LENGTH,
+    JobRecord,
+    check_id,
+    check_text,
+)
 from tickwork.model.outcomes import OUTCOMES, QueueStatus
 from tickwork.model.schedules import ScheduleRecord
 
@@ -110,7 +124,7 @@ _CSRF_LABEL = b"tickwork dashboard csrf"
 #: How each empty list of a queue reads.
 _NONE = {"head": "no job ready", "queued": "no other job waiting",
          "running": "no other job running", "failures": "no recent failures",
-         "dead": "no dead letters"}
+         "dead": "no dead letters", "completed": "no completed jobs"}
 #: How an action's result reads in the flash message after it.
 _DONE = {"cancel": "Cancel of job", "pause": "Pause of queue", "resume": "Resume of queue",
          "redrive": "Redrive of job",
@@ -134,9 +148,10 @@ _RESULTS = {"recorded": "recorded", "replayed": "already done", "conflict": "con
 
 @dataclass(frozen=True, slots=True)
 class DashboardRoute:
-    """A dashboard path: ``page`` is home, login, logout, open, static, scope
-    or action; ``scope`` the scope of a scope page or action; ``name`` the
-    static file or the action."""
+    """A dashboard path: ``page`` is home, login, logout, open, static, scope,
+    action, job, search or completed; ``scope`` the scope of a scope's page
+    or view or an action; ``name`` the static file, the action, the job id
+    (job) or the queue (completed)."""
 
     page: str
     scope: Scope | None = None
@@ -176,6 +191,9 @@ def match(raw: Sequence[str], method: str) -> DashboardRoute | None:
         return _allowed(method, "GET", DashboardRoute("scope", scope))
     if len(tail) == 2 and tail[0] == "actions" and tail[1] in ACTIONS:
         return _allowed(method, "POST", DashboardRoute("action", scope, tail[1]))
+    view = _job_view_route(scope, tail, method)
+    if view is not None:
+        return view
     raise _no_page(raw)
 
 
@@ -299,6 +317,8 @@ class Dashboard:
             service = await self._service(route.scope)
             return _page(200, _scope_title(route.scope),
                          await self._render(route.scope, service, request.query))
+        if route.page in JOB_VIEWS:
+            return await self._job_view(route, request)
         return await self._act(route.scope, route.name, request)
 
     # ------------------------------------------------------------ sessions
@@ -389,7 +409,10 @@ class Dashboard:
             changed = await (service.pause_schedule(subject) if action == "pause_schedule"
                              else service.resume_schedule(subject))
             result = "changed" if changed else "unchanged"
-        return _redirect(scope_path(scope) + "?" + urlencode(
+        # A job's own page asks to come back to it (its forms carry back=job).
+        back = (job_path(scope, subject) if form.get("back") == "job"
+                and action in ("cancel", "redrive") else scope_path(scope))
+        return _redirect(back + "?" + urlencode(
             {"did": action, "result": result, "subject": subject[:200]}))
 
     # ----------------------------------------------------------- rendering
@@ -428,6 +451,7 @@ class Dashboard:
             f'<h1>tickwork <span class="scope">{_e(_scope_title(scope))}</span></h1>',
             '<label class="toggle"><input type="checkbox" id="autorefresh"> '
             "auto-refresh</label>",
+            self._search_box(scope),
             f'<a href="{LOGIN_PATH}">Scopes</a>', self._logout(), "</header><main>",
             _flash(query),
             self._queues_table(scope, statuses),
@@ -497,6 +521,7 @@ class Dashboard:
              self._settled_table(scope, failed.jobs, redrive=False)),
             ("dead", "Dead letters", self._redrive_all_button(scope, queue, dead.jobs)
              + self._settled_table(scope, dead.jobs, redrive=True)),
+            await self._completed_list(scope, service, queue),
         ]
         parts = [f'<div class="queue" id="queue-{_anchor(queue)}" data-queue="{_e(queue)}">'
                  f'<h3><span class="id">{_e(queue)}</span>{badge}</h3>']
@@ -519,7 +544,7 @@ class Dashboard:
                                   confirm=f"Cancel job {job.job_id}?", danger=True)
             rows.append(
                 f'<tr data-job="{_e(job.job_id)}">'
-                f'<td data-label="job"><span class="id">{_e(job.job_id)}</span></td>'
+                f'<td data-label="job">{_job_link(scope, job.job_id)}</td>'
                 f'<td data-label="lane"><span class="id">{_e(job.lane)}</span></td>'
                 f'<td data-label="state">{_e(job.state)}</td>'
                 f'<td data-label="attempt" class="num">{job.attempt}</td>'
@@ -575,7 +600,7 @@ class Dashboard:
                     confirm=f"Queue job {job.job_id} again?")
             rows.append(
                 f'<tr data-job="{_e(job.job_id)}">'
-                f'<td data-label="job"><span class="id">{_e(job.job_id)}</span></td>'
+                f'<td data-label="job">{_job_link(scope, job.job_id)}</td>'
                 f'<td data-label="outcome"><span class="badge failed">{_e(job.outcome)}'
                 "</span></td>"
                 f'<td data-label="settled">{_time(job.settled_at)}</td>'
@@ -616,6 +641,155 @@ class Dashboard:
                 '<table class="stack"><thead><tr><th>schedule</th><th>queue</th><th>timing</th>'
                 '<th>next slot</th><th>state</th><th></th></tr></thead>'
                 f'<tbody>{"".join(rows)}</tbody></table></div></section>')
+
+    # ------------------------------------------------- job pages and search
+    # A job's page, the search by id, and a queue's completed jobs. Each
+    # reads through the scope's JobService only, like the scope's page.
+
+    def _search_box(self, scope: Scope, value: str = "") -> str:
+        """The header's search form: a job id, or the start of one."""
+        return (f'<form method="get" class="search" role="search" '
+                f'action="{_e(scope_path(scope))}/search">'
+                '<label for="job-search" class="hidden">Job id or prefix</label>'
+                f'<input type="search" id="job-search" name="q" value="{_e(value)}" '
+                f'required maxlength="{MAX_ID_LENGTH}" placeholder="job id or prefix" '
+                'autocomplete="off" autocapitalize="off" spellcheck="false">'
+                '<button type="submit">Find</button></form>')
+
+    def _view_header(self, scope: Scope, search: str = "") -> str:
+        """The header of a job page, a search or a completed list: the
+        scope's name (linking back to its page), the search box, the way out."""
+        return ("<header>"
+                f'<h1>tickwork <a class="scope" href="{_e(scope_path(scope))}">'
+                f"{_e(_scope_title(scope))}</a></h1>"
+                f"{self._search_box(scope, search)}"
+                f'<a href="{LOGIN_PATH}">Scopes</a>{self._logout()}</header>')
+
+    async def _job_view(self, route: DashboardRoute, request: ApiRequest) -> Answer:
+        assert route.scope is not None
+        if not self._authenticated(request):
+            return _redirect(LOGIN_PATH)
+        service = await self._service(route.scope)
+        if route.page == "job":
+            return await self._job_page(route.scope, service, route.name, request.query)
+        if route.page == "search":
+            return await self._search_page(route.scope, service, request.query)
+        return await self._completed_page(route.scope, service, route.name, request.query)
+
+    async def _job_page(self, scope: Scope, service: JobService, job_id: str,
+                        query: str) -> Answer:
+        job = await service.read(job_id)
+        header = self._view_header(scope)
+        if job is None:
+            body = (f"{header}<main>{_flash(query)}<h2>No job "
+                    f'<span class="id">{_e(job_id)}</span></h2>'
+                    '<p class="muted">This scope has no job of this id (a job is only in '
+                    f'the scope it was sent to). {_prefix_link(scope, job_id)}</p></main>')
+            return _page(404, f"job {job_id}", body)
+        status = head = None
+        if job.state == "queued":
+            # What it waits for: its queue's pause and head (one read each).
+            status = await service.queue_status(job.queue)
+            head = await service.read_queue_head(job.queue)
+        reasons = waiting_on(job, status, head, int(self._now_s() * 1000))
+        parts = [
+            header, '<main class="job">', _flash(query),
+            f'<h2>Job <span class="id">{_e(job.job_id)}</span> {_state_badge(job)}</h2>',
+            _job_facts(scope, job),
+            _reasons_section(scope, reasons),
+            self._job_actions(scope, job),
+            _attempts_section(job),
+            _cargo_section(job),
+            f'<p class="muted">{_prefix_link(scope, job.job_id)}</p>',
+            "</main>"]
+        return _page(200, f"job {job.job_id}", "".join(parts))
+
+    def _job_actions(self, scope: Scope, job: JobRecord) -> str:
+        """The actions that apply to the job now ("" for none): cancel while
+        it is unsettled and uncancelled, redrive once it is a dead letter."""
+        buttons = []
+        if job.state != "settled" and job.cancellation_id is None:
+            buttons.append(self._button(
+                scope, "cancel", "Cancel", {"job_id": job.job_id, "back": "job"},
+                confirm=f"Cancel job {job.job_id}?", danger=True))
+        if (job.state == "settled" and job.outcome in DEAD_OUTCOMES
+                and job.cancellation_id is None):
+            buttons.append(self._button(
+                scope, "redrive", "Redrive",
+                {"job_id": job.job_id, "redrive_id": f"dashboard-{job.settled_at}",
+                 "back": "job"},
+                confirm=f"Queue job {job.job_id} again?"))
+        if not buttons:
+            return ""
+        return f'<section id="actions"><h2>Actions</h2><p>{" ".join(buttons)}</p></section>'
+
+    async def _search_page(self, scope: Scope, service: JobService, query: str) -> Answer:
+        fields = _single_fields(query)
+        given = "" if fields is None else fields.get("q", "").strip()
+        cursor = None if fields is None else fields.get("cursor")
+        problem = _search_problem(fields, given)
+        if problem is not None:
+            body = (f"{self._view_header(scope, given[:MAX_ID_LENGTH])}<main>"
+                    f'<h2>Find jobs</h2><p class="flash error" role="alert">{_e(problem)}'
+                    "</p></main>")
+            return _page(400, "find jobs", body)
+        assert fields is not None  # _search_problem refuses a malformed query
+        # An exact id goes straight to its job, unless its prefix list is asked for.
+        if (cursor is None and fields.get("list") != "prefix"
+                and await service.read(given) is not None):
+            return _redirect(job_path(scope, given))
+        page = await service.find_jobs(given, limit=SEARCH_PAGE, cursor=cursor)
+        parts = [self._view_header(scope, given), "<main>",
+                 f'<h2>Jobs whose id starts with <span class="id">{_e(given)}</span></h2>']
+        if not page.jobs:
+            parts.append('<p class="muted" data-found="0">No job id starts with this '
+                         f'{"after the previous page" if cursor else "in this scope"}.</p>')
+        else:
+            parts.append(_found_table(scope, page.jobs))
+        if page.cursor is not None:
+            more = urlencode({"q": given, "list": "prefix", "cursor": page.cursor})
+            parts.append(f'<p><a rel="next" href="{_e(scope_path(scope))}/search?'
+                         f'{_e(more)}">Next {SEARCH_PAGE} \u2192</a></p>')
+        parts.append("</main>")
+        return _page(200, f"jobs {given}\u2026", "".join(parts))
+
+    async def _completed_list(self, scope: Scope, service: JobService,
+                              queue: str) -> tuple[str, str, str]:
+        """The queue's latest completed jobs, as one of its lists on the
+        scope's page, with the way to every page of them."""
+        page = await service.list_jobs(queue, state="settled", outcome="completed",
+                                       limit=JOBS_PER_LIST)
+        table = _completed_table(scope, page.jobs)
+        if table and page.cursor is not None:
+            table += (f'<p><a href="{_e(completed_path(scope, queue))}">Every completed job '
+                      f"of {_e(queue)} \u2192</a></p>")
+        return "completed", "Recently completed", table
+
+    async def _completed_page(self, scope: Scope, service: JobService, queue: str,
+                              query: str) -> Answer:
+        fields = _query_fields(query)
+        if fields is None:
+            raise ApiError(400, "invalid_argument", "query: is malformed", "query")
+        cursor = fields.get("cursor")
+        page = await service.list_jobs(queue, state="settled", outcome="completed",
+                                       limit=COMPLETED_PAGE, cursor=cursor)
+        parts = [self._view_header(scope), "<main>",
+                 f'<h2>Completed jobs of <a class="id" href="{_e(scope_path(scope))}#queue-'
+                 f'{_anchor(queue)}">{_e(queue)}</a></h2>',
+                 '<p class="muted">Newest settlement first.</p>']
+        table = _completed_table(scope, page.jobs)
+        parts.append(table or '<p class="muted">No completed jobs'
+                              f'{" after the previous page" if cursor else ""}.</p>')
+        links = []
+        if cursor is not None:
+            links.append(f'<a href="{_e(completed_path(scope, queue))}">\u2190 Newest</a>')
+        if page.cursor is not None:
+            links.append(f'<a rel="next" href="{_e(completed_path(scope, queue))}?'
+                         f'{_e(urlencode({"cursor": page.cursor}))}">Older \u2192</a>')
+        if links:
+            parts.append(f'<p class="pages">{" ".join(links)}</p>')
+        parts.append("</main>")
+        return _page(200, f"completed {queue}", "".join(parts))
 
 
 # ------------------------------------------------------------------ helpers
@@ -881,3 +1055,293 @@ def _allowed(method: str, wanted: str, route: DashboardRoute) -> DashboardRoute:
 
 def _no_page(raw: Sequence[str]) -> ApiError:
     return ApiError(404, "no_route", f"no dashboard page /v1/{'/'.join(raw)[:200]}")
+
+
+# ------------------------------------------------- job pages and search
+
+#: The scope views besides its main page: a job, a search, completed jobs.
+JOB_VIEWS = ("job", "search", "completed")
+#: Jobs per page of a search, and of a queue's completed jobs.
+SEARCH_PAGE = 25
+COMPLETED_PAGE = 50
+#: Characters of a payload a job's page shows (pretty-printed JSON).
+CARGO_EXCERPT = 20_000
+
+
+def _job_view_route(scope: Scope, tail: Sequence[str], method: str) -> DashboardRoute | None:
+    """The route of a job page, a search or a queue's completed jobs
+    (``tail``: the still-encoded segments after the scope's dashboard), or
+    None when ``tail`` is none of them."""
+    if len(tail) == 2 and tail[0] == "jobs":
+        job_id = check_id("job_id", _decode(tail[1]))
+        return _allowed(method, "GET", DashboardRoute("job", scope, job_id))
+    if list(tail) == ["search"]:
+        return _allowed(method, "GET", DashboardRoute("search", scope))
+    if len(tail) == 3 and tail[0] == "queues" and tail[2] == "completed":
+        queue = check_id("queue", _decode(tail[1]))
+        return _allowed(method, "GET", DashboardRoute("completed", scope, queue))
+    return None
+
+
+def job_path(scope: Scope, job_id: str) -> str:
+    """The path of a job's page (any id: "/" and the rest percent-encoded)."""
+    return f"{scope_path(scope)}/jobs/{quote(job_id, safe='')}"
+
+
+def completed_path(scope: Scope, queue: str) -> str:
+    """The path of a queue's completed jobs."""
+    return f"{scope_path(scope)}/queues/{quote(queue, safe='')}/completed"
+
+
+def _job_link(scope: Scope, job_id: str) -> str:
+    return f'<a class="id" href="{_e(job_path(scope, job_id))}">{_e(job_id)}</a>'
+
+
+def _prefix_link(scope: Scope, job_id: str) -> str:
+    """A link listing the jobs whose id starts with ``job_id``."""
+    query = urlencode({"q": job_id, "list": "prefix"})
+    return (f'<a href="{_e(scope_path(scope))}/search?{_e(query)}">Jobs whose id starts '
+            "with this one</a>")
+
+
+def _state_badge(job: JobRecord) -> str:
+    if job.state == "settled":
+        css = "ok" if job.outcome == "completed" else "failed"
+        return f'<span class="badge {css}">settled {_e(job.outcome)}</span>'
+    return f'<span class="badge">{_e(job.state)}</span>'
+
+
+def _search_problem(fields: Mapping[str, str] | None, given: str) -> str | None:
+    """Why a search cannot run, in words, or None when it can."""
+    if fields is None:
+        return "The search is malformed (a parameter twice, or not UTF-8)."
+    if not given:
+        return "Type a job id, or the start of one."
+    if len(given) > MAX_ID_LENGTH:
+        return f"A job id has at most {MAX_ID_LENGTH} characters; this has {len(given)}."
+    return None
+
+
+def _single_fields(query: str) -> dict[str, str] | None:
+    """A search's query parameters; None when malformed or one is repeated
+    (which of two boxes was meant is not for the page to guess)."""
+    fields = _query_fields(query)
+    if fields is None or len(fields) != len(parse_qsl(query, max_num_fields=5)):
+        return None
+    return fields
+
+
+def _duration(start_ms: int | None, end_ms: int | None) -> str:
+    """How long from ``start_ms`` to ``end_ms``, in words ("" when unknown)."""
+    if start_ms is None or end_ms is None or end_ms < start_ms:
+        return ""
+    took = end_ms - start_ms
+    if took < 1000:
+        return f"{took} ms"
+    if took < 60_000:
+        return f"{took / 1000:.1f} s"
+    minutes, seconds = divmod(took // 1000, 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min"
+
+
+@dataclass(frozen=True, slots=True)
+class WaitReason:
+    """One thing a job waits for, or is doing: ``code`` a stable name
+    (settled, running, cancellation_pending, due_later, queue_paused,
+    behind_head, next_to_run), ``text`` its plain words, ``at`` the moment
+    it names (epoch ms) and ``job_id`` the other job it names, if any."""
+
+    code: str
+    text: str
+    at: int | None = None
+    job_id: str | None = None
+
+
+def waiting_on(job: JobRecord, status: QueueStatus | None, head: JobRecord | None,
+               now_ms: int) -> list[WaitReason]:
+    """What ``job`` waits for, as far as its record and its queue's status
+    and head (read for a queued job; None otherwise) say; the first reason
+    is the one that holds it now. The "why is it waiting" operation, once
+    it exists, answers this in full and replaces this function."""
+    if job.state == "settled":
+        return [WaitReason("settled", f"Settled {job.outcome}: it waits for nothing.",
+                           job.settled_at)]
+    reasons = []
+    if job.cancellation_id is not None:
+        reasons.append(WaitReason(
+            "cancellation_pending",
+            f"Cancellation {job.cancellation_id} is recorded: "
+            + ("the running execution is told to stop, and it settles cancelled."
+               if job.state == "running" else "the next tick settles it cancelled.")))
+    if job.state == "running":
+        reasons.append(WaitReason("running", f"Running attempt {job.attempt} since",
+                                  job.started_at))
+        return reasons
+    if job.due_at is not None and job.due_at > now_ms:
+        kind = "Its retry is due" if job.history else "Due"
+        reasons.append(WaitReason("due_later", f"{kind} at", job.due_at))
+    if status is not None and status.paused:
+        reasons.append(WaitReason("queue_paused", f"Queue {job.queue} is paused: no tick "
+                                                  "claims its jobs until it is resumed."))
+    if head is not None and head.job_id != job.job_id:
+        doing = "is running" if head.state == "running" else "runs first"
+        reasons.append(WaitReason(
+            "behind_head", f"Behind the queue's head, which {doing} (a queue runs one job "
+                           "at a time):", job_id=head.job_id))
+    elif head is not None and not reasons:
+        reasons.append(WaitReason("next_to_run", "Next to run: the queue's next tick "
+                                                 "claims it."))
+    return reasons
+
+
+def _reasons_section(scope: Scope, reasons: Sequence[WaitReason]) -> str:
+    items = []
+    for reason in reasons:
+        text = _e(reason.text)
+        if reason.at is not None:
+            text += f" {_time(reason.at)}"
+        if reason.job_id is not None:
+            text += f" {_job_link(scope, reason.job_id)}"
+        items.append(f'<li data-reason="{_e(reason.code)}">{text}</li>')
+    if not items:
+        items.append('<li data-reason="unknown">Nothing known holds it: a tick claims it '
+                     "when its queue's turn comes.</li>")
+    return f'<section id="waiting"><h2>What it waits for</h2><ul>{"".join(items)}</ul></section>'
+
+
+def _job_facts(scope: Scope, job: JobRecord) -> str:
+    """The job's record as a list of facts."""
+    queue = (f'<a class="id" href="{_e(scope_path(scope))}#queue-{_anchor(job.queue)}">'
+             f"{_e(job.queue)}</a>")
+    attempts = f"{job.attempt}" + (f" of {job.retry.attempts}" if job.retry else "")
+    redrives = [entry.redrive_id for entry in job.history if entry.redrive_id]
+    facts: list[tuple[str, str]] = [
+        ("queue", queue), ("lane", f'<span class="id">{_e(job.lane)}</span>'),
+        ("priority", _e(job.priority)), ("state", _state_badge(job)),
+        ("attempt", _e(attempts)), ("enqueued", _time(job.enqueued_at)),
+    ]
+    if job.run_at is not None:
+        facts.append(("asked to run at", _time(job.run_at)))
+    if job.delay_ms is not None:
+        facts.append(("asked to run after", _e(f"{job.delay_ms} ms")))
+    if job.due_at is not None:
+        facts.append(("due", _time(job.due_at)))
+    if job.started_at is not None:
+        facts.append(("started", _time(job.started_at)))
+    if job.settled_at is not None:
+        facts.append(("settled", _time(job.settled_at)))
+    if job.failure_reason:
+        facts.append(("failure reason", f"<code>{_e(job.failure_reason)}</code>"))
+    facts.append(("cancellation id", f'<span class="id">{_e(job.cancellation_id)}</span>'
+                  if job.cancellation_id else '<span class="muted">none</span>'))
+    facts.append(("redrive ids", " ".join(f'<span class="id">{_e(redrive)}</span>'
+                                          for redrive in redrives)
+                  or '<span class="muted">none</span>'))
+    if job.recovery is not None:
+        facts.append(("crash recoveries", _e(f"{job.recoveries} of "
+                                             f"{job.recovery.max_recoveries}")))
+    if job.retry is not None:
+        retry = job.retry
+        facts.append(("retry policy", _e(
+            f"{retry.attempts} attempts; waits {retry.base_delay_ms} ms, \u00d7{retry.factor:g} "
+            f"each time, at most {retry.max_delay_ms} ms")))
+    items = "".join(f'<div data-fact="{_e(name)}"><dt>{_e(name)}</dt><dd>{value}</dd></div>'
+                    for name, value in facts)
+    return f'<section id="record"><dl class="facts">{items}</dl></section>'
+
+
+def _attempts_section(job: JobRecord) -> str:
+    """Every attempt the record keeps, oldest first, then the latest error
+    in full (the record keeps the traceback of the latest ended attempt)."""
+    rows = []
+    if job.history and job.history[0].attempt > 1:
+        rows.append('<tr class="note"><td colspan="7">Earlier attempts are not kept (the '
+                    f"record keeps the last {MAX_HISTORY}).</td></tr>")
+    for entry in job.history:
+        rows.append(_attempt_row(entry.attempt, entry.outcome, entry.failure_reason,
+                                 entry.started_at, entry.ended_at, _e(entry.error or "")))
+        if entry.redrive_id:
+            rows.append(f'<tr class="note" data-redrive="{_e(entry.redrive_id)}">'
+                        f'<td colspan="7">Redriven (<span class="id">{_e(entry.redrive_id)}'
+                        "</span>): the attempts start again at 1.</td></tr>")
+    error = job.error
+    line = _e(f"{error.type}: {error.message}") if error is not None else ""
+    if job.state == "settled":
+        rows.append(_attempt_row(job.attempt, job.outcome or "", job.failure_reason,
+                                 job.started_at, job.settled_at, _clip(line, MESSAGE_EXCERPT)))
+    else:
+        rows.append(_attempt_row(job.attempt, job.state, None, job.started_at, None, ""))
+    table = ('<div class="scroll"><table class="stack attempts"><thead><tr>'
+             '<th class="num">attempt</th><th>outcome</th><th>reason</th><th>started</th>'
+             '<th>ended</th><th>took</th><th>error</th></tr></thead>'
+             f'<tbody>{"".join(rows)}</tbody></table></div>')
+    latest = ""
+    if error is not None:
+        latest = (f'<h3>Latest error</h3><div class="error"><strong>{_e(error.type)}</strong>: '
+                  f"{_e(_clip(error.message, MESSAGE_EXCERPT * 4))}</div>")
+        if error.traceback:
+            latest += (f"<details><summary>traceback</summary>"
+                       f"<pre>{_e(_clip(error.traceback, TRACEBACK_EXCERPT))}</pre></details>")
+    return f'<section id="attempts"><h2>Attempts</h2>{table}{latest}</section>'
+
+
+def _attempt_row(attempt: int, outcome: str, reason: str | None, started: int | None,
+                 ended: int | None, error: str) -> str:
+    css = ("ok" if outcome == "completed" else "failed" if outcome in OUTCOMES else "")
+    return (f'<tr data-attempt="{attempt}">'
+            f'<td data-label="attempt" class="num">{attempt}</td>'
+            f'<td data-label="outcome"><span class="badge {css}">{_e(outcome)}</span></td>'
+            f'<td data-label="reason"><code>{_e(reason or "")}</code></td>'
+            f'<td data-label="started">{_time(started)}</td>'
+            f'<td data-label="ended">{_time(ended)}</td>'
+            f'<td data-label="took">{_e(_duration(started, ended))}</td>'
+            f'<td data-label="error">{error}</td></tr>')
+
+
+def _cargo_section(job: JobRecord) -> str:
+    """The payload, pretty-printed (escaped; very long ones cut)."""
+    try:
+        text = json.dumps(job.payload, ensure_ascii=False, indent=2, sort_keys=True)
+    except (TypeError, ValueError):
+        text = repr(job.payload)
+    cut = ""
+    if len(text) > CARGO_EXCERPT:
+        cut = (f'<p class="muted">The first {CARGO_EXCERPT:,} characters of '
+               f"{len(text):,}; read the whole job from the API.</p>")
+        text = text[:CARGO_EXCERPT] + "\u2026"
+    return (f'<section id="cargo"><h2>Cargo</h2><pre class="cargo">{_e(text)}</pre>{cut}'
+            "</section>")
+
+
+def _found_table(scope: Scope, jobs: Iterable[JobRecord]) -> str:
+    rows = [f'<tr data-job="{_e(job.job_id)}">'
+            f'<td data-label="job">{_job_link(scope, job.job_id)}</td>'
+            f'<td data-label="queue"><span class="id">{_e(job.queue)}</span></td>'
+            f'<td data-label="state">{_state_badge(job)}</td>'
+            f'<td data-label="attempt" class="num">{job.attempt}</td>'
+            f'<td data-label="enqueued">{_time(job.enqueued_at)}</td>'
+            f'<td data-label="payload"><code class="payload">{_e(_excerpt(job.payload))}'
+            "</code></td></tr>" for job in jobs]
+    return ('<div class="scroll"><table class="stack"><thead><tr><th>job</th><th>queue</th>'
+            '<th>state</th><th class="num">attempt</th><th>enqueued</th><th>payload</th>'
+            f'</tr></thead><tbody>{"".join(rows)}</tbody></table></div>')
+
+
+def _completed_table(scope: Scope, jobs: Sequence[JobRecord]) -> str:
+    """Completed jobs as a table ("" for none)."""
+    if not jobs:
+        return ""
+    rows = [f'<tr data-job="{_e(job.job_id)}">'
+            f'<td data-label="job">{_job_link(scope, job.job_id)}</td>'
+            f'<td data-label="lane"><span class="id">{_e(job.lane)}</span></td>'
+            f'<td data-label="attempt" class="num">{job.attempt}</td>'
+            f'<td data-label="settled">{_time(job.settled_at)}</td>'
+            f'<td data-label="took">{_e(_duration(job.started_at, job.settled_at))}</td>'
+            f'<td data-label="payload"><code class="payload">{_e(_excerpt(job.payload))}'
+            "</code></td></tr>" for job in jobs]
+    return ('<div class="scroll"><table class="stack"><thead><tr><th>job</th><th>lane</th>'
+            '<th class="num">attempt</th><th>settled</th><th>took</th><th>payload</th>'
+            f'</tr></thead><tbody>{"".join(rows)}</tbody></table></div>')

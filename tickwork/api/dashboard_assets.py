@@ -77,6 +77,31 @@ label.toggle { font-size: .9rem; color: var(--muted); white-space: nowrap; }
   table.stack td[data-label]::before { content: attr(data-label) ": "; color: var(--muted); }
   button, input[type=submit] { min-height: 2.4rem; }
 }
+/* The search box in every scope header, a job's page, its attempts. */
+form.search { display: flex; gap: .3rem; margin: 0; flex: 0 1 22rem; min-width: 12rem; }
+form.search input[type=search] { font: inherit; padding: .3rem .5rem; flex: 1 1 auto;
+  min-width: 0; border: 1px solid var(--line); border-radius: 4px; background: var(--bg);
+  color: var(--fg); }
+.hidden { position: absolute; width: 1px; height: 1px; overflow: hidden;
+  clip: rect(0 0 0 0); white-space: nowrap; }
+header h1 a.scope { color: var(--muted); text-decoration: none; }
+.badge.ok { color: var(--ok); border-color: var(--ok); }
+dl.facts { display: grid; grid-template-columns: repeat(auto-fill, minmax(14rem, 1fr));
+  gap: .3rem 1.2rem; margin: .5rem 0; }
+dl.facts > div { min-width: 0; }
+dl.facts dt { color: var(--muted); font-size: .8rem; }
+dl.facts dd { margin: 0; overflow-wrap: anywhere; }
+#waiting ul { margin: .3rem 0; padding-left: 1.2rem; }
+tr.note td { color: var(--muted); font-style: italic; }
+pre.cargo { max-height: 30rem; }
+.job h2 .id { font-size: 1rem; }
+@media (max-width: 40rem) {
+  form.search { flex-basis: 100%; }
+  dl.facts { grid-template-columns: 1fr 1fr; }
+  table.stack td[data-label="reason"] { flex-basis: 100%; }
+  table.stack tr.note td { flex-basis: 100%; }
+  table.stack tr.note td::before { content: none; }
+}
 """
 
 JS = """\

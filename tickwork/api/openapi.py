@@ -54,7 +54,8 @@ def _operation(operation: Operation, tag: str, owner: bool) -> dict[str, Any]:
         "tags": [tag],
         "parameters": [_path_parameter(name)
                        for name in (("owner",) if owner else ()) + operation.path_params]
-        + [{"name": name, "in": "query", "required": False, "description": text,
+        + [{"name": name, "in": "query", "required": name in operation.required_query,
+            "description": text,
             "schema": dict(schema)}
            for name, (schema, text) in operation.query_params.items()],
         "responses": {

@@ -32,6 +32,7 @@ from tickwork.lifecycle.operations import (
     MAX_JOB_PAGE,
     READ_SETTLED_MAX_LIMIT,
     cancel_lane,
+    find_jobs_request,
     list_jobs_request,
     redrive_dead_letters,
 )
@@ -124,6 +125,8 @@ class Operation:
     #: name -> (schema, description)), and the answers by status.
     body_schema: Mapping[str, Any] | None = None
     query_params: Mapping[str, tuple[Mapping[str, Any], str]] = field(default_factory=dict)
+    #: The query parameters a request must give (the others have defaults).
+    required_query: tuple[str, ...] = ()
     answers: Mapping[int, str] = field(default_factory=dict)
     #: The reply body's shape, for the reference docs.
     reply_shape: str = ""
@@ -335,6 +338,25 @@ def _list_jobs_to_http(args: tuple[Any, ...]) -> tuple[tuple[str, ...], Any]:
     query = {name: value for name, value in zip(_LIST_FILTERS, filters, strict=True)
              if value is not None}
     query["limit"] = str(limit)
+    if cursor is not None:
+        query["cursor"] = cursor
+    return (), query
+
+
+def _decode_find_jobs(args: Sequence[str], query: Any) -> tuple[tuple[Any, ...], Any]:
+    """A GET's query as find_jobs's arguments, checked as the runtime checks them."""
+    given = wire.fields({} if query is None else query, "query", ("id_prefix",),
+                        ("limit", "cursor"))
+    arguments = (given["id_prefix"], _query_int(given, "limit", 50, 1, MAX_JOB_PAGE),
+                 given.get("cursor"))
+    find_jobs_request(*arguments)
+    return arguments, None
+
+
+def _find_jobs_to_http(args: tuple[Any, ...]) -> tuple[tuple[str, ...], Any]:
+    find_jobs_request(*args)  # refused here as the server would
+    id_prefix, limit, cursor = args
+    query = {"id_prefix": id_prefix, "limit": str(limit)}
     if cursor is not None:
         query["cursor"] = cursor
     return (), query
@@ -748,6 +770,28 @@ OPERATIONS: Final = (
                       "page"},
         reply_shape='`{"jobs": [{...}, ...], "cursor"}`',
         to_http=_list_jobs_to_http, from_http=wire.job_page_from_wire,
+        idempotent=True),
+    Operation(
+        "find_jobs", "GET", ("jobs-by-id",),
+        "One page of the jobs whose id starts with id_prefix, whatever their queue or "
+        "state, in id order",
+        _decode_find_jobs,
+        lambda args, context, page: Reply(200, wire.job_page_to_wire(page)),
+        result_to_wire=wire.job_page_to_wire, result_from_wire=wire.job_page_from_wire,
+        # The prefix, the limit and the cursor (or null) cross RPC as JSON text.
+        args_to_rpc=_each_as_json_text, args_from_rpc=_each_from_json_text,
+        query_params={
+            "id_prefix": ({"type": "string", "minLength": 1, "maxLength": 256},
+                          "the start of the job ids (a whole id finds that job alone, "
+                          "and any whose id it begins)"),
+            "limit": ({"type": "integer", "minimum": 1, "maximum": MAX_JOB_PAGE,
+                       "default": 50}, "jobs per page"),
+            "cursor": ({"type": "string"}, "the cursor of the previous page")},
+        required_query=("id_prefix",),
+        answers={200: "up to limit jobs, by job id (code point order); cursor (for the "
+                      "next page) is null on the last page"},
+        reply_shape='`{"jobs": [{...}, ...], "cursor"}`',
+        to_http=_find_jobs_to_http, from_http=wire.job_page_from_wire,
         idempotent=True),
     Operation(
         "read_settled", "GET", ("settled",),

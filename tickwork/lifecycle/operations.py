@@ -43,6 +43,7 @@ from tickwork.lifecycle.requests import (
     Insert,
     InsertMany,
     JobListing,
+    JobsByIdPrefix,
     LaneHasPending,
     ListJobs,
     ListSchedules,
@@ -363,6 +364,33 @@ def _job_listing(queue: object, lane: object, state: object, outcome: object,
         raise InvalidArgument("order", f"must be newest or oldest, got {order!r}")
     return JobListing(by, value, str(state), None if outcome is None else str(outcome),
                       order == "newest")
+
+
+def find_jobs(id_prefix: str, *, limit: int = 50, cursor: str | None = None
+              ) -> Plan[JobPage]:
+    """One page of the jobs whose id starts with ``id_prefix``, whatever
+    their queue or state, in id order (by code point): up to ``limit`` (1 to
+    100) jobs after ``cursor`` (from the previous page). Each page is one
+    range of the job id index: O(log n + page) however many jobs are stored."""
+    request = find_jobs_request(id_prefix, limit, cursor)
+    jobs: list[JobRecord] = yield request
+    if len(jobs) < request.limit:
+        return JobPage(jobs, None)
+    return JobPage(jobs, jobs[-1].job_id)
+
+
+def find_jobs_request(id_prefix: object, limit: object, cursor: object) -> JobsByIdPrefix:
+    """The store request of a ``find_jobs`` call, every argument checked
+    (InvalidArgument naming the first bad one)."""
+    prefix = check_id("id_prefix", id_prefix)
+    page_size = _check_page_limit(limit, MAX_JOB_PAGE)
+    if cursor is not None:
+        # A page's cursor is its last job's id, so it starts with the prefix.
+        if not isinstance(cursor, str) or not cursor.startswith(prefix):
+            raise InvalidArgument("cursor", f"is not a cursor a find_jobs page for this "
+                                            f"id_prefix returned: {cursor!r}")
+        check_id("cursor", cursor)
+    return JobsByIdPrefix(prefix, cursor, page_size)
 
 
 # -------------------------------------------------------------- mutations

@@ -188,6 +188,17 @@ class ListJobs(Request):
 
 
 @dataclass(slots=True)
+class JobsByIdPrefix(Request):
+    """Up to ``limit`` jobs whose id starts with ``prefix``, in id order (by
+    code point), from the first such id, or strictly after ``after`` (the
+    last id of the previous page) -> ``list[JobRecord]``."""
+
+    prefix: str
+    after: str | None
+    limit: int
+
+
+@dataclass(slots=True)
 class RedriveApplied(Request):
     """Whether ``redrive_id`` was applied to the job before -> ``bool``."""
 

@@ -131,6 +131,7 @@ class JobOperations:
     dead_letters = Declared(operations.dead_letters, writes=False)
     list_jobs = Declared(operations.list_jobs, writes=False)
     explain = Declared(operations.explain, writes=False)
+    find_jobs = Declared(operations.find_jobs, writes=False)
     schedules = Declared(operations.schedules, writes=False)
     # changes
     cancel = Declared(operations.cancel, writes=True)

@@ -165,6 +165,12 @@ class SharedStore(Protocol):
         """Up to ``limit`` jobs of ``listing`` past ``after``, in its order
         (one statement)."""
 
+    async def jobs_by_id_prefix(
+        self, prefix: str, after: str | None, limit: int
+    ) -> list[JobRecord]:
+        """Up to ``limit`` jobs whose id starts with ``prefix``, in id order
+        (by code point), past the id ``after`` when given (one statement)."""
+
     async def redrive_applied(self, job_id: str, redrive_id: str) -> bool:
         """Whether ``redrive_id`` was applied to the job before."""
 

@@ -61,6 +61,7 @@ from tickwork.lifecycle.requests import (
     HasPendingWork,
     Insert,
     InsertMany,
+    JobsByIdPrefix,
     LaneHasPending,
     ListJobs,
     ListSchedules,
@@ -849,6 +850,9 @@ class _LocalAnswers(OwnerLocalAnswers):
 
     def list_jobs(self, request: ListJobs) -> list[JobRecord]:
         return self._store.list_jobs(request.listing, request.after, request.limit)
+
+    def jobs_by_id_prefix(self, request: JobsByIdPrefix) -> list[JobRecord]:
+        return self._store.jobs_by_id_prefix(request.prefix, request.after, request.limit)
 
     def redrive_applied(self, request: RedriveApplied) -> bool:
         return self._store.redrive_applied(request.job_id, request.redrive_id)

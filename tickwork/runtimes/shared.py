@@ -66,6 +66,7 @@ from tickwork.lifecycle.requests import (
     HasPendingWork,
     Insert,
     InsertMany,
+    JobsByIdPrefix,
     ListJobs,
     ListSchedules,
     NextWork,
@@ -634,6 +635,9 @@ class _SharedRuntimeAnswers(SharedAnswers):
     def list_jobs(self, request: ListJobs) -> Awaitable[list[JobRecord]]:
         return self._store.list_jobs(request.listing, request.after, request.limit)
 
+    def jobs_by_id_prefix(self, request: JobsByIdPrefix) -> Awaitable[list[JobRecord]]:
+        return self._store.jobs_by_id_prefix(request.prefix, request.after, request.limit)
+
     def redrive_applied(self, request: RedriveApplied) -> Awaitable[bool]:
         return self._store.redrive_applied(request.job_id, request.redrive_id)
 
@@ -764,6 +768,7 @@ _AWAITED = frozenset({
     ReadClaim, DeadLetterPage, RedriveApplied, RecordRedrive, RequeueForRetry,
     StoreNow, FindSchedule, ListSchedules, CreateSchedule, ReplaceSchedule, PauseSchedule,
     ResumeSchedule, DeleteSchedule, DueSchedules, FireSlots, ListJobs, Backlog,
+    JobsByIdPrefix,
 })
 
 

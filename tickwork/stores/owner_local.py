@@ -14,7 +14,7 @@ from typing import Any
 from tickwork.lifecycle import Settlement
 from tickwork.lifecycle.requests import JobListing
 from tickwork.model.errors import IngestConflict
-from tickwork.model.jobs import JobRecord, ValidJob, cargo_differences
+from tickwork.model.jobs import MAX_ID_LENGTH, JobRecord, ValidJob, cargo_differences
 from tickwork.model.schedules import StoredSchedule, ValidSchedule
 from tickwork.ports.database import CountingDatabase, Row, SyncDatabase
 from tickwork.stores.index_batching import IndexBatching
@@ -46,6 +46,8 @@ _NOTE_REDRIVE = _render(sql.NOTE_REDRIVE, "redrive_id", "now", "job_id")
 _DEAD_LETTERS = _render(sql.DEAD_LETTERS_LOCAL, "queue", "before_settled", "before_sequence",
                         "limit")
 _SCHEMA_VERSION = _render(sql.SCHEMA_VERSION)
+_JOBS_BY_ID_PREFIX_FIRST = _render(sql.JOBS_BY_ID_PREFIX_FIRST, "low", "high", "limit")
+_JOBS_BY_ID_PREFIX_NEXT = _render(sql.JOBS_BY_ID_PREFIX_NEXT, "low", "high", "limit")
 _LIST_JOBS = {key: template.render(sql.OWNER_LOCAL)
               for key, template in sql.LIST_JOBS_LOCAL.items()}
 _SELECT_SCHEDULE = _render(sql.SELECT_SCHEDULE, "name")
@@ -427,6 +429,16 @@ class OwnerLocalStore:
         statement = _LIST_JOBS[listing.shape]
         rows = self.database.query(statement.text,
                                    sql.listing_values(statement, listing, after, limit))
+        return [JOB.job(row) for row in rows]
+
+    def jobs_by_id_prefix(self, prefix: str, after: str | None,
+                          limit: int) -> list[JobRecord]:
+        """Up to ``limit`` jobs whose id starts with ``prefix``, in id order,
+        past the id ``after`` when given (one range of the job_id index)."""
+        low, high = sql.id_prefix_range(prefix, MAX_ID_LENGTH)
+        statement = _JOBS_BY_ID_PREFIX_FIRST if after is None else _JOBS_BY_ID_PREFIX_NEXT
+        rows = self.database.query(statement.text, (low if after is None else after, high,
+                                                    limit))
         return [JOB.job(row) for row in rows]
 
     def redrive_applied(self, job_id: str, redrive_id: str) -> bool:

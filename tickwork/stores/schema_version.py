@@ -17,10 +17,10 @@ MIGRATIONS = ("0001_tickwork_jobs.sql", "0002_job_locks.sql", "0003_settled_by_q
               "0007_schedules.sql", "0008_error_summaries.sql", "0009_browse.sql")
 
 #: The migrations of schema/postgres, in order: D1's, then claims locked per
-#: queue instead of behind one lock, the group commit's generic plans, and
-#: its claim walking again when it came up short.
+#: queue instead of behind one lock, the group commit's generic plans, its
+#: claim walking again when it came up short, and job ids in byte order.
 POSTGRES_MIGRATIONS = (*MIGRATIONS, "0010_queue_claims.sql", "0011_generic_claim_plans.sql",
-                       "0012_claim_passes.sql")
+                       "0012_claim_passes.sql", "0013_job_id_prefix.sql")
 
 #: The schema_version a D1 database has once every migration above has run.
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -73,3 +73,32 @@ async def test_login_page_view_and_cancel_over_the_worker(deployment: Any) -> No
     script = await _fetch(deployment, "GET", "/v1/dashboard/static/dashboard.js", {})
     assert script.status == 200
     assert str(script.headers.get("content-type")) == "text/javascript; charset=utf-8"
+
+
+async def test_a_search_and_a_jobs_page_over_the_worker(deployment: Any) -> None:
+    """The search reads the owner's jobs by id prefix over RPC (find_jobs
+    crossing to the JobOwner), an exact id redirects, and the job's page
+    renders its record and cargo escaped."""
+    for job_id in ("inv/1", "inv/2", "other"):
+        status, _ = await deployment.send(
+            "POST", "/v1/owners/tenant/jobs",
+            {"job_id": job_id, "queue": "billing", "payload": {"note": "<i>x</i>"}})
+        assert status == 201
+    answer = await _fetch(deployment, "POST", "/v1/dashboard/login", FORM,
+                          {"token": "tier-token"})
+    session = str(answer.headers.get("set-cookie")).split(";")[0]
+    listed = await _fetch(deployment, "GET", "/v1/owners/tenant/dashboard/search?q=inv%2F",
+                          {"cookie": session})
+    assert listed.status == 200
+    assert re.findall(r'<tr data-job="([^"]+)">', await listed.text()) == ["inv/1", "inv/2"]
+    exact = await _fetch(deployment, "GET", "/v1/owners/tenant/dashboard/search?q=inv%2F2",
+                         {"cookie": session})
+    assert exact.status == 303
+    assert str(exact.headers.get("location")) == "/v1/owners/tenant/dashboard/jobs/inv%2F2"
+    page = await _fetch(deployment, "GET", "/v1/owners/tenant/dashboard/jobs/inv%2F2",
+                        {"cookie": session})
+    assert page.status == 200
+    text = await page.text()
+    assert '<h2>Job <span class="id">inv/2</span>' in text
+    assert "&lt;i&gt;x&lt;/i&gt;" in text and "<i>x</i>" not in text
+    assert 'href="/v1/owners/tenant/dashboard/jobs/inv%2F1">inv/1</a>' in text  # its head

@@ -12,7 +12,13 @@ from typing import Any
 
 from tickwork.lifecycle import Settlement
 from tickwork.lifecycle.requests import ClaimView, JobListing, Suspect
-from tickwork.model.jobs import JobRecord, ValidJob, replay_flags, stored_cargo
+from tickwork.model.jobs import (
+    MAX_ID_LENGTH,
+    JobRecord,
+    ValidJob,
+    replay_flags,
+    stored_cargo,
+)
 from tickwork.model.schedules import StoredSchedule, ValidSchedule
 from tickwork.ports.shared_store import CancelWrite, RenewAnswer
 from tickwork.stores.d1.binding import D1Binding
@@ -78,6 +84,8 @@ RETRY_CLAIM = _render(sql.RETRY_CLAIM, "now", "delay_ms", "error_json", "outcome
 REDRIVE_APPLIED = _render(sql.REDRIVE_APPLIED, "job_id", "redrive_id")
 REDRIVE_JOB = _render(sql.REDRIVE_JOB, "redrive_id", "job_id")
 NOTE_REDRIVE = _render(sql.NOTE_REDRIVE, "redrive_id", "now", "job_id")
+JOBS_BY_ID_PREFIX_FIRST = _render(sql.JOBS_BY_ID_PREFIX_FIRST, "low", "high", "limit")
+JOBS_BY_ID_PREFIX_NEXT = _render(sql.JOBS_BY_ID_PREFIX_NEXT, "low", "high", "limit")
 DEAD_LETTERS = _render(sql.DEAD_LETTERS, "queue", "before_settled", "before_sequence", "limit")
 LIST_JOBS = {key: template.render(sql.D1) for key, template in sql.LIST_JOBS.items()}
 STORE_NOW = _render(sql.STORE_NOW, "now")
@@ -310,6 +318,15 @@ class D1Store:
         statement = LIST_JOBS[listing.shape]
         rows = await self.d1.query(statement.text,
                                    sql.listing_values(statement, listing, after, limit))
+        return [JOB.job(row) for row in rows]
+
+    async def jobs_by_id_prefix(
+        self, prefix: str, after: str | None, limit: int
+    ) -> list[JobRecord]:
+        low, high = sql.id_prefix_range(prefix, MAX_ID_LENGTH)
+        statement = JOBS_BY_ID_PREFIX_FIRST if after is None else JOBS_BY_ID_PREFIX_NEXT
+        rows = await self.d1.query(statement.text, (low if after is None else after, high,
+                                                    limit))
         return [JOB.job(row) for row in rows]
 
     async def redrive_applied(self, job_id: str, redrive_id: str) -> bool:

@@ -17,7 +17,7 @@ from typing import Any, cast
 
 from tickwork.lifecycle import Settlement
 from tickwork.lifecycle.requests import ClaimView, JobListing, Suspect
-from tickwork.model.jobs import JobRecord, ValidJob, replay_flags
+from tickwork.model.jobs import MAX_ID_LENGTH, JobRecord, ValidJob, replay_flags
 from tickwork.model.schedules import StoredSchedule, ValidSchedule
 from tickwork.ports.shared_store import CancelWrite, RenewAnswer
 from tickwork.stores.postgres.arrays import bigint_array, text_array
@@ -30,6 +30,7 @@ from tickwork.stores.schema_version import (
     check_schema_version,
 )
 from tickwork.stores.sql import postgres as sql
+from tickwork.stores.sql.sqlite import id_prefix_range
 
 LATEST_MIGRATION = "schema/postgres/" + POSTGRES_MIGRATIONS[-1]
 
@@ -383,6 +384,15 @@ class PostgresStore:
         statement = sql.LIST_JOBS[listing.shape]
         params = {"value": listing.value, "outcome": listing.outcome,
                   "after_settled": after[0], "after_sequence": after[1], "limit": limit}
+        return [JOB.job(row) for row in await self._rows(statement, params)]
+
+    async def jobs_by_id_prefix(
+        self, prefix: str, after: str | None, limit: int
+    ) -> list[JobRecord]:
+        low, high = id_prefix_range(prefix, MAX_ID_LENGTH)
+        statement = (sql.JOBS_BY_ID_PREFIX_FIRST if after is None
+                     else sql.JOBS_BY_ID_PREFIX_NEXT)
+        params = {"low": low if after is None else after, "high": high, "limit": limit}
         return [JOB.job(row) for row in await self._rows(statement, params)]
 
     async def redrive_applied(self, job_id: str, redrive_id: str) -> bool:

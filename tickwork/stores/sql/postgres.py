@@ -494,6 +494,26 @@ LIST_JOBS: Final = {
     for outcome in ((False, True) if state == "settled" else (False,))
     for newest in (True, False)}
 
+# ------------------------------------------------------ finding by id
+# jobs_by_id_prefix: tickwork.stores.sql.sqlite's statements for PostgreSQL.
+# Compared COLLATE "C" (byte order, as SQLite's): under a language's
+# collation the ids that start with a prefix need not sort together, and
+# 0013's index of job_id COLLATE "C" is what makes the range a range scan.
+
+
+def _by_id_prefix(further: str) -> str:
+    return f"""
+SELECT {JOB_SELECT} FROM tickwork_jobs
+WHERE job_id COLLATE "C" {further} %(low)s AND job_id COLLATE "C" < %(high)s
+ORDER BY job_id COLLATE "C"
+LIMIT %(limit)s
+"""
+
+
+#: The first page of a prefix, and the pages after an id.
+JOBS_BY_ID_PREFIX_FIRST: Final = _by_id_prefix(">=")
+JOBS_BY_ID_PREFIX_NEXT: Final = _by_id_prefix(">")
+
 # -------------------------------------------------------------- schedules
 # The statements of tickwork.stores.sql.sqlite's schedules section, for
 # PostgreSQL (see the comments there); a replace, pause, resume, slot and

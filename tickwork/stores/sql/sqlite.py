@@ -967,6 +967,37 @@ def listing_values(statement: Statement, listing: Any, after: tuple[int, int],
              "after_sequence": after[1], "limit": limit}
     return tuple(named[name] for name in statement.params)
 
+# ------------------------------------------------------ finding by id
+# jobs_by_id_prefix: the jobs whose id starts with a prefix, in id order (a
+# job id's UTF-8 bytes, so code point order, as on PostgreSQL with COLLATE
+# "C"), a page at a time. The prefix becomes a range of the job_id UNIQUE
+# index (``id_prefix_range``): a page costs O(log n + page) however many
+# jobs are stored, on owner-local and D1 alike (the index is written with
+# the row, so no unlisted or unfiled rows to merge). The first page starts
+# at the prefix (>=), the next ones strictly past the previous page's last id.
+
+
+def id_prefix_range(prefix: str, longest: int) -> tuple[str, str]:
+    """The bounds ``[low, high)`` holding exactly the ids of at most
+    ``longest`` characters that start with ``prefix``: ``high`` is the prefix
+    followed by more U+10FFFF (the last code point) than such an id has room
+    for, so it sorts after each of them and before any id past the prefix."""
+    return prefix, prefix + "\U0010ffff" * (longest + 1 - len(prefix))
+
+
+def _by_id_prefix(further: str) -> Template:
+    return Template(f"jobs_by_id_prefix_{'first' if further == '>=' else 'next'}", f"""
+SELECT {JOB_SELECT} FROM tickwork_jobs
+WHERE job_id {further} :low AND job_id < :high
+ORDER BY job_id
+LIMIT :limit
+""", ("low", "high", "limit"), JOB_ROWS)
+
+
+#: The first page of a prefix, and the pages after an id.
+JOBS_BY_ID_PREFIX_FIRST: Final = _by_id_prefix(">=")
+JOBS_BY_ID_PREFIX_NEXT: Final = _by_id_prefix(">")
+
 # -------------------------------------------------------------- schedules
 
 #: A schedule's row, as every schedule read returns it.
