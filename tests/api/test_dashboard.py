@@ -702,7 +702,7 @@ async def test_a_redrive_and_a_cancel_from_a_jobs_page_reach_the_store(
     record = owners.runtimes["acme"].read("three")
     assert record is not None and record.cancellation_id == "dashboard"
     page = text(await get(api, "/v1/owners/acme/dashboard/jobs/three", COOKIE))
-    assert '<li data-reason="cancellation_pending">Cancellation dashboard is recorded' \
+    assert '<li data-reason="cancelled">Cancellation dashboard is recorded' \
            in section(page, "waiting")
     assert '<section id="actions">' not in page  # nothing applies to it any more
 
@@ -718,11 +718,50 @@ async def test_a_queued_jobs_page_says_what_it_waits_for(api: JobApi, owners: Ow
     assert 'href="/v1/owners/acme/dashboard/jobs/first">first</a>' in waiting
     page = text(await get(api, "/v1/owners/acme/dashboard/jobs/later", COOKIE))
     assert re.findall(r'data-reason="(\w+)"', section(page, "waiting")) == [
-        "due_later", "queue_paused", "behind_head"]
+        "not_due", "queue_paused", "behind_head"]
     assert (await call(api, "POST", "/v1/owners/acme/queues/emails/resume", {})).status == 200
     page = text(await get(api, "/v1/owners/acme/dashboard/jobs/first", COOKIE))
     assert re.findall(r'data-reason="(\w+)"', section(page, "waiting")) == ["next_to_run"]
     assert "actions/cancel" in section(page, "actions")
+
+
+async def test_each_listed_job_says_what_it_waits_for_and_overdue_work_is_marked(
+        api: JobApi, owners: Owners, monkeypatch: pytest.MonkeyPatch) -> None:
+    await enqueue(api, "acme", a_job("first"))
+    await enqueue(api, "acme", a_job("second"))
+    await enqueue(api, "acme", a_job("later", delay_ms=3_600_000))
+    assert (await call(api, "POST", "/v1/owners/acme/schedules", {
+        "name": "minutely", "every_ms": 60_000,
+        "job": {"queue": "reports", "payload": {}}})).status == 201
+    assert (await call(api, "POST", "/v1/owners/acme/queues/emails/pause", {})).status == 200
+
+    def waits(page: str, job_id: str) -> str:
+        row = re.search(rf'<tr data-job="{job_id}">(.*?)</tr>', page, re.S)
+        assert row is not None, job_id
+        cell = re.search(r'<td data-label="waits for">(.*?)</td>', row.group(1), re.S)
+        assert cell is not None
+        return cell.group(1)
+
+    page = text(await get(api, "/v1/owners/acme/dashboard", COOKIE))
+    assert re.findall(r'data-hold="(\w+)"', waits(page, "first")) == ["queue_paused"]
+    assert re.findall(r'data-hold="(\w+)"', waits(page, "second")) == [
+        "queue_paused", "behind_head"]
+    assert 'href="/v1/owners/acme/dashboard/jobs/first">first</a>' in waits(page, "second")
+    assert re.findall(r'data-hold="(\w+)"', waits(page, "later")) == [
+        "not_due", "queue_paused", "behind_head"]
+    assert "overdue" not in page
+
+    # Two minutes on, resumed but not ticked: the head has been due for two
+    # minutes with nothing holding it, and the schedule's slot has come.
+    assert (await call(api, "POST", "/v1/owners/acme/queues/emails/resume", {})).status == 200
+    later_s = time.time() + 180
+    monkeypatch.setattr(api._dashboard, "_now_s", lambda: later_s)
+    page = text(await get(api, "/v1/owners/acme/dashboard", COOKIE))
+    assert waits(page, "first").startswith('<span class="badge overdue">overdue</span> since ')
+    assert re.findall(r'data-hold="(\w+)"', waits(page, "second")) == ["behind_head"]
+    schedule = re.search(r'<tr data-schedule="minutely">(.*?)</tr>', page, re.S)
+    assert schedule is not None and '<span class="badge overdue">overdue</span>' in (
+        schedule.group(1))
 
 
 def _record(**fields: Any) -> Any:
@@ -733,38 +772,35 @@ def _record(**fields: Any) -> Any:
     return base._replace(**fields)
 
 
-def test_waiting_on_reads_the_record_and_the_queues_status() -> None:
-    from tickwork.api.dashboard import waiting_on
+def test_waiting_on_says_each_hold_explain_found_and_what_other_jobs_do() -> None:
+    from tickwork.api.dashboard import OVERDUE_AFTER_MS, waiting_on
     from tickwork.model.jobs import Attempt
-    from tickwork.model.outcomes import QueueStatus
+    from tickwork.model.waiting import Hold, JobWait
 
-    def codes(job: Any, paused: bool = False, head: Any = None, now: int = 5_000) -> list[str]:
-        status = QueueStatus("q", 1, 0, 0, {}, paused=paused)
-        return [reason.code for reason in waiting_on(job, status, head, now)]
+    def reasons(job: Any, *holds: Hold, now: int = 5_000) -> list[tuple[Any, ...]]:
+        wait = JobWait(job.job_id, job.state, holds, now)
+        return [(r.code, r.at, r.job_ids) for r in waiting_on(job, wait, now)]
 
     job = _record()
-    assert codes(job, head=job) == ["next_to_run"]
-    assert codes(job) == []  # nothing known: the page says so
-    assert codes(job, paused=True, head=job) == ["queue_paused"]
-    other = _record(job_id="other", state="running", started_at=2_000)
-    reasons = waiting_on(job, None, other, 5_000)
-    assert [(r.code, r.job_id) for r in reasons] == [("behind_head", "other")]
-    assert "is running" in reasons[0].text
+    assert reasons(job) == [("next_to_run", None, ())]
+    # Due for a minute with nothing holding it: overdue, since it became due.
+    assert reasons(job, now=1_000 + OVERDUE_AFTER_MS) == [("overdue", 1_000, ())]
+    assert reasons(_record(due_at=3_000), now=3_000 + OVERDUE_AFTER_MS - 1) == [
+        ("next_to_run", None, ())]
+    assert reasons(job, Hold("queue_paused"), Hold("queue_busy", job_ids=("other",))) == [
+        ("queue_paused", None, ()), ("queue_busy", None, ("other",))]
     retry = _record(due_at=9_000, attempt=2, history=(
         Attempt(1, "failed", "boom", 1_000, 2_000),))
-    reasons = waiting_on(retry, None, _record(job_id="first"), 5_000)
-    assert [(r.code, r.at) for r in reasons] == [("due_later", 9_000), ("behind_head", None)]
-    assert "runs first" in reasons[1].text
-    assert reasons[0].text == "Its retry is due at"
-    assert codes(_record(due_at=4_000), head=_record(due_at=4_000)) == ["next_to_run"]
-    cancelled = _record(cancellation_id="c-1")
-    assert codes(cancelled, head=cancelled) == ["cancellation_pending"]
+    said = waiting_on(retry, JobWait("j", "queued", (Hold("not_due", until=9_000),)), 5_000)
+    assert [(r.code, r.at, r.text) for r in said] == [("not_due", 9_000, "Its retry is due at")]
+    owner = waiting_on(job, JobWait("j", "queued", (Hold("owner_busy", job_ids=("x", "y")),)),
+                       5_000)
+    assert (owner[0].code, owner[0].job_ids) == ("owner_busy", ("x", "y"))
     running = _record(state="running", started_at=2_000, cancellation_id="c-2")
-    assert [(r.code, r.at) for r in waiting_on(running, None, None, 5_000)] == [
+    assert [(r.code, r.at) for r in waiting_on(running, None, 5_000)] == [
         ("cancellation_pending", None), ("running", 2_000)]
     settled = _record(state="settled", outcome="completed", settled_at=3_000)
-    assert [(r.code, r.at) for r in waiting_on(settled, None, None, 5_000)] == [
-        ("settled", 3_000)]
+    assert [(r.code, r.at) for r in waiting_on(settled, None, 5_000)] == [("settled", 3_000)]
 
 
 async def test_a_jobs_page_escapes_its_id_and_knows_an_unknown_one(api: JobApi) -> None:

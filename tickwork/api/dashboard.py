@@ -55,7 +55,7 @@ from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 from tickwork.api import wire
 from tickwork.api.service import JobService
 from tickwork.api.wire import ApiError
-from tickwork.lifecycle.rules import DEAD_OUTCOMES
+from tickwork.lifecycle.rules import DEAD_OUTCOMES, decide_holds
 from tickwork.model.errors import InvalidArgument
 from tickwork.model.jobs import (
     MAX_HISTORY,
@@ -67,6 +67,7 @@ from tickwork.model.jobs import (
 )
 from tickwork.model.outcomes import OUTCOMES, QueueStatus
 from tickwork.model.schedules import ScheduleRecord
+from tickwork.model.waiting import Hold, JobWait
 
 from .dashboard_assets import STATIC
 
@@ -511,12 +512,17 @@ class Dashboard:
         dead = await service.dead_letters(queue, limit=JOBS_PER_LIST)
         # The head is shown first; the other lists hold the others.
         shown = head.job_id if head else None
+        now_ms = int(self._now_s() * 1000)
+
+        def waits(job: JobRecord) -> str:
+            return _waits_cell(scope, job, status, head, now_ms)
+
         lists = [
-            ("head", "Head", self._jobs_table(scope, [head] if head else [])),
+            ("head", "Head", self._jobs_table(scope, [head] if head else [], waits)),
             ("queued", "Queued and due later", self._jobs_table(
-                scope, [job for job in queued.jobs if job.job_id != shown])),
+                scope, [job for job in queued.jobs if job.job_id != shown], waits)),
             ("running", "Running", self._jobs_table(
-                scope, [job for job in running.jobs if job.job_id != shown])),
+                scope, [job for job in running.jobs if job.job_id != shown], waits)),
             ("failures", "Recent failures",
              self._settled_table(scope, failed.jobs, redrive=False)),
             ("dead", "Dead letters", self._redrive_all_button(scope, queue, dead.jobs)
@@ -535,8 +541,9 @@ class Dashboard:
         parts.append("</div>")
         return "".join(parts)
 
-    def _jobs_table(self, scope: Scope, jobs: Iterable[JobRecord]) -> str:
-        """The jobs as a table ("" for none)."""
+    def _jobs_table(self, scope: Scope, jobs: Iterable[JobRecord],
+                    waits: Callable[[JobRecord], str]) -> str:
+        """The jobs as a table ("" for none), each with what it waits for."""
         rows = []
         for job in jobs:
             due = _time(job.due_at) if job.due_at is not None else ""
@@ -550,14 +557,15 @@ class Dashboard:
                 f'<td data-label="attempt" class="num">{job.attempt}</td>'
                 f'<td data-label="enqueued">{_time(job.enqueued_at)}</td>'
                 f'<td data-label="due">{due}</td>'
+                f'<td data-label="waits for">{waits(job)}</td>'
                 f'<td data-label="payload"><code class="payload">{_e(_excerpt(job.payload))}'
                 f"</code></td><td>{cancel}</td></tr>")
         if not rows:
             return ""
         return ('<div class="scroll"><table class="stack"><thead><tr><th>job</th><th>lane</th>'
                 '<th>state</th><th class="num">attempt</th><th>enqueued</th><th>due</th>'
-                f'<th>payload</th><th></th></tr></thead><tbody>{"".join(rows)}</tbody></table>'
-                "</div>")
+                '<th>waits for</th><th>payload</th><th></th></tr></thead>'
+                f'<tbody>{"".join(rows)}</tbody></table></div>')
 
     def _redrive_all_button(self, scope: Scope, queue: str, dead: Sequence[JobRecord]) -> str:
         """"Redrive all" over the queue's dead letters ("" for none)."""
@@ -618,6 +626,7 @@ class Dashboard:
             return ('<section id="schedules"><h2>Schedules</h2>'
                     '<p class="muted">No schedules.</p></section>')
         rows = []
+        now_ms = int(self._now_s() * 1000)
         for record in sorted(schedules, key=lambda item: item.schedule.name):
             schedule = record.schedule
             timing = f"cron {schedule.cron}" if schedule.cron is not None \
@@ -630,12 +639,16 @@ class Dashboard:
                 state = "active"
                 action = self._button(scope, "pause_schedule", "Pause", {"name": schedule.name},
                                       confirm=f"Pause schedule {schedule.name}?")
+            next_slot = _time(record.next_at)
+            if not record.paused and now_ms - record.next_at >= OVERDUE_AFTER_MS:
+                # Its slot came a while ago and no tick has fired it.
+                next_slot += ' <span class="badge overdue">overdue</span>'
             rows.append(
                 f'<tr data-schedule="{_e(schedule.name)}">'
                 f'<td data-label="schedule"><span class="id">{_e(schedule.name)}</span></td>'
                 f'<td data-label="queue"><span class="id">{_e(schedule.job.queue)}</span></td>'
                 f'<td data-label="timing"><code>{_e(timing)}</code></td>'
-                f'<td data-label="next slot">{_time(record.next_at)}</td>'
+                f'<td data-label="next slot">{next_slot}</td>'
                 f'<td data-label="state">{state}</td><td>{action}</td></tr>')
         return ('<section id="schedules"><h2>Schedules</h2><div class="scroll">'
                 '<table class="stack"><thead><tr><th>schedule</th><th>queue</th><th>timing</th>'
@@ -686,12 +699,9 @@ class Dashboard:
                     '<p class="muted">This scope has no job of this id (a job is only in '
                     f'the scope it was sent to). {_prefix_link(scope, job_id)}</p></main>')
             return _page(404, f"job {job_id}", body)
-        status = head = None
-        if job.state == "queued":
-            # What it waits for: its queue's pause and head (one read each).
-            status = await service.queue_status(job.queue)
-            head = await service.read_queue_head(job.queue)
-        reasons = waiting_on(job, status, head, int(self._now_s() * 1000))
+        # What holds it: explain's reads, for a queued job only.
+        wait = await service.explain(job_id) if job.state == "queued" else None
+        reasons = waiting_on(job, wait, int(self._now_s() * 1000))
         parts = [
             header, '<main class="job">', _flash(query),
             f'<h2>Job <span class="id">{_e(job.job_id)}</span> {_state_badge(job)}</h2>',
@@ -1149,52 +1159,84 @@ def _duration(start_ms: int | None, end_ms: int | None) -> str:
 
 @dataclass(frozen=True, slots=True)
 class WaitReason:
-    """One thing a job waits for, or is doing: ``code`` a stable name
-    (settled, running, cancellation_pending, due_later, queue_paused,
-    behind_head, next_to_run), ``text`` its plain words, ``at`` the moment
-    it names (epoch ms) and ``job_id`` the other job it names, if any."""
+    """One thing a job waits for, or is doing: ``code`` a stable name (an
+    ``explain`` hold's kind, or settled, running, cancellation_pending,
+    next_to_run, overdue), ``text`` its plain words, ``at`` the moment it
+    names (epoch ms) and ``job_ids`` the other jobs it names."""
 
     code: str
     text: str
     at: int | None = None
-    job_id: str | None = None
+    job_ids: tuple[str, ...] = ()
 
 
-def waiting_on(job: JobRecord, status: QueueStatus | None, head: JobRecord | None,
-               now_ms: int) -> list[WaitReason]:
-    """What ``job`` waits for, as far as its record and its queue's status
-    and head (read for a queued job; None otherwise) say; the first reason
-    is the one that holds it now. The "why is it waiting" operation, once
-    it exists, answers this in full and replaces this function."""
+#: A job due this long (ms) with nothing holding it is marked overdue: a
+#: tick should have claimed it by now, so its host may not be ticking.
+OVERDUE_AFTER_MS = 60_000
+
+
+def waiting_on(job: JobRecord, wait: JobWait | None, now_ms: int) -> list[WaitReason]:
+    """What ``job`` waits for: for a queued job, each hold ``explain``
+    found (``wait``), or that nothing holds it (overdue once it has been due
+    for ``OVERDUE_AFTER_MS``); for the others, what they are doing."""
     if job.state == "settled":
         return [WaitReason("settled", f"Settled {job.outcome}: it waits for nothing.",
                            job.settled_at)]
-    reasons = []
-    if job.cancellation_id is not None:
-        reasons.append(WaitReason(
-            "cancellation_pending",
-            f"Cancellation {job.cancellation_id} is recorded: "
-            + ("the running execution is told to stop, and it settles cancelled."
-               if job.state == "running" else "the next tick settles it cancelled.")))
     if job.state == "running":
+        reasons = []
+        if job.cancellation_id is not None:
+            reasons.append(WaitReason(
+                "cancellation_pending", f"Cancellation {job.cancellation_id} is recorded: "
+                "the running execution is told to stop, and it settles cancelled."))
         reasons.append(WaitReason("running", f"Running attempt {job.attempt} since",
                                   job.started_at))
         return reasons
-    if job.due_at is not None and job.due_at > now_ms:
-        kind = "Its retry is due" if job.history else "Due"
-        reasons.append(WaitReason("due_later", f"{kind} at", job.due_at))
-    if status is not None and status.paused:
-        reasons.append(WaitReason("queue_paused", f"Queue {job.queue} is paused: no tick "
-                                                  "claims its jobs until it is resumed."))
-    if head is not None and head.job_id != job.job_id:
-        doing = "is running" if head.state == "running" else "runs first"
-        reasons.append(WaitReason(
-            "behind_head", f"Behind the queue's head, which {doing} (a queue runs one job "
-                           "at a time):", job_id=head.job_id))
-    elif head is not None and not reasons:
-        reasons.append(WaitReason("next_to_run", "Next to run: the queue's next tick "
-                                                 "claims it."))
-    return reasons
+    holds = () if wait is None else wait.holds
+    if not holds:
+        ready_at = job.due_at if job.due_at is not None else job.enqueued_at
+        if now_ms - ready_at >= OVERDUE_AFTER_MS:
+            return [WaitReason("overdue", "Overdue: nothing holds it, yet no tick has claimed "
+                                          "it since it became due", ready_at)]
+        return [WaitReason("next_to_run", "Nothing holds it: the next tick may claim it.")]
+    return [_hold_reason(job, hold) for hold in holds]
+
+
+def _waits_cell(scope: Scope, job: JobRecord, status: QueueStatus, head: JobRecord | None,
+                now_ms: int) -> str:
+    """What a listed job waits for, in a few words, from what the queue's
+    section read already (its status and head): no read per job, so the
+    owner's executor is left to the job's page (``explain``)."""
+    if job.state == "running":
+        return f"running since {_time(job.started_at)}"
+    holds = decide_holds(job, now_ms, paused=status.paused, head=head, executing=())
+    if not holds:
+        ready_at = job.due_at if job.due_at is not None else job.enqueued_at
+        if now_ms - ready_at >= OVERDUE_AFTER_MS:
+            return f'<span class="badge overdue">overdue</span> since {_time(ready_at)}'
+        return "nothing: next to run"
+    words = {"cancelled": "cancelled: settles at the next tick", "queue_paused": "queue paused",
+             "queue_busy": "its queue's running job", "behind_head": "the job ahead",
+             "owner_busy": "the owner's running job", "not_due": "its due time"}
+    return "; ".join(
+        f'<span data-hold="{hold.kind}">{_e(words[hold.kind])}'
+        + "".join(f" {_job_link(scope, job_id)}" for job_id in hold.job_ids) + "</span>"
+        for hold in holds)
+
+
+def _hold_reason(job: JobRecord, hold: Hold) -> WaitReason:
+    if hold.kind == "not_due":
+        return WaitReason("not_due", "Its retry is due at" if job.history else "Due at",
+                          hold.until)
+    if hold.kind == "cancelled":
+        return WaitReason("cancelled", f"Cancellation {job.cancellation_id} is recorded: the "
+                                       "next tick settles it cancelled, without running it.")
+    if hold.kind == "queue_paused":
+        return WaitReason("queue_paused", f"Queue {job.queue} is paused: no tick claims its "
+                                          "jobs until it is resumed.")
+    text = {"queue_busy": "Its queue runs one job at a time and is running",
+            "behind_head": "Behind the job ahead of it in its queue:",
+            "owner_busy": "The owner runs one job at a time and is running"}[hold.kind]
+    return WaitReason(hold.kind, text, job_ids=hold.job_ids)
 
 
 def _reasons_section(scope: Scope, reasons: Sequence[WaitReason]) -> str:
@@ -1203,12 +1245,9 @@ def _reasons_section(scope: Scope, reasons: Sequence[WaitReason]) -> str:
         text = _e(reason.text)
         if reason.at is not None:
             text += f" {_time(reason.at)}"
-        if reason.job_id is not None:
-            text += f" {_job_link(scope, reason.job_id)}"
+        if reason.job_ids:
+            text += " " + ", ".join(_job_link(scope, job_id) for job_id in reason.job_ids)
         items.append(f'<li data-reason="{_e(reason.code)}">{text}</li>')
-    if not items:
-        items.append('<li data-reason="unknown">Nothing known holds it: a tick claims it '
-                     "when its queue's turn comes.</li>")
     return f'<section id="waiting"><h2>What it waits for</h2><ul>{"".join(items)}</ul></section>'
 
 

@@ -44,6 +44,7 @@ pre { white-space: pre-wrap; word-break: break-word; background: var(--panel);
 .badge { display: inline-block; padding: 0 .4rem; border-radius: 3px; font-size: .8rem;
   border: 1px solid var(--line); }
 .badge.paused { color: var(--warn); border-color: var(--warn); }
+.badge.overdue { color: var(--bad); border-color: var(--bad); }
 .badge.failed { color: var(--bad); border-color: var(--bad); }
 .flash { padding: .5rem .8rem; border-left: 4px solid var(--accent); background: var(--panel);
   margin: .8rem 0; }
