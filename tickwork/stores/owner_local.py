@@ -46,6 +46,7 @@ _NOTE_REDRIVE = _render(sql.NOTE_REDRIVE, "redrive_id", "now", "job_id")
 _DEAD_LETTERS = _render(sql.DEAD_LETTERS_LOCAL, "queue", "before_settled", "before_sequence",
                         "limit")
 _SCHEMA_VERSION = _render(sql.SCHEMA_VERSION)
+_DEAD_LETTER_COUNT = _render(sql.DEAD_LETTER_COUNT_LOCAL, "cap")
 _LIST_JOBS = {key: template.render(sql.OWNER_LOCAL)
               for key, template in sql.LIST_JOBS_LOCAL.items()}
 _SELECT_SCHEDULE = _render(sql.SELECT_SCHEDULE, "name")
@@ -251,6 +252,11 @@ class OwnerLocalStore:
         """(queued, running, delayed, paused (0 or 1), then settled per outcome
         in OUTCOMES order)."""
         return self.database.query(_QUEUE_STATUS.text, (queue,))[0]
+
+    def dead_letter_count(self, cap: int) -> int:
+        """How many dead letters the owner holds (every queue's), up to about
+        ``cap``: at most ``cap`` filed ones are counted, plus the unfiled."""
+        return int(self._value(_DEAD_LETTER_COUNT, (cap,), "dead_letters"))
 
     def schema_version(self) -> int:
         """The schema version the database holds (a storage read)."""

@@ -77,9 +77,11 @@ from typing import Any
 
 from tickwork import OwnerRuntime
 from tickwork.api import ApiError, JobService, Operation, RuntimeService, ScopedService
+from tickwork.directory import OwnerCounts
 from tickwork.events import EventHook
 from tickwork.executors import Executor
 from tickwork.hosts.cpython.common import Log, finish_tasks, stderr
+from tickwork.hosts.cpython.directory import DataDirectoryOwners
 from tickwork.hosts.cpython.progress import Progress
 from tickwork.hosts.cpython.sqlite_files import open_sqlite3
 from tickwork.hosts.ticking import tick_until_idle
@@ -247,6 +249,8 @@ class OwnerDirectory:
         # process writes it, through an open runtime), and a wait that ends
         # opens it again (its due timer).
         self._closed_backlogs: dict[str, list[QueueBacklog]] = {}
+        #: The directory of owners (``GET /v1/owners``): every owner file.
+        self.listing = DataDirectoryOwners(self._open_counts, log=self._log)
 
     # ---------------------------------------------------------------- API side
 
@@ -298,6 +302,7 @@ class OwnerDirectory:
                 self._log(f"tickwork serve: {path.name} holds owner {key!r}, whose file "
                           "name differs; skipped")
                 continue
+            self.listing.add(key, path)
             owner = self._open.get(key)
             if owner is None:
                 try:
@@ -334,6 +339,11 @@ class OwnerDirectory:
                 self._log(f"tickwork serve: cannot read the backlog of owner {owner.key!r}: "
                           f"{error}")
         return found
+
+    def _open_counts(self, key: str) -> OwnerCounts | None:
+        """The counts of owner ``key`` read through its runtime, if it is open."""
+        owner = self._open.get(key)
+        return None if owner is None else owner.runtime.owner_counts()
 
     # ---------------------------------------------------------------------- wake
 
@@ -503,6 +513,7 @@ class OwnerDirectory:
             raise
         owner = _Owner(key, path, connection, runtime)
         self._open[key] = owner
+        self.listing.add(key, path)
         self._closed_backlogs.pop(key, None)  # read live while open
         return owner
 
