@@ -149,27 +149,34 @@ class OwnerQuery:
 
     def position(self) -> tuple[int | None, str] | None:
         """Where the page starts: after ``(value, key)`` (value None when
-        sorted by key), from the cursor; None for the first page."""
+        sorted by key), from the cursor; None for the first page. A cursor
+        names its sort, so one from a page of another sort is refused."""
         cursor = self.cursor
         if cursor is None:
             return None
         if not isinstance(cursor, str):
             raise InvalidArgument("cursor", "must be a string")
-        if self.sort == "key":
-            if not cursor.startswith("k:") or not 1 <= len(cursor) - 2 <= MAX_ID_LENGTH:
-                raise InvalidArgument("cursor", "is not a cursor of a page sorted by key")
-            return None, cursor[2:]
-        value, colon, key = cursor.partition(":")
-        if not colon or not value.isascii() or not value.isdigit() or len(value) > 16 \
-                or not 1 <= len(key) <= MAX_ID_LENGTH:
+        sort, colon, rest = cursor.partition(":")
+        if not colon or sort != self.sort:
             raise InvalidArgument("cursor", f"is not a cursor of a page sorted by {self.sort}")
-        return int(value), key
+        if self.sort == "key":
+            value, key = None, rest
+        else:
+            digits, colon, key = rest.partition(":")
+            if not colon or not digits.isascii() or not digits.isdigit() or len(digits) > 16:
+                raise InvalidArgument("cursor", f"is not a cursor of a page sorted by "
+                                                f"{self.sort}")
+            value = int(digits)
+        if not 1 <= len(key) <= MAX_ID_LENGTH:
+            raise InvalidArgument("cursor", "names no owner key")
+        return value, key
 
     def cursor_after(self, summary: OwnerSummary) -> str:
-        """The cursor of the page after one that ends with ``summary``."""
+        """The cursor of the page after one that ends with ``summary``:
+        ``key:<key>``, or ``<sort>:<value>:<key>``."""
         if self.sort == "key":
-            return "k:" + summary.key
-        return f"{summary.sort_value(self.sort)}:{summary.key}"
+            return "key:" + summary.key
+        return f"{self.sort}:{summary.sort_value(self.sort)}:{summary.key}"
 
 
 def prefix_end(prefix: str) -> str | None:
