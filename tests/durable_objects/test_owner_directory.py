@@ -53,6 +53,14 @@ async def test_an_owner_registers_once_it_stored_a_job_not_on_reads(
     await host.stub().status()
     await host.stub().read("nothing")
     assert await host.alarm() is None  # a read owes no write
+    # A write that stores no job (a cancel of an unknown id, a pause) wakes
+    # the alarm once, which registers nothing: no job stored yet.
+    await host.stub().cancel("nothing", "c1", False)
+    await host.stub().pause("q")
+    await host.scheduler.run_until_idle()
+    assert await directory.rows() == {}
+    await host.stub().resume("q")
+    await host.scheduler.run_until_idle()
     assert await directory.rows() == {}
     registered = host.clock()
     await host.stub().ingest([job("a"), job("b", "other", payload={"do": "fail"})])

@@ -764,7 +764,7 @@ def _owners_table(query: OwnerQuery, page: OwnerPage) -> str:
         elif query.prefix:
             text = f"No owner's key starts with \u201c{query.prefix}\u201d."
         else:
-            text = "No owner yet: an owner is listed once it has stored a job."
+            text = "No owner yet."
         return f'<section id="owners"><p class="muted">{_e(text)}</p></section>'
     head = []
     for name in SORTS:

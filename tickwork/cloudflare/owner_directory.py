@@ -44,6 +44,8 @@ from tickwork.stores.d1.owner_directory import D1OwnerDirectory
 STATE_KEY: Final = "directory"
 
 _READ_STATE = "SELECT value FROM tickwork_meta WHERE key = ?"
+#: One row when the owner holds a job (one step into the table's key).
+_ANY_JOB = "SELECT 1 AS any_job FROM tickwork_jobs LIMIT 1"
 _WRITE_STATE = ("INSERT INTO tickwork_meta (key, value) VALUES (?, ?) "
                 "ON CONFLICT (key) DO UPDATE SET value = excluded.value")
 
@@ -125,6 +127,12 @@ class OwnerRegistration:
             return False
         due = self.due_at()
         if due is None or due > now or self.key is None:
+            return False
+        if self.written_at is None and not self._database.query(_ANY_JOB):
+            # Not registered, and no job stored yet (a pause, a cancel of an
+            # unknown id, a schedule put): an owner registers with its first job.
+            self.changed_at = None
+            self._write_state()
             return False
         key, changed_at = self.key, self.changed_at
         assert changed_at is not None  # due_at() is not None

@@ -18,6 +18,11 @@ Storage layout of the data directory (``--data DIR``)::
   purges and failed lanes of an owner without a file are answered by an
   empty in-memory runtime, so they create nothing.
 
+**The directory of owners** (``GET /v1/owners``) is this directory:
+``OwnerDirectory.listing`` (``tickwork.hosts.cpython.directory``) learns
+every key from the start-up scan and each new file, and keeps each owner's
+summary, read from its file at most once a minute.
+
 The engine's tables (``tickwork_jobs``, ``tickwork_meta``) are created and
 versioned by ``OwnerRuntime`` itself. Connections run in autocommit mode
 (``isolation_level=None``) with ``journal_mode=WAL`` and the default
