@@ -128,20 +128,20 @@ class OwnerRegistration:
         due = self.due_at()
         if due is None or due > now or self.key is None:
             return False
-        if self.written_at is None and not self._database.query(_ANY_JOB):
-            # Not registered, and no job stored yet (a pause, a cancel of an
-            # unknown id, a schedule put): an owner registers with its first job.
-            self.changed_at = None
-            self._write_state()
-            return False
         key, changed_at = self.key, self.changed_at
         assert changed_at is not None  # due_at() is not None
         last_activity = max(self._last_change or changed_at, changed_at)
         try:
+            if self.written_at is None and not self._database.query(_ANY_JOB):
+                # Never written, and no job stored yet (a pause, a cancel of an
+                # unknown id, a schedule put): an owner registers with its first job.
+                self.changed_at = None
+                self._write_state()
+                return False
             counts = self._runtime.owner_counts()
         except Exception as error:
-            return self._failed(now, f"reading the counts failed: {type(error).__name__}: "
-                                     f"{error}")
+            return self._failed(now, f"reading the owner's storage failed: "
+                                     f"{type(error).__name__}: {error}")
         summary = OwnerSummary.of(key, counts, last_activity_at=last_activity,
                                   summarised_at=now)
         # Owed no more, unless something changes while the write is under
