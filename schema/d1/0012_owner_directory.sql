@@ -37,9 +37,11 @@ CREATE TABLE tickwork_owners (
 -- the last activity's) order, largest first, ties by key from the last, is
 -- one backward range scan of its index after the cursor's (value, owner):
 -- O(log n + page) rows read whatever the number of owners. Paging by key
--- is a range scan of the primary key. Each summary update rewrites an
--- index entry only for a value that changed (D1 counts one row written for
--- the row and one per index entry changed).
+-- is a range scan of the primary key. D1 counts a row written for the row
+-- and one for each index whose column a statement sets (measured on
+-- Miniflare): an owner's first write, an upsert, costs 6; each later one
+-- sets only the values that changed since its previous write
+-- (tickwork/stores/d1/owner_directory.py), 1 plus one per changed value.
 CREATE INDEX tickwork_owners_by_queued ON tickwork_owners (queued, owner);
 CREATE INDEX tickwork_owners_by_running ON tickwork_owners (running, owner);
 CREATE INDEX tickwork_owners_by_overdue ON tickwork_owners (overdue, owner);

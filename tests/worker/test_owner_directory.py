@@ -8,14 +8,21 @@ themselves). Every page is checked against an order computed here.
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from typing import Any
 from urllib.parse import quote
 
 import pytest
 
 from tests.support.worker import send
-from tickwork.directory import SORTS, OwnerSummary
-from tickwork.stores.d1.owner_directory import D1OwnerDirectory, page_statement
+from tickwork.directory import SORTS, OwnerQuery, OwnerSummary
+from tickwork.stores.d1.owner_directory import (
+    PUBLISH,
+    D1OwnerDirectory,
+    changed_columns,
+    page_statement,
+    update_statement,
+)
 
 pytestmark = pytest.mark.usefixtures("js_module")
 
@@ -152,3 +159,57 @@ async def test_without_migration_0012_the_directory_answers_503_naming_it(
     status, body = await send(worker, shape, "GET", "/v1/owners")
     assert (status, body["error"]["code"]) == (503, "not_ready")
     assert "0012_owner_directory.sql" in body["error"]["message"]
+
+
+def _meta(result: Any, name: str) -> int:
+    """``result.meta[name]`` of a D1 answer, in either SDK shape."""
+    data = result.to_py() if hasattr(result, "to_py") else result
+    return int(data["meta"][name])
+
+
+async def test_d1_bills_a_page_its_own_rows_and_an_update_its_changed_entries(
+        db: Any) -> None:
+    """D1's own accounting (Miniflare's meta.rows_read / rows_written), with
+    500 owners: a page reads the page and one more, whatever the sort; a
+    write costs its row and one per index whose column it sets, so the
+    registration writes 6 and a later write 1 plus what changed."""
+    binding = D1OwnerDirectory(db).binding
+    rng = random.Random(3)
+    await binding.batch([(PUBLISH, (f"owner-{n:04}", 1_000, 900 + rng.randrange(50),
+                                    rng.randrange(20), rng.randrange(3), rng.randrange(5),
+                                    rng.randrange(40))) for n in range(500)],
+                        [None] * 500)
+    for sort in SORTS:
+        first = await binding.prepare(page_statement(sort, after=False, prefix=False,
+                                                     end=False), [51]).all()
+        assert _meta(first, "rows_read") <= 51, sort
+        cursor = [51, 1, "owner-0250"]
+        later = await binding.prepare(page_statement(sort, after=True, prefix=False,
+                                                     end=False), cursor).all()
+        assert _meta(later, "rows_read") <= 51, sort
+
+    async def written(statement: str, values: list[Any]) -> int:
+        return _meta(await binding.prepare(statement, values).run(), "rows_written")
+
+    first = OwnerSummary("new-owner", 1, 0, 0, 0, 2_000, 2_000)
+    assert await written(PUBLISH, [first.key, 2_000, 2_000, 1, 0, 0, 0]) == 6  # registered
+    # A later write sets only what changed since the owner's previous one.
+    same = replace(first, summarised_at=3_000)
+    assert changed_columns(first, same) == ()
+    assert await written(update_statement(()), [same.key, 3_000]) == 1
+    moved = replace(same, queued=2, last_activity_at=3_500, summarised_at=4_000)
+    changed = changed_columns(same, moved)
+    assert changed == ("last_activity_at", "queued")
+    assert await written(update_statement(changed), [moved.key, 4_000, 3_500, 2]) == 3
+    directory = D1OwnerDirectory(db)
+    assert (await directory.list_owners(OwnerQuery(prefix="new-"))).owners == [moved]
+
+
+async def test_a_later_write_of_a_row_that_is_gone_registers_it_again(db: Any) -> None:
+    directory = D1OwnerDirectory(db)
+    first = OwnerSummary("acme", 1, 0, 0, 0, 1_000, 1_000)
+    await directory.publish(first)
+    await directory.binding.run("DELETE FROM tickwork_owners")
+    later = replace(first, queued=4, summarised_at=2_000)
+    await directory.publish(later, previous=first)
+    assert (await directory.list_owners(OwnerQuery())).owners == [later]

@@ -12,8 +12,10 @@ longer changes writes nothing.
 What the owner keeps, in its own storage (one row of ``tickwork_meta``,
 ``directory``, written when it goes from "published" to "changed" and
 after each write, never per job): its key, when it first changed since
-the last write, and when it last wrote. So a summary owed when the object
-was evicted is still written when it wakes.
+the last write, when it last wrote, and what it wrote (so the next write
+sets only the values that changed: D1 bills a row written per index set).
+So a summary owed when the object was evicted is still written when it
+wakes.
 
 **The owner's key.** The object learns it from ``ctx.id.name``, which the
 runtime fills in when the Worker reaches the object by ``getByName`` (every
@@ -34,7 +36,12 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from tickwork._pyodide import load_jsnull
-from tickwork.directory import SUMMARY_INTERVAL_MS, OwnerSummary
+from tickwork.directory import (
+    SUMMARY_INTERVAL_MS,
+    OwnerSummary,
+    summary_from_wire,
+    summary_to_wire,
+)
 from tickwork.model.jobs import MAX_ID_LENGTH
 from tickwork.ports.database import SyncDatabase
 from tickwork.runtimes.owner_local import OwnerRuntime
@@ -86,6 +93,8 @@ class OwnerRegistration:
         self.written_at: int | None = _number(state.get("written_at"))
         #: The latest change this instance saw (not stored: a write carries it).
         self._last_change: int | None = self.changed_at
+        #: What the last write wrote (a later write sets only what changed).
+        self.published: OwnerSummary | None = _summary(state.get("published"))
         self._reported_nameless = False
 
     # ------------------------------------------------------------ state
@@ -148,11 +157,12 @@ class OwnerRegistration:
         # way (the await lets other calls in): note_change then owes the next.
         self.written_at, self.changed_at = now, None
         try:
-            await self._directory.publish(summary)
+            await self._directory.publish(summary, self.published)
         except Exception as error:
             self.changed_at = changed_at if self.changed_at is None \
                 else min(changed_at, self.changed_at)
             return self._failed(now, f"{type(error).__name__}: {error}")
+        self.published = summary
         try:
             self._write_state()
         except Exception as error:  # the row is written; at worst it is written again
@@ -181,9 +191,18 @@ class OwnerRegistration:
         return state if isinstance(state, dict) else {}
 
     def _write_state(self) -> None:
+        published = None if self.published is None else summary_to_wire(self.published)
         value = json.dumps({"key": self.key, "changed_at": self.changed_at,
-                            "written_at": self.written_at}, separators=(",", ":"))
+                            "written_at": self.written_at, "published": published},
+                           separators=(",", ":"))
         self._database.execute(_WRITE_STATE, (STATE_KEY, value))
+
+
+def _summary(value: Any) -> OwnerSummary | None:
+    try:
+        return summary_from_wire(value) if isinstance(value, dict) else None
+    except (KeyError, TypeError):
+        return None
 
 
 def _text(value: Any) -> str | None:
