@@ -217,3 +217,12 @@ async def test_an_owner_registers_in_d1_from_its_alarm_with_the_key_it_recorded(
         "FROM tickwork_owners")
     assert rows == [("tenant", 0, 0, 0, 1, deployment.clock())]
     assert await deployment.armed() is None  # nothing owed, nothing pending
+    # A minute on, a later write sets only what changed (an UPDATE).
+    deployment.clock.advance(60_000)
+    await call(deployment, "pause", "q")
+    await call(deployment, "ingest", jobs_text(job("c")))
+    await deployment.alarm()
+    rows = await D1Binding(deployment.db).query(
+        "SELECT owner, queued, running, overdue, dead_letters, summarised_at "
+        "FROM tickwork_owners")
+    assert rows == [("tenant", 1, 0, 1, 1, deployment.clock())]
