@@ -187,7 +187,7 @@ class JobOwner(JobOwnerRpc, RuntimeEnv, DurableObject):  # type: ignore[misc, un
                 if operation.writes:
                     registration.note_change(self._now_ms())
             except Exception as error:  # the directory never fails a call
-                log_error(f"tickwork: owner directory: noting {operation.name} failed: "
+                log_error(f"owner directory: noting {operation.name} failed: "
                           f"{type(error).__name__}: {error}")
         self._wake.mark_stale()
         await self._wake.flush()
@@ -198,7 +198,7 @@ class JobOwner(JobOwnerRpc, RuntimeEnv, DurableObject):  # type: ignore[misc, un
         try:
             self._registration.note_change(self._now_ms())
         except Exception as error:  # the directory never fails a tick
-            log_error(f"tickwork: owner directory: noting a tick failed: "
+            log_error(f"owner directory: noting a tick failed: "
                       f"{type(error).__name__}: {error}")
 
     # ------------------------------------------------------------ alarm

@@ -130,7 +130,7 @@ class OwnerRegistration:
         if self.changed_at is not None and self.key is None:
             if not self._reported_nameless:
                 self._reported_nameless = True
-                self._log_error("tickwork: owner directory: this object's key is not known "
+                self._log_error("owner directory: this object's key is not known "
                                 "yet (ctx.id.name was undefined); it registers on its next "
                                 "RPC call")
             return False
@@ -166,13 +166,13 @@ class OwnerRegistration:
         try:
             self._write_state()
         except Exception as error:  # the row is written; at worst it is written again
-            self._log_error(f"tickwork: owner directory: recording the write of {key!r} "
+            self._log_error(f"owner directory: recording the write of {key!r} "
                             f"failed: {type(error).__name__}: {error}")
         return True
 
     def _failed(self, now: int, detail: str) -> bool:
         self.written_at = now  # owed again SUMMARY_INTERVAL_MS from now
-        self._log_error(f"tickwork: owner directory: the summary of {self.key!r} was not "
+        self._log_error(f"owner directory: the summary of {self.key!r} was not "
                         f"written ({detail[:500]}); trying again in "
                         f"{SUMMARY_INTERVAL_MS // 1000} s")
         # Storage failing too: the alarm's own retries cover it.
@@ -214,4 +214,4 @@ def _number(value: Any) -> int | None:
 
 
 def _stderr(message: str) -> None:
-    print(message, file=sys.stderr)
+    print(f"tickwork: {message}", file=sys.stderr)
