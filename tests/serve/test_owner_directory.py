@@ -116,3 +116,19 @@ async def test_a_summary_is_read_again_only_when_its_file_changed_and_a_minute_p
     now[0] += SUMMARY_INTERVAL_MS
     third = (await listing.list_owners(OwnerQuery())).owners[0]
     assert (third.queued, third.summarised_at, len(reads)) == (2, now[0], 2)
+
+
+async def test_an_owner_whose_file_is_gone_is_forgotten_and_the_page_still_fills(
+        tmp_path: Path) -> None:
+    store = OwnerDirectory(tmp_path, run)
+    for key in ("a", "b", "c", "d"):
+        await store.service(key).ingest([Job("j", "q", "q", 0, None)])
+    await settle(store)
+    await store.close(1.0)
+    listing = DataDirectoryOwners(lambda key: None)
+    for key in ("a", "b", "c", "d"):
+        listing.add(key, tmp_path / "owners" / owner_file_name(key))
+    (tmp_path / "owners" / owner_file_name("b")).unlink()
+    page = await listing.list_owners(OwnerQuery(limit=2))
+    assert ([owner.key for owner in page.owners], page.cursor) == (["a", "c"], "key:c")
+    assert len(listing) == 3

@@ -432,7 +432,7 @@ class Dashboard:
         if unknown:
             raise InvalidArgument("query", f"unknown parameter(s) {', '.join(unknown)}; "
                                            "expected prefix, sort, cursor")
-        query = OwnerQuery(given.get("prefix", "").strip(), given.get("sort", "key") or "key",
+        query = OwnerQuery(given.get("prefix", ""), given.get("sort", "key") or "key",
                            given.get("cursor") or None, OWNERS_PER_PAGE)
         directory = cast("DirectoryOfOwners", await self._service(("directory", None)))
         page = await directory.list_owners(query)

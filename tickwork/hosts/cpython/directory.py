@@ -97,23 +97,29 @@ class DataDirectoryOwners:
             position = query.position()
             if position is not None:
                 low = max(low, bisect.bisect_right(keys, position[1]))
-            chosen = keys[low:min(high, low + query.limit + 1)]
-            return page_from_rows([summary for key in chosen
-                                   if (summary := self.summary(key, now)) is not None], query)
+            rows: list[OwnerSummary] = []
+            for key in keys[low:high]:  # a copy: a gone file's key is dropped meanwhile
+                if len(rows) > query.limit:
+                    break
+                if (summary := self.summary(key, now)) is not None:
+                    rows.append(summary)
+            return page_from_rows(rows, query)
         summaries = [summary for key in keys[low:high]
                      if (summary := self.summary(key, now)) is not None]
         return page_of(summaries, query)
 
     def summary(self, key: str, now: int) -> OwnerSummary | None:
         """Owner ``key``'s summary, read again if its file changed and the
-        kept one is a minute old; None when its file is gone."""
+        kept one is a minute old; None (and the key forgotten) when its file
+        is gone."""
         path = self._paths[key]
         kept = self._kept.get(key)
         if kept is not None and now - kept.summary.summarised_at < SUMMARY_INTERVAL_MS:
             return kept.summary
         signature = _signature(path)
-        if signature is None:
-            return kept.summary if kept is not None else None
+        if signature is None:  # the file is gone (removed by hand): so is the owner
+            self._forget(key)
+            return None
         if kept is not None and kept.signature == signature:
             summary = replace(kept.summary, summarised_at=now)  # unchanged since
         else:
@@ -128,6 +134,12 @@ class DataDirectoryOwners:
                                       summarised_at=now)
         self._kept[key] = _Kept(summary, signature)
         return summary
+
+
+    def _forget(self, key: str) -> None:
+        del self._paths[key]
+        self._keys.pop(bisect.bisect_left(self._keys, key))
+        self._kept.pop(key, None)
 
 
 def read_counts(path: Path, now: int) -> OwnerCounts:
