@@ -96,20 +96,18 @@ class OwnerSummary:
         return cls(key, counts.queued, counts.running, counts.overdue, counts.dead_letters,
                    last_activity_at, summarised_at)
 
-    @property
-    def counts(self) -> OwnerCounts:
-        return OwnerCounts(self.queued, self.running, self.overdue, self.dead_letters)
-
     def sort_value(self, sort: str) -> int:
         """The value a page sorted by ``sort`` (not "key") orders this owner by."""
         if sort == "last_activity":
             return self.last_activity_at
-        value: int = getattr(self, _COUNT_SORTS[sort])
+        if sort not in _COUNT_SORTS:
+            raise ValueError(f"{sort!r} sorts by no value")
+        value: int = getattr(self, sort)
         return value
 
 
-_COUNT_SORTS: Final = {"queued": "queued", "running": "running", "overdue": "overdue",
-                       "dead_letters": "dead_letters"}
+#: The sorts by one of the counts (each is the summary's field of its name).
+_COUNT_SORTS: Final = frozenset({"queued", "running", "overdue", "dead_letters"})
 
 
 @dataclass(frozen=True, slots=True)
