@@ -341,7 +341,9 @@ async def test_bad_fail_lane_and_purge_requests_change_nothing(
 @pytest.mark.parametrize(("method", "path", "status", "code"), [
     ("GET", "/", 404, "no_route"),
     ("GET", "/v2/owners/acme/jobs", 404, "no_route"),
-    ("GET", "/v1/owners", 404, "no_route"),
+    # The directory of owners is a route; this API was given none.
+    ("GET", "/v1/owners", 404, "scope_not_configured"),
+    ("POST", "/v1/owners", 405, "method_not_allowed"),
     ("GET", "/v1/owners/acme/jobs/j1/extra", 404, "no_route"),
     ("GET", "/v1/tenants/acme/jobs", 404, "no_route"),
     ("PUT", "/v1/owners/acme/jobs", 405, "method_not_allowed"),

@@ -20,7 +20,9 @@ from tests.support.serve import TOKEN as SERVE_TOKEN
 from tests.support.serve import Serve
 from tests.support.worker import BASE_URL as WORKER_URL
 from tests.support.worker import TOKEN as WORKER_TOKEN
+from tickwork import Job
 from tickwork.client import ApiError, AsyncClient, Client, FetchTransport, RetryPolicy
+from tickwork.model.errors import InvalidArgument
 
 
 class SyncJobsInThreads:
@@ -149,3 +151,43 @@ async def test_a_failed_fetch_is_never_sent_only_when_its_message_proves_it(
         use_fetch(None)
     assert raised.value.maybe_sent is maybe_sent
     assert len(calls) == sends
+
+
+# ------------------------------------------------------ the directory of owners
+
+
+async def test_the_directory_of_owners_through_both_clients_against_serve(
+        serve: Serve) -> None:
+    prefix = f"directory-{next(names)}-"
+    client = AsyncClient(serve.url, token=SERVE_TOKEN)
+    for suffix, waiting in (("a", 1), ("b", 3), ("c", 2)):
+        jobs = client.owner(prefix + suffix)
+        await jobs.pause("q")  # the jobs stay queued: the summary counts them
+        await jobs.ingest_many([Job(f"j{index}", "q") for index in range(waiting)])
+    first = await client.list_owners(prefix=prefix, sort="queued", limit=2)
+    assert [(owner.key, owner.queued, owner.overdue) for owner in first.owners] == [
+        (prefix + "b", 3, 3), (prefix + "c", 2, 2)]
+    rest = await client.list_owners(prefix=prefix, sort="queued", limit=2, cursor=first.cursor)
+    assert ([owner.key for owner in rest.owners], rest.cursor) == ([prefix + "a"], None)
+    sync = Client(serve.url, token=SERVE_TOKEN)
+    by_key = await asyncio.to_thread(sync.list_owners, prefix=prefix)
+    assert [owner.key for owner in by_key.owners] == [prefix + "a", prefix + "b", prefix + "c"]
+    # Refused before anything is sent, as the host would refuse it.
+    with pytest.raises(InvalidArgument, match="sort"):
+        await client.list_owners(sort="size")
+    with pytest.raises(InvalidArgument, match="cursor"):
+        sync.list_owners(sort="running", cursor=first.cursor)
+
+
+async def test_the_directory_of_owners_through_the_worker(worker_client: AsyncClient,
+                                                          db: Any) -> None:
+    from tickwork.directory import OwnerSummary
+    from tickwork.stores.d1.owner_directory import D1OwnerDirectory
+
+    directory = D1OwnerDirectory(db)
+    await directory.publish(OwnerSummary("acme", 1, 0, 0, 4, 1_000, 2_000))
+    await directory.publish(OwnerSummary("zeta", 0, 1, 0, 9, 1_500, 2_000))
+    page = await worker_client.list_owners(sort="dead_letters", limit=1)
+    assert page.owners == [OwnerSummary("zeta", 0, 1, 0, 9, 1_500, 2_000)]
+    rest = await worker_client.list_owners(sort="dead_letters", cursor=page.cursor)
+    assert ([owner.key for owner in rest.owners], rest.cursor) == (["acme"], None)

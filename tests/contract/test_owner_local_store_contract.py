@@ -615,6 +615,32 @@ def test_jobs_by_id_prefix_pages_the_ids_a_prefix_starts_in_code_point_order(
         "ab\U0010ffff", None, 5)] == ["ab\U0010ffff", "ab\U0010ffff\U0010ffff"]
 
 
+@covers("dead_letter_count")
+def test_dead_letter_count_counts_every_queue_filed_or_not_up_to_the_cap(
+        local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    assert store.dead_letter_count(10) == 0
+    dead_letter(local_store, "d1", "q", T0 + 1)
+    dead_letter(local_store, "d2", "q2", T0 + 2, Settlement("outcome_unknown"))
+    dead_letter(local_store, "d3", "q", T0 + 3, Settlement("interrupted"))
+    dead_letter(local_store, "fine", "q", T0 + 4, COMPLETED)
+    assert store.dead_letter_count(10) == 3
+    # A settlement not filed yet counts too (it is read beside the index; the
+    # first unfiled settlement of a store files at once, the next waits).
+    for job_id in ("d4", "d5"):
+        queued(local_store, job_id)
+        job = claimed(local_store, f"t-{job_id}")
+        assert store.settle_claim(job.sequence, f"t-{job_id}", FAILED, T0 + 5,
+                                  cancelled=False, file=False)
+    assert local_store.rows("SELECT filed FROM tickwork_jobs WHERE job_id = 'd5'") == [(0,)]
+    assert store.dead_letter_count(10) == 5
+    # The cap bounds what is read of the index: the filed ones count up to it.
+    assert store.dead_letter_count(2) == 3
+    # A redriven dead letter is no longer one.
+    assert store.redrive("d1", "r1", T0 + 6) is not None
+    assert store.dead_letter_count(10) == 4
+
+
 @covers("list_jobs")
 def test_list_jobs_pages_a_queue_or_a_lane(local_store: LocalStoreUnderTest) -> None:
     store = local_store.store

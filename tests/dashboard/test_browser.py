@@ -376,3 +376,69 @@ def test_a_jobs_page_with_three_attempts_in_chromium(server: Serve, context: Any
             if entry.get("redrive_id")] == [shown]
     assert problems == [], problems
     page.close()
+
+
+def test_owner_directory_in_chromium(server: Serve, context: Any) -> None:
+    """The directory of owners: found from the picker, searched by prefix,
+    sorted by its headers, an owner opened from it; at desktop and phone width."""
+    client = Client(server.url)
+    for key, jobs in (("dir-alpha", [{"job_id": "a1", "queue": "q",
+                                      "payload": {"kind": "complete"}}]),
+                      ("dir-beta", [{"job_id": f"b{n}", "queue": "q",
+                                     "payload": {"kind": "fail", "reason": "no"}}
+                                    for n in range(2)])):
+        api(server, "POST", f"/v1/owners/{key}/jobs", {"jobs": jobs})
+        for job in jobs:
+            client.settled(key, job["job_id"])
+    api(server, "POST", "/v1/owners/dir-gamma/queues/q/pause")
+    api(server, "POST", "/v1/owners/dir-gamma/jobs", {"jobs": [
+        {"job_id": f"g{n}", "queue": "q", "payload": {"kind": "complete"}} for n in range(3)]})
+    ARTIFACTS.mkdir(exist_ok=True)
+
+    page = context.new_page()
+    problems: list[str] = []
+    page.on("console", lambda message: problems.append(message.text)
+            if message.type == "error" else None)
+    page.on("pageerror", lambda error: problems.append(str(error)))
+    page.goto(server.url + "/v1/dashboard")
+    if page.locator("#token").count():
+        page.fill("#token", TOKEN)
+        page.click("button:has-text('Log in')")
+        page.wait_for_url(server.url + "/v1/dashboard")
+    page.click("a:has-text('All owners')")
+    page.wait_for_url(re.compile(r".*/v1/dashboard/owners$"))
+    page.fill("#prefix", "dir-")
+    page.click("button:has-text('Search')")
+    page.wait_for_url(re.compile(r".*/v1/dashboard/owners\?prefix=dir-.*"))
+
+    def keys() -> list[str]:
+        return [row.get_attribute("data-owner") or ""
+                for row in page.locator("#owners tbody tr").all()]
+
+    assert keys() == ["dir-alpha", "dir-beta", "dir-gamma"]
+    beta = page.locator('#owners tr[data-owner="dir-beta"]')
+    assert beta.locator('td[data-label="dead letters"]').inner_text() == "2"
+    gamma = page.locator('#owners tr[data-owner="dir-gamma"]')
+    assert gamma.locator('td[data-label="queued"]').inner_text() == "3"
+    assert gamma.locator('td[data-label="overdue"]').inner_text() == "3"
+    page.click("#owners th a:has-text('dead letters')")
+    page.wait_for_url(re.compile(r".*sort=dead_letters.*"))
+    assert keys()[0] == "dir-beta"
+    assert page.locator("#prefix").input_value() == "dir-"  # the search stays
+    page.click("#owners th a:has-text('overdue')")
+    page.wait_for_url(re.compile(r".*sort=overdue.*"))
+    assert keys()[0] == "dir-gamma"
+    page.screenshot(path=str(ARTIFACTS / "dashboard-owners.png"), full_page=True)
+
+    phone = context.new_page()
+    phone.set_viewport_size({"width": 390, "height": 844})
+    phone.goto(page.url)
+    assert phone.evaluate("document.documentElement.scrollWidth") <= 390
+    assert phone.locator('#owners tr[data-owner="dir-beta"]').is_visible()
+    phone.screenshot(path=str(ARTIFACTS / "dashboard-owners-phone.png"), full_page=True)
+    phone.close()
+
+    page.click('#owners a:has-text("dir-beta")')
+    page.wait_for_url(server.url + "/v1/owners/dir-beta/dashboard")
+    assert page.locator('#queues tr[data-queue="q"] td[data-label="failed"]').inner_text() == "2"
+    assert problems == [], problems

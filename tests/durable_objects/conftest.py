@@ -9,6 +9,7 @@ clock come from ``env``, and its storage can be made to fail (``host.faults``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections import Counter
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ import pytest
 
 from tests.support.fakes.alarms import AlarmScheduler, SimClock
 from tests.support.fakes.do_namespace import FakeDurableObjectNamespace
+from tests.support.fakes.do_storage import Sdk
 from tests.support.fakes.pyodide_ffi import JsException, fake_pyodide
 from tests.support.fakes.workers_module import installed_workers_module
 from tickwork import AbortSignal, Completed, Failed, JobRecord
@@ -192,6 +194,14 @@ def job(job_id: str, queue: str = "q", **fields: Any) -> dict[str, Any]:
 
 @pytest.fixture(params=["builtin", "external"])
 def host(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Host]:
+    with hosted(request.param, tmp_path) as made:
+        yield made
+
+
+@contextlib.contextmanager
+def hosted(sdk: Sdk, tmp_path: Path, *, db: Any = None) -> Iterator[Host]:
+    """A ``Host`` whose objects' storage has the ``sdk`` shape; with ``db``,
+    their env has it as the ``DB`` binding (D1: the directory of owners)."""
     with installed_workers_module(), fake_pyodide():
         from durable_objects.job_owner import JobOwner
 
@@ -211,8 +221,10 @@ def host(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Host]:
         executor = Script(clock)
         faults = Faults()
         env = SimpleNamespace(CLOCK=clock, EXECUTOR=executor, FAULTS=faults)
+        if db is not None:
+            env.DB = db
         namespace = FakeDurableObjectNamespace(TestJobOwner, env, directory=tmp_path,
-                                               sdk=request.param)
+                                               sdk=sdk)
         env.JOB_OWNERS = namespace
         yield Host(namespace, AlarmScheduler(namespace, clock), clock, executor, faults,
                    TestJobOwner)

@@ -11,7 +11,9 @@ from tickwork.stores.schema_version import (
     POSTGRES_MIGRATIONS,
     POSTGRES_SCHEMA_VERSION,
     SCHEMA_VERSION,
+    SHARED_MIGRATIONS,
     check_schema_version,
+    migration_number,
 )
 
 
@@ -20,8 +22,11 @@ def test_the_runtime_knows_every_migration_file_in_order(dialect: str) -> None:
     found = migrations(dialect)  # type: ignore[arg-type]
     assert tuple(migration.name for migration in found) == (
         MIGRATIONS if dialect == "d1" else POSTGRES_MIGRATIONS)
-    for number, migration in enumerate(found, start=1):
-        # Each migration records its number, which is what runtimes check.
+    numbers = [migration_number(migration.name) for migration in found]
+    assert numbers == sorted(set(numbers)), "numbers rise, none twice"
+    for number, migration in zip(numbers, found, strict=True):
+        # Each migration records its own number, which is what runtimes check
+        # (a dialect's list may skip numbers the other dialect's files use).
         assert f"'schema_version', '{number}'" in migration.sql or (
             f"SET value = '{number}'" in migration.sql), migration.name
 
@@ -52,17 +57,20 @@ def test_statements_split_on_top_level_semicolons_only() -> None:
 
 
 def test_the_migration_list_is_pinned() -> None:
-    assert MIGRATIONS == ("0001_tickwork_jobs.sql", "0002_job_locks.sql",
-                          "0003_settled_by_queue.sql", "0004_due_times.sql",
-                          "0005_paused_queues.sql", "0006_retries.sql",
-                          "0007_schedules.sql", "0008_error_summaries.sql",
-                          "0009_browse.sql")
-    assert SCHEMA_VERSION == 9
+    assert SHARED_MIGRATIONS == ("0001_tickwork_jobs.sql", "0002_job_locks.sql",
+                                 "0003_settled_by_queue.sql", "0004_due_times.sql",
+                                 "0005_paused_queues.sql", "0006_retries.sql",
+                                 "0007_schedules.sql", "0008_error_summaries.sql",
+                                 "0009_browse.sql")
+    # D1 alone has 0012 (the directory of owners: on tickwork serve the data
+    # directory is the directory, PostgreSQL holds only shared queues).
+    assert (*SHARED_MIGRATIONS, "0012_owner_directory.sql") == MIGRATIONS
+    assert SCHEMA_VERSION == 12
     # PostgreSQL alone has 0010 (its claims lock per queue; D1 runs one
     # statement at a time and needs no lock), 0011 (plans of its function)
     # 0012 (its claim walking again when it came up short) and 0013 (job ids
     # in byte order: SQLite's job_id index sorts so already).
-    assert POSTGRES_MIGRATIONS[:-4] == MIGRATIONS
+    assert POSTGRES_MIGRATIONS[:-4] == SHARED_MIGRATIONS
     assert POSTGRES_MIGRATIONS[-4:] == ("0010_queue_claims.sql", "0011_generic_claim_plans.sql",
                                         "0012_claim_passes.sql", "0013_job_id_prefix.sql")
     assert POSTGRES_SCHEMA_VERSION == 13
@@ -86,16 +94,21 @@ def test_schema_errors_name_the_missing_migrations() -> None:
     with pytest.raises(SchemaError, match=r"apply 0002_job_locks\.sql, 0003_settled_by_queue"
                                           r"\.sql, 0004_due_times\.sql, 0005_paused_queues\.sql, "
                                           r"0006_retries\.sql, 0007_schedules\.sql, "
-                                          r"0008_error_summaries\.sql, 0009_browse\.sql "
-                                          r"from schema/d1"):
+                                          r"0008_error_summaries\.sql, 0009_browse\.sql, "
+                                          r"0012_owner_directory\.sql from schema/d1"):
         check_schema_version(1, database="D1", folder="schema/d1", apply_with="wrangler")
-    with pytest.raises(SchemaError, match=r"version 2, this package needs 9: "
+    with pytest.raises(SchemaError, match=r"version 2, this package needs 12: "
                                           r"apply 0003_settled_by_queue\.sql, "
                                           r"0004_due_times\.sql, 0005_paused_queues\.sql, "
                                           r"0006_retries\.sql, 0007_schedules\.sql, "
-                                          r"0008_error_summaries\.sql, 0009_browse\.sql "
-                                          r"from schema/d1"):
+                                          r"0008_error_summaries\.sql, 0009_browse\.sql, "
+                                          r"0012_owner_directory\.sql from schema/d1"):
         check_schema_version(2, database="D1", folder="schema/d1", apply_with="wrangler")
+    # A database at 9 lacks only what is numbered above 9: the numbers D1's
+    # list skips (PostgreSQL's 0010 and 0011) are never asked for.
+    with pytest.raises(SchemaError, match=r"version 9, this package needs 12: "
+                                          r"apply 0012_owner_directory\.sql from schema/d1"):
+        check_schema_version(9, database="D1", folder="schema/d1", apply_with="wrangler")
     check_schema_version(SCHEMA_VERSION, database="D1", folder="schema/d1", apply_with="x")
     with pytest.raises(SchemaError, match="upgrade tickwork"):
         check_schema_version(SCHEMA_VERSION + 1, database="D1", folder="x", apply_with="x")

@@ -212,7 +212,11 @@ def test_the_owner_local_table_is_d1s_without_leases() -> None:
         "tickwork_jobs_queue_waiting", "tickwork_jobs_queue_order").replace(
         "state = 'queued'", sql.PENDING_LISTED)
     assert set(local) - set(d1) == {"tickwork_jobs_unfiled", "tickwork_jobs_queue_order"}
+    # The directory of owners (D1's 0012) is a table of D1 alone: an owner's
+    # own storage is what its row summarises.
+    owners = {"tickwork_owners", *(f"tickwork_owners_by_{sort}" for sort in (
+        "queued", "running", "overdue", "dead_letters", "last_activity"))}
     assert set(d1) - set(local) == {"tickwork_jobs_queue_waiting", "tickwork_jobs_lease",
                                     "tickwork_jobs_cargo_is_immutable", "tickwork_job_locks",
                                     "tickwork_job_locks_slots",
-                                    "tickwork_job_locks_slots_completed"}
+                                    "tickwork_job_locks_slots_completed", *owners}

@@ -11,6 +11,10 @@ Paths (``docs/how-to/use-the-dashboard.md``):
   the scope picker; ``POST /v1/dashboard/login`` (form field ``token``)
   sets the session cookie; ``POST /v1/dashboard/logout`` clears it;
   ``GET /v1/dashboard/open?owner=KEY`` redirects to that owner's page.
+* ``GET /v1/dashboard/owners?prefix=&sort=&cursor=``: the directory of
+  owners (``tickwork.directory``), a page at a time, each owner with its
+  summary and a link to its page; sortable by key or any count, searchable
+  by key prefix. Same session or bearer as a scope's page.
 * ``GET /v1/shared/dashboard``, ``GET /v1/owners/{owner}/dashboard``: a
   scope's page. Needs the session cookie or ``Authorization: Bearer``;
   without either it redirects to the login form (a wrong bearer token: 401).
@@ -49,12 +53,13 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 from tickwork.api import wire
 from tickwork.api.service import JobService
 from tickwork.api.wire import ApiError
+from tickwork.directory import DEAD_LETTER_COUNT_CAP, SORTS, OwnerPage, OwnerQuery
 from tickwork.lifecycle.rules import DEAD_OUTCOMES, decide_holds
 from tickwork.model.errors import InvalidArgument
 from tickwork.model.jobs import (
@@ -72,7 +77,7 @@ from tickwork.model.waiting import Hold, JobWait
 from .dashboard_assets import STATIC
 
 if TYPE_CHECKING:
-    from tickwork.api.routes import ApiRequest
+    from tickwork.api.routes import ApiRequest, DirectoryOfOwners
 
 #: ("shared", None) or ("owner", key), as ``JobApi`` resolves scopes.
 Scope = tuple[str, str | None]
@@ -83,6 +88,14 @@ COOKIE_NAME = "tickwork_dashboard"
 #: How long a session cookie lives (the browser forgets it then).
 SESSION_MAX_AGE_S = 12 * 3600
 LOGIN_PATH = "/v1/dashboard"
+#: The directory of owners' page.
+OWNERS_PATH = "/v1/dashboard/owners"
+#: Owners per page of the directory.
+OWNERS_PER_PAGE = 50
+#: How each sort of the directory reads (its column header).
+_SORT_LABELS = {"key": "owner", "queued": "queued", "running": "running",
+                "overdue": "overdue", "dead_letters": "dead letters",
+                "last_activity": "last activity"}
 STATIC_PATH = "/v1/dashboard/static"
 
 #: Queues whose jobs are listed (all of them are counted in the table): each
@@ -177,6 +190,8 @@ def match(raw: Sequence[str], method: str) -> DashboardRoute | None:
             return _allowed(method, "POST", DashboardRoute(rest[0]))
         if rest == ["open"]:
             return _allowed(method, "GET", DashboardRoute("open"))
+        if rest == ["owners"]:
+            return _allowed(method, "GET", DashboardRoute("owners"))
         if len(rest) == 2 and rest[0] == "static" and rest[1] in STATIC:
             return _allowed(method, "GET", DashboardRoute("static", name=rest[1]))
         raise _no_page(raw)
@@ -306,6 +321,10 @@ class Dashboard:
             return _page(200, "Log in", _login_form(""))
         if route.page == "open":
             return self._open(request)
+        if route.page == "owners":
+            if not self._authenticated(request):
+                return _redirect(LOGIN_PATH)
+            return _page(200, "Owners", await self._owners(request.query))
         if route.page == "login":
             return self._login(request)
         if route.page == "logout":
@@ -422,6 +441,8 @@ class Dashboard:
         return (
             '<main class="login"><h2>Open a scope</h2>'
             f'<p><a href="{_e(scope_path(("shared", None)))}">Shared queues</a></p>'
+            f'<p><a href="{OWNERS_PATH}">All owners</a> (the directory: find an owner '
+            "by key prefix, or the ones with dead letters or overdue jobs)</p>"
             '<form method="get" action="/v1/dashboard/open">'
             '<label for="owner">Owner key</label>'
             '<input type="text" id="owner" name="owner" required maxlength="256" '
@@ -443,6 +464,34 @@ class Dashboard:
         return (f'<form method="post" class="inline" '
                 f'action="{_e(scope_path(scope))}/actions/{action}"{ask}>{hidden}'
                 f'<button type="submit"{css}>{_e(label)}</button></form>')
+
+    async def _owners(self, query_text: str) -> str:
+        """The directory of owners: a search by key prefix, a table sortable
+        by its headers, and a link to the next page."""
+        given = _query_fields(query_text)
+        if given is None:
+            raise ApiError(400, "invalid_argument", "query: is malformed", "query")
+        unknown = sorted(set(given) - {"prefix", "sort", "cursor"})
+        if unknown:
+            raise InvalidArgument("query", f"unknown parameter(s) {', '.join(unknown)}; "
+                                           "expected prefix, sort, cursor")
+        query = OwnerQuery(given.get("prefix", ""), given.get("sort", "key") or "key",
+                           given.get("cursor") or None, OWNERS_PER_PAGE)
+        directory = cast("DirectoryOfOwners", await self._service(("directory", None)))
+        page = await directory.list_owners(query)
+        parts = [
+            "<header>",
+            '<h1>tickwork <span class="scope">owners</span></h1>',
+            f'<a href="{LOGIN_PATH}">Scopes</a>', self._logout(), "</header><main>",
+            _owner_search(query),
+            _owners_table(query, page),
+            _owner_pager(query, page),
+            '<p class="muted">Each summary is as of its time: an owner rewrites it at '
+            "most once a minute while its jobs change. Dead letters are counted up to "
+            f"{DEAD_LETTER_COUNT_CAP:,}.</p>",
+            "</main>",
+        ]
+        return "".join(parts)
 
     async def _render(self, scope: Scope, service: JobService, query: str) -> str:
         statuses = sorted(await service.status(), key=lambda status: status.queue)
@@ -934,6 +983,79 @@ def _flash(query: str) -> str:
     subject = _clip(found.get("subject", ""), 200)
     return (f'<p class="flash" role="status">{_e(done)} <span class="id">{_e(subject)}</span>: '
             f"{_e(result)}</p>")
+
+
+def _owners_link(prefix: str, sort: str, cursor: str | None = None) -> str:
+    fields = {"sort": sort}
+    if prefix:
+        fields["prefix"] = prefix
+    if cursor is not None:
+        fields["cursor"] = cursor
+    return f"{OWNERS_PATH}?{urlencode(fields)}"
+
+
+def _owner_search(query: OwnerQuery) -> str:
+    options = "".join(
+        f'<option value="{name}"{" selected" if name == query.sort else ""}>'
+        f"{_e(_SORT_LABELS[name])}</option>" for name in SORTS)
+    return ('<form method="get" action="' + OWNERS_PATH + '" class="search" role="search">'
+            '<label for="prefix">Key starts with</label>'
+            f'<input type="text" id="prefix" name="prefix" value="{_e(query.prefix)}" '
+            'maxlength="256" autocomplete="off" autocapitalize="off" spellcheck="false">'
+            f'<label for="sort">Sort by</label><select id="sort" name="sort">{options}</select>'
+            '<button type="submit" class="primary">Search</button></form>')
+
+
+def _owners_table(query: OwnerQuery, page: OwnerPage) -> str:
+    if not page.owners:
+        if query.cursor is not None:
+            text = "No more owners."
+        elif query.prefix:
+            text = f"No owner's key starts with \u201c{query.prefix}\u201d."
+        else:
+            text = "No owner yet."
+        return f'<section id="owners"><p class="muted">{_e(text)}</p></section>'
+    head = []
+    for name in SORTS:
+        label = _e(_SORT_LABELS[name])
+        css = "" if name == "key" else ' class="num"'
+        if name == query.sort:
+            order = "ascending" if name == "key" else "descending"
+            head.append(f'<th{css} aria-sort="{order}">{label}</th>')
+        else:
+            head.append(f'<th{css}><a href="{_e(_owners_link(query.prefix, name))}">'
+                        f"{label}</a></th>")
+    rows = []
+    for owner in page.owners:
+        dead = (f"{owner.dead_letters:,}+" if owner.dead_letters >= DEAD_LETTER_COUNT_CAP
+                else str(owner.dead_letters))
+        cells = [
+            f'<td data-label="owner"><a class="id" href="{_e(scope_path(("owner", owner.key)))}">'
+            f"{_e(owner.key)}</a></td>",
+            f'<td class="num" data-label="queued">{owner.queued}</td>',
+            f'<td class="num" data-label="running">{owner.running}</td>',
+            f'<td class="num{" alert" if owner.overdue else ""}" data-label="overdue">'
+            f"{owner.overdue}</td>",
+            f'<td class="num{" alert" if owner.dead_letters else ""}" '
+            f'data-label="dead letters">{dead}</td>',
+            f'<td class="num" data-label="last activity">{_time(owner.last_activity_at)}</td>',
+        ]
+        rows.append(f'<tr data-owner="{_e(owner.key)}">{"".join(cells)}'
+                    f'<td class="num muted" data-label="as of">'
+                    f"{_time(owner.summarised_at)}</td></tr>")
+    return ('<section id="owners"><div class="scroll"><table class="stack"><thead><tr>'
+            f'{"".join(head)}<th class="num">as of</th></tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table></div></section>')
+
+
+def _owner_pager(query: OwnerQuery, page: OwnerPage) -> str:
+    links = []
+    if query.cursor is not None:
+        links.append(f'<a href="{_e(_owners_link(query.prefix, query.sort))}">First page</a>')
+    if page.cursor is not None:
+        links.append(f'<a rel="next" href="'
+                     f'{_e(_owners_link(query.prefix, query.sort, page.cursor))}">Next page</a>')
+    return f'<nav class="pager">{" ".join(links)}</nav>' if links else ""
 
 
 def _query_fields(query: str) -> dict[str, str] | None:

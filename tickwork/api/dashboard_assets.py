@@ -63,6 +63,13 @@ input[type=text], input[type=password] { font: inherit; padding: .35rem .5rem;
 .login label { display: block; margin: .6rem 0 .2rem; }
 .login p { margin: .6rem 0; }
 label.toggle { font-size: .9rem; color: var(--muted); white-space: nowrap; }
+form.search { display: flex; flex-wrap: wrap; align-items: center; gap: .4rem .6rem;
+  margin: .8rem 0; }
+form.search input[type=text] { flex: 1 1 12rem; }
+select { font: inherit; padding: .3rem .4rem; border: 1px solid var(--line);
+  border-radius: 4px; background: var(--bg); color: var(--fg); min-height: 2rem; }
+td.alert { color: var(--bad); font-weight: 600; }
+nav.pager { display: flex; gap: 1rem; margin: .8rem 0; }
 @media (max-width: 40rem) {
   main { padding: .3rem .5rem 2rem; }
   header { padding: .5rem; }
@@ -74,7 +81,7 @@ label.toggle { font-size: .9rem; color: var(--muted); white-space: nowrap; }
   table.stack td { display: block; border: 0; padding: .1rem .2rem; text-align: left; }
   table.stack td[data-label="queue"], table.stack td[data-label="job"],
   table.stack td[data-label="schedule"], table.stack td[data-label="payload"],
-  table.stack td[data-label="error"] { flex-basis: 100%; }
+  table.stack td[data-label="error"], table.stack td[data-label="owner"] { flex-basis: 100%; }
   table.stack td[data-label]::before { content: attr(data-label) ": "; color: var(--muted); }
   button, input[type=submit] { min-height: 2.4rem; }
 }

@@ -15,7 +15,7 @@ import json
 import sys
 from typing import Any
 
-from tickwork.api.operations import OPERATIONS, Operation
+from tickwork.api.operations import LIST_OWNERS, OPERATIONS, Operation
 from tickwork.api.routes import API_VERSION, MAX_BODY_BYTES
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
@@ -37,6 +37,13 @@ _SCOPES = (
     ("shared", "shared", "The shared queues: D1 on Cloudflare, PostgreSQL under "
                          "tickwork serve --postgres."),
 )
+
+
+#: The directory of owners: one route across owners (``operations.LIST_OWNERS``).
+DIRECTORY_PATH = f"/{API_VERSION}/owners"
+_DIRECTORY_TAG = "directory"
+_DIRECTORY_TEXT = ("Every owner with a summary of its jobs: a D1 table each JobOwner writes "
+                   "its row to on Cloudflare, the data directory under tickwork serve.")
 
 
 def _path_parameter(name: str) -> dict[str, Any]:
@@ -86,13 +93,16 @@ def openapi_document() -> dict[str, Any]:
             path = f"/{API_VERSION}/{prefix}/" + "/".join(operation.path)
             paths.setdefault(path, {})[operation.method.lower()] = _operation(
                 operation, tag, owner=tag == "owner")
+    paths[DIRECTORY_PATH] = {LIST_OWNERS.method.lower(): _operation(
+        LIST_OWNERS, _DIRECTORY_TAG, owner=False)}
     return {
         "openapi": "3.1.0",
         "info": {"title": "tickwork job service", "version": API_VERSION,
                  "description": "Every route but health needs Authorization: Bearer <token>. "
                                 "A refused request changes nothing."},
         "tags": [{"name": tag, "description": text} for _, tag, text in _SCOPES]
-        + [{"name": "health", "description": "Whether the server is up."}],
+        + [{"name": _DIRECTORY_TAG, "description": _DIRECTORY_TEXT},
+           {"name": "health", "description": "Whether the server is up."}],
         "security": [{"bearer": []}],
         "paths": paths,
         "components": {
@@ -120,8 +130,9 @@ def openapi_json() -> str:
 def route_table() -> str:
     """The routes as the Markdown table in docs/reference/http-api.md."""
     lines = ["| Method and path | Body | Reply | Answers |", "| --- | --- | --- | --- |"]
-    for operation in OPERATIONS:
-        path = "/v1/{scope}/" + "/".join(operation.path)
+    routes = [("/v1/{scope}/" + "/".join(operation.path), operation) for operation in OPERATIONS]
+    routes.append((DIRECTORY_PATH, LIST_OWNERS))
+    for path, operation in routes:
         schema = operation.body_schema
         if operation.query_params:
             body = "query: " + ", ".join(f"`{name}`" for name in operation.query_params)

@@ -27,6 +27,14 @@ from typing import Any, Final
 from tickwork._version import VERSION
 from tickwork.api import wire
 from tickwork.api.wire import ApiError
+from tickwork.directory import (
+    DEFAULT_OWNER_PAGE,
+    MAX_OWNER_PAGE,
+    SORTS,
+    OwnerQuery,
+    page_from_wire,
+    page_to_wire,
+)
 from tickwork.lifecycle.operations import (
     MAX_DEAD_LETTER_PAGE,
     MAX_JOB_PAGE,
@@ -156,6 +164,13 @@ class Operation:
     def arity(self) -> int:
         """How many arguments it takes (``perform``'s, but the runtime)."""
         return len(inspect.signature(self.perform).parameters) - 1
+
+    @property
+    def writes(self) -> bool:
+        """Whether it may change the scope's jobs: a declared write, or ingest
+        (the one undeclared operation that writes; it creates an owner)."""
+        declared = DECLARED.get(self.name)
+        return declared.writes if declared is not None else self.creates_owner
 
     @property
     def path_params(self) -> tuple[str, ...]:
@@ -921,3 +936,54 @@ OPERATIONS: Final = (
 
 #: Operations by name.
 BY_NAME: Final = {operation.name: operation for operation in OPERATIONS}
+
+
+# ------------------------------------------------------ the directory of owners
+
+
+def _decode_list_owners(args: Sequence[str], query: Any) -> tuple[tuple[Any, ...], Any]:
+    """A GET's query (strings, as sent) as one ``OwnerQuery``, checked whole."""
+    given = wire.fields({} if query is None else query, "query", (),
+                        ("prefix", "sort", "cursor", "limit"))
+    limit = _query_int(given, "limit", DEFAULT_OWNER_PAGE, 1, MAX_OWNER_PAGE)
+    return (OwnerQuery(given.get("prefix", ""), given.get("sort", "key"), given.get("cursor"),
+                       limit),), None
+
+
+def _list_owners_to_http(args: tuple[Any, ...]) -> tuple[tuple[str, ...], Any]:
+    query: OwnerQuery = args[0]
+    fields = {"sort": query.sort, "limit": str(query.limit)}
+    if query.prefix:
+        fields["prefix"] = query.prefix
+    if query.cursor is not None:
+        fields["cursor"] = query.cursor
+    return (), fields
+
+
+#: ``GET /v1/owners``: one page of the directory of owners. Not a scope's
+#: operation (it reads across owners), so it is not in ``OPERATIONS``: the
+#: routes, the OpenAPI document and the clients take it from here; each
+#: host serves it with its own directory (``JobApi(directory=...)``), whose
+#: ``list_owners(query)`` performs it.
+LIST_OWNERS: Final = Operation(
+    "list_owners", "GET", (),
+    "One page of the directory of owners, each with its summary (queued, running, "
+    "overdue, dead letters, last activity), by key or largest first",
+    _decode_list_owners,
+    lambda args, context, page: Reply(200, page_to_wire(page)),
+    perform=lambda directory, query: directory.list_owners(query),
+    result_to_wire=page_to_wire, result_from_wire=page_from_wire,
+    query_params={
+        "prefix": ({"type": "string", "maxLength": 256, "default": ""},
+                   "only the owners whose key starts with it"),
+        "sort": ({"type": "string", "enum": list(SORTS), "default": "key"},
+                 "key (in code point order), or a count or last_activity, largest first"),
+        "limit": ({"type": "integer", "minimum": 1, "maximum": MAX_OWNER_PAGE,
+                   "default": DEFAULT_OWNER_PAGE}, "owners per page"),
+        "cursor": ({"type": "string"}, "the cursor of the previous page (same sort)")},
+    answers={200: "up to limit owners; cursor (for the next page) is null on the last page; "
+                  "each summary is as of its summarised_at (at most a minute old while the "
+                  "owner changes)"},
+    reply_shape='`{"owners": [{"key", "queued", "running", "overdue", "dead_letters", '
+                '"last_activity_at", "summarised_at"}, ...], "cursor"}`',
+    to_http=_list_owners_to_http, from_http=page_from_wire, idempotent=True)

@@ -10,7 +10,9 @@ with an unexpected failure (a 500) is its own.
 Scopes: ``/v1/owners/{owner}/...`` addresses one owner's jobs (a
 ``JobOwner`` Durable Object, or one sqlite3 file locally);
 ``/v1/shared/...`` the shared queues (D1, or PostgreSQL locally). Path
-segments are percent-decoded, so ids may hold any text.
+segments are percent-decoded, so ids may hold any text. ``GET /v1/owners``
+(``operations.LIST_OWNERS``) reads across owners: a page of the host's
+directory of owners (``tickwork.directory``), not any one scope.
 
 Every /v1 route needs ``Authorization: Bearer <token>``: mutations by the
 contract, reads because job payloads are the caller's data. Only
@@ -27,14 +29,15 @@ import inspect
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import unquote
 
 from tickwork._version import VERSION
 from tickwork.api import dashboard, wire
-from tickwork.api.operations import OPERATIONS, Operation
+from tickwork.api.operations import LIST_OWNERS, OPERATIONS, Operation
 from tickwork.api.service import JobService, call
 from tickwork.api.wire import ApiError
+from tickwork.directory import OwnerPage, OwnerQuery
 from tickwork.model.jobs import (
     check_id,
 )
@@ -49,6 +52,15 @@ MAX_PATH_LENGTH = 10_000
 API_VERSION = "v1"
 
 OwnerServices = Callable[[str], JobService | Awaitable[JobService]]
+
+
+class DirectoryOfOwners(Protocol):
+    """A host's directory of owners (``GET /v1/owners``): the D1 table on
+    Cloudflare, the data directory under ``tickwork serve``."""
+
+    async def list_owners(self, query: OwnerQuery) -> OwnerPage:
+        """The page ``query`` asks for."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,9 +115,10 @@ class JobApi:
     """Routes /v1 requests to a scope's ``JobService``.
 
     ``owners(owner_key)`` returns (or resolves to) the service of one owner;
-    ``shared`` is the shared queues' service. Either may be None: its routes
-    then answer 404 ``scope_not_configured``. ``token`` is the bearer token;
-    with None every /v1 route but health answers 503 (fail closed).
+    ``shared`` is the shared queues' service; ``directory`` the directory of
+    owners. Any may be None: its routes then answer 404
+    ``scope_not_configured``. ``token`` is the bearer token; with None every
+    /v1 route but health answers 503 (fail closed).
     ``metrics()`` (optional) returns (or resolves to) the Prometheus text ``GET /v1/metrics``
     answers, behind the same token; without it that route answers 404.
     """
@@ -118,8 +131,10 @@ class JobApi:
         shared: JobService | None = None,
         max_body_bytes: int = MAX_BODY_BYTES,
         metrics: Callable[[], str | Awaitable[str]] | None = None,
+        directory: DirectoryOfOwners | None = None,
     ) -> None:
         self._token = token.encode() if token else None
+        self._directory = directory
         self._metrics = metrics
         self._owners = owners
         self._shared = shared
@@ -218,8 +233,13 @@ class JobApi:
         if not hmac.compare_digest(presented.strip().encode(), self._token):
             raise ApiError(401, "unauthorized", "wrong bearer token")
 
-    async def _service(self, scope: tuple[str, str | None]) -> JobService:
+    async def _service(self, scope: tuple[str, str | None]) -> Any:
         kind, owner = scope
+        if kind == "directory":
+            if self._directory is None:
+                raise ApiError(404, "scope_not_configured",
+                               "this server keeps no directory of owners")
+            return self._directory
         if kind == "shared":
             if self._shared is None:
                 raise ApiError(404, "scope_not_configured",
@@ -253,7 +273,8 @@ METRICS_ROUTE = "metrics"
 #: The Prometheus text exposition format's content type (tickwork.metrics has it too).
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
-#: (scope, operation, path arguments); the scope is ("shared", None) or ("owner", key).
+#: (scope, operation, path arguments); the scope is ("shared", None), ("owner", key)
+#: or ("directory", None) (``GET /v1/owners``).
 Route = tuple[tuple[str, str | None], Operation, list[str]]
 
 
@@ -281,6 +302,13 @@ def _match(rest: list[str], method: str) -> Route:
             # any route sees them; refuse them everywhere, alike on every host.
             raise ApiError(400, "bad_path", f"{segment!r} cannot be a path segment; "
                                             "ids '.' and '..' cannot be addressed")
+    if rest == ["owners"]:
+        # The directory of owners: one route, across owners.
+        if method != LIST_OWNERS.method:
+            raise ApiError(405, "method_not_allowed",
+                           f"{method[:40]} is not allowed here; use {LIST_OWNERS.method}",
+                           headers={"allow": LIST_OWNERS.method})
+        return ("directory", None), LIST_OWNERS, []
     if rest[:1] == ["shared"]:
         scope: tuple[str, str | None] = ("shared", None)
         tail = rest[1:]

@@ -106,20 +106,21 @@ class JobOwnerRpc:
     """What ``rpc_methods`` needs of the Durable Object class it decorates.
 
     ``_job_service()`` returns the object's service (underscored, so the
-    runtime does not list it as an RPC method); ``_after_call()`` runs after
-    every call that produced a reply, refusals included (``JobOwner`` brings
-    its alarm in step there).
+    runtime does not list it as an RPC method); ``_after_call(operation)``
+    runs after every call that produced a reply, refusals included
+    (``JobOwner`` brings its alarm in step there, and notes a write for the
+    directory of owners).
     """
 
     def _job_service(self) -> JobService:
         raise NotImplementedError
 
-    async def _after_call(self) -> None:
+    async def _after_call(self, operation: Operation) -> None:
         """Default: nothing."""
 
-    async def _reply(self, body: Callable[[], Awaitable[Any] | Any]) -> str:
+    async def _reply(self, operation: Operation, body: Callable[[], Awaitable[Any] | Any]) -> str:
         reply = await rpc_reply(body)
-        await self._after_call()
+        await self._after_call(operation)
         return reply
 
 
@@ -134,7 +135,7 @@ def _rpc_method(operation: Operation) -> Callable[..., Awaitable[str]]:
             decoded = operation.args_from_rpc(tuple(plain_data(arg) for arg in args))
             result = await call(self._job_service(), operation, decoded)
             return operation.result_to_wire(result)
-        return await self._reply(body)
+        return await self._reply(operation, body)
 
     method.__name__ = method.__qualname__ = operation.name
     method.__doc__ = f"RPC: {operation.summary} (a JSON text envelope)."

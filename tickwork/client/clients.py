@@ -4,6 +4,7 @@
     jobs = client.owner("alice")              # or client.shared()
     await jobs.ingest(Job("j1", queue="emails", payload={"to": "a@example.com"}))
     record = await jobs.read("j1")            # a JobRecord, or None
+    page = await client.list_owners(sort="dead_letters")  # the directory of owners
 
 Each method has the name, arguments and result type of the runtime method
 it calls on the host (``OwnerRuntime``, ``D1Runtime``, ``PostgresRuntime``):
@@ -23,8 +24,9 @@ import time
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
-from tickwork.api.operations import BY_NAME, Operation
+from tickwork.api.operations import BY_NAME, LIST_OWNERS, Operation
 from tickwork.client.core import (
+    DIRECTORY,
     SHARED,
     AsyncTransport,
     HttpAnswer,
@@ -38,6 +40,7 @@ from tickwork.client.core import (
     request_for,
     result_of,
 )
+from tickwork.directory import DEFAULT_OWNER_PAGE, OwnerPage, OwnerQuery
 from tickwork.lifecycle.surface import AsyncSurface, Declared, JobOperations, SyncSurface
 from tickwork.model.errors import InvalidArgument
 from tickwork.model.jobs import Job, JobRecord, validate_job
@@ -85,6 +88,12 @@ class _Settings:
         operation = BY_NAME[name]
         return operation, request_for(self.base_url, self.token, scope, operation, args)
 
+    def _owners_request(self, prefix: str, sort: str, cursor: str | None,
+                        limit: int) -> HttpRequest:
+        # OwnerQuery refuses bad values (InvalidArgument) before anything is sent.
+        query = OwnerQuery(prefix, sort, cursor, limit)
+        return request_for(self.base_url, self.token, DIRECTORY, LIST_OWNERS, (query,))
+
     def _health_request(self) -> HttpRequest:
         return HttpRequest("GET", f"{self.base_url}/v1/health", {"accept": "application/json"})
 
@@ -128,6 +137,18 @@ class AsyncClient(_Settings):
     async def health(self) -> bool:
         """Whether the host answers ``GET /v1/health`` with 200 (no token needed)."""
         return _health(await self._send(None, self._health_request()))
+
+    async def list_owners(self, *, prefix: str = "", sort: str = "key",
+                          cursor: str | None = None,
+                          limit: int = DEFAULT_OWNER_PAGE) -> OwnerPage:
+        """One page of the host's directory of owners (``GET /v1/owners``):
+        the owners whose key starts with ``prefix``, by ``sort`` ("key", or
+        "queued", "running", "overdue", "dead_letters", "last_activity",
+        largest first), ``limit`` (1 to 200) after ``cursor`` (the previous
+        page's ``cursor``, with the same sort and prefix)."""
+        request = self._owners_request(prefix, sort, cursor, limit)
+        page: OwnerPage = result_of(LIST_OWNERS, await self._send(LIST_OWNERS, request))
+        return page
 
     async def call(self, scope: tuple[str, ...], name: str, args: tuple[Any, ...]) -> Any:
         """Perform the operation ``name`` in ``scope``; its result."""
@@ -210,6 +231,13 @@ class Client(_Settings):
 
     def health(self) -> bool:
         return _health(self._send(None, self._health_request()))
+
+    def list_owners(self, *, prefix: str = "", sort: str = "key", cursor: str | None = None,
+                    limit: int = DEFAULT_OWNER_PAGE) -> OwnerPage:
+        """One page of the host's directory of owners (see ``AsyncClient.list_owners``)."""
+        request = self._owners_request(prefix, sort, cursor, limit)
+        page: OwnerPage = result_of(LIST_OWNERS, self._send(LIST_OWNERS, request))
+        return page
 
     def call(self, scope: tuple[str, ...], name: str, args: tuple[Any, ...]) -> Any:
         operation, request = self._request(scope, name, args)

@@ -26,6 +26,8 @@ from tickwork.model.jobs import check_id
 
 #: The shared queues' scope; an owner's is ``("owners", key)``.
 SHARED: Final = ("shared",)
+#: Where the directory of owners is (``GET /v1/owners``).
+DIRECTORY: Final = ("owners",)
 
 #: Statuses that say "try again later".
 RETRY_STATUSES: Final = frozenset({429, 502, 503, 504})

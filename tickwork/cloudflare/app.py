@@ -13,8 +13,10 @@ Bindings (see ``wrangler.toml``):
   503 (fail closed).
 * ``JOB_OWNERS``: the ``JobOwner`` Durable Object namespace. ``/v1/owners/{owner}/...``
   goes to ``RpcService(env.JOB_OWNERS.getByName(owner))``.
-* ``DB``: the D1 database of the shared queues (``/v1/shared/...``), with
-  ``schema/d1`` applied (``wrangler d1 migrations apply DB``).
+* ``DB``: the D1 database of the shared queues (``/v1/shared/...``) and of
+  the directory of owners (``GET /v1/owners``, the ``tickwork_owners`` table
+  each ``JobOwner`` writes its row to), with ``schema/d1`` applied
+  (``wrangler d1 migrations apply DB``).
 
 Requests: the head is checked first (``JobApi.refuse_early``: token, then
 route and method, then a declared content-length over the limit, 413), so a
@@ -80,11 +82,14 @@ from tickwork import Job
 from tickwork._pyodide import load_jsnull
 from tickwork.api import MAX_BODY_BYTES, ApiRequest, ApiResponse, JobApi, RpcService, RuntimeService
 from tickwork.api.wire import ApiError
+from tickwork.directory import OwnerPage, OwnerQuery
 from tickwork.locks import JobLock, LockLease, LockRun
 from tickwork.logs import DEFAULT_LOG_LEVEL, LOG_LEVEL_VAR, JsonLogHook, log_hook_for
+from tickwork.model.errors import SchemaError
 from tickwork.model.outcomes import IngestStatus, TickResult
 from tickwork.ports.host import Executor
 from tickwork.runtimes.d1 import D1Runtime
+from tickwork.stores.d1.owner_directory import D1OwnerDirectory
 
 __all__ = [
     "CRON_BUDGET_MS",
@@ -93,6 +98,7 @@ __all__ = [
     "CRON_LOCK_TTL_MS",
     "CRON_MAX_TICKS",
     "REFUSED_BODY_DRAIN_BYTES",
+    "ApiOwnerDirectory",
     "D1SharedJobs",
     "DomainHook",
     "ExecutorFactory",
@@ -265,6 +271,17 @@ def api_runtime(env: Any, db: Any, executors: ExecutorFactory) -> D1Runtime:
 # --------------------------------------------------------------------- API
 
 
+class ApiOwnerDirectory(D1OwnerDirectory):
+    """The directory of owners as the API reads it: a database without the
+    directory's migration answers 503 ``not_ready`` naming it (not a 500)."""
+
+    async def list_owners(self, query: OwnerQuery) -> OwnerPage:
+        try:
+            return await super().list_owners(query)
+        except SchemaError as error:
+            raise ApiError(503, "not_ready", str(error)) from None
+
+
 def build_api(env: Any, *, executors: ExecutorFactory,
               domain_statements: DomainHook | None = None) -> JobApi:
     """The /v1 API over ``env``'s bindings (a scope whose binding is missing
@@ -275,10 +292,11 @@ def build_api(env: Any, *, executors: ExecutorFactory,
     if namespace is not None:
         def owners(owner: str) -> RpcService:
             return RpcService(owner_stub(namespace, owner))
-    shared = None
+    shared = directory = None
     if db is not None:
         shared = D1SharedJobs(api_runtime(env, db, executors), env, domain_statements)
-    return JobApi(token=api_token(env), owners=owners, shared=shared)
+        directory = ApiOwnerDirectory(db)
+    return JobApi(token=api_token(env), owners=owners, shared=shared, directory=directory)
 
 
 async def handle_fetch(env: Any, request: Any, *, executors: ExecutorFactory,

@@ -42,6 +42,15 @@ handler runs it holds the wake: the RPC's flush writes nothing, and the
 handler brings the alarm in step when it ends (or, if that fails, the
 runtime's retry of the handler or its late re-arm covers it, as above).
 
+The directory of owners (``tickwork.cloudflare.owner_directory``): with a
+``DB`` binding the object registers itself in D1's ``tickwork_owners``
+after it first stores a job, and rewrites its summary at most once a
+minute while it changes. Every RPC call that may write, and every alarm
+whose ticks did something, notes a change; the alarm is armed for the
+write owed (``_next_tick_at``), which it makes after its ticks and after
+the alarm is in step. A failed write is logged and tried again a minute
+later; it never fails or holds up a call or a tick.
+
 Hooks for subclasses (underscored, so they are not RPC methods):
 ``_executors`` (the deployment's ``(env) -> Executor``, set by
 ``tickwork.cloudflare.job_owner_class``), or ``_executor()`` itself,
@@ -58,14 +67,16 @@ from workers import DurableObject  # type: ignore[import-not-found, unused-ignor
 
 from tickwork import JobRecord, OwnerRuntime
 from tickwork._pyodide import js_number
-from tickwork.api import JobOwnerRpc, JobService, RuntimeService, rpc_methods
+from tickwork.api import JobOwnerRpc, JobService, Operation, RuntimeService, rpc_methods
 from tickwork.cloudflare.alarm_wake import AlarmWake, alarm_retry_count
-from tickwork.cloudflare.app import event_log
+from tickwork.cloudflare.app import binding, event_log, log_error
+from tickwork.cloudflare.owner_directory import OwnerRegistration, object_name
 from tickwork.cloudflare.runtime_env import RuntimeEnv
 from tickwork.events import EventHook
 from tickwork.hosts.ticking import tick_until_idle
 from tickwork.ports.host import Executor, wall_clock_ms
 from tickwork.stores import DurableObjectDatabase
+from tickwork.stores.d1.owner_directory import D1OwnerDirectory
 
 logger = logging.getLogger(__name__)
 
@@ -91,8 +102,11 @@ class JobOwner(JobOwnerRpc, RuntimeEnv, DurableObject):  # type: ignore[misc, un
         super().__init__(ctx, env)  # self.env: one SDK wrapper, however many were applied
         storage = self.ctx.storage
         self._wake = AlarmWake(storage, next_at=self._next_tick_at, clock=self._now_ms)
+        # Set before the runtime, whose start may ask _next_tick_at.
+        self._registration: OwnerRegistration | None = None
+        database = DurableObjectDatabase(storage)
         self.runtime = OwnerRuntime(
-            DurableObjectDatabase(storage),
+            database,
             execute=self._executor(),
             is_alive=self._is_alive,
             wake=self._wake,
@@ -100,6 +114,10 @@ class JobOwner(JobOwnerRpc, RuntimeEnv, DurableObject):  # type: ignore[misc, un
             on_event=self._event_hook(),
         )
         self._jobs = RuntimeService(self.runtime)
+        db = binding(self.env, "DB")
+        if db is not None:
+            self._registration = OwnerRegistration(database, self.runtime, D1OwnerDirectory(db),
+                                                   log_error=log_error)
 
     # ------------------------------------------------------------ hooks
     # Underscored: the Python Workers runtime lists only public functions of
@@ -140,7 +158,14 @@ class JobOwner(JobOwnerRpc, RuntimeEnv, DurableObject):  # type: ignore[misc, un
         return self._jobs
 
     def _next_tick_at(self) -> int | None:
-        return self.runtime.next_tick_at()
+        """When the alarm is owed: the runtime's next tick, or the directory's
+        next write, whichever comes first."""
+        at = self.runtime.next_tick_at()
+        registration = self._registration
+        owed = None if registration is None else registration.due_at()
+        if owed is None:
+            return at
+        return owed if at is None else min(at, owed)
 
     # ------------------------------------------------------------ RPC
     # The RPC methods (one per operation of tickwork.api.OPERATIONS) are
@@ -154,9 +179,27 @@ class JobOwner(JobOwnerRpc, RuntimeEnv, DurableObject):  # type: ignore[misc, un
     # was lost (the runtime gave up retrying it, or the object died between
     # a commit and its setAlarm).
 
-    async def _after_call(self) -> None:
+    async def _after_call(self, operation: Operation) -> None:
+        registration = self._registration
+        if registration is not None:
+            try:
+                registration.learn_key(object_name(self.ctx))
+                if operation.writes:
+                    registration.note_change(self._now_ms())
+            except Exception as error:  # the directory never fails a call
+                log_error(f"owner directory: noting {operation.name} failed: "
+                          f"{type(error).__name__}: {error}")
         self._wake.mark_stale()
         await self._wake.flush()
+
+    def _ticked(self, result: Any) -> None:
+        """A tick did something (tick_until_idle reports no idle tick)."""
+        assert self._registration is not None
+        try:
+            self._registration.note_change(self._now_ms())
+        except Exception as error:  # the directory never fails a tick
+            log_error(f"owner directory: noting a tick failed: "
+                      f"{type(error).__name__}: {error}")
 
     # ------------------------------------------------------------ alarm
 
@@ -166,16 +209,26 @@ class JobOwner(JobOwnerRpc, RuntimeEnv, DurableObject):  # type: ignore[misc, un
         try:
             wake.delay_until(None)
             wake.hold()
+            registration = self._registration
             try:
                 ended = await tick_until_idle(
                     self.runtime, max_ticks=self.alarm_max_ticks,
-                    deadline_ms=self._now_ms() + self.alarm_budget_ms, now_ms=self._now_ms)
+                    deadline_ms=self._now_ms() + self.alarm_budget_ms, now_ms=self._now_ms,
+                    on_result=None if registration is None else self._ticked)
             finally:
                 wake.release()
             if ended.stop == "liveness_unknown":
                 wake.delay_until(self._now_ms() + self.alarm_liveness_retry_ms)
             wake.recompute()
             await wake.flush()
+            # The directory's write comes after the alarm is in step, so a
+            # slow or failing D1 holds up no job; it never raises.
+            if registration is not None:
+                owed = registration.due_at()
+                await registration.publish_if_due(self._now_ms())
+                if registration.due_at() != owed:  # written, or owed again later
+                    wake.recompute()
+                    await wake.flush()
         except Exception as error:
             if retry < self.alarm_raise_below_retry:
                 raise  # the runtime retries alarm() with backoff

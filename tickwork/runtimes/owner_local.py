@@ -34,6 +34,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Self, TypeVar, overload
 
+from tickwork.directory import DEAD_LETTER_COUNT_CAP, OwnerCounts, counts_from_backlog
 from tickwork.events import EventHook, check_hook, emit
 from tickwork.lifecycle import operations
 from tickwork.lifecycle.answers import OwnerLocalAnswers, answer_table
@@ -265,6 +266,14 @@ class _LocalRuntime(RuntimeOperations, SyncSurface):
             raise SchemaError(f"the owner's tickwork tables are at schema version {stored}; "
                               f"this runtime needs {SCHEMA_VERSION}")
         return stored
+
+    def owner_counts(self) -> OwnerCounts:
+        """The owner's counts for the directory of owners (``tickwork.directory``):
+        its queues' backlog (read from the indexes of unsettled jobs) and its
+        dead letters, counted up to ``DEAD_LETTER_COUNT_CAP``. Two reads,
+        bounded by the unsettled jobs and the cap, never the whole history."""
+        dead_letters = self._store.dead_letter_count(DEAD_LETTER_COUNT_CAP)
+        return counts_from_backlog(self.backlog(), dead_letters)
 
     def read_settled(self, limit: int, after_sequence: int = 0) -> list[JobRecord]:
         """The settled feed: settled jobs in enqueue order, after ``after_sequence``.

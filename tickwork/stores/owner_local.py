@@ -48,6 +48,7 @@ _DEAD_LETTERS = _render(sql.DEAD_LETTERS_LOCAL, "queue", "before_settled", "befo
 _SCHEMA_VERSION = _render(sql.SCHEMA_VERSION)
 _JOBS_BY_ID_PREFIX_FIRST = _render(sql.JOBS_BY_ID_PREFIX_FIRST, "low", "high", "limit")
 _JOBS_BY_ID_PREFIX_NEXT = _render(sql.JOBS_BY_ID_PREFIX_NEXT, "low", "high", "limit")
+_DEAD_LETTER_COUNT = _render(sql.DEAD_LETTER_COUNT_LOCAL, "cap")
 _LIST_JOBS = {key: template.render(sql.OWNER_LOCAL)
               for key, template in sql.LIST_JOBS_LOCAL.items()}
 _SELECT_SCHEDULE = _render(sql.SELECT_SCHEDULE, "name")
@@ -253,6 +254,11 @@ class OwnerLocalStore:
         """(queued, running, delayed, paused (0 or 1), then settled per outcome
         in OUTCOMES order)."""
         return self.database.query(_QUEUE_STATUS.text, (queue,))[0]
+
+    def dead_letter_count(self, cap: int) -> int:
+        """How many dead letters the owner holds (every queue's), up to about
+        ``cap``: at most ``cap`` filed ones are counted, plus the unfiled."""
+        return int(self._value(_DEAD_LETTER_COUNT, (cap,), "dead_letters"))
 
     def schema_version(self) -> int:
         """The schema version the database holds (a storage read)."""

@@ -199,3 +199,30 @@ async def test_a_retried_job_keeps_integer_times_in_its_stored_history(deploymen
     assert f'"ended_at":{deployment.clock()}' in text.replace(" ", "")
     record = (await call(deployment, "read", "r"))["value"]
     assert type(record["history"][0]["ended_at"]) is int
+
+
+async def test_an_owner_registers_in_d1_from_its_alarm_with_the_key_it_recorded(
+        deployment: Any) -> None:
+    """The directory's write, from the alarm of an object woken cold (no
+    ctx.id.name), on Miniflare's real D1: ints and strings bound through the
+    real FFI, the key the ingest's call recorded."""
+    from tickwork.stores.d1.binding import D1Binding
+
+    await call(deployment, "ingest", jobs_text(job("a"), job("b", payload={"do": "fail"})))
+    deployment.namespace.evict("tenant")
+    await deployment.alarm()
+    assert deployment.instance().ctx.id.name is None  # JS undefined
+    rows = await D1Binding(deployment.db).query(
+        "SELECT owner, queued, running, overdue, dead_letters, summarised_at "
+        "FROM tickwork_owners")
+    assert rows == [("tenant", 0, 0, 0, 1, deployment.clock())]
+    assert await deployment.armed() is None  # nothing owed, nothing pending
+    # A minute on, a later write sets only what changed (an UPDATE).
+    deployment.clock.advance(60_000)
+    await call(deployment, "pause", "q")
+    await call(deployment, "ingest", jobs_text(job("c")))
+    await deployment.alarm()
+    rows = await D1Binding(deployment.db).query(
+        "SELECT owner, queued, running, overdue, dead_letters, summarised_at "
+        "FROM tickwork_owners")
+    assert rows == [("tenant", 1, 0, 1, 1, deployment.clock())]

@@ -89,9 +89,13 @@ class DurableObjects:
             self._storages[name] = tickwork_tier.newStorage()
         return self._storages[name]
 
-    def instance(self, name: str) -> Any:
+    def instance(self, name: str, *, by_alarm: bool = False) -> Any:
+        """The object's instance, made if there is none: one its alarm makes
+        (``by_alarm``) has no ``ctx.id.name`` for its life, as observed in
+        workerd (see ``js/bindings.mjs``)."""
         if name not in self._instances:
-            ctx = tickwork_tier.bindings.DurableObjectState.new(self.storage(name), name)
+            ctx = tickwork_tier.bindings.DurableObjectState.new(self.storage(name), name,
+                                                                not by_alarm)
             self._instances[name] = self.runtime.construct(self.cls, ctx)
         return self._instances[name]
 
@@ -114,7 +118,7 @@ class DurableObjects:
         """Deliver the object's alarm, as the runtime does (it clears it first)."""
         await self.storage(name).deleteAlarm()
         info = tickwork_tier.bindings.AlarmInvocationInfo.new(retry_count)
-        instance = self.instance(name)
+        instance = self.instance(name, by_alarm=True)
         await self.runtime.event(lambda: instance.alarm(info), f"alarm of {name}")
 
     def close(self) -> None:

@@ -66,14 +66,17 @@ export class D1Database {
 }
 
 export class DurableObjectId {
-  constructor(name) {
-    this.name = name;
+  // `named` false: the id of an object its alarm woke cold, whose `name` is
+  // undefined (observed in workerd 1.20260424.1, cloudflare/partykit#391).
+  constructor(name, named = true) {
+    this._name = name;
+    this.name = named ? name : undefined;
   }
   toString() {
-    return `id-${this.name}`;
+    return `id-${this._name}`;
   }
   equals(other) {
-    return other instanceof DurableObjectId && other.name === this.name;
+    return other instanceof DurableObjectId && other._name === this._name;
   }
 }
 
@@ -123,9 +126,9 @@ export class DurableObjectNamespace {
 }
 
 export class DurableObjectState {
-  constructor(storage, name) {
+  constructor(storage, name, named = true) {
     this.storage = storage;
-    this.id = new DurableObjectId(name);
+    this.id = new DurableObjectId(name, named);
   }
   waitUntil(promise) {
     Promise.resolve(promise).catch(() => {});

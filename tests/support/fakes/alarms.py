@@ -5,7 +5,8 @@ Each object's alarm lives in its storage (``setAlarm`` / ``getAlarm`` /
 delivers every alarm that is due at ``clock()``: it wakes the object if it
 has no instance, clears the alarm and awaits ``alarm(alarm_info)``.
 
-Rules reproduced (C = confirmed in docs/facts file, A = assumption):
+Rules reproduced (C = confirmed in docs/facts file, M = measured in real workerd,
+O = observed by others and reported in public, A = assumption):
 
 * C One alarm per object; ``setAlarm`` replaces it. During the handler
   ``getAlarm()`` is null unless the handler set a new one (docs: alarms API).
@@ -23,6 +24,9 @@ Rules reproduced (C = confirmed in docs/facts file, A = assumption):
   back; a persisted alarm fires again after the runtime restarts (it lives in
   the object's storage).
 * C The constructor runs again on every wake-up.
+* O An instance the alarm wakes has no ``ctx.id.name`` (undefined) for its
+  whole life (observed by cloudflare/partykit#391, see
+  ``FakeDurableObjectNamespace.instance``).
 * A An eviction while ``alarm()`` runs (``evict(name)``: the isolate dies,
   the instance's storage handle stops working, its coroutine is cancelled)
   counts as a failed try and is retried like one.
@@ -166,7 +170,7 @@ class AlarmScheduler:
     async def _invoke(self, name: str, count: int, chain_start: int, *,
                       duplicate: bool) -> Delivery:
         namespace = self.namespace
-        instance = namespace.instance(name)
+        instance = namespace.instance(name, by_alarm=True)
         info = JsObject([("retryCount", float(count)), ("isRetry", count > 0)])
         started = self.clock()
         task = asyncio.ensure_future(instance.alarm(info))

@@ -18,6 +18,11 @@ Storage layout of the data directory (``--data DIR``)::
   purges and failed lanes of an owner without a file are answered by an
   empty in-memory runtime, so they create nothing.
 
+**The directory of owners** (``GET /v1/owners``) is this directory:
+``OwnerDirectory.listing`` (``tickwork.hosts.cpython.directory``) learns
+every key from the start-up scan and each new file, and keeps each owner's
+summary, read from its file at most once a minute.
+
 The engine's tables (``tickwork_jobs``, ``tickwork_meta``) are created and
 versioned by ``OwnerRuntime`` itself. Connections run in autocommit mode
 (``isolation_level=None``) with ``journal_mode=WAL`` and the default
@@ -77,9 +82,11 @@ from typing import Any
 
 from tickwork import OwnerRuntime
 from tickwork.api import ApiError, JobService, Operation, RuntimeService, ScopedService
+from tickwork.directory import OwnerCounts
 from tickwork.events import EventHook
 from tickwork.executors import Executor
 from tickwork.hosts.cpython.common import Log, finish_tasks, stderr
+from tickwork.hosts.cpython.directory import DataDirectoryOwners
 from tickwork.hosts.cpython.progress import Progress
 from tickwork.hosts.cpython.sqlite_files import open_sqlite3
 from tickwork.hosts.ticking import tick_until_idle
@@ -247,6 +254,8 @@ class OwnerDirectory:
         # process writes it, through an open runtime), and a wait that ends
         # opens it again (its due timer).
         self._closed_backlogs: dict[str, list[QueueBacklog]] = {}
+        #: The directory of owners (``GET /v1/owners``): every owner file.
+        self.listing = DataDirectoryOwners(self._open_counts, log=self._log)
 
     # ---------------------------------------------------------------- API side
 
@@ -298,6 +307,7 @@ class OwnerDirectory:
                 self._log(f"tickwork serve: {path.name} holds owner {key!r}, whose file "
                           "name differs; skipped")
                 continue
+            self.listing.add(key, path)
             owner = self._open.get(key)
             if owner is None:
                 try:
@@ -334,6 +344,11 @@ class OwnerDirectory:
                 self._log(f"tickwork serve: cannot read the backlog of owner {owner.key!r}: "
                           f"{error}")
         return found
+
+    def _open_counts(self, key: str) -> OwnerCounts | None:
+        """The counts of owner ``key`` read through its runtime, if it is open."""
+        owner = self._open.get(key)
+        return None if owner is None else owner.runtime.owner_counts()
 
     # ---------------------------------------------------------------------- wake
 
@@ -503,6 +518,7 @@ class OwnerDirectory:
             raise
         owner = _Owner(key, path, connection, runtime)
         self._open[key] = owner
+        self.listing.add(key, path)
         self._closed_backlogs.pop(key, None)  # read live while open
         return owner
 

@@ -268,7 +268,8 @@ async def serve(options: argparse.Namespace) -> int:
                 backlog += await shared.backlog()
             return metrics.prometheus_text(backlog)
 
-        api = JobApi(token=token, owners=store.service, shared=shared_service, metrics=scrape)
+        api = JobApi(token=token, owners=store.service, shared=shared_service, metrics=scrape,
+                     directory=store.listing)
         server = ApiServer(api)
         try:
             host, port = await server.start(options.host, options.port)

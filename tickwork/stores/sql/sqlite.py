@@ -885,6 +885,20 @@ DEAD_LETTERS_LOCAL = Template("dead_letters", settled_page(
     "tickwork_jobs_dead", _DEAD_LETTER, _DEAD_LETTER_ORDER, ":limit"),
     _DEAD_LETTERS_PARAMS, JOB_ROWS, _local)
 
+# An owner's dead letters (every queue's), counted up to :cap for its
+# summary in the directory of owners (tickwork.directory): the filed ones
+# through the partial index of dead letters, at most :cap entries of it, so
+# the cost is bounded however long the history; then the settlements not
+# filed yet (a few dozen rows at most). Owner-local only: D1's shared
+# queues have no directory.
+DEAD_LETTER_COUNT_LOCAL = Template("dead_letter_count", f"""
+SELECT (SELECT count(*) FROM (
+            SELECT 1 FROM tickwork_jobs INDEXED BY tickwork_jobs_dead
+            WHERE filed = 1 AND {DEAD_OUTCOME_CHAIN}
+            LIMIT :cap))
+     + (SELECT count(*) FROM {UNFILED} AND {DEAD_OUTCOME_CHAIN}) AS dead_letters
+""", ("cap",), Columns("dead_letters"), _local)
+
 # ------------------------------------------------------------ browsing
 # list_jobs: one statement per (by, state, outcome given, order), each a
 # range scan of the index named in it (INDEXED BY: a missing index is an
