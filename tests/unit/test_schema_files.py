@@ -56,15 +56,16 @@ def test_the_migration_list_is_pinned() -> None:
                           "0003_settled_by_queue.sql", "0004_due_times.sql",
                           "0005_paused_queues.sql", "0006_retries.sql",
                           "0007_schedules.sql", "0008_error_summaries.sql",
-                          "0009_browse.sql")
-    assert SCHEMA_VERSION == 9
+                          "0009_browse.sql", "0010_retention.sql")
+    assert SCHEMA_VERSION == 10
     # PostgreSQL alone has 0010 (its claims lock per queue; D1 runs one
     # statement at a time and needs no lock), 0011 (plans of its function)
-    # and 0012 (its claim walking again when it came up short).
-    assert POSTGRES_MIGRATIONS[:-3] == MIGRATIONS
-    assert POSTGRES_MIGRATIONS[-3:] == ("0010_queue_claims.sql", "0011_generic_claim_plans.sql",
-                                        "0012_claim_passes.sql")
-    assert POSTGRES_SCHEMA_VERSION == 12
+    # and 0012 (its claim walking again when it came up short); its 0013 is
+    # D1's 0010 (retention).
+    assert POSTGRES_MIGRATIONS[:9] == MIGRATIONS[:9]
+    assert POSTGRES_MIGRATIONS[9:] == ("0010_queue_claims.sql", "0011_generic_claim_plans.sql",
+                                       "0012_claim_passes.sql", "0013_retention.sql")
+    assert POSTGRES_SCHEMA_VERSION == 13
 
 
 @pytest.mark.parametrize("dialect", ["d1", "postgres"])

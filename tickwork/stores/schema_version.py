@@ -4,23 +4,29 @@ The shared runtimes never migrate (a migration tool does: ``wrangler d1
 migrations apply``, psql, ...). Each migration file ends by recording its
 number as ``schema_version`` in ``tickwork_meta``, and the runtime checks that
 number before its first operation. The dialects share their first nine
-migrations (same names); PostgreSQL has more where only its SQL changes.
+migrations (same names); PostgreSQL has more where only its SQL changes, and
+each has its own number for the ones after (D1's 0010 is PostgreSQL's 0013).
 """
 
 from __future__ import annotations
 
 from tickwork.model.errors import SchemaError
 
-#: The migrations of schema/d1, in order; schema/postgres starts with the same.
-MIGRATIONS = ("0001_tickwork_jobs.sql", "0002_job_locks.sql", "0003_settled_by_queue.sql",
-              "0004_due_times.sql", "0005_paused_queues.sql", "0006_retries.sql",
-              "0007_schedules.sql", "0008_error_summaries.sql", "0009_browse.sql")
+#: The migrations both dialects share (same names), in order.
+SHARED_MIGRATIONS = ("0001_tickwork_jobs.sql", "0002_job_locks.sql",
+                     "0003_settled_by_queue.sql", "0004_due_times.sql",
+                     "0005_paused_queues.sql", "0006_retries.sql", "0007_schedules.sql",
+                     "0008_error_summaries.sql", "0009_browse.sql")
 
-#: The migrations of schema/postgres, in order: D1's, then claims locked per
-#: queue instead of behind one lock, the group commit's generic plans, and
-#: its claim walking again when it came up short.
-POSTGRES_MIGRATIONS = (*MIGRATIONS, "0010_queue_claims.sql", "0011_generic_claim_plans.sql",
-                       "0012_claim_passes.sql")
+#: The migrations of schema/d1, in order: the shared ones, then retention.
+MIGRATIONS = (*SHARED_MIGRATIONS, "0010_retention.sql")
+
+#: The migrations of schema/postgres, in order: the shared ones, then claims
+#: locked per queue instead of behind one lock, the group commit's generic
+#: plans, its claim walking again when it came up short, and retention.
+POSTGRES_MIGRATIONS = (*SHARED_MIGRATIONS, "0010_queue_claims.sql",
+                       "0011_generic_claim_plans.sql", "0012_claim_passes.sql",
+                       "0013_retention.sql")
 
 #: The schema_version a D1 database has once every migration above has run.
 SCHEMA_VERSION = len(MIGRATIONS)
