@@ -128,6 +128,7 @@ from tickwork.ports.host import (
 from tickwork.ports.host import (
     Wake as WakePort,
 )
+from tickwork.runtimes import pruning
 from tickwork.runtimes.draining import Budget, drain_loop
 from tickwork.runtimes.execution import nonblocking, run_executor
 from tickwork.runtimes.pruning import MAX_BATCHES_PER_PASS, PruneSchedule
@@ -309,7 +310,7 @@ class _LocalRuntime(RuntimeOperations, SyncSurface):
                 if last < PRUNE_BATCH:
                     break
         except Exception:
-            logger.exception("tickwork could not prune settled jobs; trying again later")
+            pruning.logger.exception("tickwork could not prune settled jobs; trying again later")
             last = 0
         self._pruning.ran(now, last)
         return total

@@ -15,11 +15,15 @@ Pure Python: runs on Pyodide as well.
 
 from __future__ import annotations
 
+import logging
 from typing import Final
 
 from tickwork.model.retention import PRUNE_BATCH
 
 __all__ = ["MAX_BATCHES_PER_PASS", "PRUNE_INTERVAL_MS", "PruneSchedule"]
+
+#: Where a pass that failed is logged (it is never raised into a host loop).
+logger = logging.getLogger("tickwork.pruning")
 
 #: How often a pass runs while the last one left nothing to prune: the
 #: cutoffs move by a minute, which a policy measured in hours or days does

@@ -116,6 +116,7 @@ from tickwork.model.signals import AbortSignal, LeasedSignal
 from tickwork.ports.host import SharedExecutor
 from tickwork.ports.host import Wake as WakePort
 from tickwork.ports.shared_store import SharedStore
+from tickwork.runtimes import pruning
 from tickwork.runtimes.draining import Budget, drain_loop
 from tickwork.runtimes.execution import nonblocking, run_executor
 from tickwork.runtimes.pruning import MAX_BATCHES_PER_PASS, PruneSchedule
@@ -241,7 +242,7 @@ class SharedRuntime(RuntimeOperations, AsyncSurface):
                 if last < PRUNE_BATCH:
                     break
         except Exception:
-            logger.exception("tickwork could not prune settled jobs; trying again later")
+            pruning.logger.exception("tickwork could not prune settled jobs; trying again later")
             last = 0
         self._pruning.ran(now, last)
         return total
