@@ -223,6 +223,7 @@ CLIENT_ARGS: dict[str, tuple[Any, ...]] = {
     "resume_schedule": ("n",),
     "delete_schedule": ("n",),
     "retention": (),
+    "storage": (),
     "set_retention": ("q é", 86_400_000, None),
     "clear_retention": (None,),
 }

@@ -213,3 +213,22 @@ async def test_a_year_of_settled_history_stays_bounded(engine: Engine) -> None:
     states = await engine.job_states()
     assert sum(outcome == "failed" for _, outcome in states.values()) == 30
     assert sum(outcome == "completed" for _, outcome in states.values()) == 7
+
+
+async def test_the_storage_report_shows_what_a_prune_took(engine: Engine) -> None:
+    jobs, now = engine.timed_runtime()
+    await _settle(jobs, *((f"j{n}", "q", "complete") for n in range(20)),
+                  ("broke", "q", "fail"))
+    await jobs.redrive("broke", "r-1")
+    await jobs.drain()
+    await jobs.ingest(job("waiting", queue="q", delay_ms=DAY_MS * 100))
+    before = await jobs.storage()
+    assert (before.rows["tickwork_jobs"], before.rows["tickwork_redrives"]) == (22, 1)
+    now.advance(DEFAULT_KEEP_FAILED_MS + 1)
+    assert await jobs.prune() == 21
+    after = await jobs.storage()
+    assert (after.rows["tickwork_jobs"], after.rows["tickwork_redrives"]) == (1, 0)
+    if engine.kind == "d1-builtin":
+        assert after.size_bytes is None  # D1 reports it in `wrangler d1 info`
+    else:
+        assert after.size_bytes is not None and after.size_bytes > 0

@@ -888,3 +888,23 @@ def test_prune_settled_deletes_settled_jobs_past_their_cutoff_and_their_redrive_
     assert store.prune_settled("q", T0 + 10**9, T0 + 10**9, 10) == 1  # "young"
     assert sorted(row[0] for row in local_store.rows(
         "SELECT job_id FROM tickwork_jobs")) == ["elsewhere", "running", "waiting"]
+
+
+@covers("storage_usage")
+def test_storage_usage_counts_each_table_and_sizes_the_database(
+        local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    empty = store.storage_usage()
+    assert empty.rows == {"tickwork_jobs": 0, "tickwork_redrives": 0, "tickwork_schedules": 0,
+                          "tickwork_paused_queues": 0, "tickwork_retention": 0}
+    assert empty.size_bytes is not None and empty.size_bytes > 0
+    dead_letter(local_store, "d", "q", T0 + 1)
+    store.redrive("d", "r1", T0 + 2)
+    queued(local_store, "a", "b")
+    store.create_schedule(valid_schedule(), T0 + 60_000, T0)
+    store.pause_queue("q", T0)
+    store.put_retention(RetentionPolicy("q", None, None), T0)
+    report = store.storage_usage()
+    assert report.rows == {"tickwork_jobs": 3, "tickwork_redrives": 1, "tickwork_schedules": 1,
+                           "tickwork_paused_queues": 1, "tickwork_retention": 1}
+    assert report.size_bytes is not None and report.size_bytes >= empty.size_bytes

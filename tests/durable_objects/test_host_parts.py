@@ -187,7 +187,7 @@ RPC_METHODS = ["alarm", "backlog", "cancel", "clear_retention", "dead_letters",
                "pause_schedule", "purge", "put_schedule", "queue_status", "read",
                "read_queue_head", "read_settled", "ready", "redrive", "redrive_dead_letters",
                "resume", "resume_schedule", "retention", "schedules", "set_retention",
-               "status"]
+               "status", "storage"]
 
 
 def _own_public_functions(cls: type) -> list[str]:

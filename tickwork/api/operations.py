@@ -879,6 +879,17 @@ OPERATIONS: Final = (
                     '"updated_at"}, ...]}`',
         from_http=lambda body: _policies_from_wire(body["policies"]), idempotent=True),
     Operation(
+        "storage", "GET", ("storage",),
+        "What the scope's store holds: its size in bytes (null on D1) and each tickwork "
+        "table's row count (reads every row: not for a probe polled every few seconds)",
+        _nothing,
+        lambda args, context, report: Reply(200, wire.storage_to_wire(report)),
+        result_to_wire=wire.storage_to_wire, result_from_wire=wire.storage_from_wire,
+        answers={200: "the size (pages in use; a Durable Object's databaseSize) and the "
+                      "row counts by table"},
+        reply_shape='`{"size_bytes", "rows": {"tickwork_jobs", ...}}`',
+        from_http=wire.storage_from_wire, idempotent=True),
+    Operation(
         "set_retention", "POST", ("retention",),
         "Keep a queue's settled jobs (or, with queue null, every queue's without a policy "
         "of its own) this long after they settle; null keeps them forever",

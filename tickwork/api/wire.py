@@ -37,7 +37,7 @@ from tickwork.model.outcomes import (
     QueueStatus,
     RedriveResult,
 )
-from tickwork.model.retention import RetentionPolicy
+from tickwork.model.retention import RetentionPolicy, StorageReport
 from tickwork.model.schedules import Schedule, ScheduledJob, ScheduleRecord
 
 _JOB_KEYS = ("job_id", "queue", "lane", "priority", "payload", "recovery", "run_at",
@@ -525,3 +525,11 @@ def retention_to_wire(policy: RetentionPolicy) -> dict[str, Any]:
 def retention_from_wire(value: Mapping[str, Any]) -> RetentionPolicy:
     return RetentionPolicy(value["queue"], value["keep_completed_ms"], value["keep_failed_ms"],
                            value["updated_at"])
+
+
+def storage_to_wire(report: StorageReport) -> dict[str, Any]:
+    return {"size_bytes": report.size_bytes, "rows": dict(report.rows)}
+
+
+def storage_from_wire(value: Mapping[str, Any]) -> StorageReport:
+    return StorageReport(value["size_bytes"], dict(value["rows"]))

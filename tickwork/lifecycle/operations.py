@@ -71,6 +71,7 @@ from tickwork.lifecycle.requests import (
     SettleNextCancelled,
     SettleRecovered,
     StatusGroups,
+    StorageUsage,
     StoreNow,
     Suspect,
     Wake,
@@ -129,6 +130,7 @@ from tickwork.model.retention import (
     MAX_PRUNE_BATCH,
     PRUNE_BATCH,
     RetentionPolicy,
+    StorageReport,
     check_policy_queue,
     policy_for,
     validate_policy,
@@ -684,6 +686,16 @@ def clear_retention(queue: str | None) -> Plan[bool]:
     when there was one."""
     removed: bool = yield DeleteRetention(check_policy_queue(queue))
     return removed
+
+
+def storage() -> Plan[StorageReport]:
+    """What the scope's store holds: its size in bytes (None on D1) and each
+    tickwork table's row count. The size costs no row read; the counts read
+    every row of each table (billed as rows read on a Durable Object and on
+    D1): for an operator or a dashboard, not for a probe polled every few
+    seconds (``ready`` is that)."""
+    report: StorageReport = yield StorageUsage()
+    return report
 
 
 def prune(*, limit: int = PRUNE_BATCH) -> Plan[int]:

@@ -301,6 +301,11 @@ class DeleteRetention(Request):
 
 
 @dataclass(slots=True)
+class StorageUsage(Request):
+    """The store's size and its tables' row counts -> ``StorageReport``."""
+
+
+@dataclass(slots=True)
 class SettledQueues(Request):
     """Every queue that has settled jobs, by name -> ``list[str]``."""
 

@@ -132,6 +132,7 @@ class JobOperations:
     list_jobs = Declared(operations.list_jobs, writes=False)
     schedules = Declared(operations.schedules, writes=False)
     retention = Declared(operations.retention, writes=False)
+    storage = Declared(operations.storage, writes=False)
     # changes
     cancel = Declared(operations.cancel, writes=True)
     fail_lane = Declared(operations.fail_lane, writes=True)

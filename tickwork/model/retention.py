@@ -32,6 +32,7 @@ __all__ = [
     "MIN_KEEP_MS",
     "PRUNE_BATCH",
     "RetentionPolicy",
+    "StorageReport",
 ]
 
 HOUR_MS: Final = 3_600_000
@@ -83,6 +84,17 @@ class RetentionPolicy:
     @property
     def keeps_everything(self) -> bool:
         return self.keep_completed_ms is None and self.keep_failed_ms is None
+
+
+@dataclass(frozen=True, slots=True)
+class StorageReport:
+    """What a scope's store holds: ``size_bytes``, the bytes of the pages in
+    use (a Durable Object's ``databaseSize``, an owner's sqlite3 file, the
+    tickwork tables on PostgreSQL; None on D1, whose size ``wrangler d1
+    info`` reports), and ``rows``, each tickwork table's row count by name."""
+
+    size_bytes: int | None
+    rows: dict[str, int]
 
 
 #: The scope's default while none is stored.

@@ -15,7 +15,7 @@ from typing import Any, Literal, Protocol, TypeAlias
 from tickwork.lifecycle import Settlement
 from tickwork.lifecycle.requests import ClaimView, JobListing, Suspect
 from tickwork.model.jobs import JobRecord, ValidJob
-from tickwork.model.retention import RetentionPolicy
+from tickwork.model.retention import RetentionPolicy, StorageReport
 from tickwork.model.schedules import StoredSchedule, ValidSchedule
 
 RenewAnswer: TypeAlias = Literal["held", "cancelled", "lost"]
@@ -231,3 +231,7 @@ class SharedStore(Protocol):
         with their redrive ids, in one transaction or batch; how many jobs
         were deleted. Never a queued or running job: the delete is fenced on
         the row being settled past its cutoff still."""
+
+    async def storage_usage(self) -> StorageReport:
+        """The database's size in bytes where the store can read it without
+        reading rows (None on D1), and each tickwork table's row count."""

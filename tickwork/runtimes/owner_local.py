@@ -90,6 +90,7 @@ from tickwork.lifecycle.requests import (
     SettleNextCancelled,
     SettleRecovered,
     StatusGroups,
+    StorageUsage,
     StoreNow,
     Suspect,
     Wake,
@@ -114,7 +115,7 @@ from tickwork.model.outcomes import (
     QueueTransition,
     TickResult,
 )
-from tickwork.model.retention import PRUNE_BATCH, RetentionPolicy
+from tickwork.model.retention import PRUNE_BATCH, RetentionPolicy, StorageReport
 from tickwork.model.schedules import StoredSchedule
 from tickwork.model.signals import AbortSignal
 from tickwork.ports.database import SyncDatabase
@@ -925,6 +926,9 @@ class _LocalAnswers(OwnerLocalAnswers):
     def prune_settled(self, request: PruneSettled) -> int:
         return self._store.prune_settled(request.queue, request.completed_before,
                                          request.failed_before, request.limit)
+
+    def storage_usage(self, request: StorageUsage) -> StorageReport:
+        return self._store.storage_usage()
 
     # schedules
     def find_schedule(self, request: FindSchedule) -> StoredSchedule | None:

@@ -94,6 +94,7 @@ from tickwork.lifecycle.requests import (
     SettleNextCancelled,
     SettleRecovered,
     StatusGroups,
+    StorageUsage,
     StoreNow,
     Wake,
     event_of,
@@ -110,7 +111,7 @@ from tickwork.model.jobs import (
 from tickwork.model.outcomes import (
     TickResult,
 )
-from tickwork.model.retention import PRUNE_BATCH, RetentionPolicy
+from tickwork.model.retention import PRUNE_BATCH, RetentionPolicy, StorageReport
 from tickwork.model.schedules import StoredSchedule
 from tickwork.model.signals import AbortSignal, LeasedSignal
 from tickwork.ports.host import SharedExecutor
@@ -720,6 +721,9 @@ class _SharedRuntimeAnswers(SharedAnswers):
         return self._store.prune_settled(request.queue, request.completed_before,
                                          request.failed_before, request.limit)
 
+    def storage_usage(self, request: StorageUsage) -> Awaitable[StorageReport]:
+        return self._store.storage_usage()
+
     # schedules
     def find_schedule(self, request: FindSchedule) -> Awaitable[StoredSchedule | None]:
         return self._store.find_schedule(request.name)
@@ -813,6 +817,7 @@ _AWAITED = frozenset({
     StoreNow, FindSchedule, ListSchedules, CreateSchedule, ReplaceSchedule, PauseSchedule,
     ResumeSchedule, DeleteSchedule, DueSchedules, FireSlots, ListJobs, Backlog,
     RetentionPolicies, PutRetention, DeleteRetention, SettledQueues, PruneSettled,
+    StorageUsage,
 })
 
 

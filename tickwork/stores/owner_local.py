@@ -16,9 +16,9 @@ from tickwork.lifecycle import Settlement
 from tickwork.lifecycle.requests import JobListing
 from tickwork.model.errors import IngestConflict
 from tickwork.model.jobs import JobRecord, ValidJob, cargo_differences
-from tickwork.model.retention import SCOPE_KEY, RetentionPolicy
+from tickwork.model.retention import SCOPE_KEY, RetentionPolicy, StorageReport
 from tickwork.model.schedules import StoredSchedule, ValidSchedule
-from tickwork.ports.database import CountingDatabase, Row, SyncDatabase
+from tickwork.ports.database import CountingDatabase, Row, SizedDatabase, SyncDatabase
 from tickwork.stores.index_batching import IndexBatching
 from tickwork.stores.rows import (
     CARGO,
@@ -94,6 +94,7 @@ _SETTLED_QUEUES = _render(sql.SETTLED_QUEUES)
 _PRUNABLE = _render(sql.PRUNABLE, "queue", "completed_before", "failed_before", "limit")
 _PRUNE_REDRIVES = _render(sql.PRUNE_REDRIVES, "job_ids", "completed_before", "failed_before")
 _PRUNE_JOBS = _render(sql.PRUNE_JOBS, "job_ids", "completed_before", "failed_before")
+_STORAGE_ROWS = _render(sql.STORAGE_ROWS)
 _READ_SETTLED_OUTSIDE_LANE = _render(sql.READ_SETTLED_OUTSIDE_LANE,
                                      "after_sequence", "limit", "lane")
 
@@ -582,3 +583,11 @@ class OwnerLocalStore:
                                              (job_ids, completed_before, failed_before)))
 
         return self.database.atomic(prune)
+
+    def storage_usage(self) -> StorageReport:
+        """The database's size, when it can say (``SizedDatabase``), and each
+        table's row count (one statement reading every row)."""
+        counts = self.database.query(_STORAGE_ROWS.text)[0]
+        size = self.database.size_bytes() if isinstance(self.database, SizedDatabase) else None
+        return StorageReport(size, {table: int(count) for table, count in
+                                    zip(sql.STORAGE_TABLES, counts, strict=True)})

@@ -13,7 +13,7 @@ from typing import Any
 from tickwork.lifecycle import Settlement
 from tickwork.lifecycle.requests import ClaimView, JobListing, Suspect
 from tickwork.model.jobs import JobRecord, ValidJob, replay_flags, stored_cargo
-from tickwork.model.retention import SCOPE_KEY, RetentionPolicy
+from tickwork.model.retention import SCOPE_KEY, RetentionPolicy, StorageReport
 from tickwork.model.schedules import StoredSchedule, ValidSchedule
 from tickwork.ports.shared_store import CancelWrite, RenewAnswer
 from tickwork.stores.d1.binding import D1Binding
@@ -111,6 +111,7 @@ SETTLED_QUEUES = _render(sql.SETTLED_QUEUES)
 PRUNABLE = _render(sql.PRUNABLE, "queue", "completed_before", "failed_before", "limit")
 PRUNE_REDRIVES = _render(sql.PRUNE_REDRIVES, "job_ids", "completed_before", "failed_before")
 PRUNE_JOBS = _render(sql.PRUNE_JOBS, "job_ids", "completed_before", "failed_before")
+STORAGE_ROWS = _render(sql.STORAGE_ROWS)
 
 
 def _names(statement: sql.Statement) -> tuple[str, ...]:
@@ -435,6 +436,13 @@ class D1Store:
             [(PRUNE_REDRIVES.text, values), (PRUNE_JOBS.text, values)],
             [None, _names(PRUNE_JOBS)])
         return len(deleted)
+
+    async def storage_usage(self) -> StorageReport:
+        # No size: D1 reports it in each result's meta (size_after) and in
+        # `wrangler d1 info`, which D1Binding does not read.
+        counts = (await self.d1.query(STORAGE_ROWS.text, ()))[0]
+        return StorageReport(None, {table: int(count) for table, count in
+                                    zip(sql.STORAGE_TABLES, counts, strict=True)})
 
 
 def _probed(row: tuple[Any, ...]) -> tuple[Suspect | None, bool]:

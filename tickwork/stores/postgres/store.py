@@ -18,7 +18,7 @@ from typing import Any, cast
 from tickwork.lifecycle import Settlement
 from tickwork.lifecycle.requests import ClaimView, JobListing, Suspect
 from tickwork.model.jobs import JobRecord, ValidJob, replay_flags
-from tickwork.model.retention import SCOPE_KEY, RetentionPolicy
+from tickwork.model.retention import SCOPE_KEY, RetentionPolicy, StorageReport
 from tickwork.model.schedules import StoredSchedule, ValidSchedule
 from tickwork.ports.shared_store import CancelWrite, RenewAnswer
 from tickwork.stores.postgres.arrays import bigint_array, text_array
@@ -483,6 +483,11 @@ class PostgresStore:
             "queue": queue, "completed_before": completed_before,
             "failed_before": failed_before, "limit": limit})
         return int(rows[0][0])
+
+    async def storage_usage(self) -> StorageReport:
+        size, *counts = (await self._rows(sql.STORAGE_USAGE, {}))[0]
+        return StorageReport(int(size), {table: int(count) for table, count in
+                                         zip(sql.STORAGE_TABLES, counts, strict=True)})
 
 
 class _Undecided(Exception):

@@ -643,3 +643,15 @@ redrives AS (
     DELETE FROM tickwork_redrives WHERE job_id IN (SELECT job_id FROM gone))
 SELECT count(*) FROM gone
 """
+
+#: The tables a storage report counts, in its order (as on SQLite).
+STORAGE_TABLES = ("tickwork_jobs", "tickwork_redrives", "tickwork_schedules",
+                  "tickwork_paused_queues", "tickwork_retention")
+
+# The storage report: the bytes of every tickwork table this connection sees
+# (its heap, indexes and TOAST: pg_total_relation_size, no row read), then
+# each table's row count (O(rows), the report's, never a tick's).
+STORAGE_USAGE = "SELECT (SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint " \
+    "FROM pg_class AS c WHERE c.relkind = 'r' AND c.relname LIKE 'tickwork\\_%%' " \
+    "AND pg_table_is_visible(c.oid)), " + ", ".join(
+        f"(SELECT count(*) FROM {table})" for table in STORAGE_TABLES)

@@ -1248,6 +1248,17 @@ DELETE FROM tickwork_jobs WHERE {_PRUNE_IDS} AND {_PRUNABLE}
 RETURNING job_id
 """, ("job_ids", "completed_before", "failed_before"), Columns("job_id"))
 
+#: The tables a storage report counts, in its order.
+STORAGE_TABLES = ("tickwork_jobs", "tickwork_redrives", "tickwork_schedules",
+                  "tickwork_paused_queues", "tickwork_retention")
+
+# Each tickwork table's row count, in one statement: every row of each
+# table is read (SQLite counts through its smallest index), so O(rows); the
+# storage report's, never a tick's.
+STORAGE_ROWS = Template("storage_rows", "SELECT " + ",\n       ".join(
+    f"(SELECT count(*) FROM {table}) AS {table}" for table in STORAGE_TABLES) + "\n",
+    (), Columns(*STORAGE_TABLES))
+
 # ============================================================= owner-local
 #
 # The tick of an owner-local runtime asks its host about running claims it
