@@ -56,6 +56,7 @@ from tickwork.model.outcomes import (
     RedriveResult,
     TickResult,
 )
+from tickwork.model.retention import RetentionPolicy, StorageReport
 from tickwork.model.schedules import Schedule, ScheduledJob, ScheduleRecord
 from tickwork.model.signals import AbortSignal, LeasedSignal
 from tickwork.runtimes.d1 import D1Runtime, purge_d1_queues
@@ -109,6 +110,7 @@ __all__ = [
     "QueueTransition",
     "Recovery",
     "RedriveResult",
+    "RetentionPolicy",
     "Retry",
     "Schedule",
     "ScheduleRecord",
@@ -118,6 +120,7 @@ __all__ = [
     "Sqlite3Database",
     "StaleLease",
     "StaleReason",
+    "StorageReport",
     "TickResult",
     "TickworkError",
     "TransactionalJobs",

@@ -86,22 +86,23 @@ def test_schema_errors_name_the_missing_migrations() -> None:
     with pytest.raises(SchemaError, match=r"apply 0002_job_locks\.sql, 0003_settled_by_queue"
                                           r"\.sql, 0004_due_times\.sql, 0005_paused_queues\.sql, "
                                           r"0006_retries\.sql, 0007_schedules\.sql, "
-                                          r"0008_error_summaries\.sql, 0009_browse\.sql "
-                                          r"from schema/d1"):
+                                          r"0008_error_summaries\.sql, 0009_browse\.sql, "
+                                          r"0010_retention\.sql from schema/d1"):
         check_schema_version(1, database="D1", folder="schema/d1", apply_with="wrangler")
-    with pytest.raises(SchemaError, match=r"version 2, this package needs 9: "
+    with pytest.raises(SchemaError, match=r"version 2, this package needs 10: "
                                           r"apply 0003_settled_by_queue\.sql, "
                                           r"0004_due_times\.sql, 0005_paused_queues\.sql, "
                                           r"0006_retries\.sql, 0007_schedules\.sql, "
-                                          r"0008_error_summaries\.sql, 0009_browse\.sql "
-                                          r"from schema/d1"):
+                                          r"0008_error_summaries\.sql, 0009_browse\.sql, "
+                                          r"0010_retention\.sql from schema/d1"):
         check_schema_version(2, database="D1", folder="schema/d1", apply_with="wrangler")
     check_schema_version(SCHEMA_VERSION, database="D1", folder="schema/d1", apply_with="x")
     with pytest.raises(SchemaError, match="upgrade tickwork"):
         check_schema_version(SCHEMA_VERSION + 1, database="D1", folder="x", apply_with="x")
-    with pytest.raises(SchemaError, match=r"version 9, this package needs 12: apply "
+    with pytest.raises(SchemaError, match=r"version 9, this package needs 13: apply "
                                           r"0010_queue_claims\.sql, 0011_generic_claim_plans"
-                                          r"\.sql, 0012_claim_passes\.sql from schema/postgres"):
+                                          r"\.sql, 0012_claim_passes\.sql, 0013_retention\.sql "
+                                          r"from schema/postgres"):
         check_schema_version(9, database="PostgreSQL", folder="schema/postgres",
                              apply_with="psql", migrations=POSTGRES_MIGRATIONS)
 
