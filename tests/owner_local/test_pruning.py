@@ -80,3 +80,18 @@ async def test_a_failing_prune_is_logged_and_the_loop_goes_on(
     assert [record.name for record in caplog.records] == ["tickwork.pruning"]
     assert "could not prune settled jobs" in caplog.text
     assert harness.host_query("SELECT state FROM tickwork_jobs") == [("settled",)]
+
+
+async def test_a_drains_settlements_waiting_for_their_filing_batch_are_pruned_too(
+        harness: Harness) -> None:
+    now = [START]
+    runtime = harness.runtime(clock=lambda: now[0])
+    for n in range(3):
+        runtime.ingest(job(f"j{n}"))
+    await runtime.drain()  # settled by the drain, which leaves them for a filing batch
+    [(unfiled,)] = harness.host_query(
+        "SELECT count(*) FROM tickwork_jobs WHERE filed = 0 AND state = 'settled'")
+    assert unfiled >= 2  # each one the drain settled with the next claim taken ahead
+    now[0] += 8 * 86_400_000  # past the built-in week
+    assert runtime.prune() == 3
+    assert harness.host_query("SELECT count(*) FROM tickwork_jobs") == [(0,)]

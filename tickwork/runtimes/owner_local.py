@@ -921,6 +921,10 @@ class _LocalAnswers(OwnerLocalAnswers):
         return self._store.delete_retention(request.queue)
 
     def settled_queues(self, request: SettledQueues) -> list[str]:
+        # Only a prune asks, inside its transaction: the settlements a drain
+        # left for its next filing batch (fewer than FILE_EVERY) are filed
+        # first, so the batch's reads of the history indexes find them too.
+        self._store.file_settled()
         return self._store.settled_queues()
 
     def prune_settled(self, request: PruneSettled) -> int:

@@ -1162,8 +1162,8 @@ RETURNING sequence
 # deletes and no others, O(log n + batch) whatever the history kept. Only
 # settled rows are ever selected or deleted: every statement below names
 # state = 'settled', and the delete is fenced on it again. Owner-local reads
-# the filed rows only ({filed}): a settlement waiting for its filing batch
-# (a few dozen at most, the newest) is pruned by a later batch.
+# the filed rows ({filed}): its runtime files the settlements waiting for
+# their batch (FILE_SETTLED) before a prune reads.
 
 #: A policy row, as every policy read returns it.
 RETENTION_COLUMNS = Columns("queue", "keep_completed_ms", "keep_failed_ms", "updated_at")
