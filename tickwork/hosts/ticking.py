@@ -91,9 +91,9 @@ async def tick_until_idle(
     with held as steps:
         ended = await drain_loop(steps, budget, on_result=on_result, look_again=look_again)
     # Between this loop and the next: a prune pass when one is due (a few
-    # bounded batches at most; tickwork.runtimes.pruning), never while the
-    # host is stopping. A failure is logged there, not raised.
+    # bounded batches at most; tickwork.runtimes.pruning), never once the
+    # host's stopping() ended the loop. A failure is logged there, not raised.
     prune_if_due = getattr(tick, "prune_if_due", None)
-    if prune_if_due is not None and not (stopping is not None and stopping()):
+    if prune_if_due is not None and ended.stop != "stopped":
         prune_if_due()
     return ended
