@@ -323,3 +323,19 @@ def test_queue_gauges_benchmark_reads_the_backlog_it_made() -> None:
     assert "(380 ready after doubling)" in result.stdout, result.stdout
     for label in ("status() (baseline)", "backlog()", "backlog(), 600 pending", "target"):
         assert label in result.stdout, label
+
+
+def test_retention_benchmark_prunes_the_year_it_wrote_down_to_its_policy() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.retention", "--per-day", "20", "--jobs", "100",
+         "--queues", "3", "--rounds", "2"], capture_output=True, text=True, cwd=ROOT, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 0, result.stderr
+    # 7,300 settled over a year; the built-in policy keeps the last 7 days of
+    # completed jobs and 30 of failed ones (1 in 20).
+    assert "a year of history: 7300 settled jobs over 3 queues" in result.stdout, result.stdout
+    kept = int(result.stdout.split(" rows kept")[0].rsplit("; ", 1)[1])
+    assert 7 * 19 <= kept <= 7 * 20 + 30 + 2, result.stdout
+    for label in ("none ", "a year ", "a year, pruned", "kept all along", "an idle prune pass",
+                  "target"):
+        assert label in result.stdout, label

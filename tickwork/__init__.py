@@ -57,6 +57,7 @@ from tickwork.model.outcomes import (
     RedriveResult,
     TickResult,
 )
+from tickwork.model.retention import RetentionPolicy, StorageReport
 from tickwork.model.schedules import Schedule, ScheduledJob, ScheduleRecord
 from tickwork.model.signals import AbortSignal, LeasedSignal
 from tickwork.model.waiting import Hold, JobWait
@@ -114,6 +115,7 @@ __all__ = [
     "QueueTransition",
     "Recovery",
     "RedriveResult",
+    "RetentionPolicy",
     "Retry",
     "Schedule",
     "ScheduleRecord",
@@ -123,6 +125,7 @@ __all__ = [
     "Sqlite3Database",
     "StaleLease",
     "StaleReason",
+    "StorageReport",
     "TickResult",
     "TickworkError",
     "TransactionalJobs",

@@ -26,7 +26,9 @@ The kinds (docs/reference/python-api.md has the full table):
   as ``settled`` with outcome ``cancelled``);
 * ``refused``: a lane refusal (``fail_lane``) settled ``count`` jobs of the
   lane with ``reason``; each of them is also reported ``settled``;
-* ``purged``: ``count`` queued jobs of a queue were deleted.
+* ``purged``: ``count`` queued jobs of a queue were deleted;
+* ``pruned``: ``count`` settled jobs of a queue were deleted by its
+  retention policy (one event per prune batch and queue).
 
 A delayed job becoming due is not a transition (no event): it was
 ``ingested`` (or ``retried``) and is next ``claimed``.
@@ -49,11 +51,13 @@ __all__ = ["EVENT_KINDS", "HOOK_FAILURE_LOG_INTERVAL_S", "Event", "EventHook", "
            "emit", "fan_out"]
 
 EventKind: TypeAlias = Literal[
-    "ingested", "claimed", "settled", "requeued", "retried", "cancelled", "refused", "purged"]
+    "ingested", "claimed", "settled", "requeued", "retried", "cancelled", "refused", "purged",
+    "pruned"]
 
 #: Every kind, in the order of a job's life.
 EVENT_KINDS: Final[tuple[EventKind, ...]] = (
-    "ingested", "claimed", "retried", "settled", "requeued", "cancelled", "refused", "purged")
+    "ingested", "claimed", "retried", "settled", "requeued", "cancelled", "refused", "purged",
+    "pruned")
 
 logger = logging.getLogger("tickwork.events")
 
@@ -70,7 +74,7 @@ class Event:
     of an execution; ``duration_ms``: how long the attempt ran, from its
     claim to its settlement or retry (None when no execution of this
     runtime ended it: a recovery, a lane refusal, a cancelled queued job);
-    ``count``: jobs deleted (``purged``) or settled (``refused``);
+    ``count``: jobs deleted (``purged``, ``pruned``) or settled (``refused``);
     ``retry_at``: when a retried job is due again; ``error``: for an
     attempt whose executor raised, its error summary's short line
     (``"Type: message"``, at most 300 characters; the whole summary is on

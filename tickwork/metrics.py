@@ -4,7 +4,7 @@
 ``tickwork.events.fan_out`` beside other hooks) that keeps, in memory:
 
 * ``tickwork_events_total{kind, queue, outcome}``: one per event (a
-  ``purged`` or ``refused`` event counts once, whatever its ``count``);
+  ``purged``, ``pruned`` or ``refused`` event counts once, whatever its ``count``);
   ``queue`` is empty for a lane refusal, ``outcome`` for kinds without one;
 * ``tickwork_execution_duration_seconds{queue}``: a histogram of how long
   attempts ran, claim to settlement or retry (the ``settled`` and

@@ -225,6 +225,10 @@ CLIENT_ARGS: dict[str, tuple[Any, ...]] = {
     "pause_schedule": ("nightly é",),
     "resume_schedule": ("n",),
     "delete_schedule": ("n",),
+    "retention": (),
+    "storage": (),
+    "set_retention": ("q é", 86_400_000, None),
+    "clear_retention": (None,),
 }
 
 

@@ -32,6 +32,7 @@ from tickwork import JobRecord, Retry
 from tickwork.lifecycle import Settlement
 from tickwork.lifecycle.requests import JobListing
 from tickwork.model.errors import IngestConflict
+from tickwork.model.retention import RetentionPolicy
 from tickwork.stores.owner_local import EVERY_JOB, OwnerLocalStore, inside_lane, outside_lane
 from tickwork.stores.owner_schema import SCHEMA_VERSION
 
@@ -875,3 +876,90 @@ def test_fire_slots_creates_each_slot_job_once_and_advances(
     # Nor does a caller holding another definition.
     other = valid_schedule(every_ms=120_000)
     assert store.fire_slots(other, [first + 120_000], first + 240_000, first + 130_000) == []
+
+
+# ------------------------------------------------------------ retention
+
+
+@covers("put_retention", "retention_policies", "delete_retention")
+def test_put_read_and_delete_retention_policies(local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    assert store.retention_policies() == []
+    assert store.put_retention(RetentionPolicy(None, 1000 * 60, None), T0) is True
+    assert store.put_retention(RetentionPolicy("q", None, 5 * 60_000), T0 + 1) is True
+    # The same times again write nothing, updated_at included.
+    assert store.put_retention(RetentionPolicy("q", None, 5 * 60_000), T0 + 2) is False
+    assert store.put_retention(RetentionPolicy(None, 2 * 60_000, None), T0 + 3) is True
+    assert store.retention_policies() == [RetentionPolicy(None, 2 * 60_000, None, T0 + 3),
+                                          RetentionPolicy("q", None, 5 * 60_000, T0 + 1)]
+    # The scope's default is stored under the queue name no queue has.
+    assert local_store.rows("SELECT queue, keep_completed_ms, keep_failed_ms, updated_at "
+                            "FROM tickwork_retention ORDER BY queue") == [
+        ("", 2 * 60_000, None, T0 + 3), ("q", None, 5 * 60_000, T0 + 1)]
+    assert store.delete_retention("q") is True
+    assert store.delete_retention("q") is False
+    assert store.delete_retention(None) is True
+    assert store.retention_policies() == []
+
+
+@covers("settled_queues")
+def test_settled_queues_names_each_queue_with_settled_jobs_once(
+        local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    assert store.settled_queues() == []
+    for job_id, queue in (("b1", "b"), ("a1", "a"), ("b2", "b"), ("c1", "c")):
+        dead_letter(local_store, job_id, queue, T0 + 1, COMPLETED)
+    queued(local_store, "waiting", queue="only-queued")
+    assert store.settled_queues() == ["a", "b", "c"]
+
+
+@covers("prune_settled")
+def test_prune_settled_deletes_settled_jobs_past_their_cutoff_and_their_redrive_ids(
+        local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    assert store.prune_settled("q", T0 + 100, T0 + 100, 10) == 0  # the empty case
+    dead_letter(local_store, "done", "q", T0 + 1, COMPLETED)
+    dead_letter(local_store, "stopped", "q", T0 + 2, Settlement("cancelled"))
+    dead_letter(local_store, "young", "q", T0 + 50, COMPLETED)
+    dead_letter(local_store, "broke", "q", T0 + 3)
+    assert store.redrive("broke", "r1", T0 + 4) is not None
+    job = claimed(local_store, "t-again")
+    assert store.settle_claim(job.sequence, "t-again", FAILED, T0 + 5, cancelled=False)
+    dead_letter(local_store, "lost", "q", T0 + 6, Settlement("outcome_unknown"))
+    dead_letter(local_store, "elsewhere", "other", T0 + 1, COMPLETED)
+    queued(local_store, "running")
+    claimed(local_store, "t-run")
+    queued(local_store, "waiting")
+    # Completed and cancelled before T0 + 10; failures kept (None).
+    assert store.prune_settled("q", T0 + 10, None, 10) == 2
+    assert {row[0] for row in local_store.rows("SELECT job_id FROM tickwork_jobs")} == {
+        "young", "broke", "lost", "elsewhere", "waiting", "running"}
+    # The failures before T0 + 10, one at a time (the limit), with the redrive id.
+    assert store.prune_settled("q", None, T0 + 10, 1) == 1
+    assert store.prune_settled("q", None, T0 + 10, 1) == 1
+    assert store.prune_settled("q", None, T0 + 10, 1) == 0
+    assert local_store.rows("SELECT job_id FROM tickwork_redrives") == []
+    # A cutoff far ahead leaves every queued and running job.
+    assert store.prune_settled("q", T0 + 10**9, T0 + 10**9, 10) == 1  # "young"
+    assert sorted(row[0] for row in local_store.rows(
+        "SELECT job_id FROM tickwork_jobs")) == ["elsewhere", "running", "waiting"]
+
+
+@covers("storage_usage")
+def test_storage_usage_counts_each_table_and_sizes_the_database(
+        local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    empty = store.storage_usage()
+    assert empty.rows == {"tickwork_jobs": 0, "tickwork_redrives": 0, "tickwork_schedules": 0,
+                          "tickwork_paused_queues": 0, "tickwork_retention": 0}
+    assert empty.size_bytes is not None and empty.size_bytes > 0
+    dead_letter(local_store, "d", "q", T0 + 1)
+    store.redrive("d", "r1", T0 + 2)
+    queued(local_store, "a", "b")
+    store.create_schedule(valid_schedule(), T0 + 60_000, T0)
+    store.pause_queue("q", T0)
+    store.put_retention(RetentionPolicy("q", None, None), T0)
+    report = store.storage_usage()
+    assert report.rows == {"tickwork_jobs": 3, "tickwork_redrives": 1, "tickwork_schedules": 1,
+                           "tickwork_paused_queues": 1, "tickwork_retention": 1}
+    assert report.size_bytes is not None and report.size_bytes >= empty.size_bytes

@@ -35,6 +35,7 @@ from tickwork.lifecycle import Settlement
 from tickwork.lifecycle.requests import JobListing
 from tickwork.model.errors import IngestConflict, SchemaError
 from tickwork.model.jobs import JobRecord
+from tickwork.model.retention import RetentionPolicy
 from tickwork.ports.shared_store import SharedStore
 from tickwork.stores.d1 import store as d1_store
 from tickwork.stores.d1.store import D1Store
@@ -831,3 +832,100 @@ async def test_fire_slots_creates_each_slot_job_once_and_advances(
     other = valid_schedule(every_ms=120_000)  # nor does another definition
     assert (await store.fire_slots(other, [first + 120_000], first + 240_000,
                                    first + 130_000))[0] == []
+
+
+# ------------------------------------------------------------ retention
+
+
+@covers("put_retention", "retention_policies", "delete_retention")
+async def test_put_read_and_delete_retention_policies(
+        shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    assert await store.retention_policies() == []
+    assert await store.put_retention(RetentionPolicy(None, 60_000, None), T0) is True
+    assert await store.put_retention(RetentionPolicy("q", None, 5 * 60_000), T0 + 1) is True
+    # The same times again write nothing, updated_at included.
+    assert await store.put_retention(RetentionPolicy("q", None, 5 * 60_000), T0 + 2) is False
+    assert await store.put_retention(RetentionPolicy(None, 2 * 60_000, None), T0 + 3) is True
+    assert await store.retention_policies() == [
+        RetentionPolicy(None, 2 * 60_000, None, T0 + 3),
+        RetentionPolicy("q", None, 5 * 60_000, T0 + 1)]
+    # The scope's default is stored under the queue name no queue has.
+    assert await shared_store.rows(
+        "SELECT queue, keep_completed_ms, keep_failed_ms, updated_at "
+        "FROM tickwork_retention ORDER BY queue") == [
+        ("", 2 * 60_000, None, T0 + 3), ("q", None, 5 * 60_000, T0 + 1)]
+    assert await store.delete_retention("q") is True
+    assert await store.delete_retention("q") is False
+    assert await store.delete_retention(None) is True
+    assert await store.retention_policies() == []
+    # Without a test clock, database time stamps it.
+    before = int(time.time() * 1000)
+    assert await store.put_retention(RetentionPolicy("q", 60_000, 60_000), None) is True
+    (updated_at,), = await shared_store.rows("SELECT updated_at FROM tickwork_retention")
+    assert before - 5_000 <= updated_at <= int(time.time() * 1000) + 5_000
+
+
+@covers("settled_queues")
+async def test_settled_queues_names_each_queue_with_settled_jobs_once(
+        shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    assert await store.settled_queues() == []
+    for job_id, queue in (("b1", "b"), ("a1", "a"), ("b2", "b"), ("c1", "c")):
+        await dead_letter(shared_store, job_id, queue, T0 + 1, COMPLETED)
+    await queued(shared_store, "waiting", queue="only-queued")
+    assert await store.settled_queues() == ["a", "b", "c"]
+
+
+@covers("prune_settled")
+async def test_prune_settled_deletes_settled_jobs_past_their_cutoff_and_their_redrive_ids(
+        shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    assert await store.prune_settled("q", T0 + 100, T0 + 100, 10) == 0  # the empty case
+    await dead_letter(shared_store, "done", "q", T0 + 1, COMPLETED)
+    await dead_letter(shared_store, "stopped", "q", T0 + 2, Settlement("cancelled"))
+    await dead_letter(shared_store, "young", "q", T0 + 50, COMPLETED)
+    await dead_letter(shared_store, "broke", "q", T0 + 3)
+    assert await store.redrive("broke", "r1", T0 + 4) is not None
+    job = await claimed(shared_store, "t-again", T0 + 4)
+    assert await store.settle(job.sequence, "t-again", FAILED, T0 + 5, cancelled=False)
+    await dead_letter(shared_store, "lost", "q", T0 + 6, Settlement("outcome_unknown"))
+    await dead_letter(shared_store, "elsewhere", "other", T0 + 1, COMPLETED)
+    await queued(shared_store, "running")
+    await claimed(shared_store, "t-run")
+    await queued(shared_store, "waiting")
+    # Completed and cancelled before T0 + 10; failures kept (None).
+    assert await store.prune_settled("q", T0 + 10, None, 10) == 2
+    assert set(await job_ids(shared_store)) == {
+        "young", "broke", "lost", "elsewhere", "waiting", "running"}
+    # The failures before T0 + 10, one at a time (the limit), with the redrive id.
+    assert await store.prune_settled("q", None, T0 + 10, 1) == 1
+    assert await store.prune_settled("q", None, T0 + 10, 1) == 1
+    assert await store.prune_settled("q", None, T0 + 10, 1) == 0
+    assert await shared_store.rows("SELECT job_id FROM tickwork_redrives") == []
+    # A cutoff far ahead leaves every queued and running job.
+    assert await store.prune_settled("q", T0 + 10**9, T0 + 10**9, 10) == 1  # "young"
+    assert sorted(await job_ids(shared_store)) == ["elsewhere", "running", "waiting"]
+
+
+@covers("storage_usage")
+async def test_storage_usage_counts_each_table_and_sizes_what_it_can(
+        shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    empty = await store.storage_usage()
+    assert empty.rows == {"tickwork_jobs": 0, "tickwork_redrives": 0, "tickwork_schedules": 0,
+                          "tickwork_paused_queues": 0, "tickwork_retention": 0}
+    await dead_letter(shared_store, "d", "q", T0 + 1)
+    await store.redrive("d", "r1", T0 + 2)
+    await queued(shared_store, "a", "b")
+    await store.create_schedule(valid_schedule(), T0 + 60_000, T0)
+    await store.pause_queue("q", T0)
+    await store.put_retention(RetentionPolicy("q", None, None), T0)
+    report = await store.storage_usage()
+    assert report.rows == {"tickwork_jobs": 3, "tickwork_redrives": 1, "tickwork_schedules": 1,
+                           "tickwork_paused_queues": 1, "tickwork_retention": 1}
+    if shared_store.kind == "postgres":  # the tickwork tables, indexes included
+        assert empty.size_bytes is not None and report.size_bytes is not None
+        assert report.size_bytes >= empty.size_bytes > 0
+    else:  # D1 reports its size elsewhere (wrangler d1 info)
+        assert (empty.size_bytes, report.size_bytes) == (None, None)

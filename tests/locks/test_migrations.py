@@ -25,8 +25,10 @@ def test_the_migration_creates_exactly_what_table_ddl_describes(dialect: str,
                      "0005_paused_queues.sql", "0006_retries.sql", "0007_schedules.sql",
                      "0008_error_summaries.sql", "0009_browse.sql",
                      *(["0010_queue_claims.sql", "0011_generic_claim_plans.sql",
-                        "0012_claim_passes.sql", "0013_job_id_prefix.sql"]
-                       if folder == "postgres" else ["0012_owner_directory.sql"])]
+                        "0012_claim_passes.sql", "0013_job_id_prefix.sql",
+                        "0014_retention.sql"]
+                       if folder == "postgres"
+                       else ["0010_retention.sql", "0012_owner_directory.sql"])]
     migration = migrations(folder)[1]
     statements = migration.statements()
     assert statements == split_statements(migration.sql)
@@ -35,8 +37,9 @@ def test_the_migration_creates_exactly_what_table_ddl_describes(dialect: str,
     assert statements[-1] == "UPDATE tickwork_meta SET value = '2' WHERE key = 'schema_version'"
 
 
-@pytest.mark.parametrize("index", [1, 2, 3, 4, 5, 6, 7, 8],
-                         ids=["0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009"])
+@pytest.mark.parametrize("index", [1, 2, 3, 4, 5, 6, 7, 8, 9],
+                         ids=["0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009",
+                              "0010"])
 def test_the_d1_migration_has_no_transaction_statements(index: int) -> None:
     migration = migrations("d1")[index]
     for statement in migration.statements():
@@ -52,13 +55,14 @@ def test_the_d1_migration_has_no_transaction_statements(index: int) -> None:
 @pytest.mark.parametrize("locks", ["postgres", "d1-external", "d1-builtin"], indirect=True)
 async def test_a_migrated_database_is_at_its_dialects_schema_version(
         locks: LockHarness) -> None:
-    """Every migration ran (0003 to 0009 after the locks' 0002, and
-    PostgreSQL's own 0010 to 0013), and the lock tables are there."""
+    """Every migration ran (0003 to 0009 after the locks' 0002, PostgreSQL's
+    own 0010 to 0013, retention (D1's 0010, PostgreSQL's 0014) and D1's
+    directory of owners (0012)), and the lock tables are there."""
     rows = await locks.query("SELECT value FROM tickwork_meta WHERE key = 'schema_version'")
     # PostgreSQL's 0010 (claims locked per queue), 0011 (the group commit's
     # generic plans), 0012 (its claim's passes) and 0013 (job ids in byte
-    # order) have no D1 counterpart.
-    assert rows == [("13",)] if locks.kind == "postgres" else [("9",)]
+    # order) have no D1 counterpart; D1's 0012 (the owners) none in PostgreSQL.
+    assert rows == ([("14",)] if locks.kind == "postgres" else [("12",)])
     for table in ("tickwork_job_locks", "tickwork_job_locks_slots"):
         assert await locks.table_exists(table)
     if locks.kind == "postgres":

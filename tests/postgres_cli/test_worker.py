@@ -89,6 +89,15 @@ class Database:
         assert record is not None, job_id
         return record
 
+    def sql(self, statement: str) -> list[tuple[Any, ...]]:
+        """The test's own statement, committed."""
+        async def run() -> list[tuple[Any, ...]]:
+            async with open_pool(self.dsn, max_size=1) as pool, pool.connection() as conn:
+                cursor = await conn.execute(statement)
+                return await cursor.fetchall() if cursor.description else []
+
+        return asyncio.run(run())
+
     def wait_for(self, job_id: str, state: str, timeout_s: float = 30.0) -> JobRecord:
         deadline = time.monotonic() + timeout_s
         while True:
@@ -187,6 +196,29 @@ def test_the_worker_runs_enqueued_jobs_to_completion(
     worker.signal(signal.SIGTERM)
     assert worker.wait(15) == 0
     assert worker.stderr().splitlines()[-1] == "tickwork worker: stopped"
+
+
+def test_the_worker_prunes_settled_history_past_its_retention(
+        tmp_path: Path, migrated: Database, workers: list[Worker]) -> None:
+    first = Worker(tmp_path, migrated.dsn, "--poll", "0.2", "--quiet")
+    workers.append(first.start())
+    jobs = [shared_job(f"add-{n}", "add", terms=[n], sum=n) for n in range(3)]
+    migrated.ingest(*jobs)
+    for job in jobs:
+        migrated.wait_for(job.job_id, "settled")
+    first.signal(signal.SIGTERM)
+    assert first.wait(15) == 0
+    # Two of them settled eight days ago: past the built-in week.
+    migrated.sql("UPDATE tickwork_jobs SET settled_at = settled_at - 8 * 86400000 "
+                 "WHERE job_id IN ('add-0', 'add-1')")
+    second = Worker(tmp_path, migrated.dsn, "--poll", "0.2", "--quiet")
+    workers.append(second.start())  # its first worker prunes after its first drain
+    deadline = time.monotonic() + 15
+    while migrated.sql("SELECT job_id FROM tickwork_jobs ORDER BY job_id") != [("add-2",)]:
+        assert time.monotonic() < deadline, second.stderr()
+        time.sleep(0.05)
+    second.signal(signal.SIGTERM)
+    assert second.wait(15) == 0
 
 
 def test_sigterm_gives_a_running_job_its_grace(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support import Harness
-from tickwork.ports.database import SyncDatabase
+from tickwork.ports.database import SizedDatabase, SyncDatabase
 
 
 def prepared(harness: Harness) -> SyncDatabase:
@@ -86,3 +86,17 @@ def test_the_hosts_transaction_is_joined_not_ended(harness: Harness) -> None:
     with pytest.raises(RuntimeError):
         harness.host_transaction(host_work)
     assert database.query("SELECT k FROM t") == []  # both rolled back together
+
+
+def test_size_bytes_is_the_pages_in_use_and_follows_every_write(harness: Harness) -> None:
+    database = prepared(harness)
+    assert isinstance(database, SizedDatabase)
+    empty = database.size_bytes()
+    assert empty > 0 and empty % 512 == 0  # whole pages
+    database.mutate("INSERT INTO t (k, x) SELECT value, zeroblob(200000) FROM json_each(?)",
+                    ('["a", "b", "c"]',))
+    grown = database.size_bytes()  # read again, not a value kept from the first read
+    assert grown >= empty + 3 * 200_000
+    database.mutate("DELETE FROM t")
+    # The freed pages leave the count at once, though the file keeps them.
+    assert database.size_bytes() < grown - 500_000

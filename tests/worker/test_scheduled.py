@@ -63,7 +63,7 @@ async def test_overlapping_firings_run_every_job_once(
     assert await states(query) == dict.fromkeys(ids, ("settled", "completed"))
     logged = capsys.readouterr()
     # Informational lines go to stdout: wrangler shows every stderr line as an [ERROR].
-    assert logged.out.count("cron: 8 tick(s), 8 job(s) settled") == 1
+    assert logged.out.count("cron: 8 tick(s), 8 job(s) settled, 0 settled job(s) pruned") == 1
     assert "cron:" not in logged.err
     assert logged.out.count("cron: skipped (") == 1
     assert await query("SELECT name, slot FROM tickwork_job_locks_slots") == [
@@ -97,6 +97,21 @@ async def test_a_repeated_firing_of_the_same_slot_does_not_drain_again(
     later = await run_cron(env, controller(FIRST_FIRING + 60_000), executors=build_registry)
     assert later is not None and later.ran
     assert executed == Counter({"a": 1, "b": 1})
+
+
+async def test_each_firing_prunes_settled_jobs_past_their_retention(
+        worker: Any, env: Any, shape: str, executed: Counter[str], query: Any,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    await enqueue(worker, shape, "old-1", "old-2", "new", queue_count=1)
+    await worker.scheduled(controller())
+    # Two of them settled eight days ago (the built-in default keeps a week).
+    await query("UPDATE tickwork_jobs SET settled_at = settled_at - 8 * 86400000 "
+                "WHERE job_id IN ('old-1', 'old-2')")
+    await enqueue(worker, shape, "waiting", queue_count=1)
+    capsys.readouterr()
+    await worker.scheduled(controller(FIRST_FIRING + 60_000))
+    assert "cron: 1 tick(s), 1 job(s) settled, 2 settled job(s) pruned" in capsys.readouterr().out
+    assert await states(query) == dict.fromkeys(["new", "waiting"], ("settled", "completed"))
 
 
 async def test_the_drain_is_bounded_by_max_ticks(

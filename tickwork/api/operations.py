@@ -63,6 +63,12 @@ from tickwork.model.jobs import (
     validate_jobs,
 )
 from tickwork.model.outcomes import OUTCOMES, QueueBacklog, QueueStatus
+from tickwork.model.retention import (
+    MAX_KEEP_MS,
+    MIN_KEEP_MS,
+    check_policy_queue,
+    validate_policy,
+)
 from tickwork.model.schedules import MAX_CATCH_UP, MAX_SCHEDULE_NAME, validate_schedule
 
 
@@ -424,6 +430,36 @@ def _schedule_name(args: Sequence[str], body: Any) -> tuple[tuple[Any, ...], Any
     return (check_text("name", args[0], MAX_SCHEDULE_NAME, InvalidArgument),), None
 
 
+def _decode_set_retention(args: Sequence[str], body: Any) -> tuple[tuple[Any, ...], Any]:
+    given = wire.fields(body, "body", ("keep_completed_ms", "keep_failed_ms"), ("queue",))
+    policy = validate_policy(given.get("queue"), given["keep_completed_ms"],
+                             given["keep_failed_ms"])  # refused before any store is touched
+    return (policy.queue, policy.keep_completed_ms, policy.keep_failed_ms), None
+
+
+def _decode_clear_retention(args: Sequence[str], body: Any) -> tuple[tuple[Any, ...], Any]:
+    given = wire.fields({} if body is None else body, "body", (), ("queue",))
+    return (check_policy_queue(given.get("queue")),), None
+
+
+def _set_retention_to_http(args: tuple[Any, ...]) -> tuple[tuple[str, ...], Any]:
+    policy = validate_policy(*args)  # refused here as the server would
+    return (), {"queue": policy.queue, "keep_completed_ms": policy.keep_completed_ms,
+                "keep_failed_ms": policy.keep_failed_ms}
+
+
+def _clear_retention_to_http(args: tuple[Any, ...]) -> tuple[tuple[str, ...], Any]:
+    return (), {"queue": check_policy_queue(args[0])}
+
+
+def _policies_to_wire(policies: list[Any]) -> list[dict[str, Any]]:
+    return [wire.retention_to_wire(policy) for policy in policies]
+
+
+def _policies_from_wire(values: list[Any]) -> list[Any]:
+    return [wire.retention_from_wire(value) for value in values]
+
+
 def _reply_read(args: tuple[Any, ...], context: Any, record: Any) -> Reply:
     if record is None:
         raise ApiError(404, "job_not_found", f"no job {args[0]!r}", "job_id")
@@ -588,6 +624,28 @@ _SCHEDULE_SCHEMA: Final = {
                 "properties": {key: value for key, value in _JOB_PROPERTIES.items()
                                if key not in ("job_id", "run_at", "delay_ms")}},
     }}
+
+_KEEP_SCHEMA: Final = {"oneOf": [{"type": "null", "description": "keep forever"}, {
+    "type": "integer", "minimum": MIN_KEEP_MS, "maximum": MAX_KEEP_MS,
+    "description": "ms after the job settled"}]}
+
+_POLICY_QUEUE_SCHEMA: Final = {"oneOf": [
+    {"type": "null", "description": "the scope's default"},
+    {"type": "string", "minLength": 1, "maxLength": 256}], "default": None}
+
+_SET_RETENTION_SCHEMA: Final = {
+    "type": "object", "required": ["keep_completed_ms", "keep_failed_ms"],
+    "additionalProperties": False,
+    "properties": {"queue": _POLICY_QUEUE_SCHEMA,
+                   "keep_completed_ms": {**_KEEP_SCHEMA,
+                                         "description": "completed and cancelled jobs"},
+                   "keep_failed_ms": {**_KEEP_SCHEMA,
+                                      "description": "failed, outcome_unknown and "
+                                                     "interrupted jobs"}}}
+
+_CLEAR_RETENTION_SCHEMA: Final = {
+    "type": "object", "additionalProperties": False,
+    "properties": {"queue": _POLICY_QUEUE_SCHEMA}}
 
 _REDRIVE_SCHEMA: Final = {
     "type": "object", "required": ["redrive_id"], "additionalProperties": False,
@@ -904,6 +962,56 @@ OPERATIONS: Final = (
                      "changed says whether it was paused"),
     _schedule_action("delete_schedule", "Delete a schedule; the jobs it created stay",
                      "changed says whether there was one"),
+    Operation(
+        "retention", "GET", ("retention",),
+        "Every retention policy in force: the scope's default first, then each queue's own",
+        _nothing,
+        lambda args, context, policies: Reply(200, {"policies": _policies_to_wire(policies)}),
+        result_to_wire=_policies_to_wire, result_from_wire=_policies_from_wire,
+        answers={200: "the policies; the default's updated_at is null while it is the "
+                      "built-in one"},
+        reply_shape='`{"policies": [{"queue", "keep_completed_ms", "keep_failed_ms", '
+                    '"updated_at"}, ...]}`',
+        from_http=lambda body: _policies_from_wire(body["policies"]), idempotent=True),
+    Operation(
+        "storage", "GET", ("storage",),
+        "What the scope's store holds: its size in bytes (null on D1) and each tickwork "
+        "table's row count (reads every row: not for a probe polled every few seconds)",
+        _nothing,
+        lambda args, context, report: Reply(200, wire.storage_to_wire(report)),
+        result_to_wire=wire.storage_to_wire, result_from_wire=wire.storage_from_wire,
+        answers={200: "the size (pages in use; a Durable Object's databaseSize) and the "
+                      "row counts by table"},
+        reply_shape='`{"size_bytes", "rows": {"tickwork_jobs", ...}}`',
+        from_http=wire.storage_from_wire, idempotent=True),
+    Operation(
+        "set_retention", "POST", ("retention",),
+        "Keep a queue's settled jobs (or, with queue null, every queue's without a policy "
+        "of its own) this long after they settle; null keeps them forever",
+        _decode_set_retention,
+        lambda args, context, changed: Reply(200, {"queue": args[0], "changed": changed}),
+        result_to_wire=_same, result_from_wire=_same,
+        # The queue (or null) and the two times (or null) cross RPC as JSON text.
+        args_to_rpc=_each_as_json_text, args_from_rpc=_each_from_json_text,
+        creates_owner=True, body_schema=_SET_RETENTION_SCHEMA,
+        answers={200: "changed says whether this call changed the stored policy",
+                 400: "a bad queue or time (nothing stored)"},
+        reply_shape='`{"queue", "changed"}`',
+        to_http=_set_retention_to_http, from_http=lambda body: body["changed"],
+        idempotent=True),
+    Operation(
+        "clear_retention", "POST", ("retention", "clear"),
+        "Remove a queue's retention policy (it follows the default again), or with queue "
+        "null the scope's default (the built-in one applies again)",
+        _decode_clear_retention,
+        lambda args, context, changed: Reply(200, {"queue": args[0], "changed": changed}),
+        result_to_wire=_same, result_from_wire=_same,
+        args_to_rpc=_each_as_json_text, args_from_rpc=_each_from_json_text,
+        body_schema=_CLEAR_RETENTION_SCHEMA,
+        answers={200: "changed says whether there was a policy"},
+        reply_shape='`{"queue", "changed"}`',
+        to_http=_clear_retention_to_http, from_http=lambda body: body["changed"],
+        idempotent=True),
     Operation(
         "fail_lane", "POST", ("lanes", "{lane}", "fail"),
         "Settle up to 256 of the lane's queued and running jobs as failed",

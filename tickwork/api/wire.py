@@ -38,6 +38,7 @@ from tickwork.model.outcomes import (
     QueueStatus,
     RedriveResult,
 )
+from tickwork.model.retention import RetentionPolicy, StorageReport
 from tickwork.model.schedules import Schedule, ScheduledJob, ScheduleRecord
 from tickwork.model.waiting import Hold, JobWait
 
@@ -539,3 +540,23 @@ def schedule_record_from_wire(value: Mapping[str, Any]) -> ScheduleRecord:
     schedule = {key: value[key] for key in _SCHEDULE_KEYS}
     return ScheduleRecord(schedule_from_wire(schedule), value["next_at"], value["paused"],
                           value["created_at"], value["updated_at"])
+
+
+def retention_to_wire(policy: RetentionPolicy) -> dict[str, Any]:
+    """A retention policy as JSON (``queue`` null: the scope's default;
+    ``updated_at`` null: the built-in default)."""
+    return {"queue": policy.queue, "keep_completed_ms": policy.keep_completed_ms,
+            "keep_failed_ms": policy.keep_failed_ms, "updated_at": policy.updated_at}
+
+
+def retention_from_wire(value: Mapping[str, Any]) -> RetentionPolicy:
+    return RetentionPolicy(value["queue"], value["keep_completed_ms"], value["keep_failed_ms"],
+                           value["updated_at"])
+
+
+def storage_to_wire(report: StorageReport) -> dict[str, Any]:
+    return {"size_bytes": report.size_bytes, "rows": dict(report.rows)}
+
+
+def storage_from_wire(value: Mapping[str, Any]) -> StorageReport:
+    return StorageReport(value["size_bytes"], dict(value["rows"]))

@@ -56,6 +56,10 @@ D1's 1,000 queries per invocation (Workers Paid) and 30 s per query:
   taken still runs: a webhook is bounded by its 30 s timeout), inside the
   cron's 30 s CPU limit (the drain mostly waits on I/O, which is not CPU)
   and far inside the 15 min wall-clock limit of a scheduled event.
+* after the drain, one prune pass (``tickwork.runtimes.pruning``) costs 3
+  queries, 1 per queue with settled history and 1 more per queue with jobs
+  to delete, per batch of 500 (at most 4 batches): a few dozen with a
+  dozen queues.
 * The Workers Free plan allows 50 queries per invocation: set the variables
   ``TICKWORK_CRON_MAX_TICKS = "10"`` (and maybe ``TICKWORK_CRON_BUDGET_MS``)
   in ``[vars]``; ~6 a tick x 10 + ~6 stays under 50.
@@ -456,8 +460,15 @@ async def run_cron(env: Any, controller: Any, *, executors: ExecutorFactory,
     max_ticks = _int_var(env, "TICKWORK_CRON_MAX_TICKS", CRON_MAX_TICKS)
     budget_ms = _int_var(env, "TICKWORK_CRON_BUDGET_MS", CRON_BUDGET_MS)
 
+    pruned = 0
+
     async def drain(lease: LockLease) -> list[TickResult]:
-        return await runtime.drain(max_ticks=max_ticks, budget_ms=budget_ms)
+        nonlocal pruned
+        ticks = await runtime.drain(max_ticks=max_ticks, budget_ms=budget_ms)
+        # Under the same lock: one firing at a time prunes (a fresh runtime
+        # per firing, so every firing runs one pass; it logs its failures).
+        pruned = await runtime.prune_if_due()
+        return ticks
 
     lock = JobLock(db, on_info=log, on_error=log_error, now=now)
     run = await lock.run(CRON_LOCK_NAME, CRON_LOCK_TTL_MS, drain,
@@ -465,7 +476,8 @@ async def run_cron(env: Any, controller: Any, *, executors: ExecutorFactory,
     if run.ran:
         ticks = run.result or []
         settled = sum(1 for tick in ticks if tick.status == "settled")
-        summary = f"cron: {len(ticks)} tick(s), {settled} job(s) settled"
+        summary = (f"cron: {len(ticks)} tick(s), {settled} job(s) settled, "
+                   f"{pruned} settled job(s) pruned")
         if run.lost:
             log_error(f"{summary}; lock lost: {run.lost}")
         else:

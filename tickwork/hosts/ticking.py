@@ -8,7 +8,8 @@ or nothing). It is the runtimes' drain loop
 (``tickwork.runtimes.draining.drain_loop``), over an ``OwnerRuntime``'s
 ``draining()`` steps (each job's settlement and the claim of the next share
 one transaction whenever the loop is sure to run that next job) or over a
-plain tick function. Runs on Pyodide: asyncio only.
+plain tick function. After the loop it prunes settled history when that is
+due (``tickwork.runtimes.pruning``). Runs on Pyodide: asyncio only.
 """
 
 from __future__ import annotations
@@ -78,10 +79,21 @@ async def tick_until_idle(
     which): look again later, not at once.
 
     A tick that raises (storage failed) propagates: the host retries its way.
+
+    After the loop, a runtime that prunes (``OwnerRuntime.prune_if_due``)
+    runs a prune pass when one is due: settled history past its retention
+    policy goes in a few bounded batches, between this loop and the next.
     """
     budget = Budget(max_ticks, deadline_ms, now_ms, stopping)
     draining = getattr(tick, "draining", None)
     held: AbstractContextManager[Steps] = (
         draining() if draining is not None else _plain(tick))  # type: ignore[arg-type]
     with held as steps:
-        return await drain_loop(steps, budget, on_result=on_result, look_again=look_again)
+        ended = await drain_loop(steps, budget, on_result=on_result, look_again=look_again)
+    # Between this loop and the next: a prune pass when one is due (a few
+    # bounded batches at most; tickwork.runtimes.pruning), never once the
+    # host's stopping() ended the loop. A failure is logged there, not raised.
+    prune_if_due = getattr(tick, "prune_if_due", None)
+    if prune_if_due is not None and ended.stop != "stopped":
+        prune_if_due()
+    return ended

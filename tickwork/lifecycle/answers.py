@@ -29,6 +29,7 @@ from tickwork.lifecycle.requests import (
     Commit,
     CreateSchedule,
     DeadLetterPage,
+    DeleteRetention,
     DeleteSchedule,
     DueSchedules,
     Execute,
@@ -48,7 +49,9 @@ from tickwork.lifecycle.requests import (
     NextWork,
     PauseQueue,
     PauseSchedule,
+    PruneSettled,
     Purge,
+    PutRetention,
     QueueCounts,
     QueueHead,
     ReadClaim,
@@ -62,10 +65,13 @@ from tickwork.lifecycle.requests import (
     RequeueForRetry,
     ResumeQueue,
     ResumeSchedule,
+    RetentionPolicies,
     Settle,
+    SettledQueues,
     SettleNextCancelled,
     SettleRecovered,
     StatusGroups,
+    StorageUsage,
     StoreNow,
     Wake,
 )
@@ -102,6 +108,13 @@ class Answers(Protocol):
     def purge(self, request: Purge, /) -> Any: ...
     def pause_queue(self, request: PauseQueue, /) -> Any: ...
     def resume_queue(self, request: ResumeQueue, /) -> Any: ...
+    # retention
+    def retention_policies(self, request: RetentionPolicies, /) -> Any: ...
+    def put_retention(self, request: PutRetention, /) -> Any: ...
+    def delete_retention(self, request: DeleteRetention, /) -> Any: ...
+    def settled_queues(self, request: SettledQueues, /) -> Any: ...
+    def prune_settled(self, request: PruneSettled, /) -> Any: ...
+    def storage_usage(self, request: StorageUsage, /) -> Any: ...
     # schedules
     def find_schedule(self, request: FindSchedule, /) -> Any: ...
     def list_schedules(self, request: ListSchedules, /) -> Any: ...

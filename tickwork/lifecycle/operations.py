@@ -29,6 +29,7 @@ from tickwork.lifecycle.requests import (
     Commit,
     CreateSchedule,
     DeadLetterPage,
+    DeleteRetention,
     DeleteSchedule,
     DueSchedules,
     Execute,
@@ -51,7 +52,9 @@ from tickwork.lifecycle.requests import (
     PauseQueue,
     PauseSchedule,
     Plan,
+    PruneSettled,
     Purge,
+    PutRetention,
     QueueCounts,
     QueueHead,
     ReadClaim,
@@ -64,10 +67,13 @@ from tickwork.lifecycle.requests import (
     RequeueForRetry,
     ResumeQueue,
     ResumeSchedule,
+    RetentionPolicies,
     Settle,
+    SettledQueues,
     SettleNextCancelled,
     SettleRecovered,
     StatusGroups,
+    StorageUsage,
     StoreNow,
     Suspect,
     Wake,
@@ -124,6 +130,16 @@ from tickwork.model.outcomes import (
     queue_status_from_counts,
     queue_statuses_from_groups,
     ran_result,
+)
+from tickwork.model.retention import (
+    MAX_PRUNE_BATCH,
+    PRUNE_BATCH,
+    RetentionPolicy,
+    StorageReport,
+    check_policy_queue,
+    policy_for,
+    validate_policy,
+    with_default,
 )
 from tickwork.model.schedules import (
     MAX_SCHEDULE_NAME,
@@ -728,6 +744,80 @@ def _fire_due(due: list[StoredSchedule], now: int) -> Plan[int]:
             yield Report("ingested", job)
         created += len(jobs)
     return created
+
+
+# -------------------------------------------------------------- retention
+
+
+def retention() -> Plan[list[RetentionPolicy]]:
+    """Every retention policy in force: the scope's default first (the
+    built-in one, ``updated_at`` None, while none is stored), then each
+    queue's own, by queue name."""
+    stored: list[RetentionPolicy] = yield RetentionPolicies()
+    return with_default(stored)
+
+
+def set_retention(queue: str | None, *, keep_completed_ms: int | None,
+                  keep_failed_ms: int | None) -> Plan[bool]:
+    """Keep ``queue``'s settled jobs (None: the scope's default, for every
+    queue without a policy of its own) this long after they settle:
+    completed and cancelled ones ``keep_completed_ms``, failed,
+    outcome_unknown and interrupted ones ``keep_failed_ms`` (each None to
+    keep them forever, else 1 minute to 100 years in ms). A queue's policy
+    replaces the default for it, both times. True when this changed the
+    stored policy, False when it was already so."""
+    policy = validate_policy(queue, keep_completed_ms, keep_failed_ms)
+    changed: bool = yield PutRetention(policy)
+    return changed
+
+
+def clear_retention(queue: str | None) -> Plan[bool]:
+    """Remove ``queue``'s policy (it follows the scope's default again), or
+    with None the scope's default (the built-in one applies again). True
+    when there was one."""
+    removed: bool = yield DeleteRetention(check_policy_queue(queue))
+    return removed
+
+
+def storage() -> Plan[StorageReport]:
+    """What the scope's store holds: its size in bytes (None on D1) and each
+    tickwork table's row count. The size costs no row read; the counts read
+    every row of each table (billed as rows read on a Durable Object and on
+    D1): for an operator or a dashboard, not for a probe polled every few
+    seconds (``ready`` is that)."""
+    report: StorageReport = yield StorageUsage()
+    return report
+
+
+def prune(*, limit: int = PRUNE_BATCH) -> Plan[int]:
+    """One prune batch: delete up to ``limit`` (1 to 1,000) settled jobs
+    that their queue's retention policy keeps no longer, with their rows in
+    side tables, queue by queue in name order; a ``pruned`` event per queue
+    that lost any. Queued and running jobs are never deleted. How many were
+    deleted (``limit``: more may be left; call again).
+
+    Each queue's part is one indexed range per outcome, O(log n + batch),
+    however much history is kept; the hosts call it between their ticks
+    (``tickwork.runtimes.pruning``). A later table with a history of its own
+    adds its step here, after the jobs', from the same budget.
+    """
+    _check_page_limit(limit, MAX_PRUNE_BATCH)
+    policies = with_default((yield RetentionPolicies()))
+    now: int = yield StoreNow()
+    queues: list[str] = yield SettledQueues()
+    pruned = 0
+    for queue in queues:
+        policy = policy_for(queue, policies)
+        if policy.keeps_everything:
+            continue
+        completed_before, failed_before = policy.cutoffs(now)
+        count: int = yield PruneSettled(queue, completed_before, failed_before, limit - pruned)
+        if count:
+            yield Report("pruned", None, count=count, queue=queue)
+            pruned += count
+            if pruned >= limit:
+                break
+    return pruned
 
 
 # ------------------------------------------------------------------ ticks

@@ -22,6 +22,7 @@ from typing import Any, Final, Protocol, TypeAlias, TypeVar
 from tickwork.events import Event, EventKind
 from tickwork.lifecycle.rules import Settlement
 from tickwork.model.jobs import JobRecord, ValidJob
+from tickwork.model.retention import RetentionPolicy
 from tickwork.model.schedules import ValidSchedule
 
 T = TypeVar("T")
@@ -286,6 +287,51 @@ class ResumeQueue(Request):
     """Unmark the queue -> ``bool``: False (nothing written) when it was not paused."""
 
     queue: str
+
+
+@dataclass(slots=True)
+class RetentionPolicies(Request):
+    """Every stored retention policy -> ``list[RetentionPolicy]`` (the
+    scope's default, if stored, with ``queue`` None)."""
+
+
+@dataclass(slots=True)
+class PutRetention(Request):
+    """Store ``policy``, replacing its queue's (or the scope's default) ->
+    ``bool``: False (nothing written) when the same times are stored already."""
+
+    policy: RetentionPolicy
+
+
+@dataclass(slots=True)
+class DeleteRetention(Request):
+    """Remove the policy of ``queue`` (None: the scope's default) -> ``bool``:
+    whether there was one."""
+
+    queue: str | None
+
+
+@dataclass(slots=True)
+class StorageUsage(Request):
+    """The store's size and its tables' row counts -> ``StorageReport``."""
+
+
+@dataclass(slots=True)
+class SettledQueues(Request):
+    """Every queue that has settled jobs, by name -> ``list[str]``."""
+
+
+@dataclass(slots=True)
+class PruneSettled(Request):
+    """Delete up to ``limit`` of ``queue``'s settled jobs (and their rows in
+    side tables): completed and cancelled ones settled before
+    ``completed_before``, the others before ``failed_before`` (None: none of
+    that kind) -> how many were deleted. Never a queued or running job."""
+
+    queue: str
+    completed_before: int | None
+    failed_before: int | None
+    limit: int
 
 
 @dataclass(slots=True)

@@ -133,6 +133,8 @@ class JobOperations:
     explain = Declared(operations.explain, writes=False)
     find_jobs = Declared(operations.find_jobs, writes=False)
     schedules = Declared(operations.schedules, writes=False)
+    retention = Declared(operations.retention, writes=False)
+    storage = Declared(operations.storage, writes=False)
     # changes
     cancel = Declared(operations.cancel, writes=True)
     fail_lane = Declared(operations.fail_lane, writes=True)
@@ -146,16 +148,20 @@ class JobOperations:
     pause_schedule = Declared(operations.pause_schedule, writes=True)
     resume_schedule = Declared(operations.resume_schedule, writes=True)
     delete_schedule = Declared(operations.delete_schedule, writes=True)
+    set_retention = Declared(operations.set_retention, writes=True)
+    clear_retention = Declared(operations.clear_retention, writes=True)
 
 
 class RuntimeOperations(JobOperations):
-    """What a runtime offers besides: the reads a host's wake uses, and
-    ingest by job (the API's ``ingest`` takes a list)."""
+    """What a runtime offers besides: the reads a host's wake uses, ingest
+    by job (the API's ``ingest`` takes a list), and the prune batch its host
+    runs between ticks."""
 
     has_pending_work = Declared(operations.has_pending_work, writes=False)
     next_tick_at = Declared(operations.next_tick_at, writes=False)
     ingest = Declared(operations.ingest, writes=True)
     ingest_many = Declared(operations.ingest_many, writes=True)
+    prune = Declared(operations.prune, writes=True)
 
 
 def declared_operations(surface: type[Any]) -> dict[str, Declared[Any, Any]]:

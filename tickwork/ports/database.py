@@ -63,3 +63,17 @@ class CountingDatabase(SyncDatabase, Protocol):
         commits on its own outside a transaction), and return how many rows
         it changed."""
         ...
+
+
+@runtime_checkable
+class SizedDatabase(SyncDatabase, Protocol):
+    """A SyncDatabase that can say how large it is without reading its rows.
+
+    Optional: an owner's storage report (``tickwork.lifecycle.operations.storage``)
+    gives the size of a database that has it, and None otherwise."""
+
+    def size_bytes(self) -> int:
+        """The bytes of the pages in use: (page_count - freelist_count) x
+        page_size, a Durable Object's ``ctx.storage.sql.databaseSize``. Pages
+        a delete freed leave it at once, though the file keeps them."""
+        ...

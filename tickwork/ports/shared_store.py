@@ -15,6 +15,7 @@ from typing import Any, Literal, Protocol, TypeAlias
 from tickwork.lifecycle import Settlement
 from tickwork.lifecycle.requests import ClaimView, JobListing, Suspect
 from tickwork.model.jobs import JobRecord, ValidJob
+from tickwork.model.retention import RetentionPolicy, StorageReport
 from tickwork.model.schedules import StoredSchedule, ValidSchedule
 
 RenewAnswer: TypeAlias = Literal["held", "cancelled", "lost"]
@@ -213,3 +214,30 @@ class SharedStore(Protocol):
         created once) and advance the schedule, in one transaction or batch;
         the jobs created, in slot order, and the next slot of any running
         schedule after it (read in the same round trip)."""
+
+    async def retention_policies(self) -> list[RetentionPolicy]:
+        """Every stored retention policy, by queue (the scope's default, if
+        stored, with ``queue`` None)."""
+
+    async def put_retention(self, policy: RetentionPolicy, now: int | None) -> bool:
+        """Store ``policy`` (replacing its queue's); False, nothing written,
+        when the same times are stored already."""
+
+    async def delete_retention(self, queue: str | None) -> bool:
+        """Remove ``queue``'s policy (None: the scope's default); whether there was one."""
+
+    async def settled_queues(self) -> list[str]:
+        """Every queue that has settled jobs, by name (an index seek per queue)."""
+
+    async def prune_settled(self, queue: str, completed_before: int | None,
+                            failed_before: int | None, limit: int) -> int:
+        """Delete up to ``limit`` of ``queue``'s settled jobs settled before
+        their kind's cutoff (``completed_before`` for completed and
+        cancelled, ``failed_before`` for the rest; None keeps that kind),
+        with their redrive ids, in one transaction or batch; how many jobs
+        were deleted. Never a queued or running job: the delete is fenced on
+        the row being settled past its cutoff still."""
+
+    async def storage_usage(self) -> StorageReport:
+        """The database's size in bytes where the store can read it without
+        reading rows (None on D1), and each tickwork table's row count."""

@@ -50,6 +50,7 @@ from tickwork.lifecycle.requests import (
     ClaimView,
     CreateSchedule,
     DeadLetterPage,
+    DeleteRetention,
     DeleteSchedule,
     DueSchedules,
     Execute,
@@ -71,7 +72,9 @@ from tickwork.lifecycle.requests import (
     PauseSchedule,
     Plan,
     Probe,
+    PruneSettled,
     Purge,
+    PutRetention,
     QueueCounts,
     QueueHead,
     ReadClaim,
@@ -84,10 +87,13 @@ from tickwork.lifecycle.requests import (
     RequeueForRetry,
     ResumeQueue,
     ResumeSchedule,
+    RetentionPolicies,
     Settle,
+    SettledQueues,
     SettleNextCancelled,
     SettleRecovered,
     StatusGroups,
+    StorageUsage,
     StoreNow,
     Suspect,
     Wake,
@@ -112,6 +118,7 @@ from tickwork.model.outcomes import (
     QueueTransition,
     TickResult,
 )
+from tickwork.model.retention import PRUNE_BATCH, RetentionPolicy, StorageReport
 from tickwork.model.schedules import StoredSchedule
 from tickwork.model.signals import AbortSignal
 from tickwork.ports.database import SyncDatabase
@@ -125,8 +132,10 @@ from tickwork.ports.host import (
 from tickwork.ports.host import (
     Wake as WakePort,
 )
+from tickwork.runtimes import pruning
 from tickwork.runtimes.draining import Budget, drain_loop
 from tickwork.runtimes.execution import nonblocking, run_executor
+from tickwork.runtimes.pruning import MAX_BATCHES_PER_PASS, PruneSchedule
 from tickwork.stores.owner_local import (
     EVERY_JOB,
     OwnerLocalStore,
@@ -246,6 +255,7 @@ class _LocalRuntime(RuntimeOperations, SyncSurface):
         # Likewise the next slot of a running schedule: a tick creates slot
         # jobs only once it has passed (re-read after every schedule change).
         self._next_slot: int | None = self._store.next_slot()
+        self._pruning = PruneSchedule()
         self.transactional = TransactionalJobs(self)
 
     # ------------------------------------- the declared operations, and reads
@@ -292,6 +302,30 @@ class _LocalRuntime(RuntimeOperations, SyncSurface):
                 "limit", f"must be within 1 and {READ_SETTLED_MAX_LIMIT}, got {limit}")
         check_safe_int("after_sequence", after_sequence, InvalidArgument, 0)
         return self._store.read_settled(after_sequence, limit, self._concurrent_lane)
+
+    # -------------------------------------------------------------- retention
+
+    def prune_if_due(self) -> int:
+        """Prune settled history when a pass is due (``tickwork.runtimes.pruning``):
+        up to ``MAX_BATCHES_PER_PASS`` prune batches, each one transaction;
+        how many jobs were deleted. The host loops call it between ticks. A
+        storage failure is logged, not raised: the next pass tries again,
+        and the loop that called it goes on."""
+        now = self._clock()
+        if not self._pruning.due(now):
+            return 0
+        total = last = 0
+        try:
+            for _ in range(MAX_BATCHES_PER_PASS):
+                last = self.prune()
+                total += last
+                if last < PRUNE_BATCH:
+                    break
+        except Exception:
+            pruning.logger.exception("tickwork could not prune settled jobs; trying again later")
+            last = 0
+        self._pruning.ran(now, last)
+        return total
 
     # -------------------------------------------------------------- schedules
 
@@ -899,6 +933,30 @@ class _LocalAnswers(OwnerLocalAnswers):
 
     def resume_queue(self, request: ResumeQueue) -> bool:
         return self._store.resume_queue(request.queue)
+
+    # retention
+    def retention_policies(self, request: RetentionPolicies) -> list[RetentionPolicy]:
+        return self._store.retention_policies()
+
+    def put_retention(self, request: PutRetention) -> bool:
+        return self._store.put_retention(request.policy, self._clock())
+
+    def delete_retention(self, request: DeleteRetention) -> bool:
+        return self._store.delete_retention(request.queue)
+
+    def settled_queues(self, request: SettledQueues) -> list[str]:
+        # Only a prune asks, inside its transaction: the settlements a drain
+        # left for its next filing batch (fewer than FILE_EVERY) are filed
+        # first, so the batch's reads of the history indexes find them too.
+        self._store.file_settled()
+        return self._store.settled_queues()
+
+    def prune_settled(self, request: PruneSettled) -> int:
+        return self._store.prune_settled(request.queue, request.completed_before,
+                                         request.failed_before, request.limit)
+
+    def storage_usage(self, request: StorageUsage) -> StorageReport:
+        return self._store.storage_usage()
 
     # schedules
     def find_schedule(self, request: FindSchedule) -> StoredSchedule | None:

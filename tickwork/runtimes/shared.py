@@ -54,6 +54,7 @@ from tickwork.lifecycle.requests import (
     Commit,
     CreateSchedule,
     DeadLetterPage,
+    DeleteRetention,
     DeleteSchedule,
     DueSchedules,
     Execute,
@@ -74,7 +75,9 @@ from tickwork.lifecycle.requests import (
     PauseSchedule,
     Plan,
     Probe,
+    PruneSettled,
     Purge,
+    PutRetention,
     QueueCounts,
     QueueHead,
     ReadClaim,
@@ -87,10 +90,13 @@ from tickwork.lifecycle.requests import (
     RequeueForRetry,
     ResumeQueue,
     ResumeSchedule,
+    RetentionPolicies,
     Settle,
+    SettledQueues,
     SettleNextCancelled,
     SettleRecovered,
     StatusGroups,
+    StorageUsage,
     StoreNow,
     Wake,
     event_of,
@@ -107,13 +113,16 @@ from tickwork.model.jobs import (
 from tickwork.model.outcomes import (
     TickResult,
 )
+from tickwork.model.retention import PRUNE_BATCH, RetentionPolicy, StorageReport
 from tickwork.model.schedules import StoredSchedule
 from tickwork.model.signals import AbortSignal, LeasedSignal
 from tickwork.ports.host import SharedExecutor
 from tickwork.ports.host import Wake as WakePort
 from tickwork.ports.shared_store import SharedStore
+from tickwork.runtimes import pruning
 from tickwork.runtimes.draining import Budget, drain_loop
 from tickwork.runtimes.execution import nonblocking, run_executor
+from tickwork.runtimes.pruning import MAX_BATCHES_PER_PASS, PruneSchedule
 
 __all__ = ["LeasedSignal", "Now", "SharedRuntime"]
 
@@ -197,6 +206,7 @@ class SharedRuntime(RuntimeOperations, AsyncSurface):
         # every SCHEDULE_LOOK_MS for schedules other workers created.
         self._next_slot: int | object | None = _UNKNOWN
         self._slots_read_at = 0.0
+        self._pruning = PruneSchedule()
         self._answers = answer_table(_SharedRuntimeAnswers(self), SharedAnswers)
 
     # ------------------------------------- the declared operations, and reads
@@ -213,6 +223,32 @@ class SharedRuntime(RuntimeOperations, AsyncSurface):
         await self._store.check_schema()
         self._schema_checked = True
         return self._store.schema_version
+
+    # -------------------------------------------------------------- retention
+
+    async def prune_if_due(self) -> int:
+        """Prune settled history when a pass is due (``tickwork.runtimes.pruning``,
+        by this machine's clock, or the test clock): up to
+        ``MAX_BATCHES_PER_PASS`` prune batches, each queue's part one
+        transaction; how many jobs were deleted. The shared drain and
+        ``tickwork worker`` call it between their loops; any number of
+        workers may prune at once (each delete is fenced). A database
+        failure is logged, not raised: the next pass tries again."""
+        now = self._wall_ms()
+        if not self._pruning.due(now):
+            return 0
+        total = last = 0
+        try:
+            for _ in range(MAX_BATCHES_PER_PASS):
+                last = await self.prune()
+                total += last
+                if last < PRUNE_BATCH:
+                    break
+        except Exception:
+            pruning.logger.exception("tickwork could not prune settled jobs; trying again later")
+            last = 0
+        self._pruning.ran(now, last)
+        return total
 
     # -------------------------------------------------------------- schedules
 
@@ -676,6 +712,27 @@ class _SharedRuntimeAnswers(SharedAnswers):
     def resume_queue(self, request: ResumeQueue) -> Awaitable[bool]:
         return self._store.resume_queue(request.queue)
 
+    # retention
+    def retention_policies(self, request: RetentionPolicies
+                           ) -> Awaitable[list[RetentionPolicy]]:
+        return self._store.retention_policies()
+
+    def put_retention(self, request: PutRetention) -> Awaitable[bool]:
+        return self._store.put_retention(request.policy, self._db_now())
+
+    def delete_retention(self, request: DeleteRetention) -> Awaitable[bool]:
+        return self._store.delete_retention(request.queue)
+
+    def settled_queues(self, request: SettledQueues) -> Awaitable[list[str]]:
+        return self._store.settled_queues()
+
+    def prune_settled(self, request: PruneSettled) -> Awaitable[int]:
+        return self._store.prune_settled(request.queue, request.completed_before,
+                                         request.failed_before, request.limit)
+
+    def storage_usage(self, request: StorageUsage) -> Awaitable[StorageReport]:
+        return self._store.storage_usage()
+
     # schedules
     def find_schedule(self, request: FindSchedule) -> Awaitable[StoredSchedule | None]:
         return self._store.find_schedule(request.name)
@@ -769,6 +826,8 @@ _AWAITED = frozenset({
     StoreNow, FindSchedule, ListSchedules, CreateSchedule, ReplaceSchedule, PauseSchedule,
     ResumeSchedule, DeleteSchedule, DueSchedules, FireSlots, ListJobs, Backlog,
     JobsByIdPrefix,
+    RetentionPolicies, PutRetention, DeleteRetention, SettledQueues, PruneSettled,
+    StorageUsage,
 })
 
 

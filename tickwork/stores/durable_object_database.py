@@ -74,6 +74,16 @@ class DurableObjectDatabase:
         # joins the transaction.
         return self.query(sql, params)
 
+    def size_bytes(self) -> int:
+        """``ctx.storage.sql.databaseSize``: workerd's (page_count -
+        freelist_count) x page_size, read without touching a row. Read on the
+        JS object itself: the external SDK's wrapper keeps the first value of
+        a plain attribute it returned (tests/support/fakes/do_storage.py)."""
+        sql = self.storage.sql
+        wrapped = getattr(sql, "_binding", None)  # the external SDK's wrapped JS object
+        source = sql if wrapped is None or callable(wrapped) else wrapped
+        return int(source.databaseSize)
+
     def atomic(self, fn: Callable[[], T]) -> T:
         # fn's result and error cross the JS boundary inside transactionSync;
         # keep both on the Python side so callers see the original objects.

@@ -7,6 +7,7 @@ decodes the rows by column name. No lifecycle decisions here.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -15,10 +16,19 @@ from tickwork.lifecycle import Settlement
 from tickwork.lifecycle.requests import JobListing
 from tickwork.model.errors import IngestConflict
 from tickwork.model.jobs import MAX_ID_LENGTH, JobRecord, ValidJob, cargo_differences
+from tickwork.model.retention import SCOPE_KEY, RetentionPolicy, StorageReport
 from tickwork.model.schedules import StoredSchedule, ValidSchedule
-from tickwork.ports.database import CountingDatabase, Row, SyncDatabase
+from tickwork.ports.database import CountingDatabase, Row, SizedDatabase, SyncDatabase
 from tickwork.stores.index_batching import IndexBatching
-from tickwork.stores.rows import CARGO, CLAIM, JOB, Columns, decode_job, schedule_row
+from tickwork.stores.rows import (
+    CARGO,
+    CLAIM,
+    JOB,
+    Columns,
+    decode_job,
+    retention_row,
+    schedule_row,
+)
 from tickwork.stores.sql import sqlite as sql
 
 _render = sql.render_owner_local
@@ -79,6 +89,15 @@ _STATUS = _render(sql.STATUS)
 _BACKLOG = _render(sql.BACKLOG_LOCAL)
 _QUEUE_STATUS = _render(sql.QUEUE_STATUS_LOCAL, "queue")
 _READ_SETTLED = _render(sql.READ_SETTLED, "after_sequence", "limit")
+_LIST_RETENTION = _render(sql.LIST_RETENTION)
+_PUT_RETENTION = _render(sql.PUT_RETENTION, "queue", "keep_completed_ms", "keep_failed_ms",
+                         "now")
+_DELETE_RETENTION = _render(sql.DELETE_RETENTION, "queue")
+_SETTLED_QUEUES = _render(sql.SETTLED_QUEUES)
+_PRUNABLE = _render(sql.PRUNABLE, "queue", "completed_before", "failed_before", "limit")
+_PRUNE_REDRIVES = _render(sql.PRUNE_REDRIVES, "job_ids", "completed_before", "failed_before")
+_PRUNE_JOBS = _render(sql.PRUNE_JOBS, "job_ids", "completed_before", "failed_before")
+_STORAGE_ROWS = _render(sql.STORAGE_ROWS)
 _READ_SETTLED_OUTSIDE_LANE = _render(sql.READ_SETTLED_OUTSIDE_LANE,
                                      "after_sequence", "limit", "lane")
 
@@ -544,3 +563,49 @@ class OwnerLocalStore:
 
         return self.database.atomic(fire)
 
+    # ------------------------------------------------------------ retention
+
+    def retention_policies(self) -> list[RetentionPolicy]:
+        """Every stored policy, by queue (the scope's default with queue None)."""
+        return [retention_row(row) for row in self.database.query(_LIST_RETENTION.text)]
+
+    def put_retention(self, policy: RetentionPolicy, now: int) -> bool:
+        """Store ``policy``; False (nothing written) when the same is stored."""
+        return bool(self.database.mutate(_PUT_RETENTION.text, (
+            SCOPE_KEY if policy.queue is None else policy.queue, policy.keep_completed_ms,
+            policy.keep_failed_ms, now)))
+
+    def delete_retention(self, queue: str | None) -> bool:
+        """Remove ``queue``'s policy (None: the scope's default); whether there was one."""
+        return bool(self.database.mutate(_DELETE_RETENTION.text,
+                                         (SCOPE_KEY if queue is None else queue,)))
+
+    def settled_queues(self) -> list[str]:
+        """Every queue with filed settled jobs, by name."""
+        return [str(row[0]) for row in self.database.query(_SETTLED_QUEUES.text)]
+
+    def prune_settled(self, queue: str, completed_before: int | None,
+                      failed_before: int | None, limit: int) -> int:
+        """Delete up to ``limit`` of ``queue``'s filed settled jobs past their
+        cutoff (see ``PruneSettled``) and their redrive ids, in one
+        transaction; how many jobs were deleted."""
+
+        def prune() -> int:
+            ids = [row[0] for row in self.database.query(
+                _PRUNABLE.text, (queue, completed_before, failed_before, limit))]
+            if not ids:
+                return 0
+            job_ids = json.dumps(ids)
+            self.database.mutate(_PRUNE_REDRIVES.text, (job_ids, completed_before, failed_before))
+            return len(self.database.mutate(_PRUNE_JOBS.text,
+                                             (job_ids, completed_before, failed_before)))
+
+        return self.database.atomic(prune)
+
+    def storage_usage(self) -> StorageReport:
+        """The database's size, when it can say (``SizedDatabase``), and each
+        table's row count (one statement reading every row)."""
+        counts = self.database.query(_STORAGE_ROWS.text)[0]
+        size = self.database.size_bytes() if isinstance(self.database, SizedDatabase) else None
+        return StorageReport(size, {table: int(count) for table, count in
+                                    zip(sql.STORAGE_TABLES, counts, strict=True)})

@@ -10,8 +10,9 @@ version lives in ``tickwork_meta`` and every runtime construction runs
 ``SCHEDULES_SQL`` ``0005_schedules.sql``, ``ERROR_SUMMARIES_SQL``
 ``0006_error_summaries.sql``, ``BROWSE_SQL`` ``0007_browse.sql``,
 ``LIGHT_CHECKS_SQL`` ``0008_light_checks.sql``, ``BATCHED_ENTRIES_SQL``
-``0009_batched_entries.sql`` and ``BATCHED_QUEUE_ORDER_SQL``
-``0010_batched_queue_order.sql``, character for character (the tests pin them
+``0009_batched_entries.sql``, ``BATCHED_QUEUE_ORDER_SQL``
+``0010_batched_queue_order.sql`` and ``RETENTION_SQL`` ``0011_retention.sql``,
+character for character (the tests pin them
 equal): the package cannot read those files inside a Worker, so the text
 lives here too, and the files are where people read it beside the D1 and
 PostgreSQL schemas. A database written by an older tickwork is
@@ -24,7 +25,7 @@ from tickwork.model.errors import SchemaError
 from tickwork.ports.database import SyncDatabase
 from tickwork.schemas import split_statements
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 #: schema/owner_local/0001_tickwork_jobs.sql
 SCHEMA_SQL = """-- tickwork owner-local job table: one owner's jobs in its own SQLite database
@@ -469,6 +470,27 @@ CREATE INDEX tickwork_jobs_queue_order
     WHERE listed = 1 AND filed = 0;
 """
 
+#: schema/owner_local/0011_retention.sql (pinned equal like SCHEMA_SQL)
+RETENTION_SQL = """-- tickwork owner-local: retention policies. Applied by the runtime itself on
+-- first open, like 0002.
+--
+-- One row per queue with a policy of its own, and one under the queue name
+-- '' (no queue has it) for the owner's default. Each time is in ms after a
+-- job settled; NULL keeps that kind of settled job forever. Without a row
+-- for '' the default is built in (tickwork.model.retention: completed and
+-- cancelled jobs 7 days, failed, outcome_unknown and interrupted ones 30).
+--
+-- No new index: a prune batch walks tickwork_jobs_queue_outcomes (queue,
+-- outcome, settled_at, sequence), one range per queue and outcome, so it
+-- reads the rows it deletes and no other.
+CREATE TABLE tickwork_retention (
+    queue TEXT NOT NULL PRIMARY KEY,
+    keep_completed_ms INTEGER CHECK (keep_completed_ms > 0),
+    keep_failed_ms INTEGER CHECK (keep_failed_ms > 0),
+    updated_at INTEGER NOT NULL
+);
+"""
+
 #: The statements of SCHEMA_SQL; the first creates tickwork_meta.
 SCHEMA_STATEMENTS = tuple(split_statements(SCHEMA_SQL))
 
@@ -484,6 +506,7 @@ UPGRADES: tuple[tuple[str, ...], ...] = (
     tuple(split_statements(LIGHT_CHECKS_SQL)),
     tuple(split_statements(BATCHED_ENTRIES_SQL)),
     tuple(split_statements(BATCHED_QUEUE_ORDER_SQL)),
+    tuple(split_statements(RETENTION_SQL)),
 )
 assert len(UPGRADES) == SCHEMA_VERSION
 

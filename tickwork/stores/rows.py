@@ -27,6 +27,7 @@ from tickwork.model.jobs import (
     history_from_json,
     retry_from_json,
 )
+from tickwork.model.retention import SCOPE_KEY, RetentionPolicy
 from tickwork.model.schedules import StoredSchedule
 
 #: The columns of a job, in ``JobRecord`` field order (payload_json decodes
@@ -150,3 +151,12 @@ def schedule_row(row: Sequence[Any]) -> StoredSchedule:
     updated_at first) as stored, on every store."""
     return StoredSchedule(str(row[0]), str(row[1]), int(row[2]), bool(row[3]), int(row[4]),
                           int(row[5]))
+
+
+def retention_row(row: Sequence[Any]) -> RetentionPolicy:
+    """A policy row (queue, keep_completed_ms, keep_failed_ms, updated_at),
+    as stored on every store: queue '' is the scope's default (None here)."""
+    queue = str(row[0])
+    return RetentionPolicy(None if queue == SCOPE_KEY else queue,
+                           None if row[1] is None else int(row[1]),
+                           None if row[2] is None else int(row[2]), int(row[3]))

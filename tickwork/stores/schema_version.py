@@ -4,35 +4,36 @@ The shared runtimes never migrate (a migration tool does: ``wrangler d1
 migrations apply``, psql, ...). Each migration file ends by recording its
 number as ``schema_version`` in ``tickwork_meta``, and the runtime checks that
 number before its first operation. The dialects share their first nine
-migrations (same names); each has more of its own after those, numbered
-apart (a number is never reused for another file, even in the other
-dialect), so a list may skip numbers: the version a database needs is the
-number of its dialect's last migration, and the ones it lacks are those
-numbered above the version it has.
+migrations (same names); each has more of its own after those. A number
+names one file within a dialect (the two dialects' lists are apart after
+the ninth, and may both use a number for different files), a list may skip
+numbers, and the version a database needs is the number of its dialect's
+last migration: the ones it lacks are those numbered above the version it
+has.
 """
 
 from __future__ import annotations
 
 from tickwork.model.errors import SchemaError
 
-#: The migrations both dialects share, in order.
+#: The migrations both dialects share (same names), in order.
 SHARED_MIGRATIONS = ("0001_tickwork_jobs.sql", "0002_job_locks.sql",
                      "0003_settled_by_queue.sql", "0004_due_times.sql",
                      "0005_paused_queues.sql", "0006_retries.sql", "0007_schedules.sql",
                      "0008_error_summaries.sql", "0009_browse.sql")
 
-#: The migrations of schema/d1, in order: the shared ones, then the
-#: directory of owners (a table only D1 has: on ``tickwork serve`` the data
-#: directory is the directory of owners).
-MIGRATIONS = (*SHARED_MIGRATIONS, "0012_owner_directory.sql")
+#: The migrations of schema/d1, in order: the shared ones, then retention
+#: and the directory of owners (a table only D1 has: on ``tickwork serve``
+#: the data directory is the directory of owners).
+MIGRATIONS = (*SHARED_MIGRATIONS, "0010_retention.sql", "0012_owner_directory.sql")
 
 #: The migrations of schema/postgres, in order: the shared ones, then claims
 #: locked per queue instead of behind one lock, the group commit's generic
-#: plans, its claim walking again when it came up short, and job ids in
-#: byte order.
+#: plans, its claim walking again when it came up short, job ids in byte
+#: order, and retention.
 POSTGRES_MIGRATIONS = (*SHARED_MIGRATIONS, "0010_queue_claims.sql",
                        "0011_generic_claim_plans.sql", "0012_claim_passes.sql",
-                       "0013_job_id_prefix.sql")
+                       "0013_job_id_prefix.sql", "0014_retention.sql")
 
 
 def migration_number(name: str) -> int:

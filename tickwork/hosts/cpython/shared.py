@@ -14,7 +14,11 @@ Layout: one ``AsyncConnectionPool`` shared by
   most a second, so a shutdown is noticed): it runs jobs until the store is
   idle, then waits for a local wake (an API change) or ``poll_s`` seconds,
   whichever comes first. The poll picks up jobs other
-  processes enqueue and leases that expired elsewhere.
+  processes enqueue and leases that expired elsewhere. The first worker
+  also prunes settled history between its drains, when a pass is due
+  (``tickwork.runtimes.pruning``: once a minute, a few bounded batches; the
+  other processes' first workers may prune at the same time, which is
+  safe: every delete is fenced).
 
 Leases keep other processes honest; within this process, a cancellation or
 failing a lane recorded through the API reaches the local worker executing
@@ -140,7 +144,8 @@ class SharedWorkers:
         for number, runtime in enumerate(self._runtimes):
             event = asyncio.Event()
             self._events.append(event)
-            self._tasks.append(loop.create_task(self._worker(runtime, event),
+            self._tasks.append(loop.create_task(self._worker(runtime, event,
+                                                             prunes=number == 0),
                                                 name=f"shared worker {number}"))
         return self.service
 
@@ -156,7 +161,7 @@ class SharedWorkers:
         backlogs: list[QueueBacklog] = await self.service.runtime.backlog()
         return backlogs
 
-    async def _worker(self, runtime: Any, event: asyncio.Event) -> None:
+    async def _worker(self, runtime: Any, event: asyncio.Event, *, prunes: bool) -> None:
         while not self._stopping:
             event.clear()
             try:
@@ -170,6 +175,8 @@ class SharedWorkers:
                 results = []
             for result in results:
                 self._progress.record(result)
+            if prunes and not self._stopping:
+                await runtime.prune_if_due()  # logs its own failures
             if results or self._stopping:
                 continue  # there may be more at once
             with contextlib.suppress(TimeoutError):

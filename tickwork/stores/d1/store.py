@@ -19,10 +19,19 @@ from tickwork.model.jobs import (
     replay_flags,
     stored_cargo,
 )
+from tickwork.model.retention import SCOPE_KEY, RetentionPolicy, StorageReport
 from tickwork.model.schedules import StoredSchedule, ValidSchedule
 from tickwork.ports.shared_store import CancelWrite, RenewAnswer
 from tickwork.stores.d1.binding import D1Binding
-from tickwork.stores.rows import CARGO, CLAIM, JOB, SEQUENCE, Columns, schedule_row
+from tickwork.stores.rows import (
+    CARGO,
+    CLAIM,
+    JOB,
+    SEQUENCE,
+    Columns,
+    retention_row,
+    schedule_row,
+)
 from tickwork.stores.schema_version import MIGRATIONS, check_schema_version
 from tickwork.stores.schema_version import SCHEMA_VERSION as NEEDED_VERSION
 from tickwork.stores.sql import sqlite as sql
@@ -101,6 +110,16 @@ DUE_SCHEDULES = _render(sql.DUE_SCHEDULES, "now")
 NEXT_SLOT = _render(sql.NEXT_SLOT)
 FIRE_SLOT = _render(sql.FIRE_SLOT, *sql.FIRE_SLOT.params)
 ADVANCE_SCHEDULE = _render(sql.ADVANCE_SCHEDULE, "next_at", "name", "spec_json")
+
+
+LIST_RETENTION = _render(sql.LIST_RETENTION)
+PUT_RETENTION = _render(sql.PUT_RETENTION, "queue", "keep_completed_ms", "keep_failed_ms", "now")
+DELETE_RETENTION = _render(sql.DELETE_RETENTION, "queue")
+SETTLED_QUEUES = _render(sql.SETTLED_QUEUES)
+PRUNABLE = _render(sql.PRUNABLE, "queue", "completed_before", "failed_before", "limit")
+PRUNE_REDRIVES = _render(sql.PRUNE_REDRIVES, "job_ids", "completed_before", "failed_before")
+PRUNE_JOBS = _render(sql.PRUNE_JOBS, "job_ids", "completed_before", "failed_before")
+STORAGE_ROWS = _render(sql.STORAGE_ROWS)
 
 
 def _names(statement: sql.Statement) -> tuple[str, ...]:
@@ -402,6 +421,45 @@ class D1Store:
         next_slot = results[-1]
         return ([job for job, rows in zip(jobs, results[:-2], strict=True) if rows],
                 int(next_slot[0][0]) if next_slot else None)
+
+    # ------------------------------------------------------------ retention
+
+    async def retention_policies(self) -> list[RetentionPolicy]:
+        return [retention_row(row) for row in await self.d1.query(LIST_RETENTION.text, ())]
+
+    async def put_retention(self, policy: RetentionPolicy, now: int | None) -> bool:
+        return bool(await self.d1.query(PUT_RETENTION.text, (
+            SCOPE_KEY if policy.queue is None else policy.queue, policy.keep_completed_ms,
+            policy.keep_failed_ms, now)))
+
+    async def delete_retention(self, queue: str | None) -> bool:
+        return bool(await self.d1.query(DELETE_RETENTION.text,
+                                        (SCOPE_KEY if queue is None else queue,)))
+
+    async def settled_queues(self) -> list[str]:
+        return [str(row[0]) for row in await self.d1.query(SETTLED_QUEUES.text, ())]
+
+    async def prune_settled(self, queue: str, completed_before: int | None,
+                            failed_before: int | None, limit: int) -> int:
+        # Two round trips: the batch's ids (one indexed read), then one D1
+        # batch (one transaction) deleting their redrive ids and the jobs,
+        # each fenced on the job still being settled past its cutoff.
+        ids = [row[0] for row in await self.d1.query(
+            PRUNABLE.text, (queue, completed_before, failed_before, limit))]
+        if not ids:
+            return 0
+        values = (json.dumps(ids), completed_before, failed_before)
+        _, deleted = await self.d1.batch(
+            [(PRUNE_REDRIVES.text, values), (PRUNE_JOBS.text, values)],
+            [None, _names(PRUNE_JOBS)])
+        return len(deleted)
+
+    async def storage_usage(self) -> StorageReport:
+        # No size: D1 reports it in each result's meta (size_after) and in
+        # `wrangler d1 info`, which D1Binding does not read.
+        counts = (await self.d1.query(STORAGE_ROWS.text, ()))[0]
+        return StorageReport(None, {table: int(count) for table, count in
+                                    zip(sql.STORAGE_TABLES, counts, strict=True)})
 
 
 def _probed(row: tuple[Any, ...]) -> tuple[Suspect | None, bool]:

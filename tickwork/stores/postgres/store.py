@@ -18,12 +18,13 @@ from typing import Any, cast
 from tickwork.lifecycle import Settlement
 from tickwork.lifecycle.requests import ClaimView, JobListing, Suspect
 from tickwork.model.jobs import MAX_ID_LENGTH, JobRecord, ValidJob, replay_flags
+from tickwork.model.retention import SCOPE_KEY, RetentionPolicy, StorageReport
 from tickwork.model.schedules import StoredSchedule, ValidSchedule
 from tickwork.ports.shared_store import CancelWrite, RenewAnswer
 from tickwork.stores.postgres.arrays import bigint_array, text_array
 from tickwork.stores.postgres.batching import Coalescer
 from tickwork.stores.postgres.connection import autocommit_connection
-from tickwork.stores.rows import CARGO, CLAIM, JOB, schedule_row
+from tickwork.stores.rows import CARGO, CLAIM, JOB, retention_row, schedule_row
 from tickwork.stores.schema_version import (
     POSTGRES_MIGRATIONS,
     POSTGRES_SCHEMA_VERSION,
@@ -467,6 +468,36 @@ class PostgresStore:
             row = await (await conn.execute(sql.NEXT_SLOT)).fetchone()
         assert row is not None
         return created, None if row[0] is None else int(row[0])
+
+    # ------------------------------------------------------------ retention
+
+    async def retention_policies(self) -> list[RetentionPolicy]:
+        return [retention_row(row) for row in await self._rows(sql.LIST_RETENTION, {})]
+
+    async def put_retention(self, policy: RetentionPolicy, now: int | None) -> bool:
+        return bool(await self._rows(sql.PUT_RETENTION, {
+            "queue": SCOPE_KEY if policy.queue is None else policy.queue,
+            "keep_completed_ms": policy.keep_completed_ms,
+            "keep_failed_ms": policy.keep_failed_ms, "now": now}))
+
+    async def delete_retention(self, queue: str | None) -> bool:
+        return bool(await self._rows(sql.DELETE_RETENTION,
+                                     {"queue": SCOPE_KEY if queue is None else queue}))
+
+    async def settled_queues(self) -> list[str]:
+        return [str(row[0]) for row in await self._rows(sql.SETTLED_QUEUES, {})]
+
+    async def prune_settled(self, queue: str, completed_before: int | None,
+                            failed_before: int | None, limit: int) -> int:
+        rows = await self._rows(sql.PRUNE, {
+            "queue": queue, "completed_before": completed_before,
+            "failed_before": failed_before, "limit": limit})
+        return int(rows[0][0])
+
+    async def storage_usage(self) -> StorageReport:
+        size, *counts = (await self._rows(sql.STORAGE_USAGE, {}))[0]
+        return StorageReport(int(size), {table: int(count) for table, count in
+                                         zip(sql.STORAGE_TABLES, counts, strict=True)})
 
 
 class _Undecided(Exception):

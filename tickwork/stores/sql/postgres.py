@@ -587,3 +587,91 @@ RESUME_QUEUE = "DELETE FROM tickwork_paused_queues WHERE queue = %(queue)s RETUR
 
 # Erasure for a trusted producer SELECT naming queues: every job in them goes.
 PURGE_QUEUES = "DELETE FROM tickwork_jobs WHERE queue IN ({select})"
+
+# ------------------------------------------------------------- retention
+#
+# Retention policies (schema 0013) and the prune that applies them, as on
+# SQLite (tickwork.stores.sql.sqlite, "retention"): a batch reads one
+# queue's prunable rows through tickwork_jobs_queue_outcomes (queue, outcome,
+# settled_at, sequence), one range per outcome ending at the cutoff, so it
+# reads the rows it deletes and no others, O(log n + batch). Only settled
+# rows are selected or deleted.
+
+# Every stored policy (the scope's default under queue ''), by queue.
+LIST_RETENTION = """
+SELECT queue, keep_completed_ms, keep_failed_ms, updated_at
+FROM tickwork_retention ORDER BY queue
+"""
+
+# Store a policy, replacing the queue's: a row back when anything changed,
+# none when the same times were stored already (nothing written then).
+PUT_RETENTION = f"""
+INSERT INTO tickwork_retention AS stored (queue, keep_completed_ms, keep_failed_ms, updated_at)
+VALUES (%(queue)s, %(keep_completed_ms)s, %(keep_failed_ms)s, {NOW})
+ON CONFLICT (queue) DO UPDATE SET
+    keep_completed_ms = excluded.keep_completed_ms, keep_failed_ms = excluded.keep_failed_ms,
+    updated_at = excluded.updated_at
+WHERE stored.keep_completed_ms IS DISTINCT FROM excluded.keep_completed_ms
+   OR stored.keep_failed_ms IS DISTINCT FROM excluded.keep_failed_ms
+RETURNING queue
+"""
+
+# Remove a queue's policy, or the scope's default: a row back when there was one.
+DELETE_RETENTION = "DELETE FROM tickwork_retention WHERE queue = %(queue)s RETURNING queue"
+
+# Every queue with settled history, in name order: a loose index scan of
+# tickwork_jobs_queue_settled (each step one seek for the first queue name
+# after the last), O(queues x log n) however many jobs each queue holds.
+SETTLED_QUEUES = """
+WITH RECURSIVE settled(queue) AS (
+    SELECT (SELECT queue FROM tickwork_jobs WHERE state = 'settled'
+            ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT queue FROM tickwork_jobs
+            WHERE state = 'settled' AND queue > settled.queue
+            ORDER BY queue LIMIT 1)
+    FROM settled WHERE settled.queue IS NOT NULL)
+SELECT queue FROM settled WHERE queue IS NOT NULL
+"""
+
+# One prune batch of one queue, in one statement (one transaction): up to
+# %(limit)s settled jobs past their cutoff (each outcome's index range up to
+# its cutoff; a NULL cutoff keeps that kind forever), deleted fenced on still
+# being settled past it (a job redriven meanwhile is queued again: READ
+# COMMITTED re-checks the row, and it stays), with their redrive ids; how
+# many jobs were deleted.
+PRUNE = """
+WITH doomed AS (
+    (SELECT job_id FROM tickwork_jobs
+     WHERE state = 'settled' AND queue = %(queue)s
+       AND outcome IN ('completed', 'cancelled')
+       AND settled_at < %(completed_before)s::bigint
+     UNION ALL
+     SELECT job_id FROM tickwork_jobs
+     WHERE state = 'settled' AND queue = %(queue)s
+       AND outcome IN ('failed', 'outcome_unknown', 'interrupted')
+       AND settled_at < %(failed_before)s::bigint)
+    LIMIT %(limit)s),
+gone AS (
+    DELETE FROM tickwork_jobs
+    WHERE job_id IN (SELECT job_id FROM doomed) AND state = 'settled'
+      AND settled_at < CASE WHEN outcome IN ('completed', 'cancelled')
+                            THEN %(completed_before)s::bigint
+                            ELSE %(failed_before)s::bigint END
+    RETURNING job_id),
+redrives AS (
+    DELETE FROM tickwork_redrives WHERE job_id IN (SELECT job_id FROM gone))
+SELECT count(*) FROM gone
+"""
+
+#: The tables a storage report counts, in its order (as on SQLite).
+STORAGE_TABLES = ("tickwork_jobs", "tickwork_redrives", "tickwork_schedules",
+                  "tickwork_paused_queues", "tickwork_retention")
+
+# The storage report: the bytes of every tickwork table this connection sees
+# (its heap, indexes and TOAST: pg_total_relation_size, no row read), then
+# each table's row count (O(rows), the report's, never a tick's).
+STORAGE_USAGE = "SELECT (SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint " \
+    "FROM pg_class AS c WHERE c.relkind = 'r' AND c.relname LIKE 'tickwork\\_%%' " \
+    "AND pg_table_is_visible(c.oid)), " + ", ".join(
+        f"(SELECT count(*) FROM {table})" for table in STORAGE_TABLES)

@@ -110,6 +110,11 @@ UNFILED = "tickwork_jobs INDEXED BY tickwork_jobs_unfiled WHERE filed = 0 AND st
 QUEUE_ORDER = f"tickwork_jobs INDEXED BY tickwork_jobs_queue_order WHERE {PENDING_LISTED}"
 
 
+#: Owner-local (0009): what a read of settled rows says (before its state) for
+#: SQLite to use the history indexes, which hold the filed rows only.
+FILED = "filed = 1 AND "
+
+
 def queue_rows(select: str, where: str) -> str:
     """Owner-local (0010): ``select`` over one queue's unsettled rows that
     match ``where`` (which names the queue and the state): the listed ones
@@ -173,11 +178,12 @@ def _fragments(target: Target) -> dict[str, str]:
         return {"now": now, "set_lease": "", "lease_live": "", "lease_dead": "",
                 "clear_lease": "", "live_claim": "state = 'running'",
                 "suspect": "state = 'running' {exclude}", "dead_outcome": DEAD_OUTCOME_CHAIN,
-                "pending": PENDING_LISTED, "file": ", filed = 1", "unfile": ", filed = 0"}
+                "pending": PENDING_LISTED, "file": ", filed = 1", "unfile": ", filed = 0",
+                "filed": FILED}
     return {
         "now": now,
         "dead_outcome": DEAD_OUTCOME_LIST,
-        "pending": PENDING_STATES, "file": "", "unfile": "",
+        "pending": PENDING_STATES, "file": "", "unfile": "", "filed": "",
         # A claim's lease ends :lease_ms after it is taken.
         "set_lease": f", lease_expires_at = {now} + :lease_ms",
         "lease_live": f"AND lease_expires_at > {now}",
@@ -1191,6 +1197,112 @@ DELETE FROM tickwork_jobs WHERE sequence IN (
     {queue_rows("sequence", "queue = :queue AND state = 'queued'")})
 RETURNING sequence
 """, ("queue",), SEQUENCE_ROWS, _local)
+
+# ------------------------------------------------------------- retention
+#
+# Retention policies (schema: owner-local 0011, D1 0010) and the prune that
+# applies them. A prune batch reads one queue's prunable rows through
+# tickwork_jobs_queue_outcomes (queue, outcome, settled_at, sequence): one
+# range per outcome, ending at the policy's cutoff, so it reads the rows it
+# deletes and no others, O(log n + batch) whatever the history kept. Only
+# settled rows are ever selected or deleted: every statement below names
+# state = 'settled', and the delete is fenced on it again. Owner-local reads
+# the filed rows ({filed}): its runtime files the settlements waiting for
+# their batch (FILE_SETTLED) before a prune reads.
+
+#: A policy row, as every policy read returns it.
+RETENTION_COLUMNS = Columns("queue", "keep_completed_ms", "keep_failed_ms", "updated_at")
+
+# Every stored policy (the scope's default under queue ''), by queue: a
+# handful of rows, read by primary key order.
+LIST_RETENTION = Template("list_retention", """
+SELECT queue, keep_completed_ms, keep_failed_ms, updated_at
+FROM tickwork_retention ORDER BY queue
+""", (), RETENTION_COLUMNS)
+
+# Store a policy, replacing the queue's: returns its row when anything
+# changed, none when the same times were stored already (then nothing is
+# written, updated_at included).
+PUT_RETENTION = Template("put_retention", """
+INSERT INTO tickwork_retention (queue, keep_completed_ms, keep_failed_ms, updated_at)
+VALUES (:queue, :keep_completed_ms, :keep_failed_ms, {now})
+ON CONFLICT (queue) DO UPDATE SET
+    keep_completed_ms = excluded.keep_completed_ms, keep_failed_ms = excluded.keep_failed_ms,
+    updated_at = excluded.updated_at
+WHERE keep_completed_ms IS NOT excluded.keep_completed_ms
+   OR keep_failed_ms IS NOT excluded.keep_failed_ms
+RETURNING queue
+""", ("queue", "keep_completed_ms", "keep_failed_ms", "now"), Columns("queue"))
+
+# Remove a queue's policy (it follows the scope's default again), or the
+# scope's default (the built-in one applies again): a row when there was one.
+DELETE_RETENTION = Template("delete_retention", """
+DELETE FROM tickwork_retention WHERE queue = :queue RETURNING queue
+""", ("queue",), Columns("queue"))
+
+# Every queue with settled history, in name order: one seek of
+# tickwork_jobs_queue_settled per queue (each step asks for the first queue
+# name after the last one), O(queues x log n) however many jobs each holds.
+SETTLED_QUEUES = Template("settled_queues", """
+WITH RECURSIVE settled(queue) AS (
+    SELECT (SELECT min(queue) FROM tickwork_jobs WHERE {filed}state = 'settled')
+    UNION ALL
+    SELECT (SELECT min(queue) FROM tickwork_jobs
+            WHERE {filed}state = 'settled' AND queue > settled.queue)
+    FROM settled WHERE settled.queue IS NOT NULL)
+SELECT queue FROM settled WHERE queue IS NOT NULL
+""", (), Columns("queue"))
+
+#: A settled row that a prune with cutoffs :completed_before (completed,
+#: cancelled) and :failed_before (the rest) deletes; a NULL cutoff keeps its
+#: kind forever (a comparison with NULL is never true).
+_PRUNABLE = """state = 'settled' AND settled_at < CASE
+    WHEN outcome = 'completed' OR outcome = 'cancelled' THEN :completed_before
+    ELSE :failed_before END"""
+#: The job ids a batch deletes, as the JSON array the statements bind.
+_PRUNE_IDS = "job_id IN (SELECT value FROM json_each(:job_ids))"
+
+# Up to :limit of one queue's settled jobs past their policy's cutoff: each
+# outcome's range of tickwork_jobs_queue_outcomes, from its oldest entry to
+# the cutoff (SQLite seeks each (queue, outcome) pair of the IN lists, then
+# walks settled_at up to the bound), so no kept row is read.
+PRUNABLE = Template("prunable", """
+SELECT job_id FROM tickwork_jobs
+WHERE {filed}state = 'settled' AND queue = :queue
+  AND outcome IN ('completed', 'cancelled') AND settled_at < :completed_before
+UNION ALL
+SELECT job_id FROM tickwork_jobs
+WHERE {filed}state = 'settled' AND queue = :queue
+  AND outcome IN ('failed', 'outcome_unknown', 'interrupted') AND settled_at < :failed_before
+LIMIT :limit
+""", ("queue", "completed_before", "failed_before", "limit"), Columns("job_id"))
+
+# Prune, step 1, in the batch's transaction (owner-local) or D1 batch: the
+# redrive ids of the jobs step 2 deletes (by the primary key's job_id
+# prefix), so no row of a pruned job is left behind. Fenced like step 2: a
+# job redriven since the batch read it is queued again, and keeps its ids.
+PRUNE_REDRIVES = Template("prune_redrives", f"""
+DELETE FROM tickwork_redrives WHERE job_id IN (
+    SELECT job_id FROM tickwork_jobs WHERE {_PRUNE_IDS} AND {_PRUNABLE})
+""", ("job_ids", "completed_before", "failed_before"))
+
+# Prune, step 2: delete the batch's jobs (by the unique job_id index) that
+# are still settled past their cutoff; how many were deleted.
+PRUNE_JOBS = Template("prune_jobs", f"""
+DELETE FROM tickwork_jobs WHERE {_PRUNE_IDS} AND {_PRUNABLE}
+RETURNING job_id
+""", ("job_ids", "completed_before", "failed_before"), Columns("job_id"))
+
+#: The tables a storage report counts, in its order.
+STORAGE_TABLES = ("tickwork_jobs", "tickwork_redrives", "tickwork_schedules",
+                  "tickwork_paused_queues", "tickwork_retention")
+
+# Each tickwork table's row count, in one statement: every row of each
+# table is read (SQLite counts through its smallest index), so O(rows); the
+# storage report's, never a tick's.
+STORAGE_ROWS = Template("storage_rows", "SELECT " + ",\n       ".join(
+    f"(SELECT count(*) FROM {table}) AS {table}" for table in STORAGE_TABLES) + "\n",
+    (), Columns(*STORAGE_TABLES))
 
 # ============================================================= owner-local
 #

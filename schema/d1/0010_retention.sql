@@ -1,0 +1,20 @@
+-- tickwork: retention policies, for Cloudflare D1 (SQLite). Apply after 0009.
+-- Plain statements only (D1 applies the file as one unit).
+--
+-- One row per queue with a policy of its own, and one under the queue name
+-- '' (no queue has it) for the database's default. Each time is in ms after
+-- a job settled; NULL keeps that kind of settled job forever. Without a row
+-- for '' the default is built in (tickwork.model.retention: completed and
+-- cancelled jobs 7 days, failed, outcome_unknown and interrupted ones 30).
+--
+-- No new index: a prune batch walks tickwork_jobs_queue_outcomes (queue,
+-- outcome, settled_at, sequence), one range per queue and outcome, so it
+-- reads the rows it deletes and no other.
+CREATE TABLE tickwork_retention (
+    queue TEXT NOT NULL PRIMARY KEY,
+    keep_completed_ms INTEGER CHECK (keep_completed_ms > 0),
+    keep_failed_ms INTEGER CHECK (keep_failed_ms > 0),
+    updated_at INTEGER NOT NULL
+);
+
+UPDATE tickwork_meta SET value = '10' WHERE key = 'schema_version';

@@ -1,0 +1,19 @@
+-- tickwork: retention policies, for PostgreSQL (13+). Apply after 0013.
+--
+-- One row per queue with a policy of its own, and one under the queue name
+-- '' (no queue has it) for the database's default. Each time is in ms after
+-- a job settled; NULL keeps that kind of settled job forever. Without a row
+-- for '' the default is built in (tickwork.model.retention: completed and
+-- cancelled jobs 7 days, failed, outcome_unknown and interrupted ones 30).
+--
+-- No new index: a prune batch walks tickwork_jobs_queue_outcomes (queue,
+-- outcome, settled_at, sequence), one range per queue and outcome, so it
+-- reads the rows it deletes and no other.
+CREATE TABLE tickwork_retention (
+    queue text PRIMARY KEY,
+    keep_completed_ms bigint CHECK (keep_completed_ms > 0),
+    keep_failed_ms bigint CHECK (keep_failed_ms > 0),
+    updated_at bigint NOT NULL
+);
+
+UPDATE tickwork_meta SET value = '14' WHERE key = 'schema_version';
