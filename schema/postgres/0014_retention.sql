@@ -16,4 +16,13 @@ CREATE TABLE tickwork_retention (
     updated_at bigint NOT NULL
 );
 
+-- A database that already holds settled jobs keeps them: an upgrade must
+-- not delete history its owner never chose to let go. Such a database gets
+-- a default of "keep forever" (NULL, NULL); set_retention(None, ...) or
+-- clear_retention(None) (the built-in default) changes it. A new database
+-- has no settled jobs here, so it starts on the built-in default.
+INSERT INTO tickwork_retention (queue, keep_completed_ms, keep_failed_ms, updated_at)
+SELECT '', NULL, NULL, (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+WHERE EXISTS (SELECT 1 FROM tickwork_jobs WHERE state = 'settled');
+
 UPDATE tickwork_meta SET value = '14' WHERE key = 'schema_version';

@@ -37,14 +37,13 @@ def test_the_migration_creates_exactly_what_table_ddl_describes(dialect: str,
     assert statements[-1] == "UPDATE tickwork_meta SET value = '2' WHERE key = 'schema_version'"
 
 
-@pytest.mark.parametrize("index", [1, 2, 3, 4, 5, 6, 7, 8, 9],
-                         ids=["0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009",
-                              "0010"])
+@pytest.mark.parametrize("index", range(1, len(migrations("d1"))),
+                         ids=[migration.name[:4] for migration in migrations("d1")[1:]])
 def test_the_d1_migration_has_no_transaction_statements(index: int) -> None:
     migration = migrations("d1")[index]
     for statement in migration.statements():
         first = statement.split()[0].upper()
-        assert first in ("CREATE", "UPDATE", "ALTER", "DROP"), statement
+        assert first in ("CREATE", "UPDATE", "INSERT", "ALTER", "DROP"), statement
     # Not even in a comment; a trigger's body (BEGIN ... END, as in 0001) is
     # part of its CREATE TRIGGER, no transaction.
     outside_triggers = re.sub(r"CREATE TRIGGER .*?\bEND;", "", migration.sql, flags=re.DOTALL)

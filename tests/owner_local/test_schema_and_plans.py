@@ -112,6 +112,12 @@ async def test_a_version_1_database_is_upgraded_in_place_with_its_rows(harness: 
 
     assert rebuilt.put_schedule(Schedule("s", ScheduledJob("q", "lane"), every_ms=60_000)) == \
         "created"
+    # It held settled jobs, so retention (0011) keeps them: a default of
+    # "keep forever" until its owner chooses a policy.
+    default = rebuilt.retention()[0]
+    assert (default.queue, default.keep_completed_ms, default.keep_failed_ms) == (
+        None, None, None)
+    assert default.updated_at is not None
     # The version 1 failure is a dead letter: the new index holds old rows.
     assert [job.job_id for job in rebuilt.dead_letters("q").jobs] == ["settled"]
     # And it is listed by the browse indexes (0007), by queue and by lane.

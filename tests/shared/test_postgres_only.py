@@ -606,6 +606,12 @@ async def test_a_database_without_0004_is_refused_then_upgraded_with_its_rows(
             result = await runtime.tick()
             assert (result.job_id, result.outcome) == ("old-queued", "completed")
             assert (await runtime.tick()).status == "idle"  # "later" waits
+            # It held a settled job, so retention keeps its history: a default of
+            # "keep forever" until its owner chooses a policy, and a prune deletes nothing.
+            default = (await runtime.retention())[0]
+            assert (default.queue, default.keep_completed_ms, default.keep_failed_ms) == (
+                None, None, None)
+            assert (await runtime.prune()) == 0
     finally:
         postgres_server.drop_database(name)
 

@@ -489,6 +489,15 @@ CREATE TABLE tickwork_retention (
     keep_failed_ms INTEGER CHECK (keep_failed_ms > 0),
     updated_at INTEGER NOT NULL
 );
+
+-- A store that already holds settled jobs keeps them: an upgrade must not
+-- delete history its owner never chose to let go. Such a store gets a
+-- default of "keep forever" (NULL, NULL); set_retention(None, ...) or
+-- clear_retention(None) (the built-in default) changes it. A new store has
+-- no settled jobs here, so it starts on the built-in default.
+INSERT INTO tickwork_retention (queue, keep_completed_ms, keep_failed_ms, updated_at)
+SELECT '', NULL, NULL, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+WHERE EXISTS (SELECT 1 FROM tickwork_jobs WHERE state = 'settled');
 """
 
 #: The statements of SCHEMA_SQL; the first creates tickwork_meta.
