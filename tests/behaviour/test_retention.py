@@ -11,6 +11,7 @@ an owner, the statements' ``now`` on D1 and PostgreSQL.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import pytest
@@ -199,6 +200,13 @@ async def test_a_year_of_settled_history_stays_bounded(engine: Engine) -> None:
     batch runs. The history never holds more than the built-in policy keeps
     (the completed jobs of the last 7 days: one step; the failed ones of the
     last 30: five steps), however long it runs."""
+    if sys.platform == "emscripten" and not engine.local:
+        # About 730 round trips through Miniflare's synchronous proxy, which
+        # loses a step now and then on a loaded machine. The D1 SQL runs this
+        # case under CPython (Miniflare's D1) and the Pyodide tier runs it on
+        # the Durable Object's storage; the other retention cases run on D1
+        # from Pyodide too.
+        pytest.skip("a year of D1 round trips from Pyodide: run on D1 under CPython")
     jobs, now = engine.timed_runtime()
     stored = []
     for step in range(61):  # 366 days
