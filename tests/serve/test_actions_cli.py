@@ -286,6 +286,49 @@ def test_jobs_why(server: Serve, capsys: pytest.CaptureFixture[str]) -> None:
     assert code == EXIT_OK and "owner runs one job" not in out
 
 
+def test_queues_retention(server: Serve, capsys: pytest.CaptureFixture[str]) -> None:
+    owner = "cli retention"
+    client = server.client()
+    client.enqueue(owner, job("r-1"))
+    client.settled(owner, "r-1")
+    code, out, _ = run(capsys, server, "queues", "retention", "--owner", owner)
+    assert code == EXIT_OK
+    assert out.splitlines()[2].split() == ["(default)", "7d", "30d", "built", "in"]
+
+    code, out, _ = run(capsys, server, "queues", "set-retention", "mail", "--completed", "36h",
+                       "--failed", "forever", "--owner", owner)
+    assert (code, out) == (EXIT_OK, "queue 'mail' keeps completed jobs 36h, failed ones "
+                                    "forever\n")
+    code, out, _ = run(capsys, server, "queues", "set-retention", "--completed", "90m",
+                       "--failed", "14d", "--owner", owner)
+    assert (code, out) == (EXIT_OK, "the default keeps completed jobs 90m, failed ones 14d\n")
+    stored = api(server, "GET", f"{owner_path(owner)}/retention")["policies"]
+    assert [(p["queue"], p["keep_completed_ms"], p["keep_failed_ms"]) for p in stored] == [
+        (None, 5_400_000, 1_209_600_000), ("mail", 129_600_000, None)]
+    listed = run_json(capsys, server, "queues", "retention", "--owner", owner)
+    assert listed == {"policies": stored}
+
+    # A duration that is no duration, and one the engine refuses (under a
+    # minute): bad arguments both, and nothing changes.
+    code, _, err = run(capsys, server, "queues", "set-retention", "mail", "--completed", "7x",
+                       "--failed", "1d", "--owner", owner)
+    assert code == EXIT_USAGE and "--completed: '7x' is not a duration" in err
+    code, _, err = run(capsys, server, "queues", "set-retention", "mail", "--completed", "1s",
+                       "--failed", "1d", "--owner", owner)
+    assert code == EXIT_USAGE and "keep_completed_ms" in err  # the engine's refusal, by name
+    assert api(server, "GET", f"{owner_path(owner)}/retention")["policies"] == stored
+
+    code, out, _ = run(capsys, server, "queues", "clear-retention", "mail", "--owner", owner)
+    assert (code, out) == (EXIT_OK, "queue 'mail' follows the default\n")
+    code, out, _ = run(capsys, server, "queues", "clear-retention", "mail", "--owner", owner)
+    assert (code, out) == (EXIT_OK, "queue 'mail' follows the default already (it had no "
+                                    "policy)\n")
+    code, out, _ = run(capsys, server, "queues", "clear-retention", "--owner", owner)
+    assert (code, out) == (EXIT_OK, "the default is the built-in one\n")
+    policies = api(server, "GET", f"{owner_path(owner)}/retention")["policies"]
+    assert [(p["queue"], p["updated_at"]) for p in policies] == [(None, None)]
+
+
 def test_the_settled_feed_is_an_owners(server: Serve,
                                        capsys: pytest.CaptureFixture[str]) -> None:
     owner = "cli settled"

@@ -12,6 +12,9 @@ queues and schedules from the terminal, through the HTTP API.
     tickwork queues status [QUEUE]
     tickwork queues pause QUEUE [QUEUE ...]
     tickwork queues resume QUEUE [QUEUE ...]
+    tickwork queues retention
+    tickwork queues set-retention [QUEUE] --completed DURATION --failed DURATION
+    tickwork queues clear-retention [QUEUE]
     tickwork schedules list
     tickwork schedules pause|resume|delete NAME [NAME ...]
 
@@ -175,6 +178,22 @@ def _add_queue_actions(action: Callable[[str, str], argparse.ArgumentParser]) ->
     pause.add_argument("queues", nargs="+", metavar="QUEUE", help="the queue(s) to pause")
     resume = action("resume", "resume paused queues")
     resume.add_argument("queues", nargs="+", metavar="QUEUE", help="the queue(s) to resume")
+    action("retention", "list the retention policies in force: the scope's default, then "
+                        "each queue's own")
+    keep = action("set-retention", "keep a queue's settled jobs (or, without QUEUE, every "
+                                   "queue's without a policy of its own) this long")
+    keep.add_argument("queue", nargs="?", metavar="QUEUE",
+                      help="the queue (default: the scope's default policy)")
+    for option, kinds in (("--completed", "completed and cancelled jobs"),
+                          ("--failed", "failed, outcome_unknown and interrupted jobs")):
+        keep.add_argument(option, required=True, metavar="DURATION",
+                          help=f"how long to keep {kinds} after they settle: 90m, 36h, 7d "
+                               "(units ms, s, m, h, d), or 'forever'")
+    clear = action("clear-retention", "remove a queue's policy (it follows the default "
+                                      "again), or without QUEUE the scope's default (the "
+                                      "built-in one applies again)")
+    clear.add_argument("queue", nargs="?", metavar="QUEUE",
+                       help="the queue (default: the scope's default policy)")
 
 
 def _add_schedule_actions(action: Callable[[str, str], argparse.ArgumentParser]) -> None:
@@ -438,6 +457,67 @@ def resume_queues(jobs: Jobs, options: argparse.Namespace, report: Report) -> No
                     {"queue": queue, "paused": False, "changed": changed})
 
 
+#: A duration's units, in ms.
+DURATION_UNITS: Final = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration(option: str, text: str) -> int | None:
+    """``text`` (``90m``, ``36h``, ``7d``, ``forever``) in ms; None for forever.
+    The engine checks the range (a minute to 100 years) and names the field."""
+    if text == "forever":
+        return None
+    number = text.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = text[len(number):] or "ms"
+    if not number.isdigit() or unit not in DURATION_UNITS:
+        raise CommandError(f"{option}: {text!r} is not a duration: give a whole number and a "
+                           f"unit ({', '.join(DURATION_UNITS)}), like 7d, or 'forever'",
+                           EXIT_USAGE)
+    return int(number) * DURATION_UNITS[unit]
+
+
+def _duration(ms: int | None) -> str:
+    """A kept time as the largest unit that divides it ("forever" for None)."""
+    if ms is None:
+        return "forever"
+    for unit in ("d", "h", "m", "s"):
+        if ms % DURATION_UNITS[unit] == 0:
+            return f"{ms // DURATION_UNITS[unit]}{unit}"
+    return f"{ms}ms"
+
+
+def list_retention(jobs: Jobs, options: argparse.Namespace, report: Report) -> None:
+    policies = jobs.retention()
+    rows = [["(default)" if policy.queue is None else policy.queue,
+             _duration(policy.keep_completed_ms), _duration(policy.keep_failed_ms),
+             "built in" if policy.updated_at is None else _time(policy.updated_at)]
+            for policy in policies]
+    text = _table(["queue", "completed, cancelled", "failed, dead letters", "set (UTC)"], rows)
+    report.document(text, {"policies": [wire.retention_to_wire(policy)
+                                        for policy in policies]})
+
+
+def set_retention(jobs: Jobs, options: argparse.Namespace, report: Report) -> None:
+    completed = parse_duration("--completed", options.completed)
+    failed = parse_duration("--failed", options.failed)
+    changed = jobs.set_retention(options.queue, keep_completed_ms=completed,
+                                 keep_failed_ms=failed)
+    subject = "the default" if options.queue is None else f"queue {options.queue!r}"
+    said = (f"{subject} keeps completed jobs {_duration(completed)}, failed ones "
+            f"{_duration(failed)}" + ("" if changed else " (already so)"))
+    report.item(said, {"queue": options.queue, "keep_completed_ms": completed,
+                       "keep_failed_ms": failed, "changed": changed})
+
+
+def clear_retention(jobs: Jobs, options: argparse.Namespace, report: Report) -> None:
+    changed = jobs.clear_retention(options.queue)
+    if options.queue is None:
+        said = "the default is the built-in one" + ("" if changed else " already")
+    else:
+        said = f"queue {options.queue!r} follows the default" + (
+            "" if changed else " already (it had no policy)")
+    report.item(said, {"queue": options.queue, "changed": changed})
+
+
 # ----------------------------------------------------------------- schedules
 
 
@@ -545,6 +625,9 @@ ACTIONS: Final[Mapping[tuple[str, str], Action]] = {
     ("queues", "status"): queue_status,
     ("queues", "pause"): pause_queues,
     ("queues", "resume"): resume_queues,
+    ("queues", "retention"): list_retention,
+    ("queues", "set-retention"): set_retention,
+    ("queues", "clear-retention"): clear_retention,
     ("schedules", "list"): list_schedules,
     ("schedules", "pause"): _schedule_action(
         "paused", lambda jobs, name: jobs.pause_schedule(name), "was paused already"),
