@@ -774,15 +774,18 @@ def test_purge_queue_deletes_waiting_jobs_only(local_store: LocalStoreUnderTest)
         ("run",), ("keep",)]
 
 
-@covers("pause_queue", "resume_queue")
+@covers("pause_queue", "resume_queue", "queue_paused")
 def test_pause_and_resume_say_whether_they_changed_anything(
         local_store: LocalStoreUnderTest) -> None:
     store = local_store.store
     assert store.resume_queue("q") is False
+    assert store.queue_paused("q") is False
     assert store.pause_queue("q", T0) is True
+    assert (store.queue_paused("q"), store.queue_paused("other")) == (True, False)
     assert store.pause_queue("q", T0 + 1) is False
     assert local_store.rows("SELECT queue, paused_at FROM tickwork_paused_queues") == [("q", T0)]
     assert store.resume_queue("q") is True
+    assert store.queue_paused("q") is False
     assert store.resume_queue("q") is False
     assert local_store.rows("SELECT count(*) FROM tickwork_paused_queues") == [(0,)]
 

@@ -720,16 +720,19 @@ async def test_purge_deletes_waiting_jobs_only(shared_store: SharedStoreUnderTes
     assert await job_ids(shared_store) == ["dead", "run", "keep"]
 
 
-@covers("pause_queue", "resume_queue")
+@covers("pause_queue", "resume_queue", "queue_paused")
 async def test_pause_and_resume_say_whether_they_changed_anything(
         shared_store: SharedStoreUnderTest) -> None:
     store = shared_store.store
     assert await store.resume_queue("q") is False
+    assert await store.queue_paused("q") is False
     assert await store.pause_queue("q", T0) is True
+    assert (await store.queue_paused("q"), await store.queue_paused("other")) == (True, False)
     assert await store.pause_queue("q", T0 + 1) is False
     assert await shared_store.rows("SELECT queue, paused_at FROM tickwork_paused_queues") == [
         ("q", T0)]
     assert await store.resume_queue("q") is True
+    assert await store.queue_paused("q") is False
     assert await store.resume_queue("q") is False
     assert await shared_store.rows("SELECT count(*) FROM tickwork_paused_queues") == [(0,)]
 

@@ -57,6 +57,7 @@ from tickwork.lifecycle.requests import (
     PutRetention,
     QueueCounts,
     QueueHead,
+    QueuePaused,
     ReadClaim,
     RecordCancellation,
     RecordRedrive,
@@ -215,7 +216,8 @@ def explain(job_id: str) -> Plan[JobWait | None]:
     every hold that applies (not due until T, its queue paused, its queue's
     running job, the job ahead of it, the owner busy with another job); no
     holds means the next tick may claim it. None when there is no such job.
-    Four indexed reads, for a page or a terminal, not a hot path."""
+    Key lookups only (the job, its queue's pause and head; never the
+    settled history), for a page or a terminal, not a hot path."""
     check_id("job_id", job_id)
     job: JobRecord | None = yield Find(job_id)
     if job is None:
@@ -223,10 +225,10 @@ def explain(job_id: str) -> Plan[JobWait | None]:
     now: int = yield StoreNow()
     if job.state != "queued":
         return JobWait(job_id, job.state, (), now)
-    paused: bool = (yield QueueCounts(job.queue))[3]
+    paused: bool = yield QueuePaused(job.queue)
     head: JobRecord | None = yield QueueHead(job.queue)
     executing: list[str] = yield Executing(job.lane)
-    holds = decide_holds(job, now, paused=bool(paused), head=head, executing=executing)
+    holds = decide_holds(job, now, paused=paused, head=head, executing=executing)
     return JobWait(job_id, "queued", holds, now)
 
 

@@ -365,6 +365,13 @@ class Wake(Request):
 
 
 @dataclass(slots=True)
+class QueuePaused(Request):
+    """Whether the queue is paused -> ``bool`` (one key lookup)."""
+
+    queue: str
+
+
+@dataclass(slots=True)
 class Executing(Request):
     """The jobs the executor a job of ``lane`` would run on is busy with, in
     this process -> ``list[str]`` (empty where the runtime has no owner-wide

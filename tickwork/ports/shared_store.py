@@ -146,6 +146,9 @@ class SharedStore(Protocol):
     async def resume_queue(self, queue: str) -> bool:
         """Unmark the queue; False when it was not paused."""
 
+    async def queue_paused(self, queue: str) -> bool:
+        """Whether the queue is paused (one key lookup)."""
+
     async def retry(
         self, sequence: int, token: str, settlement: Settlement, delay_ms: int,
         now: int | None,

@@ -77,6 +77,7 @@ from tickwork.lifecycle.requests import (
     PutRetention,
     QueueCounts,
     QueueHead,
+    QueuePaused,
     ReadClaim,
     RecordCancellation,
     RecordRedrive,
@@ -905,6 +906,9 @@ class _LocalAnswers(OwnerLocalAnswers):
 
     def store_now(self, request: StoreNow) -> int:
         return self._clock()
+
+    def queue_paused(self, request: QueuePaused) -> bool:
+        return self._store.queue_paused(request.queue)
 
     def executing(self, request: Executing) -> list[str]:
         return self._runtime._executing(request.lane)

@@ -80,6 +80,7 @@ from tickwork.lifecycle.requests import (
     PutRetention,
     QueueCounts,
     QueueHead,
+    QueuePaused,
     ReadClaim,
     RecordCancellation,
     RecordRedrive,
@@ -680,6 +681,9 @@ class _SharedRuntimeAnswers(SharedAnswers):
     def store_now(self, request: StoreNow) -> Awaitable[int]:
         return self._store.store_now(self._db_now())
 
+    def queue_paused(self, request: QueuePaused) -> Awaitable[bool]:
+        return self._store.queue_paused(request.queue)
+
     def executing(self, request: Executing) -> list[str]:
         # No owner-wide limit: each worker runs its own claims.
         return []
@@ -823,7 +827,8 @@ _AWAITED = frozenset({
     InsertMany, RecordCancellation, FailLane, Purge, PauseQueue, ResumeQueue, Wake,
     ClaimOrProbe, Claim, Requeue, SettleRecovered, SettleNextCancelled, Execute, Settle,
     ReadClaim, DeadLetterPage, RedriveApplied, RecordRedrive, RequeueForRetry,
-    StoreNow, FindSchedule, ListSchedules, CreateSchedule, ReplaceSchedule, PauseSchedule,
+    StoreNow, QueuePaused, FindSchedule, ListSchedules, CreateSchedule, ReplaceSchedule,
+    PauseSchedule,
     ResumeSchedule, DeleteSchedule, DueSchedules, FireSlots, ListJobs, Backlog,
     JobsByIdPrefix,
     RetentionPolicies, PutRetention, DeleteRetention, SettledQueues, PruneSettled,

@@ -81,6 +81,7 @@ _LANE_HAS_PENDING = _render(sql.LANE_HAS_PENDING_LOCAL, "lane")
 _PURGE_QUEUE = _render(sql.PURGE_QUEUE_COUNTED, "queue")
 _PAUSE_QUEUE = _render(sql.PAUSE_QUEUE, "queue", "now")
 _RESUME_QUEUE = _render(sql.RESUME_QUEUE, "queue")
+_QUEUE_PAUSED = _render(sql.QUEUE_PAUSED, "queue")
 _HAS_PENDING_WORK = _render(sql.HAS_PENDING_WORK, "now")
 _NEXT_DUE = _render(sql.NEXT_DUE)
 _NEXT_WORK = _render(sql.NEXT_WORK, "now")
@@ -506,6 +507,9 @@ class OwnerLocalStore:
 
     def resume_queue(self, queue: str) -> bool:
         return bool(self.database.mutate(_RESUME_QUEUE.text, (queue,)))
+
+    def queue_paused(self, queue: str) -> bool:
+        return bool(self._value(_QUEUE_PAUSED, (queue,), "paused"))
 
     # ------------------------------------------------------------ schedules
 

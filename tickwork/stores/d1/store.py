@@ -88,6 +88,7 @@ LANE_HAS_PENDING = _render(sql.LANE_HAS_PENDING, "lane")
 PURGE_QUEUE = _render(sql.PURGE_QUEUE, "queue")
 PAUSE_QUEUE = _render(sql.PAUSE_QUEUE, "queue", "now")
 RESUME_QUEUE = _render(sql.RESUME_QUEUE, "queue")
+QUEUE_PAUSED = _render(sql.QUEUE_PAUSED, "queue")
 RETRY_CLAIM = _render(sql.RETRY_CLAIM, "now", "delay_ms", "error_json", "outcome",
                       "failure_reason", "error_line", "sequence", "token")
 REDRIVE_APPLIED = _render(sql.REDRIVE_APPLIED, "job_id", "redrive_id")
@@ -316,6 +317,10 @@ class D1Store:
 
     async def resume_queue(self, queue: str) -> bool:
         return bool(await self.d1.query(RESUME_QUEUE.text, (queue,)))
+
+    async def queue_paused(self, queue: str) -> bool:
+        rows = await self.d1.query(QUEUE_PAUSED.text, (queue,))
+        return bool(rows[0][0])
 
     async def retry(
         self, sequence: int, token: str, settlement: Settlement, delay_ms: int,

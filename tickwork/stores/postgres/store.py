@@ -363,6 +363,10 @@ class PostgresStore:
     async def resume_queue(self, queue: str) -> bool:
         return bool(await self._rows(sql.RESUME_QUEUE, {"queue": queue}))
 
+    async def queue_paused(self, queue: str) -> bool:
+        rows = await self._rows(sql.QUEUE_PAUSED, {"queue": queue})
+        return bool(rows[0][0])
+
     async def retry(
         self, sequence: int, token: str, settlement: Settlement, delay_ms: int,
         now: int | None,

@@ -582,6 +582,9 @@ ON CONFLICT (queue) DO NOTHING
 RETURNING queue
 """
 
+# Whether the queue is paused: one primary-key lookup.
+QUEUE_PAUSED = "SELECT EXISTS (SELECT 1 FROM tickwork_paused_queues WHERE queue = %(queue)s)"
+
 # Resume: the row goes; a row back says the queue was paused.
 RESUME_QUEUE = "DELETE FROM tickwork_paused_queues WHERE queue = %(queue)s RETURNING queue"
 

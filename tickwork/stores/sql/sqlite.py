@@ -1135,6 +1135,12 @@ DELETE FROM tickwork_paused_queues WHERE queue = :queue
 RETURNING queue
 """, ("queue",), Columns("queue"))
 
+# Whether the queue is paused: one primary-key lookup (explain asks it;
+# queue_status's counts would read the queue's settled history too).
+QUEUE_PAUSED = Template("queue_paused", """
+SELECT EXISTS (SELECT 1 FROM tickwork_paused_queues WHERE queue = :queue) AS paused
+""", ("queue",), Columns("paused"))
+
 # --------------------------------------------------- cancel, fail, purge
 
 # Record a cancellation: only the first id sticks, a settled job is never
