@@ -198,11 +198,7 @@ def test_dashboard_in_chromium(server: Serve, context: Any) -> None:
 
     # ...an accepted one cancels, and the store has it.
     questions: list[str] = []
-
-    def accept(dialog: Any) -> None:
-        questions.append(dialog.message)
-        dialog.accept()
-
+    accept = accepting(questions)
     page.once("dialog", accept)
     with page.expect_navigation():
         head.locator("button:has-text('Cancel')").click()
@@ -272,6 +268,14 @@ def test_dashboard_in_chromium(server: Serve, context: Any) -> None:
     page.goto(server.url + owner_path("dashboard"))
     assert page.url == server.url + "/v1/dashboard"
     assert SECRET not in page.content()
+
+
+def accepting(questions: list[str]) -> Any:
+    """A dialog handler that notes each confirm's question and accepts it."""
+    def accept(dialog: Any) -> None:
+        questions.append(dialog.message)
+        dialog.accept()
+    return accept
 
 
 def log_in(page: Any, server: Serve) -> None:
@@ -357,12 +361,7 @@ def test_a_jobs_page_with_three_attempts_in_chromium(server: Serve, context: Any
 
     # Its redrive, from its page, comes back to it and reaches the store.
     questions: list[str] = []
-
-    def accept(dialog: Any) -> None:
-        questions.append(dialog.message)
-        dialog.accept()
-
-    page.once("dialog", accept)
+    page.once("dialog", accepting(questions))
     with page.expect_navigation():
         page.click("#actions button:has-text('Redrive')")
     assert questions == ["Queue job invoice-2026-0042 again?"]
@@ -400,11 +399,7 @@ def test_owner_directory_in_chromium(server: Serve, context: Any) -> None:
     page.on("console", lambda message: problems.append(message.text)
             if message.type == "error" else None)
     page.on("pageerror", lambda error: problems.append(str(error)))
-    page.goto(server.url + "/v1/dashboard")
-    if page.locator("#token").count():
-        page.fill("#token", TOKEN)
-        page.click("button:has-text('Log in')")
-        page.wait_for_url(server.url + "/v1/dashboard")
+    log_in(page, server)
     page.click("a:has-text('All owners')")
     page.wait_for_url(re.compile(r".*/v1/dashboard/owners$"))
     page.fill("#prefix", "dir-")
