@@ -9,8 +9,8 @@ same steps.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import pytest
@@ -19,6 +19,7 @@ from tests.support import job
 from tests.support.engine import Engine, Jobs
 from tests.support.shared import ManualNow
 from tickwork import Completed, JobRecord, TickResult
+from tickwork.lifecycle.operations import ClaimNext
 from tickwork.model.signals import AbortSignal
 from tickwork.runtimes.draining import Budget, Steps, drain_loop
 from tickwork.runtimes.shared import SharedRuntime, _SharedSteps
@@ -40,9 +41,26 @@ def steps_of(jobs: Jobs) -> AbstractContextManager[Steps]:
     """The steps ``drain()`` runs the loop over, for the loop itself."""
     runtime = jobs.runtime
     if isinstance(runtime, SharedRuntime):
-        return _SharedSteps(runtime)
+        return shared_steps(runtime)
     steps: AbstractContextManager[Steps] = runtime.draining()
     return steps
+
+
+class BusySteps:
+    """The steps of a runtime whose ticker another loop holds."""
+
+    carrying = False
+
+    async def step(self, *, claim_next: ClaimNext = False) -> TickResult:
+        return TickResult("busy")
+
+
+@contextmanager
+def shared_steps(runtime: SharedRuntime) -> Iterator[Steps]:
+    """One loop's steps, under the busy guard ``drain()`` holds for them
+    (each answering busy when that guard is taken, as ``drain()`` does)."""
+    with runtime._ticker() as held:
+        yield _SharedSteps(runtime) if held else BusySteps()
 
 
 async def states(engine: Engine) -> dict[str, str]:

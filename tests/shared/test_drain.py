@@ -9,6 +9,7 @@ import pytest
 from tests.support import job
 from tests.support.shared import SharedHarness, until
 from tickwork import InvalidArgument
+from tickwork.runtimes.shared import MAX_DRAIN_CONCURRENCY
 
 
 async def test_drain_runs_every_ready_job_in_pick_order_then_stops(shared: SharedHarness) -> None:
@@ -113,3 +114,73 @@ async def test_a_budgeted_drain_ends_instead_of_spinning_on_work_it_cannot_take(
     assert loop.time() - started < 1.0
     shared.executor.release("held")
     assert (await task).outcome == "completed"
+
+
+# --------------------------------------------------- drain(concurrency=N)
+
+
+async def test_a_concurrent_drain_runs_jobs_of_different_queues_at_once(
+        shared: SharedHarness) -> None:
+    """Four loops hold four blocked jobs at once, each under its lease; the
+    fifth job shares a queue with a running one and waits for it."""
+    runtime, admin = shared.runtime(), shared.runtime()
+    for index in range(4):
+        await admin.ingest(job(f"j{index}", queue=f"q{index}", payload={"do": "block"}))
+    await admin.ingest(job("after-j0", queue="q0"))
+    task = asyncio.create_task(runtime.drain(concurrency=4))
+    await until(lambda: len(shared.executor.started) == 4)
+    assert sorted(shared.executor.started) == ["j0", "j1", "j2", "j3"]
+    states = await shared.job_states()
+    assert sorted(j for j, (state, _) in states.items() if state == "running") == [
+        "j0", "j1", "j2", "j3"]
+    assert states["after-j0"] == ("queued", None)
+    assert (await runtime.tick()).status == "busy"
+    assert [r.status for r in await runtime.drain(concurrency=2)] == ["busy"]
+    for index in (2, 0, 3, 1):
+        shared.executor.release(f"j{index}")
+    results = await task
+    assert sorted(r.job_id or "" for r in results) == ["after-j0", "j0", "j1", "j2", "j3"]
+    assert {r.status for r in results} == {"settled"}
+    assert shared.executor.started.count("after-j0") == 1
+    assert set((await shared.job_states()).values()) == {("settled", "completed")}
+
+
+async def test_a_concurrent_drain_shares_max_ticks_and_leaves_nothing_running(
+        shared: SharedHarness) -> None:
+    runtime = shared.runtime()
+    for index in range(10):
+        await runtime.ingest(job(f"j{index}", queue=f"q{index}"))
+    results = await runtime.drain(max_ticks=4, concurrency=3)
+    assert len(results) == 4 and {r.status for r in results} == {"settled"}
+    # More loops than ticks: only as many loops as there are ticks run.
+    assert len(await runtime.drain(max_ticks=2, concurrency=8)) == 2
+    states = await shared.job_states()
+    assert sorted(state for state, _ in states.values()) == ["queued"] * 4 + ["settled"] * 6
+    rest = await runtime.drain(concurrency=8)
+    assert sorted(r.job_id or "" for r in rest) == sorted(
+        j for j, (state, _) in states.items() if state == "queued")
+    assert set((await shared.job_states()).values()) == {("settled", "completed")}
+
+
+async def test_concurrent_drains_on_several_workers_settle_each_job_once(
+        shared: SharedHarness) -> None:
+    """Three workers draining four loops each over one table: every job is
+    claimed once and settled once (the claims are fenced, not serialised)."""
+    runtimes = [shared.runtime() for _ in range(3)]
+    await runtimes[0].ingest_many([job(f"j{index:02}", queue=f"q{index % 6}")
+                                   for index in range(30)])
+    drained = await asyncio.gather(*(r.drain(concurrency=4) for r in runtimes))
+    settled = sorted(r.job_id or "" for results in drained for r in results)
+    assert settled == [f"j{index:02}" for index in range(30)]
+    assert sorted(shared.executor.started) == settled
+    assert set((await shared.job_states()).values()) == {("settled", "completed")}
+
+
+async def test_drain_validates_its_concurrency(shared: SharedHarness) -> None:
+    runtime = shared.runtime()
+    await runtime.ingest(job("kept"))
+    for bad in (0, -1, MAX_DRAIN_CONCURRENCY + 1, True, 1.5, "2"):
+        with pytest.raises(InvalidArgument) as refused:
+            await runtime.drain(concurrency=bad)  # type: ignore[arg-type]
+        assert refused.value.field == "concurrency"
+    assert await shared.job_states() == {"kept": ("queued", None)}

@@ -23,7 +23,14 @@ none started once the deadline has passed by ``now_ms()``, and none once
 A tick that answers ``busy`` (another loop holds the ticker) or
 ``liveness_unknown`` (a suspect claim's liveness could not be judged, and
 nothing else was done) ends the loop: ticking again at once would only find
-the same, so the host looks again later. Runs on Pyodide: asyncio only.
+the same, so the host looks again later.
+
+``drain_together`` runs several such loops at once over one budget (a
+shared runtime's ``drain(concurrency=N)``): the deadline and ``stopping()``
+are theirs in common, ``max_ticks`` is shared out between them, and a loop
+that raises spends the others' budgets, so each finishes the job it holds
+(and any claim it took ahead) and claims nothing more before the failure
+propagates. Runs on Pyodide: asyncio only.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, TypeAlias
 
@@ -40,7 +47,7 @@ from tickwork.model.errors import InvalidArgument
 from tickwork.model.jobs import check_safe_int
 from tickwork.model.outcomes import TickResult
 
-__all__ = ["Budget", "Steps", "Stop", "Ticked", "drain_loop"]
+__all__ = ["Budget", "Steps", "Stop", "Ticked", "drain_loop", "drain_together"]
 
 logger = logging.getLogger("tickwork.events")
 
@@ -82,13 +89,16 @@ class Budget:
 
     ``max_ticks`` counts every tick, those that found nothing and looked
     again included; ``deadline_ms`` is read by ``now_ms`` (any clock in
-    milliseconds, the same one); ``stopping()`` is the host's.
+    milliseconds, the same one); ``stopping()`` is the host's;
+    ``cut_short()``, when given, spends the budget once it answers True (a
+    loop run beside others by ``drain_together`` whose sibling failed).
     """
 
     max_ticks: int | None = None
     deadline_ms: float | None = None
     now_ms: Callable[[], float] | None = None
     stopping: Callable[[], bool] | None = None
+    cut_short: Callable[[], bool] | None = None
 
     def __post_init__(self) -> None:
         if self.deadline_ms is not None and self.now_ms is None:
@@ -110,6 +120,8 @@ class Budget:
         """Whether a loop that ran ``ticks`` ticks may start no other."""
         max_ticks, deadline, now_ms = self.max_ticks, self.deadline_ms, self.now_ms
         if max_ticks is not None and ticks >= max_ticks:
+            return True
+        if self.cut_short is not None and self.cut_short():
             return True
         return deadline is not None and now_ms is not None and now_ms() >= deadline
 
@@ -187,3 +199,55 @@ async def drain_loop(
             return Ticked("budget", last, ticks)
         if yielding:
             await asyncio.sleep(0)
+
+
+async def drain_together(
+    steps: Sequence[Steps],
+    budget: Budget = UNBOUNDED,
+    *,
+    on_result: Callable[[TickResult], None] | None = None,
+    look_again: Callable[[], bool | Awaitable[bool]] | None = None,
+    yielding: bool = True,
+) -> list[Ticked]:
+    """Run one ``drain_loop`` per element of ``steps`` at once, over one
+    budget (see the module doc); how each loop ended, in ``steps``' order.
+
+    ``max_ticks`` is shared out as evenly as it divides (loops left with
+    none are not run): the loops tick at most ``max_ticks`` times in all.
+    Results reach ``on_result`` as they come, from whichever loop. When a
+    loop raises, the others claim nothing more and end once the jobs they
+    hold have settled; then the first failure propagates. Cancelling the
+    call cancels every loop.
+    """
+    if not steps:
+        raise ValueError("drain_together needs at least one loop's steps")
+    failed = False
+
+    def cut_short() -> bool:
+        return failed
+
+    shares: list[int | None]
+    if budget.max_ticks is None:
+        shares = [None] * len(steps)
+    else:
+        share, extra = divmod(budget.max_ticks, len(steps))
+        shares = [share + (1 if number < extra else 0) for number in range(len(steps))]
+
+    async def one_loop(loop_steps: Steps, max_ticks: int | None) -> Ticked:
+        nonlocal failed
+        loop_budget = Budget(max_ticks, budget.deadline_ms, budget.now_ms, budget.stopping,
+                             cut_short)
+        try:
+            return await drain_loop(loop_steps, loop_budget, on_result=on_result,
+                                    look_again=look_again, yielding=yielding)
+        except BaseException:
+            failed = True
+            raise
+
+    running = [one_loop(loop_steps, share) for loop_steps, share in zip(steps, shares, strict=True)
+               if share != 0]
+    ended = await asyncio.gather(*running, return_exceptions=True)
+    for outcome in ended:
+        if isinstance(outcome, BaseException):
+            raise outcome
+    return [outcome for outcome in ended if isinstance(outcome, Ticked)]

@@ -27,7 +27,8 @@ import inspect
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -121,11 +122,11 @@ from tickwork.ports.host import SharedExecutor
 from tickwork.ports.host import Wake as WakePort
 from tickwork.ports.shared_store import SharedStore
 from tickwork.runtimes import pruning
-from tickwork.runtimes.draining import Budget, drain_loop
+from tickwork.runtimes.draining import Budget, drain_loop, drain_together
 from tickwork.runtimes.execution import nonblocking, run_executor
 from tickwork.runtimes.pruning import MAX_BATCHES_PER_PASS, PruneSchedule
 
-__all__ = ["LeasedSignal", "Now", "SharedRuntime"]
+__all__ = ["MAX_DRAIN_CONCURRENCY", "LeasedSignal", "Now", "SharedRuntime"]
 
 T = TypeVar("T")
 
@@ -135,6 +136,12 @@ logger = logging.getLogger("tickwork.events")
 Now = Callable[[], int]
 
 _BUSY = TickResult("busy")
+
+#: The most loops one ``drain(concurrency=...)`` runs at once. Each holds at
+#: most one job (and the claim it took ahead) and uses the store's
+#: connections one statement at a time; beyond a few dozen, more jobs at once
+#: is a matter for more workers, not a wider drain.
+MAX_DRAIN_CONCURRENCY: Final = 64
 #: "This runtime does not know when the next schedule slot is": look.
 _UNKNOWN: Final = object()
 #: How often (ms) a runtime looks for schedule slots it was not told of.
@@ -275,7 +282,8 @@ class SharedRuntime(RuntimeOperations, AsyncSurface):
             self._busy = False
 
     async def drain(
-        self, *, max_ticks: int | None = None, budget_ms: int | None = None
+        self, *, max_ticks: int | None = None, budget_ms: int | None = None,
+        concurrency: int = 1,
     ) -> list[TickResult]:
         """Tick until there is nothing to do, ``max_ticks`` ticks ran or
         ``budget_ms`` passed (by the runtime's monotonic clock); returns what
@@ -295,16 +303,49 @@ class SharedRuntime(RuntimeOperations, AsyncSurface):
         which any worker recovers once it expires). Between carried claims
         it fills the schedule slots that have come. While it runs, ``tick()``
         on this runtime reports busy.
+
+        ``concurrency`` (1 to ``MAX_DRAIN_CONCURRENCY``) runs that many such
+        loops at once (``drain_together``), so up to that many jobs execute
+        together, each under its own lease; as on many workers, a queue's
+        jobs still run one at a time, so the loops overlap jobs of different
+        queues. ``max_ticks`` is the total across the loops and the results
+        come in the order the loops produced them. When one loop raises, the
+        others claim nothing more, finish the jobs they hold (a loop asleep
+        until a job falls due ends when it wakes), and the failure propagates.
         """
+        concurrency = check_safe_int("concurrency", concurrency, InvalidArgument, 1)
+        if concurrency > MAX_DRAIN_CONCURRENCY:
+            raise InvalidArgument("concurrency", f"must be at most {MAX_DRAIN_CONCURRENCY}")
         clock = self._clock
         budget = Budget.of(max_ticks=max_ticks, budget_ms=budget_ms, now_ms=clock.now_ms)
         deadline = budget.deadline_ms
+        look_again = None if deadline is None else lambda: self._sleep_until_due(deadline)
         results: list[TickResult] = []
-        with _SharedSteps(self) as steps:
-            await drain_loop(
-                steps, budget, on_result=results.append, yielding=False,
-                look_again=None if deadline is None else lambda: self._sleep_until_due(deadline))
+        with self._ticker() as held:
+            if not held:
+                return [_BUSY]
+            steps = [_SharedSteps(self) for _ in range(concurrency)]
+            if concurrency == 1:
+                await drain_loop(steps[0], budget, on_result=results.append,
+                                 yielding=False, look_again=look_again)
+            else:
+                await drain_together(steps, budget, on_result=results.append,
+                                     yielding=False, look_again=look_again)
         return results
+
+    @contextmanager
+    def _ticker(self) -> Iterator[bool]:
+        """Hold the runtime's busy guard for a drain: True when it was free
+        (and is now held until the block ends), False when a tick or another
+        drain holds it."""
+        if self._busy:
+            yield False
+            return
+        self._busy = True
+        try:
+            yield True
+        finally:
+            self._busy = False
 
     async def _sleep_until_due(self, deadline: float) -> bool:
         """Sleep until the next waiting job is due, if that is before ``deadline``
@@ -582,37 +623,23 @@ class SharedRuntime(RuntimeOperations, AsyncSurface):
 
 
 class _SharedSteps:
-    """One drain of a shared runtime (the ``Steps`` of
-    ``tickwork.runtimes.draining``), as a context manager holding the
+    """One drain loop of a shared runtime (the ``Steps`` of
+    ``tickwork.runtimes.draining``), run while ``drain`` holds the
     runtime's busy guard: each ``step`` ticks, or runs the claim the step
     before it carried (after filling the schedule slots that have come, as
-    a tick would first). Steps of a busy runtime each answer busy."""
+    a tick would first)."""
 
-    __slots__ = ("_carried", "_held", "_runtime")
+    __slots__ = ("_carried", "_runtime")
 
     def __init__(self, runtime: SharedRuntime) -> None:
         self._runtime = runtime
         self._carried: _Claim | None = None
-        self._held = False
-
-    def __enter__(self) -> _SharedSteps:
-        runtime = self._runtime
-        if not runtime._busy:
-            runtime._busy = self._held = True
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self._held:
-            self._carried = None
-            self._runtime._busy = self._held = False
 
     @property
     def carrying(self) -> bool:
         return self._carried is not None
 
     async def step(self, *, claim_next: operations.ClaimNext = False) -> TickResult:
-        if not self._held:
-            return _BUSY
         runtime, carried = self._runtime, self._carried
         self._carried = None
         reporting = runtime._on_event is not None
