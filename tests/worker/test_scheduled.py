@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import types
 from collections import Counter
 from typing import Any
@@ -169,3 +170,65 @@ async def test_the_shipped_registry_routes_by_queue_and_kind(worker: Any) -> Non
     long_one = registry.executor_for(record("other", {"kind": "long"}))
     assert long_one is not None and long_one.__name__ == "long_job"
     assert registry.executor_for(record("other", {"kind": "nope"})) is None
+
+
+@pytest.fixture
+def overlap(monkeypatch: pytest.MonkeyPatch, worker: Any) -> dict[str, int]:
+    """A registry whose executions wait (up to 5 s) until ``want`` of them
+    run at once, and note the most that ever ran together."""
+    seen = {"running": 0, "peak": 0, "want": 1}
+    together = asyncio.Event()
+
+    async def wait_for_company(job_record: JobRecord, signal: Any) -> Completed:
+        seen["running"] += 1
+        seen["peak"] = max(seen["peak"], seen["running"])
+        if seen["running"] >= seen["want"]:
+            together.set()
+        with contextlib.suppress(TimeoutError):  # the peak then says it ran alone
+            await asyncio.wait_for(together.wait(), 5)
+        seen["running"] -= 1
+        return Completed()
+
+    use_deployment_hook(monkeypatch, "build_registry",
+                        lambda env: ExecutorRegistry(fallback=wait_for_company))
+    return seen
+
+
+async def test_a_firing_runs_jobs_of_different_queues_at_once(
+        worker: Any, env: Any, shape: str, overlap: dict[str, int], query: Any,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from tickwork.cloudflare.app import CRON_CONCURRENCY
+
+    overlap["want"] = CRON_CONCURRENCY
+    await enqueue(worker, shape, *[f"j{i}" for i in range(8)], queue_count=4)
+    await worker.scheduled(controller())
+    assert overlap["peak"] == CRON_CONCURRENCY == 4
+    assert await states(query) == {f"j{i}": ("settled", "completed") for i in range(8)}
+    assert "cron: 8 tick(s), 8 job(s) settled" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("setting", ["1", 1])
+async def test_cron_concurrency_one_runs_one_job_at_a_time(
+        worker: Any, env: Any, shape: str, overlap: dict[str, int], query: Any,
+        setting: Any) -> None:
+    env.TICKWORK_CRON_CONCURRENCY = setting
+    overlap["want"] = 1
+    await enqueue(worker, shape, "a", "b", "c", queue_count=3)
+    await worker.scheduled(controller())
+    assert overlap["peak"] == 1
+    assert await states(query) == dict.fromkeys("abc", ("settled", "completed"))
+
+
+@pytest.mark.parametrize("setting", ["0", "65", "four", "2.5", -3, True])
+async def test_a_bad_cron_concurrency_is_logged_and_the_default_drains(
+        worker: Any, env: Any, shape: str, overlap: dict[str, int], query: Any,
+        capsys: pytest.CaptureFixture[str], setting: Any) -> None:
+    env.TICKWORK_CRON_CONCURRENCY = setting
+    overlap["want"] = 4
+    await enqueue(worker, shape, *[f"j{i}" for i in range(4)], queue_count=4)
+    await worker.scheduled(controller())
+    logged = capsys.readouterr()
+    assert ("TICKWORK_CRON_CONCURRENCY must be a whole number from 1 to 64, "
+            f"not {setting!r}; draining with 4") in logged.err
+    assert overlap["peak"] == 4
+    assert await states(query) == {f"j{i}": ("settled", "completed") for i in range(4)}

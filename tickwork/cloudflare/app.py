@@ -52,6 +52,13 @@ D1's 1,000 queries per invocation (Workers Paid) and 30 s per query:
 * so ``CRON_MAX_TICKS = 100`` is at most ~6 queries a tick even on the slow
   path, about 600 plus renewals: well inside 1,000. The common path is ~2
   a job (~200). Each webhook job adds one ``fetch`` subrequest.
+* ``CRON_CONCURRENCY = 4`` loops drain at once (``drain(concurrency=)``):
+  up to 4 jobs of different queues run together, each under its own lease
+  (a queue's jobs still run one at a time). The ticks are shared out between
+  the loops, so the query budget above is the same; a webhook job holds one
+  of the 6 connections a Worker invocation may have open at once, which
+  leaves 2 for D1 and the lock. ``TICKWORK_CRON_CONCURRENCY`` (1 to
+  ``MAX_DRAIN_CONCURRENCY``) changes it; 1 runs one job at a time.
 * ``CRON_BUDGET_MS = 20_000`` stops claiming after 20 s (a claim already
   taken still runs: a webhook is bounded by its 30 s timeout), inside the
   cron's 30 s CPU limit (the drain mostly waits on I/O, which is not CPU)
@@ -93,10 +100,12 @@ from tickwork.model.errors import SchemaError
 from tickwork.model.outcomes import IngestStatus, TickResult
 from tickwork.ports.host import Executor
 from tickwork.runtimes.d1 import D1Runtime
+from tickwork.runtimes.shared import MAX_DRAIN_CONCURRENCY
 from tickwork.stores.d1.owner_directory import D1OwnerDirectory
 
 __all__ = [
     "CRON_BUDGET_MS",
+    "CRON_CONCURRENCY",
     "CRON_LOCK_NAME",
     "CRON_LOCK_RENEW_MS",
     "CRON_LOCK_TTL_MS",
@@ -120,6 +129,8 @@ __all__ = [
 CRON_MAX_TICKS = 100
 #: Stop claiming new jobs after this long in one firing.
 CRON_BUDGET_MS = 20_000
+#: Drain loops a firing runs at once (see the module doc).
+CRON_CONCURRENCY = 4
 #: The cron drain's lock: name, lease and renewal period.
 CRON_LOCK_NAME = "tickwork-cron-drain"
 CRON_LOCK_TTL_MS = 120_000
@@ -217,6 +228,26 @@ def _int_var(env: Any, name: str, default: int) -> int:
     if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
         return value
     return default
+
+
+def _concurrency_var(env: Any) -> int:
+    """``TICKWORK_CRON_CONCURRENCY``, or ``CRON_CONCURRENCY`` when unset; a
+    value that is not a whole number from 1 to ``MAX_DRAIN_CONCURRENCY`` is
+    logged as the error it is and the default drains instead (a firing that
+    fails on its configuration would drain nothing, every minute)."""
+    value = binding(env, "TICKWORK_CRON_CONCURRENCY")
+    if value is None:
+        return CRON_CONCURRENCY
+    text = value.strip() if isinstance(value, str) else None
+    number = int(text) if text is not None and text.isdigit() else value
+    if isinstance(number, float) and number.is_integer():
+        number = int(number)
+    if isinstance(number, int) and not isinstance(number, bool) \
+            and 1 <= number <= MAX_DRAIN_CONCURRENCY:
+        return number
+    log_error(f"cron: TICKWORK_CRON_CONCURRENCY must be a whole number from 1 to "
+              f"{MAX_DRAIN_CONCURRENCY}, not {value!r}; draining with {CRON_CONCURRENCY}")
+    return CRON_CONCURRENCY
 
 
 # ------------------------------------------------------------- shared jobs
@@ -459,12 +490,14 @@ async def run_cron(env: Any, controller: Any, *, executors: ExecutorFactory,
                         on_event=event_log(env))
     max_ticks = _int_var(env, "TICKWORK_CRON_MAX_TICKS", CRON_MAX_TICKS)
     budget_ms = _int_var(env, "TICKWORK_CRON_BUDGET_MS", CRON_BUDGET_MS)
+    concurrency = _concurrency_var(env)
 
     pruned = 0
 
     async def drain(lease: LockLease) -> list[TickResult]:
         nonlocal pruned
-        ticks = await runtime.drain(max_ticks=max_ticks, budget_ms=budget_ms)
+        ticks = await runtime.drain(max_ticks=max_ticks, budget_ms=budget_ms,
+                                    concurrency=concurrency)
         # Under the same lock: one firing at a time prunes (a fresh runtime
         # per firing, so every firing runs one pass; it logs its failures).
         pruned = await runtime.prune_if_due()

@@ -138,6 +138,26 @@ async def test_scheduled_drains_the_shared_queues_once_per_firing(
     assert "cron" not in logged.err  # informational lines are not errors
 
 
+async def test_one_firing_drains_several_queues_with_its_loops_at_once(
+    deployment: Any, capsys: Any,
+) -> None:
+    """The firing's drain runs CRON_CONCURRENCY loops (asyncio only, on
+    Pyodide's event loop); each job is settled once."""
+    names = [f"many-{index}" for index in range(6)]
+    for index, name in enumerate(names):
+        assert (await deployment.send("POST", "/v1/shared/jobs",
+                                      job(name, queue=f"q{index % 3}")))[0] == 201
+    await deployment.scheduled(1_796_000_000_000)
+    for name in names:
+        status, text = await deployment.send("GET", f"/v1/shared/jobs/{name}")
+        assert status == 200, text
+        record = json.loads(text)["job"]
+        assert (record["state"], record["attempt"]) == ("settled", 1)
+    logged = capsys.readouterr()
+    assert "cron: 6 tick(s), 6 job(s) settled" in logged.out, logged
+    assert "cron" not in logged.err
+
+
 async def test_the_fetch_transport_reads_retry_after_through_the_ffi() -> None:
     """A real JS Response: its Retry-After header comes back a str, a missing
     one as JS null (jsnull, truthy), which must read as no header; the
