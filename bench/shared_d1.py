@@ -187,7 +187,49 @@ async def measure(bridge: D1Bridge, jobs: int) -> Figures:
     await raw_load(2 * jobs)
     rows.append(Row(SECTION, "enqueue(), batches of 50", enqueue_rate, "jobs/s",
                     "raw INSERT, batches of 50", jobs / (time.perf_counter() - started)))
+    rows.extend(await measure_io_bound(db, max(40, jobs // 20)))
     return Figures(rows=rows)
+
+
+#: What an I/O-bound executor waits for (a webhook's answer, say).
+IO_WAIT_S = 0.05
+
+
+async def measure_io_bound(db: Any, jobs: int) -> list[Row]:
+    """The cron's drain of ``jobs`` jobs whose executor awaits IO_WAIT_S,
+    over 8 queues, at concurrency 1 and 4 (the cron's default), each beside
+    a plain asyncio loop running the same waits under a semaphore of the
+    same size: the most any drain of that width could do."""
+    rows: list[Row] = []
+
+    async def waits(job: JobRecord, signal: LeasedSignal) -> Completed:
+        await asyncio.sleep(IO_WAIT_S)
+        return Completed()
+
+    async def plain_loop(width: int) -> float:
+        gate = asyncio.Semaphore(width)
+
+        async def one() -> None:
+            async with gate:
+                await asyncio.sleep(IO_WAIT_S)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(one() for _ in range(jobs)))
+        return jobs / (time.perf_counter() - started)
+
+    runtime = D1Runtime(db, execute=waits, wake=_Wake())
+    for width in (1, 4):
+        await db.prepare("DELETE FROM tickwork_jobs").run()
+        await db.batch([runtime.enqueue(Job(f"w{width}-{n}", f"q{n % 8}", "l", 0, {}))
+                        for n in range(jobs)])
+        started = time.perf_counter()
+        settled = len(await runtime.drain(concurrency=width))
+        rate = jobs / (time.perf_counter() - started)
+        assert settled == jobs, settled
+        rows.append(Row(SECTION, f"I/O-bound drain (jobs wait {IO_WAIT_S * 1000:.0f} ms), "
+                        f"concurrency {width}", rate, "jobs/s",
+                        f"plain asyncio loop, semaphore of {width}", await plain_loop(width)))
+    return rows
 
 
 def collect(*, quick: bool) -> Figures:
