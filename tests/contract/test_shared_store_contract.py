@@ -418,6 +418,25 @@ async def test_requeue_expired_is_fenced_on_the_token_and_the_expiry(
     assert await store.requeue_expired(job.sequence, "tok", T0 + LEASE) is False
 
 
+@covers("release_claim")
+async def test_release_claim_puts_a_live_claim_back_unstarted_fenced_on_its_token(
+        shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    await queued(shared_store, "a")
+    job = await claimed(shared_store, "tok")
+    assert await store.release_claim(job.sequence, "stale") is False
+    assert await column(shared_store, "a", "state", "claim_token") == ("running", "tok")
+    # A live lease is no obstacle (the claim is this worker's own), and no
+    # recovery is counted: nothing ran.
+    assert await store.release_claim(job.sequence, "tok") is True
+    assert await column(shared_store, "a", "state", "claim_token", "lease_expires_at",
+                        "started_at", "recoveries", "attempt") == (
+        "queued", None, None, None, 0, 1)
+    assert await store.release_claim(job.sequence, "tok") is False
+    again = await claimed(shared_store, "next")
+    assert again.job_id == "a"
+
+
 @covers("settle_expired")
 async def test_settle_expired_is_fenced_and_releases_the_token(
         shared_store: SharedStoreUnderTest) -> None:

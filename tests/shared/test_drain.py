@@ -8,7 +8,8 @@ import pytest
 
 from tests.support import job
 from tests.support.shared import SharedHarness, until
-from tickwork import InvalidArgument
+from tickwork import Completed, InvalidArgument, JobRecord
+from tickwork.runtimes.shared import _UNKNOWN as UNKNOWN_SLOT
 from tickwork.runtimes.shared import MAX_DRAIN_CONCURRENCY
 
 
@@ -184,3 +185,44 @@ async def test_drain_validates_its_concurrency(shared: SharedHarness) -> None:
             await runtime.drain(concurrency=bad)  # type: ignore[arg-type]
         assert refused.value.field == "concurrency"
     assert await shared.job_states() == {"kept": ("queued", None)}
+
+
+@pytest.mark.parametrize("concurrency", [1, 2])
+async def test_a_drain_failing_between_jobs_puts_its_claim_taken_ahead_back(
+        shared: SharedHarness, concurrency: int) -> None:
+    """The store fails once the first jobs run, after the last job was
+    claimed ahead in a settlement's batch (the failure comes from reading
+    the schedules, which a drain does before running a claim it carried):
+    the drain raises, and the last job goes back to its queue unstarted
+    instead of waiting out its lease."""
+    runtime = shared.runtime()
+    names = [f"j{index}" for index in range(concurrency + 1)]
+    for name in names:
+        await runtime.ingest(job(name, queue=f"q-{name}"))
+    store = runtime._store
+    real_next_slot = store.next_slot
+    ran: list[str] = []
+
+    async def unreachable(*args: object, **kwargs: object) -> object:
+        raise ConnectionError("the database went away")
+
+    async def execute(record: JobRecord, signal: object) -> Completed:
+        ran.append(record.job_id)
+        if len(ran) <= concurrency:
+            # From now on the store fails; a carried claim reads schedules first.
+            store.next_slot = unreachable  # type: ignore[method-assign]
+            runtime._next_slot = UNKNOWN_SLOT
+        return Completed()
+
+    runtime._execute = execute  # type: ignore[assignment]
+    with pytest.raises(ConnectionError, match="went away"):
+        await runtime.drain(concurrency=concurrency)
+    # Which job the loops took ahead is theirs to decide; the others ran.
+    rows = await shared.query("SELECT job_id, state, claim_token, lease_expires_at, recoveries "
+                              "FROM tickwork_jobs WHERE state <> 'settled'")
+    assert len(rows) == 1 and tuple(rows[0][1:]) == ("queued", None, None, 0)
+    put_back = rows[0][0]
+    assert sorted(ran) == sorted(set(names) - {put_back})
+    store.next_slot = real_next_slot  # type: ignore[method-assign]
+    assert [r.job_id for r in await runtime.drain()] == [put_back]
+    assert sorted(ran) == names

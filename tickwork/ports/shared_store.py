@@ -99,6 +99,10 @@ class SharedStore(Protocol):
     async def requeue_expired(self, sequence: int, token: str, now: int | None) -> bool:
         """Put an expired claim back in its queue (fenced on token and expiry)."""
 
+    async def release_claim(self, sequence: int, token: str) -> bool:
+        """Put back a claim taken ahead that never started (fenced on its
+        token; no recovery counted); False when it is no longer that claim."""
+
     async def settle_expired(
         self, sequence: int, token: str, settlement: Settlement, now: int | None
     ) -> JobRecord | None:

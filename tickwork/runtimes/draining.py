@@ -15,8 +15,8 @@ none started once the deadline has passed by ``now_ms()``, and none once
   batch) of that settlement only when the budget lets the loop run one more
   tick; a claim taken ahead then always runs in this loop, unless
   ``stopping()`` ends it first or the loop raises or is cancelled (the
-  owner-local steps put such a claim back unstarted; a shared one stays
-  running under its lease, recovered once that expires);
+  owner-local steps and the shared drain then put such a claim back
+  unstarted);
 * after each tick: the loop ends on a spent budget, unless it carries a
   claim taken ahead (which runs first).
 

@@ -298,10 +298,11 @@ class SharedRuntime(RuntimeOperations, AsyncSurface):
         the budget lets it run one more tick as a job settles, that
         settlement and the claim of the next job share one commit
         (PostgreSQL) or one batch (D1), halving the commits per job; a claim
-        taken ahead is always run by this same call (one left carried by a
-        drain that raised or was cancelled stays running under its lease,
-        which any worker recovers once it expires). Between carried claims
-        it fills the schedule slots that have come. While it runs, ``tick()``
+        taken ahead is always run by this same call, or put back unstarted
+        when the drain raises or is cancelled first (one fenced statement;
+        should that fail too, the claim stays running under its lease, which
+        any worker recovers once it expires). Between carried claims it
+        fills the schedule slots that have come. While it runs, ``tick()``
         on this runtime reports busy.
 
         ``concurrency`` (1 to ``MAX_DRAIN_CONCURRENCY``) runs that many such
@@ -325,12 +326,17 @@ class SharedRuntime(RuntimeOperations, AsyncSurface):
             if not held:
                 return [_BUSY]
             steps = [_SharedSteps(self) for _ in range(concurrency)]
-            if concurrency == 1:
-                await drain_loop(steps[0], budget, on_result=results.append,
-                                 yielding=False, look_again=look_again)
-            else:
-                await drain_together(steps, budget, on_result=results.append,
+            try:
+                if concurrency == 1:
+                    await drain_loop(steps[0], budget, on_result=results.append,
                                      yielding=False, look_again=look_again)
+                else:
+                    await drain_together(steps, budget, on_result=results.append,
+                                         yielding=False, look_again=look_again)
+            finally:
+                # Only a loop that raised or was cancelled ends carrying.
+                for loop_steps in steps:
+                    await loop_steps.put_back()
         return results
 
     @contextmanager
@@ -639,16 +645,34 @@ class _SharedSteps:
     def carrying(self) -> bool:
         return self._carried is not None
 
+    async def put_back(self) -> None:
+        """Put back the claim this loop took ahead and did not run (its loop
+        raised or was cancelled): fenced on its token, so a claim recovered
+        or settled meanwhile is left alone. A failure here is logged: the
+        claim then stays running until its lease expires and a tick
+        recovers it."""
+        carried, self._carried = self._carried, None
+        if carried is None:
+            return
+        runtime = self._runtime
+        try:
+            if await runtime._store.release_claim(carried.job.sequence, carried.token):
+                await runtime._wake_now()
+        except Exception:
+            logger.exception("tickwork could not put back the claim of job %s taken ahead",
+                             carried.job.job_id)
+
     async def step(self, *, claim_next: operations.ClaimNext = False) -> TickResult:
         runtime, carried = self._runtime, self._carried
-        self._carried = None
         reporting = runtime._on_event is not None
         if carried is None:
             plan = operations.tick(None, claim_next=claim_next, reporting=reporting)
         else:
             if runtime._slot_may_be_due():
-                # A long run of carried claims still fills schedule slots.
+                # A long run of carried claims still fills schedule slots
+                # (should that fail, the claim is still carried: put back).
                 await runtime._drive(operations.fire_schedules())
+            self._carried = None  # the run is now the plan's to settle
             plan = operations.run(carried, claim_next=claim_next, reporting=reporting)
         result, held = await runtime._drive(plan)
         self._carried = held if isinstance(held, _Claim) else None

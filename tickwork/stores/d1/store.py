@@ -75,6 +75,7 @@ CLAIM_ONE = _render(sql.CLAIM, "token", "now", "lease_ms")
 CLAIM_IF_CLEAR = _render(sql.CLAIM_IF_CLEAR, "token", "now", "lease_ms")
 PROBE = _render(sql.PROBE, "now")
 REQUEUE_EXPIRED = _render(sql.REQUEUE_CLAIM, "now", "sequence", "token")
+RELEASE_CLAIM = _render(sql.RELEASE_CLAIM, "sequence", "token")
 SETTLE_EXPIRED = _render(sql.SETTLE_RECOVERED_CLAIM, *_SETTLE)
 SETTLE = _render(sql.SETTLE_CLAIM, *_SETTLE)
 SETTLE_CANCELLED = _render(sql.SETTLE_CANCELLED_CLAIM, *_SETTLE)
@@ -239,6 +240,9 @@ class D1Store:
 
     async def requeue_expired(self, sequence: int, token: str, now: int | None) -> bool:
         return bool(await self.d1.query(REQUEUE_EXPIRED.text, (now, sequence, token)))
+
+    async def release_claim(self, sequence: int, token: str) -> bool:
+        return bool(await self.d1.query(RELEASE_CLAIM.text, (sequence, token)))
 
     async def settle_expired(
         self, sequence: int, token: str, settlement: Settlement, now: int | None

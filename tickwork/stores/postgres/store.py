@@ -281,6 +281,10 @@ class PostgresStore:
         params = {"sequence": sequence, "token": token, "now": now}
         return bool(await self._rows(sql.REQUEUE_EXPIRED, params))
 
+    async def release_claim(self, sequence: int, token: str) -> bool:
+        params = {"sequence": sequence, "token": token}
+        return bool(await self._rows(sql.RELEASE_CLAIM, params))
+
     async def settle_expired(
         self, sequence: int, token: str, settlement: Settlement, now: int | None
     ) -> JobRecord | None:

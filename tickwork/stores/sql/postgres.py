@@ -288,6 +288,16 @@ WHERE sequence = %(sequence)s AND state = 'running' AND claim_token = %(token)s
 RETURNING sequence
 """
 
+# A claim a drain took ahead and never started, put back as it was (the
+# SQLite family's RELEASE_CLAIM says when): fenced on the token and the
+# running state, no recovery counted.
+RELEASE_CLAIM = """
+UPDATE tickwork_jobs
+SET state = 'queued', started_at = NULL, lease_expires_at = NULL, claim_token = NULL
+WHERE sequence = %(sequence)s AND state = 'running' AND claim_token = %(token)s
+RETURNING sequence
+"""
+
 SETTLE_EXPIRED = f"""
 UPDATE tickwork_jobs
 SET state = 'settled', outcome = %(outcome)s, failure_reason = %(reason)s, settled_at = {NOW},

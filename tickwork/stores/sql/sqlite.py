@@ -766,18 +766,19 @@ WHERE sequence = :sequence AND state = 'running' AND claim_token = :token {{leas
 RETURNING {JOB_SELECT}
 """, ("now", "sequence", "token"), JOB_ROWS)
 
-# Put back a claim its ticker took ahead and never started: an owner-local
-# drain claims the next job in the transaction of the previous settlement,
-# and when the loop ends before running it (interrupted, its host failed
-# between jobs) or a cancellation or lane failure reached it first, the claim
-# goes back as it was. Fenced on the token and the running state like the
-# recovery's requeue, but no recovery is counted: no execution began.
+# Put back a claim a drain took ahead and never started: a drain claims the
+# next job in the transaction (or batch) of the previous settlement, and
+# when the loop ends before running it (interrupted, its host or store
+# failed between jobs) or, owner-local, a cancellation or lane failure
+# reached it first, the claim goes back as it was. Fenced on the token and
+# the running state like the recovery's requeue, but no recovery is counted:
+# no execution began. On D1 it drops the lease with the token.
 RELEASE_CLAIM = Template("release_claim", f"""
 UPDATE tickwork_jobs
-SET state = 'queued', started_at = NULL, claim_token = NULL
+SET state = 'queued', started_at = NULL, claim_token = NULL{{clear_lease}}
 WHERE sequence = :sequence AND state = 'running' AND claim_token = :token
 RETURNING {JOB_SELECT}
-""", ("sequence", "token"), JOB_ROWS, _local)
+""", ("sequence", "token"), JOB_ROWS)
 
 SETTLE_RECOVERED_CLAIM = Template("settle_recovered_claim", f"""
 UPDATE tickwork_jobs
