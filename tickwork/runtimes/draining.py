@@ -177,6 +177,10 @@ async def drain_loop(
     while True:
         if budget.stopped():
             return Ticked("stopped", last, ticks)
+        if ticks and not steps.carrying and budget.spent(ticks):
+            # Spent while this loop let other events in (the deadline passed,
+            # or a loop beside it in drain_together failed).
+            return Ticked("budget", last, ticks)
         last = await steps.step(claim_next=one_more)
         ticks += 1
         status = last.status
@@ -216,12 +220,13 @@ async def drain_together(
     none are not run): the loops tick at most ``max_ticks`` times in all.
     Results reach ``on_result`` as they come, from whichever loop. When a
     loop raises, the others claim nothing more and end once the jobs they
-    hold have settled; then the first failure propagates. Cancelling the
-    call cancels every loop.
+    hold have settled; then the first failure (the earliest raised)
+    propagates. Cancelling the call cancels every loop.
     """
     if not steps:
         raise ValueError("drain_together needs at least one loop's steps")
     failed = False
+    first_failure: BaseException | None = None
 
     def cut_short() -> bool:
         return failed
@@ -234,20 +239,23 @@ async def drain_together(
         shares = [share + (1 if number < extra else 0) for number in range(len(steps))]
 
     async def one_loop(loop_steps: Steps, max_ticks: int | None) -> Ticked:
-        nonlocal failed
+        nonlocal failed, first_failure
+        if failed:  # a loop before this one failed before this one began
+            return Ticked("budget", None, 0)
         loop_budget = Budget(max_ticks, budget.deadline_ms, budget.now_ms, budget.stopping,
                              cut_short)
         try:
             return await drain_loop(loop_steps, loop_budget, on_result=on_result,
                                     look_again=look_again, yielding=yielding)
-        except BaseException:
+        except BaseException as error:
             failed = True
+            if first_failure is None:
+                first_failure = error
             raise
 
     running = [one_loop(loop_steps, share) for loop_steps, share in zip(steps, shares, strict=True)
                if share != 0]
     ended = await asyncio.gather(*running, return_exceptions=True)
-    for outcome in ended:
-        if isinstance(outcome, BaseException):
-            raise outcome
+    if first_failure is not None:
+        raise first_failure
     return [outcome for outcome in ended if isinstance(outcome, Ticked)]
