@@ -55,9 +55,10 @@ D1's 1,000 queries per invocation (Workers Paid) and 30 s per query:
 * ``CRON_CONCURRENCY = 4`` loops drain at once (``drain(concurrency=)``):
   up to 4 jobs of different queues run together, each under its own lease
   (a queue's jobs still run one at a time). The ticks are shared out between
-  the loops, so the query budget above is the same; a webhook job holds one
-  of the 6 connections a Worker invocation may have open at once, which
-  leaves 2 for D1 and the lock. ``TICKWORK_CRON_CONCURRENCY`` (1 to
+  the loops, so the query budget above is the same. A webhook job's fetch
+  is one of the 6 connections an invocation may have waiting for response
+  headers at once (Cloudflare queues a seventh until one answers), so 4
+  leaves room for D1 and the lock. ``TICKWORK_CRON_CONCURRENCY`` (1 to
   ``MAX_DRAIN_CONCURRENCY``) changes it; 1 runs one job at a time.
 * ``CRON_BUDGET_MS = 20_000`` stops claiming after 20 s (a claim already
   taken still runs: a webhook is bounded by its 30 s timeout), inside the
