@@ -24,6 +24,10 @@ A tick that answers ``busy`` (another loop holds the ticker) or
 ``liveness_unknown`` (a suspect claim's liveness could not be judged, and
 nothing else was done) ends the loop: ticking again at once would only find
 the same, so the host looks again later. Runs on Pyodide: asyncio only.
+
+An owner-local runtime opened with ``concurrency=N`` (N > 1) has N slots,
+each a ticker with its own steps; ``drain_slots`` runs one such loop per
+slot on the same event loop, under one shared budget (see its doc).
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import Awaitable, Callable
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, TypeAlias
 
@@ -40,7 +45,8 @@ from tickwork.model.errors import InvalidArgument
 from tickwork.model.jobs import check_safe_int
 from tickwork.model.outcomes import TickResult
 
-__all__ = ["Budget", "Steps", "Stop", "Ticked", "drain_loop"]
+__all__ = ["Budget", "Parking", "SlotSteps", "Steps", "Stop", "Ticked", "drain_loop",
+           "drain_slots"]
 
 logger = logging.getLogger("tickwork.events")
 
@@ -73,6 +79,31 @@ class Steps(Protocol):
         """Tick, or run the claim taken ahead; ``claim_next`` (or its answer,
         asked as the step's job settles) says whether to claim the next job
         in that settlement's transaction."""
+        ...
+
+
+class SlotSteps(Steps, Protocol):
+    """The steps of one slot of a runtime with several (``drain_slots``)."""
+
+    @property
+    def running(self) -> bool:
+        """Whether the slot holds a claim now (executing it, or taken ahead)."""
+        ...
+
+
+class Parking(Protocol):
+    """What ``drain_slots`` asks of the runtime while a slot has nothing to
+    claim and other slots still run jobs."""
+
+    def due_in_ms(self) -> float | None:
+        """How long until a waiting job or schedule slot is due, as far as
+        the runtime knows (0: look now; None: nothing waits for a time)."""
+        ...
+
+    def listen(self, arrived: Callable[[], None]) -> Callable[[], None]:
+        """Call ``arrived()`` after every committed change that may have
+        made a job claimable (an ingest, a cancellation, a resume...);
+        returns the function that stops it."""
         ...
 
 
@@ -187,3 +218,183 @@ async def drain_loop(
             return Ticked("budget", last, ticks)
         if yielding:
             await asyncio.sleep(0)
+
+
+#: How long a parked slot waits at most when the host can ask it to stop
+#: (``Budget.stopping``), which nothing signals: it then looks again.
+STOPPING_POLL_MS = 1_000
+
+
+async def drain_slots(
+    slots: Sequence[SlotSteps],
+    budget: Budget = UNBOUNDED,
+    *,
+    parking: Parking,
+    on_result: Callable[[TickResult], None] | None = None,
+    look_again: Callable[[], bool | Awaitable[bool]] | None = None,
+    yielding: bool = True,
+) -> Ticked:
+    """``drain_loop`` over several slots at once: each slot steps as the
+    drain loop does (its settlement and the claim of its next job share one
+    transaction when the budget allows), and they run side by side on the
+    event loop, so up to ``len(slots)`` jobs execute at once. One slot is
+    exactly ``drain_loop``.
+
+    The budget is shared: ``max_ticks`` counts every slot's ticks (a claim
+    taken ahead is counted as it is claimed, so the slots never start more
+    than the budget allows); once it is spent, or the deadline passed, or
+    ``stopping()`` says so, no slot claims another job, and the jobs in
+    flight finish (each settled as its slot's step settles it).
+
+    A slot whose tick found nothing while other slots run jobs parks: its
+    tick is not counted, and it ticks again when one of them claims a new
+    job (there may be more to claim), when ``parking`` reports a change
+    that may have made a job claimable, or when the next known due time
+    comes. The loop is idle when a slot finds nothing while no other slot
+    runs a job (``look_again`` is asked then, as in ``drain_loop``). A slot
+    whose tick answers ``busy`` (another loop holds its ticker) leaves the
+    loop; the loop reports ``busy`` only if every slot did. A
+    ``liveness_unknown`` answer parks the slot while others run, and ends
+    the loop otherwise.
+
+    A slot that raises stops every slot from claiming; the jobs in flight
+    finish, and the first error propagates.
+    """
+    if len(slots) == 1:
+        return await drain_loop(slots[0], budget, on_result=on_result,
+                                look_again=look_again, yielding=yielding)
+    loop = asyncio.get_running_loop()
+    started = 0
+    in_flight = 0
+    parked: deque[asyncio.Future[None]] = deque()
+    ended: list[Stop] = []
+    last: list[TickResult | None] = [None]
+
+    def wake_one() -> None:
+        while parked:
+            waiter = parked.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    def end(stop: Stop) -> None:
+        if not ended:
+            ended.append(stop)
+        while parked:
+            waiter = parked.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def others_run(me: SlotSteps) -> bool:
+        return in_flight > 0 or any(other.carrying for other in slots if other is not me)
+
+    def park_ms() -> float | None:
+        waits = []
+        due = parking.due_in_ms()
+        if due is not None:
+            waits.append(due)
+        if budget.deadline_ms is not None and budget.now_ms is not None:
+            waits.append(budget.deadline_ms - budget.now_ms())
+        if budget.stopping is not None:
+            waits.append(STOPPING_POLL_MS)
+        return max(0.0, min(waits)) if waits else None
+
+    async def park() -> None:
+        waiter: asyncio.Future[None] = loop.create_future()
+        parked.append(waiter)
+        wait_ms = park_ms()
+        await asyncio.wait((waiter,), timeout=None if wait_ms is None else wait_ms / 1000)
+
+    async def run_slot(steps: SlotSteps) -> None:
+        nonlocal started, in_flight
+        reserved = False
+
+        def one_more() -> bool:
+            # Asked as this slot's job settles: claim the next in the same
+            # transaction only if the shared budget has a tick left, and
+            # count that tick now (no other slot may start it).
+            nonlocal started, reserved
+            try:
+                if budget.spent(started) or budget.stopped():
+                    return False
+            except Exception:  # a host's clock or stopping() failed: claim nothing ahead
+                logger.exception("tickwork: a drain's budget check raised; nothing claimed ahead")
+                return False
+            started += 1
+            reserved = True
+            return True
+
+        def claimed_fresh() -> None:
+            # Runs once the step reached its first await: a fresh tick that
+            # claimed a job may have left more to claim for a parked slot.
+            if steps.running:
+                wake_one()
+
+        while True:
+            if budget.stopped():
+                end("stopped")
+                return
+            carried = steps.carrying
+            if not carried:
+                if ended or budget.spent(started):
+                    end("budget")
+                    return
+                started += 1
+            in_flight += 1
+            check = None if carried else loop.call_soon(claimed_fresh)
+            try:
+                result = await steps.step(claim_next=one_more)
+            finally:
+                in_flight -= 1
+                if check is not None:
+                    check.cancel()
+            if reserved and not steps.carrying:
+                started -= 1  # counted for a claim ahead that found nothing
+            reserved = False
+            status = result.status
+            found_nothing = status == "idle" and result.job_id is None
+            if not found_nothing:
+                last[0] = result
+                if on_result is not None:
+                    on_result(result)
+                if status == "busy":
+                    return  # another loop holds this slot's ticker
+            if found_nothing or status == "liveness_unknown":
+                if others_run(steps) and not ended:
+                    if found_nothing:
+                        started -= 1  # parked, not counted: see the doc
+                    await park()
+                    continue
+                if status == "liveness_unknown":
+                    end("liveness_unknown")
+                    return
+                if look_again is None or budget.spent(started):
+                    end("idle")
+                    return
+                again = look_again()
+                if inspect.isawaitable(again):
+                    again = await again
+                if not again:
+                    end("idle")
+                    return
+                wake_one()
+            if yielding:
+                await asyncio.sleep(0)
+
+    async def guarded(steps: SlotSteps) -> None:
+        try:
+            await run_slot(steps)
+        except BaseException:
+            end("stopped")  # no slot claims more; the jobs in flight finish
+            raise
+
+    unlisten = parking.listen(wake_one)
+    tasks = [asyncio.ensure_future(guarded(steps)) for steps in slots]
+    try:
+        outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+    finally:
+        unlisten()
+    failures = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
+    if failures:
+        raise failures[0]
+    return Ticked(ended[0] if ended else "busy", last[0], started)
