@@ -136,8 +136,8 @@ async def test_a_slot_that_found_nothing_takes_a_job_ingested_while_others_run(
 async def test_a_retry_due_later_runs_while_another_slot_still_runs(harness: Harness) -> None:
     runtime = harness.runtime(concurrency=2)
     runtime.ingest(job("long", queue="exports", payload=BLOCK))
-    runtime.ingest(job("flaky", queue="webhooks", payload={
-        "do": "fail_until", "succeed_on": 2, "retry_after_ms": 20}, retry=Retry(attempts=3, base_delay_ms=20)))
+    runtime.ingest(job("flaky", queue="webhooks", retry=Retry(attempts=3, base_delay_ms=20),
+                       payload={"do": "fail_until", "succeed_on": 2, "retry_after_ms": 20}))
     drain = asyncio.ensure_future(runtime.drain())
     # Its first attempt fails; the slot waits for the retry's due time (the
     # other slot still runs "long") and runs the second attempt.
