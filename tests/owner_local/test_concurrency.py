@@ -9,6 +9,7 @@ by sleeping and hoping.
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -149,6 +150,26 @@ async def test_a_retry_due_later_runs_while_another_slot_still_runs(harness: Har
         ("retried", "flaky"), ("settled", "flaky"), ("settled", "long")]
     record = runtime.read("flaky")
     assert record is not None and record.attempt == 2
+
+
+@pytest.mark.skipif(sys.platform == "emscripten", reason="no threads on Pyodide")
+async def test_plain_executors_overlap_in_worker_threads(harness: Harness) -> None:
+    import threading
+
+    # Each executor waits at the barrier for the other: they pass only if
+    # both run at the same time, each in its own worker thread.
+    barrier = threading.Barrier(2, timeout=5)
+
+    def plain(record: Any, signal: Any) -> Completed:
+        barrier.wait()
+        return Completed()
+
+    runtime = harness.runtime(concurrency=2, execute=plain)
+    runtime.ingest(job("a", queue="qa"))
+    runtime.ingest(job("b", queue="qb"))
+    results = await runtime.drain()
+    assert sorted((result.job_id or "", result.outcome) for result in results) == [
+        ("a", "completed"), ("b", "completed")]
 
 
 # ------------------------------------------------- cancellation, lane failure

@@ -1226,9 +1226,12 @@ class OwnerRuntime(_LocalRuntime):
     (optional) is told of every transition once it committed
     (``tickwork.events``: a hook that raises is logged, never raised).
 
-    ``concurrent_lane`` (optional) reserves one lane for a second ticker:
-    the constructor then returns a ``ConcurrentOwnerRuntime``, which has
-    ``tick_concurrent()``. A runtime opened without it has no such method.
+    ``concurrency`` (1 by default, at most ``MAX_CONCURRENCY``) is how many
+    jobs it runs at once: its slots, which ``drain()`` and the hosts' loop
+    (``draining_slots``) run side by side; a queue still runs one job at a
+    time. ``concurrent_lane`` (optional) reserves one more slot for one
+    lane: the constructor then returns a ``ConcurrentOwnerRuntime``, which
+    has ``tick_concurrent()``. A runtime opened without it has no such method.
     """
 
     @overload
@@ -1282,13 +1285,14 @@ class OwnerRuntime(_LocalRuntime):
 
 
 class ConcurrentOwnerRuntime(OwnerRuntime):
-    """An OwnerRuntime with a concurrent lane: two tickers over one store.
+    """An OwnerRuntime with a concurrent lane: one more slot, reserved for it.
 
-    ``tick()`` (the serial ticker) never selects a job of the concurrent lane;
-    ``tick_concurrent()`` selects only those. Each ticker has its own busy
-    guard and executions, so one of each can be in flight at once; both
-    share the store, the projector and the wake. Either ticker runs a job only
-    while it is its queue's head across lanes.
+    ``tick()`` (and every other slot) never selects a job of the concurrent
+    lane; ``tick_concurrent()`` ticks the reserved slot, which selects only
+    those. Each slot has its own busy guard and execution, so the lane's job
+    and the others' can be in flight at once; all share the store, the
+    projector and the wake. Any slot runs a job only while it is its queue's
+    head across lanes.
     """
 
     def __init__(
