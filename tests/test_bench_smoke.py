@@ -339,3 +339,12 @@ def test_retention_benchmark_prunes_the_year_it_wrote_down_to_its_policy() -> No
     for label in ("none ", "a year ", "a year, pruned", "kept all along", "an idle prune pass",
                   "target"):
         assert label in result.stdout, label
+
+
+def test_concurrency_benchmark_runs_and_prints_every_row() -> None:
+    stdout = quick_run("bench.concurrency")
+    for level in (1, 10, 50):
+        assert f"200 jobs awaiting 50 ms, concurrency {level}:" in stdout, level
+        assert f"plain asyncio loop, semaphore of {level}:" in stdout, level
+    assert "concurrency 50, synchronous FULL" in stdout
+    assert "target >= 80%" in stdout

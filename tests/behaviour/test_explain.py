@@ -85,9 +85,9 @@ async def test_the_owner_busy_with_another_queues_job_holds_it_on_an_owner_only(
     tick = await engine.start(jobs, "export")
     holds = (await jobs.explain("payment")).holds  # type: ignore[union-attr]
     if engine.local:
-        # One execution at a time: the owner's executor holds every other queue.
+        # One slot (concurrency 1), taken: the owner holds every other queue.
         assert holds == (Hold("owner_busy", job_ids=("export",)),)
-        assert "owner runs one job at a time and is running export" in holds[0].describe()
+        assert holds[0].describe() == "the owner is at its concurrency (1 running): export"
     else:
         # A shared runtime's workers each run their own: nothing holds it.
         assert holds == ()

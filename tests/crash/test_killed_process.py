@@ -167,6 +167,31 @@ FIRE_SCHEDULE_FOREVER = textwrap.dedent("""
 """)
 
 
+HANG_WITH_N_IN_FLIGHT = CHILD_PRELUDE + textwrap.dedent("""
+    from tickwork.hosts.ticking import tick_until_idle
+
+    in_flight = set()
+
+    async def hang(job, signal):
+        in_flight.add(job.job_id)
+        if len(in_flight) == 4:
+            print("running", *sorted(in_flight), flush=True)
+        await asyncio.sleep(3600)
+        return Completed()
+
+    async def main():
+        connection = sqlite3.connect(sys.argv[1], isolation_level=None)
+        connection.execute("PRAGMA journal_mode = WAL")
+        engine = OwnerRuntime(Sqlite3Database(connection), execute=hang,
+                              is_alive=lambda job: False, wake=Wake(), concurrency=4)
+        engine.ingest_many([Job(f"job-{n}", f"q{n}", "lane", 8 - n, {}, Recovery(n % 2))
+                            for n in range(8)])
+        await tick_until_idle(engine)
+
+    asyncio.run(main())
+""")
+
+
 class Wake:
     def recompute(self) -> None:
         pass
@@ -405,6 +430,39 @@ async def test_process_killed_holding_a_claim_taken_ahead_recovers_it_once(
     assert connection.execute(
         "SELECT state, outcome, sum(recoveries), count(*) FROM tickwork_jobs GROUP BY 1, 2"
     ).fetchall() == [("settled", "completed", 1, 300)]
+
+
+async def test_process_killed_with_n_claims_in_flight_recovers_each_by_its_budget(
+        tmp_path: Path) -> None:
+    """Kill -9 while an owner with concurrency 4 executes four claims: each
+    is recovered by its own budget (requeued and run again, or settled
+    interrupted), the jobs it never claimed run, and each settles once."""
+    database = tmp_path / "jobs.sqlite3"
+    open_runtime(database)
+    line = kill_after_line(spawn(HANG_WITH_N_IN_FLIGHT, database))
+    # The four best by priority were claimed at once.
+    assert line == "running job-0 job-1 job-2 job-3"
+    connection = sqlite3.connect(database)
+    assert connection.execute(
+        "SELECT job_id FROM tickwork_jobs WHERE state = 'running' ORDER BY job_id"
+    ).fetchall() == [("job-0",), ("job-1",), ("job-2",), ("job-3",)]
+
+    async def complete(record: Any, signal: Any) -> Completed:
+        return Completed()
+
+    runtime = open_runtime(database, execute=complete, concurrency=4)
+    results = await runtime.drain()
+    assert sorted((result.job_id or "", result.status, result.outcome) for result in results) \
+        == [("job-0", "settled", "interrupted"),
+            ("job-1", "requeued", None), ("job-1", "settled", "completed"),
+            ("job-2", "settled", "interrupted"),
+            ("job-3", "requeued", None), ("job-3", "settled", "completed"),
+            *((f"job-{n}", "settled", "completed") for n in range(4, 8))]
+    assert connection.execute(
+        "SELECT job_id, outcome, recoveries FROM tickwork_jobs ORDER BY job_id").fetchall() == [
+        ("job-0", "interrupted", 0), ("job-1", "completed", 1), ("job-2", "interrupted", 0),
+        ("job-3", "completed", 1), ("job-4", "completed", 0), ("job-5", "completed", 0),
+        ("job-6", "completed", 0), ("job-7", "completed", 0)]
 
 
 async def test_store_failure_while_moving_due_jobs_changes_nothing(tmp_path: Path) -> None:

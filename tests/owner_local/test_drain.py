@@ -201,7 +201,7 @@ async def test_stopping_puts_a_claim_taken_ahead_back_unstarted(harness: Harness
     carried: list[bool] = []
 
     def stopping() -> bool:
-        carried.append(runtime._serial.ahead is not None)
+        carried.append(runtime._slots[0].ahead is not None)
         return stop[0]
 
     # Claims ahead while stopping() says no; the settle of a asks it first.
@@ -222,7 +222,7 @@ async def test_a_loop_cancelled_between_jobs_puts_the_claim_back(harness: Harnes
         await task
     assert states(harness)["b"] == ("queued", None, 0, None, 0)
     assert harness.executor.started == ["a"]
-    assert not runtime._serial.busy and not runtime._serial.executions
+    assert not runtime._slots[0].busy and not runtime._slots[0].executions
 
 
 async def test_the_loop_budget_is_asked_as_each_job_settles(harness: Harness) -> None:

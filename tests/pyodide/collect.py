@@ -47,7 +47,8 @@ SUITES: dict[str, tuple[str, ...]] = {
     "behaviour-d1": _BEHAVIOUR,
     # What only the owner-local runtime has, on the same JS ctx.storage.
     "owner-local": tuple(f"tests.owner_local.{name}" for name in (
-        "test_concurrent_lane", "test_drain", "test_due_times", "test_events",
+        "test_concurrency", "test_concurrent_lane", "test_drain", "test_due_times",
+        "test_events",
         "test_projection", "test_recovery",
         "test_schema_and_plans", "test_transactional")),
     # The owner-local store's contract, method by method, on the same JS ctx.storage.

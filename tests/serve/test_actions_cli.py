@@ -272,7 +272,7 @@ def test_jobs_why(server: Serve, capsys: pytest.CaptureFixture[str]) -> None:
     assert lines[0] == ("w-next: queued; held: its queue runs one job at a time and is "
                         "running w-run")
     assert lines[1].startswith("w-later: queued; held: not due until ")
-    assert lines[1].endswith(" UTC; the owner runs one job at a time and is running w-run")
+    assert lines[1].endswith(" UTC; the owner is at its concurrency (1 running): w-run")
     assert lines[2:] == ["w-run: running; not waiting", "nope: no such job"]
     answers = run_json(capsys, server, "jobs", "why", "w-next", "--owner", owner)
     direct = api(server, "GET", f"{owner_path(owner)}/jobs/w-next/why")
@@ -283,7 +283,7 @@ def test_jobs_why(server: Serve, capsys: pytest.CaptureFixture[str]) -> None:
     run(capsys, server, "jobs", "cancel", "w-run", "--owner", owner)
     client.settled(owner, "w-next")
     code, out, _ = run(capsys, server, "jobs", "why", "w-later", "--owner", owner)
-    assert code == EXIT_OK and "owner runs one job" not in out
+    assert code == EXIT_OK and "owner is at its concurrency" not in out
 
 
 def test_queues_retention(server: Serve, capsys: pytest.CaptureFixture[str]) -> None:

@@ -475,17 +475,20 @@ def test_cancel_lane_reads_a_job_again_when_it_started_since_the_page() -> None:
 # --------------------------------------------------------- why a job waits
 
 
-def test_the_holds_of_a_queued_job_name_each_job_once() -> None:
+def test_the_owner_hold_names_every_running_job_once_the_slots_are_taken() -> None:
     from tickwork.lifecycle.rules import decide_holds
     from tickwork.model.waiting import Hold
 
     job = record("b", state="queued")
     running_head = record("a", state="running")
-    # The queue's running job is the owner's execution too: named once, as
-    # what holds the queue; another execution is what holds the owner.
-    assert decide_holds(job, 0, paused=False, head=running_head,
-                        executing=["a", "x"]) == (Hold("queue_busy", job_ids=("a",)),
-                                                  Hold("owner_busy", job_ids=("x",)))
+    # Two slots, both taken: the queue's running job holds the queue, and
+    # the owner hold names both running jobs (its count is the concurrency).
+    holds = decide_holds(job, 0, paused=False, head=running_head, executing=["a", "x"])
+    assert holds == (Hold("queue_busy", job_ids=("a",)), Hold("owner_busy", job_ids=("a", "x")))
+    assert holds[1].describe() == "the owner is at its concurrency (2 running): a, x"
+    # One slot, taken by the queue's own running job: the queue hold says it all.
+    assert decide_holds(job, 0, paused=False, head=running_head, executing=["a"]) == (
+        Hold("queue_busy", job_ids=("a",)),)
     # The job is its queue's head: nothing ahead of it; its own execution
     # list says nothing of it.
     assert decide_holds(job, 0, paused=False, head=job, executing=[]) == ()

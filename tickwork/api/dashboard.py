@@ -1338,7 +1338,7 @@ def _waits_cell(scope: Scope, job: JobRecord, status: QueueStatus, head: JobReco
         return "nothing: next to run"
     words = {"cancelled": "cancelled: settles at the next tick", "queue_paused": "queue paused",
              "queue_busy": "its queue's running job", "behind_head": "the job ahead",
-             "owner_busy": "the owner's running job", "not_due": "its due time"}
+             "owner_busy": "the owner at its concurrency", "not_due": "its due time"}
     return "; ".join(
         f'<span data-hold="{hold.kind}">{_e(words[hold.kind])}'
         + "".join(f" {_job_link(scope, job_id)}" for job_id in hold.job_ids) + "</span>"
@@ -1357,7 +1357,8 @@ def _hold_reason(job: JobRecord, hold: Hold) -> WaitReason:
                                           "jobs until it is resumed.")
     text = {"queue_busy": "Its queue runs one job at a time and is running",
             "behind_head": "Behind the job ahead of it in its queue:",
-            "owner_busy": "The owner runs one job at a time and is running"}[hold.kind]
+            "owner_busy": f"The owner is at its concurrency ({len(hold.job_ids)} running):"
+            }[hold.kind]
     return WaitReason(hold.kind, text, job_ids=hold.job_ids)
 
 

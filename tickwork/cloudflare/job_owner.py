@@ -11,12 +11,16 @@ except the executions in flight, which die with the instance.
 
 Alarm policy (class attributes, override in a subclass):
 
+* ``concurrency`` (1): how many jobs the alarm runs at once, of different
+  queues; the alarm handler claims a new job whenever one of its slots is
+  free, so one slow job no longer holds every other queue of the owner.
 * ``alarm()`` ticks until the engine is idle, or ``alarm_budget_ms`` (30 s)
   of wall time or ``alarm_max_ticks`` (1000) ticks are spent, then re-arms
   the alarm for "now" if work is left, for the earliest due time if jobs
   only wait for theirs, or deletes it: well inside the 15-minute limit of
   an alarm invocation, and other events get a turn between deliveries. The
-  budget is checked between ticks: one job may run longer than it.
+  budget is checked between ticks: one job may run longer than it, and the
+  jobs in flight when it is spent finish before the handler returns.
 * A tick records a job's failure as its outcome; it raises only when storage
   (or the host) fails. Then ``alarm()`` raises on tries 0 to 2, and the
   runtime retries it with backoff (2 s, 4 s, ...). From retry 3 on it
@@ -95,6 +99,9 @@ class JobOwner(JobOwnerRpc, RuntimeEnv, DurableObject):  # type: ignore[misc, un
     alarm_late_retry_delay_ms: ClassVar[int] = 60_000
     #: After a liveness probe raised, the next delivery comes no sooner than this.
     alarm_liveness_retry_ms: ClassVar[int] = 5_000
+    #: How many jobs the alarm runs at once, of different queues (each queue
+    #: still runs one at a time): the runtime's ``concurrency``.
+    concurrency: ClassVar[int] = 1
     #: The deployment's ``(env) -> Executor`` (underscored: never an RPC method).
     _executors: ClassVar[Callable[[Any], Executor] | None] = None
 
@@ -112,6 +119,7 @@ class JobOwner(JobOwnerRpc, RuntimeEnv, DurableObject):  # type: ignore[misc, un
             wake=self._wake,
             clock=self._now_ms,
             on_event=self._event_hook(),
+            concurrency=self.concurrency,
         )
         self._jobs = RuntimeService(self.runtime)
         db = binding(self.env, "DB")

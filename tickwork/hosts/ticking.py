@@ -8,27 +8,46 @@ or nothing). It is the runtimes' drain loop
 (``tickwork.runtimes.draining.drain_loop``), over an ``OwnerRuntime``'s
 ``draining()`` steps (each job's settlement and the claim of the next share
 one transaction whenever the loop is sure to run that next job) or over a
-plain tick function. After the loop it prunes settled history when that is
-due (``tickwork.runtimes.pruning``). Runs on Pyodide: asyncio only.
+plain tick function. A runtime with several slots (``concurrency`` N > 1)
+is drained over every slot's steps at once (``draining_slots``,
+``tickwork.runtimes.draining.drain_slots``): up to N jobs run side by side.
+After the loop it prunes settled history when that is due
+(``tickwork.runtimes.pruning``). Runs on Pyodide: asyncio only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Protocol
 
 from tickwork.lifecycle.operations import ClaimNext
 from tickwork.model.outcomes import TickResult
-from tickwork.runtimes.draining import Budget, Steps, Stop, Ticked, drain_loop
+from tickwork.runtimes.draining import (
+    Budget,
+    Parking,
+    SlotSteps,
+    Steps,
+    Stop,
+    Ticked,
+    drain_loop,
+    drain_slots,
+)
 
 __all__ = ["Drainable", "Stop", "Ticked", "tick_until_idle"]
 
 
-class Drainable(Protocol):
-    """A runtime whose ticker a loop can hold (``OwnerRuntime``)."""
+class Slots(Parking, Protocol):
+    """Every slot's steps, held (``OwnerRuntime.draining_slots()``)."""
 
-    def draining(self) -> AbstractContextManager[Steps]: ...
+    @property
+    def steps(self) -> Sequence[SlotSteps]: ...
+
+
+class Drainable(Protocol):
+    """A runtime whose slots a loop can hold (``OwnerRuntime``)."""
+
+    def draining_slots(self) -> AbstractContextManager[Slots]: ...
 
 
 class _TickSteps:
@@ -60,8 +79,9 @@ async def tick_until_idle(
 ) -> Ticked:
     """Tick until the owner is idle; see the module doc.
 
-    ``tick`` is the runtime (it drains, holding its ticker for the whole
-    loop) or a plain tick function.
+    ``tick`` is the runtime (it drains, holding its slots for the whole
+    loop: with ``concurrency`` N, up to N jobs run at once) or a plain tick
+    function.
 
     * ``max_ticks``, ``deadline_ms`` (by ``now_ms``), ``stopping()``: the
       budget (``tickwork.runtimes.draining.Budget``), asked as each job
@@ -85,11 +105,14 @@ async def tick_until_idle(
     policy goes in a few bounded batches, between this loop and the next.
     """
     budget = Budget(max_ticks, deadline_ms, now_ms, stopping)
-    draining = getattr(tick, "draining", None)
-    held: AbstractContextManager[Steps] = (
-        draining() if draining is not None else _plain(tick))  # type: ignore[arg-type]
-    with held as steps:
-        ended = await drain_loop(steps, budget, on_result=on_result, look_again=look_again)
+    draining_slots = getattr(tick, "draining_slots", None)
+    if draining_slots is not None:
+        with draining_slots() as pool:
+            ended = await drain_slots(pool.steps, budget, parking=pool, on_result=on_result,
+                                      look_again=look_again)
+    else:
+        with _plain(tick) as steps:  # type: ignore[arg-type]
+            ended = await drain_loop(steps, budget, on_result=on_result, look_again=look_again)
     # Between this loop and the next: a prune pass when one is due (a few
     # bounded batches at most; tickwork.runtimes.pruning), never once the
     # host's stopping() ended the loop. A failure is logged there, not raised.

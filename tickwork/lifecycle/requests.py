@@ -373,9 +373,10 @@ class QueuePaused(Request):
 
 @dataclass(slots=True)
 class Executing(Request):
-    """The jobs the executor a job of ``lane`` would run on is busy with, in
-    this process -> ``list[str]`` (empty where the runtime has no owner-wide
-    limit: a shared runtime's workers each run their own)."""
+    """The jobs the slots a job of ``lane`` could run on execute, in this
+    process, when every one of those slots is taken -> ``list[str]`` (empty
+    while one is free, and where the runtime has no owner-wide limit: a
+    shared runtime's workers each run their own)."""
 
     lane: str
 

@@ -212,8 +212,9 @@ def decide_holds(job: JobRecord, now: int, *, paused: bool, head: JobRecord | No
     """What holds the queued ``job`` at ``now``, every hold that applies, in
     the order they clear (see ``tickwork.model.waiting``): ``paused`` is its
     queue's pause, ``head`` its queue's running job or else its best waiting
-    one, ``executing`` the jobs the executor it would run on is busy with
-    (empty where there is no owner-wide limit)."""
+    one, ``executing`` the jobs the owner's slots run when every slot it
+    could run on is taken (empty while one is free, and where there is no
+    owner-wide limit)."""
     if job.cancellation_id is not None:
         return (Hold("cancelled"),)
     holds: list[Hold] = []
@@ -226,9 +227,10 @@ def decide_holds(job: JobRecord, now: int, *, paused: bool, head: JobRecord | No
         named = (head.job_id,)
         holds.append(Hold("queue_busy" if head.state == "running" else "behind_head",
                           job_ids=named))
-    others = tuple(job_id for job_id in executing if job_id not in named)
-    if others:
-        holds.append(Hold("owner_busy", job_ids=others))
+    # ``executing`` is empty unless every slot runs a job. Named by the queue
+    # hold already, an owner with one slot adds nothing: its one job is that.
+    if any(job_id not in named for job_id in executing):
+        holds.append(Hold("owner_busy", job_ids=tuple(executing)))
     return tuple(holds)
 
 

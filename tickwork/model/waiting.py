@@ -2,7 +2,8 @@
 
 A queued job is held by every ``Hold`` that applies, in the order they
 clear: its own due time, its queue's pause, its queue's running job or the
-job ahead of it, and the owner's executor busy with another job. No holds
+job ahead of it, and the owner at its concurrency (every one of its slots
+running a job). No holds
 means nothing holds it: the next tick may claim it (in priority order
 across queues). A cancelled job that has not settled yet is held by its
 cancellation: it settles ``cancelled`` at the next tick without running.
@@ -27,7 +28,8 @@ HOLD_KINDS: Final[tuple[HoldKind, ...]] = (
 class Hold:
     """One thing that holds a queued job: ``until`` (epoch ms) for a due time,
     ``job_ids`` for the jobs it waits on (the queue's running job, the job
-    ahead of it, the owner's running executions)."""
+    ahead of it, the owner's running executions: one per slot, all of them
+    when the owner is at its concurrency)."""
 
     kind: HoldKind
     until: int | None = None
@@ -46,7 +48,8 @@ class Hold:
             return f"its queue runs one job at a time and is running {named}"
         if self.kind == "behind_head":
             return f"behind {named}, ahead of it in its queue"
-        return f"the owner runs one job at a time and is running {named}"
+        return (f"the owner is at its concurrency ({len(self.job_ids)} running): "
+                f"{named}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,14 +23,12 @@ none started once the deadline has passed by ``now_ms()``, and none once
 A tick that answers ``busy`` (another loop holds the ticker) or
 ``liveness_unknown`` (a suspect claim's liveness could not be judged, and
 nothing else was done) ends the loop: ticking again at once would only find
-the same, so the host looks again later.
+the same, so the host looks again later. Runs on Pyodide: asyncio only.
 
-``drain_together`` runs several such loops at once over one budget (a
-shared runtime's ``drain(concurrency=N)``): the deadline and ``stopping()``
-are theirs in common, ``max_ticks`` is shared out between them, and a loop
-that raises spends the others' budgets, so each finishes the job it holds
-(and any claim it took ahead) and claims nothing more before the failure
-propagates. Runs on Pyodide: asyncio only.
+An owner-local runtime opened with ``concurrency=N`` (N > 1) has N slots,
+each a ticker with its own steps, and a shared drain with
+``concurrency=N`` has N loops of steps; ``drain_slots`` runs one such loop
+per slot on the same event loop, under one shared budget (see its doc).
 """
 
 from __future__ import annotations
@@ -38,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, TypeAlias
@@ -47,7 +46,8 @@ from tickwork.model.errors import InvalidArgument
 from tickwork.model.jobs import check_safe_int
 from tickwork.model.outcomes import TickResult
 
-__all__ = ["Budget", "Steps", "Stop", "Ticked", "drain_loop", "drain_together"]
+__all__ = ["Budget", "Parking", "SlotSteps", "Steps", "Stop", "Ticked", "drain_loop",
+           "drain_slots"]
 
 logger = logging.getLogger("tickwork.events")
 
@@ -83,22 +83,44 @@ class Steps(Protocol):
         ...
 
 
+class SlotSteps(Steps, Protocol):
+    """The steps of one slot of a runtime with several (``drain_slots``)."""
+
+    @property
+    def running(self) -> bool:
+        """Whether the slot holds a claim now (executing it, or taken ahead)."""
+        ...
+
+
+class Parking(Protocol):
+    """What ``drain_slots`` asks of the runtime while a slot has nothing to
+    claim and other slots still run jobs."""
+
+    def due_in_ms(self) -> float | None:
+        """How long until a waiting job or schedule slot is due, as far as
+        the runtime knows (0: look now; None: nothing waits for a time)."""
+        ...
+
+    def listen(self, arrived: Callable[[], None]) -> Callable[[], None]:
+        """Call ``arrived()`` after every committed change that may have
+        made a job claimable (an ingest, a cancellation, a resume...);
+        returns the function that stops it."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class Budget:
     """The drain loop's one budget rule (see the module doc).
 
     ``max_ticks`` counts every tick, those that found nothing and looked
     again included; ``deadline_ms`` is read by ``now_ms`` (any clock in
-    milliseconds, the same one); ``stopping()`` is the host's;
-    ``cut_short()``, when given, spends the budget once it answers True (a
-    loop run beside others by ``drain_together`` whose sibling failed).
+    milliseconds, the same one); ``stopping()`` is the host's.
     """
 
     max_ticks: int | None = None
     deadline_ms: float | None = None
     now_ms: Callable[[], float] | None = None
     stopping: Callable[[], bool] | None = None
-    cut_short: Callable[[], bool] | None = None
 
     def __post_init__(self) -> None:
         if self.deadline_ms is not None and self.now_ms is None:
@@ -120,8 +142,6 @@ class Budget:
         """Whether a loop that ran ``ticks`` ticks may start no other."""
         max_ticks, deadline, now_ms = self.max_ticks, self.deadline_ms, self.now_ms
         if max_ticks is not None and ticks >= max_ticks:
-            return True
-        if self.cut_short is not None and self.cut_short():
             return True
         return deadline is not None and now_ms is not None and now_ms() >= deadline
 
@@ -178,8 +198,7 @@ async def drain_loop(
         if budget.stopped():
             return Ticked("stopped", last, ticks)
         if ticks and not steps.carrying and budget.spent(ticks):
-            # Spent while this loop let other events in (the deadline passed,
-            # or a loop beside it in drain_together failed).
+            # Spent while this loop let other events in (the deadline passed).
             return Ticked("budget", last, ticks)
         last = await steps.step(claim_next=one_more)
         ticks += 1
@@ -205,57 +224,183 @@ async def drain_loop(
             await asyncio.sleep(0)
 
 
-async def drain_together(
-    steps: Sequence[Steps],
+#: How long a parked slot waits at most when the host can ask it to stop
+#: (``Budget.stopping``), which nothing signals: it then looks again.
+STOPPING_POLL_MS = 1_000
+
+
+async def drain_slots(
+    slots: Sequence[SlotSteps],
     budget: Budget = UNBOUNDED,
     *,
+    parking: Parking,
     on_result: Callable[[TickResult], None] | None = None,
     look_again: Callable[[], bool | Awaitable[bool]] | None = None,
     yielding: bool = True,
-) -> list[Ticked]:
-    """Run one ``drain_loop`` per element of ``steps`` at once, over one
-    budget (see the module doc); how each loop ended, in ``steps``' order.
+) -> Ticked:
+    """``drain_loop`` over several slots at once: each slot steps as the
+    drain loop does (its settlement and the claim of its next job share one
+    transaction when the budget allows), and they run side by side on the
+    event loop, so up to ``len(slots)`` jobs execute at once. One slot is
+    exactly ``drain_loop``.
 
-    ``max_ticks`` is shared out as evenly as it divides (loops left with
-    none are not run): the loops tick at most ``max_ticks`` times in all.
-    Results reach ``on_result`` as they come, from whichever loop. When a
-    loop raises, the others claim nothing more and end once the jobs they
-    hold have settled; then the first failure (the earliest raised)
-    propagates. Cancelling the call cancels every loop.
+    The budget is shared: ``max_ticks`` counts every slot's ticks (a claim
+    taken ahead is counted as it is claimed, so the slots never start more
+    than the budget allows); once it is spent, or the deadline passed, or
+    ``stopping()`` says so, no slot claims another job, and the jobs in
+    flight finish (each settled as its slot's step settles it).
+
+    A slot whose tick found nothing while other slots run jobs parks: its
+    tick is not counted, and it ticks again when one of them claims a new
+    job (there may be more to claim), when ``parking`` reports a change
+    that may have made a job claimable, or when the next known due time
+    comes. The loop is idle when a slot finds nothing while no other slot
+    runs a job (``look_again`` is asked then, as in ``drain_loop``). A slot
+    whose tick answers ``busy`` (another loop holds its ticker) leaves the
+    loop; the loop reports ``busy`` only if every slot did. A
+    ``liveness_unknown`` answer parks the slot while others run, and ends
+    the loop otherwise.
+
+    A slot that raises stops every slot from claiming; the jobs in flight
+    finish, and the first error (the earliest raised) propagates.
     """
-    if not steps:
-        raise ValueError("drain_together needs at least one loop's steps")
-    failed = False
-    first_failure: BaseException | None = None
+    if len(slots) == 1:
+        return await drain_loop(slots[0], budget, on_result=on_result,
+                                look_again=look_again, yielding=yielding)
+    loop = asyncio.get_running_loop()
+    started = 0
+    in_flight = 0
+    parked: deque[asyncio.Future[None]] = deque()
+    ended: list[Stop] = []
+    last: list[TickResult | None] = [None]
 
-    def cut_short() -> bool:
-        return failed
+    def wake_one() -> None:
+        while parked:
+            waiter = parked.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
 
-    shares: list[int | None]
-    if budget.max_ticks is None:
-        shares = [None] * len(steps)
-    else:
-        share, extra = divmod(budget.max_ticks, len(steps))
-        shares = [share + (1 if number < extra else 0) for number in range(len(steps))]
+    def end(stop: Stop) -> None:
+        if not ended:
+            ended.append(stop)
+        while parked:
+            waiter = parked.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
 
-    async def one_loop(loop_steps: Steps, max_ticks: int | None) -> Ticked:
-        nonlocal failed, first_failure
-        if failed:  # a loop before this one failed before this one began
-            return Ticked("budget", None, 0)
-        loop_budget = Budget(max_ticks, budget.deadline_ms, budget.now_ms, budget.stopping,
-                             cut_short)
+    def others_run(me: SlotSteps) -> bool:
+        return in_flight > 0 or any(other.carrying for other in slots if other is not me)
+
+    def park_ms() -> float | None:
+        waits = []
+        due = parking.due_in_ms()
+        if due is not None:
+            waits.append(due)
+        if budget.deadline_ms is not None and budget.now_ms is not None:
+            waits.append(budget.deadline_ms - budget.now_ms())
+        if budget.stopping is not None:
+            waits.append(STOPPING_POLL_MS)
+        return max(0.0, min(waits)) if waits else None
+
+    async def park() -> None:
+        waiter: asyncio.Future[None] = loop.create_future()
+        parked.append(waiter)
+        wait_ms = park_ms()
+        await asyncio.wait((waiter,), timeout=None if wait_ms is None else wait_ms / 1000)
+
+    async def run_slot(steps: SlotSteps) -> None:
+        nonlocal started, in_flight
+        reserved = False
+
+        def one_more() -> bool:
+            # Asked as this slot's job settles: claim the next in the same
+            # transaction only if the shared budget has a tick left, and
+            # count that tick now (no other slot may start it).
+            nonlocal started, reserved
+            try:
+                if ended or budget.spent(started) or budget.stopped():
+                    return False  # spent, or the loop is ending (a slot failed)
+            except Exception:  # a host's clock or stopping() failed: claim nothing ahead
+                logger.exception("tickwork: a drain's budget check raised; nothing claimed ahead")
+                return False
+            started += 1
+            reserved = True
+            return True
+
+        def claimed_fresh() -> None:
+            # Runs once the step reached its first await: a fresh tick that
+            # claimed a job may have left more to claim for a parked slot.
+            if steps.running:
+                wake_one()
+
+        while True:
+            if budget.stopped():
+                end("stopped")
+                return
+            carried = steps.carrying
+            if not carried:
+                if ended or budget.spent(started):
+                    end("budget")
+                    return
+                started += 1
+            in_flight += 1
+            check = None if carried else loop.call_soon(claimed_fresh)
+            try:
+                result = await steps.step(claim_next=one_more)
+            finally:
+                in_flight -= 1
+                if check is not None:
+                    check.cancel()
+            if reserved and not steps.carrying:
+                started -= 1  # counted for a claim ahead that found nothing
+            reserved = False
+            status = result.status
+            found_nothing = status == "idle" and result.job_id is None
+            if not found_nothing:
+                last[0] = result
+                if on_result is not None:
+                    on_result(result)
+                if status == "busy":
+                    return  # another loop holds this slot's ticker
+            if found_nothing or status == "liveness_unknown":
+                if others_run(steps) and not ended:
+                    if found_nothing:
+                        started -= 1  # parked, not counted: see the doc
+                    await park()
+                    continue
+                if status == "liveness_unknown":
+                    end("liveness_unknown")
+                    return
+                if look_again is None or budget.spent(started):
+                    end("idle")
+                    return
+                again = look_again()
+                if inspect.isawaitable(again):
+                    again = await again
+                if not again:
+                    end("idle")
+                    return
+                wake_one()
+            if yielding:
+                await asyncio.sleep(0)
+
+    first_failure: list[BaseException] = []
+
+    async def guarded(steps: SlotSteps) -> None:
         try:
-            return await drain_loop(loop_steps, loop_budget, on_result=on_result,
-                                    look_again=look_again, yielding=yielding)
+            await run_slot(steps)
         except BaseException as error:
-            failed = True
-            if first_failure is None:
-                first_failure = error
+            end("stopped")  # no slot claims more; the jobs in flight finish
+            first_failure.append(error)
             raise
 
-    running = [one_loop(loop_steps, share) for loop_steps, share in zip(steps, shares, strict=True)
-               if share != 0]
-    ended = await asyncio.gather(*running, return_exceptions=True)
-    if first_failure is not None:
-        raise first_failure
-    return [outcome for outcome in ended if isinstance(outcome, Ticked)]
+    unlisten = parking.listen(wake_one)
+    tasks = [asyncio.ensure_future(guarded(steps)) for steps in slots]
+    try:
+        await asyncio.gather(*tasks, return_exceptions=True)
+    finally:
+        unlisten()
+    if first_failure:
+        raise first_failure[0]  # the earliest, whichever slot raised it
+    return Ticked(ended[0] if ended else "busy", last[0], started)

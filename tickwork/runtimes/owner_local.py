@@ -17,10 +17,15 @@ The only state kept in memory is what cannot be durable, per ticker: the
 claim it is executing (with its abort signal), its busy guard, and where its
 next liveness probe starts.
 
-A runtime has one ticker. Opened with ``concurrent_lane``, it is a
-``ConcurrentOwnerRuntime`` with two: ``tick()`` serves every lane but that
-one, ``tick_concurrent()`` serves only that one, and the two can be in
-flight at the same time.
+Slots: a runtime has ``concurrency`` tickers (1 by default) over the same
+jobs, each executing at most one claim at a time, so up to ``concurrency``
+jobs run at once; the claim skips a queue whose head runs, so those jobs
+are of different queues. ``tick()`` is the first slot's tick; ``drain()``
+and the hosts' loop (``draining_slots``) run every slot side by side
+(``tickwork.runtimes.draining.drain_slots``). Opened with ``concurrent_lane``,
+it is a ``ConcurrentOwnerRuntime`` with one more slot, reserved for that
+lane: the other slots never select its jobs, and ``tick_concurrent()`` ticks
+that slot, which selects only them.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import itertools
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any, Self, TypeVar, overload
 
@@ -134,7 +140,7 @@ from tickwork.ports.host import (
     Wake as WakePort,
 )
 from tickwork.runtimes import pruning
-from tickwork.runtimes.draining import Budget, drain_loop
+from tickwork.runtimes.draining import Budget, drain_slots
 from tickwork.runtimes.execution import nonblocking, run_executor
 from tickwork.runtimes.pruning import MAX_BATCHES_PER_PASS, PruneSchedule
 from tickwork.stores.owner_local import (
@@ -148,12 +154,17 @@ from tickwork.stores.owner_schema import SCHEMA_VERSION, ensure_schema
 from tickwork.stores.sql.sqlite import PROMOTE_BATCH
 
 __all__ = [
+    "MAX_CONCURRENCY",
     "READ_SETTLED_MAX_LIMIT",
     "ConcurrentOwnerRuntime",
     "DrainSteps",
     "OwnerRuntime",
+    "SlotPool",
     "TransactionalJobs",
 ]
+
+#: The most executions one owner-local runtime runs at once (``concurrency``).
+MAX_CONCURRENCY = 1_000
 
 T = TypeVar("T")
 
@@ -173,7 +184,7 @@ class _Execution:
 
 
 class _Ticker:
-    """One ticker: the jobs it selects, its busy guard, its execution.
+    """One ticker (a slot): the jobs it selects, its busy guard, its execution.
 
     A ticker runs one tick at a time, so it executes at most one claim at a
     time; ``executions`` is keyed by job_id for the abort paths.
@@ -212,9 +223,17 @@ class _LocalRuntime(RuntimeOperations, SyncSurface):
         clock: Clock | None = None,
         concurrent_lane: str | None = None,
         on_event: EventHook | None = None,
+        concurrency: int = 1,
     ) -> None:
+        check_safe_int("concurrency", concurrency, InvalidArgument, 1)
+        if concurrency > MAX_CONCURRENCY:
+            raise InvalidArgument("concurrency",
+                                  f"must be at most {MAX_CONCURRENCY}, got {concurrency}")
         if concurrent_lane is None:
-            self._tickers: tuple[_Ticker, ...] = (_Ticker(EVERY_JOB),)
+            #: The slots every job but the concurrent lane's runs in.
+            self._slots: tuple[_Ticker, ...] = tuple(
+                _Ticker(EVERY_JOB) for _ in range(concurrency))
+            self._tickers: tuple[_Ticker, ...] = self._slots
         else:
             check_text("concurrent_lane", concurrent_lane, MAX_LANE_LENGTH, InvalidArgument)
             if not isinstance(self, ConcurrentOwnerRuntime):
@@ -222,10 +241,18 @@ class _LocalRuntime(RuntimeOperations, SyncSurface):
                     f"{type(self).__name__} has no concurrent ticker; a runtime with a "
                     "concurrent_lane must be a ConcurrentOwnerRuntime (subclass that)"
                 )
-            self._tickers = (_Ticker(outside_lane(concurrent_lane)),
-                           _Ticker(inside_lane(concurrent_lane)))
-        self._serial = self._tickers[0]
+            outside = outside_lane(concurrent_lane)
+            self._slots = tuple(_Ticker(outside) for _ in range(concurrency))
+            # One more slot, reserved for the lane (tick_concurrent()).
+            self._tickers = (*self._slots, _Ticker(inside_lane(concurrent_lane)))
+        self._concurrency = concurrency
         self._concurrent_lane = concurrent_lane
+        # Tokens of suspect claims a slot is asking the liveness probe about
+        # (another slot then leaves them to it: see _ask_liveness).
+        self._probing: set[str] = set()
+        # Called after a committed change that may make a job claimable,
+        # while a drain of several slots listens (SlotPool.listen).
+        self._arrival_listeners: list[Callable[[], None]] = []
         self._database = database
         # A concurrent lane's claims would read past rows waiting for a batch
         # (tickwork.stores.index_batching): such a runtime's store batches nothing.
@@ -338,13 +365,20 @@ class _LocalRuntime(RuntimeOperations, SyncSurface):
 
     # ------------------------------------------------------------------- tick
 
+    @property
+    def concurrency(self) -> int:
+        """How many jobs this runtime executes at once, at most (its slots;
+        a concurrent lane's reserved slot not counted)."""
+        return self._concurrency
+
     async def tick(self) -> TickResult:
         """Recover, settle a cancelled job, or claim and execute one ready job.
 
-        With a concurrent lane, this is the serial ticker: it never selects,
-        settles or probes a job of that lane.
+        This is the first slot's tick: a second ``tick()`` while one is in
+        flight (or while a drain holds the slots) answers busy. With a
+        concurrent lane it never selects, settles or probes a job of that lane.
         """
-        return await self._tick(self._serial)
+        return await self._tick(self._slots[0])
 
     async def drain(
         self, *, max_ticks: int | None = None, budget_ms: int | None = None
@@ -359,15 +393,18 @@ class _LocalRuntime(RuntimeOperations, SyncSurface):
         ``draining()``. When the budget lets it run one more tick as a job
         settles, that settlement and the claim of the next job share one
         transaction (two commits per job instead of three); a claim taken
-        ahead is always run by this same call. While it runs, ``tick()``
-        reports busy (with a concurrent lane, it drains the serial ticker).
-        It never sleeps for a waiting job: the host's wake is told when one
-        is due.
+        ahead is always run by this same call. With ``concurrency`` N > 1 it
+        runs every slot side by side (``draining_slots``): up to N jobs of
+        different queues at once, results in the order they settle. While it
+        runs, ``tick()`` reports busy (with a concurrent lane, it drains the
+        other slots, not the lane's). It never sleeps for a waiting job: the
+        host's wake is told when one is due.
         """
         budget = Budget.of(max_ticks=max_ticks, budget_ms=budget_ms, now_ms=self._clock)
         results: list[TickResult] = []
-        with self.draining() as steps:
-            await drain_loop(steps, budget, on_result=results.append, yielding=False)
+        with self.draining_slots() as pool:
+            await drain_slots(pool.steps, budget, parking=pool, on_result=results.append,
+                              yielding=False)
         return results
 
     def draining(self) -> DrainSteps:
@@ -385,9 +422,16 @@ class _LocalRuntime(RuntimeOperations, SyncSurface):
         puts back a claim taken ahead that never started (no recovery is
         counted: nothing ran), as does a step that finds it aborted by
         cancel() or fail_lane() before it started. Steps of a busy ticker
-        each answer busy.
+        each answer busy. These are the first slot's steps; ``draining_slots``
+        holds every slot's.
         """
-        return DrainSteps(self, self._serial)
+        return DrainSteps(self, self._slots[0])
+
+    def draining_slots(self) -> SlotPool:
+        """Every slot's steps (a concurrent lane's reserved slot excepted),
+        for ``tickwork.runtimes.draining.drain_slots``, as a context manager
+        holding each slot's busy guard; see ``draining`` for one slot's."""
+        return SlotPool(self, self._slots)
 
     async def _tick(self, ticker: _Ticker) -> TickResult:
         if ticker.busy:
@@ -435,6 +479,7 @@ class _LocalRuntime(RuntimeOperations, SyncSurface):
                 self._abort(job_id, abort.reason)
         if deferred.wake:
             self._wake_soon()
+            self._work_may_have_arrived()
         for report in deferred.reports:
             self._report(report)
 
@@ -537,11 +582,13 @@ class _LocalRuntime(RuntimeOperations, SyncSurface):
         return job
 
     def _executing(self, lane: str) -> list[str]:
-        """The jobs the ticker that serves ``lane`` executes now (its claim
-        taken ahead included): one at a time, so they hold every other job
-        it serves."""
-        ticker = self._tickers[-1] if lane == self._concurrent_lane else self._tickers[0]
-        return list(ticker.executions)
+        """The jobs the slots that serve ``lane`` execute now (claims taken
+        ahead included) when every one of them is taken, so that they hold
+        every other job those slots serve; empty while one is free."""
+        slots = self._tickers[-1:] if lane == self._concurrent_lane else self._slots
+        if not all(slot.executions for slot in slots):
+            return []
+        return [job_id for slot in slots for job_id in slot.executions]
 
     def _fail_lane(self, request: FailLane) -> tuple[list[JobRecord], None]:
         failed = in_lane_failure_order(self._store.fail_lane(
@@ -560,8 +607,8 @@ class _LocalRuntime(RuntimeOperations, SyncSurface):
 
     def _claim_or_probe(self, request: ClaimOrProbe) -> tuple[_Execution | None, Probe | None]:
         ticker: _Ticker = request.ticker
-        # Claims this runtime executes are never probed (with two tickers, the
-        # other ticker's claim is outside this partition anyway).
+        # Claims this runtime executes are never probed, nor those another
+        # slot is asking the probe about (it recovers them if they are dead).
         executing = self._executing_tokens()
         token = self._new_token()
         partition = ticker.partition
@@ -608,6 +655,8 @@ class _LocalRuntime(RuntimeOperations, SyncSurface):
     async def _ask_liveness(self, request: AskLiveness) -> bool | str:
         job = request.suspect.job
         ticker: _Ticker = request.ticker
+        token = request.suspect.token
+        self._probing.add(token)
         try:
             alive: Any = self._is_alive(job)
             if inspect.isawaitable(alive):
@@ -617,6 +666,8 @@ class _LocalRuntime(RuntimeOperations, SyncSurface):
         except Exception as error:  # the probe's failure is reported, never guessed at
             ticker.probe_after = _claim_order(job)
             return f"{type(error).__name__}: {error}"
+        finally:
+            self._probing.discard(token)
         if alive:
             ticker.probe_after = _claim_order(job)  # the next tick looks at the next claim
             return ALIVE
@@ -780,12 +831,21 @@ class _LocalRuntime(RuntimeOperations, SyncSurface):
     def _new_token(self) -> str:
         return f"{self._token_prefix}-{next(self._claim_numbers)}"
 
+    def _work_may_have_arrived(self) -> None:
+        """Tell a drain of several slots that a job may have become claimable."""
+        for listener in self._arrival_listeners:
+            listener()
+
     def _executing_tokens(self) -> list[str]:
         tickers = self._tickers
         if len(tickers) == 1:
             executions = tickers[0].executions
             return [execution.token for execution in executions.values()] if executions else []
-        return [execution.token for ticker in tickers for execution in ticker.executions.values()]
+        tokens = [execution.token for ticker in tickers
+                  for execution in ticker.executions.values()]
+        if self._probing:
+            tokens.extend(self._probing)
+        return tokens
 
     def _execution_of(self, job_id: str) -> _Execution | None:
         """The local execution of ``job_id``, in whichever ticker runs it."""
@@ -1081,6 +1141,11 @@ class DrainSteps:
         """Whether the last step took a claim ahead (the next step runs it)."""
         return self._ticker.ahead is not None
 
+    @property
+    def running(self) -> bool:
+        """Whether this slot holds a claim now (executing, or taken ahead)."""
+        return bool(self._ticker.executions)
+
     async def step(self, *, claim_next: ClaimNext = False) -> TickResult:
         if not self._held:
             return _BUSY
@@ -1115,6 +1180,41 @@ class DrainSteps:
                              ahead.job.job_id)
 
 
+class SlotPool:
+    """Every slot's ``DrainSteps`` (``OwnerRuntime.draining_slots``) and what
+    ``drain_slots`` asks of the runtime while a slot parks (``Parking``): the
+    next known due time, and the changes that may make a job claimable."""
+
+    __slots__ = ("_runtime", "_stack", "steps")
+
+    def __init__(self, runtime: _LocalRuntime, slots: Sequence[_Ticker]) -> None:
+        self._runtime = runtime
+        self.steps = tuple(DrainSteps(runtime, slot) for slot in slots)
+        self._stack = ExitStack()
+
+    def __enter__(self) -> Self:
+        with ExitStack() as stack:
+            for steps in self.steps:
+                stack.enter_context(steps)
+            self._stack = stack.pop_all()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stack.close()
+
+    def due_in_ms(self) -> float | None:
+        runtime = self._runtime
+        known = [at for at in (runtime._next_due, runtime._next_slot) if at is not None]
+        if not known:
+            return None
+        return max(0, min(known) - runtime._clock())
+
+    def listen(self, arrived: Callable[[], None]) -> Callable[[], None]:
+        listeners = self._runtime._arrival_listeners
+        listeners.append(arrived)
+        return lambda: listeners.remove(arrived)
+
+
 class OwnerRuntime(_LocalRuntime):
     """The owner-local runtime (see docs/reference/python-api.md).
 
@@ -1126,9 +1226,12 @@ class OwnerRuntime(_LocalRuntime):
     (optional) is told of every transition once it committed
     (``tickwork.events``: a hook that raises is logged, never raised).
 
-    ``concurrent_lane`` (optional) reserves one lane for a second ticker:
-    the constructor then returns a ``ConcurrentOwnerRuntime``, which has
-    ``tick_concurrent()``. A runtime opened without it has no such method.
+    ``concurrency`` (1 by default, at most ``MAX_CONCURRENCY``) is how many
+    jobs it runs at once: its slots, which ``drain()`` and the hosts' loop
+    (``draining_slots``) run side by side; a queue still runs one job at a
+    time. ``concurrent_lane`` (optional) reserves one more slot for one
+    lane: the constructor then returns a ``ConcurrentOwnerRuntime``, which
+    has ``tick_concurrent()``. A runtime opened without it has no such method.
     """
 
     @overload
@@ -1143,6 +1246,7 @@ class OwnerRuntime(_LocalRuntime):
         clock: Clock | None = None,
         concurrent_lane: None = None,
         on_event: EventHook | None = None,
+        concurrency: int = 1,
     ) -> Self: ...
 
     @overload
@@ -1157,6 +1261,7 @@ class OwnerRuntime(_LocalRuntime):
         clock: Clock | None = None,
         concurrent_lane: str,
         on_event: EventHook | None = None,
+        concurrency: int = 1,
     ) -> ConcurrentOwnerRuntime: ...
 
     def __new__(
@@ -1170,6 +1275,7 @@ class OwnerRuntime(_LocalRuntime):
         clock: Clock | None = None,
         concurrent_lane: str | None = None,
         on_event: EventHook | None = None,
+        concurrency: int = 1,
     ) -> OwnerRuntime:
         # Only the class is chosen here; __init__ (of the class chosen)
         # validates every argument, concurrent_lane included.
@@ -1179,13 +1285,14 @@ class OwnerRuntime(_LocalRuntime):
 
 
 class ConcurrentOwnerRuntime(OwnerRuntime):
-    """An OwnerRuntime with a concurrent lane: two tickers over one store.
+    """An OwnerRuntime with a concurrent lane: one more slot, reserved for it.
 
-    ``tick()`` (the serial ticker) never selects a job of the concurrent lane;
-    ``tick_concurrent()`` selects only those. Each ticker has its own busy
-    guard and executions, so one of each can be in flight at once; both
-    share the store, the projector and the wake. Either ticker runs a job only
-    while it is its queue's head across lanes.
+    ``tick()`` (and every other slot) never selects a job of the concurrent
+    lane; ``tick_concurrent()`` ticks the reserved slot, which selects only
+    those. Each slot has its own busy guard and execution, so the lane's job
+    and the others' can be in flight at once; all share the store, the
+    projector and the wake. Any slot runs a job only while it is its queue's
+    head across lanes.
     """
 
     def __init__(
@@ -1199,12 +1306,14 @@ class ConcurrentOwnerRuntime(OwnerRuntime):
         clock: Clock | None = None,
         concurrent_lane: str,
         on_event: EventHook | None = None,
+        concurrency: int = 1,
     ) -> None:
         # Checked here too: the base class would take None for "no lane".
         check_text("concurrent_lane", concurrent_lane, MAX_LANE_LENGTH, InvalidArgument)
         super().__init__(database, execute=execute, is_alive=is_alive, wake=wake, project=project,
-                         clock=clock, concurrent_lane=concurrent_lane, on_event=on_event)
-        self._concurrent = self._tickers[1]
+                         clock=clock, concurrent_lane=concurrent_lane, on_event=on_event,
+                         concurrency=concurrency)
+        self._concurrent = self._tickers[-1]
 
     @property
     def concurrent_lane(self) -> str:
@@ -1238,6 +1347,7 @@ class TransactionalJobs:
         def after_commit(deferred: Deferred) -> None:
             if deferred.wake:
                 runtime._wake_soon()
+                runtime._work_may_have_arrived()
             self._report_after_host_commit(deferred.reports, lambda found: found is not None)
 
         return drive(operations.ingest(job), runtime._answers,

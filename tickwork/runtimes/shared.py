@@ -122,7 +122,7 @@ from tickwork.ports.host import SharedExecutor
 from tickwork.ports.host import Wake as WakePort
 from tickwork.ports.shared_store import SharedStore
 from tickwork.runtimes import pruning
-from tickwork.runtimes.draining import Budget, drain_loop, drain_together
+from tickwork.runtimes.draining import Budget, drain_slots
 from tickwork.runtimes.execution import nonblocking, run_executor
 from tickwork.runtimes.pruning import MAX_BATCHES_PER_PASS, PruneSchedule
 
@@ -215,6 +215,9 @@ class SharedRuntime(RuntimeOperations, AsyncSurface):
         self._next_slot: int | object | None = _UNKNOWN
         self._slots_read_at = 0.0
         self._pruning = PruneSchedule()
+        # A drain's loops waiting for work (drain_slots' Parking): told of
+        # every claim and every change that may have made a job claimable.
+        self._arrival_listeners: list[Callable[[], None]] = []
         self._answers = answer_table(_SharedRuntimeAnswers(self), SharedAnswers)
 
     # ------------------------------------- the declared operations, and reads
@@ -306,13 +309,15 @@ class SharedRuntime(RuntimeOperations, AsyncSurface):
         on this runtime reports busy.
 
         ``concurrency`` (1 to ``MAX_DRAIN_CONCURRENCY``) runs that many such
-        loops at once (``drain_together``), so up to that many jobs execute
-        together, each under its own lease; as on many workers, a queue's
-        jobs still run one at a time, so the loops overlap jobs of different
-        queues. ``max_ticks`` is the total across the loops and the results
-        come in the order the loops produced them. When one loop raises, the
-        others claim nothing more, finish the jobs they hold (a loop asleep
-        until a job falls due ends when it wakes), and the failure propagates.
+        loops at once, as slots (``drain_slots``), so up to that many jobs
+        execute together, each under its own lease; as on many workers, a
+        queue's jobs still run one at a time, so the loops overlap jobs of
+        different queues. ``max_ticks`` counts every loop's ticks and the
+        results come in the order the loops produced them. A loop that finds
+        nothing while others run jobs waits until one of them claims a job
+        or this runtime stores one. When one loop raises, the others claim
+        nothing more, finish the jobs they hold, and the first failure
+        propagates.
         """
         concurrency = check_safe_int("concurrency", concurrency, InvalidArgument, 1)
         if concurrency > MAX_DRAIN_CONCURRENCY:
@@ -327,12 +332,9 @@ class SharedRuntime(RuntimeOperations, AsyncSurface):
                 return [_BUSY]
             steps = [_SharedSteps(self) for _ in range(concurrency)]
             try:
-                if concurrency == 1:
-                    await drain_loop(steps[0], budget, on_result=results.append,
-                                     yielding=False, look_again=look_again)
-                else:
-                    await drain_together(steps, budget, on_result=results.append,
-                                         yielding=False, look_again=look_again)
+                await drain_slots(steps, budget, parking=_SharedParking(self),
+                                  on_result=results.append, yielding=False,
+                                  look_again=look_again)
             finally:
                 # Only a loop that raised or was cancelled ends carrying.
                 for loop_steps in steps:
@@ -420,6 +422,7 @@ class SharedRuntime(RuntimeOperations, AsyncSurface):
         job, (expired, cancelled_waiting) = await self._store.claim_or_probe(
             claim.token, self._lease_ms, self._db_now())
         if job is not None:
+            self._work_may_have_arrived()  # one claimed: there may be more
             return claim.holding(job), None
         return None, Probe(expired, cancelled_waiting,
                            blocked=expired is not None or cancelled_waiting)
@@ -622,10 +625,36 @@ class SharedRuntime(RuntimeOperations, AsyncSurface):
             if claim is not None:
                 claim.signal._abort(request.reason)
 
+    def _work_may_have_arrived(self) -> None:
+        """Tell a drain's waiting loops that a job may have become claimable."""
+        for listener in self._arrival_listeners:
+            listener()
+
     async def _wake_now(self) -> None:
+        self._work_may_have_arrived()
         result = self._wake.recompute()
         if inspect.isawaitable(result):
             await result
+
+
+class _SharedParking:
+    """What ``drain_slots`` asks of a shared runtime while a loop waits: it
+    knows no due time without a read (the loop that finds nothing last
+    sleeps until one, in ``drain``'s ``look_again``), and it tells of each
+    claim and each change it made that may free a job."""
+
+    __slots__ = ("_runtime",)
+
+    def __init__(self, runtime: SharedRuntime) -> None:
+        self._runtime = runtime
+
+    def due_in_ms(self) -> float | None:
+        return None
+
+    def listen(self, arrived: Callable[[], None]) -> Callable[[], None]:
+        listeners = self._runtime._arrival_listeners
+        listeners.append(arrived)
+        return lambda: listeners.remove(arrived)
 
 
 class _SharedSteps:
@@ -643,6 +672,13 @@ class _SharedSteps:
 
     @property
     def carrying(self) -> bool:
+        return self._carried is not None
+
+    @property
+    def running(self) -> bool:
+        """A claim taken ahead. (A fresh claim's round trip ends after the
+        step's first await: it is announced to the waiting loops by the
+        runtime's listeners as it lands instead.)"""
         return self._carried is not None
 
     async def put_back(self) -> None:

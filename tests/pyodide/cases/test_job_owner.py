@@ -85,6 +85,32 @@ async def test_claims_of_an_evicted_object_are_recovered_and_the_queue_moves_on(
     assert await deployment.armed() is None
 
 
+async def test_one_alarm_runs_up_to_the_owners_concurrency_at_once(deployment: Any) -> None:
+    deployment.owner_class.concurrency = 3  # before the first call builds the object
+    await call(deployment, "ingest", jobs_text(
+        *(job(f"slow-{n}", f"q{n}", payload={"do": "block"}) for n in range(3)),
+        job("next", "q3")))
+    delivery = asyncio.ensure_future(deployment.alarm())
+    while len(deployment.executor.started) < 3:
+        await asyncio.sleep(0)
+    assert deployment.executor.running == 3
+    assert {job_id for job_id, row in deployment.rows().items() if row[0] == "running"} == {
+        "slow-0", "slow-1", "slow-2"}
+    # A cancellation over RPC aborts that job only; its slot runs the next.
+    reply = await call(deployment, "cancel", "slow-1", "c1", False)
+    assert reply["value"]["status"] == "recorded"
+    while deployment.rows()["next"][0] != "settled":
+        await asyncio.sleep(0)
+    for job_id in ("slow-0", "slow-2"):
+        deployment.executor.release(job_id)
+    await delivery
+    assert {job_id: row[:2] for job_id, row in deployment.rows().items()} == {
+        "slow-0": ("settled", "completed"), "slow-1": ("settled", "cancelled"),
+        "slow-2": ("settled", "completed"), "next": ("settled", "completed")}
+    assert deployment.executor.max_running == 3
+    assert await deployment.armed() is None
+
+
 async def test_priorities_and_budgets_at_the_integer_bounds(deployment: Any) -> None:
     reply = await call(deployment, "ingest", jobs_text(
         job("low", "q1", priority=-EDGE),

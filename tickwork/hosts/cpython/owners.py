@@ -93,6 +93,7 @@ from tickwork.hosts.ticking import tick_until_idle
 from tickwork.model.jobs import JobRecord, validate_jobs
 from tickwork.model.outcomes import QueueBacklog
 from tickwork.ports.host import wall_clock_ms
+from tickwork.runtimes.owner_local import MAX_CONCURRENCY
 from tickwork.stores import Sqlite3Database
 
 #: Hex digits of the key's SHA-256 in a file name.
@@ -230,6 +231,7 @@ class OwnerDirectory:
         log: Log | None = None,
         max_open: int | None = None,
         on_event: EventHook | None = None,
+        concurrency: int = 1,
     ) -> None:
         self.directory = directory
         self._on_event = on_event
@@ -240,6 +242,10 @@ class OwnerDirectory:
         self.max_open = default_max_open_owners() if max_open is None else max_open
         if self.max_open < 1:
             raise HostError(f"--max-open-owners {self.max_open}: must be 1 or more")
+        if not 1 <= concurrency <= MAX_CONCURRENCY:
+            raise HostError(f"--concurrency {concurrency}: must be 1 to {MAX_CONCURRENCY}")
+        #: How many jobs each owner runs at once (its runtime's slots).
+        self.concurrency = concurrency
         self._open: dict[str, _Owner] = {}
         # Owners known to have pending work that could not be opened yet (the
         # store was full): opened, in order, as soon as there is room.
@@ -512,7 +518,7 @@ class OwnerDirectory:
             _record_key(connection, key, path)
             runtime = OwnerRuntime(Sqlite3Database(connection), execute=self._execute,
                                    is_alive=_not_alive, wake=_OwnerWake(self, key),
-                                   on_event=self._on_event)
+                                   on_event=self._on_event, concurrency=self.concurrency)
         except BaseException:
             connection.close()
             raise

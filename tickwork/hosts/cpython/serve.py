@@ -2,7 +2,7 @@
 
     tickwork serve [--data DIR] [--host HOST] [--port PORT] [--token TOKEN]
                    [--executors MODULE:ATTR] [--postgres DSN] [--max-open-owners N]
-                   [--on-event MODULE:ATTR ...] [--quiet]
+                   [--concurrency N] [--on-event MODULE:ATTR ...] [--quiet]
 
 Serves the same routes as the Worker (``tickwork.api.JobApi``) over HTTP/1.1
 on ``127.0.0.1:8787`` by default (``--port 0`` picks a free port; the bound
@@ -99,6 +99,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "idle ones close first, and a new owner beyond this while all "
                              "are busy gets 503 with retry-after (default: what the "
                              "descriptor limit allows, at most 256)")
+    parser.add_argument("--concurrency", type=int, default=1, metavar="N",
+                        help="jobs each owner runs at once, of different queues (a queue "
+                             "still runs one at a time); default 1")
     parser.add_argument("--on-event", action="append", default=[], metavar="MODULE:ATTR",
                         help="also hand every lifecycle event (tickwork.events.Event) to this "
                              "callable; one that raises is logged and changes nothing "
@@ -247,7 +250,8 @@ async def serve(options: argparse.Namespace) -> int:
     progress = Progress()
     execute = counted(executor, progress)
     store = OwnerDirectory(directory, execute, progress=progress,
-                           max_open=options.max_open_owners, on_event=on_event)
+                           max_open=options.max_open_owners, on_event=on_event,
+                           concurrency=options.concurrency)
     shared = None
     server: ApiServer | None = None
     reporter: asyncio.Task[None] | None = None

@@ -1,26 +1,37 @@
-"""``drain_together``: several drain loops at once over one budget, with
-steps the test scripts (what a runtime's steps would answer)."""
+"""``drain_slots`` with scripted steps (what a runtime's steps would answer):
+the shared budget, and what a failing slot does to the others."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import pytest
 
 from tickwork import TickResult
 from tickwork.lifecycle.operations import ClaimNext
-from tickwork.runtimes.draining import Budget, drain_together
+from tickwork.runtimes.draining import Budget, drain_slots
 
 
 class StorageFailed(RuntimeError):
     """What a scripted step raises: the store failed."""
 
 
+class NoParking:
+    """A runtime that knows no due time and announces nothing."""
+
+    def due_in_ms(self) -> float | None:
+        return None
+
+    def listen(self, arrived: Callable[[], None]) -> Callable[[], None]:
+        return lambda: None
+
+
 class ScriptedSteps:
-    """Each step settles one job (``name:n``), or raises on the step whose
-    number is in ``fail_on``; when ``claim_next`` allows, it carries the
-    next claim, as a runtime's steps do. ``gate`` (when set) holds every
-    step until it opens."""
+    """Each step settles one job (``name:n``) of its own ``jobs``, or raises
+    on the step whose number is ``fail_on``; when ``claim_next`` allows, it
+    carries the next claim, as a runtime's steps do. ``gate`` (when set)
+    holds every step until it opens."""
 
     def __init__(self, name: str, *, jobs: int = 100, fail_on: int | None = None,
                  gate: asyncio.Event | None = None) -> None:
@@ -31,6 +42,10 @@ class ScriptedSteps:
 
     @property
     def carrying(self) -> bool:
+        return self._carrying
+
+    @property
+    def running(self) -> bool:
         return self._carrying
 
     async def step(self, *, claim_next: ClaimNext = False) -> TickResult:
@@ -50,34 +65,27 @@ class ScriptedSteps:
         return TickResult("settled", job_id=f"{self.name}:{self.steps}", outcome="completed")
 
 
-async def test_max_ticks_is_shared_out_and_every_loop_runs_until_idle_or_spent() -> None:
-    loops = [ScriptedSteps("a"), ScriptedSteps("b"), ScriptedSteps("c", jobs=1)]
+async def test_max_ticks_counts_every_slots_jobs() -> None:
+    slots = [ScriptedSteps("a"), ScriptedSteps("b"), ScriptedSteps("c", jobs=1)]
     results: list[TickResult] = []
-    ended = await drain_together(loops, Budget(max_ticks=7), on_result=results.append)
-    # 7 ticks in shares of 3, 2 and 2; c had one job, then found nothing.
-    assert [loop.steps for loop in loops] == [3, 2, 2]
-    assert [e.stop for e in ended] == ["budget", "budget", "idle"]
-    assert len(results) == 6
-    # No loop claimed ahead on its share's last tick.
-    assert loops[0].claimed_ahead == [True, True, False]
-    assert loops[1].claimed_ahead == [True, False]
+    ended = await drain_slots(slots, Budget(max_ticks=7), parking=NoParking(),
+                              on_result=results.append)
+    assert len(results) == 7 and ended.stop == "budget"
+    # c had one job, then found nothing while the others ran; no slot claimed
+    # ahead past the seventh job (each claim ahead ran, and was counted).
+    assert [r.job_id for r in results if (r.job_id or "").startswith("c")] == ["c:1"]
+    assert not any(loop.carrying for loop in slots)
 
 
-async def test_loops_with_no_share_of_the_ticks_are_not_run() -> None:
-    loops = [ScriptedSteps(name) for name in "abcd"]
-    ended = await drain_together(loops, Budget(max_ticks=2))
-    assert [loop.steps for loop in loops] == [1, 1, 0, 0]
-    assert len(ended) == 2
-
-
-async def test_a_failing_loop_stops_the_others_claiming_and_then_propagates() -> None:
+async def test_a_failing_slot_stops_the_others_claiming_and_then_propagates() -> None:
     """b fails on its second step while a is inside its first: a settles the
     job it holds, claims nothing ahead, and ends; then b's failure is raised."""
     gate = asyncio.Event()
     a = ScriptedSteps("a", gate=gate)
     b = ScriptedSteps("b", fail_on=2)
     results: list[TickResult] = []
-    drained = asyncio.create_task(drain_together([a, b], on_result=results.append))
+    drained = asyncio.create_task(drain_slots([a, b], parking=NoParking(),
+                                              on_result=results.append))
     while b.steps < 2:
         await asyncio.sleep(0)
     await asyncio.sleep(0)
@@ -100,11 +108,11 @@ class ClaimsAheadFirst(ScriptedSteps):
         return result
 
 
-async def test_a_loop_carrying_a_claim_when_another_fails_runs_it_first() -> None:
+async def test_a_slot_carrying_a_claim_when_another_fails_runs_it_first() -> None:
     gate = asyncio.Event()
     a = ClaimsAheadFirst("a", gate=gate)
     b = ScriptedSteps("b", fail_on=1)
-    drained = asyncio.create_task(drain_together([a, b]))
+    drained = asyncio.create_task(drain_slots([a, b], parking=NoParking()))
     while b.steps < 1:
         await asyncio.sleep(0)
     gate.set()
@@ -114,6 +122,15 @@ async def test_a_loop_carrying_a_claim_when_another_fails_runs_it_first() -> Non
     assert a.steps == 2 and a.claimed_ahead == [False, False]
 
 
-async def test_it_needs_at_least_one_loop() -> None:
-    with pytest.raises(ValueError, match="at least one"):
-        await drain_together([])
+async def test_the_earliest_failure_is_raised_whichever_slot_raised_it() -> None:
+    gate = asyncio.Event()
+    late = ScriptedSteps("late", fail_on=1, gate=gate)
+    early = ScriptedSteps("early", fail_on=1)
+    drained = asyncio.create_task(drain_slots([late, early], parking=NoParking()))
+    while early.steps < 1:
+        await asyncio.sleep(0)
+    for _ in range(3):
+        await asyncio.sleep(0)
+    gate.set()
+    with pytest.raises(StorageFailed, match="early lost"):
+        await asyncio.wait_for(drained, 5)
