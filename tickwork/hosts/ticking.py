@@ -9,7 +9,8 @@ or nothing). It is the runtimes' drain loop
 ``draining()`` steps (each job's settlement and the claim of the next share
 one transaction whenever the loop is sure to run that next job) or over a
 plain tick function. After the loop it prunes settled history when that is
-due (``tickwork.runtimes.pruning``). Runs on Pyodide: asyncio only.
+due (``tickwork.runtimes.pruning``), and writes the history counted in
+it (``tickwork.runtimes.history``). Runs on Pyodide: asyncio only.
 """
 
 from __future__ import annotations
@@ -96,4 +97,9 @@ async def tick_until_idle(
     prune_if_due = getattr(tick, "prune_if_due", None)
     if prune_if_due is not None and ended.stop != "stopped":
         prune_if_due()
+    # The history's counts of this loop, and a sample when a minute has
+    # turned (one or two statements; a failure is logged, the counts kept).
+    flush_history = getattr(tick, "flush_history", None)
+    if flush_history is not None:
+        flush_history()
     return ended

@@ -65,6 +65,7 @@ from tickwork.lifecycle.requests import (
     FindSchedule,
     FireSlots,
     HasPendingWork,
+    HistoryBuckets,
     Insert,
     InsertMany,
     JobsByIdPrefix,
@@ -105,6 +106,7 @@ from tickwork.lifecycle.requests import (
 from tickwork.lifecycle.rules import ABORT_CANCELLED, Settlement
 from tickwork.lifecycle.surface import AsyncSurface, Declared, RuntimeOperations
 from tickwork.model.errors import InvalidArgument
+from tickwork.model.history import HISTORY_KEEP_MS, HISTORY_PRUNE_BATCH
 from tickwork.model.jobs import (
     MAX_SAFE_INTEGER,
     JobRecord,
@@ -123,6 +125,8 @@ from tickwork.ports.shared_store import SharedStore
 from tickwork.runtimes import pruning
 from tickwork.runtimes.draining import Budget, drain_loop
 from tickwork.runtimes.execution import nonblocking, run_executor
+from tickwork.runtimes.history import HistoryKeeper
+from tickwork.runtimes.history import logger as history_logger
 from tickwork.runtimes.pruning import MAX_BATCHES_PER_PASS, PruneSchedule
 
 __all__ = ["LeasedSignal", "Now", "SharedRuntime"]
@@ -208,14 +212,26 @@ class SharedRuntime(RuntimeOperations, AsyncSurface):
         self._next_slot: int | object | None = _UNKNOWN
         self._slots_read_at = 0.0
         self._pruning = PruneSchedule()
+        # What happened per queue and minute, counted as each transition is
+        # reported and written a few rows at a time (tickwork.runtimes.history).
+        self._history = HistoryKeeper()
         self._answers = answer_table(_SharedRuntimeAnswers(self), SharedAnswers)
 
     # ------------------------------------- the declared operations, and reads
 
     def _perform_declared(self, declared: Declared[Any, Any], args: tuple[Any, ...],
                           kwargs: dict[str, Any]) -> Coroutine[Any, Any, Any]:
-        """Every operation of ``RuntimeOperations``: its plan, driven with ``await``."""
-        return self._drive(declared.plan(*args, **kwargs))
+        """Every operation of ``RuntimeOperations``: its plan, driven with
+        ``await`` (a write's then writes the history's counts once their
+        minute has turned: a producer that never ticks writes them too)."""
+        if not declared.writes:
+            return self._drive(declared.plan(*args, **kwargs))
+        return self._write(declared.plan(*args, **kwargs))
+
+    async def _write(self, plan: Plan[T]) -> T:
+        result = await self._drive(plan)
+        await self._flush_history_if_due()
+        return result
 
     async def check_ready(self) -> int:
         """Readiness: read the shared database (its schema version, one
@@ -248,8 +264,56 @@ class SharedRuntime(RuntimeOperations, AsyncSurface):
         except Exception:
             pruning.logger.exception("tickwork could not prune settled jobs; trying again later")
             last = 0
+        try:
+            # History past its 7 days: one bounded batch a pass.
+            await self._store.prune_history(self._db_now(), HISTORY_KEEP_MS,
+                                            HISTORY_PRUNE_BATCH)
+        except Exception:
+            pruning.logger.exception("tickwork could not prune old history; trying again later")
         self._pruning.ran(now, last)
         return total
+
+    # ---------------------------------------------------------------- history
+
+    @property
+    def history_pending(self) -> bool:
+        """Whether counts of the history wait in memory to be written."""
+        return bool(len(self._history.tally))
+
+    async def flush_history(self, *, sample: bool = True) -> None:
+        """Write the counts of the history not written yet (one statement),
+        and sample the queues' depth and head wait when a minute has turned
+        since this runtime's last sample (or none was taken; ``sample=False``:
+        counts only). The shared
+        drain, ``tickwork worker`` and the Worker's API call it after each
+        loop or request, and on close; a database failure is logged, not
+        raised, and the counts are kept for the next flush. It holds one
+        connection at a time, and only while nothing else of this runtime's
+        caller holds one."""
+        await self._flush_history(self._wall_ms(), sample=sample)
+
+    async def _flush_history_if_due(self) -> None:
+        now = self._wall_ms()
+        if self._history.due(now):
+            await self._flush_history(now)
+
+    async def _flush_history(self, now: int, *, sample: bool = True) -> None:
+        flush = self._history.begin(now, sample=sample)
+        if flush is None:
+            return
+        store = self._store
+        if flush.rows:
+            try:
+                await store.add_history(flush.rows)
+            except Exception:
+                history_logger.exception("tickwork could not write the history's counts; "
+                                         "keeping them for the next flush")
+                self._history.add_failed(flush)
+        if flush.sample:
+            try:
+                await store.sample_history(self._db_now(), flush.since, flush.queues)
+            except Exception:
+                history_logger.exception("tickwork could not sample the queues' depth")
 
     # -------------------------------------------------------------- schedules
 
@@ -268,8 +332,8 @@ class SharedRuntime(RuntimeOperations, AsyncSurface):
             return _BUSY
         self._busy = True
         try:
-            reporting = self._on_event is not None
-            result, _ = await self._drive(operations.tick(None, reporting=reporting))
+            await self._flush_history_if_due()
+            result, _ = await self._drive(operations.tick(None))
             return result
         finally:
             self._busy = False
@@ -347,6 +411,12 @@ class SharedRuntime(RuntimeOperations, AsyncSurface):
     def _report(self, report: Report) -> None:
         """Tell the hook of a transition: every write here committed on its
         own before its answer returned, so it is durable. Never raises."""
+        try:
+            at = self._wall_ms()
+            self._history.count(report, at)
+        except Exception:  # a test clock that raised: log, go on
+            logger.exception("tickwork could not count a %s transition", report.kind)
+            return
         hook = self._on_event
         if hook is None:
             return
@@ -357,7 +427,7 @@ class SharedRuntime(RuntimeOperations, AsyncSurface):
                 # This machine's monotonic clock, from just before the claim:
                 # database time and this clock may disagree.
                 duration = max(0, int(self._clock.now_ms() - claim.started_ms))
-            event = event_of(report, self._wall_ms(), duration)
+            event = event_of(report, at, duration)
         except Exception:
             logger.exception("tickwork could not build a %s event", report.kind)
             return
@@ -615,14 +685,17 @@ class _SharedSteps:
             return _BUSY
         runtime, carried = self._runtime, self._carried
         self._carried = None
-        reporting = runtime._on_event is not None
+        # Between two steps no connection is held (a carried claim is a row
+        # under its lease, not a transaction): the history's counts are
+        # written here once their minute has turned.
+        await runtime._flush_history_if_due()
         if carried is None:
-            plan = operations.tick(None, claim_next=claim_next, reporting=reporting)
+            plan = operations.tick(None, claim_next=claim_next)
         else:
             if runtime._slot_may_be_due():
                 # A long run of carried claims still fills schedule slots.
                 await runtime._drive(operations.fire_schedules())
-            plan = operations.run(carried, claim_next=claim_next, reporting=reporting)
+            plan = operations.run(carried, claim_next=claim_next)
         result, held = await runtime._drive(plan)
         self._carried = held if isinstance(held, _Claim) else None
         return result
@@ -668,6 +741,13 @@ class _SharedRuntimeAnswers(SharedAnswers):
 
     def dead_letter_page(self, request: DeadLetterPage) -> Awaitable[list[JobRecord]]:
         return self._store.dead_letters(request.queue, request.before, request.limit)
+
+    async def history_buckets(self, request: HistoryBuckets
+                              ) -> Sequence[Sequence[Any]] | None:
+        # This runtime's counts first, so its caller reads them.
+        await self._runtime.flush_history()
+        return await self._store.history(request.queue, request.since, request.until,
+                                         request.bucket_ms)
 
     def list_jobs(self, request: ListJobs) -> Awaitable[list[JobRecord]]:
         return self._store.list_jobs(request.listing, request.after, request.limit)
@@ -830,6 +910,7 @@ _AWAITED = frozenset({
     StoreNow, QueuePaused, FindSchedule, ListSchedules, CreateSchedule, ReplaceSchedule,
     PauseSchedule,
     ResumeSchedule, DeleteSchedule, DueSchedules, FireSlots, ListJobs, Backlog,
+    HistoryBuckets,
     JobsByIdPrefix,
     RetentionPolicies, PutRetention, DeleteRetention, SettledQueues, PruneSettled,
     StorageUsage,
