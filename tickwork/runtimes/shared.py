@@ -742,8 +742,12 @@ class _SharedRuntimeAnswers(SharedAnswers):
     def dead_letter_page(self, request: DeadLetterPage) -> Awaitable[list[JobRecord]]:
         return self._store.dead_letters(request.queue, request.before, request.limit)
 
-    async def history_buckets(self, request: HistoryBuckets
-                              ) -> Sequence[Sequence[Any]] | None:
+    def history_buckets(self, request: HistoryBuckets
+                        ) -> Awaitable[Sequence[Sequence[Any]] | None]:
+        return self._history_buckets(request)
+
+    async def _history_buckets(self, request: HistoryBuckets
+                               ) -> Sequence[Sequence[Any]] | None:
         # This runtime's counts first, so its caller reads them.
         await self._runtime.flush_history()
         return await self._store.history(request.queue, request.since, request.until,
