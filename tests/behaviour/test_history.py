@@ -16,6 +16,7 @@ from tests.support import job
 from tests.support.engine import Engine
 from tickwork import InvalidArgument, Recovery, Retry
 from tickwork.model.outcomes import HistoryPoint, QueueHistory
+from tickwork.runtimes.history import HistoryKeeper
 
 MINUTE = 60_000
 
@@ -256,3 +257,57 @@ async def test_old_minutes_are_pruned_a_bounded_batch_at_a_time(
     now.advance(MINUTE)  # the next pass, a minute later
     await jobs.prune_if_due()
     assert all(int(row[0]) > old + 2 * MINUTE for row in await engine.rows(minutes))
+
+
+async def test_a_failed_flush_keeps_its_counts_and_never_fails_a_step(
+        engine: Engine, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The store refuses every flush while a drain runs, one flush tried
+    before each step (as if each minute turned): every job still runs and
+    settles once, each claim taken ahead is run, and the counts wait in
+    memory until a flush succeeds."""
+    jobs, now = engine.timed_runtime()
+    first = to_next_minute(now)
+    await jobs.ingest_many([job(f"j{number}", payload={"do": "complete"})
+                            for number in range(5)])
+    runtime = jobs.runtime
+    store = runtime._store
+    tried: list[int] = []
+
+    def refuse(rows: object) -> None:
+        tried.append(len(rows))  # type: ignore[arg-type]
+        raise ConnectionError("the store is down")
+
+    async def refuse_async(rows: object) -> None:
+        refuse(rows)
+
+    working = store.add_history
+    monkeypatch.setattr(store, "add_history", refuse if engine.local else refuse_async)
+    monkeypatch.setattr(HistoryKeeper, "due", lambda keeper, now: True)
+    results = await jobs._call("drain")
+    assert [(result.job_id, result.outcome) for result in results] == [
+        (f"j{number}", "completed") for number in range(5)]
+    assert tried and caplog.text.count("could not write the history's counts") == len(tried)
+    assert await engine.rows("SELECT queue FROM tickwork_queue_history "
+                             "WHERE enqueued > 0 OR started > 0") == []
+    monkeypatch.setattr(store, "add_history", working)  # the store is back
+    assert totals(await jobs.history("q", since=first)) == (5, 5, 5, 0, 0, 0)
+
+
+def test_the_tally_drops_its_oldest_minutes_beyond_its_cap(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from tickwork.model.history import HistoryRow, HistoryTally
+
+    tally = HistoryTally(max_rows=3)
+    for minute in range(5):
+        tally.count("q", minute * MINUTE + 5, 0)
+    assert [row.minute for row in tally.pending()] == [2 * MINUTE, 3 * MINUTE, 4 * MINUTE]
+    assert tally.dropped == 2 and "dropped the history counts" in caplog.text
+    taken = tally.take()
+    assert len(tally) == 0 and tally.flush_at is None
+    tally.count("q", 4 * MINUTE, 1)
+    tally.put_back(taken)  # a failed flush's rows, added to what came since
+    assert tally.pending() == [HistoryRow("q", 2 * MINUTE, enqueued=1),
+                               HistoryRow("q", 3 * MINUTE, enqueued=1),
+                               HistoryRow("q", 4 * MINUTE, enqueued=1, started=1)]
+    assert tally.flush_at == 3 * MINUTE
