@@ -212,7 +212,18 @@ async def test_stopping_puts_a_claim_taken_ahead_back_unstarted(harness: Harness
     rows = states(harness)
     assert rows["b"] == ("queued", None, 0, None, 0)  # put back, no recovery counted
     assert harness.executor.started == ["a"]
+    # Nor is it counted as started in the history (written after the loop).
+    assert started(harness, "q-a") == 1 and started(harness, "q-b") == 0
     assert await runtime.tick() == TickResult("settled", job_id="b", outcome="completed")
+    runtime.flush_history()
+    assert started(harness, "q-b") == 1
+
+
+def started(harness: Harness, queue: str) -> int:
+    """The attempts the history counted as started in ``queue``, all minutes."""
+    rows = harness.host_query(
+        "SELECT coalesce(sum(started), 0) FROM tickwork_queue_history WHERE queue = ?", (queue,))
+    return int(rows[0][0])
 
 
 async def test_a_loop_cancelled_between_jobs_puts_the_claim_back(harness: Harness) -> None:

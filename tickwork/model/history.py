@@ -34,7 +34,7 @@ COUNTS: Final = ("enqueued", "started", "completed", "failed", "cancelled", "ret
 #: How far back history is kept: older minutes are pruned with retention.
 HISTORY_KEEP_MS: Final = 7 * 24 * 3_600_000
 #: History rows one prune batch deletes at most (the oldest first).
-HISTORY_PRUNE_BATCH: Final = 500
+HISTORY_PRUNE_BATCH: Final = 100
 #: The bucket sizes a history is read in, in seconds: a minute (as stored),
 #: 5 and 15 minutes, an hour.
 HISTORY_BUCKETS: Final = (60, 300, 900, 3600)
