@@ -154,15 +154,18 @@ async def test_counts_are_written_when_their_minute_turns(engine: Engine) -> Non
     assert (await jobs.tick()).outcome == "completed"
     # Counted in memory only: nothing is written during the minute.
     assert await engine.rows("SELECT queue FROM tickwork_queue_history") == []
-    to_next_minute(now)
-    assert (await jobs.tick()).status == "idle"  # the minute turned: its counts go
+    second = to_next_minute(now)
+    # The first count of a later minute marks the flush due: the next step,
+    # or here the write itself, writes what is pending, both minutes.
+    await jobs.ingest(job("b", payload={"do": "complete"}))
     written = await engine.rows(
         "SELECT minute, enqueued, started, completed FROM tickwork_queue_history "
         "WHERE queue = 'q' AND enqueued > 0")
-    assert [tuple(int(value) for value in row) for row in written] == [(first, 1, 1, 1)]
+    assert sorted(tuple(int(value) for value in row) for row in written) == [
+        (first, 1, 1, 1), (second, 1, 0, 0)]
     # Another runtime over the same store reads them.
     other = engine.another_process(**({"clock": now} if engine.local else {}))
-    assert totals(await other.history("q", since=first)) == (1, 1, 1, 0, 0, 0)
+    assert totals(await other.history("q", since=first)) == (2, 1, 1, 0, 0, 0)
 
 
 async def test_a_flush_samples_depth_and_the_head_jobs_wait(engine: Engine) -> None:
@@ -174,7 +177,8 @@ async def test_a_flush_samples_depth_and_the_head_jobs_wait(engine: Engine) -> N
     await jobs.ingest(job("later", queue="deep", payload={"do": "complete"}, delay_ms=MINUTE))
     enqueued_at = now()
     sampled = to_next_minute(now, into_ms=5_000)
-    assert (await jobs.tick()).status == "idle"  # flushes and samples, finds "deep" paused
+    assert (await jobs.tick()).status == "idle"  # finds "deep" paused
+    await jobs.flush_history()  # as a host does after its loop: writes, and samples
     history = await jobs.history("deep", since=sampled)
     assert history is not None
     point = history.points[0]
@@ -187,7 +191,7 @@ async def test_a_flush_samples_depth_and_the_head_jobs_wait(engine: Engine) -> N
     await jobs.cancel("later", "c-1")
     assert (await jobs.tick()).outcome == "cancelled"
     emptied = to_next_minute(now)
-    assert (await jobs.tick()).status == "idle"
+    await jobs.flush_history()
     history = await jobs.history("deep", since=sampled)
     assert history is not None
     assert [(point.at, point.depth) for point in history.points] == [
@@ -207,8 +211,7 @@ async def test_a_deep_queue_is_sampled_up_to_the_cap(engine: Engine,
     await jobs.ingest_many([job(f"d{number}", queue="deep") for number in range(5)])
     await jobs.ingest_many([job(f"s{number}", queue="shallow") for number in range(3)])
     sampled = to_next_minute(now)
-    assert (await jobs.tick()).status == "idle"
-    deep = await jobs.history("deep", since=sampled)
+    deep = await jobs.history("deep", since=sampled)  # the read flushes, and samples
     shallow = await jobs.history("shallow", since=sampled)
     assert deep is not None and shallow is not None
     assert (deep.points[0].depth, deep.points[0].depth_capped) == (3, True)
@@ -283,7 +286,13 @@ async def test_a_failed_flush_keeps_its_counts_and_never_fails_a_step(
 
     working = store.add_history
     monkeypatch.setattr(store, "add_history", refuse if engine.local else refuse_async)
-    monkeypatch.setattr(HistoryKeeper, "due", lambda keeper, now: True)
+    counting = HistoryKeeper.count
+
+    def count_and_flush_next(keeper: HistoryKeeper, report: object, at: int) -> None:
+        counting(keeper, report, at)  # type: ignore[arg-type]
+        keeper.flush_due = True  # as if every count landed in a later minute
+
+    monkeypatch.setattr(HistoryKeeper, "count", count_and_flush_next)
     results = await jobs._call("drain")
     assert [(result.job_id, result.outcome) for result in results] == [
         (f"j{number}", "completed") for number in range(5)]

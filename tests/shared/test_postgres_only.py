@@ -654,7 +654,13 @@ async def test_concurrent_drains_flushing_before_every_step_count_every_job_once
     once: their upserts of the same (queue, minute) rows wait for each other
     in one order, so no flush deadlocks or fails, and once each has written
     what it counted, every queue's counts are exactly its jobs."""
-    monkeypatch.setattr(HistoryKeeper, "due", lambda keeper, now: True)
+    counting = HistoryKeeper.count
+
+    def count_and_flush_next(keeper: HistoryKeeper, report: Any, at: int) -> None:
+        counting(keeper, report, at)
+        keeper.flush_due = True  # as if every count landed in a later minute
+
+    monkeypatch.setattr(HistoryKeeper, "count", count_and_flush_next)
     watch = _SerialWatch()
     async with open_pool(postgres_dsn, max_size=6) as first, \
             open_pool(postgres_dsn, max_size=6) as second:

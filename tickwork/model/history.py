@@ -113,27 +113,29 @@ class HistoryTally:
     has turned), or None with nothing pending.
     """
 
-    __slots__ = ("_rows", "dropped", "flush_at", "max_rows")
+    __slots__ = ("dropped", "flush_at", "max_rows", "rows")
 
     def __init__(self, max_rows: int = MAX_PENDING_ROWS) -> None:
-        self._rows: dict[tuple[str, int], list[int]] = {}
+        #: (queue, minute) -> the six counts (read and added to in place by
+        #: ``HistoryKeeper.count``; the dict object stays the same one).
+        self.rows: dict[tuple[str, int], list[int]] = {}
         self.flush_at: int | None = None
         self.max_rows = max_rows
         #: Rows dropped so far because flushes kept failing (see put_back).
         self.dropped = 0
 
     def __len__(self) -> int:
-        return len(self._rows)
+        return len(self.rows)
 
     def count(self, queue: str, at: int, column: int, times: int = 1) -> None:
         """Add ``times`` to count ``column`` of ``queue`` in the minute of ``at``."""
         minute = at - at % MINUTE_MS
         key = (queue, minute)
-        row = self._rows.get(key)
+        row = self.rows.get(key)
         if row is None:
-            if len(self._rows) >= self.max_rows:
+            if len(self.rows) >= self.max_rows:
                 self._drop_oldest(1)
-            row = self._rows[key] = [0, 0, 0, 0, 0, 0]
+            row = self.rows[key] = [0, 0, 0, 0, 0, 0]
             turn = minute + MINUTE_MS
             if self.flush_at is None or turn < self.flush_at:
                 self.flush_at = turn
@@ -142,14 +144,14 @@ class HistoryTally:
     def pending(self) -> list[HistoryRow]:
         """The pending rows in (queue, minute) order, left in the tally."""
         return [HistoryRow(queue, minute, *values)
-                for (queue, minute), values in sorted(self._rows.items())]
+                for (queue, minute), values in sorted(self.rows.items())]
 
     def take(self) -> list[HistoryRow]:
         """Every pending row in (queue, minute) order (the order a flush
         writes them in, so that concurrent flushers take row locks in one
         order); the tally is left empty."""
         rows = self.pending()
-        self._rows.clear()
+        self.rows.clear()
         self.flush_at = None
         return rows
 
@@ -163,16 +165,16 @@ class HistoryTally:
                     self.count(row.queue, row.minute, column, value)
 
     def _drop_oldest(self, keep_free: int) -> None:
-        excess = len(self._rows) + keep_free - self.max_rows
+        excess = len(self.rows) + keep_free - self.max_rows
         if excess <= 0:
             return
-        oldest = sorted(self._rows, key=lambda key: (key[1], key[0]))[:excess]
+        oldest = sorted(self.rows, key=lambda key: (key[1], key[0]))[:excess]
         for key in oldest:
-            del self._rows[key]
+            del self.rows[key]
         self.dropped += len(oldest)
         logger.warning("tickwork: dropped the history counts of %d queue-minute(s) not "
                        "flushed (the store kept failing; %d dropped in all)", len(oldest),
                        self.dropped)
-        self.flush_at = min((minute for _, minute in self._rows), default=None)
+        self.flush_at = min((minute for _, minute in self.rows), default=None)
         if self.flush_at is not None:
             self.flush_at += MINUTE_MS

@@ -5,10 +5,12 @@ A runtime counts each durable transition it reports into a
 its ``_report``), and writes the tally with one upsert (``add_history``) at
 points where it holds no store connection or transaction:
 
-* in its tick and drain steps, before the step, once the minute of the
-  oldest pending count has turned (``due``);
-* after a declared write operation, once that minute has turned (a
-  producer that never ticks still writes its counts);
+* in its tick and drain steps, before the step, once a count has landed
+  in a later minute than the oldest pending one, or after the next
+  sample's minute has come (``flush_due``: set as counts land, so a step
+  reads no clock for it);
+* after a declared write operation, on the same flag (a producer that
+  never ticks still writes its counts);
 * after each host loop (``flush_history()``, called where the hosts call
   ``prune_if_due``), and when a host closes;
 * before it answers its own ``history()`` read, so a caller sees its own counts.
@@ -54,45 +56,77 @@ class Flush:
     queues: list[str]
 
 
+#: The count each kind of report adds to (an index into COUNTS), but
+#: ``settled`` (by its outcome) and ``requeued`` (a redrive's only);
+#: ``counted_column`` is the rule, these tables its fast form.
+_KIND_COLUMNS: Final = {kind: counted_column(kind, None, None)
+                        for kind in ("ingested", "claimed", "retried")}
+_SETTLED_COLUMNS: Final = {outcome: counted_column("settled", outcome, None)
+                           for outcome in ("completed", "failed", "outcome_unknown",
+                                           "interrupted", "cancelled")}
+_REDRIVEN: Final = counted_column("requeued", None, "redrive")
+
+
 class HistoryKeeper:
     """A runtime's tally, and when its flushes and samples are due (by the
-    runtime's clock, in epoch ms)."""
+    runtime's clock, in epoch ms).
 
-    __slots__ = ("_next_sample", "_sampled_minute", "tally")
+    ``flush_due`` turns true when a count lands at or after the moment a
+    flush is due (the start of the minute after the oldest pending count,
+    or the next sample's minute): a step reads that flag, not the clock.
+    """
+
+    __slots__ = ("_due_at", "_next_sample", "_not_before", "_rows", "_sampled_minute",
+                 "flush_due", "tally")
 
     def __init__(self) -> None:
         self.tally = HistoryTally()
+        self._rows = self.tally.rows  # the tally's own dict, read on the hot path
         # The start of the minute after the last sample; None before the
         # first (which the first flush takes, whenever it runs).
         self._next_sample: int | None = None
         self._sampled_minute: int | None = None
+        self._due_at: float = _NEVER
+        # After a flush failed, the next is not due before this (a store
+        # that is down is not asked again at every step).
+        self._not_before = 0
+        self.flush_due = False
 
     def count(self, report: Report, at: int) -> None:
-        """Count the transition ``report`` stands for, at ``at``; never raises
-        for what it does not count."""
+        """Count the transition ``report`` stands for, at ``at`` (on every
+        transition's path: a few dict lookups, no I/O)."""
+        kind = report.kind
+        column = _KIND_COLUMNS.get(kind)
         subject = report.subject
         job = getattr(subject, "job", subject)  # a Held claim carries its job
-        settlement = report.settlement
-        outcome = None
-        if settlement is not None:
-            outcome = settlement.outcome
-        elif isinstance(job, JobRecord) and job.state == "settled":
-            outcome = job.outcome
-        column = counted_column(report.kind, outcome, report.reason)
         if column is None:
-            return
+            column = self._rare_column(kind, report, job)
+            if column is None:
+                return
         queue = report.queue if job is None else job.queue
-        if queue is not None:
+        if queue is None:
+            return
+        row = self._rows.get((queue, at - at % MINUTE_MS))
+        if row is None:  # the first count of a (queue, minute)
             self.tally.count(queue, at, column)
+            self._plan()
+        else:
+            row[column] += 1
+        if at >= self._due_at:
+            self.flush_due = True
 
-    def due(self, now: int) -> bool:
-        """Whether a step's flush is due: the minute of the oldest pending
-        count has turned, or a sample's minute has come."""
-        flush_at = self.tally.flush_at
-        if flush_at is not None and now >= flush_at:
-            return True
-        next_sample = self._next_sample
-        return next_sample is not None and now >= next_sample
+    @staticmethod
+    def _rare_column(kind: str, report: Report, job: object) -> int | None:
+        if kind == "settled":
+            settlement = report.settlement
+            if settlement is not None:
+                return _SETTLED_COLUMNS.get(settlement.outcome)
+            if isinstance(job, JobRecord):
+                return _SETTLED_COLUMNS.get(job.outcome or "")
+            return None
+        if kind == "requeued" and report.reason == "redrive":
+            return _REDRIVEN
+        return None
 
     def begin(self, now: int, *, sample: bool = True) -> Flush | None:
         """The flush to run now (the tally's rows taken out of it), or None
@@ -108,8 +142,22 @@ class HistoryKeeper:
             # Taken as done before it runs: a store that fails is asked again
             # next minute, not at every step.
             self._sampled_minute, self._next_sample = minute, minute + MINUTE_MS
+        self._plan()
         return Flush(rows, sample, since, sorted({row.queue for row in rows}))
 
-    def add_failed(self, flush: Flush) -> None:
-        """The flush's counts were not written: keep them for the next one."""
+    def add_failed(self, flush: Flush, now: int) -> None:
+        """The flush's counts were not written: keep them for the next one,
+        due a minute later at the earliest."""
         self.tally.put_back(flush.rows)
+        self._not_before = now + MINUTE_MS
+        self._plan()
+
+    def _plan(self) -> None:
+        """When the next flush is due, from the tally and the sample."""
+        flush_at = self.tally.flush_at
+        next_sample = self._next_sample
+        due_at: float = _NEVER if flush_at is None else flush_at
+        if next_sample is not None and next_sample < due_at:
+            due_at = next_sample
+        self._due_at = max(due_at, self._not_before)
+        self.flush_due = False

@@ -276,7 +276,8 @@ class _LocalRuntime(RuntimeOperations, SyncSurface):
         if not declared.writes:
             return self._read(plan)
         result = self._perform(plan)
-        self._flush_history_if_due()  # a producer that never ticks writes its counts too
+        if self._history.flush_due:  # a producer that never ticks writes its counts too
+            self._flush_history(self._clock())
         return result
 
     def check_ready(self) -> int:
@@ -356,32 +357,27 @@ class _LocalRuntime(RuntimeOperations, SyncSurface):
         """Write the counts of the history not written yet (one statement),
         and sample the queues' depth and head wait when a minute has turned
         since the last sample (or none was taken; ``sample=False``: counts
-        only). The host loops call it
-        after each loop, and on close; a storage failure is logged, not
-        raised, and the counts are kept for the next flush."""
+        only). The host loops call it after each loop, and on close; a
+        storage failure is logged, not raised, and the counts are kept for
+        the next flush."""
         self._flush_history(self._clock(), sample=sample)
-
-    def _flush_history_if_due(self) -> None:
-        now = self._clock()
-        if self._history.due(now):
-            self._flush_history(now)
 
     def _flush_history(self, now: int, *, sample: bool = True) -> None:
         flush = self._history.begin(now, sample=sample)
         if flush is None:
             return
         store = self._store
+        # Each write is one statement, atomic by itself: no transaction.
         if flush.rows:
             try:
-                self._database.atomic(lambda: store.add_history(flush.rows))
+                store.add_history(flush.rows)
             except Exception:
                 history_logger.exception("tickwork could not write the history's counts; "
                                          "keeping them for the next flush")
-                self._history.add_failed(flush)
+                self._history.add_failed(flush, now)
         if flush.sample:
             try:
-                self._database.atomic(
-                    lambda: store.sample_history(now, flush.since, flush.queues))
+                store.sample_history(now, flush.since, flush.queues)
             except Exception:
                 history_logger.exception("tickwork could not sample the queues' depth")
 
@@ -451,7 +447,8 @@ class _LocalRuntime(RuntimeOperations, SyncSurface):
             return _BUSY
         ticker.busy = True
         try:
-            self._flush_history_if_due()
+            if self._history.flush_due:
+                self._flush_history(self._clock())
             plan = operations.tick(ticker)
             result, _ = await drive_async(plan, self._answers, self._awaited)
             return result
@@ -1162,7 +1159,8 @@ class DrainSteps:
             ahead = None
         # Between two steps no transaction is open: the history's counts are
         # written here once their minute has turned.
-        runtime._flush_history_if_due()
+        if runtime._history.flush_due:
+            runtime._flush_history(runtime._clock())
         plan = (operations.tick(ticker, claim_next=claim_next) if ahead is None
                 else operations.run(ahead, claim_next=claim_next))
         try:

@@ -230,7 +230,8 @@ class SharedRuntime(RuntimeOperations, AsyncSurface):
 
     async def _write(self, plan: Plan[T]) -> T:
         result = await self._drive(plan)
-        await self._flush_history_if_due()
+        if self._history.flush_due:
+            await self._flush_history(self._wall_ms())
         return result
 
     async def check_ready(self) -> int:
@@ -292,11 +293,6 @@ class SharedRuntime(RuntimeOperations, AsyncSurface):
         caller holds one."""
         await self._flush_history(self._wall_ms(), sample=sample)
 
-    async def _flush_history_if_due(self) -> None:
-        now = self._wall_ms()
-        if self._history.due(now):
-            await self._flush_history(now)
-
     async def _flush_history(self, now: int, *, sample: bool = True) -> None:
         flush = self._history.begin(now, sample=sample)
         if flush is None:
@@ -308,7 +304,7 @@ class SharedRuntime(RuntimeOperations, AsyncSurface):
             except Exception:
                 history_logger.exception("tickwork could not write the history's counts; "
                                          "keeping them for the next flush")
-                self._history.add_failed(flush)
+                self._history.add_failed(flush, now)
         if flush.sample:
             try:
                 await store.sample_history(self._db_now(), flush.since, flush.queues)
@@ -332,7 +328,8 @@ class SharedRuntime(RuntimeOperations, AsyncSurface):
             return _BUSY
         self._busy = True
         try:
-            await self._flush_history_if_due()
+            if self._history.flush_due:
+                await self._flush_history(self._wall_ms())
             result, _ = await self._drive(operations.tick(None))
             return result
         finally:
@@ -688,7 +685,8 @@ class _SharedSteps:
         # Between two steps no connection is held (a carried claim is a row
         # under its lease, not a transaction): the history's counts are
         # written here once their minute has turned.
-        await runtime._flush_history_if_due()
+        if runtime._history.flush_due:
+            await runtime._flush_history(runtime._wall_ms())
         if carried is None:
             plan = operations.tick(None, claim_next=claim_next)
         else:
