@@ -249,6 +249,9 @@ class _LocalRuntime(RuntimeOperations, SyncSurface):
         self._wake_is_async = inspect.iscoroutinefunction(getattr(wake, "recompute", None))
         self._awaited = _AWAITED if self._wake_is_async else _AWAITED - {Wake}
         self._answers = answer_table(_LocalAnswers(self), OwnerLocalAnswers)
+        # Every transition is reported (the history counts each): answered
+        # by _report itself, one call less on each job's path.
+        self._answers[Report] = self._report
         ensure_schema(database)
         # The earliest due time of a waiting job, as far as this runtime knows
         # (it is the database's only writer): a tick moves due jobs into the
