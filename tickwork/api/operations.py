@@ -880,7 +880,7 @@ OPERATIONS: Final = (
                  404: "no history of the queue"},
         reply_shape=('`{"queue", "bucket", "since", "read_at", "points": [{"at", "enqueued", '
                      '"started", "completed", "failed", "cancelled", "retried", "depth", '
-                     '"oldest_age_ms"}, ...]}`'),
+                     '"oldest_age_ms", "depth_capped"}, ...]}`'),
         to_http=_history_to_http, from_http=wire.history_from_wire,
         none_when="queue_not_found", idempotent=True),
     Operation(
