@@ -960,8 +960,9 @@ def run(held: Held, *, claim_next: ClaimNext = False,
     ``ClaimNext``); a function is asked as the job settles, not before it runs.
 
     ``reporting=False`` (a runtime with no event hook, which would ignore
-    them) leaves out the common path's ``Report`` requests: the claim, the
-    settlement, the retry."""
+    it) leaves out the claim's ``Report``: the history counts an attempt as
+    started from the report of its end (``tickwork.model.history``), which
+    is always made."""
     if reporting:
         yield Report("claimed", held)
     settlement, interruption = yield Execute(held)
@@ -970,8 +971,7 @@ def run(held: Held, *, claim_next: ClaimNext = False,
     if retry_in is not None:
         retried = yield RequeueForRetry(held, settlement, retry_in)
         if retried is not None:
-            if reporting:
-                yield Report("retried", held, settlement, retry_at=retried.due_at)
+            yield Report("retried", held, settlement, retry_at=retried.due_at)
             result = _retried(retried, settlement)
         else:
             result = yield from settle_unusual(held, settlement, retry_in)
@@ -979,8 +979,7 @@ def run(held: Held, *, claim_next: ClaimNext = False,
         ahead = interruption is None and (claim_next() if callable(claim_next) else claim_next)
         written, next_held = yield Settle(held, settlement, claim_next=ahead)
         if written:
-            if reporting:
-                yield Report("settled", held, settlement)
+            yield Report("settled", held, settlement)
             result = _written(held.job, settlement)
         else:
             result = yield from settle_unusual(held, settlement)

@@ -57,17 +57,20 @@ _ENQUEUED, _STARTED, _COMPLETED, _FAILED, _CANCELLED, _RETRIED = range(6)
 def counted_column(kind: str, outcome: str | None, reason: str | None) -> int | None:
     """Which count a reported transition adds to (an index into COUNTS), or
     None for one history does not count: a job stored (``ingested``) or
-    redriven (``requeued`` by a redrive) is enqueued; a claim that runs
-    (``claimed``, reported as its execution starts, so a claim taken ahead
-    and put back unstarted is never counted) started; a settlement
+    redriven (``requeued`` by a redrive) is enqueued; a settlement
     completed, failed (failed, outcome_unknown, interrupted) or cancelled; a
     failed attempt put back for another retried. A recovery's requeue, a
     recorded cancellation (its settlement counts), a lane refusal (each job
-    it settles counts), a purge and a prune count nothing."""
+    it settles counts), a purge and a prune count nothing.
+
+    ``claimed`` counts nothing either: an attempt is counted ``started``
+    (in the minute it started) by the report of its end, its settlement or
+    its retry, which every runtime makes whether or not it has an event
+    hook (the claim's own report is made only for a hook). So a claim taken
+    ahead and put back unstarted is never counted, and an attempt shows as
+    started once it has ended."""
     if kind == "ingested":
         return _ENQUEUED
-    if kind == "claimed":
-        return _STARTED
     if kind == "retried":
         return _RETRIED
     if kind == "settled":

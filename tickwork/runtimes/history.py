@@ -32,7 +32,13 @@ from dataclasses import dataclass
 from typing import Final
 
 from tickwork.lifecycle.requests import Report
-from tickwork.model.history import MINUTE_MS, HistoryRow, HistoryTally, counted_column
+from tickwork.model.history import (
+    COUNTS,
+    MINUTE_MS,
+    HistoryRow,
+    HistoryTally,
+    counted_column,
+)
 from tickwork.model.jobs import JobRecord
 
 __all__ = ["Flush", "HistoryKeeper", "logger"]
@@ -60,7 +66,8 @@ class Flush:
 #: ``settled`` (by its outcome) and ``requeued`` (a redrive's only);
 #: ``counted_column`` is the rule, these tables its fast form.
 _KIND_COLUMNS: Final = {kind: counted_column(kind, None, None)
-                        for kind in ("ingested", "claimed", "retried")}
+                        for kind in ("ingested", "retried")}
+_STARTED: Final = COUNTS.index("started")
 _SETTLED_COLUMNS: Final = {outcome: counted_column("settled", outcome, None)
                            for outcome in ("completed", "failed", "outcome_unknown",
                                            "interrupted", "cancelled")}
@@ -96,37 +103,43 @@ class HistoryKeeper:
         """Count the transition ``report`` stands for, at ``at`` (on every
         transition's path: a few dict lookups, no I/O)."""
         kind = report.kind
-        column = _KIND_COLUMNS.get(kind)
         subject = report.subject
         job = getattr(subject, "job", subject)  # a Held claim carries its job
-        if column is None:
-            column = self._rare_column(kind, report, job)
-            if column is None:
+        if kind == "settled":
+            settlement = report.settlement
+            if settlement is not None:
+                column = _SETTLED_COLUMNS.get(settlement.outcome)
+            elif isinstance(job, JobRecord):
+                column = _SETTLED_COLUMNS.get(job.outcome or "")
+            else:
                 return
+        else:
+            column = _KIND_COLUMNS.get(kind)
+            if column is None:
+                if kind != "requeued" or report.reason != "redrive":
+                    return
+                column = _REDRIVEN
+        if column is None:
+            return
         queue = report.queue if job is None else job.queue
         if queue is None:
             return
+        self._add(queue, at, column)
+        if job is not subject:
+            # The end of an attempt this runtime ran (a Held claim, not a
+            # stored record): the attempt started, in its own minute.
+            started_at = job.started_at
+            self._add(queue, at if started_at is None else started_at, _STARTED)
+        if at >= self._due_at:
+            self.flush_due = True
+
+    def _add(self, queue: str, at: int, column: int) -> None:
         row = self._rows.get((queue, at - at % MINUTE_MS))
         if row is None:  # the first count of a (queue, minute)
             self.tally.count(queue, at, column)
             self._plan()
         else:
             row[column] += 1
-        if at >= self._due_at:
-            self.flush_due = True
-
-    @staticmethod
-    def _rare_column(kind: str, report: Report, job: object) -> int | None:
-        if kind == "settled":
-            settlement = report.settlement
-            if settlement is not None:
-                return _SETTLED_COLUMNS.get(settlement.outcome)
-            if isinstance(job, JobRecord):
-                return _SETTLED_COLUMNS.get(job.outcome or "")
-            return None
-        if kind == "requeued" and report.reason == "redrive":
-            return _REDRIVEN
-        return None
 
     def begin(self, now: int, *, sample: bool = True) -> Flush | None:
         """The flush to run now (the tally's rows taken out of it), or None

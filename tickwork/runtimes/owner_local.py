@@ -452,7 +452,7 @@ class _LocalRuntime(RuntimeOperations, SyncSurface):
         try:
             if self._history.flush_due:
                 self._flush_history(self._clock())
-            plan = operations.tick(ticker)
+            plan = operations.tick(ticker, reporting=self._on_event is not None)
             result, _ = await drive_async(plan, self._answers, self._awaited)
             return result
         finally:
@@ -1164,8 +1164,10 @@ class DrainSteps:
         # written here once their minute has turned.
         if runtime._history.flush_due:
             runtime._flush_history(runtime._clock())
-        plan = (operations.tick(ticker, claim_next=claim_next) if ahead is None
-                else operations.run(ahead, claim_next=claim_next))
+        reporting = runtime._on_event is not None  # the claim's report: the hook's only
+        plan = (operations.tick(ticker, claim_next=claim_next, reporting=reporting)
+                if ahead is None
+                else operations.run(ahead, claim_next=claim_next, reporting=reporting))
         try:
             result, _ = await drive_async(plan, runtime._answers, runtime._awaited)
         finally:

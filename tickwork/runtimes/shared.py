@@ -330,7 +330,8 @@ class SharedRuntime(RuntimeOperations, AsyncSurface):
         try:
             if self._history.flush_due:
                 await self._flush_history(self._wall_ms())
-            result, _ = await self._drive(operations.tick(None))
+            reporting = self._on_event is not None  # the claim's report: the hook's only
+            result, _ = await self._drive(operations.tick(None, reporting=reporting))
             return result
         finally:
             self._busy = False
@@ -687,13 +688,14 @@ class _SharedSteps:
         # written here once their minute has turned.
         if runtime._history.flush_due:
             await runtime._flush_history(runtime._wall_ms())
+        reporting = runtime._on_event is not None  # the claim's report: the hook's only
         if carried is None:
-            plan = operations.tick(None, claim_next=claim_next)
+            plan = operations.tick(None, claim_next=claim_next, reporting=reporting)
         else:
             if runtime._slot_may_be_due():
                 # A long run of carried claims still fills schedule slots.
                 await runtime._drive(operations.fire_schedules())
-            plan = operations.run(carried, claim_next=claim_next)
+            plan = operations.run(carried, claim_next=claim_next, reporting=reporting)
         result, held = await runtime._drive(plan)
         self._carried = held if isinstance(held, _Claim) else None
         return result
