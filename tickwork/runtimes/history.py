@@ -124,12 +124,21 @@ class HistoryKeeper:
         queue = report.queue if job is None else job.queue
         if queue is None:
             return
-        self._add(queue, at, column)
+        minute = at - at % MINUTE_MS
+        row = self._rows.get((queue, minute))
+        if row is None:
+            self._add(queue, at, column)
+        else:
+            row[column] += 1
         if job is not subject:
             # The end of an attempt this runtime ran (a Held claim, not a
             # stored record): the attempt started, in its own minute.
             started_at = job.started_at
-            self._add(queue, at if started_at is None else started_at, _STARTED)
+            if row is not None and (started_at is None
+                                    or started_at - started_at % MINUTE_MS == minute):
+                row[_STARTED] += 1
+            else:
+                self._add(queue, at if started_at is None else started_at, _STARTED)
         if at >= self._due_at:
             self.flush_due = True
 
