@@ -276,7 +276,8 @@ class HistoryPoint:
 
     The counts are what the runtimes counted, each transition once after it
     committed: jobs ``enqueued`` (stored, or redriven), attempts
-    ``started``, jobs settled ``completed``, ``failed`` (failed,
+    ``started`` (counted in the minute each began, once it ended: settled
+    or retried), jobs settled ``completed``, ``failed`` (failed,
     outcome_unknown or interrupted) or ``cancelled``, and failed attempts
     ``retried``. A redrive adds to ``enqueued`` and takes nothing off the
     failure it redrives. A runtime keeps its counts in memory for up to a
