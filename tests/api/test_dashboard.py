@@ -932,3 +932,59 @@ async def test_search_results_escape_ids_and_payloads(api: JobApi) -> None:
     assert "<script>" not in page
     assert f'<tr data-job="{html.escape("x" + HOSTILE)}">' in page
     assert html.escape(dashboard.job_path(("owner", "acme"), "x" + HOSTILE)) in page
+
+
+# ---------------------------------------------------------------- history
+
+
+async def test_a_queue_shows_charts_of_its_last_hour(api: JobApi, owners: Owners) -> None:
+    for number in range(3):
+        await enqueue(api, "acme", a_job(f"ok{number}", payload={"do": "complete"}))
+    await enqueue(api, "acme", a_job("bad", payload={"do": "fail", "reason": "smtp down"}))
+    runtime = owners.runtimes["acme"]
+    results = [await runtime.tick() for _ in range(4)]
+    assert [result.outcome for result in results] == ["completed"] * 3 + ["failed"]
+    page = text(await get(api, "/v1/owners/acme/dashboard", COOKIE))
+    charts = page.split('<div class="charts" data-history="emails">', 1)[1].split(
+        "</div></figure></div>", 1)[0]
+    throughput = charts.split('data-chart="depth"', 1)[0]
+    # The totals of the hour, and a line per count over its 61 minutes.
+    for key in ("enqueued 4", "completed 3", "failed 1", "retried 0"):
+        assert f">{key}</span>" in throughput, key
+    for name in ("enqueued", "completed", "failed", "retried"):
+        line = re.search(rf'<polyline class="{name}" points="([^"]+)"', throughput)
+        assert line is not None, name
+        assert len(line[1].split()) == 61
+    # The page's read wrote the runtime's counts and took its first sample:
+    # nothing waits any more.
+    depth = charts.split('data-chart="depth"', 1)[1]
+    assert ">depth 0 now</span>" in depth
+    assert '<circle class="depth"' in depth
+    # Drawn with attributes and classes only: the page's CSP allows no inline style.
+    assert "style=" not in charts and "<script" not in charts
+
+
+async def test_history_over_http(api: JobApi, owners: Owners) -> None:
+    await enqueue(api, "acme", a_job("ok", payload={"do": "complete"}))
+    await owners.runtimes["acme"].tick()
+    response = await api.handle(ApiRequest("GET", "/v1/owners/acme/history", AUTH,
+                                            query="queue=emails&bucket=300"))
+    assert response.status == 200, response.body
+    body = response.body
+    assert isinstance(body, dict)
+    assert (body["queue"], body["bucket"]) == ("emails", 300)
+    assert sum(point["completed"] for point in body["points"]) == 1
+    assert set(body["points"][0]) == {"at", "enqueued", "started", "completed", "failed",
+                                      "cancelled", "retried", "depth", "oldest_age_ms",
+                                      "depth_capped"}
+    future = int(time.time() * 1000) + 3_600_000
+    for query, status, code in (
+            ("queue=emails&bucket=120", 400, "invalid_argument"),
+            (f"queue=emails&since={future}", 400, "invalid_argument"),
+            ("bucket=60", 400, "invalid_argument"),
+            ("queue=nobody", 404, "queue_not_found")):
+        refused = await api.handle(ApiRequest("GET", "/v1/owners/acme/history", AUTH,
+                                              query=query))
+        assert refused.status == status, (query, refused.body)
+        assert isinstance(refused.body, dict)
+        assert refused.body["error"]["code"] == code, refused.body

@@ -210,6 +210,7 @@ CLIENT_ARGS: dict[str, tuple[Any, ...]] = {
     "queue_status": ("q",),
     "backlog": (),
     "dead_letters": ("q é", 20, "17.3"),
+    "history": ("q é", 1_796_000_000_000, 300),
     "redrive": ("j/1", "r-1"),
     "redrive_dead_letters": ("q é", "r-1", 20, "17.3"),
     "cancel_lane": ("lane é", "c-1", 20, "0.17"),

@@ -32,6 +32,7 @@ from tickwork import JobRecord, Retry
 from tickwork.lifecycle import Settlement
 from tickwork.lifecycle.requests import JobListing
 from tickwork.model.errors import IngestConflict
+from tickwork.model.history import HistoryRow
 from tickwork.model.retention import RetentionPolicy
 from tickwork.stores.owner_local import EVERY_JOB, OwnerLocalStore, inside_lane, outside_lane
 from tickwork.stores.owner_schema import SCHEMA_VERSION
@@ -966,3 +967,77 @@ def test_storage_usage_counts_each_table_and_sizes_the_database(
     assert report.rows == {"tickwork_jobs": 3, "tickwork_redrives": 1, "tickwork_schedules": 1,
                            "tickwork_paused_queues": 1, "tickwork_retention": 1}
     assert report.size_bytes is not None and report.size_bytes >= empty.size_bytes
+
+
+# ------------------------------------------------------ history over time
+
+MINUTE = 60_000
+M0 = T0 - T0 % MINUTE  # the minute T0 is in
+
+
+def history_rows(rows: Any) -> list[tuple[Any, ...]]:
+    return [tuple(row) for row in rows]
+
+
+@covers("add_history", "history")
+def test_add_history_adds_to_the_minute_rows_and_history_sums_them(
+        local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    assert store.history("q", M0, M0 + 10 * MINUTE, MINUTE) is None  # never seen
+    store.add_history([])  # nothing to write: no statement, no row
+    store.add_history([HistoryRow("q", M0, enqueued=2, started=1),
+                       HistoryRow("q", M0 + MINUTE, completed=1, retried=1),
+                       HistoryRow("z é", M0, failed=1)])
+    store.add_history([HistoryRow("q", M0, enqueued=1, cancelled=1),
+                       HistoryRow("q", M0 + 5 * MINUTE, started=3)])
+    assert history_rows(store.history("q", M0, M0 + 10 * MINUTE, MINUTE) or []) == [
+        (M0, 3, 1, 0, 0, 1, 0, None, None), (M0 + MINUTE, 0, 0, 1, 0, 0, 1, None, None),
+        (M0 + 5 * MINUTE, 0, 3, 0, 0, 0, 0, None, None)]
+    five = 5 * MINUTE
+    start = M0 - M0 % five
+    buckets = store.history("q", start, start + 4 * five, five)
+    assert buckets is not None
+    assert sum(row[1] for row in buckets) == 3 and sum(row[2] for row in buckets) == 4
+    assert all(row[0] % five == 0 for row in buckets)
+    assert store.history("q", M0 + 6 * MINUTE, M0 + 9 * MINUTE, MINUTE) == []  # known, empty
+    assert history_rows(store.history("z é", M0, M0 + MINUTE, MINUTE) or []) == [
+        (M0, 0, 0, 0, 1, 0, 0, None, None)]
+
+
+@covers("sample_history")
+def test_sample_history_writes_each_queues_capped_depth_and_head_wait(
+        local_store: LocalStoreUnderTest, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("tickwork.stores.owner_local.DEPTH_CAP", 2)  # a smaller cap
+    store = local_store.store
+    queued(local_store, "a", "b", "c")  # q: three waiting, over the cap of 2
+    assert store.insert(valid_job("later", "q2", delay_ms=10 * MINUTE), T0)
+    store.add_history([HistoryRow("gone", M0 - MINUTE, completed=1)])
+    store.sample_history(T0 + 30_000, M0 - MINUTE, ["counted"])
+    assert local_store.rows(
+        "SELECT queue, minute, depth, oldest_age_ms FROM tickwork_queue_history "
+        "WHERE minute = ? ORDER BY queue", (M0,)) == [
+        ("counted", M0, 0, None),  # named by the flush: sampled, empty
+        ("q", M0, 3, 30_000),  # depth 3 = the cap + 1: "more than 2"
+        ("q2", M0, 1, None)]  # waiting for its time: none ready
+    for token in ("t1", "t2", "t3"):  # q empties
+        job = claimed(local_store, token, T0 + MINUTE)
+        assert store.settle_claim(job.sequence, token, COMPLETED, T0 + MINUTE, cancelled=False)
+    store.sample_history(T0 + 2 * MINUTE, M0, [])
+    assert local_store.rows(
+        "SELECT queue, depth FROM tickwork_queue_history WHERE minute = ? ORDER BY queue",
+        (M0 + 2 * MINUTE,)) == [("q", 0), ("q2", 1)]
+
+
+@covers("prune_history")
+def test_prune_history_deletes_the_oldest_minutes_a_batch_at_a_time(
+        local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    store.add_history([HistoryRow("q", M0 + number * MINUTE, enqueued=1)
+                       for number in range(3)])
+    keep = 7 * 24 * 60 * MINUTE
+    now = M0 + 2 * MINUTE + keep
+    assert store.prune_history(now, keep, 1) == 1
+    assert store.prune_history(now, keep, 10) == 1
+    assert store.prune_history(now, keep, 10) == 0
+    assert local_store.rows("SELECT minute FROM tickwork_queue_history") == [
+        (M0 + 2 * MINUTE,)]

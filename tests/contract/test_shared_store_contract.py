@@ -34,6 +34,7 @@ from tickwork import Retry
 from tickwork.lifecycle import Settlement
 from tickwork.lifecycle.requests import JobListing
 from tickwork.model.errors import IngestConflict, SchemaError
+from tickwork.model.history import HistoryRow
 from tickwork.model.jobs import JobRecord
 from tickwork.model.retention import RetentionPolicy
 from tickwork.ports.shared_store import SharedStore
@@ -951,3 +952,90 @@ async def test_storage_usage_counts_each_table_and_sizes_what_it_can(
         assert report.size_bytes >= empty.size_bytes > 0
     else:  # D1 reports its size elsewhere (wrangler d1 info)
         assert (empty.size_bytes, report.size_bytes) == (None, None)
+
+
+# ------------------------------------------------------ history over time
+
+MINUTE = 60_000
+M0 = T0 - T0 % MINUTE  # the minute T0 is in
+
+
+def history_rows(rows: Any) -> list[tuple[Any, ...]]:
+    """Rows with every number as a Python int (PostgreSQL's bigint sums are ints)."""
+    return [tuple(value if value is None or isinstance(value, str) else int(value)
+                  for value in row) for row in rows]
+
+
+@covers("add_history", "history")
+async def test_add_history_adds_to_the_minute_rows_and_history_sums_them(
+        shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    assert await store.history("q", M0, M0 + 10 * MINUTE, MINUTE) is None  # never seen
+    await store.add_history([])  # nothing to write: no statement, no row
+    await store.add_history([HistoryRow("q", M0, enqueued=2, started=1),
+                             HistoryRow("q", M0 + MINUTE, completed=1, retried=1),
+                             HistoryRow("z é", M0, failed=1)])
+    # A second flush of the same minutes adds to them.
+    await store.add_history([HistoryRow("q", M0, enqueued=1, cancelled=1),
+                             HistoryRow("q", M0 + 5 * MINUTE, started=3)])
+    minutes = await store.history("q", M0, M0 + 10 * MINUTE, MINUTE)
+    assert minutes is not None
+    assert history_rows(minutes) == [
+        (M0, 3, 1, 0, 0, 1, 0, None, None), (M0 + MINUTE, 0, 0, 1, 0, 0, 1, None, None),
+        (M0 + 5 * MINUTE, 0, 3, 0, 0, 0, 0, None, None)]
+    hour = 60 * MINUTE
+    start = M0 - M0 % hour
+    hours = await store.history("q", start, start + 2 * hour, hour)
+    assert hours is not None
+    expected: dict[int, list[int]] = {}
+    for minute, added in ((M0, (3, 1, 0)), (M0 + MINUTE, (0, 0, 1)),
+                          (M0 + 5 * MINUTE, (0, 3, 0))):
+        bucket = expected.setdefault(minute - minute % hour, [0, 0, 0])
+        bucket[:] = [a + b for a, b in zip(bucket, added, strict=True)]
+    assert [tuple(int(value) for value in row[:4]) for row in hours] == [
+        (bucket, *values) for bucket, values in sorted(expected.items())]
+    # Known, with nothing in the range: no rows (not None).
+    assert await store.history("q", M0 + 6 * MINUTE, M0 + 9 * MINUTE, MINUTE) == []
+    assert history_rows(await store.history("z é", M0, M0 + MINUTE, MINUTE) or []) == [
+        (M0, 0, 0, 0, 1, 0, 0, None, None)]
+
+
+@covers("sample_history")
+async def test_sample_history_writes_each_queues_capped_depth_and_head_wait(
+        shared_store: SharedStoreUnderTest, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(d1_store, "DEPTH_CAP", 2)  # the same statement, a smaller cap
+    monkeypatch.setattr(postgres_store, "DEPTH_CAP", 2)
+    store = shared_store.store
+    await queued(shared_store, "a", "b", "c")  # q: three waiting, over the cap of 2
+    assert await store.insert(valid_job("later", "q2", delay_ms=10 * MINUTE), T0)
+    await store.add_history([HistoryRow("gone", M0 - MINUTE, completed=1)])
+    await store.sample_history(T0 + 30_000, M0 - MINUTE, ["counted"])
+    assert history_rows(await shared_store.rows(
+        "SELECT queue, minute, depth, oldest_age_ms FROM tickwork_queue_history "
+        f"WHERE minute = {M0} ORDER BY queue")) == [
+        ("counted", M0, 0, None),  # named by the flush: sampled, empty
+        ("q", M0, 3, 30_000),  # depth 3 = the cap + 1: "more than 2"
+        ("q2", M0, 1, None)]  # waiting for its time: none ready
+    # A later minute: q emptied (its row since then says it was not empty).
+    for token in ("t1", "t2", "t3"):
+        job = await claimed(shared_store, token, T0 + MINUTE)
+        assert await store.settle(job.sequence, token, COMPLETED, T0 + MINUTE, cancelled=False)
+    await store.sample_history(T0 + 2 * MINUTE, M0, [])
+    assert history_rows(await shared_store.rows(
+        "SELECT queue, depth FROM tickwork_queue_history "
+        f"WHERE minute = {M0 + 2 * MINUTE} ORDER BY queue")) == [("q", 0), ("q2", 1)]
+
+
+@covers("prune_history")
+async def test_prune_history_deletes_the_oldest_minutes_a_batch_at_a_time(
+        shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    await store.add_history([HistoryRow("q", M0 + number * MINUTE, enqueued=1)
+                             for number in range(3)])
+    keep = 7 * 24 * 60 * MINUTE
+    now = M0 + 2 * MINUTE + keep  # everything before M0 + 2 minutes is past
+    assert await store.prune_history(now, keep, 1) == 1
+    assert await store.prune_history(now, keep, 10) == 1
+    assert await store.prune_history(now, keep, 10) == 0
+    assert history_rows(await shared_store.rows(
+        "SELECT minute FROM tickwork_queue_history")) == [(M0 + 2 * MINUTE,)]

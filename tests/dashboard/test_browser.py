@@ -187,6 +187,19 @@ def test_dashboard_in_chromium(server: Serve, context: Any) -> None:
     assert "0 3 * * *" in page.locator('tr[data-schedule="nightly-digest"]').inner_text()
     # The script ran under the page's CSP: times read as relative ones.
     assert re.search(r"ago$", head.locator('td[data-label="enqueued"] time').inner_text())
+    # The reports queue's last hour, charted: its two failures drawn as a line
+    # in the stylesheet's colour for failures (the CSP allows no inline style).
+    charts = page.locator('.queue[data-queue="reports"] .charts')
+    throughput = charts.locator('[data-chart="throughput"]')
+    assert "failed 2" in throughput.locator("figcaption").inner_text()
+    assert "enqueued 3" in throughput.locator("figcaption").inner_text()
+    failed_line = throughput.locator("polyline.failed")
+    box = throughput.locator("svg").bounding_box()
+    assert box is not None and box["width"] > 200 and box["height"] > 40
+    assert failed_line.evaluate("line => getComputedStyle(line).stroke") == (
+        page.locator(".badge.failed").first.evaluate("badge => getComputedStyle(badge).color"))
+    assert failed_line.evaluate("line => line.getBBox().height") > 0  # a rise, not flat
+    assert "depth" in charts.locator('[data-chart="depth"] figcaption').inner_text()
     page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
 
     # A dismissed confirm sends nothing...
@@ -260,6 +273,9 @@ def test_dashboard_in_chromium(server: Serve, context: Any) -> None:
     assert phone.locator("#queues thead").evaluate(
         "element => getComputedStyle(element).display") == "none"
     assert phone.locator('#queues tr[data-queue="exports"]').is_visible()
+    chart = phone.locator('.queue[data-queue="reports"] [data-chart="throughput"] svg')
+    phone_box = chart.bounding_box()
+    assert phone_box is not None and 200 < phone_box["width"] <= 390
     phone.screenshot(path=str(ARTIFACTS / "dashboard-phone.png"), full_page=True)
 
     # Logging out ends the session: the page redirects to the login form again.

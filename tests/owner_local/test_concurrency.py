@@ -98,6 +98,15 @@ async def test_never_more_than_n_run_and_a_queues_jobs_never_overlap(harness: Ha
     assert len(results) == 40 and {result.outcome for result in results} == {"completed"}
     assert most[0] == 4
     assert max(worst.values()) == 1
+    # The history the four slots counted: each job once.
+    totals = [0, 0, 0]
+    for queue in (f"q{index}" for index in range(6)):
+        history = runtime.history(queue)
+        assert history is not None
+        for point in history.points:
+            totals = [totals[0] + point.enqueued, totals[1] + point.started,
+                      totals[2] + point.completed]
+    assert totals == [40, 40, 40]
 
 
 async def test_a_second_tick_while_one_is_in_flight_answers_busy(harness: Harness) -> None:

@@ -212,7 +212,18 @@ async def test_stopping_puts_a_claim_taken_ahead_back_unstarted(harness: Harness
     rows = states(harness)
     assert rows["b"] == ("queued", None, 0, None, 0)  # put back, no recovery counted
     assert harness.executor.started == ["a"]
+    # Nor is it counted as started in the history (written after the loop).
+    assert started(harness, "q-a") == 1 and started(harness, "q-b") == 0
     assert await runtime.tick() == TickResult("settled", job_id="b", outcome="completed")
+    runtime.flush_history()
+    assert started(harness, "q-b") == 1
+
+
+def started(harness: Harness, queue: str) -> int:
+    """The attempts the history counted as started in ``queue``, all minutes."""
+    rows = harness.host_query(
+        "SELECT coalesce(sum(started), 0) FROM tickwork_queue_history WHERE queue = ?", (queue,))
+    return int(rows[0][0])
 
 
 async def test_a_loop_cancelled_between_jobs_puts_the_claim_back(harness: Harness) -> None:
@@ -281,3 +292,25 @@ async def test_a_concurrent_runtime_drains_its_serial_partition_only(harness: Ha
     assert [r.job_id for r in await runtime.drain()] == ["s1", "s2"]
     assert states(harness)["f1"][0] == "queued"
     assert (await runtime.tick_concurrent()).job_id == "f1"
+
+
+async def test_the_sampled_depth_counts_past_unfiled_and_unlisted_rows(
+        harness: Harness) -> None:
+    """The owner-local sample counts a queue's index entries without reading
+    each row: a drain's settlements not filed yet and rows not listed yet
+    (tickwork.stores.index_batching) must not change the depth it writes."""
+    runtime = harness.runtime()
+    for start in range(0, 600, 100):
+        runtime.ingest_many([job(f"j{n}", queue=f"q{n % 3}") for n in range(start, start + 100)])
+    await runtime.drain(max_ticks=150)
+    for n in range(600, 630):  # fewer than a listing batch: left unlisted
+        runtime.ingest(job(f"j{n}", queue="q0"))
+    waiting_rows = ("SELECT count(*) FROM tickwork_jobs WHERE filed = 0 AND state = 'settled'",
+                    "SELECT count(*) FROM tickwork_jobs WHERE listed = 0")
+    assert all(harness.host_query(query)[0][0] > 0 for query in waiting_rows)
+    runtime.flush_history()
+    exact = dict(harness.host_query(
+        "SELECT queue, count(*) FROM tickwork_jobs WHERE state = 'queued' GROUP BY queue"))
+    assert dict(harness.host_query(
+        "SELECT queue, depth FROM tickwork_queue_history WHERE depth IS NOT NULL")) == exact
+    assert exact["q0"] == 200 - 50 + 30

@@ -175,6 +175,17 @@ async def test_concurrent_drains_on_several_workers_settle_each_job_once(
     assert settled == [f"j{index:02}" for index in range(30)]
     assert sorted(shared.executor.started) == settled
     assert set((await shared.job_states()).values()) == {("settled", "completed")}
+    # The history the twelve loops counted adds up: each job once.
+    for runtime in runtimes:
+        await runtime.flush_history()
+    enqueued = started = completed = 0
+    for queue in (f"q{index}" for index in range(6)):
+        history = await runtimes[0].history(queue, since=shared.now() - 7_200_000, bucket=3600)
+        assert history is not None
+        enqueued += sum(point.enqueued for point in history.points)
+        started += sum(point.started for point in history.points)
+        completed += sum(point.completed for point in history.points)
+    assert (enqueued, started, completed) == (30, 30, 30)
 
 
 async def test_drain_validates_its_concurrency(shared: SharedHarness) -> None:

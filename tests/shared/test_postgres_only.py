@@ -17,6 +17,8 @@ from tests.support.pg.fixtures import Pool, open_pool
 from tests.support.shared import ManualNow
 from tickwork import Completed, IngestConflict, JobRecord, SchemaError
 from tickwork.lifecycle import Settlement
+from tickwork.model.history import HistoryRow
+from tickwork.runtimes.history import HistoryKeeper
 from tickwork.runtimes.postgres import PostgresRuntime, purge_postgres_queues
 from tickwork.runtimes.shared import LeasedSignal
 
@@ -581,7 +583,7 @@ async def test_a_database_without_0004_is_refused_then_upgraded_with_its_rows(
                 before = await (await conn.execute(
                     "SELECT * FROM tickwork_jobs ORDER BY sequence")).fetchall()
             runtime = _runtime(pool)
-            with pytest.raises(SchemaError, match=r"version 3, this package needs 14: apply "
+            with pytest.raises(SchemaError, match=r"version 3, this package needs 15: apply "
                                                   r"0004_due_times\.sql, 0005_paused_queues"
                                                   r"\.sql, 0006_retries\.sql, 0007_schedules"
                                                   r"\.sql, 0008_error_summaries\.sql, "
@@ -589,7 +591,7 @@ async def test_a_database_without_0004_is_refused_then_upgraded_with_its_rows(
                                                   r"0011_generic_claim_plans\.sql, "
                                                   r"0012_claim_passes\.sql, "
                                                   r"0013_job_id_prefix\.sql, 0014_retention\.sql"
-                                                  r" from schema/postgres"):
+                                                  r", 0015_history\.sql from schema/postgres"):
                 await runtime.ingest(job("a"))
             assert await _count(pool) == 2
             async with pool.connection() as conn:
@@ -642,3 +644,64 @@ async def test_workers_firing_one_schedule_at_once_create_each_slot_once(pool: P
         rows = await (await conn.execute(
             "SELECT count(*), count(DISTINCT job_id) FROM tickwork_jobs")).fetchall()
     assert rows[0][0] == rows[0][1]
+
+
+async def test_concurrent_drains_flushing_before_every_step_count_every_job_once(
+    postgres_dsn: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Ten runtimes over two pools drain 1,200 jobs of 200 queues, each writing
+    its history before every step (as if every minute turned) and sampling
+    once: their upserts of the same (queue, minute) rows wait for each other
+    in one order, so no flush deadlocks or fails, and once each has written
+    what it counted, every queue's counts are exactly its jobs."""
+    counting = HistoryKeeper.count
+
+    def count_and_flush_next(keeper: HistoryKeeper, report: Any, at: int) -> None:
+        counting(keeper, report, at)
+        keeper.flush_due = True  # as if every count landed in a later minute
+
+    monkeypatch.setattr(HistoryKeeper, "count", count_and_flush_next)
+    watch = _SerialWatch()
+    async with open_pool(postgres_dsn, max_size=6) as first, \
+            open_pool(postgres_dsn, max_size=6) as second:
+        runtimes = [_runtime(pool, execute=watch.execute) for pool in (first, second)
+                    for _ in range(5)]
+        started_at = await runtimes[0]._store.store_now(None)
+        for start in range(0, 1200, 100):
+            await runtimes[start // 200].ingest_many(
+                [job(f"j{n}", queue=f"q{n % 200:03}") for n in range(start, start + 100)])
+
+        async def work(runtime: PostgresRuntime) -> None:
+            while await _count(first, "state <> 'settled'"):
+                await runtime.drain()
+                await asyncio.sleep(0.001)
+
+        await asyncio.gather(*(work(runtime) for runtime in runtimes))
+        for runtime in runtimes:
+            await runtime.flush_history()
+        assert len(watch.runs) == 1200 and set(watch.runs.values()) == {1}
+        since = started_at - started_at % 60_000
+        for queue in (f"q{n:03}" for n in range(200)):
+            history = await runtimes[0].history(queue, since=since)
+            assert history is not None
+            sums = [sum(getattr(point, name) for point in history.points)
+                    for name in ("enqueued", "started", "completed", "failed", "retried")]
+            assert sums == [6, 6, 6, 0, 0], queue
+    assert "could not write the history's counts" not in caplog.text
+    assert "could not sample" not in caplog.text
+
+
+async def test_flushes_of_the_same_rows_at_once_never_deadlock(pool: Pool) -> None:
+    """Sixteen flushes at once, each adding to the same 400 (queue, minute)
+    rows, six rounds: each statement takes its rows' locks in (queue, minute)
+    order, so they queue up behind each other instead of deadlocking, and
+    every row ends with every flush's counts."""
+    store = _runtime(pool)._store
+    rows = [HistoryRow(f"q{n % 100:02}", 60_000 * (n // 100), enqueued=1, completed=2)
+            for n in range(400)]
+    for _ in range(6):
+        await asyncio.gather(*(store.add_history(rows) for _ in range(16)))
+    async with pool.connection() as conn:
+        cursor = await conn.execute("SELECT count(*), min(enqueued), max(enqueued), "
+                                    "min(completed), max(completed) FROM tickwork_queue_history")
+        assert await cursor.fetchone() == (400, 96, 96, 192, 192)

@@ -20,6 +20,7 @@ from tickwork import (
     JobRecord,
     LaneCancelled,
     QueueBacklog,
+    QueueHistory,
     QueueStatus,
     RedriveResult,
     Retry,
@@ -219,6 +220,15 @@ async def scenario(jobs: AsyncJobs, *, runs_beside: bool) -> None:
         assert (backlog[q3].ready, backlog[q3].delayed, backlog[q3].running) == (0, 0, 1)
     else:
         assert q3 not in backlog  # purged: nothing unsettled left
+    # The history counted q4's two jobs in the last hour; a queue never seen has none.
+    history = await jobs.history(q4, bucket=300)
+    assert isinstance(history, QueueHistory)
+    assert (history.queue, history.bucket) == (q4, 300)
+    assert sum(point.enqueued for point in history.points) == 2
+    assert await jobs.history(f"never-{n}") is None
+    with pytest.raises(InvalidArgument) as bad_bucket:
+        await jobs.history(q4, bucket=7)
+    assert bad_bucket.value.field == "bucket"
 
     # A schedule: created once, replaced, listed, paused, resumed, deleted.
     # Its yearly slot is far off: no job comes of it here.

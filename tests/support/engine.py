@@ -70,6 +70,15 @@ class Jobs(RuntimeOperations, AsyncSurface):
         result: TickResult = await self.runtime.tick()
         return result
 
+    async def prune_if_due(self) -> int:
+        """The retention pass the hosts run between loops."""
+        pruned: int = await self._call("prune_if_due")
+        return pruned
+
+    async def flush_history(self) -> None:
+        """Write the history counted in memory, as the hosts do after a loop."""
+        await self._call("flush_history")
+
     async def drain(self, limit: int = 100) -> list[TickResult]:
         """Tick until idle; what each tick did (idle ticks excluded)."""
         results = []

@@ -62,21 +62,22 @@ def test_the_migration_list_is_pinned() -> None:
                                  "0005_paused_queues.sql", "0006_retries.sql",
                                  "0007_schedules.sql", "0008_error_summaries.sql",
                                  "0009_browse.sql")
-    # D1 has retention as 0010 and the directory of owners as 0012 (only D1
-    # has it: on tickwork serve the data directory is the directory,
-    # PostgreSQL holds only shared queues).
-    assert (*SHARED_MIGRATIONS, "0010_retention.sql", "0012_owner_directory.sql") == MIGRATIONS
+    # D1 has retention as 0010, the history over time as 0011 and the
+    # directory of owners as 0012 (only D1 has it: on tickwork serve the
+    # data directory is the directory, PostgreSQL holds only shared queues).
+    assert (*SHARED_MIGRATIONS, "0010_retention.sql", "0011_history.sql",
+            "0012_owner_directory.sql") == MIGRATIONS
     assert SCHEMA_VERSION == 12
     # PostgreSQL alone has 0010 (its claims lock per queue; D1 runs one
     # statement at a time and needs no lock), 0011 (plans of its function)
     # 0012 (its claim walking again when it came up short) and 0013 (job ids
     # in byte order: SQLite's job_id index sorts so already); retention is
-    # its 0014.
-    assert POSTGRES_MIGRATIONS[:-5] == SHARED_MIGRATIONS
-    assert POSTGRES_MIGRATIONS[-5:] == ("0010_queue_claims.sql", "0011_generic_claim_plans.sql",
+    # its 0014 and the history over time its 0015.
+    assert POSTGRES_MIGRATIONS[:-6] == SHARED_MIGRATIONS
+    assert POSTGRES_MIGRATIONS[-6:] == ("0010_queue_claims.sql", "0011_generic_claim_plans.sql",
                                         "0012_claim_passes.sql", "0013_job_id_prefix.sql",
-                                        "0014_retention.sql")
-    assert POSTGRES_SCHEMA_VERSION == 14
+                                        "0014_retention.sql", "0015_history.sql")
+    assert POSTGRES_SCHEMA_VERSION == 15
 
 
 @pytest.mark.parametrize("dialect", ["d1", "postgres"])
@@ -98,7 +99,7 @@ def test_schema_errors_name_the_missing_migrations() -> None:
                                           r"\.sql, 0004_due_times\.sql, 0005_paused_queues\.sql, "
                                           r"0006_retries\.sql, 0007_schedules\.sql, "
                                           r"0008_error_summaries\.sql, 0009_browse\.sql, "
-                                          r"0010_retention\.sql, "
+                                          r"0010_retention\.sql, 0011_history\.sql, "
                                           r"0012_owner_directory\.sql from schema/d1"):
         check_schema_version(1, database="D1", folder="schema/d1", apply_with="wrangler")
     with pytest.raises(SchemaError, match=r"version 2, this package needs 12: "
@@ -106,22 +107,22 @@ def test_schema_errors_name_the_missing_migrations() -> None:
                                           r"0004_due_times\.sql, 0005_paused_queues\.sql, "
                                           r"0006_retries\.sql, 0007_schedules\.sql, "
                                           r"0008_error_summaries\.sql, 0009_browse\.sql, "
-                                          r"0010_retention\.sql, "
+                                          r"0010_retention\.sql, 0011_history\.sql, "
                                           r"0012_owner_directory\.sql from schema/d1"):
         check_schema_version(2, database="D1", folder="schema/d1", apply_with="wrangler")
-    # A database at 10 lacks only what is numbered above 10: the number D1's
-    # list skips (11) is never asked for.
+    # A database at 10 lacks only what is numbered above 10.
     with pytest.raises(SchemaError, match=r"version 10, this package needs 12: "
-                                          r"apply 0012_owner_directory\.sql from schema/d1"):
+                                          r"apply 0011_history\.sql, 0012_owner_directory\.sql "
+                                          r"from schema/d1"):
         check_schema_version(10, database="D1", folder="schema/d1", apply_with="wrangler")
     check_schema_version(SCHEMA_VERSION, database="D1", folder="schema/d1", apply_with="x")
     with pytest.raises(SchemaError, match="upgrade tickwork"):
         check_schema_version(SCHEMA_VERSION + 1, database="D1", folder="x", apply_with="x")
-    with pytest.raises(SchemaError, match=r"version 9, this package needs 14: apply "
+    with pytest.raises(SchemaError, match=r"version 9, this package needs 15: apply "
                                           r"0010_queue_claims\.sql, 0011_generic_claim_plans"
                                           r"\.sql, 0012_claim_passes\.sql, "
-                                          r"0013_job_id_prefix\.sql, 0014_retention\.sql "
-                                          r"from schema/postgres"):
+                                          r"0013_job_id_prefix\.sql, 0014_retention\.sql, "
+                                          r"0015_history\.sql from schema/postgres"):
         check_schema_version(9, database="PostgreSQL", folder="schema/postgres",
                              apply_with="psql", migrations=POSTGRES_MIGRATIONS)
 

@@ -18,6 +18,7 @@ from tickwork.stores.owner_schema import (
     BROWSE_SQL,
     DUE_TIMES_SQL,
     ERROR_SUMMARIES_SQL,
+    HISTORY_SQL,
     LIGHT_CHECKS_SQL,
     PAUSED_QUEUES_SQL,
     RETENTION_SQL,
@@ -141,11 +142,12 @@ def test_the_owner_local_ddl_is_the_schema_file() -> None:
     assert (folder / "0009_batched_entries.sql").read_text() == BATCHED_ENTRIES_SQL
     assert (folder / "0010_batched_queue_order.sql").read_text() == BATCHED_QUEUE_ORDER_SQL
     assert (folder / "0011_retention.sql").read_text() == RETENTION_SQL
+    assert (folder / "0012_history.sql").read_text() == HISTORY_SQL
     assert sorted(path.name for path in folder.iterdir()) == [
         "0001_tickwork_jobs.sql", "0002_due_times.sql", "0003_paused_queues.sql",
         "0004_retries.sql", "0005_schedules.sql", "0006_error_summaries.sql",
         "0007_browse.sql", "0008_light_checks.sql", "0009_batched_entries.sql",
-        "0010_batched_queue_order.sql", "0011_retention.sql"]
+        "0010_batched_queue_order.sql", "0011_retention.sql", "0012_history.sql"]
     assert list(SCHEMA_STATEMENTS) == split_statements(SCHEMA_SQL)
     assert list(UPGRADES[1]) == split_statements(DUE_TIMES_SQL)
     assert list(UPGRADES[2]) == split_statements(PAUSED_QUEUES_SQL)
@@ -157,6 +159,7 @@ def test_the_owner_local_ddl_is_the_schema_file() -> None:
     assert list(UPGRADES[8]) == split_statements(BATCHED_ENTRIES_SQL)
     assert list(UPGRADES[9]) == split_statements(BATCHED_QUEUE_ORDER_SQL)
     assert list(UPGRADES[10]) == split_statements(RETENTION_SQL)
+    assert list(UPGRADES[11]) == split_statements(HISTORY_SQL)
 
 
 def _objects(statements: list[str]) -> dict[str, str]:

@@ -70,7 +70,7 @@ from tickwork.model.jobs import (
     check_id,
     check_text,
 )
-from tickwork.model.outcomes import OUTCOMES, QueueStatus
+from tickwork.model.outcomes import OUTCOMES, QueueHistory, QueueStatus
 from tickwork.model.schedules import ScheduleRecord
 from tickwork.model.waiting import Hold, JobWait
 
@@ -107,6 +107,11 @@ JOBS_PER_LIST = 10
 PAYLOAD_EXCERPT = 160
 MESSAGE_EXCERPT = 300
 TRACEBACK_EXCERPT = 4000
+#: A history chart's drawing area in SVG units (the SVG stretches to its box).
+CHART_WIDTH = 300
+CHART_HEIGHT = 60
+#: The counts the throughput chart draws, one line each, in this order.
+THROUGHPUT_SERIES = ("enqueued", "completed", "failed", "retried")
 
 ACTIONS = ("cancel", "cancel_lane", "pause", "resume", "redrive", "redrive_dead_letters",
            "pause_schedule", "resume_schedule")
@@ -578,8 +583,10 @@ class Dashboard:
              + self._settled_table(scope, dead.jobs, redrive=True)),
             await self._completed_list(scope, service, queue),
         ]
+        history = await service.history(queue)  # the last hour, a point a minute
         parts = [f'<div class="queue" id="queue-{_anchor(queue)}" data-queue="{_e(queue)}">'
-                 f'<h3><span class="id">{_e(queue)}</span>{badge}</h3>']
+                 f'<h3><span class="id">{_e(queue)}</span>{badge}</h3>',
+                 "" if history is None else history_charts(history)]
         parts += [f'<div class="list" data-list="{name}"><h3>{_e(title)}</h3>{table}</div>'
                   for name, title, table in lists if table]
         # Empty lists take one line between them, not a heading each.
@@ -852,6 +859,82 @@ class Dashboard:
 
 
 # ------------------------------------------------------------------ helpers
+
+
+def history_charts(history: QueueHistory) -> str:
+    """A queue's history as two small charts: jobs per bucket (enqueued,
+    completed, failed, retried) and the sampled depth. Inline SVG drawn
+    here, with attributes and the stylesheet's classes only (the page's CSP
+    allows no inline style or script); "" without points."""
+    points = history.points
+    if not points:
+        return ""
+    minutes = history.bucket // 60
+    per = "minute" if minutes == 1 else f"{minutes} minutes"
+    start, end = _time(points[0].at), _time(points[-1].at)
+    throughput = _chart(
+        "throughput", f"Jobs per {per}",
+        [(name, [getattr(point, name) for point in points]) for name in THROUGHPUT_SERIES],
+        [f"{name} {sum(getattr(point, name) for point in points)}"
+         for name in THROUGHPUT_SERIES], start, end)
+    depths = [point.depth for point in points]
+    sampled = [point for point in points if point.depth is not None]
+    # A sample counts up to a cap: a deeper queue reads "10,000+".
+    latest = (None if not sampled else
+              f"{sampled[-1].depth:,}{'+' if sampled[-1].depth_capped else ''}")
+    oldest = max((point.oldest_age_ms for point in points
+                  if point.oldest_age_ms is not None), default=None)
+    keys = [f"depth {'-' if latest is None else latest} now"]
+    if oldest is not None:
+        keys.append(f"head waited {_wait(oldest)}")
+    depth = _chart("depth", "Queue depth (sampled once a minute)", [("depth", depths)], keys,
+                   start, end)
+    return f'<div class="charts" data-history="{_e(history.queue)}">{throughput}{depth}</div>'
+
+
+def _chart(kind: str, title: str, series: Sequence[tuple[str, Sequence[int | None]]],
+           keys: Sequence[str], start: str, end: str) -> str:
+    """One chart: a line per series over the same points (None: no value, a
+    gap in the line), scaled to the highest value."""
+    top = max((value for _, values in series for value in values if value is not None),
+              default=0)
+    scale = top or 1
+    count = max(len(values) for _, values in series)
+    step = CHART_WIDTH / max(count - 1, 1)
+    drawn = []
+    for name, values in series:
+        run: list[str] = []
+        for index, value in enumerate([*values, None]):
+            if value is not None:
+                y = CHART_HEIGHT - value * (CHART_HEIGHT - 2) / scale - 1
+                run.append(f"{index * step:.1f},{y:.1f}")
+                continue
+            if len(run) == 1:  # a lone value: a dot, as a line needs two
+                x, y_text = run[0].split(",")
+                drawn.append(f'<circle class="{name}" cx="{x}" cy="{y_text}" r="2"/>')
+            elif run:
+                drawn.append(f'<polyline class="{name}" points="{" ".join(run)}" '
+                             'vector-effect="non-scaling-stroke"/>')
+            run = []
+    legend = "".join(f'<span class="key {_e(key.split()[0])}">{_e(key)}</span>' for key in keys)
+    return (f'<figure class="chart" data-chart="{kind}" data-max="{top}">'
+            f"<figcaption>{_e(title)}{legend}</figcaption>"
+            f'<svg viewBox="0 0 {CHART_WIDTH} {CHART_HEIGHT}" preserveAspectRatio="none" '
+            f'role="img" aria-label="{_e(title)}, highest {top}"><title>{_e(title)}</title>'
+            f'<line class="axis" x1="0" y1="{CHART_HEIGHT - 0.5}" x2="{CHART_WIDTH}" '
+            f'y2="{CHART_HEIGHT - 0.5}" vector-effect="non-scaling-stroke"/>{"".join(drawn)}'
+            f'</svg><div class="scale"><span>{start}</span><span>max {top}</span>'
+            f"<span>{end}</span></div></figure>")
+
+
+def _wait(ms: int) -> str:
+    """``ms`` as the largest whole unit that fits: 45 s, 12 min, 3 h."""
+    seconds = ms // 1000
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 7200:
+        return f"{seconds // 60} min"
+    return f"{seconds // 3600} h"
 
 
 def scope_path(scope: Scope) -> str:

@@ -70,6 +70,25 @@ select { font: inherit; padding: .3rem .4rem; border: 1px solid var(--line);
   border-radius: 4px; background: var(--bg); color: var(--fg); min-height: 2rem; }
 td.alert { color: var(--bad); font-weight: 600; }
 nav.pager { display: flex; gap: 1rem; margin: .8rem 0; }
+/* History charts: inline SVG drawn by the server, coloured by class. */
+.charts { display: flex; flex-wrap: wrap; gap: .4rem 1rem; margin: .3rem 0 .6rem; }
+.chart { flex: 1 1 16rem; min-width: 0; margin: 0; }
+.chart figcaption { font-size: .85rem; color: var(--muted); }
+.chart svg { display: block; width: 100%; height: 4.5rem; background: var(--panel);
+  border: 1px solid var(--line); border-radius: 3px; }
+.chart .axis { stroke: var(--line); }
+.chart polyline { fill: none; stroke-width: 1.5; }
+.chart circle { stroke: none; }
+.chart .scale { display: flex; justify-content: space-between; font-size: .75rem;
+  color: var(--muted); }
+.key { white-space: nowrap; margin-left: .5rem; }
+.key::before { content: ""; display: inline-block; width: .7rem; height: .2rem;
+  margin-right: .2rem; vertical-align: middle; background: currentColor; }
+.enqueued { color: var(--accent); stroke: var(--accent); fill: var(--accent); }
+.completed { color: var(--ok); stroke: var(--ok); fill: var(--ok); }
+.failed { color: var(--bad); stroke: var(--bad); fill: var(--bad); }
+.retried { color: var(--warn); stroke: var(--warn); fill: var(--warn); }
+.depth { color: var(--fg); stroke: var(--fg); fill: var(--fg); }
 @media (max-width: 40rem) {
   main { padding: .3rem .5rem 2rem; }
   header { padding: .5rem; }

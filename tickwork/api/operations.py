@@ -36,16 +36,20 @@ from tickwork.directory import (
     page_to_wire,
 )
 from tickwork.lifecycle.operations import (
+    DEFAULT_HISTORY_MS,
     MAX_DEAD_LETTER_PAGE,
+    MAX_HISTORY_POINTS,
     MAX_JOB_PAGE,
     READ_SETTLED_MAX_LIMIT,
     cancel_lane,
+    check_history_args,
     find_jobs_request,
     list_jobs_request,
     redrive_dead_letters,
 )
 from tickwork.lifecycle.surface import Declared, JobOperations, declared_operations
 from tickwork.model.errors import IngestConflict, InvalidArgument, InvalidJob
+from tickwork.model.history import HISTORY_BUCKETS
 from tickwork.model.jobs import (
     MAX_ATTEMPTS,
     MAX_BACKOFF_FACTOR,
@@ -383,6 +387,37 @@ def _find_jobs_to_http(args: tuple[Any, ...]) -> tuple[tuple[str, ...], Any]:
     return (), query
 
 
+def _decode_history(args: Sequence[str], query: Any) -> tuple[tuple[Any, ...], Any]:
+    """A GET's query (``queue``, ``since``, ``bucket``; strings, as sent) as
+    history's arguments, checked as the plan checks them."""
+    given = wire.fields({} if query is None else query, "query", ("queue",),
+                        ("since", "bucket"))
+    queue = check_id("queue", given["queue"])
+    since = (None if given.get("since") is None
+             else _query_int(given, "since", 0, 0, MAX_SAFE_INTEGER))
+    bucket = _query_int(given, "bucket", 60, 1, max(HISTORY_BUCKETS))
+    check_history_args(since, bucket)
+    return (queue, since, bucket), None
+
+
+def _history_to_http(args: tuple[Any, ...]) -> tuple[tuple[str, ...], Any]:
+    queue, since, bucket = args
+    check_id("queue", queue)
+    check_history_args(since, bucket)  # refused here as the server would
+    query = {"queue": queue, "bucket": str(bucket)}
+    if since is not None:
+        query["since"] = str(since)
+    return (), query
+
+
+def _reply_history(args: tuple[Any, ...], context: Any, history: Any) -> Reply:
+    if history is None:
+        raise ApiError(404, "queue_not_found",
+                       f"no history of queue {args[0]!r}: no job of it changed state in the "
+                       "7 days history is kept", "queue")
+    return Reply(200, wire.history_to_wire(history))
+
+
 def _settled_feed(runtime: Any) -> Any:
     """The runtime's read_settled; the shared queues have no settled feed."""
     read_settled = getattr(runtime, "read_settled", None)
@@ -484,6 +519,11 @@ CANCEL_STATUS: Final = {
     "conflict": 409,
     "not_found": 404,
 }
+
+
+def _optional(convert: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``convert``, passing None through (a result that may be None)."""
+    return lambda value: None if value is None else convert(value)
 
 
 def _optional_record(value: Any) -> Any:
@@ -817,6 +857,32 @@ OPERATIONS: Final = (
         reply_shape='`{"queue", "jobs": [{...}, ...], "cursor"}`',
         to_http=_dead_letters_to_http, from_http=wire.dead_letters_from_wire,
         idempotent=True),
+    Operation(
+        "history", "GET", ("history",),
+        "What happened to a queue's jobs over time: per bucket, jobs enqueued, started, "
+        "completed, failed, cancelled and retried, and the sampled depth (counted up to "
+        "10,000: depth_capped says there were more) and head job's wait",
+        _decode_history, _reply_history,
+        result_to_wire=_optional(wire.history_to_wire),
+        result_from_wire=_optional(wire.history_from_wire),
+        # The queue, since (or null) and the bucket cross RPC as JSON text.
+        args_to_rpc=_each_as_json_text, args_from_rpc=_each_from_json_text,
+        query_params={
+            "queue": ({"type": "string"}, "the queue"),
+            "since": ({"type": "integer", "minimum": 0},
+                      f"epoch ms, not in the future (default: {DEFAULT_HISTORY_MS // 60_000} "
+                      "minutes ago)"),
+            "bucket": ({"type": "integer", "enum": list(HISTORY_BUCKETS), "default": 60},
+                       f"seconds per point; at most {MAX_HISTORY_POINTS} points")},
+        answers={200: "every bucket from since's to now's, oldest first",
+                 400: "since in the future or too far back for the bucket, or a bucket "
+                      "not allowed",
+                 404: "no history of the queue"},
+        reply_shape=('`{"queue", "bucket", "since", "read_at", "points": [{"at", "enqueued", '
+                     '"started", "completed", "failed", "cancelled", "retried", "depth", '
+                     '"oldest_age_ms", "depth_capped"}, ...]}`'),
+        to_http=_history_to_http, from_http=wire.history_from_wire,
+        none_when="queue_not_found", idempotent=True),
     Operation(
         "list_jobs", "GET", ("jobs",),
         "One page of the jobs of a queue or a lane in one state (settled ones "

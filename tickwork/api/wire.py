@@ -32,9 +32,11 @@ from tickwork.model.outcomes import (
     DeadLetters,
     DeadLettersRedriven,
     FailLaneResult,
+    HistoryPoint,
     JobPage,
     LaneCancelled,
     QueueBacklog,
+    QueueHistory,
     QueueStatus,
     RedriveResult,
 )
@@ -476,6 +478,24 @@ def dead_letters_to_wire(page: DeadLetters) -> dict[str, Any]:
 
 def dead_letters_from_wire(value: Mapping[str, Any]) -> DeadLetters:
     return DeadLetters([record_from_wire(job) for job in value["jobs"]], value["cursor"])
+
+
+#: A history point's fields on the wire, in order (``at`` first).
+HISTORY_FIELDS = ("at", "enqueued", "started", "completed", "failed", "cancelled", "retried",
+                  "depth", "oldest_age_ms", "depth_capped")
+
+
+def history_to_wire(history: QueueHistory) -> dict[str, Any]:
+    return {"queue": history.queue, "bucket": history.bucket, "since": history.since,
+            "read_at": history.read_at,
+            "points": [{name: getattr(point, name) for name in HISTORY_FIELDS}
+                       for point in history.points]}
+
+
+def history_from_wire(value: Mapping[str, Any]) -> QueueHistory:
+    return QueueHistory(value["queue"], value["bucket"], value["since"], value["read_at"],
+                        [HistoryPoint(**{name: point[name] for name in HISTORY_FIELDS})
+                         for point in value["points"]])
 
 
 def job_page_to_wire(page: JobPage) -> dict[str, Any]:

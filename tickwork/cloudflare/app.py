@@ -342,6 +342,7 @@ async def handle_fetch(env: Any, request: Any, *, executors: ExecutorFactory,
         api = build_api(env, executors=executors, domain_statements=domain_statements)
         adapted = await read_request(request, api)
         answer = adapted if isinstance(adapted, ApiResponse) else await api.handle(adapted)
+        await _flush_api_history(env, executors)
     except Exception:
         log_error("internal error answering a request:\n" + traceback.format_exc())
         answer = INTERNAL_ERROR
@@ -350,6 +351,21 @@ async def handle_fetch(env: Any, request: Any, *, executors: ExecutorFactory,
         if _method(request) not in ("GET", "HEAD") and not _body_used(request):
             await discard_body(request, None)
     return to_response(answer)
+
+
+async def _flush_api_history(env: Any, executors: ExecutorFactory) -> None:
+    """Write the history counted by this request's writes to the shared
+    queues (one statement, after the answer is built): the API's runtime
+    lives as long as the isolate, which may go at any time after the
+    request. Nothing for a request that counted nothing; no sample (the
+    cron drain samples). A failure is logged by the runtime and its counts
+    wait for the next request."""
+    db = binding(env, "DB")
+    if db is None:
+        return
+    runtime = api_runtime(env, db, executors)
+    if runtime.history_pending:
+        await runtime.flush_history(sample=False)
 
 
 def _body_used(request: Any) -> bool:
@@ -502,6 +518,7 @@ async def run_cron(env: Any, controller: Any, *, executors: ExecutorFactory,
         # Under the same lock: one firing at a time prunes (a fresh runtime
         # per firing, so every firing runs one pass; it logs its failures).
         pruned = await runtime.prune_if_due()
+        await runtime.flush_history()  # this firing's counts (logs its own failures)
         return ticks
 
     lock = JobLock(db, on_info=log, on_error=log_error, now=now)

@@ -12,7 +12,8 @@ plain tick function. A runtime with several slots (``concurrency`` N > 1)
 is drained over every slot's steps at once (``draining_slots``,
 ``tickwork.runtimes.draining.drain_slots``): up to N jobs run side by side.
 After the loop it prunes settled history when that is due
-(``tickwork.runtimes.pruning``). Runs on Pyodide: asyncio only.
+(``tickwork.runtimes.pruning``), and writes the history counted in it
+(``tickwork.runtimes.history``). Runs on Pyodide: asyncio only.
 """
 
 from __future__ import annotations
@@ -119,4 +120,9 @@ async def tick_until_idle(
     prune_if_due = getattr(tick, "prune_if_due", None)
     if prune_if_due is not None and ended.stop != "stopped":
         prune_if_due()
+    # The history's counts of this loop, and a sample when a minute has
+    # turned (one or two statements; a failure is logged, the counts kept).
+    flush_history = getattr(tick, "flush_history", None)
+    if flush_history is not None:
+        flush_history()
     return ended

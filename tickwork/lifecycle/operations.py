@@ -41,6 +41,7 @@ from tickwork.lifecycle.requests import (
     FireSlots,
     HasPendingWork,
     Held,
+    HistoryBuckets,
     Insert,
     InsertMany,
     JobListing,
@@ -96,6 +97,7 @@ from tickwork.lifecycle.rules import (
     settlement_under_cancellation,
 )
 from tickwork.model.errors import IngestConflict, InvalidArgument
+from tickwork.model.history import DEPTH_CAP, HISTORY_BUCKETS, HISTORY_KEEP_MS
 from tickwork.model.jobs import (
     MAX_LANE_LENGTH,
     MAX_SAFE_INTEGER,
@@ -108,6 +110,7 @@ from tickwork.model.jobs import (
     check_cancel_args,
     check_id,
     check_reason,
+    check_safe_int,
     check_text,
     validate_job,
     validate_jobs,
@@ -124,9 +127,11 @@ from tickwork.model.outcomes import (
     LaneCancelled,
     ListOrder,
     QueueBacklog,
+    QueueHistory,
     QueueStatus,
     RedriveResult,
     TickResult,
+    history_from_rows,
     queue_backlogs_from_rows,
     queue_status_from_counts,
     queue_statuses_from_groups,
@@ -286,6 +291,54 @@ def backlog() -> Plan[list[QueueBacklog]]:
     rows = yield Backlog()
     read_at: int = yield StoreNow()
     return queue_backlogs_from_rows(rows, read_at)
+
+
+#: A history answer holds at most this many buckets: the 7 days kept in
+#: 5-minute buckets, and the one now is in (a day of minutes fits too). Ask
+#: for a larger bucket to look further back.
+MAX_HISTORY_POINTS: Final = HISTORY_KEEP_MS // 300_000 + 1
+#: How far back a history looks when ``since`` is not given: an hour.
+DEFAULT_HISTORY_MS: Final = 3_600_000
+
+
+def check_history_args(since: object, bucket: object) -> None:
+    """Refuse a ``since`` that is no epoch-ms integer, or a bucket size not
+    in HISTORY_BUCKETS (before any store is read)."""
+    if since is not None:
+        check_safe_int("since", since, InvalidArgument, 0)
+    if isinstance(bucket, bool) or bucket not in HISTORY_BUCKETS:
+        raise InvalidArgument("bucket", "must be one of "
+                              f"{', '.join(map(str, HISTORY_BUCKETS))} (seconds), got {bucket!r}")
+
+
+def history(queue: str, *, since: int | None = None, bucket: int = 60
+            ) -> Plan[QueueHistory | None]:
+    """What happened to the queue's jobs over time, one point per ``bucket``
+    seconds (60, 300, 900 or 3600) from ``since`` (epoch ms; an hour ago when
+    not given) to now by the store's clock: jobs enqueued, started,
+    completed, failed, cancelled and retried, as the runtimes counted and
+    wrote them (``HistoryPoint`` says what a count may miss), and the queue
+    depth and head wait sampled at most once a minute. None when the queue
+    has no history (nothing counted or sampled it in the 7 days kept)."""
+    check_id("queue", queue)
+    check_history_args(since, bucket)
+    now: int = yield StoreNow()
+    step = bucket * 1000
+    if since is None:
+        since = now - DEFAULT_HISTORY_MS
+    elif since > now:
+        raise InvalidArgument("since", f"is in the future: {since} is after the store's "
+                                       f"clock, {now} (epoch ms)")
+    start = since - since % step
+    end = now - now % step + step
+    if (end - start) // step > MAX_HISTORY_POINTS:
+        raise InvalidArgument(
+            "since", f"asks for {(end - start) // step} buckets of {bucket} s, more than "
+                     f"{MAX_HISTORY_POINTS}: give a later since or a larger bucket")
+    rows = yield HistoryBuckets(queue, start, end, step)
+    if rows is None:
+        return None
+    return history_from_rows(queue, bucket, start, end, now, rows, DEPTH_CAP)
 
 
 def dead_letters(queue: str, *, limit: int = 50, cursor: str | None = None
@@ -907,8 +960,9 @@ def run(held: Held, *, claim_next: ClaimNext = False,
     ``ClaimNext``); a function is asked as the job settles, not before it runs.
 
     ``reporting=False`` (a runtime with no event hook, which would ignore
-    them) leaves out the common path's ``Report`` requests: the claim, the
-    settlement, the retry."""
+    it) leaves out the claim's ``Report``: the history counts an attempt as
+    started from the report of its end (``tickwork.model.history``), which
+    is always made."""
     if reporting:
         yield Report("claimed", held)
     settlement, interruption = yield Execute(held)
@@ -917,8 +971,7 @@ def run(held: Held, *, claim_next: ClaimNext = False,
     if retry_in is not None:
         retried = yield RequeueForRetry(held, settlement, retry_in)
         if retried is not None:
-            if reporting:
-                yield Report("retried", held, settlement, retry_at=retried.due_at)
+            yield Report("retried", held, settlement, retry_at=retried.due_at)
             result = _retried(retried, settlement)
         else:
             result = yield from settle_unusual(held, settlement, retry_in)
@@ -926,8 +979,7 @@ def run(held: Held, *, claim_next: ClaimNext = False,
         ahead = interruption is None and (claim_next() if callable(claim_next) else claim_next)
         written, next_held = yield Settle(held, settlement, claim_next=ahead)
         if written:
-            if reporting:
-                yield Report("settled", held, settlement)
+            yield Report("settled", held, settlement)
             result = _written(held.job, settlement)
         else:
             result = yield from settle_unusual(held, settlement)

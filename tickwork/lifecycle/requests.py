@@ -148,6 +148,19 @@ class Backlog(Request):
 
 
 @dataclass(slots=True)
+class HistoryBuckets(Request):
+    """The queue's history rows in [since, until) summed per ``bucket_ms`` ->
+    rows of ``(bucket, enqueued, started, completed, failed, cancelled,
+    retried, depth, oldest_age_ms)`` oldest first, or None when the queue
+    has no history at all."""
+
+    queue: str
+    since: int
+    until: int
+    bucket_ms: int
+
+
+@dataclass(slots=True)
 class DeadLetterPage(Request):
     """Up to ``limit`` of the queue's dead letters settled before ``before``
     (``(settled_at, sequence)``, exclusive), newest first -> ``list[JobRecord]``."""

@@ -129,6 +129,7 @@ class JobOperations:
     queue_status = Declared(operations.queue_status, writes=False)
     backlog = Declared(operations.backlog, writes=False)
     dead_letters = Declared(operations.dead_letters, writes=False)
+    history = Declared(operations.history, writes=False)
     list_jobs = Declared(operations.list_jobs, writes=False)
     explain = Declared(operations.explain, writes=False)
     find_jobs = Declared(operations.find_jobs, writes=False)

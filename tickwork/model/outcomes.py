@@ -269,6 +269,80 @@ def queue_backlogs_from_rows(rows: Iterable[Sequence[Any]], read_at: int) -> lis
                   key=lambda backlog: backlog.queue)
 
 
+@dataclass(frozen=True, slots=True)
+class HistoryPoint:
+    """One bucket of a queue's history: what happened to its jobs from
+    ``at`` (epoch ms) for one bucket's length.
+
+    The counts are what the runtimes counted, each transition once after it
+    committed: jobs ``enqueued`` (stored, or redriven), attempts
+    ``started`` (counted in the minute each began, once it ended: settled
+    or retried), jobs settled ``completed``, ``failed`` (failed,
+    outcome_unknown or interrupted) or ``cancelled``, and failed attempts
+    ``retried``. A redrive adds to ``enqueued`` and takes nothing off the
+    failure it redrives. A runtime keeps its counts in memory for up to a
+    minute before it writes them, so the current minute may be missing
+    some, and a process that dies loses the counts it had not written.
+
+    ``depth`` (waiting jobs, due or not) and ``oldest_age_ms`` (how long the
+    job at the head of the queue, the next to run, has been ready) are the
+    highest sampled in the bucket, at most once a minute per runtime; None
+    when nothing sampled the queue in it. A sample counts at most
+    ``DEPTH_CAP`` (10,000) jobs: ``depth_capped`` says the queue held more
+    (``depth`` is then the cap).
+    """
+
+    at: int
+    enqueued: int = 0
+    started: int = 0
+    completed: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    retried: int = 0
+    depth: int | None = None
+    oldest_age_ms: int | None = None
+    depth_capped: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class QueueHistory:
+    """A queue's history: one point per bucket of ``bucket`` seconds, from
+    the bucket ``since`` falls in through the one of ``read_at`` (the
+    store's clock when read), oldest first, none missing (a bucket in
+    which nothing happened has zero counts)."""
+
+    queue: str
+    bucket: int
+    since: int
+    read_at: int
+    points: list[HistoryPoint]
+
+
+def history_from_rows(queue: str, bucket: int, start: int, end: int, read_at: int,
+                      rows: Iterable[Sequence[Any]], depth_cap: int) -> QueueHistory:
+    """A QueueHistory of the buckets from ``start`` to ``end`` (exclusive,
+    epoch ms), from the store's rows (bucket start, enqueued, started,
+    completed, failed, cancelled, retried, depth, oldest_age_ms) of the
+    buckets that have any; a stored depth above ``depth_cap`` is a capped
+    count."""
+    found = {int(row[0]): row for row in rows}
+    step = bucket * 1000
+    points = []
+    for at in range(start, end, step):
+        row = found.get(at)
+        if row is None:
+            points.append(HistoryPoint(at))
+            continue
+        enqueued, started, completed, failed, cancelled, retried = (
+            int(value or 0) for value in row[1:7])
+        depth = None if row[7] is None else int(row[7])
+        age = None if row[8] is None else max(0, int(row[8]))
+        capped = depth is not None and depth > depth_cap
+        points.append(HistoryPoint(at, enqueued, started, completed, failed, cancelled,
+                                   retried, depth_cap if capped else depth, age, capped))
+    return QueueHistory(queue, bucket, start, read_at, points)
+
+
 def queue_status_from_counts(queue: str, queued: int, running: int,
                              outcome_counts: Iterable[Any], delayed: int = 0,
                              paused: bool = False) -> QueueStatus:

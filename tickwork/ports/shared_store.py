@@ -14,6 +14,7 @@ from typing import Any, Literal, Protocol, TypeAlias
 
 from tickwork.lifecycle import Settlement
 from tickwork.lifecycle.requests import ClaimView, JobListing, Suspect
+from tickwork.model.history import HistoryRow
 from tickwork.model.jobs import JobRecord, ValidJob
 from tickwork.model.retention import RetentionPolicy, StorageReport
 from tickwork.model.schedules import StoredSchedule, ValidSchedule
@@ -188,6 +189,28 @@ class SharedStore(Protocol):
 
     async def store_now(self, now: int | None) -> int:
         """Database time (epoch ms), or ``now`` when given."""
+
+    async def history(self, queue: str, since: int, until: int,
+                      bucket_ms: int) -> list[tuple[Any, ...]] | None:
+        """The queue's history rows whose minute is in [since, until), summed
+        per ``bucket_ms``: (bucket start, enqueued, started, completed,
+        failed, cancelled, retried, the highest depth sampled, the longest
+        wait sampled), oldest first; None when the queue has no history row."""
+
+    async def add_history(self, rows: Sequence[HistoryRow]) -> None:
+        """Add a tally's rows (in (queue, minute) order) to the stored minute
+        rows, in one statement."""
+
+    async def sample_history(self, now: int | None, since: int,
+                             queues: Sequence[str]) -> None:
+        """Write the depth (counted up to DEPTH_CAP + 1) and the head job's
+        wait of each queue with waiting jobs (at most MAX_SAMPLED_QUEUES), of
+        ``queues`` and of those sampled non-empty since ``since`` into the
+        row of the minute of database time (or ``now``), in one statement."""
+
+    async def prune_history(self, now: int | None, keep_ms: int, limit: int) -> int:
+        """Delete up to ``limit`` of the oldest history rows whose minute is
+        more than ``keep_ms`` before database time (or ``now``); how many."""
 
     async def find_schedule(self, name: str) -> StoredSchedule | None: ...
 

@@ -67,6 +67,7 @@ from tickwork.lifecycle.requests import (
     FindSchedule,
     FireSlots,
     HasPendingWork,
+    HistoryBuckets,
     Insert,
     InsertMany,
     JobsByIdPrefix,
@@ -109,6 +110,7 @@ from tickwork.lifecycle.requests import (
 from tickwork.lifecycle.rules import ABORT_CANCELLED, Settlement, in_lane_failure_order
 from tickwork.lifecycle.surface import Declared, RuntimeOperations, SyncSurface
 from tickwork.model.errors import InvalidArgument, SchemaError
+from tickwork.model.history import HISTORY_KEEP_MS, HISTORY_PRUNE_BATCH
 from tickwork.model.jobs import (
     MAX_LANE_LENGTH,
     MAX_SAFE_INTEGER,
@@ -142,6 +144,8 @@ from tickwork.ports.host import (
 from tickwork.runtimes import pruning
 from tickwork.runtimes.draining import Budget, drain_slots
 from tickwork.runtimes.execution import nonblocking, run_executor
+from tickwork.runtimes.history import HistoryKeeper
+from tickwork.runtimes.history import logger as history_logger
 from tickwork.runtimes.pruning import MAX_BATCHES_PER_PASS, PruneSchedule
 from tickwork.stores.owner_local import (
     EVERY_JOB,
@@ -272,6 +276,9 @@ class _LocalRuntime(RuntimeOperations, SyncSurface):
         self._wake_is_async = inspect.iscoroutinefunction(getattr(wake, "recompute", None))
         self._awaited = _AWAITED if self._wake_is_async else _AWAITED - {Wake}
         self._answers = answer_table(_LocalAnswers(self), OwnerLocalAnswers)
+        # Every transition is reported (the history counts each): answered
+        # by _report itself, one call less on each job's path.
+        self._answers[Report] = self._report
         ensure_schema(database)
         # The earliest due time of a waiting job, as far as this runtime knows
         # (it is the database's only writer): a tick moves due jobs into the
@@ -284,6 +291,9 @@ class _LocalRuntime(RuntimeOperations, SyncSurface):
         # jobs only once it has passed (re-read after every schedule change).
         self._next_slot: int | None = self._store.next_slot()
         self._pruning = PruneSchedule()
+        # What happened per queue and minute, counted as each transition is
+        # reported and written a few rows at a time (tickwork.runtimes.history).
+        self._history = HistoryKeeper()
         self.transactional = TransactionalJobs(self)
 
     # ------------------------------------- the declared operations, and reads
@@ -293,7 +303,12 @@ class _LocalRuntime(RuntimeOperations, SyncSurface):
         """Every operation of ``RuntimeOperations``: a read's requests each on
         its own, a change's as one transaction (see ``_read``, ``_perform``)."""
         plan = declared.plan(*args, **kwargs)
-        return self._perform(plan) if declared.writes else self._read(plan)
+        if not declared.writes:
+            return self._read(plan)
+        result = self._perform(plan)
+        if self._history.flush_due:  # a producer that never ticks writes its counts too
+            self._flush_history(self._clock())
+        return result
 
     def check_ready(self) -> int:
         """Readiness: read the owner's storage (its schema version, which
@@ -352,8 +367,49 @@ class _LocalRuntime(RuntimeOperations, SyncSurface):
         except Exception:
             pruning.logger.exception("tickwork could not prune settled jobs; trying again later")
             last = 0
+        try:
+            # History past its 7 days: one bounded batch a pass (a runtime
+            # writes a row per queue a minute, and a pass runs each minute).
+            self._store.prune_history(now, HISTORY_KEEP_MS, HISTORY_PRUNE_BATCH)
+        except Exception:
+            pruning.logger.exception("tickwork could not prune old history; trying again later")
         self._pruning.ran(now, last)
         return total
+
+    # ---------------------------------------------------------------- history
+
+    @property
+    def history_pending(self) -> bool:
+        """Whether counts of the history wait in memory to be written."""
+        return bool(len(self._history.tally))
+
+    def flush_history(self, *, sample: bool = True) -> None:
+        """Write the counts of the history not written yet (one statement),
+        and sample the queues' depth and head wait when a minute has turned
+        since the last sample (or none was taken; ``sample=False``: counts
+        only). The host loops call it after each loop, and on close; a
+        storage failure is logged, not raised, and the counts are kept for
+        the next flush."""
+        self._flush_history(self._clock(), sample=sample)
+
+    def _flush_history(self, now: int, *, sample: bool = True) -> None:
+        flush = self._history.begin(now, sample=sample)
+        if flush is None:
+            return
+        store = self._store
+        # Each write is one statement, atomic by itself: no transaction.
+        if flush.rows:
+            try:
+                store.add_history(flush.rows)
+            except Exception:
+                history_logger.exception("tickwork could not write the history's counts; "
+                                         "keeping them for the next flush")
+                self._history.add_failed(flush, now)
+        if flush.sample:
+            try:
+                store.sample_history(now, flush.since, flush.queues)
+            except Exception:
+                history_logger.exception("tickwork could not sample the queues' depth")
 
     # -------------------------------------------------------------- schedules
 
@@ -438,6 +494,8 @@ class _LocalRuntime(RuntimeOperations, SyncSurface):
             return _BUSY
         ticker.busy = True
         try:
+            if self._history.flush_due:
+                self._flush_history(self._clock())
             plan = operations.tick(ticker, reporting=self._on_event is not None)
             result, _ = await drive_async(plan, self._answers, self._awaited)
             return result
@@ -487,11 +545,16 @@ class _LocalRuntime(RuntimeOperations, SyncSurface):
         """Tell the hook of a durable transition. A tick's steps each commit
         before their answer returns, so a tick's reports come here directly;
         a mutation's come through ``_after_commit``. Never raises."""
+        try:
+            at = self._clock()
+            self._history.count(report, at)
+        except Exception:  # a clock that raised: log, go on
+            logger.exception("tickwork could not count a %s transition", report.kind)
+            return
         hook = self._on_event
         if hook is None:
             return
         try:
-            at = self._clock()
             duration = None
             held = report.subject
             if isinstance(held, _Execution) and report.kind != "claimed":
@@ -952,6 +1015,12 @@ class _LocalAnswers(OwnerLocalAnswers):
     def dead_letter_page(self, request: DeadLetterPage) -> list[JobRecord]:
         return self._store.dead_letters(request.queue, request.before, request.limit)
 
+    def history_buckets(self, request: HistoryBuckets) -> list[tuple[Any, ...]] | None:
+        # This runtime's counts first, so its caller reads them.
+        self._runtime.flush_history()
+        return self._store.history(request.queue, request.since, request.until,
+                                   request.bucket_ms)
+
     def list_jobs(self, request: ListJobs) -> list[JobRecord]:
         return self._store.list_jobs(request.listing, request.after, request.limit)
 
@@ -1156,7 +1225,11 @@ class DrainSteps:
             # runs; put back, a cancelled job is settled by this step's tick.
             self._put_back(ahead)
             ahead = None
-        reporting = runtime._on_event is not None
+        # Between two steps no transaction is open: the history's counts are
+        # written here once their minute has turned.
+        if runtime._history.flush_due:
+            runtime._flush_history(runtime._clock())
+        reporting = runtime._on_event is not None  # the claim's report: the hook's only
         plan = (operations.tick(ticker, claim_next=claim_next, reporting=reporting)
                 if ahead is None
                 else operations.run(ahead, claim_next=claim_next, reporting=reporting))
@@ -1380,13 +1453,16 @@ class TransactionalJobs:
         the event loop runs the next callback, which re-reads the job (as
         the cancellation's abort does)."""
         runtime = self._runtime
-        if not reports or runtime._on_event is None:
+        if not reports:
             return
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             # Without a loop nothing runs after the host's commit: reporting
-            # now could report a change that then rolls back.
+            # now could report a change that then rolls back (nor is it
+            # counted in the history).
+            if runtime._on_event is None:
+                return
             logger.warning("tickwork: %d transactional event(s) not reported: no event loop "
                            "runs to report them once the host's transaction has committed",
                            len(reports))

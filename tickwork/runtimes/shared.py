@@ -66,6 +66,7 @@ from tickwork.lifecycle.requests import (
     FindSchedule,
     FireSlots,
     HasPendingWork,
+    HistoryBuckets,
     Insert,
     InsertMany,
     JobsByIdPrefix,
@@ -106,6 +107,7 @@ from tickwork.lifecycle.requests import (
 from tickwork.lifecycle.rules import ABORT_CANCELLED, Settlement
 from tickwork.lifecycle.surface import AsyncSurface, Declared, RuntimeOperations
 from tickwork.model.errors import InvalidArgument
+from tickwork.model.history import HISTORY_KEEP_MS, HISTORY_PRUNE_BATCH
 from tickwork.model.jobs import (
     MAX_SAFE_INTEGER,
     JobRecord,
@@ -124,6 +126,8 @@ from tickwork.ports.shared_store import SharedStore
 from tickwork.runtimes import pruning
 from tickwork.runtimes.draining import Budget, drain_slots
 from tickwork.runtimes.execution import nonblocking, run_executor
+from tickwork.runtimes.history import HistoryKeeper
+from tickwork.runtimes.history import logger as history_logger
 from tickwork.runtimes.pruning import MAX_BATCHES_PER_PASS, PruneSchedule
 
 __all__ = ["MAX_DRAIN_CONCURRENCY", "LeasedSignal", "Now", "SharedRuntime"]
@@ -218,14 +222,27 @@ class SharedRuntime(RuntimeOperations, AsyncSurface):
         # A drain's loops waiting for work (drain_slots' Parking): told of
         # every claim and every change that may have made a job claimable.
         self._arrival_listeners: list[Callable[[], None]] = []
+        # What happened per queue and minute, counted as each transition is
+        # reported and written a few rows at a time (tickwork.runtimes.history).
+        self._history = HistoryKeeper()
         self._answers = answer_table(_SharedRuntimeAnswers(self), SharedAnswers)
 
     # ------------------------------------- the declared operations, and reads
 
     def _perform_declared(self, declared: Declared[Any, Any], args: tuple[Any, ...],
                           kwargs: dict[str, Any]) -> Coroutine[Any, Any, Any]:
-        """Every operation of ``RuntimeOperations``: its plan, driven with ``await``."""
-        return self._drive(declared.plan(*args, **kwargs))
+        """Every operation of ``RuntimeOperations``: its plan, driven with
+        ``await`` (a write's then writes the history's counts once their
+        minute has turned: a producer that never ticks writes them too)."""
+        if not declared.writes:
+            return self._drive(declared.plan(*args, **kwargs))
+        return self._write(declared.plan(*args, **kwargs))
+
+    async def _write(self, plan: Plan[T]) -> T:
+        result = await self._drive(plan)
+        if self._history.flush_due:
+            await self._flush_history(self._wall_ms())
+        return result
 
     async def check_ready(self) -> int:
         """Readiness: read the shared database (its schema version, one
@@ -258,8 +275,51 @@ class SharedRuntime(RuntimeOperations, AsyncSurface):
         except Exception:
             pruning.logger.exception("tickwork could not prune settled jobs; trying again later")
             last = 0
+        try:
+            # History past its 7 days: one bounded batch a pass.
+            await self._store.prune_history(self._db_now(), HISTORY_KEEP_MS,
+                                            HISTORY_PRUNE_BATCH)
+        except Exception:
+            pruning.logger.exception("tickwork could not prune old history; trying again later")
         self._pruning.ran(now, last)
         return total
+
+    # ---------------------------------------------------------------- history
+
+    @property
+    def history_pending(self) -> bool:
+        """Whether counts of the history wait in memory to be written."""
+        return bool(len(self._history.tally))
+
+    async def flush_history(self, *, sample: bool = True) -> None:
+        """Write the counts of the history not written yet (one statement),
+        and sample the queues' depth and head wait when a minute has turned
+        since this runtime's last sample (or none was taken; ``sample=False``:
+        counts only). The shared
+        drain, ``tickwork worker`` and the Worker's API call it after each
+        loop or request, and on close; a database failure is logged, not
+        raised, and the counts are kept for the next flush. It holds one
+        connection at a time, and only while nothing else of this runtime's
+        caller holds one."""
+        await self._flush_history(self._wall_ms(), sample=sample)
+
+    async def _flush_history(self, now: int, *, sample: bool = True) -> None:
+        flush = self._history.begin(now, sample=sample)
+        if flush is None:
+            return
+        store = self._store
+        if flush.rows:
+            try:
+                await store.add_history(flush.rows)
+            except Exception:
+                history_logger.exception("tickwork could not write the history's counts; "
+                                         "keeping them for the next flush")
+                self._history.add_failed(flush, now)
+        if flush.sample:
+            try:
+                await store.sample_history(self._db_now(), flush.since, flush.queues)
+            except Exception:
+                history_logger.exception("tickwork could not sample the queues' depth")
 
     # -------------------------------------------------------------- schedules
 
@@ -278,7 +338,9 @@ class SharedRuntime(RuntimeOperations, AsyncSurface):
             return _BUSY
         self._busy = True
         try:
-            reporting = self._on_event is not None
+            if self._history.flush_due:
+                await self._flush_history(self._wall_ms())
+            reporting = self._on_event is not None  # the claim's report: the hook's only
             result, _ = await self._drive(operations.tick(None, reporting=reporting))
             return result
         finally:
@@ -396,6 +458,12 @@ class SharedRuntime(RuntimeOperations, AsyncSurface):
     def _report(self, report: Report) -> None:
         """Tell the hook of a transition: every write here committed on its
         own before its answer returned, so it is durable. Never raises."""
+        try:
+            at = self._wall_ms()
+            self._history.count(report, at)
+        except Exception:  # a test clock that raised: log, go on
+            logger.exception("tickwork could not count a %s transition", report.kind)
+            return
         hook = self._on_event
         if hook is None:
             return
@@ -406,7 +474,7 @@ class SharedRuntime(RuntimeOperations, AsyncSurface):
                 # This machine's monotonic clock, from just before the claim:
                 # database time and this clock may disagree.
                 duration = max(0, int(self._clock.now_ms() - claim.started_ms))
-            event = event_of(report, self._wall_ms(), duration)
+            event = event_of(report, at, duration)
         except Exception:
             logger.exception("tickwork could not build a %s event", report.kind)
             return
@@ -700,7 +768,12 @@ class _SharedSteps:
 
     async def step(self, *, claim_next: operations.ClaimNext = False) -> TickResult:
         runtime, carried = self._runtime, self._carried
-        reporting = runtime._on_event is not None
+        # Between two steps no connection is held (a carried claim is a row
+        # under its lease, not a transaction): the history's counts are
+        # written here once their minute has turned.
+        if runtime._history.flush_due:
+            await runtime._flush_history(runtime._wall_ms())
+        reporting = runtime._on_event is not None  # the claim's report: the hook's only
         if carried is None:
             plan = operations.tick(None, claim_next=claim_next, reporting=reporting)
         else:
@@ -755,6 +828,17 @@ class _SharedRuntimeAnswers(SharedAnswers):
 
     def dead_letter_page(self, request: DeadLetterPage) -> Awaitable[list[JobRecord]]:
         return self._store.dead_letters(request.queue, request.before, request.limit)
+
+    def history_buckets(self, request: HistoryBuckets
+                        ) -> Awaitable[Sequence[Sequence[Any]] | None]:
+        return self._history_buckets(request)
+
+    async def _history_buckets(self, request: HistoryBuckets
+                               ) -> Sequence[Sequence[Any]] | None:
+        # This runtime's counts first, so its caller reads them.
+        await self._runtime.flush_history()
+        return await self._store.history(request.queue, request.since, request.until,
+                                         request.bucket_ms)
 
     def list_jobs(self, request: ListJobs) -> Awaitable[list[JobRecord]]:
         return self._store.list_jobs(request.listing, request.after, request.limit)
@@ -917,6 +1001,7 @@ _AWAITED = frozenset({
     StoreNow, QueuePaused, FindSchedule, ListSchedules, CreateSchedule, ReplaceSchedule,
     PauseSchedule,
     ResumeSchedule, DeleteSchedule, DueSchedules, FireSlots, ListJobs, Backlog,
+    HistoryBuckets,
     JobsByIdPrefix,
     RetentionPolicies, PutRetention, DeleteRetention, SettledQueues, PruneSettled,
     StorageUsage,

@@ -15,6 +15,7 @@ from typing import Any
 from tickwork.lifecycle import Settlement
 from tickwork.lifecycle.requests import JobListing
 from tickwork.model.errors import IngestConflict
+from tickwork.model.history import DEPTH_CAP, MAX_SAMPLED_QUEUES, HistoryRow
 from tickwork.model.jobs import MAX_ID_LENGTH, JobRecord, ValidJob, cargo_differences
 from tickwork.model.retention import SCOPE_KEY, RetentionPolicy, StorageReport
 from tickwork.model.schedules import StoredSchedule, ValidSchedule
@@ -30,6 +31,7 @@ from tickwork.stores.rows import (
     schedule_row,
 )
 from tickwork.stores.sql import sqlite as sql
+from tickwork.stores.sql.sqlite import history_rows_json
 
 _render = sql.render_owner_local
 
@@ -101,6 +103,12 @@ _PRUNE_JOBS = _render(sql.PRUNE_JOBS, "job_ids", "completed_before", "failed_bef
 _STORAGE_ROWS = _render(sql.STORAGE_ROWS)
 _READ_SETTLED_OUTSIDE_LANE = _render(sql.READ_SETTLED_OUTSIDE_LANE,
                                      "after_sequence", "limit", "lane")
+_HISTORY = _render(sql.HISTORY, "bucket_ms", "queue", "since", "until")
+_HISTORY_KNOWN = _render(sql.HISTORY_KNOWN, "queue")
+_ADD_HISTORY_COUNTS = _render(sql.ADD_HISTORY_COUNTS, "rows")
+_SAMPLE_HISTORY = _render(sql.SAMPLE_HISTORY_LOCAL, "max_queues", "queues", "since", "now",
+                          "depth_limit")
+_PRUNE_HISTORY = _render(sql.PRUNE_HISTORY, "now", "keep_ms", "limit")
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,6 +296,38 @@ class OwnerLocalStore:
         columns: Columns | None = statement.columns
         assert columns is not None
         return columns.value(self.database.query(statement.text, params)[0], name)
+
+    # ------------------------------------------------------ history over time
+
+    def history(self, queue: str, since: int, until: int, bucket_ms: int) -> list[Row] | None:
+        """The queue's history rows in [since, until) summed per ``bucket_ms``:
+        (bucket, enqueued, started, completed, failed, cancelled, retried,
+        depth, oldest_age_ms), oldest first; None when the queue has no
+        history row at all (tickwork has not seen it)."""
+        rows = self.database.query(_HISTORY.text, (bucket_ms, queue, since, until))
+        if rows or self._value(_HISTORY_KNOWN, (queue,), "known"):
+            return rows
+        return None
+
+    def add_history(self, rows: Sequence[HistoryRow]) -> None:
+        """Add a tally's rows (in (queue, minute) order) to the stored ones:
+        one statement."""
+        if rows:
+            self.database.mutate(_ADD_HISTORY_COUNTS.text, (history_rows_json(rows),))
+
+    def sample_history(self, now: int, since: int, queues: Sequence[str]) -> None:
+        """Write each queue's depth (up to DEPTH_CAP + 1) and its head job's
+        wait into the row of ``now``'s minute: the queues with waiting jobs
+        (at most MAX_SAMPLED_QUEUES), ``queues``, and those sampled non-empty
+        since ``since`` (0 once emptied). One statement, bounded whatever
+        the backlog."""
+        self.database.mutate(_SAMPLE_HISTORY.text, (
+            MAX_SAMPLED_QUEUES, json.dumps(sorted(set(queues))), since, now, DEPTH_CAP + 1))
+
+    def prune_history(self, now: int, keep_ms: int, limit: int) -> int:
+        """Delete up to ``limit`` of the oldest history rows older than
+        ``keep_ms`` before ``now``; how many went."""
+        return len(self.database.mutate(_PRUNE_HISTORY.text, (now, keep_ms, limit)))
 
     # ---------------------------------------------------------------- ingest
 

@@ -11,7 +11,8 @@ version lives in ``tickwork_meta`` and every runtime construction runs
 ``0006_error_summaries.sql``, ``BROWSE_SQL`` ``0007_browse.sql``,
 ``LIGHT_CHECKS_SQL`` ``0008_light_checks.sql``, ``BATCHED_ENTRIES_SQL``
 ``0009_batched_entries.sql``, ``BATCHED_QUEUE_ORDER_SQL``
-``0010_batched_queue_order.sql`` and ``RETENTION_SQL`` ``0011_retention.sql``,
+``0010_batched_queue_order.sql``, ``RETENTION_SQL`` ``0011_retention.sql``
+and ``HISTORY_SQL`` ``0012_history.sql``,
 character for character (the tests pin them
 equal): the package cannot read those files inside a Worker, so the text
 lives here too, and the files are where people read it beside the D1 and
@@ -25,7 +26,7 @@ from tickwork.model.errors import SchemaError
 from tickwork.ports.database import SyncDatabase
 from tickwork.schemas import split_statements
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 #: schema/owner_local/0001_tickwork_jobs.sql
 SCHEMA_SQL = """-- tickwork owner-local job table: one owner's jobs in its own SQLite database
@@ -500,6 +501,49 @@ SELECT '', NULL, NULL, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER
 WHERE EXISTS (SELECT 1 FROM tickwork_jobs WHERE state = 'settled');
 """
 
+#: schema/owner_local/0012_history.sql (pinned equal like SCHEMA_SQL)
+HISTORY_SQL = """-- tickwork owner-local: the history of every queue over time, a row per
+-- queue per minute. Applied by the runtime itself on first open, like 0002.
+--
+-- One row per queue per minute in which a runtime counted anything or
+-- sampled the queue. The runtimes do not count here as each transition
+-- commits: each keeps its counts in memory (the jobs table stays the
+-- record) and adds them to these rows with one upsert, in (queue, minute)
+-- order, once the minute has turned, after each host loop, before it
+-- answers a history read, and on close. A process that dies before that
+-- loses the counts of its last minute or so.
+--
+-- * minute: the bucket's start, epoch milliseconds, a multiple of 60,000,
+--   by the clock of the runtime that counted the transition.
+-- * enqueued: jobs stored, and dead letters redriven. started: attempts
+--   begun (a claim taken ahead and put back unstarted is not one).
+--   completed, failed (failed, outcome_unknown, interrupted), cancelled:
+--   settlements. retried: failed attempts put back for another. Counts
+--   only grow: a redrive adds to enqueued and leaves its failure counted.
+-- * depth, oldest_age_ms: sampled at most once a minute per runtime with a
+--   flush: the queue's waiting jobs counted up to 10,000 (a row holding
+--   10,001 means "more"), and how long its head job (the next to run) has
+--   been ready; NULL when nothing sampled the queue that minute.
+-- Minutes older than 7 days are deleted with retention, a bounded batch at
+-- a time, by tickwork_queue_history_minute.
+
+CREATE TABLE tickwork_queue_history (
+    queue TEXT NOT NULL,
+    minute INTEGER NOT NULL,
+    enqueued INTEGER NOT NULL DEFAULT 0,
+    started INTEGER NOT NULL DEFAULT 0,
+    completed INTEGER NOT NULL DEFAULT 0,
+    failed INTEGER NOT NULL DEFAULT 0,
+    cancelled INTEGER NOT NULL DEFAULT 0,
+    retried INTEGER NOT NULL DEFAULT 0,
+    depth INTEGER,
+    oldest_age_ms INTEGER,
+    PRIMARY KEY (queue, minute)
+) WITHOUT ROWID;
+
+CREATE INDEX tickwork_queue_history_minute ON tickwork_queue_history (minute);
+"""
+
 #: The statements of SCHEMA_SQL; the first creates tickwork_meta.
 SCHEMA_STATEMENTS = tuple(split_statements(SCHEMA_SQL))
 
@@ -516,6 +560,7 @@ UPGRADES: tuple[tuple[str, ...], ...] = (
     tuple(split_statements(BATCHED_ENTRIES_SQL)),
     tuple(split_statements(BATCHED_QUEUE_ORDER_SQL)),
     tuple(split_statements(RETENTION_SQL)),
+    tuple(split_statements(HISTORY_SQL)),
 )
 assert len(UPGRADES) == SCHEMA_VERSION
 

@@ -22,18 +22,21 @@ SHARED_MIGRATIONS = ("0001_tickwork_jobs.sql", "0002_job_locks.sql",
                      "0005_paused_queues.sql", "0006_retries.sql", "0007_schedules.sql",
                      "0008_error_summaries.sql", "0009_browse.sql")
 
-#: The migrations of schema/d1, in order: the shared ones, then retention
-#: and the directory of owners (a table only D1 has: on ``tickwork serve``
-#: the data directory is the directory of owners).
-MIGRATIONS = (*SHARED_MIGRATIONS, "0010_retention.sql", "0012_owner_directory.sql")
+#: The migrations of schema/d1, in order: the shared ones, then retention,
+#: the history over time, and the directory of owners (a table only D1 has:
+#: on ``tickwork serve`` the data directory is the directory of owners). A
+#: database that got 0012 before 0011 existed takes 0011 after it, which
+#: leaves its version at 12.
+MIGRATIONS = (*SHARED_MIGRATIONS, "0010_retention.sql", "0011_history.sql",
+              "0012_owner_directory.sql")
 
 #: The migrations of schema/postgres, in order: the shared ones, then claims
 #: locked per queue instead of behind one lock, the group commit's generic
 #: plans, its claim walking again when it came up short, job ids in byte
-#: order, and retention.
+#: order, retention, and the history over time.
 POSTGRES_MIGRATIONS = (*SHARED_MIGRATIONS, "0010_queue_claims.sql",
                        "0011_generic_claim_plans.sql", "0012_claim_passes.sql",
-                       "0013_job_id_prefix.sql", "0014_retention.sql")
+                       "0013_job_id_prefix.sql", "0014_retention.sql", "0015_history.sql")
 
 
 def migration_number(name: str) -> int:

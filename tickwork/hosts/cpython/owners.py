@@ -559,6 +559,7 @@ class OwnerDirectory:
             self._closed_backlogs[owner.key] = backlog
         else:
             self._closed_backlogs.pop(owner.key, None)
+        owner.runtime.flush_history()  # counts not written yet (logs its own failures)
         owner.connection.close()
 
 

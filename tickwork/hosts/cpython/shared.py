@@ -177,6 +177,7 @@ class SharedWorkers:
                 self._progress.record(result)
             if prunes and not self._stopping:
                 await runtime.prune_if_due()  # logs its own failures
+            await runtime.flush_history()  # likewise
             if results or self._stopping:
                 continue  # there may be more at once
             with contextlib.suppress(TimeoutError):
@@ -193,6 +194,10 @@ class SharedWorkers:
         self._stopping = True
         self.poke()
         await finish_tasks(self._tasks, grace_s)
+        if self.service is not None:
+            # Counts not written yet, while the pool is open (each logs its failures).
+            for runtime in (self.service.runtime, *self._runtimes):
+                await runtime.flush_history()
         if self._pool is not None:
             with contextlib.suppress(Exception):
                 await self._pool.close(timeout=5.0)

@@ -12,6 +12,7 @@ from typing import Any
 
 from tickwork.lifecycle import Settlement
 from tickwork.lifecycle.requests import ClaimView, JobListing, Suspect
+from tickwork.model.history import DEPTH_CAP, MAX_SAMPLED_QUEUES, HistoryRow
 from tickwork.model.jobs import (
     MAX_ID_LENGTH,
     JobRecord,
@@ -52,6 +53,12 @@ def _render(template: sql.Template, *binds: str) -> sql.Statement:
 _JOB = sql.JOB_PARAMS
 _SETTLE = ("outcome", "failure_reason", "error_json", "now", "sequence", "token")
 SCHEMA_VERSION = _render(sql.SCHEMA_VERSION)
+HISTORY = _render(sql.HISTORY, "bucket_ms", "queue", "since", "until")
+HISTORY_KNOWN = _render(sql.HISTORY_KNOWN, "queue")
+ADD_HISTORY_COUNTS = _render(sql.ADD_HISTORY_COUNTS, "rows")
+SAMPLE_HISTORY = _render(sql.SAMPLE_HISTORY, "max_queues", "queues", "since", "now",
+                         "depth_limit")
+PRUNE_HISTORY = _render(sql.PRUNE_HISTORY, "now", "keep_ms", "limit")
 INSERT_JOB = _render(sql.INSERT_JOB, *_JOB)
 ENQUEUE = _render(sql.ENQUEUE, *_JOB)
 INGEST = _render(sql.INGEST, *_JOB)
@@ -370,6 +377,27 @@ class D1Store:
             [_names(REDRIVE_JOB), None])
         return JOB.job(redriven[0]) if redriven else None
 
+
+    # ------------------------------------------------------ history over time
+
+    async def history(self, queue: str, since: int, until: int,
+                      bucket_ms: int) -> list[tuple[Any, ...]] | None:
+        rows = await self.d1.query(HISTORY.text, (bucket_ms, queue, since, until))
+        if rows or (await self.d1.query(HISTORY_KNOWN.text, (queue,)))[0][0]:
+            return rows
+        return None
+
+    async def add_history(self, rows: Sequence[HistoryRow]) -> None:
+        if rows:
+            await self.d1.run(ADD_HISTORY_COUNTS.text, (sql.history_rows_json(rows),))
+
+    async def sample_history(self, now: int | None, since: int,
+                             queues: Sequence[str]) -> None:
+        await self.d1.run(SAMPLE_HISTORY.text, (
+            MAX_SAMPLED_QUEUES, json.dumps(sorted(set(queues))), since, now, DEPTH_CAP + 1))
+
+    async def prune_history(self, now: int | None, keep_ms: int, limit: int) -> int:
+        return len(await self.d1.query(PRUNE_HISTORY.text, (now, keep_ms, limit)))
 
     # ------------------------------------------------------------ schedules
 

@@ -17,6 +17,7 @@ from typing import Any, cast
 
 from tickwork.lifecycle import Settlement
 from tickwork.lifecycle.requests import ClaimView, JobListing, Suspect
+from tickwork.model.history import COUNTS, DEPTH_CAP, MAX_SAMPLED_QUEUES, HistoryRow
 from tickwork.model.jobs import MAX_ID_LENGTH, JobRecord, ValidJob, replay_flags
 from tickwork.model.retention import SCOPE_KEY, RetentionPolicy, StorageReport
 from tickwork.model.schedules import StoredSchedule, ValidSchedule
@@ -412,6 +413,39 @@ class PostgresStore:
         return await self._one_job(sql.REDRIVE, {"job_id": job_id, "redrive_id": redrive_id,
                                                  "now": now})
 
+
+    # ------------------------------------------------------ history over time
+
+    async def history(self, queue: str, since: int, until: int,
+                      bucket_ms: int) -> list[tuple[Any, ...]] | None:
+        params = {"queue": queue, "since": since, "until": until, "bucket_ms": bucket_ms}
+        rows = await self._rows(sql.HISTORY, params)
+        if rows or (await self._rows(sql.HISTORY_KNOWN, {"queue": queue}))[0][0]:
+            return rows
+        return None
+
+    async def add_history(self, rows: Sequence[HistoryRow]) -> None:
+        if not rows:
+            return
+        params: dict[str, Any] = {"queues": text_array([row.queue for row in rows]),
+                                  "minutes": bigint_array([row.minute for row in rows])}
+        for column, name in enumerate(COUNTS):
+            params[name] = bigint_array([row.values()[column] for row in rows])
+        async with self._connection() as conn:
+            await conn.execute(sql.ADD_HISTORY_COUNTS, params)
+
+    async def sample_history(self, now: int | None, since: int,
+                             queues: Sequence[str]) -> None:
+        async with self._connection() as conn:
+            await conn.execute(sql.SAMPLE_HISTORY, {
+                "now": now, "since": since, "queues": text_array(sorted(set(queues))),
+                "max_queues": MAX_SAMPLED_QUEUES, "depth_limit": DEPTH_CAP + 1})
+
+    async def prune_history(self, now: int | None, keep_ms: int, limit: int) -> int:
+        async with self._connection() as conn:
+            cursor = await conn.execute(sql.PRUNE_HISTORY,
+                                        {"now": now, "keep_ms": keep_ms, "limit": limit})
+            return int(cursor.rowcount)
 
     # ------------------------------------------------------------ schedules
 

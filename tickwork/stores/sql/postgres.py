@@ -688,3 +688,82 @@ STORAGE_USAGE = "SELECT (SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0):
     "FROM pg_class AS c WHERE c.relkind = 'r' AND c.relname LIKE 'tickwork\\_%%' " \
     "AND pg_table_is_visible(c.oid)), " + ", ".join(
         f"(SELECT count(*) FROM {table})" for table in STORAGE_TABLES)
+
+# ------------------------------------------------------ history over time
+#
+# tickwork_queue_history (0015): the statements of the SQLite family's
+# (tickwork.stores.sql.sqlite, which says what each guarantees), in
+# PostgreSQL's spelling. ADD_HISTORY_COUNTS and SAMPLE_HISTORY write their
+# rows in (queue, minute) order, so that workers flushing at once wait for
+# each other's row locks instead of deadlocking.
+
+HISTORY = """
+SELECT minute - minute %% %(bucket_ms)s AS bucket, sum(enqueued)::bigint,
+       sum(started)::bigint, sum(completed)::bigint, sum(failed)::bigint,
+       sum(cancelled)::bigint, sum(retried)::bigint, max(depth), max(oldest_age_ms)
+FROM tickwork_queue_history
+WHERE queue = %(queue)s AND minute >= %(since)s AND minute < %(until)s
+GROUP BY bucket
+ORDER BY bucket
+"""
+
+HISTORY_KNOWN = "SELECT EXISTS (SELECT 1 FROM tickwork_queue_history WHERE queue = %(queue)s)"
+
+ADD_HISTORY_COUNTS = """
+INSERT INTO tickwork_queue_history AS h
+    (queue, minute, enqueued, started, completed, failed, cancelled, retried)
+SELECT * FROM unnest(%(queues)s::text[], %(minutes)s::bigint[], %(enqueued)s::bigint[],
+                     %(started)s::bigint[], %(completed)s::bigint[], %(failed)s::bigint[],
+                     %(cancelled)s::bigint[], %(retried)s::bigint[])
+ORDER BY 1, 2
+ON CONFLICT (queue, minute) DO UPDATE SET
+    enqueued = h.enqueued + excluded.enqueued, started = h.started + excluded.started,
+    completed = h.completed + excluded.completed, failed = h.failed + excluded.failed,
+    cancelled = h.cancelled + excluded.cancelled, retried = h.retried + excluded.retried
+"""
+
+SAMPLE_HISTORY = f"""
+WITH RECURSIVE waiting(queue) AS (
+    (SELECT queue FROM tickwork_jobs WHERE state = 'queued' ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT job.queue FROM tickwork_jobs AS job
+            WHERE job.state = 'queued' AND job.queue > waiting.queue
+            ORDER BY job.queue LIMIT 1)
+    FROM waiting WHERE waiting.queue IS NOT NULL),
+sampled(queue) AS (
+    SELECT queue FROM (SELECT queue FROM waiting WHERE queue IS NOT NULL
+                       LIMIT %(max_queues)s) AS found
+    UNION SELECT unnest(%(queues)s::text[])
+    UNION SELECT queue FROM tickwork_queue_history
+          WHERE minute >= %(since)s AND depth > 0)
+INSERT INTO tickwork_queue_history AS h (queue, minute, depth, oldest_age_ms)
+SELECT sampled.queue, {NOW} - {NOW} %% 60000,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM tickwork_jobs AS job
+            WHERE job.queue = sampled.queue AND job.state = 'queued'
+            LIMIT %(depth_limit)s) AS counted),
+       (SELECT {NOW} - CASE WHEN history_json IS NULL
+                THEN greatest(enqueued_at, run_at, enqueued_at + coalesce(delay_ms, 0))
+                ELSE coalesce((history_json::jsonb -> -1 ->> 'due_at')::bigint,
+                              (SELECT max(redriven_at) FROM tickwork_redrives AS redrive
+                               WHERE redrive.job_id = job.job_id),
+                              (history_json::jsonb -> -1 ->> 'ended_at')::bigint,
+                              enqueued_at) END
+        FROM tickwork_jobs AS job
+        WHERE job.queue = sampled.queue AND job.state = 'queued' AND job.due_at IS NULL
+        ORDER BY job.priority DESC, job.sequence
+        LIMIT 1)
+FROM sampled
+ORDER BY sampled.queue
+ON CONFLICT (queue, minute) DO UPDATE SET
+    depth = excluded.depth, oldest_age_ms = excluded.oldest_age_ms
+"""
+
+PRUNE_HISTORY = f"""
+DELETE FROM tickwork_queue_history
+WHERE (queue, minute) IN (
+    SELECT queue, minute FROM tickwork_queue_history
+    WHERE minute < {NOW} - %(keep_ms)s
+    ORDER BY minute
+    LIMIT %(limit)s)
+"""

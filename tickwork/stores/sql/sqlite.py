@@ -29,7 +29,9 @@ limit of 100 of both D1 and Durable Object storage.
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -1637,3 +1639,133 @@ PURGE_QUEUES = "DELETE FROM tickwork_jobs WHERE queue IN ({select})"
 def d1_clock(parameter: str) -> str:
     """D1's clock expression with its override bound as ``parameter`` (``?N``)."""
     return D1.now.replace(":now", parameter)
+
+# ------------------------------------------------------ history over time
+#
+# tickwork_queue_history (owner-local 0012, D1 0011): one row per queue per
+# minute. The runtimes count transitions in memory
+# (tickwork.model.history.HistoryTally) and write them here with
+# ADD_HISTORY_COUNTS; SAMPLE_HISTORY writes the depth and the head's wait;
+# HISTORY reads; PRUNE_HISTORY deletes what is past the horizon.
+
+#: The result of HISTORY, one row per bucket that has a row: its start, the
+#: counts summed, the highest depth and the longest wait sampled in it.
+HISTORY_COLUMNS = Columns("bucket", "enqueued", "started", "completed", "failed", "cancelled",
+                          "retried", "depth", "oldest_age_ms")
+
+# One queue's minutes in [:since, :until), summed into buckets of
+# :bucket_ms (a multiple of a minute) by the primary key, oldest first.
+HISTORY = Template("history", """
+SELECT minute - minute % :bucket_ms AS bucket, sum(enqueued) AS enqueued,
+       sum(started) AS started, sum(completed) AS completed, sum(failed) AS failed,
+       sum(cancelled) AS cancelled, sum(retried) AS retried, max(depth) AS depth,
+       max(oldest_age_ms) AS oldest_age_ms
+FROM tickwork_queue_history
+WHERE queue = :queue AND minute >= :since AND minute < :until
+GROUP BY bucket
+ORDER BY bucket
+""", ("bucket_ms", "queue", "since", "until"), HISTORY_COLUMNS)
+
+# Whether the queue has any history row (a read of the primary key): a
+# queue with none is one tickwork has not seen.
+HISTORY_KNOWN = Template("history_known", """
+SELECT EXISTS (SELECT 1 FROM tickwork_queue_history WHERE queue = :queue) AS known
+""", ("queue",), Columns("known"))
+
+# A tally's rows added to the stored ones, in one statement: :rows is a JSON
+# array of [queue, minute, enqueued, started, completed, failed, cancelled,
+# retried], in (queue, minute) order (one bound value however many rows).
+# "WHERE true" resolves SQLite's upsert-after-SELECT parsing ambiguity.
+ADD_HISTORY_COUNTS = Template("add_history_counts", """
+INSERT INTO tickwork_queue_history
+    (queue, minute, enqueued, started, completed, failed, cancelled, retried)
+SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'),
+       json_extract(value, '$[2]'), json_extract(value, '$[3]'),
+       json_extract(value, '$[4]'), json_extract(value, '$[5]'),
+       json_extract(value, '$[6]'), json_extract(value, '$[7]')
+FROM json_each(:rows) WHERE true
+ON CONFLICT (queue, minute) DO UPDATE SET
+    enqueued = enqueued + excluded.enqueued, started = started + excluded.started,
+    completed = completed + excluded.completed, failed = failed + excluded.failed,
+    cancelled = cancelled + excluded.cancelled, retried = retried + excluded.retried
+""", ("rows",))
+
+# The sample of the current minute, with a bounded cost whatever the
+# backlog: the queues with waiting jobs found by a skip scan of the queue
+# index (one descent per queue, at most :max_queues), those in :queues (a
+# JSON array: the ones the flush counted), and those sampled non-empty since
+# :since (so an emptied queue is sampled 0); for each, its waiting jobs
+# counted up to :depth_limit (an index range of at most that many entries)
+# and how long its head job (the next to run; one descent) has been ready,
+# by READY_SINCE. Written into the row of the minute {now} is in.
+_SAMPLE_HISTORY = """
+WITH RECURSIVE waiting(queue) AS (
+    SELECT (SELECT queue FROM {waiting} ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT queue FROM {waiting} AND queue > waiting.queue ORDER BY queue LIMIT 1)
+    FROM waiting WHERE waiting.queue IS NOT NULL
+    LIMIT :max_queues),
+sampled(queue) AS (
+    SELECT queue FROM waiting WHERE queue IS NOT NULL
+    {unlisted}
+    UNION SELECT value FROM json_each(:queues)
+    UNION SELECT queue FROM tickwork_queue_history WHERE minute >= :since AND depth > 0)
+INSERT INTO tickwork_queue_history (queue, minute, depth, oldest_age_ms)
+SELECT queue, {{now}} - {{now}} % 60000,
+       {depth},
+       (SELECT {{now}} - {ready_since} FROM ({head}))
+FROM sampled WHERE true
+ORDER BY queue
+ON CONFLICT (queue, minute) DO UPDATE SET
+    depth = excluded.depth, oldest_age_ms = excluded.oldest_age_ms
+"""
+_SAMPLE_PARAMS = ("max_queues", "queues", "since", "now", "depth_limit")
+#: Owner-local (0010): a queue's waiting jobs, up to :depth_limit, counted
+#: from its entries in the queue order index without reading each row's
+#: state (5 times cheaper, measured): the entries, less the queue's running
+#: and unfiled settled rows that are listed (a few: the index holds them
+#: too), plus its unlisted queued rows. Up to BUSY_SLACK of those are
+#: counted past the limit, so a full count still reads as over it.
+_BUSY_SLACK = 1000
+_LOCAL_DEPTH = f"""min(:depth_limit, max(0,
+           (SELECT count(*) FROM (SELECT 1 FROM {QUEUE_ORDER} AND queue = sampled.queue
+                                  LIMIT :depth_limit + {_BUSY_SLACK}))
+           - (SELECT count(*) FROM tickwork_jobs INDEXED BY tickwork_jobs_running
+              WHERE state = 'running' AND queue = sampled.queue AND {PENDING_LISTED})
+           - (SELECT count(*) FROM {UNFILED} AND queue = sampled.queue AND listed = 1))
+         + (SELECT count(*) FROM {UNLISTED} AND queue = sampled.queue AND state = 'queued'))"""
+_SAMPLE_READY_SINCE = READY_SINCE.replace("{", "{{").replace("}", "}}")
+SAMPLE_HISTORY = Template("sample_history", _SAMPLE_HISTORY.format(
+    waiting="tickwork_jobs WHERE state = 'queued'", unlisted="",
+    depth=("(SELECT count(*) FROM (SELECT 1 FROM tickwork_jobs "
+           "WHERE queue = sampled.queue AND state = 'queued' LIMIT :depth_limit))"),
+    ready_since=_SAMPLE_READY_SINCE,
+    head=("SELECT *, job_id AS row_job_id FROM tickwork_jobs "
+          f"WHERE queue = sampled.queue AND {HEAD_READY} ORDER BY priority DESC, sequence "
+          "LIMIT 1")), _SAMPLE_PARAMS, None, _d1)
+SAMPLE_HISTORY_LOCAL = Template("sample_history", _SAMPLE_HISTORY.format(
+    waiting=f"{QUEUE_ORDER} AND state = 'queued'",
+    unlisted=f"UNION SELECT queue FROM {UNLISTED} AND state = 'queued'",
+    depth=_LOCAL_DEPTH,
+    ready_since=_SAMPLE_READY_SINCE,
+    head=("SELECT *, job_id AS row_job_id FROM tickwork_jobs "
+          f"WHERE sequence = {queue_head('sampled.queue', HEAD_READY)}")),
+    _SAMPLE_PARAMS, None, _local)
+
+def history_rows_json(rows: Sequence[Any]) -> str:
+    """ADD_HISTORY_COUNTS's :rows: a tally's ``HistoryRow`` s as one JSON array."""
+    return json.dumps([[row.queue, row.minute, *row.values()] for row in rows],
+                      separators=(",", ":"))
+
+
+# Up to :limit of the oldest rows before :keep_ms before {now}, by the
+# minute index: a bounded batch, however far behind the pruning is.
+PRUNE_HISTORY = Template("prune_history", """
+DELETE FROM tickwork_queue_history
+WHERE (queue, minute) IN (
+    SELECT queue, minute FROM tickwork_queue_history
+    WHERE minute < {now} - :keep_ms
+    ORDER BY minute
+    LIMIT :limit)
+RETURNING minute
+""", ("now", "keep_ms", "limit"), Columns("minute"))
