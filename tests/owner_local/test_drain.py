@@ -298,8 +298,9 @@ async def test_the_sampled_depth_counts_past_unfiled_and_unlisted_rows(
         harness: Harness) -> None:
     """The owner-local sample counts a queue's index entries without reading
     each row: a drain's settlements not filed yet and rows not listed yet
-    (tickwork.stores.index_batching) must not change the depth it writes."""
-    runtime = harness.runtime()
+    (tickwork.stores.index_batching) must not change the depth it writes.
+    One minute by the clock: a minute turning mid-drain would sample there."""
+    runtime = harness.runtime(clock=lambda: 1_796_000_001_000)
     for start in range(0, 600, 100):
         runtime.ingest_many([job(f"j{n}", queue=f"q{n % 3}") for n in range(start, start + 100)])
     await runtime.drain(max_ticks=150)
