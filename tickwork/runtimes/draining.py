@@ -197,8 +197,10 @@ async def drain_loop(
     while True:
         if budget.stopped():
             return Ticked("stopped", last, ticks)
-        if ticks and not steps.carrying and budget.spent(ticks):
-            # Spent while this loop let other events in (the deadline passed).
+        if yielding and ticks and not steps.carrying and budget.spent(ticks):
+            # Spent while this loop let other events in (the deadline passed);
+            # a loop that does not yield asked just before, at the end of its
+            # last tick.
             return Ticked("budget", last, ticks)
         last = await steps.step(claim_next=one_more)
         ticks += 1
