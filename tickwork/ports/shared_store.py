@@ -16,6 +16,7 @@ from tickwork.lifecycle import Settlement
 from tickwork.lifecycle.requests import ClaimView, JobListing, Suspect
 from tickwork.model.history import HistoryRow
 from tickwork.model.jobs import JobRecord, ValidJob
+from tickwork.model.limits import ConcurrencyLimit, LimitKind
 from tickwork.model.retention import RetentionPolicy, StorageReport
 from tickwork.model.schedules import StoredSchedule, ValidSchedule
 
@@ -255,6 +256,23 @@ class SharedStore(Protocol):
 
     async def delete_retention(self, queue: str | None) -> bool:
         """Remove ``queue``'s policy (None: the scope's default); whether there was one."""
+
+    async def limits(self) -> list[ConcurrencyLimit]:
+        """Every stored concurrency limit: queues first, then lanes, each by
+        key (``tickwork.model.limits.in_order``), with ``updated_at``."""
+
+    async def put_limit(self, limit: ConcurrencyLimit, now: int | None) -> bool:
+        """Store ``limit`` (replacing its kind and key's); False, nothing
+        written, when the same ``max_running`` is stored already. Claims
+        after it commits obey it."""
+
+    async def delete_limit(self, kind: LimitKind, key: str) -> bool:
+        """Remove the limit of ``kind`` on ``key`` (a queue goes back to one
+        job at a time, a lane to no limit of its own); whether there was one."""
+
+    async def running_jobs(self, kind: LimitKind, key: str, limit: int) -> list[str]:
+        """The ids of up to ``limit`` running jobs of the queue or lane
+        ``key``, oldest start first (what holds a job at that limit)."""
 
     async def settled_queues(self) -> list[str]:
         """Every queue that has settled jobs, by name (an index seek per queue)."""
