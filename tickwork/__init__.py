@@ -39,6 +39,7 @@ from tickwork.model.failures import (
     summarize_exception,
 )
 from tickwork.model.jobs import Attempt, Job, JobRecord, Recovery, Retry
+from tickwork.model.limits import ConcurrencyLimit
 from tickwork.model.outcomes import (
     Cancelled,
     CancelResult,
@@ -87,6 +88,7 @@ __all__ = [
     "CancelResult",
     "Cancelled",
     "Completed",
+    "ConcurrencyLimit",
     "ConcurrentOwnerRuntime",
     "D1Runtime",
     "DatabaseUnusable",

@@ -230,6 +230,9 @@ CLIENT_ARGS: dict[str, tuple[Any, ...]] = {
     "storage": (),
     "set_retention": ("q é", 86_400_000, None),
     "clear_retention": (None,),
+    "limits": (),
+    "set_limit": ("lane", "tenant é", 3),
+    "clear_limit": ("queue", "q é"),
 }
 
 

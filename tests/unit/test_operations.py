@@ -480,20 +480,47 @@ def test_the_owner_hold_names_every_running_job_once_the_slots_are_taken() -> No
     from tickwork.model.waiting import Hold
 
     job = record("b", state="queued")
-    running_head = record("a", state="running")
+    serial = {"paused": False, "queue_limit": 1, "ahead": ()}
     # Two slots, both taken: the queue's running job holds the queue, and
     # the owner hold names both running jobs (its count is the concurrency).
-    holds = decide_holds(job, 0, paused=False, head=running_head, executing=["a", "x"])
-    assert holds == (Hold("queue_busy", job_ids=("a",)), Hold("owner_busy", job_ids=("a", "x")))
+    holds = decide_holds(job, 0, **serial, queue_running=["a"], executing=["a", "x"])
+    assert holds == (Hold("queue_busy", job_ids=("a",), limit=1),
+                     Hold("owner_busy", job_ids=("a", "x")))
+    assert holds[0].describe() == "its queue runs one job at a time and is running a"
     assert holds[1].describe() == "the owner is at its concurrency (2 running): a, x"
     # One slot, taken by the queue's own running job: the queue hold says it all.
-    assert decide_holds(job, 0, paused=False, head=running_head, executing=["a"]) == (
-        Hold("queue_busy", job_ids=("a",)),)
-    # The job is its queue's head: nothing ahead of it; its own execution
-    # list says nothing of it.
-    assert decide_holds(job, 0, paused=False, head=job, executing=[]) == ()
+    assert decide_holds(job, 0, **serial, queue_running=["a"], executing=["a"]) == (
+        Hold("queue_busy", job_ids=("a",), limit=1),)
+    # The job is its queue's head: nothing ahead of it, nothing running.
+    assert decide_holds(job, 0, **serial, queue_running=[], executing=[]) == ()
     assert decide_holds(record("c", state="queued", cancellation_id="c-1"), 0, paused=True,
-                        head=running_head, executing=["a"]) == (Hold("cancelled"),)
+                        queue_limit=1, queue_running=["a"], ahead=(),
+                        executing=["a"]) == (Hold("cancelled"),)
+
+
+def test_a_job_is_held_by_its_queue_and_lane_limits_only_when_they_are_reached() -> None:
+    from tickwork.lifecycle.rules import decide_holds
+    from tickwork.model.waiting import Hold
+
+    job = record("d", state="queued")
+    # A queue of three places: two run, so one is free; one job ahead takes it.
+    assert decide_holds(job, 0, paused=False, queue_limit=3, queue_running=["a", "b"],
+                        ahead=["c"]) == (Hold("behind_head", job_ids=("c",)),)
+    # Two places free and one job ahead: the job takes the other one.
+    assert decide_holds(job, 0, paused=False, queue_limit=3, queue_running=["a"],
+                        ahead=["c"]) == ()
+    # Full: the queue hold names every running job and the limit.
+    full = decide_holds(job, 0, paused=False, queue_limit=3, queue_running=["a", "b", "c"],
+                        ahead=[])
+    assert full == (Hold("queue_busy", job_ids=("a", "b", "c"), limit=3),)
+    assert full[0].describe() == "its queue runs at most 3 jobs at once and is running a, b, c"
+    # A lane at its limit holds the job whatever its queue says; below it, not.
+    lane = decide_holds(job, 0, paused=False, queue_limit=3, queue_running=[], ahead=[],
+                        lane_limit=2, lane_running=["x", "y"], executing=["x", "y"])
+    assert lane == (Hold("lane_busy", job_ids=("x", "y"), limit=2),)
+    assert lane[0].describe() == "its lane runs at most 2 jobs at once and is running x, y"
+    assert decide_holds(job, 0, paused=False, queue_limit=3, queue_running=[], ahead=[],
+                        lane_limit=2, lane_running=["x"]) == ()
 
 
 def test_explain_reads_the_job_then_its_queue_and_settled_jobs_no_more() -> None:

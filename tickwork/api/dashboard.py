@@ -1413,7 +1413,11 @@ def _waits_cell(scope: Scope, job: JobRecord, status: QueueStatus, head: JobReco
     owner's executor is left to the job's page (``explain``)."""
     if job.state == "running":
         return f"running since {_time(job.started_at)}"
-    holds = decide_holds(job, now_ms, paused=status.paused, head=head, executing=())
+    running = (head.job_id,) if head is not None and head.state == "running" else ()
+    ahead = (head.job_id,) if head is not None and not running and head.job_id != job.job_id \
+        else ()
+    holds = decide_holds(job, now_ms, paused=status.paused, queue_limit=1,
+                         queue_running=running, ahead=ahead)
     if not holds:
         ready_at = job.due_at if job.due_at is not None else job.enqueued_at
         if now_ms - ready_at >= OVERDUE_AFTER_MS:
@@ -1421,6 +1425,7 @@ def _waits_cell(scope: Scope, job: JobRecord, status: QueueStatus, head: JobReco
         return "nothing: next to run"
     words = {"cancelled": "cancelled: settles at the next tick", "queue_paused": "queue paused",
              "queue_busy": "its queue's running job", "behind_head": "the job ahead",
+             "lane_busy": "its lane's running jobs",
              "owner_busy": "the owner at its concurrency", "not_due": "its due time"}
     return "; ".join(
         f'<span data-hold="{hold.kind}">{_e(words[hold.kind])}'
@@ -1438,8 +1443,14 @@ def _hold_reason(job: JobRecord, hold: Hold) -> WaitReason:
     if hold.kind == "queue_paused":
         return WaitReason("queue_paused", f"Queue {job.queue} is paused: no tick claims its "
                                           "jobs until it is resumed.")
-    text = {"queue_busy": "Its queue runs one job at a time and is running",
-            "behind_head": "Behind the job ahead of it in its queue:",
+    at_most = ("one job at a time" if hold.limit in (None, 1)
+               else f"at most {hold.limit} jobs at once")
+    text = {"queue_busy": f"Its queue runs {at_most} and is running",
+            "behind_head": ("Behind the job ahead of it in its queue:" if len(hold.job_ids) == 1
+                            else "Behind the jobs ahead of it in its queue, which take its "
+                                 "free places:"),
+            "lane_busy": f"Its lane, {job.lane}, runs at most {hold.limit} jobs at once "
+                         "and is running",
             "owner_busy": f"The owner is at its concurrency ({len(hold.job_ids)} running):"
             }[hold.kind]
     return WaitReason(hold.kind, text, job_ids=hold.job_ids)

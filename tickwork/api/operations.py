@@ -66,6 +66,13 @@ from tickwork.model.jobs import (
     validate_job,
     validate_jobs,
 )
+from tickwork.model.limits import (
+    LIMIT_KINDS,
+    MAX_RUNNING_LIMIT,
+    check_limit_key,
+    check_limit_kind,
+    validate_limit,
+)
 from tickwork.model.outcomes import OUTCOMES, QueueBacklog, QueueStatus
 from tickwork.model.retention import (
     MAX_KEEP_MS,
@@ -487,6 +494,36 @@ def _clear_retention_to_http(args: tuple[Any, ...]) -> tuple[tuple[str, ...], An
     return (), {"queue": check_policy_queue(args[0])}
 
 
+def _decode_set_limit(args: Sequence[str], body: Any) -> tuple[tuple[Any, ...], Any]:
+    given = wire.fields(body, "body", ("kind", "key", "max_running"))
+    limit = validate_limit(given["kind"], given["key"], given["max_running"])
+    return (limit.kind, limit.key, limit.max_running), None  # refused before any store
+
+
+def _decode_clear_limit(args: Sequence[str], body: Any) -> tuple[tuple[Any, ...], Any]:
+    given = wire.fields(body, "body", ("kind", "key"))
+    kind = check_limit_kind(given["kind"])
+    return (kind, check_limit_key(kind, given["key"])), None
+
+
+def _set_limit_to_http(args: tuple[Any, ...]) -> tuple[tuple[str, ...], Any]:
+    limit = validate_limit(*args)  # refused here as the server would
+    return (), {"kind": limit.kind, "key": limit.key, "max_running": limit.max_running}
+
+
+def _clear_limit_to_http(args: tuple[Any, ...]) -> tuple[tuple[str, ...], Any]:
+    kind = check_limit_kind(args[0])
+    return (), {"kind": kind, "key": check_limit_key(kind, args[1])}
+
+
+def _limits_to_wire(limits: list[Any]) -> list[dict[str, Any]]:
+    return [wire.limit_to_wire(limit) for limit in limits]
+
+
+def _limits_from_wire(values: list[Any]) -> list[Any]:
+    return [wire.limit_from_wire(value) for value in values]
+
+
 def _policies_to_wire(policies: list[Any]) -> list[dict[str, Any]]:
     return [wire.retention_to_wire(policy) for policy in policies]
 
@@ -686,6 +723,25 @@ _SET_RETENTION_SCHEMA: Final = {
 _CLEAR_RETENTION_SCHEMA: Final = {
     "type": "object", "additionalProperties": False,
     "properties": {"queue": _POLICY_QUEUE_SCHEMA}}
+
+_LIMIT_KEY_PROPERTIES: Final[dict[str, Any]] = {
+    "kind": {"type": "string", "enum": list(LIMIT_KINDS),
+             "description": "queue: the queue named key; lane: the lane named key, across "
+                            "every queue"},
+    "key": {"type": "string", "minLength": 1, "maxLength": MAX_LANE_LENGTH,
+            "description": "a queue name (at most 256 characters) or a lane"}}
+
+_LIMIT_KEY_SCHEMA: Final = {
+    "type": "object", "required": ["kind", "key"], "additionalProperties": False,
+    "properties": _LIMIT_KEY_PROPERTIES}
+
+_SET_LIMIT_SCHEMA: Final = {
+    "type": "object", "required": ["kind", "key", "max_running"],
+    "additionalProperties": False,
+    "properties": {**_LIMIT_KEY_PROPERTIES,
+                   "max_running": {"type": "integer", "minimum": 1,
+                                   "maximum": MAX_RUNNING_LIMIT,
+                                   "description": "the most jobs that run at once"}}}
 
 _REDRIVE_SCHEMA: Final = {
     "type": "object", "required": ["redrive_id"], "additionalProperties": False,
@@ -1077,6 +1133,46 @@ OPERATIONS: Final = (
         answers={200: "changed says whether there was a policy"},
         reply_shape='`{"queue", "changed"}`',
         to_http=_clear_retention_to_http, from_http=lambda body: body["changed"],
+        idempotent=True),
+    Operation(
+        "limits", "GET", ("limits",),
+        "Every concurrency limit stored: queues first, then lanes, each by key (a queue "
+        "not listed runs one job at a time; a lane not listed has no limit of its own)",
+        _nothing,
+        lambda args, context, limits: Reply(200, {"limits": _limits_to_wire(limits)}),
+        result_to_wire=_limits_to_wire, result_from_wire=_limits_from_wire,
+        answers={200: "the limits"},
+        reply_shape='`{"limits": [{"kind", "key", "max_running", "updated_at"}, ...]}`',
+        from_http=lambda body: _limits_from_wire(body["limits"]), idempotent=True),
+    Operation(
+        "set_limit", "POST", ("limits",),
+        "Let at most max_running jobs of a queue (kind queue) or of a lane across every "
+        "queue (kind lane) run at once; running jobs are never stopped",
+        _decode_set_limit,
+        lambda args, context, changed: Reply(200, {"kind": args[0], "key": args[1],
+                                                   "changed": changed}),
+        result_to_wire=_same, result_from_wire=_same,
+        args_to_rpc=_each_as_json_text, args_from_rpc=_each_from_json_text,
+        creates_owner=True, body_schema=_SET_LIMIT_SCHEMA,
+        answers={200: "changed says whether this call changed the stored limit",
+                 400: "a bad kind, key or max_running (nothing stored)"},
+        reply_shape='`{"kind", "key", "changed"}`',
+        to_http=_set_limit_to_http, from_http=lambda body: body["changed"],
+        idempotent=True),
+    Operation(
+        "clear_limit", "POST", ("limits", "clear"),
+        "Remove a limit: the queue runs one job at a time again, the lane has no limit of "
+        "its own",
+        _decode_clear_limit,
+        lambda args, context, changed: Reply(200, {"kind": args[0], "key": args[1],
+                                                   "changed": changed}),
+        result_to_wire=_same, result_from_wire=_same,
+        args_to_rpc=_each_as_json_text, args_from_rpc=_each_from_json_text,
+        body_schema=_LIMIT_KEY_SCHEMA,
+        answers={200: "changed says whether there was a limit",
+                 400: "a bad kind or key"},
+        reply_shape='`{"kind", "key", "changed"}`',
+        to_http=_clear_limit_to_http, from_http=lambda body: body["changed"],
         idempotent=True),
     Operation(
         "fail_lane", "POST", ("lanes", "{lane}", "fail"),

@@ -27,6 +27,7 @@ from tickwork.model.jobs import (
     Retry,
     check_text,
 )
+from tickwork.model.limits import ConcurrencyLimit, check_limit_kind
 from tickwork.model.outcomes import (
     CancelResult,
     DeadLetters,
@@ -428,12 +429,14 @@ def job_wait_to_wire(result: JobWait) -> dict[str, Any]:
     # rebuilds it from the kind.
     return {"job_id": result.job_id, "state": result.state, "read_at": result.read_at,
             "holds": [{"kind": hold.kind, "until": hold.until, "job_ids": list(hold.job_ids),
-                       "text": hold.describe()} for hold in result.holds]}
+                       "limit": hold.limit, "text": hold.describe()}
+                      for hold in result.holds]}
 
 
 def job_wait_from_wire(value: Mapping[str, Any]) -> JobWait:
     return JobWait(value["job_id"], value["state"],
-                   tuple(Hold(hold["kind"], hold["until"], tuple(hold["job_ids"]))
+                   tuple(Hold(hold["kind"], hold["until"], tuple(hold["job_ids"]),
+                              hold.get("limit"))
                          for hold in value["holds"]), value["read_at"])
 
 
@@ -560,6 +563,17 @@ def schedule_record_from_wire(value: Mapping[str, Any]) -> ScheduleRecord:
     schedule = {key: value[key] for key in _SCHEDULE_KEYS}
     return ScheduleRecord(schedule_from_wire(schedule), value["next_at"], value["paused"],
                           value["created_at"], value["updated_at"])
+
+
+def limit_to_wire(limit: ConcurrencyLimit) -> dict[str, Any]:
+    """A concurrency limit as JSON."""
+    return {"kind": limit.kind, "key": limit.key, "max_running": limit.max_running,
+            "updated_at": limit.updated_at}
+
+
+def limit_from_wire(value: Mapping[str, Any]) -> ConcurrencyLimit:
+    return ConcurrencyLimit(check_limit_kind(value["kind"]), value["key"],
+                            value["max_running"], value["updated_at"])
 
 
 def retention_to_wire(policy: RetentionPolicy) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from tickwork.lifecycle.requests import (
     Commit,
     CreateSchedule,
     DeadLetterPage,
+    DeleteLimit,
     DeleteRetention,
     DeleteSchedule,
     DueSchedules,
@@ -45,6 +46,7 @@ from tickwork.lifecycle.requests import (
     InsertMany,
     JobsByIdPrefix,
     LaneHasPending,
+    Limits,
     ListJobs,
     ListSchedules,
     NextWork,
@@ -52,11 +54,13 @@ from tickwork.lifecycle.requests import (
     PauseSchedule,
     PruneSettled,
     Purge,
+    PutLimit,
     PutRetention,
     QueueCounts,
     QueueHead,
     QueuePaused,
     ReadClaim,
+    ReadyAhead,
     RecordCancellation,
     RecordRedrive,
     RedriveApplied,
@@ -68,6 +72,7 @@ from tickwork.lifecycle.requests import (
     ResumeQueue,
     ResumeSchedule,
     RetentionPolicies,
+    RunningJobs,
     Settle,
     SettledQueues,
     SettleNextCancelled,
@@ -112,6 +117,12 @@ class Answers(Protocol):
     def purge(self, request: Purge, /) -> Any: ...
     def pause_queue(self, request: PauseQueue, /) -> Any: ...
     def resume_queue(self, request: ResumeQueue, /) -> Any: ...
+    # limits
+    def limits(self, request: Limits, /) -> Any: ...
+    def put_limit(self, request: PutLimit, /) -> Any: ...
+    def delete_limit(self, request: DeleteLimit, /) -> Any: ...
+    def running_jobs(self, request: RunningJobs, /) -> Any: ...
+    def ready_ahead(self, request: ReadyAhead, /) -> Any: ...
     # retention
     def retention_policies(self, request: RetentionPolicies, /) -> Any: ...
     def put_retention(self, request: PutRetention, /) -> Any: ...

@@ -29,6 +29,7 @@ from tickwork.lifecycle.requests import (
     Commit,
     CreateSchedule,
     DeadLetterPage,
+    DeleteLimit,
     DeleteRetention,
     DeleteSchedule,
     DueSchedules,
@@ -47,6 +48,7 @@ from tickwork.lifecycle.requests import (
     JobListing,
     JobsByIdPrefix,
     LaneHasPending,
+    Limits,
     ListJobs,
     ListSchedules,
     NextWork,
@@ -55,11 +57,13 @@ from tickwork.lifecycle.requests import (
     Plan,
     PruneSettled,
     Purge,
+    PutLimit,
     PutRetention,
     QueueCounts,
     QueueHead,
     QueuePaused,
     ReadClaim,
+    ReadyAhead,
     RecordCancellation,
     RecordRedrive,
     RedriveApplied,
@@ -70,6 +74,7 @@ from tickwork.lifecycle.requests import (
     ResumeQueue,
     ResumeSchedule,
     RetentionPolicies,
+    RunningJobs,
     Settle,
     SettledQueues,
     SettleNextCancelled,
@@ -114,6 +119,15 @@ from tickwork.model.jobs import (
     check_text,
     validate_job,
     validate_jobs,
+)
+from tickwork.model.limits import (
+    ConcurrencyLimit,
+    LimitKind,
+    check_limit_key,
+    check_limit_kind,
+    in_order,
+    limits_for,
+    validate_limit,
 )
 from tickwork.model.outcomes import (
     OUTCOMES,
@@ -218,10 +232,12 @@ def read(job_id: str) -> Plan[JobRecord | None]:
 
 def explain(job_id: str) -> Plan[JobWait | None]:
     """Why the job is not running yet: its state and, while it is queued,
-    every hold that applies (not due until T, its queue paused, its queue's
-    running job, the job ahead of it, the owner busy with another job); no
-    holds means the next tick may claim it. None when there is no such job.
-    Key lookups only (the job, its queue's pause and head; never the
+    every hold that applies (not due until T, its queue paused, its queue at
+    its limit naming its running jobs, the jobs ahead of it in its queue,
+    its lane at its limit, the owner busy with other jobs); no holds means
+    the next tick may claim it. None when there is no such job. Key lookups
+    and index walks bounded by the limits (the job, its queue's pause, the
+    stored limits, the running and waiting jobs that hold it; never the
     settled history), for a page or a terminal, not a hot path."""
     check_id("job_id", job_id)
     job: JobRecord | None = yield Find(job_id)
@@ -231,9 +247,19 @@ def explain(job_id: str) -> Plan[JobWait | None]:
     if job.state != "queued":
         return JobWait(job_id, job.state, (), now)
     paused: bool = yield QueuePaused(job.queue)
-    head: JobRecord | None = yield QueueHead(job.queue)
+    queue_limit, lane_limit = limits_for(job.queue, job.lane, (yield Limits()))
+    queue_running: list[str] = yield RunningJobs("queue", job.queue, queue_limit)
+    ahead: list[str] = []
+    if len(queue_running) < queue_limit:
+        ahead = yield ReadyAhead(job.queue, job.priority, job.sequence,
+                                 queue_limit - len(queue_running))
+    lane_running: list[str] = []
+    if lane_limit is not None:
+        lane_running = yield RunningJobs("lane", job.lane, lane_limit)
     executing: list[str] = yield Executing(job.lane)
-    holds = decide_holds(job, now, paused=paused, head=head, executing=executing)
+    holds = decide_holds(job, now, paused=paused, queue_limit=queue_limit,
+                         queue_running=queue_running, ahead=ahead, lane_limit=lane_limit,
+                         lane_running=lane_running, executing=executing)
     return JobWait(job_id, "queued", holds, now)
 
 
@@ -799,6 +825,40 @@ def _fire_due(due: list[StoredSchedule], now: int) -> Plan[int]:
             yield Report("ingested", job)
         created += len(jobs)
     return created
+
+
+# ----------------------------------------------------------------- limits
+
+
+def limits() -> Plan[list[ConcurrencyLimit]]:
+    """Every concurrency limit stored: queues first, then lanes, each by key.
+    A queue not listed runs one job at a time; a lane not listed has no
+    limit of its own."""
+    stored: list[ConcurrencyLimit] = yield Limits()
+    return in_order(stored)
+
+
+def set_limit(kind: LimitKind, key: str, max_running: int) -> Plan[bool]:
+    """Let at most ``max_running`` (1 to 10,000) jobs of the queue (``kind``
+    "queue") or of the lane (``kind`` "lane", across every queue) named
+    ``key`` run at once. The next claim obeys it; running jobs are never
+    stopped, so a lowered limit holds new claims until enough settle. True
+    when this changed the stored limit, False when it was already so."""
+    limit = validate_limit(kind, key, max_running)
+    changed: bool = yield PutLimit(limit)
+    if changed:
+        yield _WAKE_SOON
+    return changed
+
+
+def clear_limit(kind: LimitKind, key: str) -> Plan[bool]:
+    """Remove the limit of ``kind`` on ``key``: the queue runs one job at a
+    time again, the lane has no limit of its own. True when there was one."""
+    checked = check_limit_kind(kind)
+    removed: bool = yield DeleteLimit(checked, check_limit_key(checked, key))
+    if removed:
+        yield _WAKE_SOON
+    return removed
 
 
 # -------------------------------------------------------------- retention

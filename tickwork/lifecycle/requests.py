@@ -22,6 +22,7 @@ from typing import Any, Final, Protocol, TypeAlias, TypeVar
 from tickwork.events import Event, EventKind
 from tickwork.lifecycle.rules import Settlement
 from tickwork.model.jobs import JobRecord, ValidJob
+from tickwork.model.limits import ConcurrencyLimit, LimitKind
 from tickwork.model.retention import RetentionPolicy
 from tickwork.model.schedules import ValidSchedule
 
@@ -300,6 +301,50 @@ class ResumeQueue(Request):
     """Unmark the queue -> ``bool``: False (nothing written) when it was not paused."""
 
     queue: str
+
+
+@dataclass(slots=True)
+class Limits(Request):
+    """Every stored concurrency limit, queues first then lanes, each by key
+    -> ``list[ConcurrencyLimit]``."""
+
+
+@dataclass(slots=True)
+class PutLimit(Request):
+    """Store ``limit``, replacing its kind and key's -> ``bool``: False
+    (nothing written) when the same ``max_running`` is stored already."""
+
+    limit: ConcurrencyLimit
+
+
+@dataclass(slots=True)
+class DeleteLimit(Request):
+    """Remove the limit of ``kind`` on ``key`` -> ``bool``: whether there was one."""
+
+    kind: LimitKind
+    key: str
+
+
+@dataclass(slots=True)
+class RunningJobs(Request):
+    """The ids of up to ``limit`` running jobs of the queue or lane ``key``,
+    oldest start first -> ``list[str]``."""
+
+    kind: LimitKind
+    key: str
+    limit: int
+
+
+@dataclass(slots=True)
+class ReadyAhead(Request):
+    """The ids of up to ``limit`` jobs of ``queue`` a claim would take
+    before the job at (``priority``, ``sequence``): queued, due, not
+    cancelled, and earlier in pick order -> ``list[str]``, in pick order."""
+
+    queue: str
+    priority: int
+    sequence: int
+    limit: int
 
 
 @dataclass(slots=True)

@@ -207,14 +207,19 @@ class CancelDecision:
     record: bool  # write the cancellation id?
 
 
-def decide_holds(job: JobRecord, now: int, *, paused: bool, head: JobRecord | None,
-                 executing: Sequence[str]) -> tuple[Hold, ...]:
+def decide_holds(job: JobRecord, now: int, *, paused: bool, queue_limit: int,
+                 queue_running: Sequence[str], ahead: Sequence[str],
+                 lane_limit: int | None = None, lane_running: Sequence[str] = (),
+                 executing: Sequence[str] = ()) -> tuple[Hold, ...]:
     """What holds the queued ``job`` at ``now``, every hold that applies, in
     the order they clear (see ``tickwork.model.waiting``): ``paused`` is its
-    queue's pause, ``head`` its queue's running job or else its best waiting
-    one, ``executing`` the jobs the owner's slots run when every slot it
-    could run on is taken (empty while one is free, and where there is no
-    owner-wide limit)."""
+    queue's pause; ``queue_limit`` its queue's ``max_running`` and
+    ``queue_running`` that queue's running jobs (up to the limit);
+    ``ahead`` the queue's ready jobs a claim takes before it (up to the
+    queue's free places); ``lane_limit`` its lane's limit (None: none) and
+    ``lane_running`` that lane's running jobs; ``executing`` the jobs the
+    owner's slots run when every slot it could run on is taken (empty while
+    one is free, and where there is no owner-wide limit)."""
     if job.cancellation_id is not None:
         return (Hold("cancelled"),)
     holds: list[Hold] = []
@@ -222,13 +227,18 @@ def decide_holds(job: JobRecord, now: int, *, paused: bool, head: JobRecord | No
         holds.append(Hold("not_due", until=job.due_at))
     if paused:
         holds.append(Hold("queue_paused"))
-    named: tuple[str, ...] = ()
-    if head is not None and head.job_id != job.job_id:
-        named = (head.job_id,)
-        holds.append(Hold("queue_busy" if head.state == "running" else "behind_head",
-                          job_ids=named))
-    # ``executing`` is empty unless every slot runs a job. Named by the queue
-    # hold already, an owner with one slot adds nothing: its one job is that.
+    named: set[str] = set()
+    if len(queue_running) >= queue_limit:
+        named.update(queue_running)
+        holds.append(Hold("queue_busy", job_ids=tuple(queue_running), limit=queue_limit))
+    elif ahead and len(ahead) >= queue_limit - len(queue_running):
+        named.update(ahead)
+        holds.append(Hold("behind_head", job_ids=tuple(ahead)))
+    if lane_limit is not None and len(lane_running) >= lane_limit:
+        named.update(lane_running)
+        holds.append(Hold("lane_busy", job_ids=tuple(lane_running), limit=lane_limit))
+    # ``executing`` is empty unless every slot runs a job. Named by a hold
+    # already, an owner's busy slots add nothing: its jobs are those.
     if any(job_id not in named for job_id in executing):
         holds.append(Hold("owner_busy", job_ids=tuple(executing)))
     return tuple(holds)

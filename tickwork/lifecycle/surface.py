@@ -135,6 +135,7 @@ class JobOperations:
     find_jobs = Declared(operations.find_jobs, writes=False)
     schedules = Declared(operations.schedules, writes=False)
     retention = Declared(operations.retention, writes=False)
+    limits = Declared(operations.limits, writes=False)
     storage = Declared(operations.storage, writes=False)
     # changes
     cancel = Declared(operations.cancel, writes=True)
@@ -151,6 +152,8 @@ class JobOperations:
     delete_schedule = Declared(operations.delete_schedule, writes=True)
     set_retention = Declared(operations.set_retention, writes=True)
     clear_retention = Declared(operations.clear_retention, writes=True)
+    set_limit = Declared(operations.set_limit, writes=True)
+    clear_limit = Declared(operations.clear_limit, writes=True)
 
 
 class RuntimeOperations(JobOperations):

@@ -40,6 +40,7 @@ __all__ = [
     "check_limit_kind",
     "check_max_running",
     "in_order",
+    "limits_for",
     "validate_limit",
 ]
 
@@ -99,3 +100,17 @@ def validate_limit(kind: object, key: object, max_running: object) -> Concurrenc
 def in_order(limits: Iterable[ConcurrencyLimit]) -> list[ConcurrencyLimit]:
     """Limits as every surface lists them: queues first, then lanes, each by key."""
     return sorted(limits, key=lambda limit: (LIMIT_KINDS.index(limit.kind), limit.key))
+
+
+def limits_for(queue: str, lane: str,
+               limits: Iterable[ConcurrencyLimit]) -> tuple[int, int | None]:
+    """The limits a job of ``queue`` and ``lane`` runs under: its queue's
+    ``max_running`` (the default when none is stored) and its lane's (None:
+    no lane limit)."""
+    queue_max, lane_max = DEFAULT_QUEUE_MAX_RUNNING, None
+    for limit in limits:
+        if limit.kind == "queue" and limit.key == queue:
+            queue_max = limit.max_running
+        elif limit.kind == "lane" and limit.key == lane:
+            lane_max = limit.max_running
+    return queue_max, lane_max

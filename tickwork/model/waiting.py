@@ -1,11 +1,11 @@
 """Why a job is not running yet: the answer of ``explain(job_id)``.
 
 A queued job is held by every ``Hold`` that applies, in the order they
-clear: its own due time, its queue's pause, its queue's running job or the
-job ahead of it, and the owner at its concurrency (every one of its slots
-running a job). No holds
-means nothing holds it: the next tick may claim it (in priority order
-across queues). A cancelled job that has not settled yet is held by its
+clear: its own due time, its queue's pause, its queue at its limit (its
+running jobs) or the jobs ahead of it that take the queue's free places,
+its lane at its limit, and the owner at its concurrency (every one of its
+slots running a job). No holds means nothing holds it: the next tick may
+claim it (in priority order across queues). A cancelled job that has not settled yet is held by its
 cancellation: it settles ``cancelled`` at the next tick without running.
 """
 
@@ -19,21 +19,25 @@ from tickwork.model.jobs import JobState
 
 #: What can hold a queued job.
 HoldKind: TypeAlias = Literal[
-    "cancelled", "not_due", "queue_paused", "queue_busy", "behind_head", "owner_busy"]
+    "cancelled", "not_due", "queue_paused", "queue_busy", "behind_head", "lane_busy",
+    "owner_busy"]
 HOLD_KINDS: Final[tuple[HoldKind, ...]] = (
-    "cancelled", "not_due", "queue_paused", "queue_busy", "behind_head", "owner_busy")
+    "cancelled", "not_due", "queue_paused", "queue_busy", "behind_head", "lane_busy",
+    "owner_busy")
 
 
 @dataclass(frozen=True, slots=True)
 class Hold:
     """One thing that holds a queued job: ``until`` (epoch ms) for a due time,
-    ``job_ids`` for the jobs it waits on (the queue's running job, the job
-    ahead of it, the owner's running executions: one per slot, all of them
-    when the owner is at its concurrency)."""
+    ``job_ids`` for the jobs it waits on (the queue's or the lane's running
+    jobs, the jobs ahead of it, the owner's running executions: one per
+    slot, all of them when the owner is at its concurrency), ``limit`` for
+    the queue's or lane's ``max_running`` it is at."""
 
     kind: HoldKind
     until: int | None = None
     job_ids: tuple[str, ...] = ()
+    limit: int | None = None
 
     def describe(self) -> str:
         """The hold in words, for a page or a terminal."""
@@ -45,9 +49,13 @@ class Hold:
         if self.kind == "queue_paused":
             return "its queue is paused"
         if self.kind == "queue_busy":
-            return f"its queue runs one job at a time and is running {named}"
+            if self.limit is None or self.limit == 1:
+                return f"its queue runs one job at a time and is running {named}"
+            return f"its queue runs at most {self.limit} jobs at once and is running {named}"
         if self.kind == "behind_head":
             return f"behind {named}, ahead of it in its queue"
+        if self.kind == "lane_busy":
+            return f"its lane runs at most {self.limit} jobs at once and is running {named}"
         return (f"the owner is at its concurrency ({len(self.job_ids)} running): "
                 f"{named}")
 

@@ -274,6 +274,13 @@ class SharedStore(Protocol):
         """The ids of up to ``limit`` running jobs of the queue or lane
         ``key``, oldest start first (what holds a job at that limit)."""
 
+    async def ready_ahead(self, queue: str, priority: int, sequence: int,
+                          limit: int) -> list[str]:
+        """The ids of up to ``limit`` jobs of ``queue`` that a claim takes
+        before the job at (``priority``, ``sequence``): queued, due, not
+        cancelled, earlier in pick order (priority desc, then sequence); in
+        that order. One walk of the queue's pick order index."""
+
     async def settled_queues(self) -> list[str]:
         """Every queue that has settled jobs, by name (an index seek per queue)."""
 

@@ -56,6 +56,7 @@ from tickwork.lifecycle.requests import (
     ClaimView,
     CreateSchedule,
     DeadLetterPage,
+    DeleteLimit,
     DeleteRetention,
     DeleteSchedule,
     DueSchedules,
@@ -72,6 +73,7 @@ from tickwork.lifecycle.requests import (
     InsertMany,
     JobsByIdPrefix,
     LaneHasPending,
+    Limits,
     ListJobs,
     ListSchedules,
     NextWork,
@@ -81,11 +83,13 @@ from tickwork.lifecycle.requests import (
     Probe,
     PruneSettled,
     Purge,
+    PutLimit,
     PutRetention,
     QueueCounts,
     QueueHead,
     QueuePaused,
     ReadClaim,
+    ReadyAhead,
     RecordCancellation,
     RecordRedrive,
     RedriveApplied,
@@ -96,6 +100,7 @@ from tickwork.lifecycle.requests import (
     ResumeQueue,
     ResumeSchedule,
     RetentionPolicies,
+    RunningJobs,
     Settle,
     SettledQueues,
     SettleNextCancelled,
@@ -121,6 +126,7 @@ from tickwork.model.jobs import (
     check_safe_int,
     check_text,
 )
+from tickwork.model.limits import ConcurrencyLimit
 from tickwork.model.outcomes import (
     CancelResult,
     IngestStatus,
@@ -1066,6 +1072,23 @@ class _LocalAnswers(OwnerLocalAnswers):
 
     def resume_queue(self, request: ResumeQueue) -> bool:
         return self._store.resume_queue(request.queue)
+
+    # limits
+    def limits(self, request: Limits) -> list[ConcurrencyLimit]:
+        return self._store.limits()
+
+    def put_limit(self, request: PutLimit) -> bool:
+        return self._store.put_limit(request.limit, self._clock())
+
+    def delete_limit(self, request: DeleteLimit) -> bool:
+        return self._store.delete_limit(request.kind, request.key)
+
+    def running_jobs(self, request: RunningJobs) -> list[str]:
+        return self._store.running_jobs(request.kind, request.key, request.limit)
+
+    def ready_ahead(self, request: ReadyAhead) -> list[str]:
+        return self._store.ready_ahead(request.queue, request.priority, request.sequence,
+                                       request.limit)
 
     # retention
     def retention_policies(self, request: RetentionPolicies) -> list[RetentionPolicy]:

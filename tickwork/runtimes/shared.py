@@ -55,6 +55,7 @@ from tickwork.lifecycle.requests import (
     Commit,
     CreateSchedule,
     DeadLetterPage,
+    DeleteLimit,
     DeleteRetention,
     DeleteSchedule,
     DueSchedules,
@@ -70,6 +71,7 @@ from tickwork.lifecycle.requests import (
     Insert,
     InsertMany,
     JobsByIdPrefix,
+    Limits,
     ListJobs,
     ListSchedules,
     NextWork,
@@ -79,11 +81,13 @@ from tickwork.lifecycle.requests import (
     Probe,
     PruneSettled,
     Purge,
+    PutLimit,
     PutRetention,
     QueueCounts,
     QueueHead,
     QueuePaused,
     ReadClaim,
+    ReadyAhead,
     RecordCancellation,
     RecordRedrive,
     RedriveApplied,
@@ -94,6 +98,7 @@ from tickwork.lifecycle.requests import (
     ResumeQueue,
     ResumeSchedule,
     RetentionPolicies,
+    RunningJobs,
     Settle,
     SettledQueues,
     SettleNextCancelled,
@@ -114,6 +119,7 @@ from tickwork.model.jobs import (
     ValidJob,
     check_safe_int,
 )
+from tickwork.model.limits import ConcurrencyLimit
 from tickwork.model.outcomes import (
     TickResult,
 )
@@ -886,6 +892,23 @@ class _SharedRuntimeAnswers(SharedAnswers):
 
     def resume_queue(self, request: ResumeQueue) -> Awaitable[bool]:
         return self._store.resume_queue(request.queue)
+
+    # limits
+    def limits(self, request: Limits) -> Awaitable[list[ConcurrencyLimit]]:
+        return self._store.limits()
+
+    def put_limit(self, request: PutLimit) -> Awaitable[bool]:
+        return self._store.put_limit(request.limit, self._db_now())
+
+    def delete_limit(self, request: DeleteLimit) -> Awaitable[bool]:
+        return self._store.delete_limit(request.kind, request.key)
+
+    def running_jobs(self, request: RunningJobs) -> Awaitable[list[str]]:
+        return self._store.running_jobs(request.kind, request.key, request.limit)
+
+    def ready_ahead(self, request: ReadyAhead) -> Awaitable[list[str]]:
+        return self._store.ready_ahead(request.queue, request.priority, request.sequence,
+                                       request.limit)
 
     # retention
     def retention_policies(self, request: RetentionPolicies

@@ -43,6 +43,7 @@ _INSERT_JOB_AT_ONCE_COUNTED = _render(sql.INSERT_JOB_AT_ONCE_COUNTED,
 _SELECT_JOB = _render(sql.SELECT_JOB, "job_id")
 _SELECT_CARGO = _render(sql.SELECT_CARGO, "job_id")
 _SELECT_QUEUE_HEAD = _render(sql.SELECT_QUEUE_HEAD_LOCAL, "queue")
+_READY_AHEAD = _render(sql.READY_AHEAD_LOCAL, "queue", "priority", "sequence", "limit")
 _SELECT_LATEST_SETTLED = _render(sql.SELECT_LATEST_SETTLED, "queue")
 _SELECT_CLAIM = _render(sql.SELECT_CLAIM, "sequence")
 _SETTLE = sql.SETTLE_PARAMS
@@ -226,6 +227,12 @@ class OwnerLocalStore:
 
     def queue_head(self, queue: str) -> JobRecord | None:
         return self._read_one(_SELECT_QUEUE_HEAD, (queue,))
+
+    def ready_ahead(self, queue: str, priority: int, sequence: int, limit: int) -> list[str]:
+        """The ids of up to ``limit`` jobs of ``queue`` a claim takes before
+        the job at (``priority``, ``sequence``), in pick order."""
+        rows = self.database.query(_READY_AHEAD.text, (queue, priority, sequence, limit))
+        return [row[0] for row in rows]
 
     def latest_settled(self, queue: str) -> JobRecord | None:
         return self._read_one(_SELECT_LATEST_SETTLED, (queue,))

@@ -71,6 +71,7 @@ SELECT_CARGO_MANY = _render(sql.SELECT_CARGO_MANY, "job_ids")
 SELECT_JOB = _render(sql.SELECT_JOB, "job_id")
 SELECT_CARGO = _render(sql.SELECT_CARGO, "job_id")
 SELECT_QUEUE_HEAD = _render(sql.SELECT_QUEUE_HEAD, "queue")
+READY_AHEAD = _render(sql.READY_AHEAD, "queue", "priority", "sequence", "limit")
 SELECT_CLAIM = _render(sql.SELECT_CLAIM, "sequence", "now")
 HAS_PENDING_WORK = _render(sql.HAS_PENDING_WORK, "now")
 NEXT_WORK = _render(sql.NEXT_WORK, "now")
@@ -200,6 +201,11 @@ class D1Store:
 
     async def queue_head(self, queue: str) -> JobRecord | None:
         return await self._one_job(SELECT_QUEUE_HEAD, (queue,))
+
+    async def ready_ahead(self, queue: str, priority: int, sequence: int,
+                          limit: int) -> list[str]:
+        rows = await self.d1.query(READY_AHEAD.text, (queue, priority, sequence, limit))
+        return [row[0] for row in rows]
 
     async def has_pending_work(self, now: int | None) -> bool:
         rows = await self.d1.query(HAS_PENDING_WORK.text, (now,))

@@ -166,6 +166,12 @@ class PostgresStore:
     async def queue_head(self, queue: str) -> JobRecord | None:
         return await self._one_job(sql.SELECT_QUEUE_HEAD, {"queue": queue})
 
+    async def ready_ahead(self, queue: str, priority: int, sequence: int,
+                          limit: int) -> list[str]:
+        rows = await self._rows(sql.READY_AHEAD, {"queue": queue, "priority": priority,
+                                                  "sequence": sequence, "limit": limit})
+        return [row[0] for row in rows]
+
     async def has_pending_work(self, now: int | None) -> bool:
         return bool((await self._rows(sql.HAS_PENDING_WORK, {"now": now}))[0][0])
 

@@ -118,6 +118,18 @@ UNION ALL
 LIMIT 1
 """
 
+# The jobs of a queue a claim takes before the job at (priority, sequence):
+# ready (queued, due, not cancelled) and earlier in pick order, at most
+# %(limit)s (the queue's free places), for explain: a walk of the queue's
+# waiting index from its best job.
+READY_AHEAD = """
+SELECT job_id FROM tickwork_jobs
+WHERE queue = %(queue)s AND state = 'queued' AND due_at IS NULL AND cancellation_id IS NULL
+  AND (priority > %(priority)s OR (priority = %(priority)s AND sequence < %(sequence)s))
+ORDER BY priority DESC, sequence
+LIMIT %(limit)s
+"""
+
 # Status of every queue: job counts by (queue, state, outcome), a queued job
 # still waiting for its time counted as state 'delayed'. It reads every row of the table (no
 # index holds every job's queue and outcome), the whole settled history

@@ -578,6 +578,26 @@ SELECT * FROM (
 LIMIT 1
 """, ("queue",), JOB_ROWS, _local)
 
+# The jobs of a queue a claim takes before the job at (:priority,
+# :sequence): ready (queued, due, not cancelled) and earlier in pick order,
+# at most :limit (the queue's free places), for explain. D1 walks the
+# queue's waiting index from the queue's best job; the owner-local form
+# reads the queue order index and the unlisted rows (0010).
+_READY = f"{HEAD_READY} AND cancellation_id IS NULL"
+_AHEAD = "(priority > :priority OR (priority = :priority AND sequence < :sequence))"
+READY_AHEAD = Template("ready_ahead", f"""
+SELECT job_id FROM tickwork_jobs
+WHERE queue = :queue AND {_READY} AND {_AHEAD}
+ORDER BY priority DESC, sequence
+LIMIT :limit
+""", ("queue", "priority", "sequence", "limit"), Columns("job_id"), _d1)
+READY_AHEAD_LOCAL = Template("ready_ahead", f"""
+SELECT job_id FROM (
+    {queue_rows("job_id, priority, sequence", f"queue = :queue AND {_READY} AND {_AHEAD}")})
+ORDER BY priority DESC, sequence
+LIMIT :limit
+""", ("queue", "priority", "sequence", "limit"), Columns("job_id"), _local)
+
 # ----------------------------------------------------------------- claims
 
 # Claim: picks the first runnable job in global order (priority desc, oldest
