@@ -33,6 +33,7 @@ from tickwork.lifecycle import Settlement
 from tickwork.lifecycle.requests import JobListing
 from tickwork.model.errors import IngestConflict
 from tickwork.model.history import HistoryRow
+from tickwork.model.limits import ConcurrencyLimit
 from tickwork.model.retention import RetentionPolicy
 from tickwork.stores.owner_local import EVERY_JOB, OwnerLocalStore, inside_lane, outside_lane
 from tickwork.stores.owner_schema import SCHEMA_VERSION
@@ -904,6 +905,77 @@ def test_put_read_and_delete_retention_policies(local_store: LocalStoreUnderTest
     assert store.delete_retention("q") is False
     assert store.delete_retention(None) is True
     assert store.retention_policies() == []
+
+
+# --------------------------------------------------- concurrency limits
+
+
+@covers("put_limit", "limits", "delete_limit")
+def test_put_read_and_delete_concurrency_limits(local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    assert store.limits() == []
+    assert store.put_limit(ConcurrencyLimit("queue", "q", 3), T0) is True
+    # The same max_running again writes nothing, updated_at included.
+    assert store.put_limit(ConcurrencyLimit("queue", "q", 3), T0 + 1) is False
+    assert store.put_limit(ConcurrencyLimit("lane", "tenant-b", 2), T0 + 2) is True
+    assert store.put_limit(ConcurrencyLimit("lane", "é", 4), T0 + 3) is True
+    assert store.put_limit(ConcurrencyLimit("lane", "Z", 1), T0 + 4) is True
+    # A queue and a lane of the same name are two limits.
+    assert store.put_limit(ConcurrencyLimit("lane", "q", 7), T0 + 5) is True
+    assert store.put_limit(ConcurrencyLimit("queue", "a", 10_000), T0 + 6) is True
+    assert store.put_limit(ConcurrencyLimit("queue", "q", 5), T0 + 7) is True  # replaced
+    assert store.limits() == [
+        ConcurrencyLimit("queue", "a", 10_000, T0 + 6), ConcurrencyLimit("queue", "q", 5, T0 + 7),
+        ConcurrencyLimit("lane", "Z", 1, T0 + 4), ConcurrencyLimit("lane", "q", 7, T0 + 5),
+        ConcurrencyLimit("lane", "tenant-b", 2, T0 + 2), ConcurrencyLimit("lane", "é", 4, T0 + 3)]
+    assert local_store.rows("SELECT kind, key, max_running, updated_at FROM tickwork_limits "
+                            "WHERE kind = 'queue' ORDER BY key") == [
+        ("queue", "a", 10_000, T0 + 6), ("queue", "q", 5, T0 + 7)]
+    assert store.delete_limit("queue", "q") is True
+    assert store.delete_limit("queue", "q") is False
+    assert store.delete_limit("queue", "tenant-b") is False  # a lane's key, not a queue's
+    assert store.delete_limit("lane", "q") is True
+    assert [(limit.kind, limit.key) for limit in store.limits()] == [
+        ("queue", "a"), ("lane", "Z"), ("lane", "tenant-b"), ("lane", "é")]
+
+
+@covers("put_limit")
+def test_the_limits_table_refuses_a_bad_row(local_store: LocalStoreUnderTest) -> None:
+    insert = "INSERT INTO tickwork_limits (kind, key, max_running, updated_at) VALUES (?, ?, ?, ?)"
+    for kind, max_running in (("tenant", 1), ("queue", 0), ("lane", 10_001), ("queue", None)):
+        with pytest.raises(Exception, match="constraint failed"):
+            local_store.rows(insert, (kind, "k", max_running, T0))
+    local_store.rows(insert, ("queue", "k", 1, T0))
+    with pytest.raises(Exception, match="constraint failed"):  # one row per kind and key
+        local_store.rows(insert, ("queue", "k", 2, T0))
+    assert local_store.store.limits() == [ConcurrencyLimit("queue", "k", 1, T0)]
+
+
+@covers("running_jobs")
+def test_running_jobs_names_a_queues_or_lanes_running_jobs_oldest_start_first(
+        local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    queued(local_store, "x1", queue="q1", lane="L")
+    queued(local_store, "x2", queue="q2", lane="L")
+    queued(local_store, "x3", queue="L")  # names no lane: its lane is its queue, L
+    queued(local_store, "y", queue="q3", lane="other")
+    queued(local_store, "x4", queue="q1", lane="L")  # stays queued: q1 runs x1
+    # Started out of enqueue order: x1 last, x2 first.
+    for now in (T0 + 5, T0 + 1, T0 + 3, T0 + 4):
+        claimed(local_store, f"t-{now}", now)
+    assert store.running_jobs("lane", "L", 10) == ["x2", "x3", "x1"]
+    assert store.running_jobs("lane", "L", 2) == ["x2", "x3"]
+    assert store.running_jobs("lane", "other", 10) == ["y"]
+    assert store.running_jobs("lane", "q1", 10) == []  # q1 is a queue; no job's lane is q1
+    assert store.running_jobs("queue", "q1", 10) == ["x1"]
+    assert store.running_jobs("queue", "L", 10) == ["x3"]
+    assert store.running_jobs("queue", "nothing", 10) == []
+    x2 = store.find("x2")
+    assert x2 is not None
+    assert store.settle_claim(x2.sequence, "t-" + str(T0 + 1), COMPLETED, T0 + 6,
+                              cancelled=False)
+    assert store.running_jobs("lane", "L", 10) == ["x3", "x1"]
+    assert store.running_jobs("queue", "q2", 10) == []
 
 
 @covers("settled_queues")

@@ -36,6 +36,7 @@ from tickwork.lifecycle.requests import JobListing
 from tickwork.model.errors import IngestConflict, SchemaError
 from tickwork.model.history import HistoryRow
 from tickwork.model.jobs import JobRecord
+from tickwork.model.limits import ConcurrencyLimit
 from tickwork.model.retention import RetentionPolicy
 from tickwork.ports.shared_store import SharedStore
 from tickwork.stores.d1 import store as d1_store
@@ -887,6 +888,85 @@ async def test_put_read_and_delete_retention_policies(
     assert await store.put_retention(RetentionPolicy("q", 60_000, 60_000), None) is True
     (updated_at,), = await shared_store.rows("SELECT updated_at FROM tickwork_retention")
     assert before - 5_000 <= updated_at <= int(time.time() * 1000) + 5_000
+
+
+# --------------------------------------------------- concurrency limits
+
+
+@covers("put_limit", "limits", "delete_limit")
+async def test_put_read_and_delete_concurrency_limits(
+        shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    assert await store.limits() == []
+    assert await store.put_limit(ConcurrencyLimit("queue", "q", 3), T0) is True
+    # The same max_running again writes nothing, updated_at included.
+    assert await store.put_limit(ConcurrencyLimit("queue", "q", 3), T0 + 1) is False
+    assert await store.put_limit(ConcurrencyLimit("lane", "tenant-b", 2), T0 + 2) is True
+    assert await store.put_limit(ConcurrencyLimit("lane", "é", 4), T0 + 3) is True
+    assert await store.put_limit(ConcurrencyLimit("lane", "Z", 1), T0 + 4) is True
+    # A queue and a lane of the same name are two limits.
+    assert await store.put_limit(ConcurrencyLimit("lane", "q", 7), T0 + 5) is True
+    assert await store.put_limit(ConcurrencyLimit("queue", "a", 10_000), T0 + 6) is True
+    assert await store.put_limit(ConcurrencyLimit("queue", "q", 5), T0 + 7) is True  # replaced
+    assert await store.limits() == [
+        ConcurrencyLimit("queue", "a", 10_000, T0 + 6), ConcurrencyLimit("queue", "q", 5, T0 + 7),
+        ConcurrencyLimit("lane", "Z", 1, T0 + 4), ConcurrencyLimit("lane", "q", 7, T0 + 5),
+        ConcurrencyLimit("lane", "tenant-b", 2, T0 + 2), ConcurrencyLimit("lane", "é", 4, T0 + 3)]
+    assert await shared_store.rows(
+        "SELECT kind, key, max_running, updated_at FROM tickwork_limits "
+        "WHERE kind = 'queue' ORDER BY key") == [
+        ("queue", "a", 10_000, T0 + 6), ("queue", "q", 5, T0 + 7)]
+    assert await store.delete_limit("queue", "q") is True
+    assert await store.delete_limit("queue", "q") is False
+    assert await store.delete_limit("queue", "tenant-b") is False  # a lane's key
+    assert await store.delete_limit("lane", "q") is True
+    assert [(limit.kind, limit.key) for limit in await store.limits()] == [
+        ("queue", "a"), ("lane", "Z"), ("lane", "tenant-b"), ("lane", "é")]
+    # Without a test clock, database time stamps it.
+    before = int(time.time() * 1000)
+    assert await store.put_limit(ConcurrencyLimit("queue", "now", 2), None) is True
+    (updated_at,), = await shared_store.rows(
+        "SELECT updated_at FROM tickwork_limits WHERE key = 'now'")
+    assert before - 5_000 <= updated_at <= int(time.time() * 1000) + 5_000
+
+
+@covers("put_limit")
+async def test_the_limits_table_refuses_a_bad_row(shared_store: SharedStoreUnderTest) -> None:
+    insert = ("INSERT INTO tickwork_limits (kind, key, max_running, updated_at) "
+              "VALUES ('{}', 'k', {}, 1)")
+    for kind, max_running in (("tenant", 1), ("queue", 0), ("lane", 10_001), ("queue", "NULL")):
+        with pytest.raises(Exception, match=r"(?i)constraint"):
+            await shared_store.rows(insert.format(kind, max_running))
+    await shared_store.rows(insert.format("queue", 1))
+    with pytest.raises(Exception, match=r"(?i)constraint"):  # one row per kind and key
+        await shared_store.rows(insert.format("queue", 2))
+    assert await shared_store.store.limits() == [ConcurrencyLimit("queue", "k", 1, 1)]
+
+
+@covers("running_jobs")
+async def test_running_jobs_names_a_queues_or_lanes_running_jobs_oldest_start_first(
+        shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    await queued(shared_store, "x1", queue="q1", lane="L")
+    await queued(shared_store, "x2", queue="q2", lane="L")
+    await queued(shared_store, "x3", queue="L")  # names no lane: its lane is its queue, L
+    await queued(shared_store, "y", queue="q3", lane="other")
+    await queued(shared_store, "x4", queue="q1", lane="L")  # stays queued: q1 runs x1
+    # Started out of enqueue order: x1 last, x2 first.
+    for now in (T0 + 5, T0 + 1, T0 + 3, T0 + 4):
+        await claimed(shared_store, f"t-{now}", now)
+    assert await store.running_jobs("lane", "L", 10) == ["x2", "x3", "x1"]
+    assert await store.running_jobs("lane", "L", 2) == ["x2", "x3"]
+    assert await store.running_jobs("lane", "other", 10) == ["y"]
+    assert await store.running_jobs("lane", "q1", 10) == []  # no job's lane is q1
+    assert await store.running_jobs("queue", "q1", 10) == ["x1"]
+    assert await store.running_jobs("queue", "L", 10) == ["x3"]
+    assert await store.running_jobs("queue", "nothing", 10) == []
+    x2 = await store.find("x2")
+    assert x2 is not None
+    assert await store.settle(x2.sequence, f"t-{T0 + 1}", COMPLETED, T0 + 6, cancelled=False)
+    assert await store.running_jobs("lane", "L", 10) == ["x3", "x1"]
+    assert await store.running_jobs("queue", "q2", 10) == []
 
 
 @covers("settled_queues")

@@ -20,6 +20,7 @@ from tickwork.stores.owner_schema import (
     ERROR_SUMMARIES_SQL,
     HISTORY_SQL,
     LIGHT_CHECKS_SQL,
+    LIMITS_SQL,
     PAUSED_QUEUES_SQL,
     RETENTION_SQL,
     RETRIES_SQL,
@@ -143,11 +144,13 @@ def test_the_owner_local_ddl_is_the_schema_file() -> None:
     assert (folder / "0010_batched_queue_order.sql").read_text() == BATCHED_QUEUE_ORDER_SQL
     assert (folder / "0011_retention.sql").read_text() == RETENTION_SQL
     assert (folder / "0012_history.sql").read_text() == HISTORY_SQL
+    assert (folder / "0013_limits.sql").read_text() == LIMITS_SQL
     assert sorted(path.name for path in folder.iterdir()) == [
         "0001_tickwork_jobs.sql", "0002_due_times.sql", "0003_paused_queues.sql",
         "0004_retries.sql", "0005_schedules.sql", "0006_error_summaries.sql",
         "0007_browse.sql", "0008_light_checks.sql", "0009_batched_entries.sql",
-        "0010_batched_queue_order.sql", "0011_retention.sql", "0012_history.sql"]
+        "0010_batched_queue_order.sql", "0011_retention.sql", "0012_history.sql",
+        "0013_limits.sql"]
     assert list(SCHEMA_STATEMENTS) == split_statements(SCHEMA_SQL)
     assert list(UPGRADES[1]) == split_statements(DUE_TIMES_SQL)
     assert list(UPGRADES[2]) == split_statements(PAUSED_QUEUES_SQL)
@@ -160,6 +163,7 @@ def test_the_owner_local_ddl_is_the_schema_file() -> None:
     assert list(UPGRADES[9]) == split_statements(BATCHED_QUEUE_ORDER_SQL)
     assert list(UPGRADES[10]) == split_statements(RETENTION_SQL)
     assert list(UPGRADES[11]) == split_statements(HISTORY_SQL)
+    assert list(UPGRADES[12]) == split_statements(LIMITS_SQL)
 
 
 def _objects(statements: list[str]) -> dict[str, str]:
@@ -200,7 +204,9 @@ def test_the_owner_local_table_is_d1s_without_leases() -> None:
     # differed until D1's 0008): owner-local's indexes of unsettled jobs hold
     # its unfiled rows, its history indexes its filed ones, and its queue
     # order index is D1's queue_waiting for its listed, unfiled rows.
-    differ = {"tickwork_jobs_running", "tickwork_jobs_dead"}
+    # (tickwork_jobs_running was UNIQUE on D1 until its 0013: a queue may
+    # run several jobs at once now.)
+    differ = {"tickwork_jobs_dead"}
     unsettled = {"tickwork_jobs_queue_pending", "tickwork_jobs_lane_pending"}
     history = {"tickwork_jobs_queue_settled", "tickwork_jobs_queue_outcomes",
                "tickwork_jobs_lane_settled"}
@@ -211,7 +217,6 @@ def test_the_owner_local_table_is_d1s_without_leases() -> None:
         assert local[name] == d1[name].replace(sql.PENDING_STATES, sql.PENDING_LISTED), name
     for name in history:
         assert local[name] == d1[name].replace("state = 'settled'", "filed = 1"), name
-    assert local["tickwork_jobs_running"] == d1["tickwork_jobs_running"].replace("UNIQUE ", "")
     assert local["tickwork_jobs_dead"] == d1["tickwork_jobs_dead"].replace(
         sql.DEAD_OUTCOME_LIST, sql.DEAD_OUTCOME_CHAIN).replace("state = 'settled'", "filed = 1")
     assert local["tickwork_jobs_queue_order"] == d1["tickwork_jobs_queue_waiting"].replace(

@@ -17,6 +17,7 @@ from tickwork.lifecycle.requests import JobListing
 from tickwork.model.errors import IngestConflict
 from tickwork.model.history import DEPTH_CAP, MAX_SAMPLED_QUEUES, HistoryRow
 from tickwork.model.jobs import MAX_ID_LENGTH, JobRecord, ValidJob, cargo_differences
+from tickwork.model.limits import ConcurrencyLimit, LimitKind, in_order
 from tickwork.model.retention import SCOPE_KEY, RetentionPolicy, StorageReport
 from tickwork.model.schedules import StoredSchedule, ValidSchedule
 from tickwork.ports.database import CountingDatabase, Row, SizedDatabase, SyncDatabase
@@ -27,6 +28,7 @@ from tickwork.stores.rows import (
     JOB,
     Columns,
     decode_job,
+    limit_row,
     retention_row,
     schedule_row,
 )
@@ -97,6 +99,11 @@ _LIST_RETENTION = _render(sql.LIST_RETENTION)
 _PUT_RETENTION = _render(sql.PUT_RETENTION, "queue", "keep_completed_ms", "keep_failed_ms",
                          "now")
 _DELETE_RETENTION = _render(sql.DELETE_RETENTION, "queue")
+_LIST_LIMITS = _render(sql.LIST_LIMITS)
+_PUT_LIMIT = _render(sql.PUT_LIMIT, "kind", "key", "max_running", "now")
+_DELETE_LIMIT = _render(sql.DELETE_LIMIT, "kind", "key")
+_RUNNING_IN = {"queue": _render(sql.RUNNING_IN_QUEUE, "key", "limit"),
+               "lane": _render(sql.RUNNING_IN_LANE, "key", "limit")}
 _SETTLED_QUEUES = _render(sql.SETTLED_QUEUES)
 _PRUNABLE = _render(sql.PRUNABLE, "queue", "completed_before", "failed_before", "limit")
 _PRUNE_REDRIVES = _render(sql.PRUNE_REDRIVES, "job_ids", "completed_before", "failed_before")
@@ -630,6 +637,28 @@ class OwnerLocalStore:
         """Remove ``queue``'s policy (None: the scope's default); whether there was one."""
         return bool(self.database.mutate(_DELETE_RETENTION.text,
                                          (SCOPE_KEY if queue is None else queue,)))
+
+    # --------------------------------------------------- concurrency limits
+
+    def limits(self) -> list[ConcurrencyLimit]:
+        """Every stored limit: queues first, then lanes, each by key."""
+        return in_order(limit_row(row) for row in self.database.query(_LIST_LIMITS.text))
+
+    def put_limit(self, limit: ConcurrencyLimit, now: int) -> bool:
+        """Store ``limit`` (replacing its kind and key's); False, nothing
+        written, when the same ``max_running`` is stored already. The next
+        claim obeys it: every claim reads the limits in its own statement."""
+        return bool(self.database.mutate(_PUT_LIMIT.text, (
+            limit.kind, limit.key, limit.max_running, now)))
+
+    def delete_limit(self, kind: LimitKind, key: str) -> bool:
+        """Remove the limit of ``kind`` on ``key``; whether there was one."""
+        return bool(self.database.mutate(_DELETE_LIMIT.text, (kind, key)))
+
+    def running_jobs(self, kind: LimitKind, key: str, limit: int) -> list[str]:
+        """The ids of up to ``limit`` running jobs of the queue or lane
+        ``key``, oldest start first."""
+        return [str(row[0]) for row in self.database.query(_RUNNING_IN[kind].text, (key, limit))]
 
     def settled_queues(self) -> list[str]:
         """Every queue with filed settled jobs, by name."""

@@ -11,8 +11,8 @@ version lives in ``tickwork_meta`` and every runtime construction runs
 ``0006_error_summaries.sql``, ``BROWSE_SQL`` ``0007_browse.sql``,
 ``LIGHT_CHECKS_SQL`` ``0008_light_checks.sql``, ``BATCHED_ENTRIES_SQL``
 ``0009_batched_entries.sql``, ``BATCHED_QUEUE_ORDER_SQL``
-``0010_batched_queue_order.sql``, ``RETENTION_SQL`` ``0011_retention.sql``
-and ``HISTORY_SQL`` ``0012_history.sql``,
+``0010_batched_queue_order.sql``, ``RETENTION_SQL`` ``0011_retention.sql``,
+``HISTORY_SQL`` ``0012_history.sql`` and ``LIMITS_SQL`` ``0013_limits.sql``,
 character for character (the tests pin them
 equal): the package cannot read those files inside a Worker, so the text
 lives here too, and the files are where people read it beside the D1 and
@@ -26,7 +26,7 @@ from tickwork.model.errors import SchemaError
 from tickwork.ports.database import SyncDatabase
 from tickwork.schemas import split_statements
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 
 #: schema/owner_local/0001_tickwork_jobs.sql
 SCHEMA_SQL = """-- tickwork owner-local job table: one owner's jobs in its own SQLite database
@@ -544,6 +544,35 @@ CREATE TABLE tickwork_queue_history (
 CREATE INDEX tickwork_queue_history_minute ON tickwork_queue_history (minute);
 """
 
+#: schema/owner_local/0013_limits.sql (pinned equal like SCHEMA_SQL)
+LIMITS_SQL = """-- tickwork owner-local: concurrency limits per queue and per lane. Applied
+-- by the runtime itself on first open, like 0002. No job row changes.
+--
+-- One row per queue or lane with a limit of its own: at most max_running of
+-- its jobs run at once. A queue without a row runs one job at a time (the
+-- serial queue head, as before this table existed); a lane without a row
+-- has no limit of its own. Every claim reads this table inside its own
+-- statement, so a change is obeyed by the next claim, and two claims can
+-- never both take a limit's last place (one writer, one statement).
+CREATE TABLE tickwork_limits (
+    kind TEXT NOT NULL CHECK (kind IN ('queue', 'lane')),
+    key TEXT NOT NULL,
+    max_running INTEGER NOT NULL CHECK (max_running BETWEEN 1 AND 10000),
+    updated_at INTEGER NOT NULL,
+    PRIMARY KEY (kind, key)
+);
+
+-- A lane's running jobs, oldest start first, for counting them against the
+-- lane's limit (a walk of the lane's running entries, never of its queued
+-- ones) and for naming them. Only the jobs whose lane is not their queue's
+-- name: a job that names no lane (its lane is its queue) is counted through
+-- tickwork_jobs_running of the queue of that name instead, so the common
+-- job writes no entry here when it is claimed and settled.
+CREATE INDEX tickwork_jobs_lane_running
+    ON tickwork_jobs (lane, started_at, sequence)
+    WHERE state = 'running' AND lane <> queue;
+"""
+
 #: The statements of SCHEMA_SQL; the first creates tickwork_meta.
 SCHEMA_STATEMENTS = tuple(split_statements(SCHEMA_SQL))
 
@@ -561,6 +590,7 @@ UPGRADES: tuple[tuple[str, ...], ...] = (
     tuple(split_statements(BATCHED_QUEUE_ORDER_SQL)),
     tuple(split_statements(RETENTION_SQL)),
     tuple(split_statements(HISTORY_SQL)),
+    tuple(split_statements(LIMITS_SQL)),
 )
 assert len(UPGRADES) == SCHEMA_VERSION
 

@@ -27,6 +27,7 @@ from tickwork.model.jobs import (
     history_from_json,
     retry_from_json,
 )
+from tickwork.model.limits import ConcurrencyLimit, check_limit_kind
 from tickwork.model.retention import SCOPE_KEY, RetentionPolicy
 from tickwork.model.schedules import StoredSchedule
 
@@ -160,3 +161,8 @@ def retention_row(row: Sequence[Any]) -> RetentionPolicy:
     return RetentionPolicy(None if queue == SCOPE_KEY else queue,
                            None if row[1] is None else int(row[1]),
                            None if row[2] is None else int(row[2]), int(row[3]))
+
+
+def limit_row(row: Sequence[Any]) -> ConcurrencyLimit:
+    """A limit row (kind, key, max_running, updated_at), as stored on every store."""
+    return ConcurrencyLimit(check_limit_kind(row[0]), str(row[1]), int(row[2]), int(row[3]))

@@ -20,6 +20,7 @@ from tickwork.model.jobs import (
     replay_flags,
     stored_cargo,
 )
+from tickwork.model.limits import ConcurrencyLimit, LimitKind, in_order
 from tickwork.model.retention import SCOPE_KEY, RetentionPolicy, StorageReport
 from tickwork.model.schedules import StoredSchedule, ValidSchedule
 from tickwork.ports.shared_store import CancelWrite, RenewAnswer
@@ -30,6 +31,7 @@ from tickwork.stores.rows import (
     JOB,
     SEQUENCE,
     Columns,
+    limit_row,
     retention_row,
     schedule_row,
 )
@@ -126,6 +128,11 @@ LIST_RETENTION = _render(sql.LIST_RETENTION)
 PUT_RETENTION = _render(sql.PUT_RETENTION, "queue", "keep_completed_ms", "keep_failed_ms", "now")
 DELETE_RETENTION = _render(sql.DELETE_RETENTION, "queue")
 SETTLED_QUEUES = _render(sql.SETTLED_QUEUES)
+LIST_LIMITS = _render(sql.LIST_LIMITS)
+PUT_LIMIT = _render(sql.PUT_LIMIT, "kind", "key", "max_running", "now")
+DELETE_LIMIT = _render(sql.DELETE_LIMIT, "kind", "key")
+RUNNING_IN = {"queue": _render(sql.RUNNING_IN_QUEUE, "key", "limit"),
+              "lane": _render(sql.RUNNING_IN_LANE, "key", "limit")}
 PRUNABLE = _render(sql.PRUNABLE, "queue", "completed_before", "failed_before", "limit")
 PRUNE_REDRIVES = _render(sql.PRUNE_REDRIVES, "job_ids", "completed_before", "failed_before")
 PRUNE_JOBS = _render(sql.PRUNE_JOBS, "job_ids", "completed_before", "failed_before")
@@ -478,6 +485,21 @@ class D1Store:
     async def delete_retention(self, queue: str | None) -> bool:
         return bool(await self.d1.query(DELETE_RETENTION.text,
                                         (SCOPE_KEY if queue is None else queue,)))
+
+    # --------------------------------------------------- concurrency limits
+
+    async def limits(self) -> list[ConcurrencyLimit]:
+        return in_order(limit_row(row) for row in await self.d1.query(LIST_LIMITS.text, ()))
+
+    async def put_limit(self, limit: ConcurrencyLimit, now: int | None) -> bool:
+        return bool(await self.d1.query(PUT_LIMIT.text, (
+            limit.kind, limit.key, limit.max_running, now)))
+
+    async def delete_limit(self, kind: LimitKind, key: str) -> bool:
+        return bool(await self.d1.query(DELETE_LIMIT.text, (kind, key)))
+
+    async def running_jobs(self, kind: LimitKind, key: str, limit: int) -> list[str]:
+        return [str(row[0]) for row in await self.d1.query(RUNNING_IN[kind].text, (key, limit))]
 
     async def settled_queues(self) -> list[str]:
         return [str(row[0]) for row in await self.d1.query(SETTLED_QUEUES.text, ())]

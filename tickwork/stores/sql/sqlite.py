@@ -1269,6 +1269,68 @@ DELETE_RETENTION = Template("delete_retention", """
 DELETE FROM tickwork_retention WHERE queue = :queue RETURNING queue
 """, ("queue",), Columns("queue"))
 
+# --------------------------------------------------- concurrency limits
+#
+# Concurrency limits (schema: owner-local 0013, D1 0013): a row per queue or
+# lane with a max_running of its own. The claims read them (see CLAIM); these
+# statements list, store and delete them, and name what runs under one.
+
+#: A limit row, as LIST_LIMITS returns it.
+LIMIT_COLUMNS = Columns("kind", "key", "max_running", "updated_at")
+
+# Every stored limit, by primary key (a handful of rows; the store puts
+# them in the order every surface lists them).
+LIST_LIMITS = Template("list_limits", """
+SELECT kind, key, max_running, updated_at FROM tickwork_limits
+""", (), LIMIT_COLUMNS)
+
+# Store a limit, replacing the kind and key's: a row when anything changed,
+# none when the same max_running was stored already (then nothing is
+# written, updated_at included). The CHECKs refuse a bad kind or value.
+PUT_LIMIT = Template("put_limit", """
+INSERT INTO tickwork_limits (kind, key, max_running, updated_at)
+VALUES (:kind, :key, :max_running, {now})
+ON CONFLICT (kind, key) DO UPDATE SET
+    max_running = excluded.max_running, updated_at = excluded.updated_at
+WHERE max_running IS NOT excluded.max_running
+RETURNING kind
+""", ("kind", "key", "max_running", "now"), Columns("kind"))
+
+# Remove a limit: a row when there was one.
+DELETE_LIMIT = Template("delete_limit", """
+DELETE FROM tickwork_limits WHERE kind = :kind AND key = :key RETURNING kind
+""", ("kind", "key"), Columns("kind"))
+
+# Up to :limit running jobs of a queue, oldest start first: the queue's
+# entries of tickwork_jobs_running (no more than run at once), sorted.
+RUNNING_IN_QUEUE = Template("running_in_queue", """
+SELECT job_id FROM tickwork_jobs INDEXED BY tickwork_jobs_running
+WHERE queue = :key AND state = 'running'
+ORDER BY started_at, sequence
+LIMIT :limit
+""", ("key", "limit"), Columns("job_id"))
+
+# Up to :limit running jobs of a lane, oldest start first: those whose lane
+# is not their queue's name from tickwork_jobs_lane_running (in start
+# order, the first :limit), and those of the queue named like the lane
+# whose lane is that name (the jobs that name no lane) from
+# tickwork_jobs_running, merged.
+RUNNING_IN_LANE = Template("running_in_lane", """
+SELECT job_id FROM (
+    SELECT * FROM (
+        SELECT job_id, started_at, sequence
+        FROM tickwork_jobs INDEXED BY tickwork_jobs_lane_running
+        WHERE lane = :key AND state = 'running' AND lane <> queue
+        ORDER BY started_at, sequence
+        LIMIT :limit)
+    UNION ALL
+    SELECT job_id, started_at, sequence
+    FROM tickwork_jobs INDEXED BY tickwork_jobs_running
+    WHERE queue = :key AND state = 'running' AND lane = :key)
+ORDER BY started_at, sequence
+LIMIT :limit
+""", ("key", "limit"), Columns("job_id"))
+
 # Every queue with settled history, in name order: one seek of
 # tickwork_jobs_queue_settled per queue (each step asks for the first queue
 # name after the last one), O(queues x log n) however many jobs each holds.
