@@ -4,7 +4,7 @@
     serve     serve the /v1 job API locally (sqlite3 per owner, optional PostgreSQL)
     inspect   show queues or one job through the HTTP API
     jobs      list, cancel and redrive jobs through the HTTP API
-    queues    show, pause and resume queues through the HTTP API
+    queues    show, pause and resume queues, set their retention and limits (HTTP API)
     schedules list, pause, resume and delete schedules through the HTTP API
     schema    write the package's migrations (d1 or postgres) into a directory
     migrate   apply the pending PostgreSQL migrations (or print their SQL)
@@ -24,7 +24,7 @@ COMMANDS = {
     "serve": "serve the /v1 job API on this machine (sqlite3 per owner, optional PostgreSQL)",
     "inspect": "show queues or one job in the terminal, through the HTTP API",
     "jobs": "list, cancel and redrive jobs through the HTTP API",
-    "queues": "show, pause and resume queues through the HTTP API",
+    "queues": "show, pause and resume queues, set their retention and limits (HTTP API)",
     "schedules": "list, pause, resume and delete schedules through the HTTP API",
     "schema": "write this version's migrations (d1 or postgres) into a directory",
     "migrate": "apply this version's pending PostgreSQL migrations, or print their SQL",

@@ -329,6 +329,59 @@ def test_queues_retention(server: Serve, capsys: pytest.CaptureFixture[str]) -> 
     assert [(p["queue"], p["updated_at"]) for p in policies] == [(None, None)]
 
 
+def test_queues_limits(server: Serve, capsys: pytest.CaptureFixture[str]) -> None:
+    owner = "cli limits"
+    code, out, _ = run(capsys, server, "queues", "limits", "--owner", owner)
+    assert (code, out) == (EXIT_OK, "no limits: every queue runs one job at a time, and no "
+                                    "lane has a limit of its own\n")
+
+    code, out, _ = run(capsys, server, "queues", "set-limit", "exports", "4", "--owner", owner)
+    assert (code, out) == (EXIT_OK, "queue 'exports' runs up to 4 jobs at once\n")
+    code, out, _ = run(capsys, server, "queues", "set-limit", "--lane", "tenant 7", "2",
+                       "--owner", owner)
+    assert (code, out) == (EXIT_OK, "lane 'tenant 7' runs up to 2 jobs at once across every "
+                                    "queue\n")
+    answered = run_json(capsys, server, "queues", "set-limit", "exports", "4", "--owner", owner)
+    assert answered == [{"kind": "queue", "key": "exports", "max_running": 4,
+                         "changed": False}]
+    stored = api(server, "GET", f"{owner_path(owner)}/limits")["limits"]
+    assert [(item["kind"], item["key"], item["max_running"]) for item in stored] == [
+        ("queue", "exports", 4), ("lane", "tenant 7", 2)]
+    assert run_json(capsys, server, "queues", "limits", "--owner", owner) == {"limits": stored}
+    code, out, _ = run(capsys, server, "queues", "limits", "--owner", owner)
+    lines = out.splitlines()
+    assert code == EXIT_OK and lines[0].split() == ["kind", "key", "max_running", "updated",
+                                                    "(UTC)"]
+    assert lines[2].split()[:3] == ["queue", "exports", "4"]
+    assert lines[3].split()[:4] == ["lane", "tenant", "7", "2"]
+
+    # Refused before anything is sent, by name: out of range, not a number,
+    # a queue and a lane at once, neither. Nothing changes.
+    for bad in ("0", "10001", "ten", "2.5"):
+        code, _, err = run(capsys, server, "queues", "set-limit", "exports", bad,
+                           "--owner", owner)
+        assert code == EXIT_USAGE and "max_running: must be an integer from 1 to 10000" in err
+    code, _, err = run(capsys, server, "queues", "set-limit", "--lane", "x", "exports", "3",
+                       "--owner", owner)
+    assert code == EXIT_USAGE and "give a QUEUE, or --lane NAME" in err
+    code, _, err = run(capsys, server, "queues", "clear-limit", "--owner", owner)
+    assert code == EXIT_USAGE and "give a QUEUE, or --lane NAME" in err
+    assert api(server, "GET", f"{owner_path(owner)}/limits")["limits"] == stored
+
+    code, out, _ = run(capsys, server, "queues", "clear-limit", "exports", "--owner", owner)
+    assert (code, out) == (EXIT_OK, "queue 'exports' runs one job at a time again\n")
+    code, out, _ = run(capsys, server, "queues", "clear-limit", "exports", "--owner", owner)
+    assert (code, out) == (EXIT_OK, "queue 'exports' had no limit (it runs one job at a "
+                                    "time)\n")
+    cleared = run_json(capsys, server, "queues", "clear-limit", "--lane", "tenant 7",
+                       "--owner", owner)
+    assert cleared == [{"kind": "lane", "key": "tenant 7", "changed": True}]
+    code, out, _ = run(capsys, server, "queues", "clear-limit", "--lane", "tenant 7",
+                       "--owner", owner)
+    assert (code, out) == (EXIT_OK, "lane 'tenant 7' had no limit\n")
+    assert api(server, "GET", f"{owner_path(owner)}/limits")["limits"] == []
+
+
 def test_the_settled_feed_is_an_owners(server: Serve,
                                        capsys: pytest.CaptureFixture[str]) -> None:
     owner = "cli settled"

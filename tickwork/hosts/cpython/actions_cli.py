@@ -15,6 +15,9 @@ queues and schedules from the terminal, through the HTTP API.
     tickwork queues retention
     tickwork queues set-retention [QUEUE] --completed DURATION --failed DURATION
     tickwork queues clear-retention [QUEUE]
+    tickwork queues limits
+    tickwork queues set-limit (QUEUE | --lane NAME) N
+    tickwork queues clear-limit (QUEUE | --lane NAME)
     tickwork schedules list
     tickwork schedules pause|resume|delete NAME [NAME ...]
 
@@ -67,6 +70,12 @@ from tickwork.hosts.cpython.api_commands import (
 from tickwork.hosts.cpython.common import one_line
 from tickwork.hosts.cpython.inspect_cli import format_queues
 from tickwork.model.jobs import JobRecord, JobState
+from tickwork.model.limits import (
+    MAX_RUNNING_LIMIT,
+    ConcurrencyLimit,
+    LimitKind,
+    check_max_running,
+)
 from tickwork.model.outcomes import OUTCOMES, ListOrder
 
 #: The commands this module adds (their one-line help is ``tickwork.__main__``'s).
@@ -194,6 +203,22 @@ def _add_queue_actions(action: Callable[[str, str], argparse.ArgumentParser]) ->
                                       "built-in one applies again)")
     clear.add_argument("queue", nargs="?", metavar="QUEUE",
                        help="the queue (default: the scope's default policy)")
+    # A lane is named with --lane in place of a queue, as in 'jobs list' and
+    # 'jobs cancel': lanes have no commands of their own, and 'limits' lists
+    # both kinds together.
+    action("limits", "list the concurrency limits: each queue's and each lane's max_running "
+                     "(a queue not listed runs one job at a time; a lane not listed has no "
+                     "limit of its own)")
+    limit = action("set-limit", "let at most N jobs of a queue, or of a lane across every "
+                                "queue, run at once (running jobs are never stopped)")
+    limit.add_argument("queue", nargs="?", metavar="QUEUE", help="the queue")
+    limit.add_argument("--lane", metavar="NAME", help="limit this lane instead of a queue")
+    limit.add_argument("max_running", metavar="N", help="at most this many at once (1 to "
+                                                        f"{MAX_RUNNING_LIMIT:,})")
+    unlimit = action("clear-limit", "remove a limit: the queue runs one job at a time "
+                                    "again, the lane has no limit of its own")
+    unlimit.add_argument("queue", nargs="?", metavar="QUEUE", help="the queue")
+    unlimit.add_argument("--lane", metavar="NAME", help="clear this lane's limit instead")
 
 
 def _add_schedule_actions(action: Callable[[str, str], argparse.ArgumentParser]) -> None:
@@ -518,6 +543,57 @@ def clear_retention(jobs: Jobs, options: argparse.Namespace, report: Report) -> 
     report.item(said, {"queue": options.queue, "changed": changed})
 
 
+def list_limits(jobs: Jobs, options: argparse.Namespace, report: Report) -> None:
+    limits = jobs.limits()
+    if not limits:
+        text = ("no limits: every queue runs one job at a time, and no lane has a limit "
+                "of its own")
+    else:
+        text = _table(["kind", "key", "max_running", "updated (UTC)"],
+                      [[limit.kind, limit.key, str(limit.max_running),
+                        _time(limit.updated_at)] for limit in limits])
+    report.document(text, {"limits": [wire.limit_to_wire(limit) for limit in limits]})
+
+
+def _limit_subject(options: argparse.Namespace) -> tuple[LimitKind, str]:
+    """The kind and key a set-limit or clear-limit names: QUEUE or --lane, one of them."""
+    if (options.queue is None) == (options.lane is None):
+        raise CommandError("give a QUEUE, or --lane NAME for a lane's limit (not both)",
+                           EXIT_USAGE)
+    return ("queue", options.queue) if options.lane is None else ("lane", options.lane)
+
+
+def _at_once(limit: ConcurrencyLimit) -> str:
+    runs = ("1 job at a time" if limit.max_running == 1
+            else f"up to {limit.max_running} jobs at once")
+    return runs + (" across every queue" if limit.kind == "lane" else "")
+
+
+def set_limit(jobs: Jobs, options: argparse.Namespace, report: Report) -> None:
+    kind, key = _limit_subject(options)
+    given = options.max_running
+    # Whole numbers only; anything else is refused as the engine would, by name.
+    max_running = check_max_running(int(given) if given.isascii() and given.isdigit()
+                                    else given)
+    changed = jobs.set_limit(kind, key, max_running)
+    limit = ConcurrencyLimit(kind, key, max_running)
+    said = f"{kind} {key!r} runs {_at_once(limit)}" + ("" if changed else " (already so)")
+    report.item(said, {"kind": kind, "key": key, "max_running": max_running,
+                       "changed": changed})
+
+
+def clear_limit(jobs: Jobs, options: argparse.Namespace, report: Report) -> None:
+    kind, key = _limit_subject(options)
+    changed = jobs.clear_limit(kind, key)
+    if kind == "queue":
+        said = (f"queue {key!r} runs one job at a time again" if changed
+                else f"queue {key!r} had no limit (it runs one job at a time)")
+    else:
+        said = (f"lane {key!r} has no limit of its own any more" if changed
+                else f"lane {key!r} had no limit")
+    report.item(said, {"kind": kind, "key": key, "changed": changed})
+
+
 # ----------------------------------------------------------------- schedules
 
 
@@ -628,6 +704,9 @@ ACTIONS: Final[Mapping[tuple[str, str], Action]] = {
     ("queues", "retention"): list_retention,
     ("queues", "set-retention"): set_retention,
     ("queues", "clear-retention"): clear_retention,
+    ("queues", "limits"): list_limits,
+    ("queues", "set-limit"): set_limit,
+    ("queues", "clear-limit"): clear_limit,
     ("schedules", "list"): list_schedules,
     ("schedules", "pause"): _schedule_action(
         "paused", lambda jobs, name: jobs.pause_schedule(name), "was paused already"),
