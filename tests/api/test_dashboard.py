@@ -7,6 +7,7 @@ Chromium against a real ``tickwork serve``.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import html
@@ -18,6 +19,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import pytest
 
 from tests.api.test_routes import AUTH, TOKEN, Owners, call
+from tests.support.engine import until
 from tickwork.api import ApiRequest, ApiResponse, JobApi, dashboard
 from tickwork.api.dashboard import COOKIE_NAME, SECURITY_HEADERS
 from tickwork.model.schedules import Schedule, ScheduledJob
@@ -465,6 +467,205 @@ async def test_cancel_lane_stops_after_its_pages_and_says_more_remain(
     bounded = await post(api, "/v1/owners/acme/dashboard/actions/cancel_lane", form)
     assert parse_qs(urlsplit(bounded.all_headers()["location"]).query)["result"] == [
         "more_queued"]
+
+
+# ------------------------------------------------------------------ limits
+
+
+def limits_of(owners: Owners, owner: str = "acme") -> list[tuple[str, str, int]]:
+    return [(limit.kind, limit.key, limit.max_running)
+            for limit in owners.runtimes[owner].limits()]
+
+
+async def act(api: JobApi, action: str, form: dict[str, str]) -> ApiResponse:
+    return await post(api, f"/v1/owners/acme/dashboard/actions/{action}", {"csrf": CSRF, **form})
+
+
+def limit_line(page: str, queue: str) -> str:
+    block = page.split(f'<div class="queue" id="queue-{queue.encode().hex()}"', 1)[1]
+    found = re.search(r'<div class="limit" data-limit="(\d+)">(.*?)</div>', block, re.S)
+    assert found is not None
+    return f"{found.group(1)}: {found.group(2)}"
+
+
+async def test_limits_are_set_and_cleared_from_the_page(api: JobApi, owners: Owners) -> None:
+    await enqueue(api, "acme", a_job("j1", queue="exports"))
+    page = text(await get(api, "/v1/owners/acme/dashboard", COOKIE))
+    line = limit_line(page, "exports")
+    assert line.startswith("1: Runs 1 job at a time (the default). ")
+    assert 'action="/v1/owners/acme/dashboard/actions/set_limit"' in line
+    assert "Clear limit" not in line  # nothing stored: nothing to clear
+    assert "No lane has a limit of its own." in section(page, "lanes")
+
+    response = await act(api, "set_limit", {"kind": "queue", "key": "exports",
+                                            "max_running": "4"})
+    location = urlsplit(response.all_headers()["location"])
+    assert (response.status, parse_qs(location.query)) == (303, {
+        "did": ["set_limit_queue"], "result": ["limit_set"], "subject": ["exports"]})
+    assert limits_of(owners) == [("queue", "exports", 4)]
+    page = text(await get(api, location.path, COOKIE, query=location.query))
+    assert 'Limit of queue <span class="id">exports</span>: set' in page
+    line = limit_line(page, "exports")
+    assert line.startswith("4: Runs up to 4 jobs at once. ") and "Clear limit" in line
+    assert 'value="4"' in line  # the form starts from the stored limit
+    row = re.search(r'<tr data-queue="exports">(.*?)</tr>', page, re.S)
+    assert row is not None and '<td class="num" data-label="at once">4</td>' in row.group(1)
+    again = await act(api, "set_limit", {"kind": "queue", "key": "exports", "max_running": "4"})
+    assert parse_qs(urlsplit(again.all_headers()["location"]).query)["result"] == [
+        "limit_kept"]
+
+    # A lane from the Lanes form; a limit of a queue without jobs is named too.
+    await act(api, "set_limit", {"kind": "lane", "key": "tenant 7", "max_running": "2"})
+    await act(api, "set_limit", {"kind": "queue", "key": "later", "max_running": "9"})
+    assert limits_of(owners) == [("queue", "exports", 4), ("queue", "later", 9),
+                                 ("lane", "tenant 7", 2)]
+    page = text(await get(api, "/v1/owners/acme/dashboard", COOKIE))
+    lanes = section(page, "lanes")
+    row = re.search(r'<tr data-lane="tenant 7">(.*?)</tr>', lanes, re.S)
+    assert row is not None and "up to 2 jobs at once" in row.group(1)
+    assert 'name="key" value="tenant 7"' in row.group(1) and "Clear limit" in row.group(1)
+    assert 'id="limit-lane-new-key" name="key" required' in lanes  # a new lane's form
+    assert ('Limits of queues without jobs: <span class="id">later</span> '
+            "(up to 9 jobs at once).") in section(page, "queues")
+
+    cleared = await act(api, "clear_limit", {"kind": "lane", "key": "tenant 7"})
+    assert parse_qs(urlsplit(cleared.all_headers()["location"]).query) == {
+        "did": ["clear_limit_lane"], "result": ["limit_cleared"], "subject": ["tenant 7"]}
+    await act(api, "clear_limit", {"kind": "queue", "key": "exports"})
+    assert limits_of(owners) == [("queue", "later", 9)]
+    none = await act(api, "clear_limit", {"kind": "queue", "key": "exports"})
+    location = urlsplit(none.all_headers()["location"])
+    assert parse_qs(location.query)["result"] == ["no_limit"]
+    page = text(await get(api, location.path, COOKIE, query=location.query))
+    assert ('Clearing the limit of queue <span class="id">exports</span>: it had no limit'
+            in page)
+    assert limit_line(page, "exports").startswith("1: Runs 1 job at a time (the default).")
+
+
+@pytest.mark.parametrize(("form", "field"), [
+    ({"kind": "queue", "key": "exports", "max_running": "0"}, "max_running"),
+    ({"kind": "queue", "key": "exports", "max_running": "10001"}, "max_running"),
+    ({"kind": "queue", "key": "exports", "max_running": "ten"}, "max_running"),
+    ({"kind": "queue", "key": "exports", "max_running": "2.5"}, "max_running"),
+    ({"kind": "queue", "key": "exports", "max_running": "9" * 5000}, "max_running"),
+    ({"kind": "queue", "key": "exports"}, "max_running"),
+    ({"kind": "tenant", "key": "exports", "max_running": "2"}, "kind"),
+    ({"kind": "lane", "key": "", "max_running": "2"}, "lane"),
+], ids=["zero", "too-many", "text", "fraction", "huge", "missing", "bad-kind", "empty-lane"])
+async def test_a_bad_limit_from_the_page_is_refused_in_words_and_stores_nothing(
+        api: JobApi, owners: Owners, form: dict[str, str], field: str) -> None:
+    await enqueue(api, "acme", a_job("j1", queue="exports"))
+    await act(api, "set_limit", {"kind": "queue", "key": "exports", "max_running": "3"})
+    response = await act(api, "set_limit", form)
+    assert response.status == 400
+    assert_html(response)
+    said = html.unescape(text(response))
+    assert f"400 <code>invalid_argument</code>: {field}: " in said
+    if field == "max_running":
+        assert "must be an integer from 1 to 10000" in said
+    assert limits_of(owners) == [("queue", "exports", 3)]
+
+
+async def test_limit_forms_are_refused_without_csrf_or_from_another_site(
+        api: JobApi, owners: Owners) -> None:
+    await enqueue(api, "acme", a_job("j1", queue="exports"))
+    form = {"kind": "queue", "key": "exports", "max_running": "5"}
+    path = "/v1/owners/acme/dashboard/actions/set_limit"
+    assert (await post(api, path, form)).status == 403
+    foreign = await post(api, path, {"csrf": CSRF, **form}, {"origin": "https://evil.example"})
+    assert foreign.status == 403 and "cross_site_request" in text(foreign)
+    assert limits_of(owners) == []
+
+
+def _listing(**fields: Any) -> Any:
+    from tickwork.api.dashboard import QueueListing
+    base = QueueListing(paused=False, max_running=1, running=(), running_known=True,
+                        ready=(), every_queued=True, best_ready=None, lane_limits={})
+    return base.__class__(**{**{name: getattr(base, name) for name in base.__slots__},
+                             **fields})
+
+
+def test_a_listed_jobs_cell_names_only_what_its_queues_reads_prove() -> None:
+    from tickwork.api.dashboard import _waits_cell
+    scope = ("owner", "acme")
+
+    def holds(job: Any, listing: Any) -> tuple[list[str], bool]:
+        cell = _waits_cell(scope, job, listing, 5_000)
+        return re.findall(r'data-hold="(\w+)"', cell), "data-unknown" in cell
+
+    # A queue of 3 places, 2 running: one free place.
+    running = tuple(_record(job_id=f"r{n}", state="running", sequence=n, started_at=1_000)
+                    for n in (1, 2))
+    first, second, third = (_record(job_id=name, sequence=10 + n)
+                            for n, name in enumerate(("first", "second", "third")))
+    wide = _listing(max_running=3, running=running, ready=(first, second, third))
+    assert holds(first, wide) == ([], False)  # the free place is its
+    assert holds(second, wide) == (["behind_head"], False)
+    assert 'href="/v1/owners/acme/dashboard/jobs/first">first</a>' in _waits_cell(
+        scope, third, wide, 5_000)
+    # Listed in part, with jobs running (so no head tells the best ready job):
+    # a newer job of higher priority may take the free place; said, not guessed.
+    partial = _listing(max_running=3, running=running, ready=(first, second, third),
+                       every_queued=False)
+    assert holds(first, partial) == ([], True)
+    assert holds(second, partial) == (["behind_head"], False)  # first takes it, whatever else
+    # Nothing runs and the head is the best ready job: no newer job is above
+    # one of its priority, so the cell knows even from a part of the queue.
+    serial = _listing(max_running=2, ready=(first, second, third), every_queued=False,
+                      best_ready=first)
+    assert holds(first, serial) == ([], False) and holds(second, serial) == ([], False)
+    assert holds(third, serial) == (["behind_head"], False)
+
+    # Full: every place taken (the first three named, the rest counted).
+    many = tuple(_record(job_id=f"r{n}", state="running", sequence=n) for n in range(5))
+    full = _listing(max_running=5, running=many, ready=(first,))
+    cell = _waits_cell(scope, first, full, 5_000)
+    assert re.findall(r'data-hold="(\w+)"', cell) == ["queue_busy"]
+    assert "its queue&#x27;s limit, 5, all taken by" in cell and "and 2 more" in cell
+    # A limit above one page of running jobs, the page full: not known.
+    crowded = _listing(max_running=500, running=many, running_known=False, ready=(first,))
+    assert holds(first, crowded) == ([], True)
+    assert "overdue" not in _waits_cell(scope, first, crowded, 10_000_000)
+
+    # A lane limit: full from this queue's running jobs alone, else not known.
+    lane_full = _listing(max_running=5, running=running[:1], ready=(first,),
+                         lane_limits={"l": 1})
+    assert holds(first, lane_full) == (["lane_busy"], False)
+    lane_open = _listing(max_running=5, running=running[:1], ready=(first,),
+                         lane_limits={"l": 2})
+    assert holds(first, lane_open) == ([], True)
+    # A cancelled job settles without running: nothing else is worth saying.
+    cancelled = _record(job_id="c", sequence=20, cancellation_id="x")
+    assert holds(cancelled, lane_open) == (["cancelled"], False)
+
+
+async def test_a_job_waits_for_its_lane_at_its_limit_across_queues(
+        api: JobApi, owners: Owners) -> None:
+    await enqueue(api, "acme", a_job("export-1", queue="exports", lane="tenant 7",
+                                     payload={"do": "block"}))
+    await enqueue(api, "acme", a_job("mail-1", queue="emails", lane="tenant 7"))
+    await act(api, "set_limit", {"kind": "lane", "key": "tenant 7", "max_running": "1"})
+    runtime = owners.runtimes["acme"]
+    ticked = asyncio.ensure_future(runtime.tick())
+    await until(lambda: owners.executor.started == ["export-1"])
+    try:
+        page = text(await get(api, "/v1/owners/acme/dashboard/jobs/mail-1", COOKIE))
+        waiting = section(page, "waiting")
+        assert re.findall(r'data-reason="(\w+)"', waiting) == ["lane_busy"]
+        assert ("Its lane, tenant 7, runs at most 1 jobs at once and is running "
+                '<a class="id" href="/v1/owners/acme/dashboard/jobs/export-1">export-1</a>'
+                in waiting)
+        # The listing reads no other queue: it says it cannot know the lane.
+        page = text(await get(api, "/v1/owners/acme/dashboard", COOKIE))
+        row = re.search(r'<tr data-job="mail-1">(.*?)</tr>', page, re.S)
+        assert row is not None
+        assert ("not known here: whether its lane&#x27;s jobs in other queues fill its limit "
+                "of 1") in row.group(1)
+    finally:
+        owners.executor.release("export-1")
+        await ticked
+    await runtime.drain()
+    assert runtime.read("mail-1").outcome == "completed"  # type: ignore[union-attr]
 
 
 # ------------------------------------------------------------ the rest

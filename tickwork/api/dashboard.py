@@ -24,8 +24,9 @@ Paths (``docs/how-to/use-the-dashboard.md``):
   its page, else the jobs whose id starts with it, a page at a time;
   ``GET /v1/{scope}/dashboard/queues/{queue}/completed``: a queue's
   completed jobs, newest first, a page at a time. Same access as a scope's page.
-* ``POST /v1/{scope}/dashboard/actions/{action}``: cancel, pause, resume,
-  redrive, pause_schedule, resume_schedule. Needs the session (or bearer)
+* ``POST /v1/{scope}/dashboard/actions/{action}``: cancel, cancel_lane,
+  pause, resume, redrive, redrive_dead_letters, pause_schedule,
+  resume_schedule, set_limit, clear_limit. Needs the session (or bearer)
   and the form's CSRF field; a cross-site request (``Sec-Fetch-Site``, or an
   ``Origin`` of another host) is refused before anything else.
 * ``GET /v1/dashboard/static/dashboard.css`` and ``dashboard.js``: open,
@@ -60,6 +61,7 @@ from tickwork.api import wire
 from tickwork.api.service import JobService
 from tickwork.api.wire import ApiError
 from tickwork.directory import DEAD_LETTER_COUNT_CAP, SORTS, OwnerPage, OwnerQuery
+from tickwork.lifecycle.operations import MAX_JOB_PAGE
 from tickwork.lifecycle.rules import DEAD_OUTCOMES, decide_holds
 from tickwork.model.errors import InvalidArgument
 from tickwork.model.jobs import (
@@ -70,7 +72,15 @@ from tickwork.model.jobs import (
     check_id,
     check_text,
 )
-from tickwork.model.outcomes import OUTCOMES, QueueHistory, QueueStatus
+from tickwork.model.limits import (
+    DEFAULT_QUEUE_MAX_RUNNING,
+    MAX_RUNNING_LIMIT,
+    ConcurrencyLimit,
+    check_limit_key,
+    check_limit_kind,
+    check_max_running,
+)
+from tickwork.model.outcomes import OUTCOMES, JobPage, QueueHistory, QueueStatus
 from tickwork.model.schedules import ScheduleRecord
 from tickwork.model.waiting import Hold, JobWait
 
@@ -114,7 +124,12 @@ CHART_HEIGHT = 60
 THROUGHPUT_SERIES = ("enqueued", "completed", "failed", "retried")
 
 ACTIONS = ("cancel", "cancel_lane", "pause", "resume", "redrive", "redrive_dead_letters",
-           "pause_schedule", "resume_schedule")
+           "pause_schedule", "resume_schedule", "set_limit", "clear_limit")
+#: Lane limits the Lanes section lists (by lane); a scope with more says how
+#: many, and the API or ``tickwork queues limits`` lists them all.
+MAX_LISTED_LANE_LIMITS = 100
+#: Jobs a "waits for" cell links by id; it counts the others.
+LINKED_PER_CELL = 3
 #: Pages of dead letters (100 each) one "Redrive all" redrives at most; a
 #: queue with more says so, and the next press goes on.
 REDRIVE_ALL_PAGES = 10
@@ -149,7 +164,10 @@ _DONE = {"cancel": "Cancel of job", "pause": "Pause of queue", "resume": "Resume
          "redrive": "Redrive of job",
          "redrive_dead_letters": "Redrive of every dead letter of queue",
          "cancel_lane": "Cancel of every queued job of lane",
-         "pause_schedule": "Pause of schedule", "resume_schedule": "Resume of schedule"}
+         "pause_schedule": "Pause of schedule", "resume_schedule": "Resume of schedule",
+         "set_limit_queue": "Limit of queue", "set_limit_lane": "Limit of lane",
+         "clear_limit_queue": "Clearing the limit of queue",
+         "clear_limit_lane": "Clearing the limit of lane"}
 _RESULTS = {"recorded": "recorded", "replayed": "already done", "conflict": "conflict",
             "refused": "refused", "not_found": "not found",
             "already_settled": "refused: the job is settled already", "redriven": "redriven",
@@ -162,7 +180,9 @@ _RESULTS = {"recorded": "recorded", "replayed": "already done", "conflict": "con
             "skipped": "nothing cancelled: every job started or was cancelled otherwise "
                        "meanwhile",
             "none_queued": "no queued jobs in that lane",
-            "more_queued": "cancelled 1,000; more remain, press again"}
+            "more_queued": "cancelled 1,000; more remain, press again",
+            "limit_set": "set", "limit_kept": "that limit is stored already",
+            "limit_cleared": "done", "no_limit": "it had no limit"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -424,6 +444,17 @@ class Dashboard:
             # replays, a later failure makes a new set with a new id.
             redrive_id = check_id("redrive_id", form.get("redrive_id"))
             result = await _redrive_all(service, subject, redrive_id)
+        elif action in ("set_limit", "clear_limit"):
+            kind = check_limit_kind(form.get("kind"))
+            subject = check_limit_key(kind, form.get("key"))
+            if action == "set_limit":
+                changed = await service.set_limit(kind, subject,
+                                                  _max_running(form.get("max_running")))
+                result = "limit_set" if changed else "limit_kept"
+            else:
+                changed = await service.clear_limit(kind, subject)
+                result = "limit_cleared" if changed else "no_limit"
+            action = f"{action}_{kind}"  # the flash names the kind
         elif action in ("pause", "resume"):
             subject = check_id("queue", form.get("queue"))
             changed = await (service.pause(subject) if action == "pause"
@@ -501,6 +532,11 @@ class Dashboard:
     async def _render(self, scope: Scope, service: JobService, query: str) -> str:
         statuses = sorted(await service.status(), key=lambda status: status.queue)
         schedules = await service.schedules()
+        # One read of every limit for the whole page: each queue's section
+        # and the Lanes section take theirs from it.
+        limits = await service.limits()
+        queue_limits = {limit.key: limit for limit in limits if limit.kind == "queue"}
+        lane_limits = [limit for limit in limits if limit.kind == "lane"]
         parts = [
             "<header>",
             f'<h1>tickwork <span class="scope">{_e(_scope_title(scope))}</span></h1>',
@@ -509,7 +545,7 @@ class Dashboard:
             self._search_box(scope),
             f'<a href="{LOGIN_PATH}">Scopes</a>', self._logout(), "</header><main>",
             _flash(query),
-            self._queues_table(scope, statuses),
+            self._queues_table(scope, statuses, queue_limits),
         ]
         detailed = statuses[:MAX_DETAILED_QUEUES]
         if detailed:
@@ -517,18 +553,29 @@ class Dashboard:
             if len(statuses) > len(detailed):
                 parts.append(f'<p class="muted">Jobs of the first {len(detailed)} queues '
                              f"of {len(statuses)}.</p>")
+            lanes = {limit.key: limit.max_running for limit in lane_limits}
             for status in detailed:
-                parts.append(await self._queue_jobs(scope, service, status))
+                parts.append(await self._queue_jobs(scope, service, status,
+                                                    queue_limits.get(status.queue), lanes))
             parts.append("</section>")
         parts.append(self._schedules_table(scope, schedules))
-        parts.append(self._lanes_form(scope))
+        parts.append(self._lanes_section(scope, lane_limits))
         parts.append("</main>")
         return "".join(parts)
 
-    def _queues_table(self, scope: Scope, statuses: Sequence[QueueStatus]) -> str:
+    def _queues_table(self, scope: Scope, statuses: Sequence[QueueStatus],
+                      limits: Mapping[str, ConcurrencyLimit]) -> str:
+        listed = {status.queue for status in statuses}
+        idle = [limit for key, limit in sorted(limits.items()) if key not in listed]
+        # A limit set on a queue before its first job, or kept while it has
+        # none: said here, as no section of its own shows it.
+        note = "" if not idle else (
+            '<p class="muted" data-idle-limits>Limits of queues without jobs: '
+            + ", ".join(f'<span class="id">{_e(limit.key)}</span> '
+                        f"({_e(_runs(limit.max_running))})" for limit in idle) + ".</p>")
         if not statuses:
             return ('<section id="queues"><h2>Queues</h2>'
-                    '<p class="muted">No queue has jobs.</p></section>')
+                    f'<p class="muted">No queue has jobs.</p>{note}</section>')
         head = "".join(f'<th class="num">{_e(_label(name))}</th>' for name in
                        ("queued", "due later", "running", *OUTCOMES))
         rows = []
@@ -538,6 +585,9 @@ class Dashboard:
             names = ["queued", "due later", "running", *OUTCOMES]
             cells = "".join(f'<td class="num" data-label="{_e(_label(name))}">{count}</td>'
                             for name, count in zip(names, counts, strict=True))
+            stored = limits.get(status.queue)
+            at_once = DEFAULT_QUEUE_MAX_RUNNING if stored is None else stored.max_running
+            cells += f'<td class="num" data-label="at once">{at_once}</td>'
             if status.paused:
                 state = '<span class="badge paused">paused</span>'
                 action = self._button(scope, "resume", "Resume", {"queue": status.queue})
@@ -550,17 +600,25 @@ class Dashboard:
                         f'<td data-label="queue">{link}</td>{cells}'
                         f'<td data-label="state">{state}</td><td>{action}</td></tr>')
         return ('<section id="queues"><h2>Queues</h2><div class="scroll">'
-                f'<table class="stack"><thead><tr><th>queue</th>{head}<th>state</th><th></th>'
-                f'</tr></thead><tbody>{"".join(rows)}</tbody></table></div></section>')
+                f'<table class="stack"><thead><tr><th>queue</th>{head}'
+                '<th class="num" title="the most of its jobs that run at once">at once</th>'
+                '<th>state</th><th></th>'
+                f'</tr></thead><tbody>{"".join(rows)}</tbody></table></div>{note}</section>')
 
-    async def _queue_jobs(self, scope: Scope, service: JobService, status: QueueStatus) -> str:
+    async def _queue_jobs(self, scope: Scope, service: JobService, status: QueueStatus,
+                          limit: ConcurrencyLimit | None, lane_limits: Mapping[str, int]
+                          ) -> str:
         queue = status.queue
         badge = ' <span class="badge paused">paused</span>' if status.paused else ""
+        max_running = DEFAULT_QUEUE_MAX_RUNNING if limit is None else limit.max_running
         head = await service.read_queue_head(queue)
         queued = await service.list_jobs(queue, state="queued", order="oldest",
                                          limit=JOBS_PER_LIST)
-        running = await service.list_jobs(queue, state="running", order="oldest",
-                                          limit=JOBS_PER_LIST)
+        # Enough running jobs to tell whether the queue is at its limit (one
+        # read, bounded by a page): the list shows JOBS_PER_LIST of them.
+        running = await service.list_jobs(
+            queue, state="running", order="oldest",
+            limit=max(JOBS_PER_LIST, min(max_running, MAX_JOB_PAGE)))
         failed = await service.list_jobs(queue, state="settled", outcome="failed",
                                          limit=JOBS_PER_LIST)
         dead = await service.dead_letters(queue, limit=JOBS_PER_LIST)
@@ -568,15 +626,22 @@ class Dashboard:
         shown = head.job_id if head else None
         now_ms = int(self._now_s() * 1000)
 
-        def waits(job: JobRecord) -> str:
-            return _waits_cell(scope, job, status, head, now_ms)
+        listing = QueueListing.of(status, max_running, head, queued, running, lane_limits)
 
+        def waits(job: JobRecord) -> str:
+            return _waits_cell(scope, job, listing, now_ms)
+
+        others = [job for job in running.jobs if job.job_id != shown][:JOBS_PER_LIST]
+        running_table = self._jobs_table(scope, others, waits)
+        listed = len(others) + (1 if head is not None and head.state == "running" else 0)
+        if running_table and status.running > listed:
+            running_table += (f'<p class="muted" data-more-running>{listed} of its '
+                              f"{status.running} running jobs are shown.</p>")
         lists = [
             ("head", "Head", self._jobs_table(scope, [head] if head else [], waits)),
             ("queued", "Queued and due later", self._jobs_table(
                 scope, [job for job in queued.jobs if job.job_id != shown], waits)),
-            ("running", "Running", self._jobs_table(
-                scope, [job for job in running.jobs if job.job_id != shown], waits)),
+            ("running", "Running", running_table),
             ("failures", "Recent failures",
              self._settled_table(scope, failed.jobs, redrive=False)),
             ("dead", "Dead letters", self._redrive_all_button(scope, queue, dead.jobs)
@@ -586,6 +651,7 @@ class Dashboard:
         history = await service.history(queue)  # the last hour, a point a minute
         parts = [f'<div class="queue" id="queue-{_anchor(queue)}" data-queue="{_e(queue)}">'
                  f'<h3><span class="id">{_e(queue)}</span>{badge}</h3>',
+                 self._queue_limit(scope, queue, limit),
                  "" if history is None else history_charts(history)]
         parts += [f'<div class="list" data-list="{name}"><h3>{_e(title)}</h3>{table}</div>'
                   for name, title, table in lists if table]
@@ -633,11 +699,75 @@ class Dashboard:
             {"queue": queue, "redrive_id": f"dashboard-all-{newest.settled_at}.{newest.sequence}"},
             confirm=f"Queue every dead letter of {queue} again?")
 
-    def _lanes_form(self, scope: Scope) -> str:
-        """Cancel every queued job of a lane (a tenant gone, a customer's
-        backlog withdrawn); its running jobs keep running."""
+    def _queue_limit(self, scope: Scope, queue: str, limit: ConcurrencyLimit | None) -> str:
+        """How many of the queue's jobs run at once, with a form to change
+        it and, when one is stored, a button that clears it."""
+        max_running = DEFAULT_QUEUE_MAX_RUNNING if limit is None else limit.max_running
+        said = (f"Runs {_runs(max_running)}" + (" (the default)." if limit is None else "."))
+        field = f"limit-queue-{_anchor(queue)}"
+        clear = "" if limit is None else " " + self._button(
+            scope, "clear_limit", "Clear limit", {"kind": "queue", "key": queue},
+            confirm=f"Let queue {queue} run one job at a time again?")
+        return (f'<div class="limit" data-limit="{max_running}">{_e(said)} '
+                + self._limit_form(scope, "queue", queue, field, max_running) + clear
+                + "</div>")
+
+    def _limit_form(self, scope: Scope, kind: str, key: str | None, field: str,
+                    value: int | None) -> str:
+        """A form that sets a limit: of the queue or lane ``key``, or with
+        ``key`` None of the lane typed into it."""
+        hidden = {"csrf": self._csrf, "kind": kind, **({} if key is None else {"key": key})}
+        inputs = "".join(f'<input type="hidden" name="{_e(name)}" value="{_e(given)}">'
+                         for name, given in hidden.items())
+        if key is None:
+            inputs += (f'<label for="{field}-key">Lane</label> '
+                       f'<input type="text" id="{field}-key" name="key" required '
+                       f'maxlength="{MAX_LANE_LENGTH}" autocomplete="off" '
+                       'autocapitalize="off" spellcheck="false"> ')
+        shown = "" if value is None else f' value="{value}"'
+        return (f'<form method="post" class="limit" '
+                f'action="{_e(scope_path(scope))}/actions/set_limit">{inputs}'
+                f'<label for="{field}">At most</label> '
+                f'<input type="number" id="{field}" name="max_running" min="1" '
+                f'max="{MAX_RUNNING_LIMIT}" step="1" required inputmode="numeric"{shown}> '
+                '<span>at once</span> <button type="submit">Set limit</button></form>')
+
+    def _lanes_section(self, scope: Scope, limits: Sequence[ConcurrencyLimit]) -> str:
+        """The lanes' limits (each with a form to change or clear it), a form
+        to limit another lane, and one to cancel every queued job of a lane
+        (a tenant gone, a customer's backlog withdrawn; its running jobs keep
+        running)."""
+        rows = []
+        for index, limit in enumerate(limits[:MAX_LISTED_LANE_LIMITS]):
+            field = f"limit-lane-{index}"
+            clear = self._button(scope, "clear_limit", "Clear limit",
+                                 {"kind": "lane", "key": limit.key},
+                                 confirm=f"Remove the limit of lane {limit.key}?")
+            rows.append(
+                f'<tr data-lane="{_e(limit.key)}">'
+                f'<td data-label="lane"><span class="id">{_e(limit.key)}</span></td>'
+                f'<td data-label="runs">{_e(_runs(limit.max_running))}</td>'
+                f'<td data-label="set">{_time(limit.updated_at)}</td>'
+                f"<td>{self._limit_form(scope, 'lane', limit.key, field, limit.max_running)}"
+                f" {clear}</td></tr>")
+        if rows:
+            table = ('<div class="scroll"><table class="stack"><thead><tr><th>lane</th>'
+                     '<th>runs</th><th>set</th><th></th></tr></thead>'
+                     f'<tbody>{"".join(rows)}</tbody></table></div>')
+            if len(limits) > MAX_LISTED_LANE_LIMITS:
+                table += (f'<p class="muted">The first {MAX_LISTED_LANE_LIMITS} lane limits of '
+                          f"{len(limits):,}, by lane; <code>tickwork queues limits</code> or "
+                          "the API lists them all.</p>")
+        else:
+            table = '<p class="muted">No lane has a limit of its own.</p>'
         return (
             '<section id="lanes"><h2>Lanes</h2>'
+            '<h3>Limits</h3>'
+            '<p class="muted">A lane limit caps the lane\'s running jobs across every queue '
+            "(each queue's own limit holds as well). A running job is never stopped: a "
+            "lower limit holds new starts until enough of them settle.</p>"
+            f"{table}{self._limit_form(scope, 'lane', None, 'limit-lane-new', None)}"
+            '<h3>Cancel queued jobs</h3>'
             '<form method="post" class="lane-cancel" '
             f'action="{_e(scope_path(scope))}/actions/cancel_lane" '
             'data-confirm="Cancel every queued job of this lane?">'
@@ -1406,31 +1536,138 @@ def waiting_on(job: JobRecord, wait: JobWait | None, now_ms: int) -> list[WaitRe
     return [_hold_reason(job, hold) for hold in holds]
 
 
-def _waits_cell(scope: Scope, job: JobRecord, status: QueueStatus, head: JobRecord | None,
-                now_ms: int) -> str:
+@dataclass(frozen=True, slots=True)
+class QueueListing:
+    """What a queue's section read, for the "waits for" cell of each job it
+    lists: ``max_running`` its limit; ``running`` its running jobs as read
+    (enqueue order), ``running_known`` whether that is every one of them or
+    at least ``max_running``; ``ready`` the listed jobs a claim may take
+    (queued, ready, not cancelled; the head and the oldest queued), in
+    pick order; ``every_queued`` whether the listing holds every queued job
+    of the queue; ``best_ready`` the job a claim takes next when the head
+    says so (None while a job of the queue runs: the head is then that
+    job); ``lane_limits`` every lane's limit."""
+
+    paused: bool
+    max_running: int
+    running: tuple[JobRecord, ...]
+    running_known: bool
+    ready: tuple[JobRecord, ...]
+    every_queued: bool
+    best_ready: JobRecord | None
+    lane_limits: Mapping[str, int]
+
+    @classmethod
+    def of(cls, status: QueueStatus, max_running: int, head: JobRecord | None,
+           queued: JobPage, running: JobPage, lane_limits: Mapping[str, int]
+           ) -> QueueListing:
+        listed = {job.job_id: job for job in ([head] if head else []) + list(queued.jobs)}
+        # Ready as the claim and explain's ready_ahead mean it: queued, its
+        # due time passed (due_at cleared), no cancellation recorded.
+        ready = sorted((job for job in listed.values()
+                        if job.state == "queued" and job.due_at is None
+                        and job.cancellation_id is None), key=_pick_order)
+        return cls(status.paused, max_running, tuple(running.jobs),
+                   running.cursor is None or len(running.jobs) >= max_running, tuple(ready),
+                   queued.cursor is None,
+                   head if head is not None and head.state == "queued" else None, lane_limits)
+
+
+def _pick_order(job: JobRecord) -> tuple[int, int]:
+    """A claim's order within a queue: higher priority first, then older."""
+    return (-job.priority, job.sequence)
+
+
+def _waits_cell(scope: Scope, job: JobRecord, listing: QueueListing, now_ms: int) -> str:
     """What a listed job waits for, in a few words, from what the queue's
-    section read already (its status and head): no read per job, so the
-    owner's executor is left to the job's page (``explain``)."""
+    section read already: no read per job. It names only holds it can prove
+    from those reads, and says what it cannot know; the job's own page
+    (``explain``) reads what is missing and is exact.
+
+    Known here: the queue's pause and limit, and its running jobs up to the
+    limit (so whether the queue is full, unless its limit is above a page
+    of running jobs). The jobs ahead: only the listed ones (the head and the
+    oldest queued). Newer unlisted jobs go after a listed one unless their
+    priority is higher, which the listing rules out when it holds every
+    queued job, or when the head is the next job to claim (nothing runs) and
+    its priority is not above this job's. A lane's running jobs in other
+    queues are not read: the cell proves a lane full only from this queue's
+    running jobs. The owner's slots are left to the job's page."""
     if job.state == "running":
         return f"running since {_time(job.started_at)}"
-    running = (head.job_id,) if head is not None and head.state == "running" else ()
-    ahead = (head.job_id,) if head is not None and not running and head.job_id != job.job_id \
-        else ()
-    holds = decide_holds(job, now_ms, paused=status.paused, queue_limit=1,
-                         queue_running=running, ahead=ahead)
-    if not holds:
-        ready_at = job.due_at if job.due_at is not None else job.enqueued_at
-        if now_ms - ready_at >= OVERDUE_AFTER_MS:
-            return f'<span class="badge overdue">overdue</span> since {_time(ready_at)}'
-        return "nothing: next to run"
-    words = {"cancelled": "cancelled: settles at the next tick", "queue_paused": "queue paused",
-             "queue_busy": "its queue's running job", "behind_head": "the job ahead",
-             "lane_busy": "its lane's running jobs",
+    unknown: list[str] = []
+    queue_running: list[str] = []
+    ahead: list[str] = []
+    if listing.running_known:
+        queue_running = [other.job_id for other in listing.running][:listing.max_running]
+        free = listing.max_running - len(queue_running)
+        mine = _pick_order(job)
+        ahead = [other.job_id for other in listing.ready
+                 if other.job_id != job.job_id and _pick_order(other) < mine][:max(free, 0)]
+        best = listing.best_ready
+        complete = listing.every_queued or (best is not None and best.priority <= job.priority)
+        if free > 0 and len(ahead) < free and not complete:
+            unknown.append("whether newer jobs of higher priority take its queue's free "
+                           "places")
+    else:
+        unknown.append(f"whether its queue's {listing.max_running} places are all taken")
+    lane_limit = listing.lane_limits.get(job.lane)
+    lane_running: list[str] = []
+    if lane_limit is not None:
+        lane_running = [other.job_id for other in listing.running
+                        if other.lane == job.lane][:lane_limit]
+        if len(lane_running) < lane_limit:
+            unknown.append(f"whether its lane's jobs in other queues fill its limit of "
+                           f"{lane_limit}")
+    holds = decide_holds(job, now_ms, paused=listing.paused, queue_limit=listing.max_running,
+                         queue_running=queue_running, ahead=ahead, lane_limit=lane_limit,
+                         lane_running=lane_running)
+    if holds[:1] and holds[0].kind == "cancelled":
+        unknown = []  # it settles without running, whatever else holds
+    said = [_cell_hold(scope, hold) for hold in holds]
+    if unknown:
+        said.append('<span data-unknown="">not known here: ' + _e("; ".join(unknown))
+                    + f' (<a href="{_e(job_path(scope, job.job_id))}">its page</a> says)'
+                    + "</span>")
+    if said:
+        return "; ".join(said)
+    ready_at = job.due_at if job.due_at is not None else job.enqueued_at
+    if now_ms - ready_at >= OVERDUE_AFTER_MS:
+        return f'<span class="badge overdue">overdue</span> since {_time(ready_at)}'
+    return "nothing: next to run"
+
+
+def _cell_hold(scope: Scope, hold: Hold) -> str:
+    """One hold in a "waits for" cell: a few words and the jobs it names
+    (the first LINKED_PER_CELL linked, the others counted)."""
+    many = len(hold.job_ids) > 1
+    words = {"cancelled": "cancelled: settles at the next tick",
+             "queue_paused": "queue paused",
+             "queue_busy": (f"its queue's limit, {hold.limit}, all taken by" if many
+                            else "its queue's running job"),
+             "behind_head": ("the jobs ahead, which take its free places:" if many
+                             else "the job ahead"),
+             "lane_busy": f"its lane's limit, {hold.limit}, all taken by",
              "owner_busy": "the owner at its concurrency", "not_due": "its due time"}
-    return "; ".join(
-        f'<span data-hold="{hold.kind}">{_e(words[hold.kind])}'
-        + "".join(f" {_job_link(scope, job_id)}" for job_id in hold.job_ids) + "</span>"
-        for hold in holds)
+    linked = "".join(f" {_job_link(scope, job_id)}"
+                     for job_id in hold.job_ids[:LINKED_PER_CELL])
+    rest = len(hold.job_ids) - LINKED_PER_CELL
+    more = f" and {rest} more" if rest > 0 else ""
+    return f'<span data-hold="{hold.kind}">{_e(words[hold.kind])}{linked}{more}</span>'
+
+
+def _runs(max_running: int) -> str:
+    """A limit in words: "1 job at a time", "up to 5 jobs at once"."""
+    return "1 job at a time" if max_running == 1 else f"up to {max_running:,} jobs at once"
+
+
+def _max_running(given: str | None) -> int:
+    """A form's max_running: a whole number from 1 to MAX_RUNNING_LIMIT, or
+    InvalidArgument naming the field (a number too long to be one is
+    refused as text, unparsed)."""
+    text = (given or "").strip()
+    return check_max_running(int(text) if text.isascii() and text.isdigit()
+                             and len(text) <= 9 else text)
 
 
 def _hold_reason(job: JobRecord, hold: Hold) -> WaitReason:

@@ -122,6 +122,15 @@ dl.facts dd { margin: 0; overflow-wrap: anywhere; }
 tr.note td { color: var(--muted); font-style: italic; }
 pre.cargo { max-height: 30rem; }
 .job h2 .id { font-size: 1rem; }
+/* Concurrency limits: a queue's line under its name, the lanes' table. */
+.limit { display: flex; flex-wrap: wrap; align-items: center; gap: .3rem .6rem;
+  margin: .2rem 0 .4rem; }
+form.limit { display: inline-flex; flex-wrap: wrap; align-items: center; gap: .3rem;
+  margin: 0; }
+form.limit input[type=text] { width: 12rem; }
+input[type=number] { font: inherit; padding: .3rem .4rem; border: 1px solid var(--line);
+  border-radius: 4px; background: var(--bg); color: var(--fg); width: 6.5rem;
+  min-height: 2rem; }
 @media (max-width: 40rem) {
   form.search { flex-basis: 100%; }
   dl.facts { grid-template-columns: 1fr 1fr; }
