@@ -46,7 +46,7 @@ async def test_a_job_behind_its_queues_head_and_then_behind_its_running_job(
     running = await jobs.explain("head")
     assert running is not None and (running.state, running.holds) == ("running", ())
     assert (await jobs.explain("next")).holds == (  # type: ignore[union-attr]
-        Hold("queue_busy", job_ids=("head",)),)
+        Hold("queue_busy", job_ids=("head",), limit=1),)
     engine.executor.release("head")
     await tick
     assert (await jobs.explain("next")).holds == ()  # type: ignore[union-attr]

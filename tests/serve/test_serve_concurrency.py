@@ -53,3 +53,32 @@ def test_a_bad_concurrency_is_refused_at_start(tmp_path_factory: pytest.TempPath
     with pytest.raises(RuntimeError, match="serve exited with") as caught:
         serve.start(timeout_s=10)
     assert "--concurrency 0: must be 1 to 1000" in str(caught.value)
+
+
+def test_a_queue_limit_set_over_http_lets_its_jobs_run_together(server: Serve) -> None:
+    client, owner = server.client(), "tenant-wide"
+    scope = owner_path(owner)
+    assert client.call("POST", f"{scope}/limits",
+                       {"kind": "queue", "key": "exports", "max_running": 2}) == (
+        200, {"kind": "queue", "key": "exports", "changed": True})
+    assert client.call("GET", f"{scope}/limits")[1]["limits"][0]["max_running"] == 2
+    assert client.enqueue(owner, *(job(name, "slow", queue="exports")
+                                   for name in ("e1", "e2", "e3")))[0] == 200
+    client.running(owner, "e1")
+    client.running(owner, "e2")  # two of one queue at once: its limit
+    status, why = client.call("GET", f"{owner_path(owner)}/jobs/e3/why")
+    assert status == 200
+    [hold] = why["holds"]
+    assert (hold["kind"], sorted(hold["job_ids"]), hold["limit"]) == (
+        "queue_busy", ["e1", "e2"], 2)
+    assert hold["text"].startswith("its queue runs at most 2 jobs at once and is running ")
+    # A bad limit is refused by name and changes nothing.
+    status, body = client.call("POST", f"{scope}/limits",
+                               {"kind": "queue", "key": "exports", "max_running": 0})
+    assert status == 400 and "max_running" in str(body)
+    assert client.call("GET", f"{scope}/limits")[1]["limits"][0]["max_running"] == 2
+    assert client.call("POST", f"{scope}/limits/clear", {"kind": "queue", "key": "exports"}) == (
+        200, {"kind": "queue", "key": "exports", "changed": True})
+    for name in ("e1", "e2", "e3"):
+        client.call("POST", f"{scope}/jobs/{name}/cancel", {"cancellation_id": "c"})
+    assert client.settled(owner, "e3")["outcome"] == "cancelled"

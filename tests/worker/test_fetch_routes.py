@@ -163,3 +163,28 @@ async def test_without_a_token_configured_the_api_fails_closed(
     status, body = await send(closed, shape, "POST", "/v1/shared/jobs", job("a"), token="")
     assert (status, body["error"]["code"]) == (503, "token_not_configured")
     assert await query("SELECT count(*) FROM tickwork_jobs") == [(0,)]
+
+
+@pytest.mark.parametrize("scope", SCOPES)
+async def test_limits_are_set_read_and_cleared_over_http(worker: Any, shape: str,
+                                                         scope: str) -> None:
+    """The limit routes on both scopes: an owner's (through the Durable
+    Object's RPC) and the shared D1 queues'."""
+    assert await send(worker, shape, "POST", f"/v1/{scope}/limits",
+                      {"kind": "lane", "key": "tenant-a", "max_running": 2}) == (
+        200, {"kind": "lane", "key": "tenant-a", "changed": True})
+    assert await send(worker, shape, "POST", f"/v1/{scope}/limits",
+                      {"kind": "queue", "key": "exports", "max_running": 3}) == (
+        200, {"kind": "queue", "key": "exports", "changed": True})
+    status, body = await send(worker, shape, "GET", f"/v1/{scope}/limits")
+    assert status == 200
+    assert [(limit["kind"], limit["key"], limit["max_running"])
+            for limit in body["limits"]] == [("queue", "exports", 3), ("lane", "tenant-a", 2)]
+    status, body = await send(worker, shape, "POST", f"/v1/{scope}/limits",
+                              {"kind": "tenant", "key": "x", "max_running": 2})
+    assert status == 400 and "kind" in str(body)
+    assert await send(worker, shape, "POST", f"/v1/{scope}/limits/clear",
+                      {"kind": "lane", "key": "tenant-a"}) == (
+        200, {"kind": "lane", "key": "tenant-a", "changed": True})
+    status, body = await send(worker, shape, "GET", f"/v1/{scope}/limits")
+    assert [limit["key"] for limit in body["limits"]] == ["exports"]

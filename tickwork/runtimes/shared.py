@@ -1027,7 +1027,7 @@ _AWAITED = frozenset({
     HistoryBuckets,
     JobsByIdPrefix,
     RetentionPolicies, PutRetention, DeleteRetention, SettledQueues, PruneSettled,
-    StorageUsage,
+    StorageUsage, Limits, PutLimit, DeleteLimit, RunningJobs, ReadyAhead,
 })
 
 

@@ -19,6 +19,7 @@ from tickwork.lifecycle import Settlement
 from tickwork.lifecycle.requests import ClaimView, JobListing, Suspect
 from tickwork.model.history import COUNTS, DEPTH_CAP, MAX_SAMPLED_QUEUES, HistoryRow
 from tickwork.model.jobs import MAX_ID_LENGTH, JobRecord, ValidJob, replay_flags
+from tickwork.model.limits import ConcurrencyLimit, LimitKind, check_limit_kind, in_order
 from tickwork.model.retention import SCOPE_KEY, RetentionPolicy, StorageReport
 from tickwork.model.schedules import StoredSchedule, ValidSchedule
 from tickwork.ports.shared_store import CancelWrite, RenewAnswer
@@ -531,6 +532,27 @@ class PostgresStore:
     async def delete_retention(self, queue: str | None) -> bool:
         return bool(await self._rows(sql.DELETE_RETENTION,
                                      {"queue": SCOPE_KEY if queue is None else queue}))
+
+    # --------------------------------------------------- concurrency limits
+
+    async def limits(self) -> list[ConcurrencyLimit]:
+        return in_order(
+            ConcurrencyLimit(check_limit_kind(kind), str(key), int(max_running),
+                             int(updated_at))
+            for kind, key, max_running, updated_at in await self._rows(sql.LIST_LIMITS, {}))
+
+    async def put_limit(self, limit: ConcurrencyLimit, now: int | None) -> bool:
+        return bool(await self._rows(sql.PUT_LIMIT, {
+            "kind": limit.kind, "key": limit.key, "max_running": limit.max_running,
+            "now": now}))
+
+    async def delete_limit(self, kind: LimitKind, key: str) -> bool:
+        return bool(await self._rows(sql.DELETE_LIMIT, {"kind": kind, "key": key}))
+
+    async def running_jobs(self, kind: LimitKind, key: str, limit: int) -> list[str]:
+        statement = sql.RUNNING_IN_QUEUE if kind == "queue" else sql.RUNNING_IN_LANE
+        return [str(row[0]) for row in
+                await self._rows(statement, {"key": key, "limit": limit})]
 
     async def settled_queues(self) -> list[str]:
         return [str(row[0]) for row in await self._rows(sql.SETTLED_QUEUES, {})]

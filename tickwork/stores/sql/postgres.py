@@ -779,3 +779,45 @@ WHERE (queue, minute) IN (
     ORDER BY minute
     LIMIT %(limit)s)
 """
+
+# ------------------------------------------------------ concurrency limits
+#
+# tickwork_limits (0016): a queue's or a lane's max_running. The claim
+# functions read them (schema/postgres/0016_limits.sql); these statements
+# store, list and remove them, and name what runs under one.
+
+# Every stored limit (the store puts them in tickwork.model.limits order).
+LIST_LIMITS = "SELECT kind, key, max_running, updated_at FROM tickwork_limits"
+
+# Store a limit, replacing its kind and key's: a row back when it changed,
+# none when the same max_running was stored already (nothing written then).
+PUT_LIMIT = f"""
+INSERT INTO tickwork_limits AS stored (kind, key, max_running, updated_at)
+VALUES (%(kind)s, %(key)s, %(max_running)s, {NOW})
+ON CONFLICT (kind, key) DO UPDATE SET
+    max_running = excluded.max_running, updated_at = excluded.updated_at
+WHERE stored.max_running <> excluded.max_running
+RETURNING key
+"""
+
+# Remove a limit: a row back when there was one.
+DELETE_LIMIT = """
+DELETE FROM tickwork_limits WHERE kind = %(kind)s AND key = %(key)s RETURNING key
+"""
+
+# Up to %(limit)s running jobs of a queue (or a lane), oldest start first:
+# a range of tickwork_jobs_running (tickwork_jobs_lane_running), which holds
+# running rows only, so it reads the rows it returns and no others.
+RUNNING_IN_QUEUE = """
+SELECT job_id FROM tickwork_jobs
+WHERE queue = %(key)s AND state = 'running'
+ORDER BY started_at, sequence
+LIMIT %(limit)s
+"""
+
+RUNNING_IN_LANE = """
+SELECT job_id FROM tickwork_jobs
+WHERE lane = %(key)s AND state = 'running'
+ORDER BY started_at, sequence
+LIMIT %(limit)s
+"""
