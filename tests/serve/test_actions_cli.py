@@ -278,6 +278,7 @@ def test_jobs_why(server: Serve, capsys: pytest.CaptureFixture[str]) -> None:
     direct = api(server, "GET", f"{owner_path(owner)}/jobs/w-next/why")
     assert [{**answer, "read_at": 0} for answer in answers] == [{**direct, "read_at": 0}]
     assert answers[0]["holds"] == [{"kind": "queue_busy", "until": None, "job_ids": ["w-run"],
+                                    "limit": 1,
                                     "text": "its queue runs one job at a time and is running "
                                             "w-run"}]
     run(capsys, server, "jobs", "cancel", "w-run", "--owner", owner)
