@@ -652,7 +652,7 @@ async def test_a_job_waits_for_its_lane_at_its_limit_across_queues(
         page = text(await get(api, "/v1/owners/acme/dashboard/jobs/mail-1", COOKIE))
         waiting = section(page, "waiting")
         assert re.findall(r'data-reason="(\w+)"', waiting) == ["lane_busy"]
-        assert ("Its lane, tenant 7, runs at most 1 jobs at once and is running "
+        assert ("Its lane, tenant 7, runs one job at a time and is running "
                 '<a class="id" href="/v1/owners/acme/dashboard/jobs/export-1">export-1</a>'
                 in waiting)
         # The listing reads no other queue: it says it cannot know the lane.

@@ -1682,12 +1682,12 @@ def _hold_reason(job: JobRecord, hold: Hold) -> WaitReason:
                                           "jobs until it is resumed.")
     at_most = ("one job at a time" if hold.limit in (None, 1)
                else f"at most {hold.limit} jobs at once")
+    # A queue_busy or lane_busy hold carries its limit; the others none.
     text = {"queue_busy": f"Its queue runs {at_most} and is running",
             "behind_head": ("Behind the job ahead of it in its queue:" if len(hold.job_ids) == 1
                             else "Behind the jobs ahead of it in its queue, which take its "
                                  "free places:"),
-            "lane_busy": f"Its lane, {job.lane}, runs at most {hold.limit} jobs at once "
-                         "and is running",
+            "lane_busy": f"Its lane, {job.lane}, runs {at_most} and is running",
             "owner_busy": f"The owner is at its concurrency ({len(hold.job_ids)} running):"
             }[hold.kind]
     return WaitReason(hold.kind, text, job_ids=hold.job_ids)
