@@ -488,7 +488,8 @@ def limit_line(page: str, queue: str) -> str:
     return f"{found.group(1)}: {found.group(2)}"
 
 
-async def test_limits_are_set_and_cleared_from_the_page(api: JobApi, owners: Owners) -> None:
+async def test_limits_are_set_and_cleared_from_the_page(
+        api: JobApi, owners: Owners, monkeypatch: pytest.MonkeyPatch) -> None:
     await enqueue(api, "acme", a_job("j1", queue="exports"))
     page = text(await get(api, "/v1/owners/acme/dashboard", COOKIE))
     line = limit_line(page, "exports")
@@ -540,6 +541,12 @@ async def test_limits_are_set_and_cleared_from_the_page(api: JobApi, owners: Own
     assert ('Clearing the limit of queue <span class="id">exports</span>: it had no limit'
             in page)
     assert limit_line(page, "exports").startswith("1: Runs 1 job at a time (the default).")
+    # Many queues without jobs but with limits: the first few named, the rest counted.
+    await act(api, "set_limit", {"kind": "queue", "key": "later-2", "max_running": "2"})
+    monkeypatch.setattr(dashboard, "MAX_DETAILED_QUEUES", 1)
+    page = text(await get(api, "/v1/owners/acme/dashboard", COOKIE))
+    assert ('Limits of queues without jobs: <span class="id">later</span> '
+            "(up to 9 jobs at once), and 1 more.") in section(page, "queues")
 
 
 @pytest.mark.parametrize(("form", "field"), [

@@ -569,10 +569,13 @@ class Dashboard:
         idle = [limit for key, limit in sorted(limits.items()) if key not in listed]
         # A limit set on a queue before its first job, or kept while it has
         # none: said here, as no section of its own shows it.
+        more = len(idle) - MAX_DETAILED_QUEUES
         note = "" if not idle else (
             '<p class="muted" data-idle-limits>Limits of queues without jobs: '
             + ", ".join(f'<span class="id">{_e(limit.key)}</span> '
-                        f"({_e(_runs(limit.max_running))})" for limit in idle) + ".</p>")
+                        f"({_e(_runs(limit.max_running))})"
+                        for limit in idle[:MAX_DETAILED_QUEUES])
+            + (f", and {more:,} more" if more > 0 else "") + ".</p>")
         if not statuses:
             return ('<section id="queues"><h2>Queues</h2>'
                     f'<p class="muted">No queue has jobs.</p>{note}</section>')
