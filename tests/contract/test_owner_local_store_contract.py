@@ -198,6 +198,30 @@ def test_queue_head_is_the_running_job_else_the_best_ready_one(
     assert running is not None and (running.job_id, running.state) == ("high", "running")
 
 
+@covers("ready_ahead")
+def test_ready_ahead_names_the_queues_ready_jobs_before_a_job_in_pick_order(
+        local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    store.insert(valid_job("late", priority=9, delay_ms=1000), T0)  # not due: not ready
+    store.insert(valid_job("a", priority=5), T0)
+    store.insert(valid_job("b", priority=5), T0)
+    store.insert(valid_job("gone", priority=7), T0)
+    store.insert(valid_job("c"), T0)
+    store.insert(valid_job("elsewhere", "other", priority=10), T0)
+    store.insert(valid_job("d"), T0)
+    assert store.record_cancellation("gone", "c-1", False) == "q"
+    d, b = store.find("d"), store.find("b")
+    assert d is not None and b is not None
+    # Cancelled, delayed and other queues' jobs are not ahead; the rest are,
+    # in pick order (listed or not yet listed alike).
+    assert store.ready_ahead("q", d.priority, d.sequence, 10) == ["a", "b", "c"]
+    assert store.ready_ahead("q", d.priority, d.sequence, 2) == ["a", "b"]
+    assert store.ready_ahead("q", b.priority, b.sequence, 10) == ["a"]
+    store.claim_next(EVERY_JOB, "t", T0)  # "elsewhere" (priority 10)
+    store.claim_next(EVERY_JOB, "t2", T0)  # "a": running, no longer ahead
+    assert store.ready_ahead("q", d.priority, d.sequence, 10) == ["b", "c"]
+
+
 @covers("latest_settled")
 def test_latest_settled_is_the_last_settlement_of_the_queue(
         local_store: LocalStoreUnderTest) -> None:

@@ -204,6 +204,32 @@ async def test_queue_head_is_the_running_job_else_the_best_ready_one(
     assert running is not None and (running.job_id, running.state) == ("high", "running")
 
 
+@covers("ready_ahead")
+async def test_ready_ahead_names_the_queues_ready_jobs_before_a_job_in_pick_order(
+        shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    await store.insert(valid_job("late", priority=9, delay_ms=1000), T0)  # not due: not ready
+    await store.insert(valid_job("a", priority=5), T0)
+    await store.insert(valid_job("b", priority=5), T0)
+    await store.insert(valid_job("gone", priority=7), T0)
+    await store.insert(valid_job("c"), T0)
+    await store.insert(valid_job("elsewhere", "other", priority=10), T0)
+    await store.insert(valid_job("d"), T0)
+    assert await store.record_cancellation("gone", "c-1", "only_if_queued") is True
+    d = await store.find("d")
+    assert d is not None
+    # Cancelled, delayed and other queues' jobs are not ahead; the rest are, in pick order.
+    assert await store.ready_ahead("q", d.priority, d.sequence, 10) == ["a", "b", "c"]
+    assert await store.ready_ahead("q", d.priority, d.sequence, 2) == ["a", "b"]
+    b = await store.find("b")
+    assert b is not None
+    assert await store.ready_ahead("q", b.priority, b.sequence, 10) == ["a"]
+    # A running job is no longer waiting: it is not ahead.
+    assert (await claimed(shared_store, "t1")).job_id == "elsewhere"
+    assert (await claimed(shared_store, "t2")).job_id == "a"
+    assert await store.ready_ahead("q", d.priority, d.sequence, 10) == ["b", "c"]
+
+
 @covers("has_pending_work", "next_work")
 async def test_pending_work_and_when_it_comes(shared_store: SharedStoreUnderTest) -> None:
     store = shared_store.store
