@@ -198,6 +198,30 @@ def test_queue_head_is_the_running_job_else_the_best_ready_one(
     assert running is not None and (running.job_id, running.state) == ("high", "running")
 
 
+@covers("ready_ahead")
+def test_ready_ahead_names_the_queues_ready_jobs_before_a_job_in_pick_order(
+        local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    store.insert(valid_job("late", priority=9, delay_ms=1000), T0)  # not due: not ready
+    store.insert(valid_job("a", priority=5), T0)
+    store.insert(valid_job("b", priority=5), T0)
+    store.insert(valid_job("gone", priority=7), T0)
+    store.insert(valid_job("c"), T0)
+    store.insert(valid_job("elsewhere", "other", priority=10), T0)
+    store.insert(valid_job("d"), T0)
+    assert store.record_cancellation("gone", "c-1", False) == "q"
+    d, b = store.find("d"), store.find("b")
+    assert d is not None and b is not None
+    # Cancelled, delayed and other queues' jobs are not ahead; the rest are,
+    # in pick order (listed or not yet listed alike).
+    assert store.ready_ahead("q", d.priority, d.sequence, 10) == ["a", "b", "c"]
+    assert store.ready_ahead("q", d.priority, d.sequence, 2) == ["a", "b"]
+    assert store.ready_ahead("q", b.priority, b.sequence, 10) == ["a"]
+    store.claim_next(EVERY_JOB, "t", T0)  # "elsewhere" (priority 10)
+    store.claim_next(EVERY_JOB, "t2", T0)  # "a": running, no longer ahead
+    assert store.ready_ahead("q", d.priority, d.sequence, 10) == ["b", "c"]
+
+
 @covers("latest_settled")
 def test_latest_settled_is_the_last_settlement_of_the_queue(
         local_store: LocalStoreUnderTest) -> None:
@@ -976,6 +1000,106 @@ def test_running_jobs_names_a_queues_or_lanes_running_jobs_oldest_start_first(
                               cancelled=False)
     assert store.running_jobs("lane", "L", 10) == ["x3", "x1"]
     assert store.running_jobs("queue", "q2", 10) == []
+
+
+def claim_all(local: LocalStoreUnderTest, partition: Any = EVERY_JOB) -> list[str]:
+    """Claim until the claim finds nothing; the ids, in claim order."""
+    taken = []
+    while (job := local.store.claim_next(partition, f"t-{len(taken)}-{partition.name}",
+                                         T0)) is not None:
+        taken.append(job.job_id)
+    return taken
+
+
+def settle(local: LocalStoreUnderTest, job_id: str) -> None:
+    found = local.store.find_claim(local.rows(
+        "SELECT sequence FROM tickwork_jobs WHERE job_id = ?", (job_id,))[0][0])
+    assert found is not None
+    job, token = found
+    assert local.store.settle_claim(job.sequence, token, COMPLETED, T0 + 1, cancelled=False)
+
+
+@covers("claim_next", "claim_next_if_clear", "put_limit", "delete_limit")
+def test_claims_take_the_best_ready_job_whose_queue_and_lane_have_room(
+        local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    store.put_limit(ConcurrencyLimit("queue", "wide", 3), T0)
+    store.put_limit(ConcurrencyLimit("lane", "L", 2), T0)
+    queued(local_store, "w1", "w2", "w3", "w4", queue="wide")
+    queued(local_store, "s1", "s2", queue="serial")  # no row: one at a time
+    for index in (1, 2, 3):  # lane L across three queues
+        queued(local_store, f"l{index}", queue=f"q{index}", lane="L")
+    assert claim_all(local_store) == ["w1", "w2", "w3", "s1", "l1", "l2"]
+    assert store.running_jobs("queue", "wide", 10) == ["w1", "w2", "w3"]
+    # A settlement frees one place; the next claim (here the counted
+    # claim-if-clear, its every running claim excluded) takes it.
+    settle(local_store, "w1")
+    running = [row[0] for row in local_store.rows(
+        "SELECT claim_token FROM tickwork_jobs WHERE state = 'running'")]
+    job = store.claim_next_if_clear(EVERY_JOB, "t-if-clear", T0, running)
+    assert job is not None and job.job_id == "w4"
+    settle(local_store, "l1")
+    assert claim_all(local_store) == ["l3"]
+    # Lowering a limit stops nothing that runs; it holds new claims until
+    # enough settle. Raising one lets the next claim take more.
+    queued(local_store, "w5", "w6", queue="wide")
+    store.put_limit(ConcurrencyLimit("queue", "wide", 1), T0)
+    settle(local_store, "w2")
+    settle(local_store, "w3")
+    assert claim_all(local_store) == []
+    assert store.running_jobs("queue", "wide", 10) == ["w4"]
+    store.put_limit(ConcurrencyLimit("queue", "wide", 2), T0)
+    assert claim_all(local_store) == ["w5"]
+    # Deleting a queue's limit puts it back to one at a time; a lane's, to none.
+    store.delete_limit("queue", "wide")
+    settle(local_store, "w4")
+    assert claim_all(local_store) == []
+    queued(local_store, "l4", queue="q4", lane="L")
+    assert claim_all(local_store) == []  # l2, l3 run: L is full
+    store.delete_limit("lane", "L")
+    assert claim_all(local_store) == ["l4"]
+
+
+@covers("claim_next")
+def test_a_lane_limit_counts_the_jobs_of_the_queue_named_like_the_lane(
+        local_store: LocalStoreUnderTest) -> None:
+    # A job that names no lane is in the lane of its queue's name.
+    store = local_store.store
+    store.put_limit(ConcurrencyLimit("lane", "acme", 2), T0)
+    queued(local_store, "own", queue="acme")
+    queued(local_store, "a1", queue="exports", lane="acme")
+    queued(local_store, "a2", queue="emails", lane="acme")
+    assert claim_all(local_store) == ["own", "a1"]
+    assert store.running_jobs("lane", "acme", 10) == ["own", "a1"]
+
+
+@covers("claim_next")
+def test_partitioned_claims_give_a_wide_queues_places_to_its_best_jobs_in_either_partition(
+        local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    serial, concurrent = outside_lane("fast"), inside_lane("fast")
+    store.put_limit(ConcurrencyLimit("queue", "q", 2), T0)
+    queued(local_store, "f1", queue="q", lane="fast")
+    queued(local_store, "s1", "s2", queue="q", lane="slow")
+    queued(local_store, "f2", queue="q", lane="fast")
+    # s1 is the second ready job of q (f1 comes first): there is a place for
+    # both. s2 is the third: the serial claim leaves the last place to f1.
+    assert claim_all(local_store, serial) == ["s1"]
+    assert claim_all(local_store, concurrent) == ["f1"]
+    settle(local_store, "s1")
+    assert claim_all(local_store, concurrent) == []  # s2 comes before f2
+    assert claim_all(local_store, serial) == ["s2"]
+    # Lane limits hold in each partition.
+    store.put_limit(ConcurrencyLimit("lane", "fast", 1), T0)
+    store.put_limit(ConcurrencyLimit("lane", "slow", 1), T0)
+    queued(local_store, "f3", queue="other", lane="fast")
+    queued(local_store, "s3", queue="third", lane="slow")
+    assert claim_all(local_store, concurrent) == []  # f1 runs in lane fast
+    assert claim_all(local_store, serial) == []  # s2 runs in lane slow
+    settle(local_store, "f1")
+    settle(local_store, "s2")
+    assert claim_all(local_store, concurrent) == ["f2"]
+    assert claim_all(local_store, serial) == ["s3"]
 
 
 @covers("settled_queues")

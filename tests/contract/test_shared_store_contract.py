@@ -204,6 +204,32 @@ async def test_queue_head_is_the_running_job_else_the_best_ready_one(
     assert running is not None and (running.job_id, running.state) == ("high", "running")
 
 
+@covers("ready_ahead")
+async def test_ready_ahead_names_the_queues_ready_jobs_before_a_job_in_pick_order(
+        shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    await store.insert(valid_job("late", priority=9, delay_ms=1000), T0)  # not due: not ready
+    await store.insert(valid_job("a", priority=5), T0)
+    await store.insert(valid_job("b", priority=5), T0)
+    await store.insert(valid_job("gone", priority=7), T0)
+    await store.insert(valid_job("c"), T0)
+    await store.insert(valid_job("elsewhere", "other", priority=10), T0)
+    await store.insert(valid_job("d"), T0)
+    assert await store.record_cancellation("gone", "c-1", "only_if_queued") is True
+    d = await store.find("d")
+    assert d is not None
+    # Cancelled, delayed and other queues' jobs are not ahead; the rest are, in pick order.
+    assert await store.ready_ahead("q", d.priority, d.sequence, 10) == ["a", "b", "c"]
+    assert await store.ready_ahead("q", d.priority, d.sequence, 2) == ["a", "b"]
+    b = await store.find("b")
+    assert b is not None
+    assert await store.ready_ahead("q", b.priority, b.sequence, 10) == ["a"]
+    # A running job is no longer waiting: it is not ahead.
+    assert (await claimed(shared_store, "t1")).job_id == "elsewhere"
+    assert (await claimed(shared_store, "t2")).job_id == "a"
+    assert await store.ready_ahead("q", d.priority, d.sequence, 10) == ["b", "c"]
+
+
 @covers("has_pending_work", "next_work")
 async def test_pending_work_and_when_it_comes(shared_store: SharedStoreUnderTest) -> None:
     store = shared_store.store
@@ -967,6 +993,77 @@ async def test_running_jobs_names_a_queues_or_lanes_running_jobs_oldest_start_fi
     assert await store.settle(x2.sequence, f"t-{T0 + 1}", COMPLETED, T0 + 6, cancelled=False)
     assert await store.running_jobs("lane", "L", 10) == ["x3", "x1"]
     assert await store.running_jobs("queue", "q2", 10) == []
+
+
+async def claim_all(shared: SharedStoreUnderTest, prefix: str) -> list[str]:
+    """Claim until the claim finds nothing; the ids, in claim order."""
+    taken = []
+    while (job := await shared.store.claim(f"{prefix}-{len(taken)}", LEASE, T0,
+                                           guarded=False)) is not None:
+        taken.append(job.job_id)
+    return taken
+
+
+async def settle_job(shared: SharedStoreUnderTest, job_id: str) -> None:
+    (sequence, token), = await shared.rows(
+        f"SELECT sequence, claim_token FROM tickwork_jobs WHERE job_id = '{job_id}'")
+    assert await shared.store.settle(sequence, token, COMPLETED, T0 + 1, cancelled=False)
+
+
+@covers("claim", "claim_or_probe", "settle_and_claim", "put_limit", "delete_limit")
+async def test_claims_take_the_best_ready_job_whose_queue_and_lane_have_room(
+        shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    await store.put_limit(ConcurrencyLimit("queue", "wide", 3), T0)
+    await store.put_limit(ConcurrencyLimit("lane", "L", 2), T0)
+    await queued(shared_store, "w1", "w2", "w3", "w4", queue="wide")
+    await queued(shared_store, "s1", "s2", queue="serial")  # no row: one at a time
+    for index in (1, 2, 3):  # lane L across three queues
+        await queued(shared_store, f"l{index}", queue=f"q{index}", lane="L")
+    assert await claim_all(shared_store, "a") == ["w1", "w2", "w3", "s1", "l1", "l2"]
+    assert await store.running_jobs("queue", "wide", 10) == ["w1", "w2", "w3"]
+    # Nothing has room: the guarded claim finds nothing and probes.
+    assert (await store.claim_or_probe("b", LEASE, T0))[0] is None
+    # A settlement frees one place; the claim in its batch takes it.
+    (sequence, token), = await shared_store.rows(
+        "SELECT sequence, claim_token FROM tickwork_jobs WHERE job_id = 'w1'")
+    settled, job = await store.settle_and_claim(sequence, token, COMPLETED, T0 + 1,
+                                                next_token="c", lease_ms=LEASE)
+    assert settled and job is not None and job.job_id == "w4"
+    await settle_job(shared_store, "l1")
+    job, _ = await store.claim_or_probe("d", LEASE, T0)
+    assert job is not None and job.job_id == "l3"
+    # Lowering a limit stops nothing that runs; it holds new claims until
+    # enough settle. Raising one lets the next claim take more.
+    await queued(shared_store, "w5", "w6", queue="wide")
+    await store.put_limit(ConcurrencyLimit("queue", "wide", 1), T0)
+    await settle_job(shared_store, "w2")
+    await settle_job(shared_store, "w3")
+    assert await claim_all(shared_store, "e") == []
+    assert await store.running_jobs("queue", "wide", 10) == ["w4"]
+    await store.put_limit(ConcurrencyLimit("queue", "wide", 2), T0)
+    assert await claim_all(shared_store, "f") == ["w5"]
+    # Deleting a queue's limit puts it back to one at a time; a lane's, to none.
+    await store.delete_limit("queue", "wide")
+    await settle_job(shared_store, "w4")
+    assert await claim_all(shared_store, "g") == []
+    await queued(shared_store, "l4", queue="q4", lane="L")
+    assert await claim_all(shared_store, "h") == []  # l2, l3 run: L is full
+    await store.delete_limit("lane", "L")
+    assert await claim_all(shared_store, "i") == ["l4"]
+
+
+@covers("claim")
+async def test_a_lane_limit_counts_the_jobs_of_the_queue_named_like_the_lane(
+        shared_store: SharedStoreUnderTest) -> None:
+    # A job that names no lane is in the lane of its queue's name.
+    store = shared_store.store
+    await store.put_limit(ConcurrencyLimit("lane", "acme", 2), T0)
+    await queued(shared_store, "own", queue="acme")
+    await queued(shared_store, "a1", queue="exports", lane="acme")
+    await queued(shared_store, "a2", queue="emails", lane="acme")
+    assert await claim_all(shared_store, "a") == ["own", "a1"]
+    assert await store.running_jobs("lane", "acme", 10) == ["own", "a1"]
 
 
 @covers("settled_queues")

@@ -231,10 +231,12 @@ SELECT {_PENDING},
 # Claims lock the queues they claim, not one global lock: the transaction
 # that makes a job of a queue running holds that queue's advisory lock
 # (1954048881, hashtext(queue)) until it commits, and reads the queue's head
-# and running job only once the lock is granted, in a fresh snapshot. Both
-# claim paths are functions of the schema (schema/postgres/0010_queue_claims.sql,
-# where each step is commented), since a single client statement could not
-# read after its own lock is granted. Settlements, renewals and recovery
+# and running jobs only once the lock is granted, in a fresh snapshot; a
+# claim of a job whose lane has a limit holds the lane's lock the same way
+# (0016_limits.sql). Both claim paths are functions of the schema
+# (schema/postgres/0010_queue_claims.sql, where each step is commented, and
+# 0016_limits.sql, which adds the limits), since a single client statement
+# could not read after its own lock is granted. Settlements, renewals and recovery
 # take no lock; each is fenced on its own row.
 
 # Group commit: settlements, then claims, in one statement and one commit.
@@ -783,26 +785,38 @@ WHERE (queue, minute) IN (
 # ------------------------------------------------------ concurrency limits
 #
 # tickwork_limits (0016): a queue's or a lane's max_running. The claim
-# functions read them (schema/postgres/0016_limits.sql); these statements
-# store, list and remove them, and name what runs under one.
+# functions obey them (schema/postgres/0016_limits.sql, which says how and
+# with which locks); these statements store, list and remove them, and name
+# what runs under one.
 
 # Every stored limit (the store puts them in tickwork.model.limits order).
 LIST_LIMITS = "SELECT kind, key, max_running, updated_at FROM tickwork_limits"
+
+# A change of limits first takes the limits' advisory lock (1954048883, 0)
+# exclusively: every claim holds it shared until it commits, so the change
+# waits for the claims in flight and every later claim sees it (0016).
+# Without it, a claim that read "no limit on this lane" (and so took no lane
+# lock) could commit beside one obeying the new limit, both in its last place.
 
 # Store a limit, replacing its kind and key's: a row back when it changed,
 # none when the same max_running was stored already (nothing written then).
 PUT_LIMIT = f"""
 INSERT INTO tickwork_limits AS stored (kind, key, max_running, updated_at)
-VALUES (%(kind)s, %(key)s, %(max_running)s, {NOW})
+SELECT %(kind)s, %(key)s, %(max_running)s, {NOW}
+FROM (SELECT pg_advisory_xact_lock(1954048883, 0)) AS claims_settled
 ON CONFLICT (kind, key) DO UPDATE SET
     max_running = excluded.max_running, updated_at = excluded.updated_at
 WHERE stored.max_running <> excluded.max_running
 RETURNING key
 """
 
-# Remove a limit: a row back when there was one.
+# Remove a limit: a row back when there was one. The lock is taken
+# whenever a row is deleted (the join evaluates it).
 DELETE_LIMIT = """
-DELETE FROM tickwork_limits WHERE kind = %(kind)s AND key = %(key)s RETURNING key
+DELETE FROM tickwork_limits
+USING (SELECT pg_advisory_xact_lock(1954048883, 0)) AS claims_settled
+WHERE kind = %(kind)s AND key = %(key)s
+RETURNING key
 """
 
 # Up to %(limit)s running jobs of a queue (or a lane), oldest start first:

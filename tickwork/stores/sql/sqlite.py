@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from tickwork.model.jobs import ValidJob
+from tickwork.model.limits import MAX_RUNNING_LIMIT
 from tickwork.model.schedules import ValidSchedule
 from tickwork.stores.rows import CARGO as CARGO_ROWS
 from tickwork.stores.rows import CARGO_COLUMNS, JOB_COLUMNS, JOB_SELECT, Columns
@@ -599,15 +600,69 @@ LIMIT :limit
 """, ("queue", "priority", "sequence", "limit"), Columns("job_id"), _local)
 
 # ----------------------------------------------------------------- claims
+#
+# Concurrency limits (tickwork_limits, owner-local and D1 0013) hold inside
+# every claim below: a candidate is taken only while its queue runs fewer
+# jobs than the queue's limit (1 without a row: the serial queue head) and
+# its lane fewer than the lane's limit (no row: no lane limit). The claim
+# reads the rows in its own statement, so a put or delete is obeyed by the
+# very next claim, and since a store runs one statement at a time (D1, a
+# Durable Object) or inside one write transaction (sqlite3), two claims can
+# never both take a limit's last place. Each condition is one conjunct of
+# the candidate's WHERE, so another (a rate limit's bucket) is one more.
+
+#: The queue has no running job: one probe of tickwork_jobs_running. The
+#: whole test for a queue without a limit row, as before limits existed.
+QUEUE_IDLE = """NOT EXISTS (
+          SELECT 1 FROM tickwork_jobs AS busy
+          WHERE busy.queue = candidate.queue AND busy.state = 'running')"""
+
+
+def queue_limit_allows(taken: str) -> str:
+    """The candidate's queue has a limit row above ``taken`` (an expression
+    of the places already taken), looked up by primary key."""
+    return f"""EXISTS (
+          SELECT 1 FROM tickwork_limits AS queue_limit
+          WHERE queue_limit.kind = 'queue' AND queue_limit.key = candidate.queue
+            AND queue_limit.max_running > {taken})"""
+
+
+#: How many of the candidate's queue's jobs run: its range of
+#: tickwork_jobs_running, which the claims keep within the queue's limit
+#: (beyond it only after a limit was lowered, never past MAX_RUNNING_LIMIT).
+QUEUE_RUNNING = """(SELECT count(*) FROM tickwork_jobs AS busy INDEXED BY tickwork_jobs_running
+             WHERE busy.queue = candidate.queue AND busy.state = 'running')"""
+
+# The queue has room: idle (the common case, and all a queue without a limit
+# row can be), or running fewer than its limit row allows. The row and the
+# count are only read when the queue runs a job already.
+QUEUE_HAS_ROOM = f"""({QUEUE_IDLE}
+       OR {queue_limit_allows(QUEUE_RUNNING)})"""
+
+# The lane has room: no lane row for it (one primary-key probe, of a table
+# that is empty unless limits are set), or fewer of its jobs run than the row
+# allows, counted over the lane's running entries only: those whose lane is
+# not their queue (tickwork_jobs_lane_running), plus those of the queue of
+# the lane's name that name no other lane (tickwork_jobs_running).
+LANE_HAS_ROOM = """NOT EXISTS (
+          SELECT 1 FROM tickwork_limits AS lane_limit
+          WHERE lane_limit.kind = 'lane' AND lane_limit.key = candidate.lane
+            AND lane_limit.max_running <= (
+                (SELECT count(*) FROM tickwork_jobs AS lane_busy
+                     INDEXED BY tickwork_jobs_lane_running
+                 WHERE lane_busy.lane = candidate.lane AND lane_busy.state = 'running'
+                   AND lane_busy.lane <> lane_busy.queue)
+              + (SELECT count(*) FROM tickwork_jobs AS lane_busy
+                     INDEXED BY tickwork_jobs_running
+                 WHERE lane_busy.queue = candidate.lane AND lane_busy.state = 'running'
+                   AND lane_busy.lane = candidate.lane)))"""
 
 # Claim: picks the first runnable job in global order (priority desc, oldest
-# first) whose queue has no running job and is not paused, and marks it running under the
-# private token :token (on D1 with a lease of :lease_ms), in one statement.
-# The first such job is its queue's head: any better job of the same queue
-# would come earlier and be just as free. A store runs one statement at a
-# time (D1, a Durable Object) or inside one write transaction (sqlite3), so
-# two claims can never both see the same queue free; on D1 the unique
-# running index backs this up. {guard} is empty (CLAIM) or _CLAIM_GUARD.
+# first) whose queue and lane have room and whose queue is not paused, and
+# marks it running under the private token :token (on D1 with a lease of
+# :lease_ms), in one statement. In a queue without a limit row the first
+# such job is its queue's head: any better job of the same queue would come
+# earlier and be just as free. {guard} is empty (CLAIM) or _CLAIM_GUARD.
 _CLAIM = f"""
 UPDATE tickwork_jobs
 SET state = 'running', claim_token = :token, started_at = {{now}}{{set_lease}}
@@ -615,9 +670,8 @@ WHERE sequence = (
     SELECT candidate.sequence FROM tickwork_jobs AS candidate
     WHERE candidate.state = 'queued' AND candidate.cancellation_id IS NULL
       AND candidate.due_at IS NULL
-      AND NOT EXISTS (
-          SELECT 1 FROM tickwork_jobs AS busy
-          WHERE busy.queue = candidate.queue AND busy.state = 'running')
+      AND {QUEUE_HAS_ROOM}
+      AND {LANE_HAS_ROOM}
       {NOT_PAUSED}
     ORDER BY candidate.priority DESC, candidate.sequence
     LIMIT 1)
@@ -1475,21 +1529,35 @@ WHERE sequence = {{candidates}}
 RETURNING {JOB_SELECT}
 """
 
-# A candidate heads its queue: the queue has no running job (in either
-# partition) and no runnable job of the queue, in any lane, comes before it.
-# Unlike in CLAIM, coming first in a walk does not prove this: the better
-# job may be in the other partition, which the walk skips. Costs one probe of
-# the running index and one of the queue order index (queue_head). A
-# cancelled queued job never runs, so it holds no queue; its own ticker
-# settles it. This check runs for every candidate, so a runtime with a
-# concurrent lane lists every row as it inserts it (see
-# tickwork.stores.owner_local): queue_head then never reads unlisted rows.
+# A candidate has a place in its queue: the queue runs no job (in either
+# partition) and no ready job of the queue, in any lane, comes before it
+# (it heads the queue); or the queue's limit row is above its running jobs
+# plus the ready jobs ahead of the candidate (it is among the first
+# max_running - running ready jobs, so whichever ticker takes those ahead,
+# there is room for it too). Unlike in CLAIM, coming first in a walk does
+# not prove this: the better job may be in the other partition, which the
+# walk skips. The head test costs one probe of the running index and one of
+# the queue order index (queue_head); the limit row is read only when that
+# fails, and then the jobs ahead are counted from the queue order index
+# (two ranges: higher priority, then equal priority and older), at most
+# MAX_RUNNING_LIMIT of them. A cancelled queued job never runs, so it holds
+# no place; its own ticker settles it. This check runs for every candidate,
+# so a runtime with a concurrent lane lists every row as it inserts it (see
+# tickwork.stores.owner_local): its reads of unlisted rows find none.
+_PARTITION_READY = HEAD_READY + " AND cancellation_id IS NULL"
+_AHEAD_IN_QUEUE = f"""(SELECT count(*) FROM (
+               SELECT 1 FROM (
+                   {queue_rows("1", "queue = candidate.queue AND priority > candidate.priority "
+                                    "AND " + _PARTITION_READY)}
+                   UNION ALL
+                   {queue_rows("1", "queue = candidate.queue AND priority = candidate.priority "
+                                    "AND sequence < candidate.sequence AND " + _PARTITION_READY)})
+               LIMIT {MAX_RUNNING_LIMIT}))"""
 _HEADS_ITS_QUEUE = f"""
-      AND NOT EXISTS (
-          SELECT 1 FROM tickwork_jobs AS busy
-          WHERE busy.queue = candidate.queue AND busy.state = 'running')
-      AND candidate.sequence = {queue_head("candidate.queue",
-                                           HEAD_READY + " AND cancellation_id IS NULL")}"""
+      AND (({QUEUE_IDLE}
+            AND candidate.sequence = {queue_head("candidate.queue", _PARTITION_READY)})
+           OR {queue_limit_allows(QUEUE_RUNNING + " + " + _AHEAD_IN_QUEUE)})
+      AND {LANE_HAS_ROOM}"""
 
 # The serial ticker walks the runnable index in pick order, as CLAIM does, and
 # stops at the first job outside the concurrent lane that heads its queue.
@@ -1536,11 +1604,11 @@ THEN coalesce(
      ORDER BY candidate.priority DESC, candidate.sequence
      LIMIT 1),
     (SELECT candidate.sequence FROM (
-        SELECT sequence, queue, priority FROM tickwork_jobs
+        SELECT sequence, queue, lane, priority FROM tickwork_jobs
             INDEXED BY tickwork_jobs_lane_pending
         WHERE {{pending}} AND {_LANE_READY}
         UNION ALL
-        SELECT sequence, queue, priority FROM {UNLISTED} AND {_LANE_READY}) AS candidate
+        SELECT sequence, queue, lane, priority FROM {UNLISTED} AND {_LANE_READY}) AS candidate
      WHERE true {_HEADS_ITS_QUEUE} {NOT_PAUSED}
      ORDER BY candidate.priority DESC, candidate.sequence
      LIMIT 1))
