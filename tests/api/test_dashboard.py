@@ -12,6 +12,7 @@ import hashlib
 import hmac
 import html
 import re
+import sqlite3
 import time
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
@@ -19,10 +20,13 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import pytest
 
 from tests.api.test_routes import AUTH, TOKEN, Owners, call
+from tests.support import CountingWake
 from tests.support.engine import until
+from tickwork import OwnerRuntime
 from tickwork.api import ApiRequest, ApiResponse, JobApi, dashboard
 from tickwork.api.dashboard import COOKIE_NAME, SECURITY_HEADERS
 from tickwork.model.schedules import Schedule, ScheduledJob
+from tickwork.stores import Sqlite3Database
 
 HOST = "dash.example"
 
@@ -673,6 +677,41 @@ async def test_a_job_waits_for_its_lane_at_its_limit_across_queues(
         await ticked
     await runtime.drain()
     assert runtime.read("mail-1").outcome == "completed"  # type: ignore[union-attr]
+
+
+async def test_a_wide_queues_running_jobs_are_shown_and_hold_the_next(
+        api: JobApi, owners: Owners) -> None:
+    runtime = OwnerRuntime(Sqlite3Database(sqlite3.connect(":memory:")),
+                           execute=owners.executor, is_alive=lambda job: False,
+                           wake=CountingWake(), concurrency=4)
+    owners.runtimes["acme"] = runtime
+    for n in range(5):
+        await enqueue(api, "acme", a_job(f"e{n}", queue="exports", payload={"do": "block"}))
+    await act(api, "set_limit", {"kind": "queue", "key": "exports", "max_running": "3"})
+    drained = asyncio.ensure_future(runtime.drain())
+    await until(lambda: len(owners.executor.started) == 3)
+    try:
+        page = text(await get(api, "/v1/owners/acme/dashboard", COOKIE))
+        block = page.split('<div class="queue" id="queue-', 1)[1]
+        shown = re.findall(r'<tr data-job="(e\d)">.*?<td data-label="state">(\w+)</td>',
+                           block, re.S)
+        assert sorted(shown) == [("e0", "running"), ("e1", "running"), ("e2", "running"),
+                                 ("e3", "queued"), ("e4", "queued")]
+        for job_id in ("e3", "e4"):
+            row = re.search(rf'<tr data-job="{job_id}">(.*?)</tr>', block, re.S)
+            assert row is not None
+            assert re.findall(r'data-hold="(\w+)"', row.group(1)) == ["queue_busy"]
+            assert "its queue&#x27;s limit, 3, all taken by" in row.group(1)
+        page = text(await get(api, "/v1/owners/acme/dashboard/jobs/e3", COOKIE))
+        waiting = section(page, "waiting")
+        assert "Its queue runs at most 3 jobs at once and is running" in waiting
+        assert re.findall(r'data-reason="(\w+)"', waiting) == ["queue_busy"]
+    finally:
+        for n in range(5):
+            await until(lambda n=n: f"e{n}" in owners.executor.started)
+            owners.executor.release(f"e{n}")
+        await drained
+    assert owners.executor.max_running == 3
 
 
 # ------------------------------------------------------------ the rest
