@@ -55,6 +55,8 @@ class Hold:
         if self.kind == "behind_head":
             return f"behind {named}, ahead of it in its queue"
         if self.kind == "lane_busy":
+            if self.limit == 1:
+                return f"its lane runs one job at a time and is running {named}"
             return f"its lane runs at most {self.limit} jobs at once and is running {named}"
         return (f"the owner is at its concurrency ({len(self.job_ids)} running): "
                 f"{named}")
