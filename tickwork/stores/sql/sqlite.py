@@ -488,7 +488,12 @@ BACKLOG_LOCAL = Template("backlog", _BACKLOG_COUNTS.format(ready_since=READY_SIN
 # time is not: NEXT_DUE says when it will be. Written as five probes so each
 # uses its partial index (runnable, cancel_pending, due, running, the
 # schedules' next); the first steps over the ready jobs of paused queues
-# that come first in pick order.
+# that come first in pick order. Concurrency limits need no term: a ready
+# job a limit holds has a running job in its queue or lane (a limit is at
+# least 1), and a running claim is work already (the fourth probe), exactly
+# as a serial queue's waiting jobs are while its head runs; once nothing
+# runs, no limit holds a job. So limits never make a host wake for a job no
+# claim can take.
 HAS_PENDING_WORK = Template("has_pending_work", """
 SELECT EXISTS (SELECT 1 FROM tickwork_jobs
                WHERE state = 'queued' AND cancellation_id IS NULL AND due_at IS NULL
