@@ -17,7 +17,7 @@ from typing import Any
 from tests.support import Harness, job
 from tests.support.limits import RunningCounts
 from tickwork import OwnerRuntime
-from tickwork.model.limits import ConcurrencyLimit
+from tickwork.model.limits import ConcurrencyLimit, LimitKind
 
 BLOCK = {"do": "block"}
 
@@ -40,9 +40,8 @@ async def settled(runtime: OwnerRuntime, job_id: str) -> None:
         await asyncio.sleep(0)
 
 
-def set_limit(runtime: OwnerRuntime, kind: str, key: str, max_running: int) -> None:
-    runtime._store.put_limit(ConcurrencyLimit(kind, key, max_running),  # type: ignore[arg-type]
-                             runtime._clock())
+def set_limit(runtime: OwnerRuntime, kind: LimitKind, key: str, max_running: int) -> None:
+    runtime._store.put_limit(ConcurrencyLimit(kind, key, max_running), runtime._clock())
 
 
 def blocked(runtime: OwnerRuntime, job_id: str, queue: str, lane: str | None = None) -> None:
