@@ -17,7 +17,7 @@ from typing import Any
 from tests.support import Harness, job
 from tests.support.limits import RunningCounts
 from tickwork import OwnerRuntime
-from tickwork.model.limits import ConcurrencyLimit
+from tickwork.model.limits import ConcurrencyLimit, LimitKind
 
 BLOCK = {"do": "block"}
 
@@ -40,9 +40,8 @@ async def settled(runtime: OwnerRuntime, job_id: str) -> None:
         await asyncio.sleep(0)
 
 
-def set_limit(runtime: OwnerRuntime, kind: str, key: str, max_running: int) -> None:
-    runtime._store.put_limit(ConcurrencyLimit(kind, key, max_running),  # type: ignore[arg-type]
-                             runtime._clock())
+def set_limit(runtime: OwnerRuntime, kind: LimitKind, key: str, max_running: int) -> None:
+    runtime._store.put_limit(ConcurrencyLimit(kind, key, max_running), runtime._clock())
 
 
 def blocked(runtime: OwnerRuntime, job_id: str, queue: str, lane: str | None = None) -> None:
@@ -120,6 +119,26 @@ async def test_a_lane_limit_holds_the_lanes_third_job_while_another_lane_runs(
     await until(lambda: "t3" in harness.executor.started)
     await finish(harness, runtime, drain)
     assert counts.most_in_lane["tenant"] == 2
+
+
+async def test_a_settlement_that_frees_a_queue_and_a_lane_starts_two_jobs(
+        harness: Harness) -> None:
+    # a runs in queue q and lane L. b waits for q (serial), c for L (limit
+    # 1): a's settlement frees both places, and two slots take them.
+    runtime, counts = counting(harness, 3)
+    set_limit(runtime, "lane", "L", 1)
+    blocked(runtime, "a", "q", lane="L")
+    blocked(runtime, "b", "q", lane="M")
+    blocked(runtime, "c", "r", lane="L")
+    drain = asyncio.ensure_future(runtime.drain())
+    await until(lambda: harness.executor.started == ["a"])
+    await until(lambda: runtime.read("b").state == runtime.read("c").state  # type: ignore[union-attr]
+                == "queued")
+    harness.executor.release("a")
+    await until(lambda: harness.executor.running == 2)
+    assert sorted(harness.executor.started) == ["a", "b", "c"]
+    await finish(harness, runtime, drain)
+    assert counts.most_in_lane["L"] == 1 and counts.most_in_queue["q"] == 1
 
 
 async def test_lowering_a_limit_stops_nothing_and_holds_claims_until_enough_settle(

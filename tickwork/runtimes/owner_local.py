@@ -794,18 +794,22 @@ class _LocalRuntime(RuntimeOperations, SyncSurface):
             if next_slot is None or next_slot > now:
                 return self._settle_and_claim(execution, settlement, now, request.cancelled)
         if self._project is None:
-            return self._store.settle_claim(job.sequence, execution.token, settlement, now,
-                                            cancelled=request.cancelled), None
+            written = self._store.settle_claim(job.sequence, execution.token, settlement, now,
+                                               cancelled=request.cancelled)
+        else:
+            def settle() -> bool:
+                settled = self._store.settle_claim_record(
+                    job.sequence, execution.token, settlement, now,
+                    cancelled=request.cancelled)
+                if settled is None:
+                    return False
+                self._project_queue(job.queue, settled=settled)
+                return True
 
-        def settle() -> bool:
-            settled = self._store.settle_claim_record(
-                job.sequence, execution.token, settlement, now, cancelled=request.cancelled)
-            if settled is None:
-                return False
-            self._project_queue(job.queue, settled=settled)
-            return True
-
-        return self._database.atomic(settle), None
+            written = self._database.atomic(settle)
+        if written and self._arrival_listeners:  # see _settle_and_claim
+            self._work_may_have_arrived()
+        return written, None
 
     def _settle_and_claim(self, execution: _Execution, settlement: Settlement, now: int,
                           cancelled: bool) -> tuple[bool, _Execution | None]:
@@ -844,6 +848,11 @@ class _LocalRuntime(RuntimeOperations, SyncSurface):
                 store.claim_next_if_clear(ticker.partition, token, now, executing))
 
         written, claimed = self._database.atomic(settle_and_claim)
+        if written and self._arrival_listeners:
+            # A settlement frees a place in its queue and one in its lane:
+            # with concurrency limits two jobs may become claimable, and the
+            # claim above took at most one. A parked slot looks for the other.
+            self._work_may_have_arrived()
         if claimed is None:
             return written, None
         ahead = _Execution(claimed, token, AbortSignal(), ticker)

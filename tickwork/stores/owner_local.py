@@ -103,7 +103,7 @@ _LIST_LIMITS = _render(sql.LIST_LIMITS)
 _PUT_LIMIT = _render(sql.PUT_LIMIT, "kind", "key", "max_running", "now")
 _DELETE_LIMIT = _render(sql.DELETE_LIMIT, "kind", "key")
 _RUNNING_IN = {"queue": _render(sql.RUNNING_IN_QUEUE, "key", "limit"),
-               "lane": _render(sql.RUNNING_IN_LANE, "key", "limit")}
+               "lane": _render(sql.RUNNING_IN_LANE_LOCAL, "key", "limit")}
 _SETTLED_QUEUES = _render(sql.SETTLED_QUEUES)
 _PRUNABLE = _render(sql.PRUNABLE, "queue", "completed_before", "failed_before", "limit")
 _PRUNE_REDRIVES = _render(sql.PRUNE_REDRIVES, "job_ids", "completed_before", "failed_before")
