@@ -1151,7 +1151,8 @@ def test_storage_usage_counts_each_table_and_sizes_the_database(
     store = local_store.store
     empty = store.storage_usage()
     assert empty.rows == {"tickwork_jobs": 0, "tickwork_redrives": 0, "tickwork_schedules": 0,
-                          "tickwork_paused_queues": 0, "tickwork_retention": 0}
+                          "tickwork_paused_queues": 0, "tickwork_retention": 0,
+                          "tickwork_limits": 0, "tickwork_queue_history": 0}
     assert empty.size_bytes is not None and empty.size_bytes > 0
     dead_letter(local_store, "d", "q", T0 + 1)
     store.redrive("d", "r1", T0 + 2)
@@ -1159,9 +1160,11 @@ def test_storage_usage_counts_each_table_and_sizes_the_database(
     store.create_schedule(valid_schedule(), T0 + 60_000, T0)
     store.pause_queue("q", T0)
     store.put_retention(RetentionPolicy("q", None, None), T0)
+    store.put_limit(ConcurrencyLimit("lane", "tenant", 2), T0)
     report = store.storage_usage()
     assert report.rows == {"tickwork_jobs": 3, "tickwork_redrives": 1, "tickwork_schedules": 1,
-                           "tickwork_paused_queues": 1, "tickwork_retention": 1}
+                           "tickwork_paused_queues": 1, "tickwork_retention": 1,
+                           "tickwork_limits": 1, "tickwork_queue_history": 0}
     assert report.size_bytes is not None and report.size_bytes >= empty.size_bytes
 
 

@@ -1466,7 +1466,8 @@ RETURNING job_id
 
 #: The tables a storage report counts, in its order.
 STORAGE_TABLES = ("tickwork_jobs", "tickwork_redrives", "tickwork_schedules",
-                  "tickwork_paused_queues", "tickwork_retention")
+                  "tickwork_paused_queues", "tickwork_retention", "tickwork_limits",
+                  "tickwork_queue_history")
 
 # Each tickwork table's row count, in one statement: every row of each
 # table is read (SQLite counts through its smallest index), so O(rows); the
