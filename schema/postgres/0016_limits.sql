@@ -201,11 +201,24 @@ BEGIN
                 queue_rooms := '{}';
                 seen_lanes := '{}';
                 lane_rooms := '{}';
+                -- A serial queue (no row) with a running job is passed over
+                -- here, in the walk's statement, as without limits: most
+                -- queues are serial, and that spares each of them a lock
+                -- and a count.
                 FOR entry IN
-                    SELECT sequence, queue, lane FROM tickwork_jobs
-                    WHERE state = 'queued' AND cancellation_id IS NULL AND due_at IS NULL
-                    ORDER BY priority DESC, sequence
-                    LIMIT scan_limit
+                    SELECT walked.sequence, walked.queue, walked.lane FROM (
+                        SELECT sequence, queue, lane, priority FROM tickwork_jobs
+                        WHERE state = 'queued' AND cancellation_id IS NULL
+                          AND due_at IS NULL
+                        ORDER BY priority DESC, sequence
+                        LIMIT scan_limit) AS walked
+                    WHERE NOT (EXISTS (SELECT 1 FROM tickwork_jobs AS busy
+                                       WHERE busy.queue = walked.queue
+                                         AND busy.state = 'running')
+                               AND NOT EXISTS (SELECT 1 FROM tickwork_limits AS limited
+                                               WHERE limited.kind = 'queue'
+                                                 AND limited.key = walked.queue))
+                    ORDER BY walked.priority DESC, walked.sequence
                 LOOP
                     found_at := array_position(seen_queues, entry.queue);
                     IF found_at IS NULL THEN
