@@ -126,6 +126,7 @@ DECLARE
     found_at integer;
     room integer;
     most integer;
+    awaited text;
 BEGIN
     IF cardinality(settle_sequences) > 0 THEN
         RETURN QUERY
@@ -197,6 +198,7 @@ BEGIN
             ELSE
                 -- Limits stored: the walk entry by entry (see above).
                 picks := '{}';
+                awaited := NULL;
                 seen_queues := '{}';
                 queue_rooms := '{}';
                 seen_lanes := '{}';
@@ -236,6 +238,13 @@ BEGIN
                                 SELECT 1 FROM tickwork_jobs AS running
                                 WHERE running.queue = entry.queue AND running.state = 'running'
                                 LIMIT most) AS counted);
+                        ELSIF awaited IS NULL AND EXISTS (
+                                SELECT 1 FROM tickwork_limits
+                                WHERE kind = 'queue' AND key = entry.queue
+                                  AND max_running > 1) THEN
+                            -- Another claimer holds this wide queue: it may
+                            -- have room left once that claim commits.
+                            awaited := entry.queue;
                         END IF;
                         seen_queues := seen_queues || entry.queue;
                         queue_rooms := queue_rooms || room;
@@ -271,7 +280,20 @@ BEGIN
                     picks := picks || entry.sequence;
                     EXIT WHEN cardinality(picks) = cardinality(claim_tokens) - claimed;
                 END LOOP;
-                EXIT WHEN cardinality(picks) = 0;
+                IF cardinality(picks) = 0 THEN
+                    -- Nothing to claim, but a wide queue was passed over
+                    -- because another claimer held it: wait for that claim
+                    -- to commit and walk again, rather than answer "nothing"
+                    -- while the queue may still have room. Only when this
+                    -- transaction holds no queue or lane lock, so a claimer
+                    -- waits while holding none and no cycle of waits forms.
+                    EXIT WHEN awaited IS NULL OR pass = 4 OR EXISTS (
+                        SELECT 1 FROM pg_locks
+                        WHERE pid = pg_backend_pid() AND locktype = 'advisory'
+                          AND objsubid = 2 AND classid IN (1954048881, 1954048882));
+                    PERFORM pg_advisory_xact_lock(1954048881, hashtext(awaited));
+                    CONTINUE;
+                END IF;
             END IF;
             -- The claim, in a fresh snapshot, of the jobs picked (the heads
             -- of the queues locked, without limits), through the primary key.

@@ -274,6 +274,30 @@ async def test_lowering_a_limit_stops_new_claims_until_enough_settle_and_raising
     assert await claim_many(pool, 8, T0 + 13) == ["j8"]
 
 
+async def test_a_claim_finding_only_a_wide_queue_another_claimer_holds_waits_for_it(
+        shared_store: SharedStoreUnderTest, pool: Pool) -> None:
+    """A serial queue another claimer holds will be busy once that claim
+    commits, but a wide one may still have room: a group commit that found
+    nothing else waits for the claim in flight (holding no queue lock of its
+    own, so no cycle of waits can form) and takes what is left, instead of
+    answering "nothing" and leaving its loops to park."""
+    store = shared_store.store
+    assert await store.put_limit(ConcurrencyLimit("queue", "wide", 3), T0)
+    for n in range(5):
+        assert await store.insert(valid_job(f"w{n}", "wide"), T0)
+    async with pool.connection() as conn:
+        await conn.execute("BEGIN")
+        params = settle_then_claim_params([], ["a1", "a2"], lease_ms=LEASE, now=T0 + 1)
+        rows = await (await conn.execute(sql.SETTLE_THEN_CLAIM, params)).fetchall()
+        assert len(rows) == 2  # w0 and w1, not yet committed
+        other = asyncio.create_task(claim_many(pool, 2, T0 + 2))
+        await asyncio.sleep(0.3)
+        assert not other.done()
+        await conn.execute("COMMIT")
+    assert await asyncio.wait_for(other, 10) == ["w2"]
+    assert await running(shared_store) == ["w0", "w1", "w2"]
+
+
 async def test_a_change_of_limits_waits_for_the_claims_in_flight(
         shared_store: SharedStoreUnderTest, pool: Pool) -> None:
     """A claim holds the limits' lock shared until it commits, so a limit
