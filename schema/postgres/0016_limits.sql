@@ -238,12 +238,11 @@ BEGIN
                                 SELECT 1 FROM tickwork_jobs AS running
                                 WHERE running.queue = entry.queue AND running.state = 'running'
                                 LIMIT most) AS counted);
-                        ELSIF awaited IS NULL AND EXISTS (
-                                SELECT 1 FROM tickwork_limits
-                                WHERE kind = 'queue' AND key = entry.queue
-                                  AND max_running > 1) THEN
-                            -- Another claimer holds this wide queue: it may
-                            -- have room left once that claim commits.
+                        ELSIF awaited IS NULL THEN
+                            -- Another claimer holds this queue. It may have
+                            -- room once that claim commits: the queue is
+                            -- wide, or the claimer passed over its jobs (a
+                            -- lane at its limit).
                             awaited := entry.queue;
                         END IF;
                         seen_queues := seen_queues || entry.queue;
@@ -281,10 +280,10 @@ BEGIN
                     EXIT WHEN cardinality(picks) = cardinality(claim_tokens) - claimed;
                 END LOOP;
                 IF cardinality(picks) = 0 THEN
-                    -- Nothing to claim, but a wide queue was passed over
-                    -- because another claimer held it: wait for that claim
-                    -- to commit and walk again, rather than answer "nothing"
-                    -- while the queue may still have room. Only when this
+                    -- Nothing to claim, but a queue was passed over because
+                    -- another claimer held it: wait for that claim to
+                    -- commit and walk again, rather than answer "nothing"
+                    -- while that queue may have room. Only when this
                     -- transaction holds no queue or lane lock, so a claimer
                     -- waits while holding none and no cycle of waits forms.
                     EXIT WHEN awaited IS NULL OR pass = 4 OR EXISTS (
