@@ -55,16 +55,19 @@ CREATE INDEX tickwork_jobs_lane_running
 --   limit on L counts L's running jobs. Shared holders never wait for one
 --   another.
 --
--- Deadlocks: the group commit only tries queue and lane locks and passes
--- over held ones, so it never waits for them. The exact claim waits for
--- its first choice's queue lock, then for that job's lane lock while
--- holding only the queue's, and only tries after that. Nothing waits for
--- a queue lock while holding a lane lock, or for the limits' lock while
--- holding either, so no cycle of waits can form.
+-- Deadlocks: a claim waits for a queue lock only while its transaction
+-- holds no queue or lane lock (the exact claim's first choice; a group
+-- commit that found nothing else to claim, see below), and for a lane lock
+-- only while holding the one queue lock it waited for (the exact claim);
+-- otherwise it only tries them, passing over held ones. So whoever holds
+-- a queue lock never waits for another queue lock, and whoever holds a
+-- lane lock waits for nothing: no cycle of waits can form. Nothing waits
+-- for the limits' lock while holding a queue or lane lock.
 --
 -- Without any limit stored (the common case) the group commit's claim is
--- the one of 0012, statement for statement, after one read of
--- tickwork_limits; the shared lock is its only other cost.
+-- the one of 0012 (its walk and heads unchanged, its claim statement with
+-- one term more that is then true), after one read of tickwork_limits; the
+-- shared lock is its only other cost.
 
 -- The group commit of 0012 (arguments, result, settlement step and plan
 -- settings unchanged; see 0010 and 0012 for its comments), obeying limits.
@@ -72,6 +75,8 @@ CREATE INDEX tickwork_jobs_lane_running
 -- (priority desc, oldest first; at most scan_limit entries) one entry at a
 -- time and takes each entry whose queue and lane have room left:
 --
+-- * A queue without a row that runs a job is passed over in the walk's
+--   own statement, as without limits (no lock, no count).
 -- * At a queue's first entry: passed over if an earlier pass tried it, if
 --   it is paused or if another claimer holds its lock; otherwise, with the
 --   lock held, its room is read in a new statement: its limit (1 without
@@ -87,7 +92,13 @@ CREATE INDEX tickwork_jobs_lane_running
 -- The entries come from the walk's snapshot, older than the locks: the
 -- claim statement re-checks each row (FOR UPDATE SKIP LOCKED, still queued
 -- and ready), and a job another claimer took in between is not claimed
--- (the room counted it already). Passes, tokens and guards are as in 0012.
+-- (the room counted it already). Passes, tokens and guards are as in 0012,
+-- but for one more way on: a pass that picked nothing, after passing over
+-- a queue another claimer held, waits for that queue's lock and walks
+-- again when its transaction holds no queue or lane lock. That claimer may
+-- leave room in the queue (a wide one, or one whose jobs it passed over
+-- for a full lane); answering "nothing" then would leave a drain's loops
+-- waiting while a job could run.
 -- New per-candidate conditions (a rate limit's tokens) belong beside the
 -- room checks, another ordering term in the walk's ORDER BY.
 CREATE OR REPLACE FUNCTION tickwork_settle_then_claim(
