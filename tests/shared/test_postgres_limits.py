@@ -319,6 +319,18 @@ async def test_a_change_of_limits_waits_for_the_claims_in_flight(
     assert await asyncio.wait_for(put, 10) is True
     assert await asyncio.wait_for(deleted, 10) is False
     assert [limit.key for limit in await store.limits()] == ["tenant"]
+    # Removing a limit waits the same way (a queue's removal lowers it to 1).
+    assert await store.insert(valid_job("b", "q2"), T0)
+    async with pool.connection() as conn:
+        await conn.execute("BEGIN")
+        params = settle_then_claim_params([], ["held-2"], lease_ms=LEASE, now=T0 + 3)
+        assert len(await (await conn.execute(sql.SETTLE_THEN_CLAIM, params)).fetchall()) == 1
+        deleted = asyncio.create_task(store.delete_limit("lane", "tenant"))
+        await asyncio.sleep(0.3)
+        assert not deleted.done()
+        await conn.execute("COMMIT")
+    assert await asyncio.wait_for(deleted, 10) is True
+    assert await store.limits() == []
 
 
 # ------------------------------------------- eight worker processes at once
