@@ -29,10 +29,15 @@ CREATE INDEX tickwork_jobs_running
 
 -- A lane's running jobs, oldest start first, for its limit and
 -- running_jobs (tickwork_jobs_lane_pending holds the lane's queued jobs
--- too, so a count there is not bounded by the limit).
+-- too, so a count there is not bounded by the limit). Only jobs whose lane
+-- is not their queue's name: a job that names no lane (most jobs) costs
+-- its claim no entry here. A lane's running jobs are then two ranges,
+-- each read up to the limit at most: this index's for the lane, and
+-- tickwork_jobs_running's for the queue of the lane's name, filtered on
+-- the lane (that queue's running jobs, as many as its own limit at most).
 CREATE INDEX tickwork_jobs_lane_running
     ON tickwork_jobs (lane, started_at, sequence)
-    WHERE state = 'running';
+    WHERE state = 'running' AND lane <> queue;
 
 -- Enforcement. Three kinds of transaction-scoped advisory lock, in the
 -- two-key space (never meeting the one-key locks of tickwork.locks), each
@@ -84,7 +89,7 @@ CREATE INDEX tickwork_jobs_lane_running
 --   and never past the limit.
 -- * At a lane's first entry: no room limit when it has no row; otherwise
 --   its lock is tried (none: no room) and its room read the same way,
---   through tickwork_jobs_lane_running.
+--   through tickwork_jobs_lane_running and tickwork_jobs_running.
 -- * An entry is taken while both rooms are above zero, and takes one place
 --   in each. So a wide queue gives up to its room of jobs, in its order, and
 --   a job whose lane is full is passed over for the next one of its queue.
@@ -270,11 +275,19 @@ BEGIN
                                 room := 2147483647;  -- no limit of its own
                             ELSIF pg_try_advisory_xact_lock(1954048882, hashtext(entry.lane))
                             THEN
+                                -- Two index ranges (see the lane's index).
                                 room := most - (SELECT count(*) FROM (
-                                    SELECT 1 FROM tickwork_jobs AS running
-                                    WHERE running.lane = entry.lane
-                                      AND running.state = 'running'
-                                    LIMIT most) AS counted);
+                                    (SELECT 1 FROM tickwork_jobs AS running
+                                     WHERE running.lane = entry.lane
+                                       AND running.lane <> running.queue
+                                       AND running.state = 'running'
+                                     LIMIT most)
+                                    UNION ALL
+                                    (SELECT 1 FROM tickwork_jobs AS running
+                                     WHERE running.queue = entry.lane
+                                       AND running.lane = entry.lane
+                                       AND running.state = 'running'
+                                     LIMIT most)) AS counted);
                             ELSE
                                 room := 0;
                             END IF;
@@ -417,10 +430,17 @@ BEGIN
                    SELECT 1 FROM tickwork_limits AS limited
                    WHERE limited.kind = 'lane' AND limited.key = candidate.lane
                      AND (SELECT count(*) FROM (
-                              SELECT 1 FROM tickwork_jobs AS running
-                              WHERE running.lane = candidate.lane
-                                AND running.state = 'running'
-                              LIMIT limited.max_running) AS counted)
+                              (SELECT 1 FROM tickwork_jobs AS running
+                               WHERE running.lane = candidate.lane
+                                 AND running.lane <> running.queue
+                                 AND running.state = 'running'
+                               LIMIT limited.max_running)
+                              UNION ALL
+                              (SELECT 1 FROM tickwork_jobs AS running
+                               WHERE running.queue = candidate.lane
+                                 AND running.lane = candidate.lane
+                                 AND running.state = 'running'
+                               LIMIT limited.max_running)) AS counted)
                          >= limited.max_running))
         ORDER BY candidate.priority DESC, candidate.sequence
         LIMIT 1;
@@ -457,9 +477,15 @@ BEGIN
         lane_room := 0;
         IF lane_most IS NOT NULL THEN
             lane_room := lane_most - (SELECT count(*) FROM (
-                SELECT 1 FROM tickwork_jobs AS running
-                WHERE running.lane = target_lane AND running.state = 'running'
-                LIMIT lane_most) AS counted);
+                (SELECT 1 FROM tickwork_jobs AS running
+                 WHERE running.lane = target_lane AND running.lane <> running.queue
+                   AND running.state = 'running'
+                 LIMIT lane_most)
+                UNION ALL
+                (SELECT 1 FROM tickwork_jobs AS running
+                 WHERE running.queue = target_lane AND running.lane = target_lane
+                   AND running.state = 'running'
+                 LIMIT lane_most)) AS counted);
         END IF;
         now_ms := coalesce(clock_override, tickwork_now_ms());
         RETURN QUERY

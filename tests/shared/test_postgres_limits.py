@@ -100,12 +100,13 @@ async def test_the_table_refuses_what_the_model_refuses(
 async def test_running_jobs_names_a_queues_or_lanes_running_jobs_oldest_start_first(
         shared_store: SharedStoreUnderTest) -> None:
     store = shared_store.store
-    # Started in the order s1, w1, w2, w3 (by started_at, not by sequence);
-    # marked running directly, so this reads whatever the claims allow.
+    # Started in the order s1, w1, a1, w2, w3 (by started_at, not by
+    # sequence); marked running directly, so this reads whatever the claims
+    # allow. a1's lane is its queue's name, acme, as for a job naming none.
     for job_id, queue, lane, started_at in (
             ("w3", "wide", "acme", T0 + 13), ("w1", "wide", "acme", T0 + 11),
             ("w2", "wide", "beta", T0 + 12), ("s1", "serial", "acme", T0 + 10),
-            ("s2", "serial", "acme", None)):
+            ("s2", "serial", "acme", None), ("a1", "acme", None, T0 + 11)):
         assert await store.insert(valid_job(job_id, queue, lane=lane), T0)
         if started_at is not None:
             await shared_store.rows(
@@ -115,16 +116,19 @@ async def test_running_jobs_names_a_queues_or_lanes_running_jobs_oldest_start_fi
     assert await store.running_jobs("queue", "wide", 10) == ["w1", "w2", "w3"]
     assert await store.running_jobs("queue", "wide", 2) == ["w1", "w2"]
     assert await store.running_jobs("queue", "serial", 10) == ["s1"]
-    assert await store.running_jobs("lane", "acme", 10) == ["s1", "w1", "w3"]
+    assert await store.running_jobs("lane", "acme", 10) == ["s1", "w1", "a1", "w3"]
+    assert await store.running_jobs("lane", "acme", 3) == ["s1", "w1", "a1"]
+    assert await store.running_jobs("queue", "acme", 10) == ["a1"]
     assert await store.running_jobs("lane", "beta", 10) == ["w2"]
     # A lane is not a queue, nor a queue a lane; unknown keys run nothing.
-    assert await store.running_jobs("queue", "acme", 10) == []
+    assert await store.running_jobs("queue", "beta", 10) == []
     assert await store.running_jobs("lane", "wide", 10) == []
+    assert await store.running_jobs("lane", "nobody", 10) == []
     # A settled job no longer runs.
     (w1,), = await shared_store.rows("SELECT sequence FROM tickwork_jobs WHERE job_id = 'w1'")
     assert await store.settle(w1, "t-w1", COMPLETED, T0 + 20, cancelled=False)
     assert await store.running_jobs("queue", "wide", 10) == ["w2", "w3"]
-    assert await store.running_jobs("lane", "acme", 10) == ["s1", "w3"]
+    assert await store.running_jobs("lane", "acme", 10) == ["s1", "a1", "w3"]
 
 
 # ------------------------------------------------------------- enforcement
