@@ -29,10 +29,15 @@ CREATE INDEX tickwork_jobs_running
 
 -- A lane's running jobs, oldest start first, for its limit and
 -- running_jobs (tickwork_jobs_lane_pending holds the lane's queued jobs
--- too, so a count there is not bounded by the limit).
+-- too, so a count there is not bounded by the limit). Only jobs whose lane
+-- is not their queue's name: a job that names no lane (most jobs) costs
+-- its claim no entry here. A lane's running jobs are then two ranges,
+-- each read up to the limit at most: this index's for the lane, and
+-- tickwork_jobs_running's for the queue of the lane's name, filtered on
+-- the lane (that queue's running jobs, as many as its own limit at most).
 CREATE INDEX tickwork_jobs_lane_running
     ON tickwork_jobs (lane, started_at, sequence)
-    WHERE state = 'running';
+    WHERE state = 'running' AND lane <> queue;
 
 -- Enforcement. Three kinds of transaction-scoped advisory lock, in the
 -- two-key space (never meeting the one-key locks of tickwork.locks), each
@@ -55,16 +60,19 @@ CREATE INDEX tickwork_jobs_lane_running
 --   limit on L counts L's running jobs. Shared holders never wait for one
 --   another.
 --
--- Deadlocks: the group commit only tries queue and lane locks and passes
--- over held ones, so it never waits for them. The exact claim waits for
--- its first choice's queue lock, then for that job's lane lock while
--- holding only the queue's, and only tries after that. Nothing waits for
--- a queue lock while holding a lane lock, or for the limits' lock while
--- holding either, so no cycle of waits can form.
+-- Deadlocks: a claim waits for a queue lock only while its transaction
+-- holds no queue or lane lock (the exact claim's first choice; a group
+-- commit that found nothing else to claim, see below), and for a lane lock
+-- only while holding the one queue lock it waited for (the exact claim);
+-- otherwise it only tries them, passing over held ones. So whoever holds
+-- a queue lock never waits for another queue lock, and whoever holds a
+-- lane lock waits for nothing: no cycle of waits can form. Nothing waits
+-- for the limits' lock while holding a queue or lane lock.
 --
 -- Without any limit stored (the common case) the group commit's claim is
--- the one of 0012, statement for statement, after one read of
--- tickwork_limits; the shared lock is its only other cost.
+-- the one of 0012 (its walk and heads unchanged, its claim statement with
+-- one term more that is then true), after one read of tickwork_limits; the
+-- shared lock is its only other cost.
 
 -- The group commit of 0012 (arguments, result, settlement step and plan
 -- settings unchanged; see 0010 and 0012 for its comments), obeying limits.
@@ -72,6 +80,8 @@ CREATE INDEX tickwork_jobs_lane_running
 -- (priority desc, oldest first; at most scan_limit entries) one entry at a
 -- time and takes each entry whose queue and lane have room left:
 --
+-- * A queue without a row that runs a job is passed over in the walk's
+--   own statement, as without limits (no lock, no count).
 -- * At a queue's first entry: passed over if an earlier pass tried it, if
 --   it is paused or if another claimer holds its lock; otherwise, with the
 --   lock held, its room is read in a new statement: its limit (1 without
@@ -79,7 +89,7 @@ CREATE INDEX tickwork_jobs_lane_running
 --   and never past the limit.
 -- * At a lane's first entry: no room limit when it has no row; otherwise
 --   its lock is tried (none: no room) and its room read the same way,
---   through tickwork_jobs_lane_running.
+--   through tickwork_jobs_lane_running and tickwork_jobs_running.
 -- * An entry is taken while both rooms are above zero, and takes one place
 --   in each. So a wide queue gives up to its room of jobs, in its order, and
 --   a job whose lane is full is passed over for the next one of its queue.
@@ -87,7 +97,13 @@ CREATE INDEX tickwork_jobs_lane_running
 -- The entries come from the walk's snapshot, older than the locks: the
 -- claim statement re-checks each row (FOR UPDATE SKIP LOCKED, still queued
 -- and ready), and a job another claimer took in between is not claimed
--- (the room counted it already). Passes, tokens and guards are as in 0012.
+-- (the room counted it already). Passes, tokens and guards are as in 0012,
+-- but for one more way on: a pass that picked nothing, after passing over
+-- a queue another claimer held, waits for that queue's lock and walks
+-- again when its transaction holds no queue or lane lock. That claimer may
+-- leave room in the queue (a wide one, or one whose jobs it passed over
+-- for a full lane); answering "nothing" then would leave a drain's loops
+-- waiting while a job could run.
 -- New per-candidate conditions (a rate limit's tokens) belong beside the
 -- room checks, another ordering term in the walk's ORDER BY.
 CREATE OR REPLACE FUNCTION tickwork_settle_then_claim(
@@ -126,6 +142,7 @@ DECLARE
     found_at integer;
     room integer;
     most integer;
+    awaited text;
 BEGIN
     IF cardinality(settle_sequences) > 0 THEN
         RETURN QUERY
@@ -197,15 +214,29 @@ BEGIN
             ELSE
                 -- Limits stored: the walk entry by entry (see above).
                 picks := '{}';
+                awaited := NULL;
                 seen_queues := '{}';
                 queue_rooms := '{}';
                 seen_lanes := '{}';
                 lane_rooms := '{}';
+                -- A serial queue (no row) with a running job is passed over
+                -- here, in the walk's statement, as without limits: most
+                -- queues are serial, and that spares each of them a lock
+                -- and a count.
                 FOR entry IN
-                    SELECT sequence, queue, lane FROM tickwork_jobs
-                    WHERE state = 'queued' AND cancellation_id IS NULL AND due_at IS NULL
-                    ORDER BY priority DESC, sequence
-                    LIMIT scan_limit
+                    SELECT walked.sequence, walked.queue, walked.lane FROM (
+                        SELECT sequence, queue, lane, priority FROM tickwork_jobs
+                        WHERE state = 'queued' AND cancellation_id IS NULL
+                          AND due_at IS NULL
+                        ORDER BY priority DESC, sequence
+                        LIMIT scan_limit) AS walked
+                    WHERE NOT (EXISTS (SELECT 1 FROM tickwork_jobs AS busy
+                                       WHERE busy.queue = walked.queue
+                                         AND busy.state = 'running')
+                               AND NOT EXISTS (SELECT 1 FROM tickwork_limits AS limited
+                                               WHERE limited.kind = 'queue'
+                                                 AND limited.key = walked.queue))
+                    ORDER BY walked.priority DESC, walked.sequence
                 LOOP
                     found_at := array_position(seen_queues, entry.queue);
                     IF found_at IS NULL THEN
@@ -223,6 +254,12 @@ BEGIN
                                 SELECT 1 FROM tickwork_jobs AS running
                                 WHERE running.queue = entry.queue AND running.state = 'running'
                                 LIMIT most) AS counted);
+                        ELSIF awaited IS NULL THEN
+                            -- Another claimer holds this queue. It may have
+                            -- room once that claim commits: the queue is
+                            -- wide, or the claimer passed over its jobs (a
+                            -- lane at its limit).
+                            awaited := entry.queue;
                         END IF;
                         seen_queues := seen_queues || entry.queue;
                         queue_rooms := queue_rooms || room;
@@ -238,11 +275,19 @@ BEGIN
                                 room := 2147483647;  -- no limit of its own
                             ELSIF pg_try_advisory_xact_lock(1954048882, hashtext(entry.lane))
                             THEN
+                                -- Two index ranges (see the lane's index).
                                 room := most - (SELECT count(*) FROM (
-                                    SELECT 1 FROM tickwork_jobs AS running
-                                    WHERE running.lane = entry.lane
-                                      AND running.state = 'running'
-                                    LIMIT most) AS counted);
+                                    (SELECT 1 FROM tickwork_jobs AS running
+                                     WHERE running.lane = entry.lane
+                                       AND running.lane <> running.queue
+                                       AND running.state = 'running'
+                                     LIMIT most)
+                                    UNION ALL
+                                    (SELECT 1 FROM tickwork_jobs AS running
+                                     WHERE running.queue = entry.lane
+                                       AND running.lane = entry.lane
+                                       AND running.state = 'running'
+                                     LIMIT most)) AS counted);
                             ELSE
                                 room := 0;
                             END IF;
@@ -258,7 +303,20 @@ BEGIN
                     picks := picks || entry.sequence;
                     EXIT WHEN cardinality(picks) = cardinality(claim_tokens) - claimed;
                 END LOOP;
-                EXIT WHEN cardinality(picks) = 0;
+                IF cardinality(picks) = 0 THEN
+                    -- Nothing to claim, but a queue was passed over because
+                    -- another claimer held it: wait for that claim to
+                    -- commit and walk again, rather than answer "nothing"
+                    -- while that queue may have room. Only when this
+                    -- transaction holds no queue or lane lock, so a claimer
+                    -- waits while holding none and no cycle of waits forms.
+                    EXIT WHEN awaited IS NULL OR pass = 4 OR EXISTS (
+                        SELECT 1 FROM pg_locks
+                        WHERE pid = pg_backend_pid() AND locktype = 'advisory'
+                          AND objsubid = 2 AND classid IN (1954048881, 1954048882));
+                    PERFORM pg_advisory_xact_lock(1954048881, hashtext(awaited));
+                    CONTINUE;
+                END IF;
             END IF;
             -- The claim, in a fresh snapshot, of the jobs picked (the heads
             -- of the queues locked, without limits), through the primary key.
@@ -372,10 +430,17 @@ BEGIN
                    SELECT 1 FROM tickwork_limits AS limited
                    WHERE limited.kind = 'lane' AND limited.key = candidate.lane
                      AND (SELECT count(*) FROM (
-                              SELECT 1 FROM tickwork_jobs AS running
-                              WHERE running.lane = candidate.lane
-                                AND running.state = 'running'
-                              LIMIT limited.max_running) AS counted)
+                              (SELECT 1 FROM tickwork_jobs AS running
+                               WHERE running.lane = candidate.lane
+                                 AND running.lane <> running.queue
+                                 AND running.state = 'running'
+                               LIMIT limited.max_running)
+                              UNION ALL
+                              (SELECT 1 FROM tickwork_jobs AS running
+                               WHERE running.queue = candidate.lane
+                                 AND running.lane = candidate.lane
+                                 AND running.state = 'running'
+                               LIMIT limited.max_running)) AS counted)
                          >= limited.max_running))
         ORDER BY candidate.priority DESC, candidate.sequence
         LIMIT 1;
@@ -412,9 +477,15 @@ BEGIN
         lane_room := 0;
         IF lane_most IS NOT NULL THEN
             lane_room := lane_most - (SELECT count(*) FROM (
-                SELECT 1 FROM tickwork_jobs AS running
-                WHERE running.lane = target_lane AND running.state = 'running'
-                LIMIT lane_most) AS counted);
+                (SELECT 1 FROM tickwork_jobs AS running
+                 WHERE running.lane = target_lane AND running.lane <> running.queue
+                   AND running.state = 'running'
+                 LIMIT lane_most)
+                UNION ALL
+                (SELECT 1 FROM tickwork_jobs AS running
+                 WHERE running.queue = target_lane AND running.lane = target_lane
+                   AND running.state = 'running'
+                 LIMIT lane_most)) AS counted);
         END IF;
         now_ms := coalesce(clock_override, tickwork_now_ms());
         RETURN QUERY

@@ -820,9 +820,9 @@ WHERE kind = %(kind)s AND key = %(key)s
 RETURNING key
 """
 
-# Up to %(limit)s running jobs of a queue (or a lane), oldest start first:
-# a range of tickwork_jobs_running (tickwork_jobs_lane_running), which holds
-# running rows only, so it reads the rows it returns and no others.
+# Up to %(limit)s running jobs of a queue, oldest start first: a range of
+# tickwork_jobs_running, which holds running rows only, so it reads the
+# rows it returns and no others.
 RUNNING_IN_QUEUE = """
 SELECT job_id FROM tickwork_jobs
 WHERE queue = %(key)s AND state = 'running'
@@ -830,9 +830,19 @@ ORDER BY started_at, sequence
 LIMIT %(limit)s
 """
 
+# The same of a lane: its jobs in other queues, a range of
+# tickwork_jobs_lane_running (which holds jobs whose lane is not their
+# queue's name), and those of the queue of its name, that queue's range of
+# tickwork_jobs_running; each read up to %(limit)s, then merged.
 RUNNING_IN_LANE = """
-SELECT job_id FROM tickwork_jobs
-WHERE lane = %(key)s AND state = 'running'
+SELECT job_id FROM (
+    (SELECT job_id, started_at, sequence FROM tickwork_jobs
+     WHERE lane = %(key)s AND lane <> queue AND state = 'running'
+     ORDER BY started_at, sequence LIMIT %(limit)s)
+    UNION ALL
+    (SELECT job_id, started_at, sequence FROM tickwork_jobs
+     WHERE queue = %(key)s AND lane = %(key)s AND state = 'running'
+     ORDER BY started_at, sequence LIMIT %(limit)s)) AS running
 ORDER BY started_at, sequence
 LIMIT %(limit)s
 """
