@@ -44,6 +44,10 @@ from hypothesis import strategies as st
 from tests.contract.stores import COMPLETED, T0, valid_job
 from tests.support.d1.fixtures import d1_binding, d1_bridge  # noqa: F401  (pytest finds fixtures by name)
 from tests.support.models import model_examples
+from tests.support.pg.fixtures import (  # noqa: F401  (pytest finds fixtures by name)
+    postgres_server,
+    postgres_templates,
+)
 from tickwork import JobRecord
 from tickwork.model.jobs import ValidJob
 from tickwork.model.limits import ConcurrencyLimit, LimitKind
@@ -51,7 +55,7 @@ from tickwork.model.limits import ConcurrencyLimit, LimitKind
 #: The stores whose claims enforce limits on this branch, and the examples
 #: each runs; PostgreSQL joins with one line here once its store has them
 #: (its fixture branch is below).
-KINDS = {"sqlite3": 300, "d1-external": 60}
+KINDS = {"sqlite3": 300, "d1-external": 60, "postgres": 60}
 
 QUEUES = ("qa", "qb", "qc")
 #: The queues most jobs go to: few enough that limits are often reached.

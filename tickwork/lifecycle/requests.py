@@ -112,7 +112,8 @@ class FindCargo(Request):
 
 @dataclass(slots=True)
 class QueueHead(Request):
-    """The queue's running job, else its best waiting one -> ``JobRecord | None``."""
+    """The queue's running job (of a queue running several, the one that
+    started first), else its best waiting one -> ``JobRecord | None``."""
 
     queue: str
 

@@ -276,6 +276,13 @@ async def drain_slots(
     ended: list[Stop] = []
     last: list[TickResult | None] = [None]
 
+    arrivals = 0  # changes heard of so far (see run_slot)
+
+    def arrived() -> None:
+        nonlocal arrivals
+        arrivals += 1
+        wake_one()
+
     def wake_one() -> None:
         while parked:
             waiter = parked.popleft()
@@ -334,7 +341,7 @@ async def drain_slots(
             # Runs once the step reached its first await: a fresh tick that
             # claimed a job may have left more to claim for a parked slot.
             if steps.running:
-                wake_one()
+                arrived()
 
         while True:
             if budget.stopped():
@@ -347,6 +354,11 @@ async def drain_slots(
                     return
                 started += 1
             in_flight += 1
+            # A change heard of while this step claimed (a raised limit, a
+            # job another slot's settlement freed) may have come after the
+            # claim read the store: a step that found nothing then looks
+            # again instead of parking, or the change would wake no one.
+            heard = arrivals
             check = None if carried else loop.call_soon(claimed_fresh)
             try:
                 result = await steps.step(claim_next=one_more)
@@ -365,6 +377,9 @@ async def drain_slots(
                     on_result(result)
                 if status == "busy":
                     return  # another loop holds this slot's ticker
+            if found_nothing and arrivals != heard and not ended:
+                started -= 1  # not counted, as for a parked slot
+                continue
             if found_nothing or status == "liveness_unknown":
                 if others_run(steps) and not ended:
                     if found_nothing:
@@ -397,7 +412,7 @@ async def drain_slots(
             first_failure.append(error)
             raise
 
-    unlisten = parking.listen(wake_one)
+    unlisten = parking.listen(arrived)
     tasks = [asyncio.ensure_future(guarded(steps)) for steps in slots]
     try:
         await asyncio.gather(*tasks, return_exceptions=True)

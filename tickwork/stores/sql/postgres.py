@@ -110,7 +110,8 @@ FROM tickwork_jobs WHERE job_id = %(job_id)s
 """
 
 SELECT_QUEUE_HEAD = f"""
-(SELECT {JOB_SELECT} FROM tickwork_jobs WHERE queue = %(queue)s AND state = 'running' LIMIT 1)
+(SELECT {JOB_SELECT} FROM tickwork_jobs WHERE queue = %(queue)s AND state = 'running'
+ ORDER BY started_at, sequence LIMIT 1)
 UNION ALL
 (SELECT {JOB_SELECT} FROM tickwork_jobs WHERE queue = %(queue)s AND state = 'queued'
    AND due_at IS NULL

@@ -340,10 +340,13 @@ SELECT {', '.join(CARGO_COLUMNS)} FROM tickwork_jobs WHERE job_id = :job_id
 # job in the queue order index, stepping over the queue's running jobs and
 # unfiled settlements ahead of it, and among the unlisted rows while there
 # are any (asked once per statement).
+# A wide queue (a limit above one) runs several: the head is the one that
+# has run longest (a sort of at most its limit's rows).
 _RUNNING_HEAD = f"""
 SELECT * FROM (
     SELECT {JOB_SELECT} FROM tickwork_jobs
     WHERE queue = :queue AND state = 'running'
+    ORDER BY started_at, sequence
     LIMIT 1)"""
 SELECT_QUEUE_HEAD = Template("select_queue_head", f"""{_RUNNING_HEAD}
 UNION ALL
