@@ -32,7 +32,8 @@ claim statement and its Python:
   completed job whose claim was HOT.
 
 Queue-serial in the raw loops: a unique key on a queue's running claim (the
-busy row's primary key, or tickwork's unique running index) means two
+busy row's primary key, or on tickwork's table the unique running index its
+migrations had before concurrency limits) means two
 claims of one queue (two workers, or two jobs of one queue in one batch)
 cannot both commit; the loser's statement fails on it (or, when two workers wait on
 each other's queue keys, on the deadlock PostgreSQL detects) and is run
@@ -247,6 +248,16 @@ class BatchedRawLoop(ConnectionPerWorker):
                 await _insert_jobs(connection, "narrow_live", jobs, self.queues)
             else:
                 await load_tickwork_jobs(connection, jobs, self.queues)
+            if self.schema == "tickwork":
+                # tickwork's claims count a queue's running jobs against its
+                # limit under the queue's lock (0016); this raw loop has no
+                # lock, so its queue-serial key is the unique running index
+                # tickwork had before limits, in place of today's (the same
+                # number of index entries per claim).
+                await connection.execute(
+                    "DROP INDEX tickwork_jobs_running; "
+                    "CREATE UNIQUE INDEX tickwork_jobs_running "
+                    "ON tickwork_jobs (queue) WHERE state = 'running'")
 
     async def _worker(self, connection: psycopg.AsyncConnection[Any]) -> None:
         held: list[tuple[int, str, str]] = []  # (sequence, queue, token) of this worker's claims
