@@ -57,9 +57,11 @@ from tickwork.model.outcomes import (
     QueueHistory,
     QueueStatus,
     QueueTransition,
+    RateLimited,
     RedriveResult,
     TickResult,
 )
+from tickwork.model.rate_limits import RateLimit
 from tickwork.model.retention import RetentionPolicy, StorageReport
 from tickwork.model.schedules import Schedule, ScheduledJob, ScheduleRecord
 from tickwork.model.signals import AbortSignal, LeasedSignal
@@ -119,6 +121,8 @@ __all__ = [
     "QueueHistory",
     "QueueStatus",
     "QueueTransition",
+    "RateLimit",
+    "RateLimited",
     "Recovery",
     "RedriveResult",
     "RetentionPolicy",

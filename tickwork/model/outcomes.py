@@ -49,7 +49,32 @@ class OutcomeUnknown:
     """The job may or may not have had its effect (for example a timed-out request)."""
 
 
-ExecutionResult: TypeAlias = Completed | Failed | Cancelled | OutcomeUnknown
+@dataclass(frozen=True, slots=True)
+class RateLimited:
+    """The job could not start its work yet because someone else's rate
+    limit refused it (an API answering 429 with ``Retry-After``): it goes
+    back to its queue without using an attempt, and its lane (or its queue)
+    starts no job for ``retry_after_ms``.
+
+    ``hold``: what to hold, ``"lane"`` or ``"queue"``; by default the job's
+    lane when it names one of its own, else its queue (a job that names no
+    lane is in the lane of its queue's name, so the default holds what the
+    job was grouped by). A bad delay or hold raises ``InvalidArgument``
+    here, inside the executor, which then settles as ``execution_failed``.
+    """
+
+    retry_after_ms: int
+    hold: Literal["queue", "lane"] | None = None
+
+    def __post_init__(self) -> None:
+        check_safe_int("RateLimited.retry_after_ms", self.retry_after_ms, InvalidArgument, 0,
+                       MAX_DELAY_MS)
+        if self.hold not in (None, "queue", "lane"):
+            raise InvalidArgument("RateLimited.hold",
+                                  f"must be 'queue', 'lane' or None, got {self.hold!r}")
+
+
+ExecutionResult: TypeAlias = Completed | Failed | Cancelled | OutcomeUnknown | RateLimited
 
 TickStatus: TypeAlias = Literal[
     "idle", "busy", "settled", "retried", "requeued", "liveness_unknown"]

@@ -17,6 +17,7 @@ from tickwork.lifecycle.requests import ClaimView, JobListing, Suspect
 from tickwork.model.history import HistoryRow
 from tickwork.model.jobs import JobRecord, ValidJob
 from tickwork.model.limits import ConcurrencyLimit, LimitKind
+from tickwork.model.rate_limits import RateLimit
 from tickwork.model.retention import RetentionPolicy, StorageReport
 from tickwork.model.schedules import StoredSchedule, ValidSchedule
 
@@ -280,6 +281,36 @@ class SharedStore(Protocol):
         before the job at (``priority``, ``sequence``): queued, due, not
         cancelled, earlier in pick order (priority desc, then sequence); in
         that order. One walk of the queue's pick order index."""
+
+    async def rate_limits(self, now: int | None) -> list[RateLimit]:
+        """Every key with a rate limit or a hold in force at ``now``: queues
+        first, then lanes, each by key (``rate_in_order``), each with its
+        bucket's ``next_start_at`` (ms, rounded up), ``held_until`` (None
+        when no hold is in force) and ``updated_at``."""
+
+    async def put_rate_limit(self, limit: RateLimit, now: int | None) -> bool:
+        """Store the bucket of ``limit`` (starts, period_ms, burst) on its
+        kind and key, keeping the key's hold. A new bucket starts full; a
+        changed one keeps the time of its next allowed start. False, nothing
+        written, when the same three are stored already. Claims after it
+        commits obey it."""
+
+    async def delete_rate_limit(self, kind: LimitKind, key: str) -> bool:
+        """Remove the bucket and the hold of ``kind`` on ``key``; whether
+        either was there (a hold no longer in force does not count)."""
+
+    async def put_back_rate_limited(
+        self, sequence: int, token: str, kind: LimitKind, key: str, until: int,
+        now: int | None,
+    ) -> JobRecord | None:
+        """An executor was rate-limited: hold ``kind`` on ``key`` until
+        ``until`` (epoch ms; a later hold already there stays), and put the
+        claim's job back to queued, due at once, without using an attempt
+        (its ``attempt`` and history unchanged), in one transaction or
+        batch. The put-back is fenced like ``retry`` (token, running, a live
+        lease, no cancellation recorded); the hold is written either way.
+        The job as put back, or None when the claim is no longer the job's
+        or a cancellation is recorded."""
 
     async def settled_queues(self) -> list[str]:
         """Every queue that has settled jobs, by name (an index seek per queue)."""
