@@ -20,8 +20,10 @@ The kinds (docs/reference/python-api.md has the full table):
 * ``settled``: a job reached its terminal outcome, once per attempt chain,
   whatever settled it (its execution, a cancellation of a queued job,
   recovery, a lane refusal);
-* ``requeued``: crash recovery put a claim back (``reason="recovery"``), or
-  a redrive queued a dead letter again (``reason="redrive"``);
+* ``requeued``: crash recovery put a claim back (``reason="recovery"``),
+  a redrive queued a dead letter again (``reason="redrive"``), or an
+  executor returned ``RateLimited`` (``reason="rate_limited"``: the job went
+  back without using an attempt; ``retry_at`` is when its key's hold ends);
 * ``cancelled``: a cancellation was durably recorded (its settlement comes
   as ``settled`` with outcome ``cancelled``);
 * ``refused``: a lane refusal (``fail_lane``) settled ``count`` jobs of the
@@ -75,7 +77,8 @@ class Event:
     claim to its settlement or retry (None when no execution of this
     runtime ended it: a recovery, a lane refusal, a cancelled queued job);
     ``count``: jobs deleted (``purged``, ``pruned``) or settled (``refused``);
-    ``retry_at``: when a retried job is due again; ``error``: for an
+    ``retry_at``: when a retried job is due again (a rate-limited one: when
+    its key's hold ends); ``error``: for an
     attempt whose executor raised, its error summary's short line
     (``"Type: message"``, at most 300 characters; the whole summary is on
     the job's record).

@@ -577,6 +577,61 @@ async def test_a_bad_limit_from_the_page_is_refused_in_words_and_stores_nothing(
     assert limits_of(owners) == [("queue", "exports", 3)]
 
 
+def rate_limits_of(owners: Owners, owner: str = "acme") -> list[tuple[Any, ...]]:
+    return [(limit.kind, limit.key, limit.starts, limit.period_ms, limit.burst)
+            for limit in owners.runtimes[owner].rate_limits()]
+
+
+async def test_rate_limits_are_set_and_cleared_from_the_page(
+        api: JobApi, owners: Owners) -> None:
+    await enqueue(api, "acme", a_job("j1", queue="exports"))
+    page = text(await get(api, "/v1/owners/acme/dashboard", COOKIE))
+    assert "No rate limit and no hold" in section(page, "rate-limits")
+    response = await act(api, "set_rate_limit", {"kind": "lane", "key": "tenant 7",
+                                                 "starts": "10", "period_ms": "1000",
+                                                 "burst": ""})
+    location = urlsplit(response.all_headers()["location"])
+    assert (response.status, parse_qs(location.query)) == (303, {
+        "did": ["set_rate_limit_lane"], "result": ["limit_set"], "subject": ["tenant 7"]})
+    await act(api, "set_rate_limit", {"kind": "queue", "key": "exports", "starts": "3",
+                                      "period_ms": "60000", "burst": "1"})
+    assert rate_limits_of(owners) == [("queue", "exports", 3, 60_000, 1),
+                                      ("lane", "tenant 7", 10, 1000, 10)]
+    page = text(await get(api, location.path, COOKIE, query=location.query))
+    assert 'Rate limit of lane <span class="id">tenant 7</span>: set' in page
+    rates = section(page, "rate-limits")
+    row = re.search(r'<tr data-rate="lane:tenant 7">(.*?)</tr>', rates, re.S)
+    assert row is not None and "10 per 1,000 ms, burst 10" in row.group(1)
+    assert "Clear" in row.group(1)
+
+    cleared = await act(api, "clear_rate_limit", {"kind": "lane", "key": "tenant 7"})
+    assert parse_qs(urlsplit(cleared.all_headers()["location"]).query) == {
+        "did": ["clear_rate_limit_lane"], "result": ["rate_limit_cleared"],
+        "subject": ["tenant 7"]}
+    none = await act(api, "clear_rate_limit", {"kind": "lane", "key": "tenant 7"})
+    assert parse_qs(urlsplit(none.all_headers()["location"]).query)["result"] == [
+        "no_rate_limit"]
+    assert rate_limits_of(owners) == [("queue", "exports", 3, 60_000, 1)]
+
+
+@pytest.mark.parametrize(("form", "field"), [
+    ({"starts": "0", "period_ms": "1000"}, "starts"),
+    ({"starts": "ten", "period_ms": "1000"}, "starts"),
+    ({"starts": "9" * 5000, "period_ms": "1000"}, "starts"),
+    ({"starts": "1", "period_ms": "0"}, "period_ms"),
+    ({"starts": "1"}, "period_ms"),
+    ({"starts": "1", "period_ms": "1000", "burst": "0"}, "burst"),
+], ids=["zero", "text", "huge", "zero-period", "missing-period", "zero-burst"])
+async def test_a_bad_rate_limit_from_the_page_is_refused_in_words_and_stores_nothing(
+        api: JobApi, owners: Owners, form: dict[str, str], field: str) -> None:
+    await act(api, "set_rate_limit", {"kind": "queue", "key": "exports", "starts": "3",
+                                      "period_ms": "1000"})
+    response = await act(api, "set_rate_limit", {"kind": "queue", "key": "exports", **form})
+    assert response.status == 400
+    assert f"400 <code>invalid_argument</code>: {field}: " in html.unescape(text(response))
+    assert rate_limits_of(owners) == [("queue", "exports", 3, 1000, 3)]
+
+
 async def test_limit_forms_are_refused_without_csrf_or_from_another_site(
         api: JobApi, owners: Owners) -> None:
     await enqueue(api, "acme", a_job("j1", queue="exports"))

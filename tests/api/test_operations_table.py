@@ -233,6 +233,9 @@ CLIENT_ARGS: dict[str, tuple[Any, ...]] = {
     "limits": (),
     "set_limit": ("lane", "tenant é", 3),
     "clear_limit": ("queue", "q é"),
+    "rate_limits": (),
+    "set_rate_limit": ("lane", "tenant é", 10, 1000, 3),
+    "clear_rate_limit": ("queue", "q é"),
 }
 
 

@@ -191,7 +191,7 @@ async def test_an_invalid_result_keeps_a_type_error_naming_what_was_returned(
     assert record is not None and record.failure_reason == "invalid_outcome"
     assert record.error == ErrorSummary(
         "TypeError", "the executor returned str, not an outcome (Completed, Failed, "
-        "Cancelled or OutcomeUnknown)", "")
+        "Cancelled, OutcomeUnknown or RateLimited)", "")
 
 
 async def test_outcomes_that_are_not_raises_keep_no_error(engine: Engine) -> None:

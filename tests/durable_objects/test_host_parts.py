@@ -182,12 +182,13 @@ async def test_the_default_executor_is_the_worker_registry(tmp_path: Path) -> No
         namespace.close()
 
 
-RPC_METHODS = ["alarm", "backlog", "cancel", "cancel_lane", "clear_limit", "clear_retention",
-               "dead_letters", "delete_schedule", "explain", "fail_lane", "find_jobs", "history",
-               "ingest", "limits", "list_jobs", "pause", "pause_schedule", "purge",
-               "put_schedule", "queue_status", "read", "read_queue_head", "read_settled", "ready",
-               "redrive", "redrive_dead_letters", "resume", "resume_schedule", "retention",
-               "schedules", "set_limit", "set_retention", "status", "storage"]
+RPC_METHODS = ["alarm", "backlog", "cancel", "cancel_lane", "clear_limit", "clear_rate_limit",
+               "clear_retention", "dead_letters", "delete_schedule", "explain", "fail_lane",
+               "find_jobs", "history", "ingest", "limits", "list_jobs", "pause", "pause_schedule",
+               "purge", "put_schedule", "queue_status", "rate_limits", "read", "read_queue_head",
+               "read_settled", "ready", "redrive", "redrive_dead_letters", "resume",
+               "resume_schedule", "retention", "schedules", "set_limit", "set_rate_limit",
+               "set_retention", "status", "storage"]
 
 
 def _own_public_functions(cls: type) -> list[str]:

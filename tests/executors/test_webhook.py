@@ -21,6 +21,7 @@ from tickwork import (
     JobRecord,
     OutcomeUnknown,
     OwnerRuntime,
+    RateLimited,
 )
 from tickwork.executors import HttpReply, HttpTimeout, HttpUnreachable, webhook_executor
 from tickwork.executors.webhook import OVERRUN_GRACE_S, idempotency_key, outcome_for_status
@@ -291,16 +292,17 @@ async def test_a_lane_refusal_mid_request_settles_with_its_reason(
 
 
 @pytest.mark.parametrize(("status", "retry_after", "expected"), [
-    (429, "30", Failed("http_429", 30_000)),
-    (429, " 0 ", Failed("http_429", 0)),
-    (429, "999999999", Failed("http_429", 86_400_000)),  # capped at a day
+    (429, "30", RateLimited(30_000)),  # the receiver's rate limit: no attempt used
+    (429, " 0 ", RateLimited(0)),
+    (429, "999999999", RateLimited(86_400_000)),  # capped at a day
     (429, "Wed, 21 Oct 2026 07:28:00 GMT", Failed("http_429")),  # dates are not read
     (429, "-5", Failed("http_429")),
     (404, "30", Failed("http_404", 30_000)),
+    (408, "30", Failed("http_408", 30_000)),
     (503, "30", OutcomeUnknown()),  # may have acted: no delay to carry
     (200, "30", Completed()),
 ])
-async def test_retry_after_becomes_the_failures_delay(
+async def test_retry_after_becomes_a_hold_or_the_failures_delay(
         status: int, retry_after: str, expected: object) -> None:
     deliver = webhook_executor(ScriptedPost(HttpReply(status, "", retry_after)))
     assert await deliver(record(hook()), AbortSignal()) == expected

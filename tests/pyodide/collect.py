@@ -30,7 +30,7 @@ _BEHAVIOUR = tuple(f"tests.behaviour.{name}" for name in (
     "test_backlog", "test_cancel", "test_cancel_lane", "test_dead_letters", "test_drain",
     "test_due_times", "test_error_summaries", "test_events", "test_explain", "test_fail_lane",
     "test_find_jobs", "test_history", "test_ingest", "test_limits", "test_list_jobs",
-    "test_pause",
+    "test_pause", "test_rate_limits",
     "test_reads", "test_recovery", "test_retention", "test_retries", "test_schedules",
     "test_tick"))
 

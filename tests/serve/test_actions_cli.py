@@ -383,6 +383,58 @@ def test_queues_limits(server: Serve, capsys: pytest.CaptureFixture[str]) -> Non
     assert api(server, "GET", f"{owner_path(owner)}/limits")["limits"] == []
 
 
+def test_queues_rate_limits(server: Serve, capsys: pytest.CaptureFixture[str]) -> None:
+    owner = "cli rate limits"
+    code, out, _ = run(capsys, server, "queues", "rate-limits", "--owner", owner)
+    assert (code, out) == (EXIT_OK, "no rate limits and no holds: jobs start as fast as "
+                                    "claims take them\n")
+    code, out, _ = run(capsys, server, "queues", "set-rate-limit", "emails", "10/1s",
+                       "--owner", owner)
+    assert (code, out) == (EXIT_OK, "queue 'emails' starts at most 10/1s (burst 10)\n")
+    answered = run_json(capsys, server, "queues", "set-rate-limit", "--lane", "tenant 7",
+                        "600/1h", "--burst", "20", "--owner", owner)
+    assert answered == [{"kind": "lane", "key": "tenant 7", "starts": 600,
+                         "period_ms": 3_600_000, "burst": 20, "changed": True}]
+    code, out, _ = run(capsys, server, "queues", "set-rate-limit", "emails", "10/1s",
+                       "--owner", owner)
+    assert out.endswith("(already so)\n")
+    stored = api(server, "GET", f"{owner_path(owner)}/rate-limits")["rate_limits"]
+    assert [(item["kind"], item["key"], item["starts"], item["period_ms"], item["burst"])
+            for item in stored] == [("queue", "emails", 10, 1000, 10),
+                                    ("lane", "tenant 7", 600, 3_600_000, 20)]
+    assert run_json(capsys, server, "queues", "rate-limits", "--owner", owner) == {
+        "rate_limits": stored}
+    code, out, _ = run(capsys, server, "queues", "rate-limits", "--owner", owner)
+    lines = out.splitlines()
+    assert code == EXIT_OK and lines[0].split()[:4] == ["kind", "key", "rate", "burst"]
+    assert lines[2].split()[:4] == ["queue", "emails", "10/1s", "10"]
+    assert lines[3].split()[:5] == ["lane", "tenant", "7", "600/1h", "20"]
+
+    # Refused before anything is sent, by name; nothing changes.
+    for rate, field in (("0/1s", "starts"), ("ten/1s", "starts"), ("10/0s", "period_ms"),
+                        ("10/32d", "period_ms")):
+        code, _, err = run(capsys, server, "queues", "set-rate-limit", "emails", rate,
+                           "--owner", owner)
+        assert code == EXIT_USAGE and f"{field}: must be" in err, (rate, err)
+    for rate in ("10", "10/soon"):
+        code, _, err = run(capsys, server, "queues", "set-rate-limit", "emails", rate,
+                           "--owner", owner)
+        assert code == EXIT_USAGE and "N/DURATION" in err, (rate, err)
+    code, _, err = run(capsys, server, "queues", "set-rate-limit", "emails", "10/1s",
+                       "--burst", "0", "--owner", owner)
+    assert code == EXIT_USAGE and "burst: must be" in err
+    assert api(server, "GET", f"{owner_path(owner)}/rate-limits")["rate_limits"] == stored
+
+    code, out, _ = run(capsys, server, "queues", "clear-rate-limit", "emails",
+                       "--owner", owner)
+    assert (code, out) == (EXIT_OK, "queue 'emails' has no rate limit or hold any more\n")
+    code, out, _ = run(capsys, server, "queues", "clear-rate-limit", "emails",
+                       "--owner", owner)
+    assert (code, out) == (EXIT_OK, "queue 'emails' had no rate limit or hold\n")
+    remaining = api(server, "GET", f"{owner_path(owner)}/rate-limits")["rate_limits"]
+    assert [item["key"] for item in remaining] == ["tenant 7"]
+
+
 def test_the_settled_feed_is_an_owners(server: Serve,
                                        capsys: pytest.CaptureFixture[str]) -> None:
     owner = "cli settled"

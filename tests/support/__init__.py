@@ -22,6 +22,7 @@ from tickwork import (
     OutcomeUnknown,
     OwnerRuntime,
     QueueTransition,
+    RateLimited,
     Recovery,
     Retry,
 )
@@ -109,10 +110,13 @@ def immediate_result(action: str, payload: dict[str, Any]) -> Any:
 class ScriptedExecutor:
     """Executes jobs according to ``payload["do"]``.
 
-    complete | fail | raise | unknown | cancel | invalid | block. ``block``
-    waits until the test calls ``release(job_id, result)`` or the signal is
-    aborted (then it returns ``Failed("stopped")``, like an executor that
-    honours its signal).
+    complete | fail | raise | unknown | cancel | invalid | block |
+    rate_limited. ``block`` waits until the test calls ``release(job_id,
+    result)`` or the signal is aborted (then it returns ``Failed("stopped")``,
+    like an executor that honours its signal). ``rate_limited`` returns
+    ``RateLimited(payload["retry_after_ms"], payload.get("hold"))`` on the
+    job's first ``payload["times"]`` (default 1) executions, then completes
+    (a rate-limited execution uses no attempt, so ``executions`` counts them).
     """
 
     def __init__(self) -> None:
@@ -121,10 +125,12 @@ class ScriptedExecutor:
         self._gates: dict[str, asyncio.Future[Any]] = {}
         self.running = 0
         self.max_running = 0
+        self.executions: dict[str, int] = {}
 
     async def __call__(self, job: JobRecord, signal: AbortSignal) -> Any:
         self.started.append(job.job_id)
         self.signals[job.job_id] = signal
+        executions = self.executions[job.job_id] = self.executions.get(job.job_id, 0) + 1
         self.running += 1
         self.max_running = max(self.max_running, self.running)
         try:
@@ -141,6 +147,10 @@ class ScriptedExecutor:
                 if payload.get("raise") or job.attempt < payload.get("raise_before", 0):
                     raise RuntimeError(f"attempt {job.attempt} exploded")
                 return Failed(f"attempt-{job.attempt}", payload.get("retry_after_ms"))
+            if action == "rate_limited":
+                if executions <= payload.get("times", 1):
+                    return RateLimited(payload["retry_after_ms"], payload.get("hold"))
+                return Completed()
             if action == "block":
                 gate = self._gate(job.job_id)
                 aborted = asyncio.ensure_future(signal.wait())

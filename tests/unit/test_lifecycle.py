@@ -190,7 +190,7 @@ def test_settlement_for_a_non_outcome_is_invalid_outcome(result: Any) -> None:
     # What was returned, named as a TypeError; nothing was raised, so no traceback.
     assert settlement.error == ErrorSummary(
         "TypeError", f"the executor returned {type(result).__qualname__}, not an outcome "
-        "(Completed, Failed, Cancelled or OutcomeUnknown)", "")
+        "(Completed, Failed, Cancelled, OutcomeUnknown or RateLimited)", "")
 
 
 @pytest.mark.parametrize(

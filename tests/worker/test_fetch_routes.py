@@ -3,6 +3,7 @@ shared (D1), in both Workers SDK shapes, read back from storage."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -188,3 +189,36 @@ async def test_limits_are_set_read_and_cleared_over_http(worker: Any, shape: str
         200, {"kind": "lane", "key": "tenant-a", "changed": True})
     status, body = await send(worker, shape, "GET", f"/v1/{scope}/limits")
     assert [limit["key"] for limit in body["limits"]] == ["exports"]
+
+
+@pytest.mark.parametrize("scope", SCOPES)
+async def test_rate_limits_are_set_read_and_cleared_over_http(worker: Any, shape: str,
+                                                              scope: str) -> None:
+    """The rate-limit routes on both scopes: a new bucket is full (its next
+    start allowed now), the burst defaults to the starts, a bad period is
+    refused by name with nothing stored, and clearing removes it."""
+    before = int(time.time() * 1000)
+    assert await send(worker, shape, "POST", f"/v1/{scope}/rate-limits",
+                      {"kind": "lane", "key": "tenant-a", "starts": 10, "period_ms": 1000,
+                       "burst": 2}) == (200, {"kind": "lane", "key": "tenant-a",
+                                              "changed": True})
+    assert await send(worker, shape, "POST", f"/v1/{scope}/rate-limits",
+                      {"kind": "queue", "key": "exports", "starts": 5,
+                       "period_ms": 60_000}) == (200, {"kind": "queue", "key": "exports",
+                                                       "changed": True})
+    status, body = await send(worker, shape, "POST", f"/v1/{scope}/rate-limits",
+                              {"kind": "queue", "key": "exports", "starts": 5,
+                               "period_ms": 0})
+    assert status == 400 and body["error"]["field"] == "period_ms"
+    status, body = await send(worker, shape, "GET", f"/v1/{scope}/rate-limits")
+    assert status == 200
+    assert [(limit["kind"], limit["key"], limit["starts"], limit["period_ms"], limit["burst"],
+             limit["held_until"]) for limit in body["rate_limits"]] == [
+        ("queue", "exports", 5, 60_000, 5, None), ("lane", "tenant-a", 10, 1000, 2, None)]
+    assert all(limit["next_start_at"] <= int(time.time() * 1000)
+               and limit["updated_at"] >= before for limit in body["rate_limits"])
+    assert await send(worker, shape, "POST", f"/v1/{scope}/rate-limits/clear",
+                      {"kind": "lane", "key": "tenant-a"}) == (
+        200, {"kind": "lane", "key": "tenant-a", "changed": True})
+    status, body = await send(worker, shape, "GET", f"/v1/{scope}/rate-limits")
+    assert [limit["key"] for limit in body["rate_limits"]] == ["exports"]

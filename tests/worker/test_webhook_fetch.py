@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import types
 from typing import Any
 
@@ -96,18 +97,28 @@ async def test_replies_and_failures_map_to_outcomes(
     assert await outcome(query, "w") == expected
 
 
-async def test_a_refusal_with_retry_after_is_retried_after_it(
+async def test_a_429_with_retry_after_holds_the_queue_without_using_an_attempt(
         worker: Any, env: Any, shape: str, workers_module: Any, query: Any) -> None:
-    """A 429 with ``Retry-After: 3600`` fails the attempt with the reply's
-    delay: a job with a retry policy waits that hour for its next attempt."""
-    use_fetch(Receiver(workers_module, status=429, headers={"Retry-After": "3600"}))
+    """A 429 with ``Retry-After: 3600`` is the receiver's rate limit: the job
+    goes back to its queue as the same attempt, and the queue (its jobs name
+    no lane) starts nothing for that hour: the next drain sends nothing."""
+    receiver = Receiver(workers_module, status=429, headers={"Retry-After": "3600"})
+    use_fetch(receiver)
     await send(worker, shape, "POST", "/v1/shared/jobs",
                {**webhook("w"), "retry": {"attempts": 5, "base_delay_ms": 1000}})
+    before = int(time.time() * 1000)
     await drain_once(worker, env)
-    [(state, attempt, waits_ms, history)] = await query(
-        "SELECT state, attempt, due_at - json_extract(history_json, '$[0].ended_at'), "
-        "json_extract(history_json, '$[0].reason') FROM tickwork_jobs WHERE job_id = 'w'")
-    assert (state, attempt, waits_ms, history) == ("queued", 2, 3_600_000, "http_429")
+    after = int(time.time() * 1000)
+    assert await query("SELECT state, attempt, history_json, due_at FROM tickwork_jobs "
+                       "WHERE job_id = 'w'") == [("queued", 1, None, None)]
+    _, body = await send(worker, shape, "GET", "/v1/shared/rate-limits")
+    [hold] = body["rate_limits"]
+    assert (hold["kind"], hold["key"], hold["starts"]) == ("queue", "webhooks", None)
+    assert before + 3_600_000 <= hold["held_until"] <= after + 3_600_000
+    _, body = await send(worker, shape, "GET", "/v1/shared/jobs/w/why")
+    assert [entry["kind"] for entry in body["holds"]] == ["queue_rate_limited"]
+    await drain_once(worker, env)
+    assert len(receiver.calls) == 1
 
 
 async def test_a_bad_payload_sends_nothing(

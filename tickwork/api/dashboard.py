@@ -81,6 +81,12 @@ from tickwork.model.limits import (
     check_max_running,
 )
 from tickwork.model.outcomes import OUTCOMES, JobPage, QueueHistory, QueueStatus
+from tickwork.model.rate_limits import (
+    MAX_RATE_PERIOD_MS,
+    MAX_RATE_STARTS,
+    RateLimit,
+    validate_rate_limit,
+)
 from tickwork.model.schedules import ScheduleRecord
 from tickwork.model.waiting import Hold, JobWait
 
@@ -124,7 +130,8 @@ CHART_HEIGHT = 60
 THROUGHPUT_SERIES = ("enqueued", "completed", "failed", "retried")
 
 ACTIONS = ("cancel", "cancel_lane", "pause", "resume", "redrive", "redrive_dead_letters",
-           "pause_schedule", "resume_schedule", "set_limit", "clear_limit")
+           "pause_schedule", "resume_schedule", "set_limit", "clear_limit", "set_rate_limit",
+           "clear_rate_limit")
 #: Lane limits the Lanes section lists (by lane); a scope with more says how
 #: many, and the API or ``tickwork queues limits`` lists them all.
 MAX_LISTED_LANE_LIMITS = 100
@@ -167,7 +174,11 @@ _DONE = {"cancel": "Cancel of job", "pause": "Pause of queue", "resume": "Resume
          "pause_schedule": "Pause of schedule", "resume_schedule": "Resume of schedule",
          "set_limit_queue": "Limit of queue", "set_limit_lane": "Limit of lane",
          "clear_limit_queue": "Clearing the limit of queue",
-         "clear_limit_lane": "Clearing the limit of lane"}
+         "clear_limit_lane": "Clearing the limit of lane",
+         "set_rate_limit_queue": "Rate limit of queue",
+         "set_rate_limit_lane": "Rate limit of lane",
+         "clear_rate_limit_queue": "Clearing the rate limit of queue",
+         "clear_rate_limit_lane": "Clearing the rate limit of lane"}
 _RESULTS = {"recorded": "recorded", "replayed": "already done", "conflict": "conflict",
             "refused": "refused", "not_found": "not found",
             "already_settled": "refused: the job is settled already", "redriven": "redriven",
@@ -182,7 +193,8 @@ _RESULTS = {"recorded": "recorded", "replayed": "already done", "conflict": "con
             "none_queued": "no queued jobs in that lane",
             "more_queued": "cancelled 1,000; more remain, press again",
             "limit_set": "set", "limit_kept": "that limit is stored already",
-            "limit_cleared": "done", "no_limit": "it had no limit"}
+            "limit_cleared": "done", "no_limit": "it had no limit",
+            "rate_limit_cleared": "done", "no_rate_limit": "it had no rate limit or hold"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -455,6 +467,23 @@ class Dashboard:
                 changed = await service.clear_limit(kind, subject)
                 result = "limit_cleared" if changed else "no_limit"
             action = f"{action}_{kind}"  # the flash names the kind
+        elif action in ("set_rate_limit", "clear_rate_limit"):
+            kind = check_limit_kind(form.get("kind"))
+            subject = check_limit_key(kind, form.get("key"))
+            if action == "set_rate_limit":
+                burst = (form.get("burst") or "").strip()
+                limit = validate_rate_limit(
+                    kind, subject, _whole_number(form.get("starts")),
+                    _whole_number(form.get("period_ms")),
+                    None if not burst else _whole_number(burst))
+                assert limit.starts is not None and limit.period_ms is not None
+                changed = await service.set_rate_limit(kind, subject, limit.starts,
+                                                       limit.period_ms, limit.burst)
+                result = "limit_set" if changed else "limit_kept"
+            else:
+                changed = await service.clear_rate_limit(kind, subject)
+                result = "rate_limit_cleared" if changed else "no_rate_limit"
+            action = f"{action}_{kind}"  # the flash names the kind
         elif action in ("pause", "resume"):
             subject = check_id("queue", form.get("queue"))
             changed = await (service.pause(subject) if action == "pause"
@@ -560,6 +589,7 @@ class Dashboard:
             parts.append("</section>")
         parts.append(self._schedules_table(scope, schedules))
         parts.append(self._lanes_section(scope, lane_limits))
+        parts.append(self._rate_limits_section(scope, await service.rate_limits()))
         parts.append("</main>")
         return "".join(parts)
 
@@ -783,6 +813,62 @@ class Dashboard:
             '<p class="muted">Its queued jobs settle cancelled without running; its running '
             f"jobs keep running. Up to {CANCEL_LANE_PAGES * 100:,} jobs per press.</p>"
             "</section>")
+
+    def _rate_limits_section(self, scope: Scope, limits: Sequence[RateLimit]) -> str:
+        """The rate limits and holds in force (each with a button to clear
+        it), and a form to set one on a queue or a lane."""
+        rows = []
+        for limit in limits[:MAX_LISTED_LANE_LIMITS]:
+            clear = self._button(scope, "clear_rate_limit", "Clear",
+                                 {"kind": limit.kind, "key": limit.key},
+                                 confirm=f"Remove the rate limit and any hold of {limit.kind} "
+                                         f"{limit.key}?")
+            rate = ("held only" if limit.starts is None or limit.period_ms is None
+                    else f"{limit.starts:,} per {limit.period_ms:,} ms, burst {limit.burst:,}")
+            rows.append(
+                f'<tr data-rate="{_e(limit.kind)}:{_e(limit.key)}">'
+                f'<td data-label="kind">{_e(limit.kind)}</td>'
+                f'<td data-label="key"><span class="id">{_e(limit.key)}</span></td>'
+                f'<td data-label="rate">{_e(rate)}</td>'
+                f'<td data-label="next start">{_time(limit.next_start_at)}</td>'
+                f'<td data-label="held until">{_time(limit.held_until)}</td>'
+                f"<td>{clear}</td></tr>")
+        if rows:
+            table = ('<div class="scroll"><table class="stack"><thead><tr><th>kind</th>'
+                     '<th>key</th><th>rate</th><th>next start</th><th>held until</th><th></th>'
+                     f'</tr></thead><tbody>{"".join(rows)}</tbody></table></div>')
+            if len(limits) > MAX_LISTED_LANE_LIMITS:
+                table += (f'<p class="muted">The first {MAX_LISTED_LANE_LIMITS} of '
+                          f"{len(limits):,}; <code>tickwork queues rate-limits</code> or the "
+                          "API lists them all.</p>")
+        else:
+            table = '<p class="muted">No rate limit and no hold: jobs start as fast as ' \
+                    "claims take them.</p>"
+        number = ('<input type="number" id="rate-{name}" name="{name}" min="1" max="{most}" '
+                  'step="1" inputmode="numeric"{required}>')
+        form = (
+            '<form method="post" class="limit" '
+            f'action="{_e(scope_path(scope))}/actions/set_rate_limit">'
+            f'<input type="hidden" name="csrf" value="{_e(self._csrf)}">'
+            '<label for="rate-kind">Kind</label> <select id="rate-kind" name="kind">'
+            '<option value="queue">queue</option><option value="lane">lane</option></select> '
+            '<label for="rate-key">Name</label> '
+            f'<input type="text" id="rate-key" name="key" required maxlength="{MAX_LANE_LENGTH}" '
+            'autocomplete="off" autocapitalize="off" spellcheck="false"> '
+            '<label for="rate-starts">Starts</label> '
+            + number.format(name="starts", most=MAX_RATE_STARTS, required=" required")
+            + ' <label for="rate-period_ms">per ms</label> '
+            + number.format(name="period_ms", most=MAX_RATE_PERIOD_MS, required=" required")
+            + ' <label for="rate-burst">burst</label> '
+            + number.format(name="burst", most=MAX_RATE_STARTS, required="")
+            + ' <button type="submit">Set rate limit</button></form>')
+        return (
+            '<section id="rate-limits"><h2>Rate limits</h2>'
+            '<p class="muted">A rate limit lets a queue, or a lane across every queue, start '
+            "so many jobs per period, up to its burst at once: every claim checks and spends "
+            "it. A hold is an executor's RateLimited (an API's 429): its key starts nothing "
+            "until then.</p>"
+            f"{table}{form}</section>")
 
     def _settled_table(self, scope: Scope, jobs: Iterable[JobRecord], *,
                        redrive: bool) -> str:
@@ -1664,13 +1750,18 @@ def _runs(max_running: int) -> str:
     return "1 job at a time" if max_running == 1 else f"up to {max_running:,} jobs at once"
 
 
+def _whole_number(given: str | None) -> int | str:
+    """A form's whole number as an int; anything else (or a number too long
+    to be one) as the text given, for the engine's check to refuse by name."""
+    text = (given or "").strip()
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 12 else text
+
+
 def _max_running(given: str | None) -> int:
     """A form's max_running: a whole number from 1 to MAX_RUNNING_LIMIT, or
     InvalidArgument naming the field (a number too long to be one is
     refused as text, unparsed)."""
-    text = (given or "").strip()
-    return check_max_running(int(text) if text.isascii() and text.isdigit()
-                             and len(text) <= 9 else text)
+    return check_max_running(_whole_number(given))
 
 
 def _hold_reason(job: JobRecord, hold: Hold) -> WaitReason:
@@ -1683,6 +1774,12 @@ def _hold_reason(job: JobRecord, hold: Hold) -> WaitReason:
     if hold.kind == "queue_paused":
         return WaitReason("queue_paused", f"Queue {job.queue} is paused: no tick claims its "
                                           "jobs until it is resumed.")
+    if hold.kind == "queue_rate_limited":
+        return WaitReason(hold.kind, f"Queue {job.queue} is rate-limited: its next start is "
+                                     "allowed at", hold.until)
+    if hold.kind == "lane_rate_limited":
+        return WaitReason(hold.kind, f"Its lane, {job.lane}, is rate-limited: its next start "
+                                     "is allowed at", hold.until)
     at_most = ("one job at a time" if hold.limit in (None, 1)
                else f"at most {hold.limit} jobs at once")
     # A queue_busy or lane_busy hold carries its limit; the others none.

@@ -74,6 +74,11 @@ from tickwork.model.limits import (
     validate_limit,
 )
 from tickwork.model.outcomes import OUTCOMES, QueueBacklog, QueueStatus
+from tickwork.model.rate_limits import (
+    MAX_RATE_PERIOD_MS,
+    MAX_RATE_STARTS,
+    validate_rate_limit,
+)
 from tickwork.model.retention import (
     MAX_KEEP_MS,
     MIN_KEEP_MS,
@@ -500,7 +505,7 @@ def _decode_set_limit(args: Sequence[str], body: Any) -> tuple[tuple[Any, ...], 
     return (limit.kind, limit.key, limit.max_running), None  # refused before any store
 
 
-def _decode_clear_limit(args: Sequence[str], body: Any) -> tuple[tuple[Any, ...], Any]:
+def _decode_limit_key(args: Sequence[str], body: Any) -> tuple[tuple[Any, ...], Any]:
     given = wire.fields(body, "body", ("kind", "key"))
     kind = check_limit_kind(given["kind"])
     return (kind, check_limit_key(kind, given["key"])), None
@@ -511,9 +516,30 @@ def _set_limit_to_http(args: tuple[Any, ...]) -> tuple[tuple[str, ...], Any]:
     return (), {"kind": limit.kind, "key": limit.key, "max_running": limit.max_running}
 
 
-def _clear_limit_to_http(args: tuple[Any, ...]) -> tuple[tuple[str, ...], Any]:
+def _limit_key_to_http(args: tuple[Any, ...]) -> tuple[tuple[str, ...], Any]:
     kind = check_limit_kind(args[0])
     return (), {"kind": kind, "key": check_limit_key(kind, args[1])}
+
+
+def _decode_set_rate_limit(args: Sequence[str], body: Any) -> tuple[tuple[Any, ...], Any]:
+    given = wire.fields(body, "body", ("kind", "key", "starts", "period_ms"), ("burst",))
+    limit = validate_rate_limit(given["kind"], given["key"], given["starts"],
+                                given["period_ms"], given.get("burst"))
+    return (limit.kind, limit.key, limit.starts, limit.period_ms, limit.burst), None
+
+
+def _set_rate_limit_to_http(args: tuple[Any, ...]) -> tuple[tuple[str, ...], Any]:
+    limit = validate_rate_limit(*args)  # refused here as the server would
+    return (), {"kind": limit.kind, "key": limit.key, "starts": limit.starts,
+                "period_ms": limit.period_ms, "burst": limit.burst}
+
+
+def _rate_limits_to_wire(limits: list[Any]) -> list[dict[str, Any]]:
+    return [wire.rate_limit_to_wire(limit) for limit in limits]
+
+
+def _rate_limits_from_wire(values: list[Any]) -> list[Any]:
+    return [wire.rate_limit_from_wire(value) for value in values]
 
 
 def _limits_to_wire(limits: list[Any]) -> list[dict[str, Any]]:
@@ -742,6 +768,20 @@ _SET_LIMIT_SCHEMA: Final = {
                    "max_running": {"type": "integer", "minimum": 1,
                                    "maximum": MAX_RUNNING_LIMIT,
                                    "description": "the most jobs that run at once"}}}
+
+_SET_RATE_LIMIT_SCHEMA: Final = {
+    "type": "object", "required": ["kind", "key", "starts", "period_ms"],
+    "additionalProperties": False,
+    "properties": {**_LIMIT_KEY_PROPERTIES,
+                   "starts": {"type": "integer", "minimum": 1, "maximum": MAX_RATE_STARTS,
+                              "description": "how many jobs may start per period"},
+                   "period_ms": {"type": "integer", "minimum": 1,
+                                 "maximum": MAX_RATE_PERIOD_MS,
+                                 "description": "the period, in milliseconds"},
+                   "burst": {"type": ["integer", "null"], "minimum": 1,
+                             "maximum": MAX_RATE_STARTS,
+                             "description": "how many may start at once after a quiet "
+                                            "spell (default: starts)"}}}
 
 _REDRIVE_SCHEMA: Final = {
     "type": "object", "required": ["redrive_id"], "additionalProperties": False,
@@ -1163,7 +1203,7 @@ OPERATIONS: Final = (
         "clear_limit", "POST", ("limits", "clear"),
         "Remove a limit: the queue runs one job at a time again, the lane has no limit of "
         "its own",
-        _decode_clear_limit,
+        _decode_limit_key,
         lambda args, context, changed: Reply(200, {"kind": args[0], "key": args[1],
                                                    "changed": changed}),
         result_to_wire=_same, result_from_wire=_same,
@@ -1172,7 +1212,51 @@ OPERATIONS: Final = (
         answers={200: "changed says whether there was a limit",
                  400: "a bad kind or key"},
         reply_shape='`{"kind", "key", "changed"}`',
-        to_http=_clear_limit_to_http, from_http=lambda body: body["changed"],
+        to_http=_limit_key_to_http, from_http=lambda body: body["changed"],
+        idempotent=True),
+    Operation(
+        "rate_limits", "GET", ("rate-limits",),
+        "Every rate limit, and every hold an executor's RateLimited put in force: queues "
+        "first, then lanes, each by key, with when each next lets a job start",
+        _nothing,
+        lambda args, context, limits: Reply(200, {"rate_limits":
+                                                  _rate_limits_to_wire(limits)}),
+        result_to_wire=_rate_limits_to_wire, result_from_wire=_rate_limits_from_wire,
+        answers={200: "the rate limits and holds"},
+        reply_shape=('`{"rate_limits": [{"kind", "key", "starts", "period_ms", "burst", '
+                     '"next_start_at", "held_until", "updated_at"}, ...]}`'),
+        from_http=lambda body: _rate_limits_from_wire(body["rate_limits"]),
+        idempotent=True),
+    Operation(
+        "set_rate_limit", "POST", ("rate-limits",),
+        "Let a queue (kind queue) or a lane across every queue (kind lane) start at most "
+        "starts jobs per period_ms, burst of them at once (default: starts); checked and "
+        "spent by every claim",
+        _decode_set_rate_limit,
+        lambda args, context, changed: Reply(200, {"kind": args[0], "key": args[1],
+                                                   "changed": changed}),
+        result_to_wire=_same, result_from_wire=_same,
+        args_to_rpc=_each_as_json_text, args_from_rpc=_each_from_json_text,
+        creates_owner=True, body_schema=_SET_RATE_LIMIT_SCHEMA,
+        answers={200: "changed says whether this call changed the stored rate limit",
+                 400: "a bad kind, key, starts, period_ms or burst (nothing stored)"},
+        reply_shape='`{"kind", "key", "changed"}`',
+        to_http=_set_rate_limit_to_http, from_http=lambda body: body["changed"],
+        idempotent=True),
+    Operation(
+        "clear_rate_limit", "POST", ("rate-limits", "clear"),
+        "Remove a rate limit and any hold on its key: its jobs start as fast as claims "
+        "take them",
+        _decode_limit_key,
+        lambda args, context, changed: Reply(200, {"kind": args[0], "key": args[1],
+                                                   "changed": changed}),
+        result_to_wire=_same, result_from_wire=_same,
+        args_to_rpc=_each_as_json_text, args_from_rpc=_each_from_json_text,
+        body_schema=_LIMIT_KEY_SCHEMA,
+        answers={200: "changed says whether there was a rate limit or a hold",
+                 400: "a bad kind or key"},
+        reply_shape='`{"kind", "key", "changed"}`',
+        to_http=_limit_key_to_http, from_http=lambda body: body["changed"],
         idempotent=True),
     Operation(
         "fail_lane", "POST", ("lanes", "{lane}", "fail"),

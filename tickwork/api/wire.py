@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 from urllib.parse import parse_qsl
 
 from tickwork.model.errors import IngestConflict, InvalidArgument, InvalidJob, TickworkError
@@ -41,6 +41,7 @@ from tickwork.model.outcomes import (
     QueueStatus,
     RedriveResult,
 )
+from tickwork.model.rate_limits import RateLimit
 from tickwork.model.retention import RetentionPolicy, StorageReport
 from tickwork.model.schedules import Schedule, ScheduledJob, ScheduleRecord
 from tickwork.model.waiting import Hold, JobWait
@@ -574,6 +575,21 @@ def limit_to_wire(limit: ConcurrencyLimit) -> dict[str, Any]:
 def limit_from_wire(value: Mapping[str, Any]) -> ConcurrencyLimit:
     return ConcurrencyLimit(check_limit_kind(value["kind"]), value["key"],
                             value["max_running"], value["updated_at"])
+
+
+_RATE_FIELDS: Final = ("kind", "key", "starts", "period_ms", "burst", "next_start_at",
+                       "held_until", "updated_at")
+
+
+def rate_limit_to_wire(limit: RateLimit) -> dict[str, Any]:
+    """A rate limit (or a key's hold) as JSON: its bucket (null for a key
+    that only has a hold), when it next allows a start, and its hold."""
+    return {name: getattr(limit, name) for name in _RATE_FIELDS}
+
+
+def rate_limit_from_wire(value: Mapping[str, Any]) -> RateLimit:
+    return RateLimit(check_limit_kind(value["kind"]),
+                     *(value[name] for name in _RATE_FIELDS[1:]))
 
 
 def retention_to_wire(policy: RetentionPolicy) -> dict[str, Any]:

@@ -38,9 +38,12 @@ What happened                                          Outcome
 payload invalid (nothing sent)                         ``Failed("bad_payload")``
 signal already aborted before sending (nothing sent)   ``Cancelled()``
 reply 2xx                                              ``Completed()``
+reply 429 with a ``Retry-After`` in delay-seconds      ``RateLimited(ms)``: back
+                                                       to its queue, no attempt
+                                                       used, its lane held
 reply 3xx (redirects are not followed) or 4xx,         ``Failed("http_<code>")``,
-including 408 and 429                                  e.g. ``http_429``, with
-                                                       the reply's Retry-After
+including 408, and 429 without a readable              e.g. ``http_408``, with
+``Retry-After``                                        the reply's Retry-After
 reply 5xx, or any status outside 200-599               ``OutcomeUnknown()``
 ``HttpTimeout``: no reply in time                      ``OutcomeUnknown()``
 ``HttpUnreachable``: connection failed before sending  ``Failed("unreachable")``
@@ -52,10 +55,15 @@ signal aborted while the request is in flight          ``OutcomeUnknown()``
 =====================================================  =======================
 
 Why: a 4xx (and a 3xx) is the receiver refusing the request, so it did not
-act; 408 and 429 are refusals too ("too slow", "too many"): they fail with
-their code. A job with a retry policy (``tickwork.Retry``) is then retried
-after its backoff, or after the reply's ``Retry-After`` (delay-seconds,
-capped at a day) when it sent one. A 5xx may come
+act; 408 and 429 are refusals too ("too slow", "too many"). A 429 that says
+when to come back (``Retry-After`` in delay-seconds, capped at a day) is
+the receiver's rate limit, not the job's failure: the executor returns
+``RateLimited``, so the job goes back to its queue without using an
+attempt and its lane (its queue, for a job that names no lane) starts
+nothing until then; give each receiver its own lane (say, its domain) and
+one busy receiver holds no other. Any other refusal fails with its code,
+and a job with a retry policy (``tickwork.Retry``) is then retried after
+its backoff, or after the reply's ``Retry-After`` when it sent one. A 5xx may come
 after the receiver acted (a crash after the write, a proxy timing out), and
 so may a timeout or a dropped connection: only ``OutcomeUnknown`` is honest
 there, and a policy retries it only with ``retry_unknown=True`` (safe when
@@ -86,7 +94,14 @@ from urllib.parse import quote, urlsplit
 
 from tickwork.executors.registry import Executor
 from tickwork.model.jobs import JobRecord
-from tickwork.model.outcomes import Cancelled, Completed, ExecutionResult, Failed, OutcomeUnknown
+from tickwork.model.outcomes import (
+    Cancelled,
+    Completed,
+    ExecutionResult,
+    Failed,
+    OutcomeUnknown,
+    RateLimited,
+)
 from tickwork.model.signals import AbortSignal
 
 __all__ = [
@@ -195,12 +210,16 @@ class HttpPost(Protocol):
 
 
 def outcome_for_status(status: int, retry_after: str | None = None) -> ExecutionResult:
-    """The outcome of a reply with ``status`` (see the module's table); a
-    refusal's ``retry-after`` becomes ``Failed.retry_after_ms``."""
+    """The outcome of a reply with ``status`` (see the module's table): a
+    429's ``retry-after`` becomes ``RateLimited``, any other refusal's
+    ``Failed.retry_after_ms``."""
     if 200 <= status < 300:
         return Completed()
     if 300 <= status < 500:
-        return Failed(f"http_{status}", retry_after_ms(retry_after))
+        delay = retry_after_ms(retry_after)
+        if status == 429 and delay is not None:
+            return RateLimited(delay)
+        return Failed(f"http_{status}", delay)
     return OutcomeUnknown()
 
 

@@ -30,6 +30,7 @@ from tickwork.lifecycle.requests import (
     CreateSchedule,
     DeadLetterPage,
     DeleteLimit,
+    DeleteRateLimit,
     DeleteRetention,
     DeleteSchedule,
     DueSchedules,
@@ -57,11 +58,14 @@ from tickwork.lifecycle.requests import (
     Plan,
     PruneSettled,
     Purge,
+    PutBackRateLimited,
     PutLimit,
+    PutRateLimit,
     PutRetention,
     QueueCounts,
     QueueHead,
     QueuePaused,
+    RateLimits,
     ReadClaim,
     ReadyAhead,
     RecordCancellation,
@@ -91,6 +95,7 @@ from tickwork.lifecycle.rules import (
     CLAIM_REPLACED,
     FAIL_LANE_BATCH,
     LEASE_EXPIRED,
+    RATE_LIMITED,
     Settlement,
     decide_cancel,
     decide_holds,
@@ -98,6 +103,7 @@ from tickwork.lifecycle.rules import (
     decide_redrive,
     decide_retry,
     in_lane_failure_order,
+    rate_hold_of,
     recovery_settlement,
     settlement_under_cancellation,
 )
@@ -150,6 +156,12 @@ from tickwork.model.outcomes import (
     queue_status_from_counts,
     queue_statuses_from_groups,
     ran_result,
+)
+from tickwork.model.rate_limits import (
+    RateLimit,
+    rate_in_order,
+    rate_limits_for,
+    validate_rate_limit,
 )
 from tickwork.model.retention import (
     MAX_PRUNE_BATCH,
@@ -234,7 +246,8 @@ def explain(job_id: str) -> Plan[JobWait | None]:
     """Why the job is not running yet: its state and, while it is queued,
     every hold that applies (not due until T, its queue paused, its queue at
     its limit naming its running jobs, the jobs ahead of it in its queue,
-    its lane at its limit, the owner busy with other jobs); no holds means
+    its lane at its limit, its queue or lane rate-limited until T, the
+    owner busy with other jobs); no holds means
     the next tick may claim it. None when there is no such job. Key lookups
     and index walks bounded by the limits (the job, its queue's pause, the
     stored limits, the running and waiting jobs that hold it; never the
@@ -256,10 +269,12 @@ def explain(job_id: str) -> Plan[JobWait | None]:
     lane_running: list[str] = []
     if lane_limit is not None:
         lane_running = yield RunningJobs("lane", job.lane, lane_limit)
+    queue_rate, lane_rate = rate_limits_for(job.queue, job.lane, (yield RateLimits()))
     executing: list[str] = yield Executing(job.lane)
     holds = decide_holds(job, now, paused=paused, queue_limit=queue_limit,
                          queue_running=queue_running, ahead=ahead, lane_limit=lane_limit,
-                         lane_running=lane_running, executing=executing)
+                         lane_running=lane_running, queue_rate=queue_rate,
+                         lane_rate=lane_rate, executing=executing)
     return JobWait(job_id, "queued", holds, now)
 
 
@@ -861,6 +876,43 @@ def clear_limit(kind: LimitKind, key: str) -> Plan[bool]:
     return removed
 
 
+# ------------------------------------------------------------ rate limits
+
+
+def rate_limits() -> Plan[list[RateLimit]]:
+    """Every rate limit, and every hold an executor's ``RateLimited`` put in
+    force: queues first, then lanes, each by key, with when each next lets
+    a job start."""
+    stored: list[RateLimit] = yield RateLimits()
+    return rate_in_order(stored)
+
+
+def set_rate_limit(kind: LimitKind, key: str, starts: int, period_ms: int,
+                   burst: int | None = None) -> Plan[bool]:
+    """Let the queue (``kind`` "queue") or the lane (``kind`` "lane", across
+    every queue) named ``key`` start at most ``starts`` (1 to 100,000) jobs
+    per ``period_ms`` (1 ms to 31 days), ``burst`` (1 to 100,000; by default
+    ``starts``) of them at once after a quiet spell: a token bucket checked
+    and spent by every claim. A new limit starts full; a changed one keeps
+    the time of its next allowed start; a hold on the key stays. True when
+    this changed the stored limit, False when it was already so."""
+    limit = validate_rate_limit(kind, key, starts, period_ms, burst)
+    changed: bool = yield PutRateLimit(limit)
+    if changed:
+        yield _WAKE_SOON
+    return changed
+
+
+def clear_rate_limit(kind: LimitKind, key: str) -> Plan[bool]:
+    """Remove the rate limit of ``kind`` on ``key`` and any hold on it: its
+    jobs start as fast as the claims take them. True when either was there."""
+    checked = check_limit_kind(kind)
+    removed: bool = yield DeleteRateLimit(checked, check_limit_key(checked, key))
+    if removed:
+        yield _WAKE_SOON
+    return removed
+
+
 # -------------------------------------------------------------- retention
 
 
@@ -1026,9 +1078,12 @@ def run(held: Held, *, claim_next: ClaimNext = False,
     if reporting:
         yield Report("claimed", held)
     settlement, interruption = yield Execute(held)
-    retry_in = decide_retry(held.job, settlement)
     next_held = None
-    if retry_in is not None:
+    rate_limited = settlement.rate_limited is not None
+    retry_in = None if rate_limited else decide_retry(held.job, settlement)
+    if rate_limited:
+        result = yield from put_back_rate_limited(held, settlement)
+    elif retry_in is not None:
         retried = yield RequeueForRetry(held, settlement, retry_in)
         if retried is not None:
             yield Report("retried", held, settlement, retry_at=retried.due_at)
@@ -1050,10 +1105,34 @@ def run(held: Held, *, claim_next: ClaimNext = False,
     return result, next_held
 
 
-def settle_unusual(held: Held, settlement: Settlement,
-                   retry_in: int | None = None) -> Plan[TickResult]:
-    """The fenced settlement (or retry, ``retry_in`` ms later) matched
-    nothing: find out why and act on it.
+def put_back_rate_limited(held: Held, settlement: Settlement) -> Plan[TickResult]:
+    """The executor returned ``RateLimited``: hold its key (``rate_hold_of``)
+    until the delay has passed, by the store's clock, and put the job back
+    to its queue without using an attempt: the tick reports it ``requeued``
+    with reason ``rate_limited`` and ``retry_at`` the hold's end. Should the
+    fenced put-back match nothing, ``settle_unusual`` finds out why (a
+    cancellation recorded meanwhile settles it ``cancelled``)."""
+    rate_limited = settlement.rate_limited
+    assert rate_limited is not None
+    kind, key = rate_hold_of(held.job, rate_limited)
+    now: int = yield StoreNow()
+    put_back = PutBackRateLimited(held, kind, key, now + rate_limited.retry_after_ms)
+    job = yield put_back
+    if job is None:
+        return (yield from settle_unusual(held, settlement, put_back=put_back))
+    return (yield from _rate_limited(held, put_back))
+
+
+def _rate_limited(held: Held, put_back: PutBackRateLimited) -> Plan[TickResult]:
+    yield Report("requeued", held, reason=RATE_LIMITED, retry_at=put_back.until)
+    return TickResult("requeued", job_id=held.job.job_id, reason=RATE_LIMITED,
+                      retry_at=put_back.until)
+
+
+def settle_unusual(held: Held, settlement: Settlement, retry_in: int | None = None,
+                   *, put_back: PutBackRateLimited | None = None) -> Plan[TickResult]:
+    """The fenced settlement (or retry, ``retry_in`` ms later, or the
+    rate-limited ``put_back``) matched nothing: find out why and act on it.
 
     Each round reads, then writes fenced on what it read.
     """
@@ -1082,6 +1161,10 @@ def settle_unusual(held: Held, settlement: Settlement,
             if retried is not None:
                 yield Report("retried", held, settlement, retry_at=retried.due_at)
                 return _retried(retried, settlement)
+            continue
+        if put_back is not None and not cancelled:
+            if (yield put_back) is not None:
+                return (yield from _rate_limited(held, put_back))
             continue
         written, _ = yield Settle(held, final, cancelled=cancelled)
         if written:

@@ -23,6 +23,7 @@ from tickwork.events import Event, EventKind
 from tickwork.lifecycle.rules import Settlement
 from tickwork.model.jobs import JobRecord, ValidJob
 from tickwork.model.limits import ConcurrencyLimit, LimitKind
+from tickwork.model.rate_limits import RateLimit
 from tickwork.model.retention import RetentionPolicy
 from tickwork.model.schedules import ValidSchedule
 
@@ -349,6 +350,29 @@ class ReadyAhead(Request):
 
 
 @dataclass(slots=True)
+class RateLimits(Request):
+    """Every key with a rate limit or a hold in force, queues first then
+    lanes, each by key -> ``list[RateLimit]``."""
+
+
+@dataclass(slots=True)
+class PutRateLimit(Request):
+    """Store the bucket of ``limit`` on its kind and key, keeping the key's
+    hold -> ``bool``: False (nothing written) when the same bucket is stored."""
+
+    limit: RateLimit
+
+
+@dataclass(slots=True)
+class DeleteRateLimit(Request):
+    """Remove the bucket and the hold of ``kind`` on ``key`` -> ``bool``:
+    whether either was there."""
+
+    kind: LimitKind
+    key: str
+
+
+@dataclass(slots=True)
 class RetentionPolicies(Request):
     """Every stored retention policy -> ``list[RetentionPolicy]`` (the
     scope's default, if stored, with ``queue`` None)."""
@@ -616,6 +640,20 @@ class RequeueForRetry(Request):
     held: Held
     settlement: Settlement
     delay_ms: int
+
+
+@dataclass(slots=True)
+class PutBackRateLimited(Request):
+    """The held claim's executor was rate-limited: hold ``kind`` on ``key``
+    until ``until`` (epoch ms, the store's clock) and put the job back to
+    queued without using an attempt -> the job as put back, or None when
+    the fence (as ``RequeueForRetry``'s) matched nothing (the hold is
+    written either way)."""
+
+    held: Held
+    kind: LimitKind
+    key: str
+    until: int
 
 
 @dataclass(slots=True)

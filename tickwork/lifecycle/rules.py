@@ -22,20 +22,28 @@ from tickwork.model.failures import (
     summary_to_json,
 )
 from tickwork.model.jobs import JobRecord, Outcome, Retry
+from tickwork.model.limits import LimitKind
 from tickwork.model.outcomes import (
     Cancelled,
     CancelStatus,
     Completed,
     Failed,
     OutcomeUnknown,
+    RateLimited,
     RedriveStatus,
 )
+from tickwork.model.rate_limits import RateLimit, released_at
 from tickwork.model.waiting import Hold
 
 # Reason codes the engine itself writes as failure_reason.
 EXECUTION_FAILED = "execution_failed"
 EXECUTION_INTERRUPTED = "execution_interrupted"
 INVALID_OUTCOME = "invalid_outcome"
+#: Why a job went back to its queue without using an attempt (its
+#: executor returned ``RateLimited``): the ``requeued`` event's and the
+#: tick result's reason, and the failure reason should such an attempt end
+#: up settled instead (its claim was lost, or a cancellation arrived).
+RATE_LIMITED = "rate_limited"
 #: On a ``cancelled`` job: the executor reported completion (its effects may
 #: have happened) after the cancellation was durably recorded.
 EXECUTOR_COMPLETED = "executor_completed"
@@ -66,6 +74,9 @@ class Settlement:
     #: What the executor raised (or, for ``invalid_outcome``, what it
     #: returned instead of an outcome); None when it reported an outcome.
     error: ErrorSummary | None = None
+    #: The executor returned ``RateLimited``: the job goes back to its
+    #: queue without using an attempt, and this holds its lane or queue.
+    rate_limited: RateLimited | None = None
 
     @property
     def error_json(self) -> str | None:
@@ -95,6 +106,8 @@ def settlement_for_result(result: object) -> Settlement:
         return _CANCELLED
     if isinstance(result, OutcomeUnknown):
         return _OUTCOME_UNKNOWN
+    if isinstance(result, RateLimited):
+        return Settlement("failed", RATE_LIMITED, rate_limited=result)
     # Anything else is an executor bug; recording "completed" would be a lie.
     return Settlement("failed", INVALID_OUTCOME, error=invalid_outcome_error(result))
 
@@ -107,7 +120,7 @@ def invalid_outcome_error(result: object) -> ErrorSummary:
     if returned.__module__ not in ("builtins", "__main__"):
         name = f"{returned.__module__}.{name}"
     message = (f"the executor returned {name}, not an outcome (Completed, Failed, "
-               "Cancelled or OutcomeUnknown)")
+               "Cancelled, OutcomeUnknown or RateLimited)")
     return ErrorSummary("TypeError", clean_text(message)[:MAX_ERROR_MESSAGE], "")
 
 
@@ -135,6 +148,16 @@ def settlement_under_cancellation(settlement: Settlement) -> Settlement:
         return Settlement("cancelled", EXECUTOR_COMPLETED)
     # An executor that raised keeps its error: the attempt ended that way.
     return Settlement("cancelled", error=settlement.error)
+
+
+def rate_hold_of(job: JobRecord, rate_limited: RateLimited) -> tuple[LimitKind, str]:
+    """What an executor's ``RateLimited`` holds: the key it names
+    (``hold``), else the job's lane when the job names one of its own, else
+    its queue."""
+    hold = rate_limited.hold
+    if hold is None:
+        hold = "lane" if job.lane != job.queue else "queue"
+    return hold, job.lane if hold == "lane" else job.queue
 
 
 def backoff_ms(policy: Retry, attempt: int, draw: Callable[[], float] = random.random) -> int:
@@ -210,6 +233,7 @@ class CancelDecision:
 def decide_holds(job: JobRecord, now: int, *, paused: bool, queue_limit: int,
                  queue_running: Sequence[str], ahead: Sequence[str],
                  lane_limit: int | None = None, lane_running: Sequence[str] = (),
+                 queue_rate: RateLimit | None = None, lane_rate: RateLimit | None = None,
                  executing: Sequence[str] = ()) -> tuple[Hold, ...]:
     """What holds the queued ``job`` at ``now``, every hold that applies, in
     the order they clear (see ``tickwork.model.waiting``): ``paused`` is its
@@ -217,7 +241,8 @@ def decide_holds(job: JobRecord, now: int, *, paused: bool, queue_limit: int,
     ``queue_running`` that queue's running jobs (up to the limit);
     ``ahead`` the queue's ready jobs a claim takes before it (up to the
     queue's free places); ``lane_limit`` its lane's limit (None: none) and
-    ``lane_running`` that lane's running jobs; ``executing`` the jobs the
+    ``lane_running`` that lane's running jobs; ``queue_rate`` and
+    ``lane_rate`` their rate limits and holds (None: none); ``executing`` the jobs the
     owner's slots run when every slot it could run on is taken (empty while
     one is free, and where there is no owner-wide limit)."""
     if job.cancellation_id is not None:
@@ -237,6 +262,10 @@ def decide_holds(job: JobRecord, now: int, *, paused: bool, queue_limit: int,
     if lane_limit is not None and len(lane_running) >= lane_limit:
         named.update(lane_running)
         holds.append(Hold("lane_busy", job_ids=tuple(lane_running), limit=lane_limit))
+    for kind, rate in (("queue_rate_limited", queue_rate), ("lane_rate_limited", lane_rate)):
+        until = None if rate is None else released_at(rate, now)
+        if until is not None:
+            holds.append(Hold(kind, until=until))  # type: ignore[arg-type]
     # ``executing`` is empty unless every slot runs a job. Named by a hold
     # already, an owner's busy slots add nothing: its jobs are those.
     if any(job_id not in named for job_id in executing):

@@ -136,6 +136,7 @@ class JobOperations:
     schedules = Declared(operations.schedules, writes=False)
     retention = Declared(operations.retention, writes=False)
     limits = Declared(operations.limits, writes=False)
+    rate_limits = Declared(operations.rate_limits, writes=False)
     storage = Declared(operations.storage, writes=False)
     # changes
     cancel = Declared(operations.cancel, writes=True)
@@ -154,6 +155,8 @@ class JobOperations:
     clear_retention = Declared(operations.clear_retention, writes=True)
     set_limit = Declared(operations.set_limit, writes=True)
     clear_limit = Declared(operations.clear_limit, writes=True)
+    set_rate_limit = Declared(operations.set_rate_limit, writes=True)
+    clear_rate_limit = Declared(operations.clear_rate_limit, writes=True)
 
 
 class RuntimeOperations(JobOperations):

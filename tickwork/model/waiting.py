@@ -3,7 +3,8 @@
 A queued job is held by every ``Hold`` that applies, in the order they
 clear: its own due time, its queue's pause, its queue at its limit (its
 running jobs) or the jobs ahead of it that take the queue's free places,
-its lane at its limit, and the owner at its concurrency (every one of its
+its lane at its limit, its queue's or its lane's rate limit (or an
+executor's ``RateLimited`` hold) until a time, and the owner at its concurrency (every one of its
 slots running a job). No holds means nothing holds it: the next tick may
 claim it (in priority order across queues). A cancelled job that has not settled yet is held by its
 cancellation: it settles ``cancelled`` at the next tick without running.
@@ -20,15 +21,16 @@ from tickwork.model.jobs import JobState
 #: What can hold a queued job.
 HoldKind: TypeAlias = Literal[
     "cancelled", "not_due", "queue_paused", "queue_busy", "behind_head", "lane_busy",
-    "owner_busy"]
+    "queue_rate_limited", "lane_rate_limited", "owner_busy"]
 HOLD_KINDS: Final[tuple[HoldKind, ...]] = (
     "cancelled", "not_due", "queue_paused", "queue_busy", "behind_head", "lane_busy",
-    "owner_busy")
+    "queue_rate_limited", "lane_rate_limited", "owner_busy")
 
 
 @dataclass(frozen=True, slots=True)
 class Hold:
-    """One thing that holds a queued job: ``until`` (epoch ms) for a due time,
+    """One thing that holds a queued job: ``until`` (epoch ms) for a due time
+    or the end of a rate limit's wait,
     ``job_ids`` for the jobs it waits on (the queue's or the lane's running
     jobs, the jobs ahead of it, the owner's running executions: one per
     slot, all of them when the owner is at its concurrency), ``limit`` for
@@ -58,6 +60,10 @@ class Hold:
             if self.limit == 1:
                 return f"its lane runs one job at a time and is running {named}"
             return f"its lane runs at most {self.limit} jobs at once and is running {named}"
+        if self.kind == "queue_rate_limited":
+            return f"its queue is rate-limited until {_utc(self.until)}"
+        if self.kind == "lane_rate_limited":
+            return f"its lane is rate-limited until {_utc(self.until)}"
         return (f"the owner is at its concurrency ({len(self.job_ids)} running): "
                 f"{named}")
 

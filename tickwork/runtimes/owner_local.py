@@ -57,6 +57,7 @@ from tickwork.lifecycle.requests import (
     CreateSchedule,
     DeadLetterPage,
     DeleteLimit,
+    DeleteRateLimit,
     DeleteRetention,
     DeleteSchedule,
     DueSchedules,
@@ -83,11 +84,14 @@ from tickwork.lifecycle.requests import (
     Probe,
     PruneSettled,
     Purge,
+    PutBackRateLimited,
     PutLimit,
+    PutRateLimit,
     PutRetention,
     QueueCounts,
     QueueHead,
     QueuePaused,
+    RateLimits,
     ReadClaim,
     ReadyAhead,
     RecordCancellation,
@@ -133,6 +137,7 @@ from tickwork.model.outcomes import (
     QueueTransition,
     TickResult,
 )
+from tickwork.model.rate_limits import RateLimit
 from tickwork.model.retention import PRUNE_BATCH, RetentionPolicy, StorageReport
 from tickwork.model.schedules import StoredSchedule
 from tickwork.model.signals import AbortSignal
@@ -886,6 +891,25 @@ class _LocalRuntime(RuntimeOperations, SyncSurface):
             self._next_due = job.due_at if known is None else min(known, job.due_at)
         return job
 
+    def _put_back_rate_limited(self, request: PutBackRateLimited) -> JobRecord | None:
+        execution: _Execution = request.held  # type: ignore[assignment]
+        now = self._clock()
+
+        def put_back() -> JobRecord | None:
+            job = self._store.put_back_rate_limited(
+                execution.job.sequence, execution.token, request.kind, request.key,
+                request.until, now)
+            if job is not None:
+                self._project_queue(job.queue)
+            return job
+
+        job = self._transition(put_back)
+        # The hold is written either way: a parked slot, and promotion, look
+        # again once it ends.
+        known = self._next_due
+        self._next_due = request.until if known is None else min(known, request.until)
+        return job
+
     def _read_claim(self, request: ReadClaim) -> ClaimView | None:
         found = self._store.find_claim(request.held.job.sequence)
         if found is None:
@@ -1099,6 +1123,16 @@ class _LocalAnswers(OwnerLocalAnswers):
         return self._store.ready_ahead(request.queue, request.priority, request.sequence,
                                        request.limit)
 
+    # rate limits
+    def rate_limits(self, request: RateLimits) -> list[RateLimit]:
+        return self._store.rate_limits(self._clock())
+
+    def put_rate_limit(self, request: PutRateLimit) -> bool:
+        return self._store.put_rate_limit(request.limit, self._clock())
+
+    def delete_rate_limit(self, request: DeleteRateLimit) -> bool:
+        return self._store.delete_rate_limit(request.kind, request.key, self._clock())
+
     # retention
     def retention_policies(self, request: RetentionPolicies) -> list[RetentionPolicy]:
         return self._store.retention_policies()
@@ -1183,6 +1217,9 @@ class _LocalAnswers(OwnerLocalAnswers):
 
     def requeue_for_retry(self, request: RequeueForRetry) -> JobRecord | None:
         return self._runtime._requeue_for_retry(request)
+
+    def put_back_rate_limited(self, request: PutBackRateLimited) -> JobRecord | None:
+        return self._runtime._put_back_rate_limited(request)
 
     def read_claim(self, request: ReadClaim) -> ClaimView | None:
         return self._runtime._read_claim(request)

@@ -56,6 +56,7 @@ from tickwork.lifecycle.requests import (
     CreateSchedule,
     DeadLetterPage,
     DeleteLimit,
+    DeleteRateLimit,
     DeleteRetention,
     DeleteSchedule,
     DueSchedules,
@@ -81,11 +82,14 @@ from tickwork.lifecycle.requests import (
     Probe,
     PruneSettled,
     Purge,
+    PutBackRateLimited,
     PutLimit,
+    PutRateLimit,
     PutRetention,
     QueueCounts,
     QueueHead,
     QueuePaused,
+    RateLimits,
     ReadClaim,
     ReadyAhead,
     RecordCancellation,
@@ -123,6 +127,7 @@ from tickwork.model.limits import ConcurrencyLimit
 from tickwork.model.outcomes import (
     TickResult,
 )
+from tickwork.model.rate_limits import RateLimit
 from tickwork.model.retention import PRUNE_BATCH, RetentionPolicy, StorageReport
 from tickwork.model.schedules import StoredSchedule
 from tickwork.model.signals import AbortSignal, LeasedSignal
@@ -572,6 +577,15 @@ class SharedRuntime(RuntimeOperations, AsyncSurface):
         finally:
             self._release(claim)
 
+    async def _put_back_rate_limited(self, request: PutBackRateLimited) -> JobRecord | None:
+        claim: _Claim = request.held  # type: ignore[assignment]
+        try:
+            return await self._store.put_back_rate_limited(
+                claim.job.sequence, claim.token, request.kind, request.key, request.until,
+                self._db_now())
+        finally:
+            self._release(claim)
+
     # --------------------------------------------------------- schedules
 
     def _slot_may_be_due(self) -> bool:
@@ -910,6 +924,16 @@ class _SharedRuntimeAnswers(SharedAnswers):
         return self._store.ready_ahead(request.queue, request.priority, request.sequence,
                                        request.limit)
 
+    # rate limits
+    def rate_limits(self, request: RateLimits) -> Awaitable[list[RateLimit]]:
+        return self._store.rate_limits(self._db_now())
+
+    def put_rate_limit(self, request: PutRateLimit) -> Awaitable[bool]:
+        return self._store.put_rate_limit(request.limit, self._db_now())
+
+    def delete_rate_limit(self, request: DeleteRateLimit) -> Awaitable[bool]:
+        return self._store.delete_rate_limit(request.kind, request.key)
+
     # retention
     def retention_policies(self, request: RetentionPolicies
                            ) -> Awaitable[list[RetentionPolicy]]:
@@ -996,6 +1020,10 @@ class _SharedRuntimeAnswers(SharedAnswers):
     def requeue_for_retry(self, request: RequeueForRetry) -> Awaitable[JobRecord | None]:
         return self._runtime._requeue_for_retry(request)
 
+    def put_back_rate_limited(self, request: PutBackRateLimited
+                              ) -> Awaitable[JobRecord | None]:
+        return self._runtime._put_back_rate_limited(request)
+
     def read_claim(self, request: ReadClaim) -> Awaitable[ClaimView | None]:
         return self._runtime._read_claim(request)
 
@@ -1028,6 +1056,7 @@ _AWAITED = frozenset({
     JobsByIdPrefix,
     RetentionPolicies, PutRetention, DeleteRetention, SettledQueues, PruneSettled,
     StorageUsage, Limits, PutLimit, DeleteLimit, RunningJobs, ReadyAhead,
+    RateLimits, PutRateLimit, DeleteRateLimit, PutBackRateLimited,
 })
 
 

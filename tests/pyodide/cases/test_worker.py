@@ -168,7 +168,7 @@ async def test_the_fetch_transport_reads_retry_after_through_the_ffi() -> None:
     import pyodide.http  # type: ignore[import-not-found]
     from pyodide.ffi import to_js  # type: ignore[import-not-found]
 
-    from tickwork import AbortSignal, Failed, JobRecord
+    from tickwork import AbortSignal, Failed, JobRecord, RateLimited
     from tickwork.cloudflare.http import workers_fetch_post
     from tickwork.executors import webhook_executor
 
@@ -184,15 +184,15 @@ async def test_the_fetch_transport_reads_retry_after_through_the_ffi() -> None:
                                                   "body": {}},
                        None, "running", None, None, 1, 0, 0, 0, None)
     try:
-        for headers, expected, delay in (({"Retry-After": "30"}, "30", 30_000),
-                                         ({}, None, None)):
+        for headers, expected, outcome in (({"Retry-After": "30"}, "30", RateLimited(30_000)),
+                                           ({}, None, Failed("http_429"))):
             js.globalThis.fetch = answering(to_js(headers,
                                                   dict_converter=js.Object.fromEntries))
             pyfetch_module._jsfetch = js.globalThis.fetch
             reply = await workers_fetch_post("https://receiver.example/hook", b"{}", {}, 5.0,
                                              AbortSignal())
             assert (reply.status, reply.retry_after) == (429, expected)
-            assert await deliver(record, AbortSignal()) == Failed("http_429", delay)
+            assert await deliver(record, AbortSignal()) == outcome
     finally:
         js.globalThis.fetch = original
         pyfetch_module._jsfetch = original_pyfetch

@@ -18,6 +18,9 @@ queues and schedules from the terminal, through the HTTP API.
     tickwork queues limits
     tickwork queues set-limit (QUEUE | --lane NAME) N
     tickwork queues clear-limit (QUEUE | --lane NAME)
+    tickwork queues rate-limits
+    tickwork queues set-rate-limit (QUEUE | --lane NAME) N/DURATION [--burst B]
+    tickwork queues clear-rate-limit (QUEUE | --lane NAME)
     tickwork schedules list
     tickwork schedules pause|resume|delete NAME [NAME ...]
 
@@ -77,6 +80,7 @@ from tickwork.model.limits import (
     check_max_running,
 )
 from tickwork.model.outcomes import OUTCOMES, ListOrder
+from tickwork.model.rate_limits import RateLimit, validate_rate_limit
 
 #: The commands this module adds (their one-line help is ``tickwork.__main__``'s).
 COMMANDS: Final = ("jobs", "queues", "schedules")
@@ -219,6 +223,22 @@ def _add_queue_actions(action: Callable[[str, str], argparse.ArgumentParser]) ->
                                     "again, the lane has no limit of its own")
     unlimit.add_argument("queue", nargs="?", metavar="QUEUE", help="the queue")
     unlimit.add_argument("--lane", metavar="NAME", help="clear this lane's limit instead")
+    action("rate-limits", "list the rate limits (each queue's and lane's starts per period, "
+                          "and when each next allows a start) and the holds executors' "
+                          "RateLimited put in force")
+    rate = action("set-rate-limit", "let a queue, or a lane across every queue, start at "
+                                    "most N jobs per DURATION, a token bucket every claim "
+                                    "checks and spends")
+    rate.add_argument("queue", nargs="?", metavar="QUEUE", help="the queue")
+    rate.add_argument("--lane", metavar="NAME", help="rate-limit this lane instead of a queue")
+    rate.add_argument("rate", metavar="N/DURATION",
+                      help="N starts per DURATION: 10/1s, 600/1h (units ms, s, m, h, d)")
+    rate.add_argument("--burst", metavar="B",
+                      help="how many may start at once after a quiet spell (default: N)")
+    unrate = action("clear-rate-limit", "remove a rate limit and any hold on its key: its "
+                                        "jobs start as fast as claims take them")
+    unrate.add_argument("queue", nargs="?", metavar="QUEUE", help="the queue")
+    unrate.add_argument("--lane", metavar="NAME", help="clear this lane's instead")
 
 
 def _add_schedule_actions(action: Callable[[str, str], argparse.ArgumentParser]) -> None:
@@ -556,7 +576,7 @@ def list_limits(jobs: Jobs, options: argparse.Namespace, report: Report) -> None
 
 
 def _limit_subject(options: argparse.Namespace) -> tuple[LimitKind, str]:
-    """The kind and key a set-limit or clear-limit names: QUEUE or --lane, one of them."""
+    """The kind and key a (rate) limit's action names: QUEUE or --lane, one of them."""
     if (options.queue is None) == (options.lane is None):
         raise CommandError("give a QUEUE, or --lane NAME for a lane's limit (not both)",
                            EXIT_USAGE)
@@ -573,8 +593,7 @@ def set_limit(jobs: Jobs, options: argparse.Namespace, report: Report) -> None:
     kind, key = _limit_subject(options)
     given = options.max_running
     # Whole numbers only; anything else is refused as the engine would, by name.
-    max_running = check_max_running(int(given) if given.isascii() and given.isdigit()
-                                    else given)
+    max_running = check_max_running(_whole(given))
     changed = jobs.set_limit(kind, key, max_running)
     limit = ConcurrencyLimit(kind, key, max_running)
     said = f"{kind} {key!r} runs {_at_once(limit)}" + ("" if changed else " (already so)")
@@ -591,6 +610,58 @@ def clear_limit(jobs: Jobs, options: argparse.Namespace, report: Report) -> None
     else:
         said = (f"lane {key!r} has no limit of its own any more" if changed
                 else f"lane {key!r} had no limit")
+    report.item(said, {"kind": kind, "key": key, "changed": changed})
+
+
+def list_rate_limits(jobs: Jobs, options: argparse.Namespace, report: Report) -> None:
+    limits = jobs.rate_limits()
+    if not limits:
+        text = "no rate limits and no holds: jobs start as fast as claims take them"
+    else:
+        text = _table(["kind", "key", "rate", "burst", "next start (UTC)", "held until (UTC)"],
+                      [[limit.kind, limit.key, _rate(limit),
+                        "-" if limit.burst is None else str(limit.burst),
+                        _time(limit.next_start_at), _time(limit.held_until)]
+                       for limit in limits])
+    report.document(text, {"rate_limits": [wire.rate_limit_to_wire(limit)
+                                           for limit in limits]})
+
+
+def _rate(limit: RateLimit) -> str:
+    if limit.starts is None or limit.period_ms is None:
+        return "- (held only)"
+    return f"{limit.starts}/{_duration(limit.period_ms)}"
+
+
+def _whole(text: str) -> int | str:
+    """A whole number as an int; anything else as given, for the engine's
+    check to refuse by name."""
+    return int(text) if text.isascii() and text.isdigit() else text
+
+
+def set_rate_limit(jobs: Jobs, options: argparse.Namespace, report: Report) -> None:
+    kind, key = _limit_subject(options)
+    starts_text, slash, period_text = options.rate.partition("/")
+    if not slash:
+        raise CommandError(f"N/DURATION: {options.rate!r} is not a rate: give starts per "
+                           "duration, like 10/1s", EXIT_USAGE)
+    period_ms = parse_duration("N/DURATION", period_text)
+    burst = None if options.burst is None else _whole(options.burst)
+    limit = validate_rate_limit(kind, key, _whole(starts_text), period_ms, burst)
+    assert limit.starts is not None and limit.period_ms is not None
+    changed = jobs.set_rate_limit(kind, key, limit.starts, limit.period_ms, limit.burst)
+    said = (f"{kind} {key!r} starts at most {_rate(limit)} (burst {limit.burst})"
+            + ("" if changed else " (already so)"))
+    report.item(said, {"kind": kind, "key": key, "starts": limit.starts,
+                       "period_ms": limit.period_ms, "burst": limit.burst,
+                       "changed": changed})
+
+
+def clear_rate_limit(jobs: Jobs, options: argparse.Namespace, report: Report) -> None:
+    kind, key = _limit_subject(options)
+    changed = jobs.clear_rate_limit(kind, key)
+    said = (f"{kind} {key!r} has no rate limit or hold any more" if changed
+            else f"{kind} {key!r} had no rate limit or hold")
     report.item(said, {"kind": kind, "key": key, "changed": changed})
 
 
@@ -707,6 +778,9 @@ ACTIONS: Final[Mapping[tuple[str, str], Action]] = {
     ("queues", "limits"): list_limits,
     ("queues", "set-limit"): set_limit,
     ("queues", "clear-limit"): clear_limit,
+    ("queues", "rate-limits"): list_rate_limits,
+    ("queues", "set-rate-limit"): set_rate_limit,
+    ("queues", "clear-rate-limit"): clear_rate_limit,
     ("schedules", "list"): list_schedules,
     ("schedules", "pause"): _schedule_action(
         "paused", lambda jobs, name: jobs.pause_schedule(name), "was paused already"),
