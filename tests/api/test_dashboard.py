@@ -651,6 +651,22 @@ def _listing(**fields: Any) -> Any:
                              **fields})
 
 
+def test_a_listed_jobs_cell_names_a_rate_limit_until_it_ends() -> None:
+    from tickwork import RateLimit
+    from tickwork.api.dashboard import _waits_cell
+    scope = ("owner", "acme")
+    job = _record(job_id="next", sequence=10)
+    held = _listing(ready=(job,), rate_limits=(
+        RateLimit("lane", job.lane, None, None, None, held_until=9_000),
+        RateLimit("queue", job.queue, 1, 1000, 1, next_start_at=4_000)))
+    cell = _waits_cell(scope, job, held, 5_000)
+    # The queue's bucket allows a start already; the lane's hold does not.
+    assert re.findall(r'data-hold="(\w+)"', cell) == ["lane_rate_limited"]
+    assert "its lane&#x27;s rate limit, until" in cell and 'data-ms="9000"' in cell
+    assert "next to run" not in cell
+    assert "next to run" in _waits_cell(scope, job, held, 9_000)
+
+
 def test_a_listed_jobs_cell_names_only_what_its_queues_reads_prove() -> None:
     from tickwork.api.dashboard import _waits_cell
     scope = ("owner", "acme")

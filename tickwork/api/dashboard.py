@@ -85,6 +85,7 @@ from tickwork.model.rate_limits import (
     MAX_RATE_PERIOD_MS,
     MAX_RATE_STARTS,
     RateLimit,
+    rate_limits_for,
     validate_rate_limit,
 )
 from tickwork.model.schedules import ScheduleRecord
@@ -566,6 +567,7 @@ class Dashboard:
         limits = await service.limits()
         queue_limits = {limit.key: limit for limit in limits if limit.kind == "queue"}
         lane_limits = [limit for limit in limits if limit.kind == "lane"]
+        rates = await service.rate_limits()  # the listings' and the section's
         parts = [
             "<header>",
             f'<h1>tickwork <span class="scope">{_e(_scope_title(scope))}</span></h1>',
@@ -585,11 +587,12 @@ class Dashboard:
             lanes = {limit.key: limit.max_running for limit in lane_limits}
             for status in detailed:
                 parts.append(await self._queue_jobs(scope, service, status,
-                                                    queue_limits.get(status.queue), lanes))
+                                                    queue_limits.get(status.queue), lanes,
+                                                    rates))
             parts.append("</section>")
         parts.append(self._schedules_table(scope, schedules))
         parts.append(self._lanes_section(scope, lane_limits))
-        parts.append(self._rate_limits_section(scope, await service.rate_limits()))
+        parts.append(self._rate_limits_section(scope, rates))
         parts.append("</main>")
         return "".join(parts)
 
@@ -639,8 +642,8 @@ class Dashboard:
                 f'</tr></thead><tbody>{"".join(rows)}</tbody></table></div>{note}</section>')
 
     async def _queue_jobs(self, scope: Scope, service: JobService, status: QueueStatus,
-                          limit: ConcurrencyLimit | None, lane_limits: Mapping[str, int]
-                          ) -> str:
+                          limit: ConcurrencyLimit | None, lane_limits: Mapping[str, int],
+                          rates: Sequence[RateLimit]) -> str:
         queue = status.queue
         badge = ' <span class="badge paused">paused</span>' if status.paused else ""
         max_running = DEFAULT_QUEUE_MAX_RUNNING if limit is None else limit.max_running
@@ -659,7 +662,8 @@ class Dashboard:
         shown = head.job_id if head else None
         now_ms = int(self._now_s() * 1000)
 
-        listing = QueueListing.of(status, max_running, head, queued, running, lane_limits)
+        listing = QueueListing.of(status, max_running, head, queued, running, lane_limits,
+                                  rates)
 
         def waits(job: JobRecord) -> str:
             return _waits_cell(scope, job, listing, now_ms)
@@ -1635,7 +1639,8 @@ class QueueListing:
     pick order; ``every_queued`` whether the listing holds every queued job
     of the queue; ``best_ready`` the job a claim takes next when the head
     says so (None while a job of the queue runs: the head is then that
-    job); ``lane_limits`` every lane's limit."""
+    job); ``lane_limits`` every lane's limit; ``rate_limits`` every rate
+    limit and hold in force, as the page read them."""
 
     paused: bool
     max_running: int
@@ -1645,11 +1650,12 @@ class QueueListing:
     every_queued: bool
     best_ready: JobRecord | None
     lane_limits: Mapping[str, int]
+    rate_limits: tuple[RateLimit, ...] = ()
 
     @classmethod
     def of(cls, status: QueueStatus, max_running: int, head: JobRecord | None,
-           queued: JobPage, running: JobPage, lane_limits: Mapping[str, int]
-           ) -> QueueListing:
+           queued: JobPage, running: JobPage, lane_limits: Mapping[str, int],
+           rate_limits: Sequence[RateLimit] = ()) -> QueueListing:
         listed = {job.job_id: job for job in ([head] if head else []) + list(queued.jobs)}
         # Ready as the claim and explain's ready_ahead mean it: queued, its
         # due time passed (due_at cleared), no cancellation recorded.
@@ -1659,7 +1665,8 @@ class QueueListing:
         return cls(status.paused, max_running, tuple(running.jobs),
                    running.cursor is None or len(running.jobs) >= max_running, tuple(ready),
                    queued.cursor is None,
-                   head if head is not None and head.state == "queued" else None, lane_limits)
+                   head if head is not None and head.state == "queued" else None, lane_limits,
+                   tuple(rate_limits))
 
 
 def _pick_order(job: JobRecord) -> tuple[int, int]:
@@ -1708,9 +1715,11 @@ def _waits_cell(scope: Scope, job: JobRecord, listing: QueueListing, now_ms: int
         if len(lane_running) < lane_limit:
             unknown.append(f"whether its lane's jobs in other queues fill its limit of "
                            f"{lane_limit}")
+    queue_rate, lane_rate = rate_limits_for(job.queue, job.lane, listing.rate_limits)
     holds = decide_holds(job, now_ms, paused=listing.paused, queue_limit=listing.max_running,
                          queue_running=queue_running, ahead=ahead, lane_limit=lane_limit,
-                         lane_running=lane_running)
+                         lane_running=lane_running, queue_rate=queue_rate,
+                         lane_rate=lane_rate)
     if holds[:1] and holds[0].kind == "cancelled":
         unknown = []  # it settles without running, whatever else holds
     said = [_cell_hold(scope, hold) for hold in holds]
@@ -1737,9 +1746,13 @@ def _cell_hold(scope: Scope, hold: Hold) -> str:
              "behind_head": ("the jobs ahead, which take its free places:" if many
                              else "the job ahead"),
              "lane_busy": f"its lane's limit, {hold.limit}, all taken by",
-             "owner_busy": "the owner at its concurrency", "not_due": "its due time"}
+             "owner_busy": "the owner at its concurrency", "not_due": "its due time",
+             "queue_rate_limited": "its queue's rate limit, until",
+             "lane_rate_limited": "its lane's rate limit, until"}
     linked = "".join(f" {_job_link(scope, job_id)}"
                      for job_id in hold.job_ids[:LINKED_PER_CELL])
+    if hold.until is not None and hold.kind != "not_due":
+        linked += f" {_time(hold.until)}"
     rest = len(hold.job_ids) - LINKED_PER_CELL
     more = f" and {rest} more" if rest > 0 else ""
     return f'<span data-hold="{hold.kind}">{_e(words[hold.kind])}{linked}{more}</span>'
