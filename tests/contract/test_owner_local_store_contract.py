@@ -34,6 +34,7 @@ from tickwork.lifecycle.requests import JobListing
 from tickwork.model.errors import IngestConflict
 from tickwork.model.history import HistoryRow
 from tickwork.model.limits import ConcurrencyLimit
+from tickwork.model.rate_limits import MAX_RATE_PERIOD_MS, MAX_RATE_STARTS, RateLimit
 from tickwork.model.retention import RetentionPolicy
 from tickwork.stores.owner_local import EVERY_JOB, OwnerLocalStore, inside_lane, outside_lane
 from tickwork.stores.owner_schema import SCHEMA_VERSION
@@ -1102,6 +1103,166 @@ def test_partitioned_claims_give_a_wide_queues_places_to_its_best_jobs_in_either
     assert claim_all(local_store, serial) == ["s3"]
 
 
+# ------------------------------------------------------------ rate limits
+
+
+@covers("put_rate_limit", "rate_limits")
+def test_put_and_list_rate_limits(local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    assert store.rate_limits(T0) == []
+    assert store.put_rate_limit(RateLimit("queue", "q", 3, 1000, 3), T0) is True
+    # The same bucket again writes nothing, updated_at included.
+    assert store.put_rate_limit(RateLimit("queue", "q", 3, 1000, 3), T0 + 1) is False
+    assert local_store.rows("SELECT starts, period_ms, burst, next_start, held_until, "
+                            "updated_at FROM tickwork_rate_limits") == [
+        (3, 1000, 3, 0, 0, T0)]
+    assert store.put_rate_limit(RateLimit("lane", "tenant-b", 10, 60_000, 2), T0 + 2) is True
+    assert store.put_rate_limit(RateLimit("lane", "é", 1, 1, 1), T0 + 3) is True
+    assert store.put_rate_limit(RateLimit("queue", "a", MAX_RATE_STARTS, MAX_RATE_PERIOD_MS,
+                                          MAX_RATE_STARTS), T0 + 4) is True
+    # A queue and a lane of the same name are two rows.
+    assert store.put_rate_limit(RateLimit("lane", "q", 5, 1000, 5), T0 + 5) is True
+    # Queues first, then lanes, each by key; a full bucket's next start is 0.
+    assert store.rate_limits(T0 + 10) == [
+        RateLimit("queue", "a", MAX_RATE_STARTS, MAX_RATE_PERIOD_MS, MAX_RATE_STARTS, 0, None,
+                  T0 + 4),
+        RateLimit("queue", "q", 3, 1000, 3, 0, None, T0),
+        RateLimit("lane", "q", 5, 1000, 5, 0, None, T0 + 5),
+        RateLimit("lane", "tenant-b", 10, 60_000, 2, 0, None, T0 + 2),
+        RateLimit("lane", "é", 1, 1, 1, 0, None, T0 + 3)]
+
+
+@covers("put_rate_limit", "rate_limits")
+def test_a_replaced_bucket_keeps_its_next_start_time_in_its_new_units(
+        local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    assert store.put_rate_limit(RateLimit("queue", "q", 3, 1000, 3), T0) is True
+    # A next start that is not a whole ms: 1/3 ms past T0 + 1000.
+    local_store.rows("UPDATE tickwork_rate_limits SET next_start = ?",
+                     ((T0 + 1000) * 3 + 1,))
+    [limit] = store.rate_limits(T0)
+    assert limit.next_start_at == T0 + 1001  # rounded up
+    assert store.put_rate_limit(RateLimit("queue", "q", 7, 2000, 4), T0 + 20) is True
+    assert local_store.rows("SELECT starts, period_ms, burst, next_start, updated_at "
+                            "FROM tickwork_rate_limits") == [
+        (7, 2000, 4, (T0 + 1001) * 7, T0 + 20)]
+    assert store.rate_limits(T0 + 20) == [
+        RateLimit("queue", "q", 7, 2000, 4, T0 + 1001, None, T0 + 20)]
+    # The largest values a bucket may hold stay exact (now * starts ~ 1.8e17).
+    assert store.put_rate_limit(RateLimit("queue", "q", MAX_RATE_STARTS, 2000, 4),
+                                T0 + 21) is True
+    assert local_store.rows("SELECT next_start FROM tickwork_rate_limits") == [
+        ((T0 + 1001) * MAX_RATE_STARTS,)]
+    assert store.rate_limits(T0)[0].next_start_at == T0 + 1001
+
+
+@covers("put_rate_limit", "put_back_rate_limited", "rate_limits")
+def test_a_key_with_only_a_hold_gets_a_full_bucket_and_keeps_its_hold(
+        local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    # No such claim: nothing put back, the hold is written all the same.
+    assert store.put_back_rate_limited(999, "nothing", "lane", "held", T0 + 5000, T0) is None
+    assert store.rate_limits(T0 + 1) == [
+        RateLimit("lane", "held", None, None, None, None, T0 + 5000, T0)]
+    assert store.put_rate_limit(RateLimit("lane", "held", 2, 1000, 2), T0 + 2) is True
+    assert local_store.rows("SELECT starts, next_start, held_until, updated_at "
+                            "FROM tickwork_rate_limits") == [(2, 0, T0 + 5000, T0 + 2)]
+    assert store.rate_limits(T0 + 3) == [
+        RateLimit("lane", "held", 2, 1000, 2, 0, T0 + 5000, T0 + 2)]
+    # Once the hold has passed, the row is listed for its bucket alone.
+    assert store.rate_limits(T0 + 5000) == [
+        RateLimit("lane", "held", 2, 1000, 2, 0, None, T0 + 2)]
+
+
+@covers("delete_rate_limit", "rate_limits")
+def test_delete_rate_limit_says_whether_a_bucket_or_a_hold_in_force_was_there(
+        local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    store.put_rate_limit(RateLimit("queue", "q", 3, 1000, 3), T0)
+    store.put_rate_limit(RateLimit("lane", "tenant-b", 3, 1000, 3), T0)
+    assert store.delete_rate_limit("queue", "tenant-b", T0) is False  # a lane's key
+    assert store.delete_rate_limit("queue", "q", T0) is True
+    assert store.delete_rate_limit("queue", "q", T0) is False
+    # A hold alone: in force until its time, and listed until then.
+    store.put_back_rate_limited(999, "nothing", "queue", "brief", T0 + 100, T0)
+    store.put_back_rate_limited(999, "nothing", "queue", "long", T0 + 100, T0)
+    assert [limit.key for limit in store.rate_limits(T0 + 99)] == ["brief", "long", "tenant-b"]
+    assert [limit.key for limit in store.rate_limits(T0 + 100)] == ["tenant-b"]
+    assert store.delete_rate_limit("queue", "brief", T0 + 100) is False  # passed
+    assert store.delete_rate_limit("queue", "long", T0 + 99) is True
+    # Either way the row is gone.
+    assert local_store.rows("SELECT kind, key FROM tickwork_rate_limits") == [
+        ("lane", "tenant-b")]
+    assert store.delete_rate_limit("lane", "tenant-b", T0) is True
+    assert store.rate_limits(T0) == []
+
+
+@covers("put_rate_limit")
+def test_the_rate_limits_table_refuses_a_bad_row(local_store: LocalStoreUnderTest) -> None:
+    insert = ("INSERT INTO tickwork_rate_limits (kind, key, starts, period_ms, burst, "
+              "updated_at) VALUES (?, 'k', ?, ?, ?, ?)")
+    for kind, starts, period_ms, burst in (
+            ("tenant", 1, 1, 1), ("queue", 0, 1, 1), ("queue", MAX_RATE_STARTS + 1, 1, 1),
+            ("lane", 1, 0, 1), ("lane", 1, MAX_RATE_PERIOD_MS + 1, 1), ("queue", 1, 1, 0),
+            ("queue", 1, 1, MAX_RATE_STARTS + 1), ("queue", 1, None, 1),
+            ("queue", None, None, 1)):
+        with pytest.raises(Exception, match="constraint failed"):
+            local_store.rows(insert, (kind, starts, period_ms, burst, T0))
+    local_store.rows(insert, ("queue", None, None, None, T0))  # a row for a hold alone
+    with pytest.raises(Exception, match="constraint failed"):  # one row per kind and key
+        local_store.rows(insert, ("queue", 1, 1, 1, T0))
+
+
+@covers("put_back_rate_limited")
+def test_put_back_rate_limited_holds_the_key_and_queues_the_job_without_an_attempt(
+        local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    queued(local_store, "a", queue="q", lane="L")
+    job = claimed(local_store, "t1", T0 + 1)
+    # Another claim's token: nothing put back, the hold written.
+    assert store.put_back_rate_limited(job.sequence, "stale", "lane", "L", T0 + 5000,
+                                       T0 + 2) is None
+    assert column(local_store, "a", "state", "claim_token") == ("running", "t1")
+    assert store.rate_limits(T0 + 2) == [
+        RateLimit("lane", "L", None, None, None, None, T0 + 5000, T0 + 2)]
+    back = store.put_back_rate_limited(job.sequence, "t1", "lane", "L", T0 + 4000, T0 + 3)
+    assert back is not None
+    assert (back.job_id, back.state, back.attempt, back.recoveries, back.started_at,
+            back.due_at, back.history) == ("a", "queued", 1, 0, None, None, ())
+    assert column(local_store, "a", "claim_token", "started_at", "due_at") == (None, None, None)
+    # An earlier hold leaves the later one (and its updated_at) as it was.
+    assert store.rate_limits(T0 + 3) == [
+        RateLimit("lane", "L", None, None, None, None, T0 + 5000, T0 + 2)]
+    # Put back twice: the second finds no claim, and only moves the hold on.
+    assert store.put_back_rate_limited(job.sequence, "t1", "lane", "L", T0 + 6000,
+                                       T0 + 4) is None
+    assert store.rate_limits(T0 + 4) == [
+        RateLimit("lane", "L", None, None, None, None, T0 + 6000, T0 + 4)]
+
+
+@covers("put_back_rate_limited")
+def test_put_back_rate_limited_keeps_the_attempt_and_history_and_obeys_a_cancellation(
+        local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    store.insert(valid_job("a", "q", retry=Retry(3)), T0)
+    job = claimed(local_store, "t1", T0 + 1)
+    assert store.retry_claim(job.sequence, "t1", RAISED, 0, T0 + 2) is not None
+    store.promote_due(T0 + 3, 10)
+    job = claimed(local_store, "t2", T0 + 3)
+    before = store.find("a")
+    assert before is not None and before.attempt == 2 and len(before.history) == 1
+    back = store.put_back_rate_limited(job.sequence, "t2", "queue", "q", T0 + 500, T0 + 4)
+    assert back is not None
+    assert (back.state, back.attempt, back.recoveries, back.history, back.error) == (
+        "queued", 2, 0, before.history, before.error)
+    job = claimed(local_store, "t3", T0 + 600)
+    store.record_cancellation("a", "c", only_if_queued=False)
+    assert store.put_back_rate_limited(job.sequence, "t3", "queue", "q", T0 + 900,
+                                       T0 + 601) is None
+    assert column(local_store, "a", "state", "claim_token", "attempt") == ("running", "t3", 2)
+    assert store.rate_limits(T0 + 601)[0].held_until == T0 + 900  # the hold, written anyway
+
+
 @covers("settled_queues")
 def test_settled_queues_names_each_queue_with_settled_jobs_once(
         local_store: LocalStoreUnderTest) -> None:
@@ -1152,7 +1313,8 @@ def test_storage_usage_counts_each_table_and_sizes_the_database(
     empty = store.storage_usage()
     assert empty.rows == {"tickwork_jobs": 0, "tickwork_redrives": 0, "tickwork_schedules": 0,
                           "tickwork_paused_queues": 0, "tickwork_retention": 0,
-                          "tickwork_limits": 0, "tickwork_queue_history": 0}
+                          "tickwork_limits": 0, "tickwork_rate_limits": 0,
+                          "tickwork_queue_history": 0}
     assert empty.size_bytes is not None and empty.size_bytes > 0
     dead_letter(local_store, "d", "q", T0 + 1)
     store.redrive("d", "r1", T0 + 2)
@@ -1161,10 +1323,12 @@ def test_storage_usage_counts_each_table_and_sizes_the_database(
     store.pause_queue("q", T0)
     store.put_retention(RetentionPolicy("q", None, None), T0)
     store.put_limit(ConcurrencyLimit("lane", "tenant", 2), T0)
+    store.put_rate_limit(RateLimit("lane", "tenant", 2, 1000, 2), T0)
     report = store.storage_usage()
     assert report.rows == {"tickwork_jobs": 3, "tickwork_redrives": 1, "tickwork_schedules": 1,
                            "tickwork_paused_queues": 1, "tickwork_retention": 1,
-                           "tickwork_limits": 1, "tickwork_queue_history": 0}
+                           "tickwork_limits": 1, "tickwork_rate_limits": 1,
+                           "tickwork_queue_history": 0}
     assert report.size_bytes is not None and report.size_bytes >= empty.size_bytes
 
 

@@ -37,6 +37,7 @@ from tickwork.model.errors import IngestConflict, SchemaError
 from tickwork.model.history import HistoryRow
 from tickwork.model.jobs import JobRecord
 from tickwork.model.limits import ConcurrencyLimit
+from tickwork.model.rate_limits import MAX_RATE_PERIOD_MS, MAX_RATE_STARTS, RateLimit
 from tickwork.model.retention import RetentionPolicy
 from tickwork.ports.shared_store import SharedStore
 from tickwork.stores.d1 import store as d1_store
@@ -1066,6 +1067,191 @@ async def test_a_lane_limit_counts_the_jobs_of_the_queue_named_like_the_lane(
     assert await store.running_jobs("lane", "acme", 10) == ["own", "a1"]
 
 
+# ------------------------------------------------------------ rate limits
+
+
+@covers("put_rate_limit", "rate_limits")
+async def test_put_and_list_rate_limits(shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    assert await store.rate_limits(T0) == []
+    assert await store.put_rate_limit(RateLimit("queue", "q", 3, 1000, 3), T0) is True
+    # The same bucket again writes nothing, updated_at included.
+    assert await store.put_rate_limit(RateLimit("queue", "q", 3, 1000, 3), T0 + 1) is False
+    assert await shared_store.rows(
+        "SELECT starts, period_ms, burst, next_start, held_until, updated_at "
+        "FROM tickwork_rate_limits") == [(3, 1000, 3, 0, 0, T0)]
+    assert await store.put_rate_limit(RateLimit("lane", "tenant-b", 10, 60_000, 2),
+                                      T0 + 2) is True
+    assert await store.put_rate_limit(RateLimit("lane", "é", 1, 1, 1), T0 + 3) is True
+    assert await store.put_rate_limit(RateLimit(
+        "queue", "a", MAX_RATE_STARTS, MAX_RATE_PERIOD_MS, MAX_RATE_STARTS), T0 + 4) is True
+    # A queue and a lane of the same name are two rows.
+    assert await store.put_rate_limit(RateLimit("lane", "q", 5, 1000, 5), T0 + 5) is True
+    # Queues first, then lanes, each by key; a full bucket's next start is 0.
+    assert await store.rate_limits(T0 + 10) == [
+        RateLimit("queue", "a", MAX_RATE_STARTS, MAX_RATE_PERIOD_MS, MAX_RATE_STARTS, 0, None,
+                  T0 + 4),
+        RateLimit("queue", "q", 3, 1000, 3, 0, None, T0),
+        RateLimit("lane", "q", 5, 1000, 5, 0, None, T0 + 5),
+        RateLimit("lane", "tenant-b", 10, 60_000, 2, 0, None, T0 + 2),
+        RateLimit("lane", "é", 1, 1, 1, 0, None, T0 + 3)]
+    # Without a test clock, database time stamps it and judges holds.
+    before = int(time.time() * 1000)
+    assert await store.put_rate_limit(RateLimit("queue", "now", 2, 1000, 2), None) is True
+    (updated_at,), = await shared_store.rows(
+        "SELECT updated_at FROM tickwork_rate_limits WHERE key = 'now'")
+    assert before - 5_000 <= updated_at <= int(time.time() * 1000) + 5_000
+    assert [limit.key for limit in await store.rate_limits(None)] == [
+        "a", "now", "q", "q", "tenant-b", "é"]
+
+
+@covers("put_rate_limit", "rate_limits")
+async def test_a_replaced_bucket_keeps_its_next_start_time_in_its_new_units(
+        shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    assert await store.put_rate_limit(RateLimit("queue", "q", 3, 1000, 3), T0) is True
+    # A next start that is not a whole ms: 1/3 ms past T0 + 1000.
+    await shared_store.rows(
+        f"UPDATE tickwork_rate_limits SET next_start = {(T0 + 1000) * 3 + 1}")
+    [limit] = await store.rate_limits(T0)
+    assert limit.next_start_at == T0 + 1001  # rounded up
+    assert await store.put_rate_limit(RateLimit("queue", "q", 7, 2000, 4), T0 + 20) is True
+    # Read as text: the value is above 2^53, which a JavaScript number rounds.
+    assert await shared_store.rows(
+        "SELECT starts, period_ms, burst, CAST(next_start AS TEXT), updated_at "
+        "FROM tickwork_rate_limits") == [(7, 2000, 4, str((T0 + 1001) * 7), T0 + 20)]
+    assert await store.rate_limits(T0 + 20) == [
+        RateLimit("queue", "q", 7, 2000, 4, T0 + 1001, None, T0 + 20)]
+    # The largest values a bucket may hold stay exact (now * starts ~ 1.8e17).
+    assert await store.put_rate_limit(RateLimit("queue", "q", MAX_RATE_STARTS, 2000, 4),
+                                      T0 + 21) is True
+    assert await shared_store.rows(
+        "SELECT CAST(next_start AS TEXT) FROM tickwork_rate_limits") == [
+        (str((T0 + 1001) * MAX_RATE_STARTS),)]
+    assert (await store.rate_limits(T0))[0].next_start_at == T0 + 1001
+
+
+@covers("put_rate_limit", "put_back_rate_limited", "rate_limits")
+async def test_a_key_with_only_a_hold_gets_a_full_bucket_and_keeps_its_hold(
+        shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    # No such claim: nothing put back, the hold is written all the same.
+    assert await store.put_back_rate_limited(999, "nothing", "lane", "held", T0 + 5000,
+                                             T0) is None
+    assert await store.rate_limits(T0 + 1) == [
+        RateLimit("lane", "held", None, None, None, None, T0 + 5000, T0)]
+    assert await store.put_rate_limit(RateLimit("lane", "held", 2, 1000, 2), T0 + 2) is True
+    assert await shared_store.rows("SELECT starts, next_start, held_until, updated_at "
+                                   "FROM tickwork_rate_limits") == [(2, 0, T0 + 5000, T0 + 2)]
+    assert await store.rate_limits(T0 + 3) == [
+        RateLimit("lane", "held", 2, 1000, 2, 0, T0 + 5000, T0 + 2)]
+    # Once the hold has passed, the row is listed for its bucket alone.
+    assert await store.rate_limits(T0 + 5000) == [
+        RateLimit("lane", "held", 2, 1000, 2, 0, None, T0 + 2)]
+
+
+@covers("delete_rate_limit", "rate_limits")
+async def test_delete_rate_limit_says_whether_a_bucket_or_a_hold_in_force_was_there(
+        shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    await store.put_rate_limit(RateLimit("queue", "q", 3, 1000, 3), T0)
+    await store.put_rate_limit(RateLimit("lane", "tenant-b", 3, 1000, 3), T0)
+    assert await store.delete_rate_limit("queue", "tenant-b") is False  # a lane's key
+    assert await store.delete_rate_limit("queue", "q") is True
+    assert await store.delete_rate_limit("queue", "q") is False
+    # Holds alone, judged by the database's clock: one passed (T0 is in the
+    # past), one in force for an hour.
+    hour_ahead = int(time.time() * 1000) + 3_600_000
+    await store.put_back_rate_limited(999, "nothing", "queue", "brief", T0 + 100, T0)
+    await store.put_back_rate_limited(999, "nothing", "queue", "long", hour_ahead, T0)
+    assert [limit.key for limit in await store.rate_limits(T0 + 99)] == [
+        "brief", "long", "tenant-b"]
+    assert [limit.key for limit in await store.rate_limits(None)] == ["long", "tenant-b"]
+    assert await store.delete_rate_limit("queue", "brief") is False  # passed
+    assert await store.delete_rate_limit("queue", "long") is True
+    # Either way the row is gone.
+    assert await shared_store.rows("SELECT kind, key FROM tickwork_rate_limits") == [
+        ("lane", "tenant-b")]
+    assert await store.delete_rate_limit("lane", "tenant-b") is True
+    assert await store.rate_limits(T0) == []
+
+
+@covers("put_rate_limit")
+async def test_the_rate_limits_table_refuses_a_bad_row(
+        shared_store: SharedStoreUnderTest) -> None:
+    insert = ("INSERT INTO tickwork_rate_limits (kind, key, starts, period_ms, burst, "
+              "updated_at) VALUES ('{}', 'k', {}, {}, {}, 1)")
+    for kind, starts, period_ms, burst in (
+            ("tenant", 1, 1, 1), ("queue", 0, 1, 1), ("queue", MAX_RATE_STARTS + 1, 1, 1),
+            ("lane", 1, 0, 1), ("lane", 1, MAX_RATE_PERIOD_MS + 1, 1), ("queue", 1, 1, 0),
+            ("queue", 1, 1, MAX_RATE_STARTS + 1), ("queue", 1, "NULL", 1),
+            ("queue", "NULL", "NULL", 1)):
+        with pytest.raises(Exception, match=r"(?i)constraint"):
+            await shared_store.rows(insert.format(kind, starts, period_ms, burst))
+    await shared_store.rows(insert.format("queue", "NULL", "NULL", "NULL"))  # a hold alone
+    with pytest.raises(Exception, match=r"(?i)constraint"):  # one row per kind and key
+        await shared_store.rows(insert.format("queue", 1, 1, 1))
+
+
+@covers("put_back_rate_limited")
+async def test_put_back_rate_limited_holds_the_key_and_queues_the_job_without_an_attempt(
+        shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    await queued(shared_store, "a", queue="q", lane="L")
+    job = await claimed(shared_store, "t1", T0 + 1)
+    # Another claim's token: nothing put back, the hold written.
+    assert await store.put_back_rate_limited(job.sequence, "stale", "lane", "L", T0 + 5000,
+                                             T0 + 2) is None
+    assert await column(shared_store, "a", "state", "claim_token") == ("running", "t1")
+    assert await store.rate_limits(T0 + 2) == [
+        RateLimit("lane", "L", None, None, None, None, T0 + 5000, T0 + 2)]
+    # The lease has expired by T0 + 1 + LEASE: the claim is not the job's to put back.
+    assert await store.put_back_rate_limited(job.sequence, "t1", "lane", "L", T0 + 4000,
+                                             T0 + 1 + LEASE) is None
+    assert await column(shared_store, "a", "state") == ("running",)
+    back = await store.put_back_rate_limited(job.sequence, "t1", "lane", "L", T0 + 4000,
+                                             T0 + 3)
+    assert back is not None
+    assert (back.job_id, back.state, back.attempt, back.recoveries, back.started_at,
+            back.due_at, back.history) == ("a", "queued", 1, 0, None, None, ())
+    assert await column(shared_store, "a", "claim_token", "started_at", "due_at") == (
+        None, None, None)
+    if shared_store.kind != "postgres":
+        assert await column(shared_store, "a", "lease_expires_at") == (None,)
+    # An earlier hold leaves the later one (and its updated_at) as it was.
+    assert await store.rate_limits(T0 + 3) == [
+        RateLimit("lane", "L", None, None, None, None, T0 + 5000, T0 + 2)]
+    # Put back twice: the second finds no claim, and only moves the hold on.
+    assert await store.put_back_rate_limited(job.sequence, "t1", "lane", "L", T0 + 6000,
+                                             T0 + 4) is None
+    assert await store.rate_limits(T0 + 4) == [
+        RateLimit("lane", "L", None, None, None, None, T0 + 6000, T0 + 4)]
+
+
+@covers("put_back_rate_limited")
+async def test_put_back_rate_limited_keeps_the_attempt_and_history_and_obeys_a_cancellation(
+        shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    await store.insert(valid_job("a", "q", retry=Retry(3)), T0)
+    job = await claimed(shared_store, "t1", T0 + 1)
+    assert await store.retry(job.sequence, "t1", RAISED, 0, T0 + 2) is not None
+    job = await claimed(shared_store, "t2", T0 + 3)  # the claim moves due jobs first
+    before = await store.find("a")
+    assert before is not None and before.attempt == 2 and len(before.history) == 1
+    back = await store.put_back_rate_limited(job.sequence, "t2", "queue", "q", T0 + 500,
+                                             T0 + 4)
+    assert back is not None
+    assert (back.state, back.attempt, back.recoveries, back.history, back.error) == (
+        "queued", 2, 0, before.history, before.error)
+    job = await claimed(shared_store, "t3", T0 + 600)
+    await store.record_cancellation("a", "c", "any")
+    assert await store.put_back_rate_limited(job.sequence, "t3", "queue", "q", T0 + 900,
+                                             T0 + 601) is None
+    assert await column(shared_store, "a", "state", "claim_token", "attempt") == (
+        "running", "t3", 2)
+    assert (await store.rate_limits(T0 + 601))[0].held_until == T0 + 900  # written anyway
+
+
 @covers("settled_queues")
 async def test_settled_queues_names_each_queue_with_settled_jobs_once(
         shared_store: SharedStoreUnderTest) -> None:
@@ -1115,7 +1301,8 @@ async def test_storage_usage_counts_each_table_and_sizes_what_it_can(
     empty = await store.storage_usage()
     assert empty.rows == {"tickwork_jobs": 0, "tickwork_redrives": 0, "tickwork_schedules": 0,
                           "tickwork_paused_queues": 0, "tickwork_retention": 0,
-                          "tickwork_limits": 0, "tickwork_queue_history": 0}
+                          "tickwork_limits": 0, "tickwork_rate_limits": 0,
+                          "tickwork_queue_history": 0}
     await dead_letter(shared_store, "d", "q", T0 + 1)
     await store.redrive("d", "r1", T0 + 2)
     await queued(shared_store, "a", "b")
@@ -1123,10 +1310,12 @@ async def test_storage_usage_counts_each_table_and_sizes_what_it_can(
     await store.pause_queue("q", T0)
     await store.put_retention(RetentionPolicy("q", None, None), T0)
     await store.put_limit(ConcurrencyLimit("lane", "tenant", 2), T0)
+    await store.put_rate_limit(RateLimit("lane", "tenant", 2, 1000, 2), T0)
     report = await store.storage_usage()
     assert report.rows == {"tickwork_jobs": 3, "tickwork_redrives": 1, "tickwork_schedules": 1,
                            "tickwork_paused_queues": 1, "tickwork_retention": 1,
-                           "tickwork_limits": 1, "tickwork_queue_history": 0}
+                           "tickwork_limits": 1, "tickwork_rate_limits": 1,
+                           "tickwork_queue_history": 0}
     if shared_store.kind == "postgres":  # the tickwork tables, indexes included
         assert empty.size_bytes is not None and report.size_bytes is not None
         assert report.size_bytes >= empty.size_bytes > 0

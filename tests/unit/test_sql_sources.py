@@ -22,6 +22,7 @@ from tickwork.stores.owner_schema import (
     LIGHT_CHECKS_SQL,
     LIMITS_SQL,
     PAUSED_QUEUES_SQL,
+    RATE_LIMITS_SQL,
     RETENTION_SQL,
     RETRIES_SQL,
     SCHEDULES_SQL,
@@ -149,12 +150,13 @@ def test_the_owner_local_ddl_is_the_schema_file() -> None:
     assert (folder / "0011_retention.sql").read_text() == RETENTION_SQL
     assert (folder / "0012_history.sql").read_text() == HISTORY_SQL
     assert (folder / "0013_limits.sql").read_text() == LIMITS_SQL
+    assert (folder / "0014_rate_limits.sql").read_text() == RATE_LIMITS_SQL
     assert sorted(path.name for path in folder.iterdir()) == [
         "0001_tickwork_jobs.sql", "0002_due_times.sql", "0003_paused_queues.sql",
         "0004_retries.sql", "0005_schedules.sql", "0006_error_summaries.sql",
         "0007_browse.sql", "0008_light_checks.sql", "0009_batched_entries.sql",
         "0010_batched_queue_order.sql", "0011_retention.sql", "0012_history.sql",
-        "0013_limits.sql"]
+        "0013_limits.sql", "0014_rate_limits.sql"]
     assert list(SCHEMA_STATEMENTS) == split_statements(SCHEMA_SQL)
     assert list(UPGRADES[1]) == split_statements(DUE_TIMES_SQL)
     assert list(UPGRADES[2]) == split_statements(PAUSED_QUEUES_SQL)
@@ -168,6 +170,7 @@ def test_the_owner_local_ddl_is_the_schema_file() -> None:
     assert list(UPGRADES[10]) == split_statements(RETENTION_SQL)
     assert list(UPGRADES[11]) == split_statements(HISTORY_SQL)
     assert list(UPGRADES[12]) == split_statements(LIMITS_SQL)
+    assert list(UPGRADES[13]) == split_statements(RATE_LIMITS_SQL)
 
 
 def _objects(statements: list[str]) -> dict[str, str]:

@@ -18,6 +18,7 @@ from tickwork.model.errors import IngestConflict
 from tickwork.model.history import DEPTH_CAP, MAX_SAMPLED_QUEUES, HistoryRow
 from tickwork.model.jobs import MAX_ID_LENGTH, JobRecord, ValidJob, cargo_differences
 from tickwork.model.limits import ConcurrencyLimit, LimitKind, in_order
+from tickwork.model.rate_limits import RateLimit, rate_in_order
 from tickwork.model.retention import SCOPE_KEY, RetentionPolicy, StorageReport
 from tickwork.model.schedules import StoredSchedule, ValidSchedule
 from tickwork.ports.database import CountingDatabase, Row, SizedDatabase, SyncDatabase
@@ -29,6 +30,7 @@ from tickwork.stores.rows import (
     Columns,
     decode_job,
     limit_row,
+    rate_limit_row,
     retention_row,
     schedule_row,
 )
@@ -102,6 +104,12 @@ _DELETE_RETENTION = _render(sql.DELETE_RETENTION, "queue")
 _LIST_LIMITS = _render(sql.LIST_LIMITS)
 _PUT_LIMIT = _render(sql.PUT_LIMIT, "kind", "key", "max_running", "now")
 _DELETE_LIMIT = _render(sql.DELETE_LIMIT, "kind", "key")
+_LIST_RATE_LIMITS = _render(sql.LIST_RATE_LIMITS, "now")
+_PUT_RATE_LIMIT = _render(sql.PUT_RATE_LIMIT, "kind", "key", "starts", "period_ms", "burst",
+                          "now")
+_DELETE_RATE_LIMIT = _render(sql.DELETE_RATE_LIMIT, "kind", "key", "now")
+_HOLD_RATE_LIMITED = _render(sql.HOLD_RATE_LIMITED, "kind", "key", "until", "now")
+_PUT_BACK_RATE_LIMITED = _render(sql.PUT_BACK_RATE_LIMITED, "sequence", "token")
 _RUNNING_IN = {"queue": _render(sql.RUNNING_IN_QUEUE, "key", "limit"),
                "lane": _render(sql.RUNNING_IN_LANE_LOCAL, "key", "limit")}
 _SETTLED_QUEUES = _render(sql.SETTLED_QUEUES)
@@ -659,6 +667,42 @@ class OwnerLocalStore:
         """The ids of up to ``limit`` running jobs of the queue or lane
         ``key``, oldest start first."""
         return [str(row[0]) for row in self.database.query(_RUNNING_IN[kind].text, (key, limit))]
+
+    # ---------------------------------------------------------- rate limits
+
+    def rate_limits(self, now: int) -> list[RateLimit]:
+        """Every key with a bucket or a hold in force at ``now``: queues
+        first, then lanes, each by key, with the bucket's next start (ms,
+        rounded up) and the hold (None when none is in force)."""
+        return rate_in_order(rate_limit_row(row) for row in
+                             self.database.query(_LIST_RATE_LIMITS.text, (now,)))
+
+    def put_rate_limit(self, limit: RateLimit, now: int) -> bool:
+        """Store the bucket of ``limit`` on its kind and key, keeping the
+        key's hold (a new bucket starts full, a changed one keeps the time
+        of its next allowed start); False, nothing written, when the same
+        three are stored already. The next claim obeys it."""
+        return bool(self.database.mutate(_PUT_RATE_LIMIT.text, (
+            limit.kind, limit.key, limit.starts, limit.period_ms, limit.burst, now)))
+
+    def delete_rate_limit(self, kind: LimitKind, key: str, now: int) -> bool:
+        """Remove the bucket and the hold of ``kind`` on ``key``; whether
+        either was there (a hold that has passed by ``now`` does not count)."""
+        rows = self.database.mutate(_DELETE_RATE_LIMIT.text, (kind, key, now))
+        return bool(rows and rows[0][0])
+
+    def put_back_rate_limited(self, sequence: int, token: str, kind: LimitKind, key: str,
+                              until: int, now: int) -> JobRecord | None:
+        """Hold ``kind`` on ``key`` until ``until`` (a later hold stays) and
+        put the claim's job back to queued without using an attempt, in one
+        transaction. The put-back is fenced like ``retry_claim``; the hold
+        is written either way. The job as put back, or None."""
+
+        def hold_and_put_back() -> JobRecord | None:
+            self.database.mutate(_HOLD_RATE_LIMITED.text, (kind, key, until, now))
+            return self._write_one(_PUT_BACK_RATE_LIMITED, (sequence, token))
+
+        return self.database.atomic(hold_and_put_back)
 
     def settled_queues(self) -> list[str]:
         """Every queue with filed settled jobs, by name."""

@@ -12,8 +12,8 @@ version lives in ``tickwork_meta`` and every runtime construction runs
 ``LIGHT_CHECKS_SQL`` ``0008_light_checks.sql``, ``BATCHED_ENTRIES_SQL``
 ``0009_batched_entries.sql``, ``BATCHED_QUEUE_ORDER_SQL``
 ``0010_batched_queue_order.sql``, ``RETENTION_SQL`` ``0011_retention.sql``,
-``HISTORY_SQL`` ``0012_history.sql`` and ``LIMITS_SQL`` ``0013_limits.sql``,
-character for character (the tests pin them
+``HISTORY_SQL`` ``0012_history.sql``, ``LIMITS_SQL`` ``0013_limits.sql`` and
+``RATE_LIMITS_SQL`` ``0014_rate_limits.sql``, character for character (the tests pin them
 equal): the package cannot read those files inside a Worker, so the text
 lives here too, and the files are where people read it beside the D1 and
 PostgreSQL schemas. A database written by an older tickwork is
@@ -26,7 +26,7 @@ from tickwork.model.errors import SchemaError
 from tickwork.ports.database import SyncDatabase
 from tickwork.schemas import split_statements
 
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 
 #: schema/owner_local/0001_tickwork_jobs.sql
 SCHEMA_SQL = """-- tickwork owner-local job table: one owner's jobs in its own SQLite database
@@ -572,6 +572,56 @@ CREATE TABLE tickwork_limits (
 -- workers, has one (its 0013).
 """
 
+#: schema/owner_local/0014_rate_limits.sql (pinned equal like SCHEMA_SQL)
+RATE_LIMITS_SQL = """-- tickwork owner-local: rate limits per queue and per lane. Applied by the
+-- runtime itself on first open, like 0002. No job row changes.
+--
+-- One row per queue or lane with a rate limit (a token bucket: starts per
+-- period_ms, burst at once) or a hold (an executor's RateLimited: no job of
+-- the key starts before held_until), or both. The bucket is stored as GCRA
+-- (tickwork.model.rate_limits): next_start, the earliest next start in
+-- units of 1/starts ms, so every step is exact integer arithmetic. A claim
+-- reads the rows of its candidate's queue and lane inside its own
+-- statement (by primary key), and the trigger below spends the start in
+-- that same statement: one writer, one statement, so two claims can never
+-- both take a bucket's last start.
+CREATE TABLE tickwork_rate_limits (
+    kind TEXT NOT NULL CHECK (kind IN ('queue', 'lane')),
+    key TEXT NOT NULL,
+    -- The bucket: all three NULL for a key that only has a hold.
+    starts INTEGER CHECK (starts BETWEEN 1 AND 100000),
+    period_ms INTEGER CHECK (period_ms BETWEEN 1 AND 2678400000),
+    burst INTEGER CHECK (burst BETWEEN 1 AND 100000),
+    -- GCRA: the earliest next start, in units of 1/starts ms (0: full).
+    next_start INTEGER NOT NULL DEFAULT 0,
+    -- An executor's RateLimited: no start before this (epoch ms; 0: none).
+    held_until INTEGER NOT NULL DEFAULT 0,
+    updated_at INTEGER NOT NULL,
+    PRIMARY KEY (kind, key),
+    CHECK ((starts IS NULL) = (period_ms IS NULL) AND (starts IS NULL) = (burst IS NULL))
+);
+
+-- Every claim spends one start of its job's queue's bucket and of its
+-- lane's, where each has one: a claim is the only statement that sets
+-- started_at to a time (the put-backs clear it), and a settlement does not
+-- name the column, so no other statement runs this trigger. started_at is
+-- the claim's now; CAST because a Durable Object binds every number as a
+-- REAL, and now * starts (about 4e17) needs an exact integer. Two
+-- primary-key probes of a table that is empty unless rate limits are set.
+CREATE TRIGGER tickwork_rate_limits_spend
+AFTER UPDATE OF started_at ON tickwork_jobs
+FOR EACH ROW
+WHEN NEW.started_at IS NOT NULL
+BEGIN
+    UPDATE tickwork_rate_limits
+    SET next_start = max(next_start,
+                         CAST(NEW.started_at AS INTEGER) * starts - (burst - 1) * period_ms)
+                     + period_ms
+    WHERE ((kind = 'queue' AND key = NEW.queue) OR (kind = 'lane' AND key = NEW.lane))
+      AND starts IS NOT NULL;
+END;
+"""
+
 #: The statements of SCHEMA_SQL; the first creates tickwork_meta.
 SCHEMA_STATEMENTS = tuple(split_statements(SCHEMA_SQL))
 
@@ -590,6 +640,7 @@ UPGRADES: tuple[tuple[str, ...], ...] = (
     tuple(split_statements(RETENTION_SQL)),
     tuple(split_statements(HISTORY_SQL)),
     tuple(split_statements(LIMITS_SQL)),
+    tuple(split_statements(RATE_LIMITS_SQL)),
 )
 assert len(UPGRADES) == SCHEMA_VERSION
 

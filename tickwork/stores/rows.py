@@ -28,6 +28,7 @@ from tickwork.model.jobs import (
     retry_from_json,
 )
 from tickwork.model.limits import ConcurrencyLimit, check_limit_kind
+from tickwork.model.rate_limits import RateLimit
 from tickwork.model.retention import SCOPE_KEY, RetentionPolicy
 from tickwork.model.schedules import StoredSchedule
 
@@ -166,3 +167,16 @@ def retention_row(row: Sequence[Any]) -> RetentionPolicy:
 def limit_row(row: Sequence[Any]) -> ConcurrencyLimit:
     """A limit row (kind, key, max_running, updated_at), as stored on every store."""
     return ConcurrencyLimit(check_limit_kind(row[0]), str(row[1]), int(row[2]), int(row[3]))
+
+
+def rate_limit_row(row: Sequence[Any]) -> RateLimit:
+    """A rate row (kind, key, starts, period_ms, burst, next_start_at,
+    held_until, updated_at), as every store lists it: the bucket's three
+    and its next start None for a key that only has a hold."""
+    def optional(value: Any) -> int | None:
+        return None if value is None else int(value)
+
+    starts = optional(row[2])
+    return RateLimit(check_limit_kind(row[0]), str(row[1]), starts, optional(row[3]),
+                     optional(row[4]), None if starts is None else int(row[5]),
+                     optional(row[6]), int(row[7]))

@@ -21,6 +21,7 @@ from tickwork.model.jobs import (
     stored_cargo,
 )
 from tickwork.model.limits import ConcurrencyLimit, LimitKind, in_order
+from tickwork.model.rate_limits import RateLimit, rate_in_order
 from tickwork.model.retention import SCOPE_KEY, RetentionPolicy, StorageReport
 from tickwork.model.schedules import StoredSchedule, ValidSchedule
 from tickwork.ports.shared_store import CancelWrite, RenewAnswer
@@ -32,6 +33,7 @@ from tickwork.stores.rows import (
     SEQUENCE,
     Columns,
     limit_row,
+    rate_limit_row,
     retention_row,
     schedule_row,
 )
@@ -131,6 +133,12 @@ SETTLED_QUEUES = _render(sql.SETTLED_QUEUES)
 LIST_LIMITS = _render(sql.LIST_LIMITS)
 PUT_LIMIT = _render(sql.PUT_LIMIT, "kind", "key", "max_running", "now")
 DELETE_LIMIT = _render(sql.DELETE_LIMIT, "kind", "key")
+LIST_RATE_LIMITS = _render(sql.LIST_RATE_LIMITS, "now")
+PUT_RATE_LIMIT = _render(sql.PUT_RATE_LIMIT, "kind", "key", "starts", "period_ms", "burst",
+                         "now")
+DELETE_RATE_LIMIT = _render(sql.DELETE_RATE_LIMIT, "kind", "key", "now")
+HOLD_RATE_LIMITED = _render(sql.HOLD_RATE_LIMITED, "kind", "key", "until", "now")
+PUT_BACK_RATE_LIMITED = _render(sql.PUT_BACK_RATE_LIMITED, "sequence", "token", "now")
 RUNNING_IN = {"queue": _render(sql.RUNNING_IN_QUEUE, "key", "limit"),
               "lane": _render(sql.RUNNING_IN_LANE, "key", "limit")}
 PRUNABLE = _render(sql.PRUNABLE, "queue", "completed_before", "failed_before", "limit")
@@ -500,6 +508,33 @@ class D1Store:
 
     async def running_jobs(self, kind: LimitKind, key: str, limit: int) -> list[str]:
         return [str(row[0]) for row in await self.d1.query(RUNNING_IN[kind].text, (key, limit))]
+
+    # ---------------------------------------------------------- rate limits
+
+    async def rate_limits(self, now: int | None) -> list[RateLimit]:
+        return rate_in_order(rate_limit_row(row) for row in
+                             await self.d1.query(LIST_RATE_LIMITS.text, (now,)))
+
+    async def put_rate_limit(self, limit: RateLimit, now: int | None) -> bool:
+        return bool(await self.d1.query(PUT_RATE_LIMIT.text, (
+            limit.kind, limit.key, limit.starts, limit.period_ms, limit.burst, now)))
+
+    async def delete_rate_limit(self, kind: LimitKind, key: str) -> bool:
+        # Whether a hold is still in force is judged by database time.
+        rows = await self.d1.query(DELETE_RATE_LIMIT.text, (kind, key, None))
+        return bool(rows and rows[0][0])
+
+    async def put_back_rate_limited(
+        self, sequence: int, token: str, kind: LimitKind, key: str, until: int,
+        now: int | None,
+    ) -> JobRecord | None:
+        # One batch (one round trip, one transaction): the hold, written
+        # whatever the put-back finds, then the fenced put-back.
+        _, put_back = await self.d1.batch(
+            [(HOLD_RATE_LIMITED.text, (kind, key, until, now)),
+             (PUT_BACK_RATE_LIMITED.text, (sequence, token, now))],
+            [None, _names(PUT_BACK_RATE_LIMITED)])
+        return JOB.job(put_back[0]) if put_back else None
 
     async def settled_queues(self) -> list[str]:
         return [str(row[0]) for row in await self.d1.query(SETTLED_QUEUES.text, ())]

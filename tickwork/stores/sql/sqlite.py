@@ -1414,6 +1414,90 @@ ORDER BY started_at, sequence
 LIMIT :limit
 """, ("key", "limit"), Columns("job_id"), _local)
 
+# ------------------------------------------------------------ rate limits
+#
+# Rate limits (schema: owner-local 0014, D1 0014): a row per queue or lane
+# with a bucket (starts per period_ms, burst), a hold, or both. The claims
+# read them (see CLAIM) and the schema's trigger spends them; these
+# statements list, store and delete them, and put back a rate-limited
+# claim. Every product with now is CAST: a Durable Object binds numbers as
+# REALs, and now * starts (about 4e17) needs an exact integer.
+
+#: A rate row, as LIST_RATE_LIMITS returns it: the bucket's next start in
+#: ms (rounded up), never the raw next_start (above 2^53, which D1 returns
+#: through a JavaScript number).
+RATE_LIMIT_COLUMNS = Columns("kind", "key", "starts", "period_ms", "burst", "next_start_at",
+                             "held_until", "updated_at")
+
+# Every row with a bucket, or with a hold in force at now (a hold that has
+# passed is as good as none), by primary key (a handful of rows; the store
+# puts them in the order every surface lists them). held_until NULL when
+# no hold is in force.
+LIST_RATE_LIMITS = Template("list_rate_limits", """
+SELECT kind, key, starts, period_ms, burst,
+       (next_start + starts - 1) / starts AS next_start_at,
+       CASE WHEN held_until > {now} THEN held_until END AS held_until,
+       updated_at
+FROM tickwork_rate_limits
+WHERE starts IS NOT NULL OR held_until > {now}
+""", ("now",), RATE_LIMIT_COLUMNS)
+
+# Store a bucket, keeping the key's hold: a new row's bucket starts full
+# (next_start 0); a changed bucket keeps the time of its next allowed start
+# (ms, rounded up) in the new units; a row that only had a hold gets a
+# full bucket. A row when anything changed, none when the same three were
+# stored already (then nothing is written, updated_at included). The
+# CHECKs refuse a bad kind or value.
+PUT_RATE_LIMIT = Template("put_rate_limit", """
+INSERT INTO tickwork_rate_limits (kind, key, starts, period_ms, burst, next_start, held_until,
+                                  updated_at)
+VALUES (:kind, :key, :starts, :period_ms, :burst, 0, 0, {now})
+ON CONFLICT (kind, key) DO UPDATE SET
+    starts = excluded.starts, period_ms = excluded.period_ms, burst = excluded.burst,
+    next_start = CASE WHEN starts IS NULL THEN 0
+                      ELSE (next_start + starts - 1) / starts * excluded.starts END,
+    updated_at = excluded.updated_at
+WHERE starts IS NOT excluded.starts OR period_ms IS NOT excluded.period_ms
+   OR burst IS NOT excluded.burst
+RETURNING kind
+""", ("kind", "key", "starts", "period_ms", "burst", "now"), Columns("kind"))
+
+# Remove a key's bucket and hold: a row when there was one, saying whether
+# it held anything (a bucket, or a hold still in force at now). Not
+# "starts IS NOT NULL": in a DELETE's RETURNING by primary key, SQLite
+# 3.40 takes a NULL column for not NULL (measured: IS NOT NULL true, IS
+# NULL false); coalesce reads its value.
+DELETE_RATE_LIMIT = Template("delete_rate_limit", """
+DELETE FROM tickwork_rate_limits WHERE kind = :kind AND key = :key
+RETURNING coalesce(starts, 0) > 0 OR held_until > {now} AS in_force
+""", ("kind", "key", "now"), Columns("in_force"))
+
+# An executor's RateLimited, step 1: hold the key until :until (a later
+# hold already there stays; a new row has no bucket). updated_at moves only
+# when the hold does.
+HOLD_RATE_LIMITED = Template("hold_rate_limited", """
+INSERT INTO tickwork_rate_limits (kind, key, held_until, updated_at)
+VALUES (:kind, :key, CAST(:until AS INTEGER), {now})
+ON CONFLICT (kind, key) DO UPDATE SET
+    held_until = excluded.held_until, updated_at = excluded.updated_at
+WHERE held_until < excluded.held_until
+""", ("kind", "key", "until", "now"))
+
+# Step 2, in the same transaction (owner-local) or batch (D1): the claim's
+# job goes back to queued, due at once (a claimed job has no due time), as
+# RELEASE_CLAIM puts a claim back: no attempt used, its history and
+# recoveries unchanged, and the start it took not refunded (the executor
+# did start). Fenced like RETRY_CLAIM: the token, running, on D1 a live
+# lease, and no cancellation recorded (the lifecycle then settles it
+# cancelled). Returns the job as put back.
+PUT_BACK_RATE_LIMITED = Template("put_back_rate_limited", f"""
+UPDATE tickwork_jobs
+SET state = 'queued', started_at = NULL, claim_token = NULL{{clear_lease}}
+WHERE sequence = :sequence AND state = 'running' AND claim_token = :token {{lease_live}}
+  AND cancellation_id IS NULL
+RETURNING {JOB_SELECT}
+""", ("sequence", "token", "now"), JOB_ROWS)
+
 # Every queue with settled history, in name order: one seek of
 # tickwork_jobs_queue_settled per queue (each step asks for the first queue
 # name after the last one), O(queues x log n) however many jobs each holds.
@@ -1470,7 +1554,7 @@ RETURNING job_id
 #: The tables a storage report counts, in its order.
 STORAGE_TABLES = ("tickwork_jobs", "tickwork_redrives", "tickwork_schedules",
                   "tickwork_paused_queues", "tickwork_retention", "tickwork_limits",
-                  "tickwork_queue_history")
+                  "tickwork_rate_limits", "tickwork_queue_history")
 
 # Each tickwork table's row count, in one statement: every row of each
 # table is read (SQLite counts through its smallest index), so O(rows); the
