@@ -26,7 +26,8 @@ def test_the_migration_creates_exactly_what_table_ddl_describes(dialect: str,
                      "0008_error_summaries.sql", "0009_browse.sql",
                      *(["0010_queue_claims.sql", "0011_generic_claim_plans.sql",
                         "0012_claim_passes.sql", "0013_job_id_prefix.sql",
-                        "0014_retention.sql", "0015_history.sql", "0016_limits.sql"]
+                        "0014_retention.sql", "0015_history.sql", "0016_limits.sql",
+                        "0017_rate_limits.sql"]
                        if folder == "postgres"
                        else ["0010_retention.sql", "0011_history.sql",
                              "0012_owner_directory.sql", "0013_limits.sql",
@@ -64,8 +65,9 @@ async def test_a_migrated_database_is_at_its_dialects_schema_version(
     # generic plans), 0012 (its claim's passes) and 0013 (job ids in byte
     # order) have no D1 counterpart; D1's 0012 (the owners) none in PostgreSQL.
     # History over time is D1's 0011 and PostgreSQL's 0015, concurrency
-    # limits D1's 0013 and PostgreSQL's 0016; rate limits are D1's 0014.
-    assert rows == ([("16",)] if locks.kind == "postgres" else [("14",)])
+    # limits D1's 0013 and PostgreSQL's 0016, rate limits D1's 0014 and
+    # PostgreSQL's 0017.
+    assert rows == ([("17",)] if locks.kind == "postgres" else [("14",)])
     for table in ("tickwork_job_locks", "tickwork_job_locks_slots"):
         assert await locks.table_exists(table)
     if locks.kind == "postgres":

@@ -20,6 +20,7 @@ from tickwork.lifecycle.requests import ClaimView, JobListing, Suspect
 from tickwork.model.history import COUNTS, DEPTH_CAP, MAX_SAMPLED_QUEUES, HistoryRow
 from tickwork.model.jobs import MAX_ID_LENGTH, JobRecord, ValidJob, replay_flags
 from tickwork.model.limits import ConcurrencyLimit, LimitKind, check_limit_kind, in_order
+from tickwork.model.rate_limits import RateLimit, rate_in_order
 from tickwork.model.retention import SCOPE_KEY, RetentionPolicy, StorageReport
 from tickwork.model.schedules import StoredSchedule, ValidSchedule
 from tickwork.ports.shared_store import CancelWrite, RenewAnswer
@@ -554,6 +555,34 @@ class PostgresStore:
         return [str(row[0]) for row in
                 await self._rows(statement, {"key": key, "limit": limit})]
 
+    # ---------------------------------------------------------- rate limits
+
+    async def rate_limits(self, now: int | None) -> list[RateLimit]:
+        return rate_in_order(
+            RateLimit(check_limit_kind(kind), str(key), _int_or_none(starts),
+                      _int_or_none(period_ms), _int_or_none(burst),
+                      next_start_at=_int_or_none(next_start_at),
+                      held_until=_int_or_none(held_until), updated_at=int(updated_at))
+            for kind, key, starts, period_ms, burst, next_start_at, held_until, updated_at
+            in await self._rows(sql.LIST_RATE_LIMITS, {"now": now}))
+
+    async def put_rate_limit(self, limit: RateLimit, now: int | None) -> bool:
+        return bool(await self._rows(sql.PUT_RATE_LIMIT, {
+            "kind": limit.kind, "key": limit.key, "starts": limit.starts,
+            "period_ms": limit.period_ms, "burst": limit.burst, "now": now}))
+
+    async def delete_rate_limit(self, kind: LimitKind, key: str) -> bool:
+        rows = await self._rows(sql.DELETE_RATE_LIMIT, {"kind": kind, "key": key})
+        return bool(rows and rows[0][0])
+
+    async def put_back_rate_limited(
+        self, sequence: int, token: str, kind: LimitKind, key: str, until: int,
+        now: int | None,
+    ) -> JobRecord | None:
+        return await self._one_job(sql.PUT_BACK_RATE_LIMITED, {
+            "sequence": sequence, "token": token, "kind": kind, "key": key,
+            "until": until, "now": now})
+
     async def settled_queues(self) -> list[str]:
         return [str(row[0]) for row in await self._rows(sql.SETTLED_QUEUES, {})]
 
@@ -593,6 +622,10 @@ def _calls(
     for key in dict.fromkeys((request.lease_ms, request.now) for _, request in claims):
         calls.append(([], [item for item in claims if (item[1].lease_ms, item[1].now) == key]))
     return calls
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)
+
 
 def job_params(job: ValidJob, now: int | None) -> dict[str, Any]:
     return {"job_id": job.job_id, "queue": job.queue, "lane": job.lane,

@@ -847,3 +847,77 @@ SELECT job_id FROM (
 ORDER BY started_at, sequence
 LIMIT %(limit)s
 """
+
+# ------------------------------------------------------------- rate limits
+#
+# tickwork_rate_limits (0017): a queue's or a lane's bucket (starts per
+# period_ms, burst) and its hold (held_until), on one row by (kind, key);
+# the GCRA rule of tickwork.model.rate_limits, in bigint. The claim
+# functions check and spend the buckets (schema/postgres/0017_rate_limits.sql
+# says how, under which locks); these statements store, list and remove
+# them, and put back a rate-limited claim. Each is one primary-key probe
+# (the listing reads the whole table, one row per key with a limit).
+
+# Every key with a bucket, or with a hold in force at now: the bucket's next
+# start in ms rounded up (next_start is in 1/starts ms), the hold or NULL.
+# The store puts them in tickwork.model.rate_limits order.
+LIST_RATE_LIMITS = f"""
+SELECT kind, key, starts, period_ms, burst,
+       CASE WHEN starts IS NOT NULL THEN (next_start + starts - 1) / starts END,
+       CASE WHEN held_until > {NOW} THEN held_until END,
+       updated_at
+FROM tickwork_rate_limits
+WHERE starts IS NOT NULL OR held_until > {NOW}
+"""
+
+# Store a bucket, keeping the key's hold: a row back when it was written,
+# none when the same starts, period_ms and burst were stored already. A new
+# bucket (or one where the row only had a hold) starts full; a replaced one
+# keeps the time of its next allowed start, in ms rounded up, times the new
+# starts. It first takes the limits' lock (1954048883, 0) exclusively, as
+# PUT_LIMIT does: every claim holds it shared until it commits, so a claim
+# checks and spends one version of the bucket, and one that read "no bucket
+# on this lane" (and so took no lane lock) has committed before the bucket
+# is stored.
+PUT_RATE_LIMIT = f"""
+INSERT INTO tickwork_rate_limits AS stored
+    (kind, key, starts, period_ms, burst, next_start, held_until, updated_at)
+SELECT %(kind)s, %(key)s, %(starts)s, %(period_ms)s, %(burst)s, 0, 0, {NOW}
+FROM (SELECT pg_advisory_xact_lock(1954048883, 0)) AS claims_settled
+ON CONFLICT (kind, key) DO UPDATE SET
+    starts = excluded.starts, period_ms = excluded.period_ms, burst = excluded.burst,
+    next_start = CASE WHEN stored.starts IS NULL THEN 0
+                      ELSE (stored.next_start + stored.starts - 1) / stored.starts
+                           * excluded.starts END,
+    updated_at = excluded.updated_at
+WHERE (stored.starts, stored.period_ms, stored.burst)
+      IS DISTINCT FROM (excluded.starts, excluded.period_ms, excluded.burst)
+RETURNING key
+"""
+
+# Remove a key's bucket and hold: true when it had a bucket or a hold in
+# force by database time, false for an expired hold, no row when none.
+DELETE_RATE_LIMIT = """
+DELETE FROM tickwork_rate_limits
+WHERE kind = %(kind)s AND key = %(key)s
+RETURNING starts IS NOT NULL OR held_until > tickwork_now_ms()
+"""
+
+# An executor's RateLimited, in one statement: the hold (a later one stored
+# stays; a new row has no bucket, updated_at its time) is written whatever
+# becomes of the claim (PostgreSQL runs a data-modifying WITH whether or not
+# it is read), and the claim goes back to queued, due at once, attempt,
+# history and recoveries unchanged; fenced like RETRY_CLAIM (token, running,
+# live lease, no cancellation). The job as put back, or no row.
+PUT_BACK_RATE_LIMITED = f"""
+WITH hold AS (
+    INSERT INTO tickwork_rate_limits AS stored (kind, key, held_until, updated_at)
+    VALUES (%(kind)s, %(key)s, %(until)s, {NOW})
+    ON CONFLICT (kind, key) DO UPDATE SET
+        held_until = greatest(stored.held_until, excluded.held_until))
+UPDATE tickwork_jobs
+SET state = 'queued', started_at = NULL, lease_expires_at = NULL, claim_token = NULL
+WHERE sequence = %(sequence)s AND state = 'running' AND claim_token = %(token)s
+  AND lease_expires_at > {NOW} AND cancellation_id IS NULL
+RETURNING {JOB_SELECT}
+"""
