@@ -1072,6 +1072,45 @@ async def test_a_lane_limit_counts_the_jobs_of_the_queue_named_like_the_lane(
 # ------------------------------------------------------------ rate limits
 
 
+@covers("has_pending_work", "next_work")
+async def test_a_rate_held_job_is_no_work_until_its_key_is_released(
+        shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    await queued(shared_store, "a", queue="q", lane="L")
+    await queued(shared_store, "b", queue="r", lane="M")
+    # Queue q held until T0 + 500; lane M's bucket (1 per s) next allows a
+    # start at T0 + 300 (as a claim at T0 - 700 leaves it).
+    await store.put_back_rate_limited(0, "none", "queue", "q", T0 + 500, T0)
+    await store.put_rate_limit(RateLimit("lane", "M", 1, 1000, 1), T0)
+    await shared_store.rows(
+        f"UPDATE tickwork_rate_limits SET next_start = {T0 + 300} WHERE key = 'M'")
+    assert await store.has_pending_work(T0) is False
+    pending, next_due, now, next_slot = await store.next_work(T0)
+    assert (bool(pending), next_due, now, next_slot) == (False, T0 + 300, T0, None)
+    assert await store.has_pending_work(T0 + 299) is False
+    assert await store.has_pending_work(T0 + 300) is True  # b may start
+    # Only keys that hold back a job a claim could take wake anyone: not a
+    # paused queue's, nor one whose jobs wait for their time or are cancelled.
+    await store.pause_queue("r", T0)
+    pending, next_due, _, _ = await store.next_work(T0)
+    assert (bool(pending), next_due) == (False, T0 + 500)
+    await store.pause_queue("q", T0)
+    assert (await store.next_work(T0))[1] is None
+    await store.resume_queue("q")
+    await store.resume_queue("r")
+    await store.insert(valid_job("later", "s", delay_ms=60_000), T0)
+    await store.insert(valid_job("cancelled", "c"), T0)
+    await store.record_cancellation("cancelled", "c-1", "only_if_queued")
+    await store.put_back_rate_limited(0, "none", "queue", "s", T0 + 100, T0)
+    await store.put_back_rate_limited(0, "none", "queue", "c", T0 + 100, T0)
+    pending, next_due, _, _ = await store.next_work(T0)
+    # The cancelled job is work (a tick settles it), the delayed one's time
+    # is the next due time; the holds on s and c wake nothing.
+    assert (bool(pending), next_due) == (True, T0 + 300)
+    await store.settle_next_cancelled(T0)
+    assert tuple((await store.next_work(T0))[:2]) == (0, T0 + 300)
+
+
 @covers("put_rate_limit", "rate_limits")
 async def test_put_and_list_rate_limits(shared_store: SharedStoreUnderTest) -> None:
     store = shared_store.store

@@ -301,6 +301,10 @@ class _LocalRuntime(RuntimeOperations, SyncSurface):
         # Likewise the next slot of a running schedule: a tick creates slot
         # jobs only once it has passed (re-read after every schedule change).
         self._next_slot: int | None = self._store.next_slot()
+        # When a rate limit next lets a job it holds start (tickwork_rate_limits),
+        # as read by the last tick that found nothing to claim: what a parked
+        # slot waits for (SlotPool.due_in_ms), besides due times and slots.
+        self._next_release: int | None = None
         self._pruning = PruneSchedule()
         # What happened per queue and minute, counted as each transition is
         # reported and written a few rows at a time (tickwork.runtimes.history).
@@ -702,8 +706,10 @@ class _LocalRuntime(RuntimeOperations, SyncSurface):
             # Nothing to do: re-read the earliest due time, so that a job no
             # write of this runtime told it about (another runtime on the
             # same database, which the owner-local contract rules out) waits
-            # at most one more tick.
+            # at most one more tick. And when a rate limit next lets a job
+            # it holds start: a slot that parks now wakes then.
             self._next_due = self._store.next_due()
+            self._next_release = self._store.next_rate_release(now)
         suspect = None
         if sequence is not None:
             found = self._store.find_claim(sequence)
@@ -1346,10 +1352,18 @@ class SlotPool:
 
     def due_in_ms(self) -> float | None:
         runtime = self._runtime
-        known = [at for at in (runtime._next_due, runtime._next_slot) if at is not None]
+        now = runtime._clock()
+        release = runtime._next_release
+        if release is not None and release <= now:
+            # Passed: the slot looks now, once; the tick that finds nothing
+            # reads the next one (a slot that parks for another reason, a
+            # liveness probe's unknown, must not wake again and again for it).
+            runtime._next_release = None
+        known = [at for at in (runtime._next_due, runtime._next_slot, release)
+                 if at is not None]
         if not known:
             return None
-        return max(0, min(known) - runtime._clock())
+        return max(0, min(known) - now)
 
     def listen(self, arrived: Callable[[], None]) -> Callable[[], None]:
         listeners = self._runtime._arrival_listeners

@@ -172,6 +172,31 @@ def settled_page(index: str, where: str, order: str, limit: str) -> str:
                        f"{UNFILED} AND {where}", order, limit)
 
 
+#: A job a claim could take, but for limits: queued, due, not cancelled, in
+#: a queue that is not paused.
+_RATE_READY = ("state = 'queued' AND due_at IS NULL AND cancellation_id IS NULL"
+               " AND queue NOT IN (SELECT queue FROM tickwork_paused_queues)")
+#: Whether the queue or lane of the rate row ``rate`` has such a job, per
+#: store: the walk of the key's entries in an index of its unsettled jobs
+#: up to its first ready one (D1: the queue's waiting index, or the lane's
+#: pending one); owner-local (0009, 0010) also reads its unlisted rows.
+RATE_KEY_READY_D1 = f"""CASE rate.kind
+        WHEN 'queue' THEN EXISTS (
+            SELECT 1 FROM tickwork_jobs INDEXED BY tickwork_jobs_queue_waiting
+            WHERE queue = rate.key AND {_RATE_READY})
+        ELSE EXISTS (
+            SELECT 1 FROM tickwork_jobs INDEXED BY tickwork_jobs_lane_pending
+            WHERE lane = rate.key AND {PENDING_STATES} AND {_RATE_READY}) END"""
+RATE_KEY_READY_LOCAL = f"""CASE rate.kind
+        WHEN 'queue' THEN EXISTS (
+            SELECT 1 FROM {QUEUE_ORDER} AND queue = rate.key AND {_RATE_READY})
+        ELSE EXISTS (
+            SELECT 1 FROM tickwork_jobs INDEXED BY tickwork_jobs_lane_pending
+            WHERE lane = rate.key AND {PENDING_LISTED} AND {_RATE_READY}) END
+        OR EXISTS (SELECT 1 FROM {UNLISTED} AND {_RATE_READY}
+                   AND CASE rate.kind WHEN 'queue' THEN queue ELSE lane END = rate.key)"""
+
+
 def _fragments(target: Target) -> dict[str, str]:
     now = target.now
     if not target.leases:
@@ -183,12 +208,14 @@ def _fragments(target: Target) -> dict[str, str]:
                 "suspect": "state = 'running' {exclude}", "dead_outcome": DEAD_OUTCOME_CHAIN,
                 "pending": PENDING_LISTED, "file": ", filed = 1", "unfile": ", filed = 0",
                 "filed": FILED,
-                "lane_running": LANE_RUNNING_LOCAL.format(lane="candidate.lane")}
+                "lane_running": LANE_RUNNING_LOCAL.format(lane="candidate.lane"),
+                "rate_key_ready": RATE_KEY_READY_LOCAL}
     return {
         "now": now,
         "dead_outcome": DEAD_OUTCOME_LIST,
         "pending": PENDING_STATES, "file": "", "unfile": "", "filed": "",
         "lane_running": LANE_RUNNING_D1.format(lane="candidate.lane"),
+        "rate_key_ready": RATE_KEY_READY_D1,
         # A claim's lease ends :lease_ms after it is taken.
         "set_lease": f", lease_expires_at = {now} + :lease_ms",
         "lease_live": f"AND lease_expires_at > {now}",
@@ -487,6 +514,49 @@ BACKLOG_LOCAL = Template("backlog", _BACKLOG_COUNTS.format(ready_since=READY_SIN
     SELECT {_BACKLOG_ROW} FROM {UNLISTED}
       AND (state = 'queued' OR state = 'running')"""), (), _BACKLOG_COLUMNS, _local)
 
+# ------------------------------------------------------ rate limits, read
+#
+# A queue or lane is rate-held at now while its row in tickwork_rate_limits
+# (owner-local and D1 0014) has a hold in force (held_until > now) or a
+# bucket with no start left (next_start > now * starts: GCRA, see
+# tickwork.model.rate_limits). The claims take no job whose queue or lane is
+# rate-held; the schema's trigger spends the start a claim takes.
+
+
+def rate_free(job: str) -> str:
+    """Neither the queue nor the lane of the row ``job`` (an alias) is
+    rate-held at {now}. Whether the table has any row is asked once per
+    statement (SQLite evaluates an uncorrelated subquery once), so without
+    rate limits a candidate costs nothing more; with them, two probes of
+    the primary key (kind, key) per candidate. CAST: a Durable Object binds
+    now as a REAL, and now * starts (about 4e17) must be an exact integer."""
+    return f"""CASE WHEN NOT EXISTS (SELECT 1 FROM tickwork_rate_limits) THEN 1
+       ELSE NOT EXISTS (
+          SELECT 1 FROM tickwork_rate_limits AS rate
+          WHERE ((rate.kind = 'queue' AND rate.key = {job}.queue)
+                 OR (rate.kind = 'lane' AND rate.key = {job}.lane))
+            AND (rate.held_until > {{now}}
+                 OR rate.next_start > CAST({{now}} AS INTEGER) * rate.starts)) END"""
+
+
+#: The claims' conjunct: the candidate's queue and lane are not rate-held.
+RATE_FREE = rate_free("candidate")
+
+# When the first rate-held key that holds back a job a claim could
+# otherwise take is released (NULL: none): the later of its hold and its
+# bucket's next start (ms, rounded up), over the keys rate-held at now that
+# have a ready job in a queue not paused ({rate_key_ready}). A scan of the
+# rate rows (a handful; none without rate limits), and for each held one a
+# walk of its key's index up to a ready job. A job may be held by its
+# queue's row and its lane's: then the earlier release wakes a tick that
+# finds it still held, and the next read says the later one.
+RATE_RELEASE = """SELECT min(max(rate.held_until,
+                  coalesce((rate.next_start + rate.starts - 1) / rate.starts, 0)))
+            FROM tickwork_rate_limits AS rate
+            WHERE (rate.held_until > {now}
+                   OR rate.next_start > CAST({now} AS INTEGER) * rate.starts)
+              AND ({rate_key_ready})"""
+
 # Work for a tick now: a ready job of a queue that is not paused, a job due
 # but not yet moved into the ready set, a cancelled job to settle, or a
 # running claim, or a schedule slot that has come. A job waiting for its
@@ -498,17 +568,20 @@ BACKLOG_LOCAL = Template("backlog", _BACKLOG_COUNTS.format(ready_since=READY_SIN
 # least 1), and a running claim is work already (the fourth probe), exactly
 # as a serial queue's waiting jobs are while its head runs; once nothing
 # runs, no limit holds a job. So limits never make a host wake for a job no
-# claim can take.
-HAS_PENDING_WORK = Template("has_pending_work", """
-SELECT EXISTS (SELECT 1 FROM tickwork_jobs
+# claim can take. Rate limits can hold a job while nothing runs: the first
+# probe steps over the ready jobs of rate-held queues and lanes as over
+# those of paused queues (RATE_RELEASE says when they are released).
+HAS_PENDING_WORK = Template("has_pending_work", f"""
+SELECT EXISTS (SELECT 1 FROM tickwork_jobs AS ready
                WHERE state = 'queued' AND cancellation_id IS NULL AND due_at IS NULL
-                 AND queue NOT IN (SELECT queue FROM tickwork_paused_queues))
+                 AND queue NOT IN (SELECT queue FROM tickwork_paused_queues)
+                 AND {rate_free("ready")})
     OR EXISTS (SELECT 1 FROM tickwork_jobs
                WHERE state = 'queued' AND cancellation_id IS NOT NULL)
     OR EXISTS (SELECT 1 FROM tickwork_jobs
-               WHERE state = 'queued' AND due_at IS NOT NULL AND due_at <= {now})
+               WHERE state = 'queued' AND due_at IS NOT NULL AND due_at <= {{now}})
     OR EXISTS (SELECT 1 FROM tickwork_jobs WHERE state = 'running')
-    OR EXISTS (SELECT 1 FROM tickwork_schedules WHERE paused = 0 AND next_at <= {now})
+    OR EXISTS (SELECT 1 FROM tickwork_schedules WHERE paused = 0 AND next_at <= {{now}})
         AS pending
 """, ("now",), Columns("pending"))
 
@@ -522,10 +595,12 @@ ORDER BY due_at
 LIMIT 1
 """, (), Columns("due_at"))
 
-# When a tick next has work, in one read: HAS_PENDING_WORK, the earlier of
-# NEXT_DUE and the next schedule slot, and the store's clock (database time
-# on D1), so a host compares like with like; and the next slot alone (a
-# shared runtime keeps it, to know when its ticks must fill slots).
+# When a tick next has work, in one read: HAS_PENDING_WORK, the earliest of
+# NEXT_DUE, the next schedule slot and RATE_RELEASE, and the store's clock
+# (database time on D1), so a host compares like with like; and the next
+# slot alone (a shared runtime keeps it, to know when its ticks must fill
+# slots). So a Durable Object's alarm, and a drain's sleep, wake when a
+# rate limit next lets a held job start, and nothing polls before.
 NEXT_WORK = Template("next_work", f"""
 SELECT ({HAS_PENDING_WORK.text.strip().removeprefix("SELECT").removesuffix("AS pending")})
            AS pending,
@@ -533,11 +608,19 @@ SELECT ({HAS_PENDING_WORK.text.strip().removeprefix("SELECT").removesuffix("AS p
             SELECT ({NEXT_DUE.text.strip()}) AS at
             UNION ALL
             SELECT (SELECT next_at FROM tickwork_schedules WHERE paused = 0
-                    ORDER BY next_at LIMIT 1))) AS next_due,
+                    ORDER BY next_at LIMIT 1)
+            UNION ALL
+            SELECT ({RATE_RELEASE}))) AS next_due,
        {{now}} AS now,
        (SELECT next_at FROM tickwork_schedules WHERE paused = 0
         ORDER BY next_at LIMIT 1) AS next_slot
 """, ("now",), Columns("pending", "next_due", "now", "next_slot"))
+
+# The next rate release alone (RATE_RELEASE), for an owner-local runtime's
+# parked slots (Parking.due_in_ms), read when a tick finds nothing to claim.
+NEXT_RATE_RELEASE = Template("next_rate_release", f"""
+SELECT ({RATE_RELEASE}) AS released_at
+""", ("now",), Columns("released_at"), _local)
 
 # Waiting jobs whose time has come join the ready set (due_at cleared: the
 # runnable index holds only such jobs, so a claim never steps over a job
@@ -619,7 +702,16 @@ LIMIT :limit
 # very next claim, and since a store runs one statement at a time (D1, a
 # Durable Object) or inside one write transaction (sqlite3), two claims can
 # never both take a limit's last place. Each condition is one conjunct of
-# the candidate's WHERE, so another (a rate limit's bucket) is one more.
+# the candidate's WHERE, so another (an ordering term for fair turns) can
+# be added beside them.
+#
+# Rate limits (tickwork_rate_limits, owner-local and D1 0014) are one more
+# conjunct, RATE_FREE: the candidate's queue and lane are not rate-held at
+# the claim's now. The start is spent by the schema's trigger, on the row
+# the claim marks running, in the claim's own statement: so two claims can
+# never both take a bucket's last start either. A candidate held by a rate
+# limit holds no other: the walk passes over it, as over a lane at its
+# limit. A claim put back unstarted keeps its start spent.
 
 #: The queue has no running job: one probe of tickwork_jobs_running. The
 #: whole test for a queue without a limit row, as before limits existed.
@@ -694,6 +786,7 @@ WHERE sequence = (
       AND candidate.due_at IS NULL
       AND {QUEUE_HAS_ROOM}
       AND {LANE_HAS_ROOM}
+      AND {RATE_FREE}
       {NOT_PAUSED}
     ORDER BY candidate.priority DESC, candidate.sequence
     LIMIT 1)
@@ -1671,7 +1764,8 @@ _HEADS_ITS_QUEUE = f"""
       AND (({QUEUE_IDLE}
             AND candidate.sequence = {queue_head("candidate.queue", _PARTITION_READY)})
            OR {queue_limit_allows(QUEUE_RUNNING + " + " + _AHEAD_IN_QUEUE)})
-      AND {LANE_HAS_ROOM}"""
+      AND {LANE_HAS_ROOM}
+      AND {RATE_FREE}"""
 
 # The serial ticker walks the runnable index in pick order, as CLAIM does, and
 # stops at the first job outside the concurrent lane that heads its queue.
