@@ -47,9 +47,11 @@ CREATE INDEX tickwork_rate_limits_release
 
 -- Enforcement. A claim takes a job only while neither its queue's row nor
 -- its lane's row holds it (a hold in force, or a bucket whose next start is
--- ahead), and spends one start of each bucket there, in the statement that
--- claims the job. No new lock: a bucket is guarded by the advisory lock
--- that already serialises the claims its spends come from.
+-- ahead), and spends one start of each bucket there in the transaction
+-- that claims the job, in the statement right after the claim's (a
+-- statement the common case, with nothing stored, never runs). No new lock:
+-- a bucket is guarded by the advisory lock that already serialises the
+-- claims its spends come from, held until the claim and its spend commit.
 --
 -- * A queue's bucket: every claim of a job of the queue holds the queue's
 --   lock (1954048881, hashtext(queue)) until it commits (0010, 0016), and
@@ -90,10 +92,9 @@ CREATE INDEX tickwork_rate_limits_release
 -- recovered is not refunded.
 --
 -- Without a bucket or a hold in force (the common case) both functions run
--- as in 0016 after two index probes of tickwork_rate_limits: the group
--- commit's claim of 0012, the exact claim's candidate with its terms off,
--- and the spend gated off by a parameter (a one-time filter: no row of
--- tickwork_rate_limits is read).
+-- as in 0016 after two index probes of tickwork_rate_limits (in the
+-- statement that already asks for limits): the group commit's claim of
+-- 0012, the exact claim's candidate with its terms off, and no spend.
 
 -- The group commit of 0016 (arguments, result, settlement step, plan
 -- settings and the limits' walk unchanged), obeying rate limits as well.
@@ -110,9 +111,9 @@ CREATE INDEX tickwork_rate_limits_release
 --   room (no lock needed); a lane with a bucket (or a limit) has its lock
 --   tried (none: no room) and its row read again under it; its bucket is
 --   then kept and spent as the queue's is.
--- * The claim statement spends, for each key, as many starts as it claimed
---   jobs of it. A picked job another claimer took meanwhile is not claimed
---   and spends nothing.
+-- * After the claim statement, one UPDATE spends, for each key, as many
+--   starts as the pass claimed jobs of it. A picked job another claimer
+--   took meanwhile is not claimed and spends nothing.
 --
 -- A rate-held queue or lane is passed over exactly as one at its limit:
 -- the walk goes on to the next entry, and a queue held does not hold back
@@ -197,21 +198,29 @@ BEGIN
         any_paused := EXISTS (SELECT 1 FROM tickwork_paused_queues);
         -- The limits hold still until this transaction ends (see above).
         PERFORM pg_advisory_xact_lock_shared(1954048883, 0);
-        any_limits := EXISTS (SELECT 1 FROM tickwork_limits);
-        any_lane_limits := any_limits
-            AND EXISTS (SELECT 1 FROM tickwork_limits WHERE kind = 'lane');
-        -- Buckets (tickwork_rate_limits_buckets) or holds in force
-        -- (tickwork_rate_limits_release): one probe each, the table empty
-        -- or not. A hold that is over counts as no row.
-        any_rates := EXISTS (SELECT 1 FROM tickwork_rate_limits WHERE starts IS NOT NULL)
-            OR EXISTS (SELECT 1 FROM tickwork_rate_limits
-                       WHERE greatest(held_until, (next_start + starts - 1) / starts) > now_ms);
-        any_lane_rates := any_rates AND (
-            EXISTS (SELECT 1 FROM tickwork_rate_limits
-                    WHERE kind = 'lane' AND starts IS NOT NULL)
-            OR EXISTS (SELECT 1 FROM tickwork_rate_limits
-                       WHERE greatest(held_until, (next_start + starts - 1) / starts) > now_ms
-                         AND kind = 'lane' AND held_until > now_ms));
+        -- Any limit; any bucket (tickwork_rate_limits_buckets) or hold in
+        -- force (tickwork_rate_limits_release): a probe of each index, in
+        -- one statement. A hold that is over counts as no row.
+        SELECT EXISTS (SELECT 1 FROM tickwork_limits),
+               EXISTS (SELECT 1 FROM tickwork_rate_limits WHERE starts IS NOT NULL)
+               OR EXISTS (SELECT 1 FROM tickwork_rate_limits
+                          WHERE greatest(held_until, (next_start + starts - 1) / starts)
+                                > now_ms)
+        INTO any_limits, any_rates;
+        any_lane_limits := false;
+        IF any_limits THEN
+            any_lane_limits := EXISTS (SELECT 1 FROM tickwork_limits WHERE kind = 'lane');
+        END IF;
+        any_lane_rates := false;
+        IF any_rates THEN
+            any_lane_rates :=
+                EXISTS (SELECT 1 FROM tickwork_rate_limits
+                        WHERE kind = 'lane' AND starts IS NOT NULL)
+                OR EXISTS (SELECT 1 FROM tickwork_rate_limits
+                           WHERE greatest(held_until, (next_start + starts - 1) / starts)
+                                 > now_ms
+                             AND kind = 'lane' AND held_until > now_ms);
+        END IF;
         FOR pass IN 1..4 LOOP
             IF NOT any_limits AND NOT any_rates THEN
                 -- No limit stored: every queue serial, the claim of 0012.
@@ -441,8 +450,7 @@ BEGIN
             now_ms := coalesce(clock_override, tickwork_now_ms());
             RETURN QUERY
             WITH picked AS (
-                SELECT candidate.sequence, candidate.priority, candidate.queue, candidate.lane
-                FROM tickwork_jobs AS candidate
+                SELECT candidate.sequence, candidate.priority FROM tickwork_jobs AS candidate
                 WHERE candidate.sequence = ANY (picks)
                   AND candidate.state = 'queued' AND candidate.cancellation_id IS NULL
                   AND candidate.due_at IS NULL
@@ -460,24 +468,6 @@ BEGIN
                                     AND cancelled.cancellation_id IS NOT NULL)
                 ORDER BY candidate.priority DESC, candidate.sequence
                 FOR UPDATE SKIP LOCKED),
-            -- Every job picked is claimed (the update below re-checks
-            -- nothing): each spends one start of its queue's bucket and of
-            -- its lane's, n claims of a key at once (next_start_after n
-            -- times over is one greatest() and n periods). Without a rate
-            -- limit stored, any_rates gates the statement off unread.
-            spent AS (
-                UPDATE tickwork_rate_limits AS rate
-                SET next_start = greatest(rate.next_start,
-                                          now_ms * rate.starts
-                                              - (rate.burst - 1) * rate.period_ms)
-                                 + claims.n * rate.period_ms
-                FROM (SELECT keyed.kind, keyed.key, count(*) AS n
-                      FROM picked CROSS JOIN LATERAL (
-                          VALUES ('queue', picked.queue), ('lane', picked.lane))
-                          AS keyed(kind, key)
-                      GROUP BY keyed.kind, keyed.key) AS claims
-                WHERE any_rates AND rate.kind = claims.kind AND rate.key = claims.key
-                  AND rate.starts IS NOT NULL),
             numbered AS (
                 SELECT picked.sequence,
                        row_number() OVER (ORDER BY picked.priority DESC, picked.sequence) AS n
@@ -494,6 +484,27 @@ BEGIN
                       job.retry_json, job.attempt, job.history_json, job.error_json,
                       (claimed + numbered.n)::integer, NULL::text;
             GET DIAGNOSTICS got = ROW_COUNT;
+            IF any_rates AND got > 0 THEN
+                -- In the same transaction, under the same locks: each job
+                -- this pass claimed (its picks, now running under one of
+                -- this call's tokens) spends one start of its queue's
+                -- bucket and of its lane's; n claims of a key at once
+                -- (next_start_after n times over is one greatest() and n
+                -- periods). A pick another claimer took spends nothing.
+                UPDATE tickwork_rate_limits AS rate
+                SET next_start = greatest(rate.next_start,
+                                          now_ms * rate.starts
+                                              - (rate.burst - 1) * rate.period_ms)
+                                 + claims.n * rate.period_ms
+                FROM (SELECT keyed.kind, keyed.key, count(*) AS n
+                      FROM tickwork_jobs AS job CROSS JOIN LATERAL (
+                          VALUES ('queue', job.queue), ('lane', job.lane)) AS keyed(kind, key)
+                      WHERE job.sequence = ANY (picks) AND job.state = 'running'
+                        AND job.claim_token = ANY (claim_tokens)
+                      GROUP BY keyed.kind, keyed.key) AS claims
+                WHERE rate.kind = claims.kind AND rate.key = claims.key
+                  AND rate.starts IS NOT NULL;
+            END IF;
             claimed := claimed + got;
             EXIT WHEN claimed = cardinality(claim_tokens) OR got = cardinality(picks)
                 OR EXISTS (SELECT 1 FROM tickwork_jobs
@@ -511,7 +522,7 @@ $$;
 -- queue's lock (and the lane's, when the lane has a limit or a bucket) it
 -- checks the queue's hold and bucket afresh and takes the queue's best job
 -- of that lane (if free) or of a lane with no limit, no bucket and no hold;
--- the same statement spends the starts. See 0016 for the rest.
+-- the next statement spends the starts. See 0016 for the rest.
 CREATE OR REPLACE FUNCTION tickwork_claim_one(
     claim_token text, lease_ms bigint, clock_override bigint)
 RETURNS TABLE (
@@ -549,15 +560,19 @@ BEGIN
     any_queue_limits := EXISTS (SELECT 1 FROM tickwork_limits WHERE kind = 'queue');
     any_lane_limits := EXISTS (SELECT 1 FROM tickwork_limits WHERE kind = 'lane');
     -- As in the group commit: a probe of each index of tickwork_rate_limits.
-    any_held := EXISTS (SELECT 1 FROM tickwork_rate_limits
-                        WHERE greatest(held_until, (next_start + starts - 1) / starts) > now_ms);
-    any_rates := any_held
-        OR EXISTS (SELECT 1 FROM tickwork_rate_limits WHERE starts IS NOT NULL);
-    any_lane_rates := any_rates AND (
-        EXISTS (SELECT 1 FROM tickwork_rate_limits WHERE kind = 'lane' AND starts IS NOT NULL)
-        OR EXISTS (SELECT 1 FROM tickwork_rate_limits
-                   WHERE greatest(held_until, (next_start + starts - 1) / starts) > now_ms
-                     AND kind = 'lane' AND held_until > now_ms));
+    SELECT EXISTS (SELECT 1 FROM tickwork_rate_limits
+                   WHERE greatest(held_until, (next_start + starts - 1) / starts) > now_ms),
+           EXISTS (SELECT 1 FROM tickwork_rate_limits WHERE starts IS NOT NULL)
+    INTO any_held, any_rates;
+    any_rates := any_rates OR any_held;
+    any_lane_rates := false;
+    IF any_rates THEN
+        any_lane_rates :=
+            EXISTS (SELECT 1 FROM tickwork_rate_limits WHERE kind = 'lane' AND starts IS NOT NULL)
+            OR EXISTS (SELECT 1 FROM tickwork_rate_limits
+                       WHERE greatest(held_until, (next_start + starts - 1) / starts) > now_ms
+                         AND kind = 'lane' AND held_until > now_ms);
+    END IF;
     FOR try_number IN 1..8 LOOP
         target := NULL;
         SELECT candidate.queue, candidate.lane INTO target, target_lane
@@ -668,7 +683,7 @@ BEGIN
         now_ms := coalesce(clock_override, tickwork_now_ms());
         RETURN QUERY
         WITH picked AS (
-            SELECT head.sequence, head.lane FROM tickwork_jobs AS head
+            SELECT head.sequence FROM tickwork_jobs AS head
             WHERE head.queue = target AND head.state = 'queued'
               AND head.cancellation_id IS NULL AND head.due_at IS NULL
               AND NOT EXISTS (SELECT 1 FROM tickwork_paused_queues AS paused
@@ -688,19 +703,7 @@ BEGIN
                   END
             ORDER BY head.priority DESC, head.sequence
             LIMIT 1
-            FOR UPDATE),
-        -- The claim spends a start of its queue's bucket and of its lane's
-        -- (the lane's is target_lane's, the only lane with a bucket it may
-        -- pick, under that lane's lock). Gated off without rate limits.
-        spent AS (
-            UPDATE tickwork_rate_limits AS rate
-            SET next_start = greatest(rate.next_start,
-                                      now_ms * rate.starts - (rate.burst - 1) * rate.period_ms)
-                             + rate.period_ms
-            FROM picked
-            WHERE any_rates AND rate.starts IS NOT NULL
-              AND ((rate.kind = 'queue' AND rate.key = target)
-                   OR (rate.kind = 'lane' AND rate.key = picked.lane)))
+            FOR UPDATE)
         UPDATE tickwork_jobs AS job
         SET state = 'running', claim_token = tickwork_claim_one.claim_token,
             started_at = now_ms, lease_expires_at = now_ms + lease_ms
@@ -713,6 +716,24 @@ BEGIN
                   job.settled_at, job.cancellation_id, job.run_at, job.delay_ms, job.due_at,
                   job.retry_json, job.attempt, job.history_json, job.error_json;
         IF FOUND THEN
+            IF any_rates THEN
+                -- The claim spends a start of its queue's bucket and of its
+                -- job's lane's (target_lane's, the only lane with a bucket
+                -- it may take a job of, under that lane's lock), in the
+                -- same transaction. The job is among the queue's running
+                -- ones (tickwork_jobs_running, at most its limit).
+                UPDATE tickwork_rate_limits AS rate
+                SET next_start = greatest(rate.next_start,
+                                          now_ms * rate.starts
+                                              - (rate.burst - 1) * rate.period_ms)
+                                 + rate.period_ms
+                WHERE rate.starts IS NOT NULL
+                  AND ((rate.kind = 'queue' AND rate.key = target)
+                       OR (rate.kind = 'lane' AND rate.key IN (
+                               SELECT job.lane FROM tickwork_jobs AS job
+                               WHERE job.queue = target AND job.state = 'running'
+                                 AND job.claim_token = tickwork_claim_one.claim_token)));
+            END IF;
             RETURN;
         END IF;
     END LOOP;

@@ -8,6 +8,7 @@ port's contract in tests/contract.)
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import subprocess
 import sys
@@ -20,11 +21,15 @@ import pytest_asyncio
 from tests.contract.stores import T0, valid_job
 from tests.contract.under_test import SharedStoreUnderTest
 from tests.shared.test_postgres_limits import ROOT, claim_many, claim_one, finish, running
+from tests.shared.test_postgres_only import _runtime, plans_of
 from tests.support.pg.fixtures import Pool, open_pool
 from tests.support.shared import pool_query
+from tickwork import Completed, JobRecord
 from tickwork.model.limits import ConcurrencyLimit
 from tickwork.model.rate_limits import allows_start, next_start_after, validate_rate_limit
-from tickwork.stores.postgres.store import PostgresStore
+from tickwork.runtimes.shared import LeasedSignal
+from tickwork.stores.postgres.store import PostgresStore, settle_then_claim_params
+from tickwork.stores.sql import postgres as sql
 
 LEASE = 30_000
 
@@ -280,6 +285,105 @@ async def test_the_wake_skips_rate_held_jobs_and_names_their_release(
     assert tuple(await store.next_work(T0 + 510))[:2] == (False, None)
     assert await store.insert(valid_job("ready", "free"), T0)
     assert tuple(await store.next_work(T0 + 511))[:2] == (True, None)
+
+
+async def test_a_drain_sleeps_until_the_release_and_runs_the_held_job(pool: Pool) -> None:
+    """A drain with a budget that finds only a rate-held job sleeps until the
+    store's next due time, the bucket's next start, and runs it then: one
+    read of next_work for the wait, no polling."""
+    started: list[tuple[str, int]] = []
+
+    async def record(job: JobRecord, signal: LeasedSignal) -> Completed:
+        started.append((job.job_id, job.started_at or 0))
+        return Completed()
+
+    runtime = _runtime(pool, execute=record)
+    store = runtime._store
+    assert isinstance(store, PostgresStore)
+    assert await store.put_rate_limit(validate_rate_limit("queue", "q", 1, 400), None)
+    assert await store.insert(valid_job("first", "q"), None)
+    assert await store.insert(valid_job("second", "q"), None)
+    reads = 0
+    next_work = store.next_work
+
+    async def counted(now: int | None) -> tuple[object, ...]:
+        nonlocal reads
+        reads += 1
+        return tuple(await next_work(now))
+
+    store.next_work = counted  # type: ignore[method-assign]
+    began = time.monotonic()
+    await runtime.drain(budget_ms=5000)
+    elapsed = time.monotonic() - began
+    assert [job_id for job_id, _ in started] == ["first", "second"]
+    # The second start waited for the bucket, 400 ms after the first...
+    assert started[1][1] - started[0][1] >= 400, started
+    # ...and no longer than the wake's own latency: the drain did not spend
+    # its budget, nor read next_work more than once per wait (and once at
+    # the end, when nothing is left).
+    assert elapsed < 2.5, elapsed
+    assert reads <= 2, reads
+
+
+async def test_storing_a_bucket_waits_for_the_claims_in_flight(
+        shared_store: SharedStoreUnderTest, pool: Pool) -> None:
+    """put_rate_limit takes the limits' lock exclusively: a claim in flight
+    (holding it shared) commits first, so no claim checks one bucket and
+    commits beside a claim that obeys another."""
+    store = postgres(shared_store)
+    assert await store.insert(valid_job("a", "q", lane="L"), T0)
+    async with pool.connection() as conn:
+        await conn.execute("BEGIN")
+        params = settle_then_claim_params([], ["held"], lease_ms=LEASE, now=T0 + 1)
+        assert len(await (await conn.execute(sql.SETTLE_THEN_CLAIM, params)).fetchall()) == 1
+        put = asyncio.create_task(
+            store.put_rate_limit(validate_rate_limit("lane", "L", 1, 1000), T0 + 2))
+        await asyncio.sleep(0.3)
+        assert not put.done()
+        await conn.execute("COMMIT")
+    assert await asyncio.wait_for(put, 10) is True
+    # Stored after the claim: the bucket is full, that start not counted.
+    assert await next_start(shared_store, "lane", "L") == 0
+
+
+async def test_the_rate_terms_read_their_indexes_among_many_keys(pool: Pool) -> None:
+    """With 5,000 keys stored (buckets and holds, most holds over) and
+    10,000 ready jobs whose queue is held, the wake's reads and the group
+    commit reach tickwork_rate_limits only through its indexes, and the
+    release the wake reads is the held key's."""
+    async with pool.connection() as conn:
+        await conn.execute("""
+            INSERT INTO tickwork_rate_limits (kind, key, starts, period_ms, burst, next_start,
+                                              held_until, updated_at)
+            SELECT CASE WHEN n % 2 = 0 THEN 'queue' ELSE 'lane' END, 'k' || n,
+                   CASE WHEN n % 5 = 0 THEN 10 END, CASE WHEN n % 5 = 0 THEN 1000 END,
+                   CASE WHEN n % 5 = 0 THEN 10 END, 0, n, 1
+            FROM generate_series(1, 5000) AS n""")
+        await conn.execute(f"""
+            INSERT INTO tickwork_rate_limits (kind, key, held_until, updated_at)
+            VALUES ('queue', 'held', {T0 + 5000}, 1)""")
+        await conn.execute("""
+            INSERT INTO tickwork_jobs (job_id, queue, lane, priority, payload_json, state,
+                                       enqueued_at)
+            SELECT 'j' || n, 'held', 'held', 0, '{}', 'queued', n
+            FROM generate_series(1, 10000) AS n""")
+        await conn.commit()
+        await conn.set_autocommit(True)
+        await conn.execute("VACUUM ANALYZE tickwork_jobs")
+        await conn.execute("VACUUM ANALYZE tickwork_rate_limits")
+        store = PostgresStore(pool)
+        assert tuple(await store.next_work(T0))[:2] == (False, T0 + 5000)
+        await conn.set_autocommit(False)
+        plans = []
+        for statement, params in (
+                (sql.NEXT_WORK, {"now": T0}),
+                (sql.SETTLE_THEN_CLAIM, settle_then_claim_params(
+                    [], [f"t{n}" for n in range(20)], lease_ms=LEASE, now=T0))):
+            plans += await plans_of(conn, statement, params)
+    text = "\n".join(plans)
+    assert "Seq Scan on tickwork_rate_limits" not in text, text
+    assert "tickwork_rate_limits_release" in text, text
+    assert "tickwork_rate_limits_buckets" in text, text
 
 
 # ------------------------------------------- eight worker processes at once
