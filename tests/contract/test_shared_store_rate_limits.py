@@ -199,16 +199,17 @@ async def test_put_back_rate_limited_requeues_the_claim_without_using_an_attempt
         ("queued", None, None, None, None, 2, 1, history_json)]
     assert await rate_rows(shared_store) == [("queue", "q", None, None, None, 0, T0 + 900,
                                               T0 + 40)]
-    # A later hold extends it; an earlier one leaves it.
-    job = await store.claim("t4", LEASE, T0 + 50, guarded=False)
+    # An earlier hold leaves it; a later one extends it.
+    assert await store.claim("early", LEASE, T0 + 899, guarded=False) is None  # held
+    job = await store.claim("t4", LEASE, T0 + 900, guarded=False)
     assert job is not None
     assert await store.put_back_rate_limited(job.sequence, "t4", "queue", "q", T0 + 500,
-                                             T0 + 60) is not None
+                                             T0 + 901) is not None
     assert (await rate_rows(shared_store))[0][6] == T0 + 900
-    job = await store.claim("t5", LEASE, T0 + 70, guarded=False)
+    job = await store.claim("t5", LEASE, T0 + 902, guarded=False)
     assert job is not None
     assert await store.put_back_rate_limited(job.sequence, "t5", "queue", "q", T0 + 2000,
-                                             T0 + 80) is not None
+                                             T0 + 903) is not None
     assert (await rate_rows(shared_store))[0][6:] == (T0 + 2000, T0 + 40)
 
 

@@ -200,13 +200,30 @@ WHERE state IN ('queued', 'running')
 GROUP BY queue
 """
 
+# When the rate limit row ``rate`` next lets a start through (0017's
+# tickwork_rate_limits_release index, whose expression this is): the key is
+# rate-held while this is above now.
+_RELEASED_AT = ("greatest({rate}.held_until,"
+                " ({rate}.next_start + {rate}.starts - 1) / {rate}.starts)")
+_RELEASE = _RELEASED_AT.format(rate="rate")
+
 # Work for a tick now: a job due (ready, or due but not yet moved into the
 # ready set), a cancelled job to settle, or a running claim; a job waiting
-# for its time is not. Four probes, each of its own partial index.
+# for its time is not, nor a ready job whose queue or lane is rate-held (no
+# claim could take it: a host would wake for it at once, again and again).
+# Four probes, each of its own partial index; the ready job's rate terms are
+# a primary-key probe each, for the first ready job (each next one only
+# while the ones before it are held or paused).
 _PENDING = f"""(
-       EXISTS (SELECT 1 FROM tickwork_jobs
+       EXISTS (SELECT 1 FROM tickwork_jobs AS job
                WHERE state = 'queued' AND cancellation_id IS NULL AND due_at IS NULL
-                 AND queue NOT IN (SELECT queue FROM tickwork_paused_queues))
+                 AND queue NOT IN (SELECT queue FROM tickwork_paused_queues)
+                 AND NOT EXISTS (SELECT 1 FROM tickwork_rate_limits AS rate
+                                 WHERE rate.kind = 'queue' AND rate.key = job.queue
+                                   AND {_RELEASE} > {NOW})
+                 AND NOT EXISTS (SELECT 1 FROM tickwork_rate_limits AS rate
+                                 WHERE rate.kind = 'lane' AND rate.key = job.lane
+                                   AND {_RELEASE} > {NOW}))
     OR EXISTS (SELECT 1 FROM tickwork_jobs
                WHERE state = 'queued' AND cancellation_id IS NOT NULL)
     OR EXISTS (SELECT 1 FROM tickwork_jobs
@@ -216,7 +233,11 @@ _PENDING = f"""(
 HAS_PENDING_WORK = f"SELECT {_PENDING}"
 
 # When a tick next has work, in one read: pending now, the earliest due time
-# of a waiting job (one probe of the due index), and database time.
+# of a waiting job (one probe of the due index), of a schedule's slot, and
+# of a rate-held key's release where a ready job waits for it (in a queue
+# not paused): the held keys in release order (tickwork_rate_limits_release,
+# above now), each asked for a ready job through the queue's waiting index
+# or the lane's pending one, up to the first that has one. And database time.
 NEXT_WORK = f"""
 SELECT {_PENDING},
        (SELECT min(at) FROM (
@@ -224,7 +245,23 @@ SELECT {_PENDING},
                     AND due_at IS NOT NULL ORDER BY due_at LIMIT 1) AS at
             UNION ALL
             SELECT (SELECT next_at FROM tickwork_schedules WHERE NOT paused
-                    ORDER BY next_at LIMIT 1)) AS next_times),
+                    ORDER BY next_at LIMIT 1)
+            UNION ALL
+            SELECT (SELECT {_RELEASE} FROM tickwork_rate_limits AS rate
+                    WHERE {_RELEASE} > {NOW}
+                      AND CASE WHEN rate.kind = 'queue' THEN
+                              rate.key NOT IN (SELECT queue FROM tickwork_paused_queues)
+                              AND EXISTS (SELECT 1 FROM tickwork_jobs AS job
+                                          WHERE job.queue = rate.key AND job.state = 'queued'
+                                            AND job.cancellation_id IS NULL
+                                            AND job.due_at IS NULL)
+                          ELSE EXISTS (SELECT 1 FROM tickwork_jobs AS job
+                                       WHERE job.lane = rate.key AND job.state = 'queued'
+                                         AND job.cancellation_id IS NULL
+                                         AND job.due_at IS NULL
+                                         AND job.queue NOT IN (
+                                             SELECT queue FROM tickwork_paused_queues)) END
+                    ORDER BY {_RELEASE} LIMIT 1)) AS next_times),
        {NOW},
        (SELECT min(next_at) FROM tickwork_schedules WHERE NOT paused)
 """
