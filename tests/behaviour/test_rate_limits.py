@@ -180,10 +180,11 @@ async def test_a_rate_limited_job_goes_back_without_using_an_attempt(engine: Eng
         "lane", "example.com", None, held_at + 30 * SECOND)
     # Its lane holds; another lane of the queue runs.
     assert ran(await claims(jobs, 3)) == ["other"]
+    # "later" is held by its lane, and behind "hook" in its serial queue.
     wait = await jobs.explain("later")
     assert wait is not None
-    assert [(h.kind, h.until) for h in wait.holds] == [
-        ("lane_rate_limited", held_at + 30 * SECOND)]
+    assert [(h.kind, h.until, h.job_ids) for h in wait.holds] == [
+        ("behind_head", None, ("hook",)), ("lane_rate_limited", held_at + 30 * SECOND, ())]
     assert await jobs.next_tick_at() == held_at + 30 * SECOND
     now.advance(30 * SECOND)
     assert ran(await claims(jobs, 3)) == ["hook", "later"]

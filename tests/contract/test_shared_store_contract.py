@@ -1197,23 +1197,23 @@ async def test_delete_rate_limit_says_whether_a_bucket_or_a_hold_in_force_was_th
     store = shared_store.store
     await store.put_rate_limit(RateLimit("queue", "q", 3, 1000, 3), T0)
     await store.put_rate_limit(RateLimit("lane", "tenant-b", 3, 1000, 3), T0)
-    assert await store.delete_rate_limit("queue", "tenant-b") is False  # a lane's key
-    assert await store.delete_rate_limit("queue", "q") is True
-    assert await store.delete_rate_limit("queue", "q") is False
-    # Holds alone, judged by the database's clock: one passed (T0 is in the
-    # past), one in force for an hour.
+    assert await store.delete_rate_limit("queue", "tenant-b", T0) is False  # a lane's key
+    assert await store.delete_rate_limit("queue", "q", T0) is True
+    assert await store.delete_rate_limit("queue", "q", T0) is False
+    # Holds alone, judged by the clock given (None: the database's): one
+    # passed (T0 is in the past), one in force for an hour.
     hour_ahead = int(time.time() * 1000) + 3_600_000
     await store.put_back_rate_limited(999, "nothing", "queue", "brief", T0 + 100, T0)
     await store.put_back_rate_limited(999, "nothing", "queue", "long", hour_ahead, T0)
     assert [limit.key for limit in await store.rate_limits(T0 + 99)] == [
         "brief", "long", "tenant-b"]
     assert [limit.key for limit in await store.rate_limits(None)] == ["long", "tenant-b"]
-    assert await store.delete_rate_limit("queue", "brief") is False  # passed
-    assert await store.delete_rate_limit("queue", "long") is True
+    assert await store.delete_rate_limit("queue", "brief", None) is False  # passed
+    assert await store.delete_rate_limit("queue", "long", None) is True
     # Either way the row is gone.
     assert await shared_store.rows("SELECT kind, key FROM tickwork_rate_limits") == [
         ("lane", "tenant-b")]
-    assert await store.delete_rate_limit("lane", "tenant-b") is True
+    assert await store.delete_rate_limit("lane", "tenant-b", T0) is True
     assert await store.rate_limits(T0) == []
 
 

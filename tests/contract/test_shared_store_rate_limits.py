@@ -156,20 +156,20 @@ async def test_rate_limits_leave_out_keys_whose_only_hold_is_over(
 async def test_delete_rate_limit_removes_the_bucket_and_the_hold(
         shared_store: SharedStoreUnderTest) -> None:
     store = shared_store.store
-    assert await store.delete_rate_limit("queue", "q") is False
+    assert await store.delete_rate_limit("queue", "q", T0) is False
     assert await store.put_rate_limit(validate_rate_limit("queue", "q", 3, 1000), T0)
     assert await store.put_rate_limit(validate_rate_limit("lane", "q", 3, 1000), T0)
-    assert await store.delete_rate_limit("lane", "nope") is False
-    assert await store.delete_rate_limit("queue", "q") is True
-    assert await store.delete_rate_limit("queue", "q") is False
+    assert await store.delete_rate_limit("lane", "nope", T0) is False
+    assert await store.delete_rate_limit("queue", "q", T0) is True
+    assert await store.delete_rate_limit("queue", "q", T0) is False
     assert [row[:2] for row in await rate_rows(shared_store)] == [("lane", "q")]
     # A hold in force by the store's clock counts; one that is over does
     # not, though its row goes too.
     await shared_store.rows(
         "INSERT INTO tickwork_rate_limits (kind, key, held_until, updated_at) VALUES "
         f"('queue', 'held', {LATER}, {T0}), ('queue', 'over', {T0}, {T0})")
-    assert await store.delete_rate_limit("queue", "held") is True
-    assert await store.delete_rate_limit("queue", "over") is False
+    assert await store.delete_rate_limit("queue", "held", T0) is True
+    assert await store.delete_rate_limit("queue", "over", T0) is False
     assert [row[:2] for row in await rate_rows(shared_store)] == [("lane", "q")]
 
 

@@ -182,7 +182,7 @@ async def test_a_bucket_put_or_replaced_binds_the_next_claim(
     assert await claim_many(pool, 10, T0 + 1249) == []
     assert await claim_many(pool, 10, T0 + 1250) == ["j2"]
     # Deleted: the queue's own limit of 10 is all that is left.
-    assert await store.delete_rate_limit("queue", "q")
+    assert await store.delete_rate_limit("queue", "q", T0 + 1251)
     assert await claim_many(pool, 10, T0 + 1251) == ["j3", "j4", "j5"]
 
 

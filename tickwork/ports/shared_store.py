@@ -295,9 +295,9 @@ class SharedStore(Protocol):
         written, when the same three are stored already. Claims after it
         commits obey it."""
 
-    async def delete_rate_limit(self, kind: LimitKind, key: str) -> bool:
+    async def delete_rate_limit(self, kind: LimitKind, key: str, now: int | None) -> bool:
         """Remove the bucket and the hold of ``kind`` on ``key``; whether
-        either was there (a hold no longer in force does not count)."""
+        either was there (a hold no longer in force at ``now`` does not count)."""
 
     async def put_back_rate_limited(
         self, sequence: int, token: str, kind: LimitKind, key: str, until: int,

@@ -932,7 +932,7 @@ class _SharedRuntimeAnswers(SharedAnswers):
         return self._store.put_rate_limit(request.limit, self._db_now())
 
     def delete_rate_limit(self, request: DeleteRateLimit) -> Awaitable[bool]:
-        return self._store.delete_rate_limit(request.kind, request.key)
+        return self._store.delete_rate_limit(request.kind, request.key, self._db_now())
 
     # retention
     def retention_policies(self, request: RetentionPolicies

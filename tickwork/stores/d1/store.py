@@ -519,9 +519,8 @@ class D1Store:
         return bool(await self.d1.query(PUT_RATE_LIMIT.text, (
             limit.kind, limit.key, limit.starts, limit.period_ms, limit.burst, now)))
 
-    async def delete_rate_limit(self, kind: LimitKind, key: str) -> bool:
-        # Whether a hold is still in force is judged by database time.
-        rows = await self.d1.query(DELETE_RATE_LIMIT.text, (kind, key, None))
+    async def delete_rate_limit(self, kind: LimitKind, key: str, now: int | None) -> bool:
+        rows = await self.d1.query(DELETE_RATE_LIMIT.text, (kind, key, now))
         return bool(rows and rows[0][0])
 
     async def put_back_rate_limited(

@@ -571,8 +571,8 @@ class PostgresStore:
             "kind": limit.kind, "key": limit.key, "starts": limit.starts,
             "period_ms": limit.period_ms, "burst": limit.burst, "now": now}))
 
-    async def delete_rate_limit(self, kind: LimitKind, key: str) -> bool:
-        rows = await self._rows(sql.DELETE_RATE_LIMIT, {"kind": kind, "key": key})
+    async def delete_rate_limit(self, kind: LimitKind, key: str, now: int | None) -> bool:
+        rows = await self._rows(sql.DELETE_RATE_LIMIT, {"kind": kind, "key": key, "now": now})
         return bool(rows and rows[0][0])
 
     async def put_back_rate_limited(

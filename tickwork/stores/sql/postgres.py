@@ -934,10 +934,10 @@ RETURNING key
 
 # Remove a key's bucket and hold: true when it had a bucket or a hold in
 # force by database time, false for an expired hold, no row when none.
-DELETE_RATE_LIMIT = """
+DELETE_RATE_LIMIT = f"""
 DELETE FROM tickwork_rate_limits
 WHERE kind = %(kind)s AND key = %(key)s
-RETURNING starts IS NOT NULL OR held_until > tickwork_now_ms()
+RETURNING starts IS NOT NULL OR held_until > {NOW}
 """
 
 # An executor's RateLimited, in one statement: the hold (a later one stored
