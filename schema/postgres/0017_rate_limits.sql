@@ -102,6 +102,9 @@ CREATE INDEX tickwork_rate_limits_release
 -- queue without a row there still runs one job at a time) with two terms
 -- more:
 --
+-- * The walk's statement says of each entry whether its queue and its
+--   lane have a row with a bucket or a hold in force (a primary-key probe
+--   each); only such a key's row is read below.
 -- * At a queue's first entry, once its lock is held and it has room, its
 --   row is read: a hold in force leaves it no room; its bucket, if any, is
 --   kept beside its room, and an entry of the queue is taken while the
