@@ -102,6 +102,9 @@ CREATE INDEX tickwork_rate_limits_release
 -- queue without a row there still runs one job at a time) with two terms
 -- more:
 --
+-- * The walk's statement says of each entry whether its queue and its
+--   lane have a row with a bucket or a hold in force (a primary-key probe
+--   each); only such a key's row is read below.
 -- * At a queue's first entry, once its lock is held and it has room, its
 --   row is read: a hold in force leaves it no room; its bucket, if any, is
 --   kept beside its room, and an entry of the queue is taken while the
@@ -143,6 +146,7 @@ DECLARE
     any_limits boolean;
     any_lane_limits boolean;
     any_rates boolean;
+    any_queue_rates boolean;
     any_lane_rates boolean;
     locked text[];
     heads bigint[];
@@ -211,15 +215,22 @@ BEGIN
         IF any_limits THEN
             any_lane_limits := EXISTS (SELECT 1 FROM tickwork_limits WHERE kind = 'lane');
         END IF;
+        any_queue_rates := false;
         any_lane_rates := false;
         IF any_rates THEN
-            any_lane_rates :=
-                EXISTS (SELECT 1 FROM tickwork_rate_limits
-                        WHERE kind = 'lane' AND starts IS NOT NULL)
-                OR EXISTS (SELECT 1 FROM tickwork_rate_limits
-                           WHERE greatest(held_until, (next_start + starts - 1) / starts)
-                                 > now_ms
-                             AND kind = 'lane' AND held_until > now_ms);
+            SELECT EXISTS (SELECT 1 FROM tickwork_rate_limits
+                           WHERE kind = 'queue' AND starts IS NOT NULL)
+                   OR EXISTS (SELECT 1 FROM tickwork_rate_limits
+                              WHERE greatest(held_until, (next_start + starts - 1) / starts)
+                                    > now_ms
+                                AND kind = 'queue' AND held_until > now_ms),
+                   EXISTS (SELECT 1 FROM tickwork_rate_limits
+                           WHERE kind = 'lane' AND starts IS NOT NULL)
+                   OR EXISTS (SELECT 1 FROM tickwork_rate_limits
+                              WHERE greatest(held_until, (next_start + starts - 1) / starts)
+                                    > now_ms
+                                AND kind = 'lane' AND held_until > now_ms)
+            INTO any_queue_rates, any_lane_rates;
         END IF;
         FOR pass IN 1..4 LOOP
             IF NOT any_limits AND NOT any_rates THEN
@@ -274,8 +285,25 @@ BEGIN
                 -- here, in the walk's statement, as without limits: most
                 -- queues are serial, and that spares each of them a lock
                 -- and a count.
+                -- Whether the entry's queue and lane have a bucket or a hold
+                -- in force: a primary-key probe each in the walk's own
+                -- statement (only once some key of that kind has one), so
+                -- a key without either is not read again below. (No bucket
+                -- can be stored meanwhile, see the limits' lock; a hold
+                -- written meanwhile comes after this claim.)
                 FOR entry IN
-                    SELECT walked.sequence, walked.queue, walked.lane FROM (
+                    SELECT walked.sequence, walked.queue, walked.lane,
+                           any_queue_rates AND EXISTS (
+                               SELECT 1 FROM tickwork_rate_limits AS rate
+                               WHERE rate.kind = 'queue' AND rate.key = walked.queue
+                                 AND (rate.starts IS NOT NULL OR rate.held_until > now_ms))
+                               AS queue_rated,
+                           any_lane_rates AND EXISTS (
+                               SELECT 1 FROM tickwork_rate_limits AS rate
+                               WHERE rate.kind = 'lane' AND rate.key = walked.lane
+                                 AND (rate.starts IS NOT NULL OR rate.held_until > now_ms))
+                               AS lane_rated
+                    FROM (
                         SELECT sequence, queue, lane, priority FROM tickwork_jobs
                         WHERE state = 'queued' AND cancellation_id IS NULL
                           AND due_at IS NULL
@@ -310,7 +338,7 @@ BEGIN
                                 SELECT 1 FROM tickwork_jobs AS running
                                 WHERE running.queue = entry.queue AND running.state = 'running'
                                 LIMIT most) AS counted);
-                            IF any_rates AND room > 0 THEN
+                            IF entry.queue_rated AND room > 0 THEN
                                 -- Under the queue's lock, read afresh: no
                                 -- other claim spends this bucket until commit.
                                 SELECT starts, period_ms, burst, next_start, held_until
@@ -355,7 +383,7 @@ BEGIN
                             bucket_burst := NULL;
                             bucket_next := NULL;
                             bucket_held := NULL;
-                            IF any_lane_rates THEN
+                            IF entry.lane_rated THEN
                                 SELECT starts, period_ms, burst, next_start, held_until
                                 INTO bucket_starts, bucket_period, bucket_burst, bucket_next,
                                      bucket_held

@@ -431,7 +431,8 @@ WORKER = textwrap.dedent("""
 PROCESSES = 8
 WIDTH = 4
 #: (kind, key): (starts, period_ms, burst)
-BUCKETS = {("queue", "rated"): (20, 500, 4), ("lane", "tenant-r"): (15, 600, 3)}
+#: Slow enough that the workers outpace them on a loaded machine.
+BUCKETS = {("queue", "rated"): (10, 500, 4), ("lane", "tenant-r"): (8, 600, 3)}
 QUEUES = ("rated", "wide", "plain")
 LANES = ("tenant-r", "tenant-x", None)
 JOBS = 270
@@ -504,8 +505,10 @@ async def test_eight_worker_processes_never_start_more_than_a_bucket_allows(
             bucket = next_start_after(bucket, starts, period_ms, burst, at)
             exhausted += not allows_start(bucket, starts, at)
         assert refused == [], (key_of, refused[:5])
-        # The load pressed on the bucket: it ran out again and again.
-        assert exhausted > len(times) // 2, (key_of, exhausted)
+        # The load pressed on the bucket: it ran out again and again (seen:
+        # 54 to 74 of the queue's 90 starts, whose last jobs wait for the
+        # slower lane, and 88 of the lane's, on a machine at load 3 to 5).
+        assert exhausted > len(times) // 3, (key_of, exhausted)
         # No window of a period holds more starts than the rule allows, and
         # the busiest one holds at least the burst.
         most = most_in_a_window(starts, period_ms, burst)
@@ -515,5 +518,7 @@ async def test_eight_worker_processes_never_start_more_than_a_bucket_allows(
     # The processes shared the work.
     assert all(sum(1 for line in out.splitlines() if line.startswith("ran ")) > 0
                for out, _ in outputs)
-    # The buckets set the pace: 90 jobs at 20 per 500 ms take 2.05 s or more.
-    assert elapsed > (JOBS // len(QUEUES) - 4) / 20 * 0.5
+    # The buckets set the pace: a key's jobs past its burst take a period
+    # per `starts` of them at the least.
+    assert elapsed > max((JOBS // len(QUEUES) - burst) / starts * period_ms / 1000
+                         for starts, period_ms, burst in BUCKETS.values())
