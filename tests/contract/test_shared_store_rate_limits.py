@@ -210,7 +210,7 @@ async def test_put_back_rate_limited_requeues_the_claim_without_using_an_attempt
     assert job is not None
     assert await store.put_back_rate_limited(job.sequence, "t5", "queue", "q", T0 + 2000,
                                              T0 + 903) is not None
-    assert (await rate_rows(shared_store))[0][6:] == (T0 + 2000, T0 + 40)
+    assert (await rate_rows(shared_store))[0][6:] == (T0 + 2000, T0 + 903)
 
 
 @covers("put_back_rate_limited")
@@ -235,7 +235,7 @@ async def test_put_back_rate_limited_is_fenced_but_holds_the_key_anyway(
         "SELECT state, claim_token, attempt FROM tickwork_jobs") == [("running", "tok", 1)]
     # The holds, and the lane's bucket kept beside its hold.
     assert await rate_rows(shared_store) == [
-        ("lane", "L", 2, 100, 2, 0, T0 + 200, T0 + 1),
+        ("lane", "L", 2, 100, 2, 0, T0 + 200, T0 + 1 + LEASE),
         ("queue", "q", None, None, None, 0, T0 + 300, T0 + 3)]
 
 

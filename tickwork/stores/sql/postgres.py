@@ -732,7 +732,7 @@ SELECT count(*) FROM gone
 #: The tables a storage report counts, in its order (as on SQLite).
 STORAGE_TABLES = ("tickwork_jobs", "tickwork_redrives", "tickwork_schedules",
                   "tickwork_paused_queues", "tickwork_retention", "tickwork_limits",
-                  "tickwork_queue_history")
+                  "tickwork_rate_limits", "tickwork_queue_history")
 
 # The storage report: the bytes of every tickwork table this connection sees
 # (its heap, indexes and TOAST: pg_total_relation_size, no row read), then
@@ -941,8 +941,8 @@ RETURNING starts IS NOT NULL OR held_until > {NOW}
 """
 
 # An executor's RateLimited, in one statement: the hold (a later one stored
-# stays; a new row has no bucket, updated_at its time) is written whatever
-# becomes of the claim (PostgreSQL runs a data-modifying WITH whether or not
+# stays; a new row has no bucket; updated_at moves only when the hold does)
+# is written whatever becomes of the claim (PostgreSQL runs a data-modifying WITH whether or not
 # it is read), and the claim goes back to queued, due at once, attempt,
 # history and recoveries unchanged; fenced like RETRY_CLAIM (token, running,
 # live lease, no cancellation). The job as put back, or no row.
@@ -951,7 +951,8 @@ WITH hold AS (
     INSERT INTO tickwork_rate_limits AS stored (kind, key, held_until, updated_at)
     VALUES (%(kind)s, %(key)s, %(until)s, {NOW})
     ON CONFLICT (kind, key) DO UPDATE SET
-        held_until = greatest(stored.held_until, excluded.held_until))
+        held_until = excluded.held_until, updated_at = excluded.updated_at
+        WHERE excluded.held_until > stored.held_until)
 UPDATE tickwork_jobs
 SET state = 'queued', started_at = NULL, lease_expires_at = NULL, claim_token = NULL
 WHERE sequence = %(sequence)s AND state = 'running' AND claim_token = %(token)s
