@@ -520,7 +520,12 @@ BACKLOG_LOCAL = Template("backlog", _BACKLOG_COUNTS.format(ready_since=READY_SIN
 # (owner-local and D1 0014) has a hold in force (held_until > now) or a
 # bucket with no start left (next_start > now * starts: GCRA, see
 # tickwork.model.rate_limits). The claims take no job whose queue or lane is
-# rate-held; the schema's trigger spends the start a claim takes.
+# rate-held; the start a claim takes is spent by D1's trigger (its 0014) or
+# by the owner-local store (SPEND_RATE). What a held key costs: a claim, and
+# HAS_PENDING_WORK, step over each of its ready jobs that comes before the
+# job they find in pick order, as over a paused queue's (measured on
+# sqlite3 with 10,000 of them ahead: about 6 ms per claim, 9 ms per
+# has_pending_work, against 35 us and 6 us with none).
 
 
 def rate_free(job: str) -> str:
