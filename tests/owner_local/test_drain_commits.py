@@ -27,14 +27,8 @@ async def test_drain_takes_two_commits_per_job(tmp_path: Path) -> None:
                            is_alive=lambda job: False, wake=_NoWake())
     commits = [0]
     depth = [0]
-    last = [""]
 
     def trace(statement: str) -> None:
-        # SQLite traces a statement again as each trigger program it runs
-        # starts (a claim's, which spends rate limits: 0014): one statement.
-        if statement == last[0]:
-            return
-        last[0] = statement
         word = statement.split(None, 1)[0].upper()
         if word == "BEGIN" or word == "SAVEPOINT":
             depth[0] += 1

@@ -211,3 +211,27 @@ async def until(predicate: Callable[[], bool], timeout_s: float = 5.0) -> None:
     while not predicate():
         assert loop.time() < deadline, "condition not reached in time"
         await asyncio.sleep(0.002)
+
+
+async def test_the_concurrent_lane_and_the_serial_slot_spend_the_same_buckets(
+        harness: Harness) -> None:
+    clock = Clock()
+    runtime = harness.concurrent_runtime(lane="fast", clock=clock)
+    runtime._store.put_limit(ConcurrencyLimit("queue", "shared", 2), T)
+    set_rate(runtime, "queue", "shared", 1, 1000)
+    set_rate(runtime, "lane", "fast", 1, 500)
+    runtime.ingest_many([job("serial", queue="shared", lane="slow"),
+                         job("fast1", queue="shared", lane="fast"),
+                         job("fast2", queue="elsewhere", lane="fast"),
+                         job("fast3", queue="elsewhere", lane="fast")])
+    # The serial slot's claim spends the queue's only start: the lane's slot
+    # passes over fast1 (its queue is held) to fast2, which spends the lane's.
+    assert (await runtime.tick()).job_id == "serial"
+    assert (await runtime.tick_concurrent()).job_id == "fast2"
+    assert (await runtime.tick_concurrent()).status == "idle"
+    assert runtime.next_tick_at() == T + 500
+    clock.now = T + 500  # the lane's next start; fast1's queue is held still
+    assert (await runtime.tick_concurrent()).job_id == "fast3"
+    assert runtime.next_tick_at() == T + 1000
+    clock.now = T + 1000
+    assert (await runtime.tick_concurrent()).job_id == "fast1"

@@ -50,7 +50,7 @@ SUITES: dict[str, tuple[str, ...]] = {
     # What only the owner-local runtime has, on the same JS ctx.storage.
     "owner-local": tuple(f"tests.owner_local.{name}" for name in (
         "test_concurrency", "test_concurrent_lane", "test_drain", "test_due_times",
-        "test_limits",
+        "test_limits", "test_rate_limits",
         "test_events",
         "test_projection", "test_recovery",
         "test_schema_and_plans", "test_transactional")),

@@ -238,7 +238,11 @@ def test_the_owner_local_table_is_d1s_without_leases() -> None:
         "queued", "running", "overdue", "dead_letters", "last_activity"))}
     # D1 indexes a lane's running jobs; an owner walks its few running
     # claims instead (owner-local 0013 says why).
+    # D1's claims spend rate limits in a trigger, in their own statement; an
+    # owner's store spends them in the claim's transaction (owner-local 0014
+    # says why).
     assert set(d1) - set(local) == {"tickwork_jobs_queue_waiting", "tickwork_jobs_lease",
+                                    "tickwork_rate_limits_spend",
                                     "tickwork_jobs_cargo_is_immutable", "tickwork_job_locks",
                                     "tickwork_job_locks_slots",
                                     "tickwork_job_locks_slots_completed",

@@ -52,6 +52,8 @@ _SELECT_LATEST_SETTLED = _render(sql.SELECT_LATEST_SETTLED, "queue")
 _SELECT_CLAIM = _render(sql.SELECT_CLAIM, "sequence")
 _SETTLE = sql.SETTLE_PARAMS
 _CLAIMED_BY_TOKEN = _render(sql.CLAIMED_BY_TOKEN, "token")
+_SPEND_RATE = _render(sql.SPEND_RATE, "now", "queue", "lane")
+_HAS_BUCKETS = _render(sql.HAS_BUCKETS)
 _SETTLE_RECOVERED_CLAIM = _render(sql.SETTLE_RECOVERED_CLAIM, *_SETTLE)
 _REQUEUE_CLAIM = _render(sql.REQUEUE_CLAIM, "sequence", "token")
 _RELEASE_CLAIM = _render(sql.RELEASE_CLAIM, "sequence", "token")
@@ -197,6 +199,11 @@ class OwnerLocalStore:
         # claim and the settlements run without RETURNING.
         self._count: Callable[[str, Sequence[Any]], int] | None = (
             database.mutate_count if isinstance(database, CountingDatabase) else None)
+        # Whether a rate limit's bucket is stored, so a claim must spend a
+        # start (None: not read yet; read again after a delete). Known here
+        # because the owner-local contract has one writer, this store: the
+        # claim of an owner without buckets runs as it did before them.
+        self._buckets: bool | None = None
 
     # The statements these two run return JOB rows (job columns first).
     def _read_one(self, statement: sql.Statement, params: Sequence[Any]) -> JobRecord | None:
@@ -412,13 +419,39 @@ class OwnerLocalStore:
 
     # ---------------------------------------------------------------- claims
 
+    def _spends(self) -> bool:
+        """Whether a claim must spend a start (a bucket is stored)."""
+        buckets = self._buckets
+        if buckets is None:
+            buckets = self._buckets = bool(self.database.query(_HAS_BUCKETS.text)[0][0])
+        return buckets
+
+    def _spent(self, job: JobRecord | None, now: int) -> JobRecord | None:
+        """Spend a start of the claimed ``job``'s queue's and lane's buckets
+        (in the claim's transaction); ``job``."""
+        if job is not None:
+            self.database.mutate(_SPEND_RATE.text, (now, job.queue, job.lane))
+        return job
+
     def claim_next(self, partition: Partition, token: str, now: int) -> JobRecord | None:
-        return self._write_one(partition.claim_next, (*partition.bind, token, now))
+        params = (*partition.bind, token, now)
+        if not self._spends():
+            return self._write_one(partition.claim_next, params)
+        return self.database.atomic(
+            lambda: self._spent(self._write_one(partition.claim_next, params), now))
 
     def claim_next_if_clear(
         self, partition: Partition, token: str, now: int, exclude_tokens: Sequence[str]
     ) -> JobRecord | None:
         """Claim like claim_next, but only when probe() would report nothing."""
+        if not self._spends():
+            return self._claim_if_clear(partition, token, now, exclude_tokens)
+        return self.database.atomic(lambda: self._spent(
+            self._claim_if_clear(partition, token, now, exclude_tokens), now))
+
+    def _claim_if_clear(
+        self, partition: Partition, token: str, now: int, exclude_tokens: Sequence[str]
+    ) -> JobRecord | None:
         params: tuple[str | int, ...] = (*partition.bind, token, now, *exclude_tokens)
         counted, count = partition.claim_next_if_clear_counted, self._count
         if counted is None or count is None:
@@ -690,13 +723,16 @@ class OwnerLocalStore:
         key's hold (a new bucket starts full, a changed one keeps the time
         of its next allowed start); False, nothing written, when the same
         three are stored already. The next claim obeys it."""
-        return bool(self.database.mutate(_PUT_RATE_LIMIT.text, (
+        changed = bool(self.database.mutate(_PUT_RATE_LIMIT.text, (
             limit.kind, limit.key, limit.starts, limit.period_ms, limit.burst, now)))
+        self._buckets = True  # stored now, or already (the claims spend from here on)
+        return changed
 
     def delete_rate_limit(self, kind: LimitKind, key: str, now: int) -> bool:
         """Remove the bucket and the hold of ``kind`` on ``key``; whether
         either was there (a hold that has passed by ``now`` does not count)."""
         rows = self.database.mutate(_DELETE_RATE_LIMIT.text, (kind, key, now))
+        self._buckets = None  # the last one may be gone: the next claim reads it
         return bool(rows and rows[0][0])
 
     def put_back_rate_limited(self, sequence: int, token: str, kind: LimitKind, key: str,
