@@ -96,8 +96,9 @@ class TickResult:
     attempt ended with ``outcome`` and the job waits for its next attempt,
     due at ``retry_at``), ``requeued`` (recovery put ``job_id`` back and
     nothing else ran; or, with ``reason`` ``rate_limited``, its executor
-    returned ``RateLimited`` and its key is held until ``retry_at``) or ``liveness_unknown`` (the liveness probe for
-    ``job_id`` raised; ``reason`` says why).
+    returned ``RateLimited`` and its key is held until ``retry_at``) or
+    ``liveness_unknown`` (the liveness probe for ``job_id`` raised;
+    ``reason`` says why).
     """
 
     status: TickStatus
