@@ -192,7 +192,7 @@ async def delete_rate(claims: Claims, kind: LimitKind, key: str, now: int) -> No
     if isinstance(claims, OwnerLocalClaims):
         claims.store.delete_rate_limit(kind, key, now)
     else:
-        await claims.stores[0].delete_rate_limit(kind, key)  # type: ignore[attr-defined]
+        await claims.stores[0].delete_rate_limit(kind, key, now)  # type: ignore[attr-defined]
 
 
 async def put_back(claims: Claims, claimer: int, job: JobRecord, token: str, kind: LimitKind,
