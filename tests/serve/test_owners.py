@@ -184,10 +184,11 @@ def test_progress_summary_only_when_something_changed() -> None:
     progress.record(TickResult("settled", "a", "completed"))
     progress.record(TickResult("settled", "b", "failed", "boom"))
     progress.record(TickResult("requeued", "c"))
+    progress.record(TickResult("requeued", "d", reason="rate_limited"))
     progress.record(TickResult("idle"))
     now[0] += 2
     assert progress.summary() == ("tickwork serve: 2 settled (completed 1, failed 1), "
-                                  "1 recovered | 1.0/s | 1 running")
+                                  "1 recovered, 1 rate-limited | 1.0/s | 1 running")
     assert progress.summary() is None
     progress.finished_job()
     assert progress.summary() is None  # a job finishing is counted when it settles

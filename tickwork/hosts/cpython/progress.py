@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 
 from tickwork.hosts.cpython.common import stderr
+from tickwork.lifecycle.rules import RATE_LIMITED
 from tickwork.model.outcomes import OUTCOMES, TickResult
 
 
@@ -27,6 +28,7 @@ class Progress:
         self.started = clock()
         self.outcomes: dict[str, int] = dict.fromkeys(OUTCOMES, 0)
         self.requeued = 0
+        self.rate_limited = 0
         self.running = 0
         self._changes = 0
         self._last_settled = 0
@@ -42,7 +44,12 @@ class Progress:
             self.outcomes[result.outcome] = self.outcomes.get(result.outcome, 0) + 1
             self._changes += 1
         elif result.status == "requeued":
-            self.requeued += 1
+            # Put back by recovery, or by its executor's RateLimited (no
+            # attempt used): counted apart, as they mean different things.
+            if result.reason == RATE_LIMITED:
+                self.rate_limited += 1
+            else:
+                self.requeued += 1
             self._changes += 1
 
     def started_job(self) -> None:
@@ -65,6 +72,8 @@ class Progress:
         line = f"{self.label}: {settled} settled" + (f" ({counts})" if counts else "")
         if self.requeued:
             line += f", {self.requeued} recovered"
+        if self.rate_limited:
+            line += f", {self.rate_limited} rate-limited"
         return f"{line} | {rate:.1f}/s | {self.running} running"
 
     async def run(self, every_s: float, write: Callable[[str], None] | None = None) -> None:
