@@ -25,7 +25,7 @@ from tests.support.fakes.do_namespace import FakeDurableObjectNamespace
 from tests.support.fakes.do_storage import Sdk
 from tests.support.fakes.pyodide_ffi import JsException, fake_pyodide
 from tests.support.fakes.workers_module import installed_workers_module
-from tickwork import AbortSignal, Completed, Failed, JobRecord
+from tickwork import AbortSignal, Completed, Failed, JobRecord, RateLimited
 
 OWNER = "tenant-1"
 STORAGE_ERROR = "SQLITE_IOERR: disk I/O error"
@@ -87,7 +87,8 @@ class Script:
     """The test executor. ``payload["do"]``: ``complete`` (default), ``sync``
     (completes without ever awaiting), ``fail``,
     ``raise``, ``block`` (until released or aborted), ``block_first`` (block on
-    the first attempt only), ``slow`` (advance the clock by ``payload["ms"]``)."""
+    the first attempt only), ``slow`` (advance the clock by ``payload["ms"]``),
+    ``rate_limited`` (``RateLimited(payload["ms"])`` on its first execution)."""
 
     clock: SimClock
     started: list[str] = field(default_factory=list)
@@ -112,6 +113,8 @@ class Script:
         if action == "slow":
             self.clock.advance(int(payload["ms"]))
             return Completed()
+        if action == "rate_limited" and self.attempts[job.job_id] == 1:
+            return RateLimited(int(payload["ms"]))
         if action == "block" or (action == "block_first" and self.attempts[job.job_id] == 1):
             gate = self._gates.setdefault(job.job_id, asyncio.Event())
             self.blocked.set()

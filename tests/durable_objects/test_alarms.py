@@ -5,6 +5,7 @@ back from the object's SQLite file."""
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -51,6 +52,44 @@ async def test_an_alarm_runs_every_job_to_its_outcome(host: Host) -> None:
         "boom": ("settled", "failed", "execution_failed"),
         "ok-2": ("settled", "completed", None),
     }
+    assert await host.alarm() is None
+
+
+async def test_a_rate_limit_arms_the_alarm_for_the_next_allowed_start(host: Host) -> None:
+    """One start per second: each delivery runs the job the bucket allows
+    and arms the alarm for the next allowed start, never sooner (nothing
+    polls while the bucket refills)."""
+    stub = host.stub()
+    reply = await stub.set_rate_limit(*map(json.dumps, ("queue", "q", 1, 1000, None)))
+    assert reply["value"] is True
+    await stub.ingest([job(f"j{n}") for n in range(3)])
+    [first] = await host.scheduler.run_due()
+    assert first.outcome == "ok" and host.executor.started == ["j0"]
+    assert await host.alarm() == host.clock() + 1000
+    assert await host.scheduler.run_due() == []  # not due yet
+    host.clock.advance(1000)
+    [second] = await host.scheduler.run_due()
+    assert second.outcome == "ok" and host.executor.started == ["j0", "j1"]
+    assert await host.alarm() == host.clock() + 1000
+    host.clock.advance(1000)
+    await host.scheduler.run_due()
+    assert host.executor.started == ["j0", "j1", "j2"]
+    assert await host.alarm() is None
+
+
+async def test_a_rate_limited_job_arms_the_alarm_for_the_end_of_its_hold(host: Host) -> None:
+    stub = host.stub()
+    await stub.ingest([job("hook", lane="partner", payload={"do": "rate_limited", "ms": 5000}),
+                       job("other", lane="elsewhere")])
+    [delivery] = await host.scheduler.run_due()
+    assert delivery.outcome == "ok"
+    assert host.executor.started == ["hook", "other"]
+    assert host.rows()["hook"][:2] == ("queued", None)
+    assert await host.alarm() == host.clock() + 5000
+    host.clock.advance(5000)
+    await host.scheduler.run_due()
+    assert host.rows()["hook"][:2] == ("settled", "completed")
+    assert host.executor.started == ["hook", "other", "hook"]
     assert await host.alarm() is None
 
 
