@@ -910,10 +910,11 @@ class _LocalRuntime(RuntimeOperations, SyncSurface):
             return job
 
         job = self._transition(put_back)
-        # The hold is written either way: a parked slot, and promotion, look
-        # again once it ends.
-        known = self._next_due
-        self._next_due = request.until if known is None else min(known, request.until)
+        # The hold is written either way: a slot that parks looks again once
+        # it ends (the next tick that finds nothing reads the same from the
+        # store; this covers a slot that parks before that).
+        known = self._next_release
+        self._next_release = request.until if known is None else min(known, request.until)
         return job
 
     def _read_claim(self, request: ReadClaim) -> ClaimView | None:
