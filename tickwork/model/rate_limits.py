@@ -78,27 +78,6 @@ class RateLimit:
     held_until: int | None = None
     updated_at: int | None = None
 
-    @property
-    def has_bucket(self) -> bool:
-        return self.starts is not None
-
-    def describe(self) -> str:
-        """The limit in words, for a page or a terminal."""
-        parts = []
-        if self.starts is not None and self.period_ms is not None:
-            parts.append(f"{self.starts} per {_duration(self.period_ms)}"
-                         f" (burst {self.burst})")
-        if self.held_until is not None:
-            parts.append(f"held until {self.held_until}")
-        return ", ".join(parts) or "no limit"
-
-
-def _duration(ms: int) -> str:
-    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1000)):
-        if ms % size == 0:
-            return f"{ms // size} {unit}"
-    return f"{ms} ms"
-
 
 def _check_count(name: str, value: object, most: int) -> int:
     if (not isinstance(value, int) or isinstance(value, bool)
