@@ -1106,13 +1106,13 @@ def test_partitioned_claims_give_a_wide_queues_places_to_its_best_jobs_in_either
 # ------------------------------------------------------------ rate limits
 
 
-@covers("has_pending_work", "next_work", "next_rate_release")
+@covers("has_pending_work", "next_work", "next_waits")
 def test_a_rate_held_job_is_no_work_until_its_key_is_released(
         local_store: LocalStoreUnderTest) -> None:
     store = local_store.store
     queued(local_store, "a", queue="q", lane="L")
     queued(local_store, "b", queue="r", lane="M")
-    assert store.next_rate_release(T0) is None
+    assert store.next_waits(T0)[1] is None
     # Queue q held until T0 + 500; lane M's bucket (1 per s) next allows a
     # start at T0 + 300 (set as a claim at T0 - 700 leaves it).
     store.put_back_rate_limited(0, "none", "queue", "q", T0 + 500, T0)
@@ -1120,27 +1120,28 @@ def test_a_rate_held_job_is_no_work_until_its_key_is_released(
     local_store.rows("UPDATE tickwork_rate_limits SET next_start = ? WHERE key = 'M'",
                      (T0 + 300,))
     assert store.has_pending_work(T0) is False
-    assert store.next_rate_release(T0) == T0 + 300
+    assert store.next_waits(T0)[1] == T0 + 300
     assert tuple(store.next_work(T0)) == (0, T0 + 300, T0)
     assert store.has_pending_work(T0 + 299) is False
     assert store.has_pending_work(T0 + 300) is True  # b may start
-    assert store.next_rate_release(T0 + 300) == T0 + 500
+    assert store.next_waits(T0 + 300)[1] == T0 + 500
     # Only keys that hold back a job a claim could take wake anyone: not a
     # paused queue's, nor one whose jobs wait for their time or are cancelled.
     store.pause_queue("q", T0)
-    assert store.next_rate_release(T0 + 300) is None
+    assert store.next_waits(T0 + 300)[1] is None
     store.resume_queue("q")
     store.insert(valid_job("later", "s", delay_ms=60_000), T0)
     store.insert(valid_job("cancelled", "c"), T0)
     store.record_cancellation("cancelled", "c-1", only_if_queued=True)
     store.put_back_rate_limited(0, "none", "queue", "s", T0 + 100, T0)
     store.put_back_rate_limited(0, "none", "queue", "c", T0 + 100, T0)
-    assert store.next_rate_release(T0) == T0 + 300
+    assert store.next_waits(T0) == (T0 + 60_000, T0 + 300)  # the due time read with it
+    assert store.next_waits(T0)[0] == store.next_due()
     # A job both of whose keys are held is released by the earlier first.
     store.put_back_rate_limited(0, "none", "lane", "L", T0 + 900, T0)
-    assert store.next_rate_release(T0) == T0 + 300
-    assert store.next_rate_release(T0 + 300) == T0 + 500
-    assert store.next_rate_release(T0 + 500) == T0 + 900
+    assert store.next_waits(T0)[1] == T0 + 300
+    assert store.next_waits(T0 + 300)[1] == T0 + 500
+    assert store.next_waits(T0 + 500)[1] == T0 + 900
     assert store.has_pending_work(T0 + 899) is True  # b, free since T0 + 300
 
 

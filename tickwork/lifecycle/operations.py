@@ -159,7 +159,6 @@ from tickwork.model.outcomes import (
 )
 from tickwork.model.rate_limits import (
     RateLimit,
-    rate_in_order,
     rate_limits_for,
     validate_rate_limit,
 )
@@ -883,8 +882,8 @@ def rate_limits() -> Plan[list[RateLimit]]:
     """Every rate limit, and every hold an executor's ``RateLimited`` put in
     force: queues first, then lanes, each by key, with when each next lets
     a job start."""
-    stored: list[RateLimit] = yield RateLimits()
-    return rate_in_order(stored)
+    stored: list[RateLimit] = yield RateLimits()  # in that order (the store's contract)
+    return stored
 
 
 def set_rate_limit(kind: LimitKind, key: str, starts: int, period_ms: int,

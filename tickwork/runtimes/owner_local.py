@@ -706,10 +706,10 @@ class _LocalRuntime(RuntimeOperations, SyncSurface):
             # Nothing to do: re-read the earliest due time, so that a job no
             # write of this runtime told it about (another runtime on the
             # same database, which the owner-local contract rules out) waits
-            # at most one more tick. And when a rate limit next lets a job
-            # it holds start: a slot that parks now wakes then.
-            self._next_due = self._store.next_due()
-            self._next_release = self._store.next_rate_release(now)
+            # at most one more tick; and, in the same read, when a rate
+            # limit next lets a job it holds start: a slot that parks now
+            # wakes then.
+            self._next_due, self._next_release = self._store.next_waits(now)
         suspect = None
         if sequence is not None:
             found = self._store.find_claim(sequence)

@@ -94,7 +94,7 @@ _QUEUE_PAUSED = _render(sql.QUEUE_PAUSED, "queue")
 _HAS_PENDING_WORK = _render(sql.HAS_PENDING_WORK, "now")
 _NEXT_DUE = _render(sql.NEXT_DUE)
 _NEXT_WORK = _render(sql.NEXT_WORK, "now")
-_NEXT_RATE_RELEASE = _render(sql.NEXT_RATE_RELEASE, "now")
+_NEXT_WAITS = _render(sql.NEXT_WAITS, "now")
 _PROMOTE_DUE = _render(sql.PROMOTE_DUE_QUEUES, "now", "limit")
 _STATUS = _render(sql.STATUS)
 _BACKLOG = _render(sql.BACKLOG_LOCAL)
@@ -294,12 +294,14 @@ class OwnerLocalStore:
         """(pending, the earliest due time of a waiting job or None, now), one read."""
         return self.database.query(_NEXT_WORK.text, (now,))[0][:3]
 
-    def next_rate_release(self, now: int) -> int | None:
-        """When a rate limit next lets a job it holds at ``now`` start (the
-        earliest release of a rate-held queue or lane with a ready job), or
-        None when no rate limit holds one."""
-        rows = self.database.query(_NEXT_RATE_RELEASE.text, (now,))
-        return None if rows[0][0] is None else int(rows[0][0])
+    def next_waits(self, now: int) -> tuple[int | None, int | None]:
+        """In one read: the earliest due time of a job still waiting for it
+        (``next_due``), and when a rate limit next lets a job it holds at
+        ``now`` start (the earliest release of a rate-held queue or lane with
+        a ready job); each None when there is none."""
+        next_due, released_at = self.database.query(_NEXT_WAITS.text, (now,))[0][:2]
+        return (None if next_due is None else int(next_due),
+                None if released_at is None else int(released_at))
 
     def promote_due(self, now: int, limit: int) -> set[str]:
         """Move up to ``limit`` jobs whose time has come into the ready set;

@@ -173,9 +173,9 @@ def settled_page(index: str, where: str, order: str, limit: str) -> str:
 
 
 #: A job a claim could take, but for limits: queued, due, not cancelled, in
-#: a queue that is not paused.
-_RATE_READY = ("state = 'queued' AND due_at IS NULL AND cancellation_id IS NULL"
-               " AND queue NOT IN (SELECT queue FROM tickwork_paused_queues)")
+#: a queue that is not paused (the work HAS_PENDING_WORK's first probe asks for).
+READY_UNPAUSED = (f"{HEAD_READY} AND cancellation_id IS NULL"
+                  " AND queue NOT IN (SELECT queue FROM tickwork_paused_queues)")
 #: Whether the queue or lane of the rate row ``rate`` has such a job, per
 #: store: the walk of the key's entries in an index of its unsettled jobs
 #: up to its first ready one (D1: the queue's waiting index, or the lane's
@@ -183,17 +183,17 @@ _RATE_READY = ("state = 'queued' AND due_at IS NULL AND cancellation_id IS NULL"
 RATE_KEY_READY_D1 = f"""CASE rate.kind
         WHEN 'queue' THEN EXISTS (
             SELECT 1 FROM tickwork_jobs INDEXED BY tickwork_jobs_queue_waiting
-            WHERE queue = rate.key AND {_RATE_READY})
+            WHERE queue = rate.key AND {READY_UNPAUSED})
         ELSE EXISTS (
             SELECT 1 FROM tickwork_jobs INDEXED BY tickwork_jobs_lane_pending
-            WHERE lane = rate.key AND {PENDING_STATES} AND {_RATE_READY}) END"""
+            WHERE lane = rate.key AND {PENDING_STATES} AND {READY_UNPAUSED}) END"""
 RATE_KEY_READY_LOCAL = f"""CASE rate.kind
         WHEN 'queue' THEN EXISTS (
-            SELECT 1 FROM {QUEUE_ORDER} AND queue = rate.key AND {_RATE_READY})
+            SELECT 1 FROM {QUEUE_ORDER} AND queue = rate.key AND {READY_UNPAUSED})
         ELSE EXISTS (
             SELECT 1 FROM tickwork_jobs INDEXED BY tickwork_jobs_lane_pending
-            WHERE lane = rate.key AND {PENDING_LISTED} AND {_RATE_READY}) END
-        OR EXISTS (SELECT 1 FROM {UNLISTED} AND {_RATE_READY}
+            WHERE lane = rate.key AND {PENDING_LISTED} AND {READY_UNPAUSED}) END
+        OR EXISTS (SELECT 1 FROM {UNLISTED} AND {READY_UNPAUSED}
                    AND CASE rate.kind WHEN 'queue' THEN queue ELSE lane END = rate.key)"""
 
 
@@ -578,9 +578,7 @@ RATE_RELEASE = """SELECT min(max(rate.held_until,
 # those of paused queues (RATE_RELEASE says when they are released).
 HAS_PENDING_WORK = Template("has_pending_work", f"""
 SELECT EXISTS (SELECT 1 FROM tickwork_jobs AS ready
-               WHERE state = 'queued' AND cancellation_id IS NULL AND due_at IS NULL
-                 AND queue NOT IN (SELECT queue FROM tickwork_paused_queues)
-                 AND {rate_free("ready")})
+               WHERE {READY_UNPAUSED} AND {rate_free("ready")})
     OR EXISTS (SELECT 1 FROM tickwork_jobs
                WHERE state = 'queued' AND cancellation_id IS NOT NULL)
     OR EXISTS (SELECT 1 FROM tickwork_jobs
@@ -623,9 +621,9 @@ SELECT ({HAS_PENDING_WORK.text.strip().removeprefix("SELECT").removesuffix("AS p
 
 # The next rate release alone (RATE_RELEASE), for an owner-local runtime's
 # parked slots (Parking.due_in_ms), read when a tick finds nothing to claim.
-NEXT_RATE_RELEASE = Template("next_rate_release", f"""
-SELECT ({RATE_RELEASE}) AS released_at
-""", ("now",), Columns("released_at"), _local)
+NEXT_WAITS = Template("next_waits", f"""
+SELECT ({NEXT_DUE.text.strip()}) AS next_due, ({RATE_RELEASE}) AS released_at
+""", ("now",), Columns("next_due", "released_at"), _local)
 
 # Waiting jobs whose time has come join the ready set (due_at cleared: the
 # runnable index holds only such jobs, so a claim never steps over a job
