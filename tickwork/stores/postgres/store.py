@@ -19,7 +19,7 @@ from tickwork.lifecycle import Settlement
 from tickwork.lifecycle.requests import ClaimView, JobListing, Suspect
 from tickwork.model.history import COUNTS, DEPTH_CAP, MAX_SAMPLED_QUEUES, HistoryRow
 from tickwork.model.jobs import MAX_ID_LENGTH, JobRecord, ValidJob, replay_flags
-from tickwork.model.limits import ConcurrencyLimit, LimitKind, check_limit_kind, in_order
+from tickwork.model.limits import ConcurrencyLimit, LimitKind, in_order
 from tickwork.model.rate_limits import RateLimit, rate_in_order
 from tickwork.model.retention import SCOPE_KEY, RetentionPolicy, StorageReport
 from tickwork.model.schedules import StoredSchedule, ValidSchedule
@@ -27,7 +27,15 @@ from tickwork.ports.shared_store import CancelWrite, RenewAnswer
 from tickwork.stores.postgres.arrays import bigint_array, text_array
 from tickwork.stores.postgres.batching import Coalescer
 from tickwork.stores.postgres.connection import autocommit_connection
-from tickwork.stores.rows import CARGO, CLAIM, JOB, retention_row, schedule_row
+from tickwork.stores.rows import (
+    CARGO,
+    CLAIM,
+    JOB,
+    limit_row,
+    rate_limit_row,
+    retention_row,
+    schedule_row,
+)
 from tickwork.stores.schema_version import (
     POSTGRES_MIGRATIONS,
     POSTGRES_SCHEMA_VERSION,
@@ -537,10 +545,7 @@ class PostgresStore:
     # --------------------------------------------------- concurrency limits
 
     async def limits(self) -> list[ConcurrencyLimit]:
-        return in_order(
-            ConcurrencyLimit(check_limit_kind(kind), str(key), int(max_running),
-                             int(updated_at))
-            for kind, key, max_running, updated_at in await self._rows(sql.LIST_LIMITS, {}))
+        return in_order(limit_row(row) for row in await self._rows(sql.LIST_LIMITS, {}))
 
     async def put_limit(self, limit: ConcurrencyLimit, now: int | None) -> bool:
         return bool(await self._rows(sql.PUT_LIMIT, {
@@ -558,13 +563,8 @@ class PostgresStore:
     # ---------------------------------------------------------- rate limits
 
     async def rate_limits(self, now: int | None) -> list[RateLimit]:
-        return rate_in_order(
-            RateLimit(check_limit_kind(kind), str(key), _int_or_none(starts),
-                      _int_or_none(period_ms), _int_or_none(burst),
-                      next_start_at=_int_or_none(next_start_at),
-                      held_until=_int_or_none(held_until), updated_at=int(updated_at))
-            for kind, key, starts, period_ms, burst, next_start_at, held_until, updated_at
-            in await self._rows(sql.LIST_RATE_LIMITS, {"now": now}))
+        return rate_in_order(rate_limit_row(row) for row in
+                             await self._rows(sql.LIST_RATE_LIMITS, {"now": now}))
 
     async def put_rate_limit(self, limit: RateLimit, now: int | None) -> bool:
         return bool(await self._rows(sql.PUT_RATE_LIMIT, {
@@ -622,10 +622,6 @@ def _calls(
     for key in dict.fromkeys((request.lease_ms, request.now) for _, request in claims):
         calls.append(([], [item for item in claims if (item[1].lease_ms, item[1].now) == key]))
     return calls
-
-def _int_or_none(value: Any) -> int | None:
-    return None if value is None else int(value)
-
 
 def job_params(job: ValidJob, now: int | None) -> dict[str, Any]:
     return {"job_id": job.job_id, "queue": job.queue, "lane": job.lane,
