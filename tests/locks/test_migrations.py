@@ -27,7 +27,7 @@ def test_the_migration_creates_exactly_what_table_ddl_describes(dialect: str,
                      *(["0010_queue_claims.sql", "0011_generic_claim_plans.sql",
                         "0012_claim_passes.sql", "0013_job_id_prefix.sql",
                         "0014_retention.sql", "0015_history.sql", "0016_limits.sql",
-                        "0017_rate_limits.sql"]
+                        "0017_rate_limits.sql", "0018_turns.sql"]
                        if folder == "postgres"
                        else ["0010_retention.sql", "0011_history.sql",
                              "0012_owner_directory.sql", "0013_limits.sql",

@@ -585,7 +585,7 @@ async def test_a_database_without_0004_is_refused_then_upgraded_with_its_rows(
                 before = await (await conn.execute(
                     "SELECT * FROM tickwork_jobs ORDER BY sequence")).fetchall()
             runtime = _runtime(pool)
-            with pytest.raises(SchemaError, match=r"version 3, this package needs 17: apply "
+            with pytest.raises(SchemaError, match=r"version 3, this package needs 18: apply "
                                                   r"0004_due_times\.sql, 0005_paused_queues"
                                                   r"\.sql, 0006_retries\.sql, 0007_schedules"
                                                   r"\.sql, 0008_error_summaries\.sql, "
@@ -594,7 +594,8 @@ async def test_a_database_without_0004_is_refused_then_upgraded_with_its_rows(
                                                   r"0012_claim_passes\.sql, "
                                                   r"0013_job_id_prefix\.sql, 0014_retention\.sql"
                                                   r", 0015_history\.sql, 0016_limits\.sql, "
-                                                  r"0017_rate_limits\.sql from schema/postgres"):
+                                                  r"0017_rate_limits\.sql, 0018_turns\.sql "
+                                                  r"from schema/postgres"):
                 await runtime.ingest(job("a"))
             assert await _count(pool) == 2
             async with pool.connection() as conn:

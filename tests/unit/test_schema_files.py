@@ -73,14 +73,15 @@ def test_the_migration_list_is_pinned() -> None:
     # statement at a time and needs no lock), 0011 (plans of its function)
     # 0012 (its claim walking again when it came up short) and 0013 (job ids
     # in byte order: SQLite's job_id index sorts so already); retention is
-    # its 0014, the history over time its 0015, concurrency limits its 0016
-    # and rate limits its 0017.
-    assert POSTGRES_MIGRATIONS[:-8] == SHARED_MIGRATIONS
-    assert POSTGRES_MIGRATIONS[-8:] == ("0010_queue_claims.sql", "0011_generic_claim_plans.sql",
+    # its 0014, the history over time its 0015, concurrency limits its 0016,
+    # rate limits its 0017 and fair turns its 0018.
+    assert POSTGRES_MIGRATIONS[:-9] == SHARED_MIGRATIONS
+    assert POSTGRES_MIGRATIONS[-9:] == ("0010_queue_claims.sql", "0011_generic_claim_plans.sql",
                                         "0012_claim_passes.sql", "0013_job_id_prefix.sql",
                                         "0014_retention.sql", "0015_history.sql",
-                                        "0016_limits.sql", "0017_rate_limits.sql")
-    assert POSTGRES_SCHEMA_VERSION == 17
+                                        "0016_limits.sql", "0017_rate_limits.sql",
+                                        "0018_turns.sql")
+    assert POSTGRES_SCHEMA_VERSION == 18
 
 
 @pytest.mark.parametrize("dialect", ["d1", "postgres"])
@@ -124,12 +125,12 @@ def test_schema_errors_name_the_missing_migrations() -> None:
     check_schema_version(SCHEMA_VERSION, database="D1", folder="schema/d1", apply_with="x")
     with pytest.raises(SchemaError, match="upgrade tickwork"):
         check_schema_version(SCHEMA_VERSION + 1, database="D1", folder="x", apply_with="x")
-    with pytest.raises(SchemaError, match=r"version 9, this package needs 17: apply "
+    with pytest.raises(SchemaError, match=r"version 9, this package needs 18: apply "
                                           r"0010_queue_claims\.sql, 0011_generic_claim_plans"
                                           r"\.sql, 0012_claim_passes\.sql, "
                                           r"0013_job_id_prefix\.sql, 0014_retention\.sql, "
                                           r"0015_history\.sql, 0016_limits\.sql, "
-                                          r"0017_rate_limits\.sql "
+                                          r"0017_rate_limits\.sql, 0018_turns\.sql "
                                           r"from schema/postgres"):
         check_schema_version(9, database="PostgreSQL", folder="schema/postgres",
                              apply_with="psql", migrations=POSTGRES_MIGRATIONS)

@@ -33,12 +33,12 @@ MIGRATIONS = (*SHARED_MIGRATIONS, "0010_retention.sql", "0011_history.sql",
 #: The migrations of schema/postgres, in order: the shared ones, then claims
 #: locked per queue instead of behind one lock, the group commit's generic
 #: plans, its claim walking again when it came up short, job ids in byte
-#: order, retention, the history over time, concurrency limits, and rate
-#: limits.
+#: order, retention, the history over time, concurrency limits, rate
+#: limits, and fair turns in wide queues.
 POSTGRES_MIGRATIONS = (*SHARED_MIGRATIONS, "0010_queue_claims.sql",
                        "0011_generic_claim_plans.sql", "0012_claim_passes.sql",
                        "0013_job_id_prefix.sql", "0014_retention.sql", "0015_history.sql",
-                       "0016_limits.sql", "0017_rate_limits.sql")
+                       "0016_limits.sql", "0017_rate_limits.sql", "0018_turns.sql")
 
 
 def migration_number(name: str) -> int:

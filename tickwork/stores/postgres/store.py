@@ -548,12 +548,31 @@ class PostgresStore:
         return in_order(limit_row(row) for row in await self._rows(sql.LIST_LIMITS, {}))
 
     async def put_limit(self, limit: ConcurrencyLimit, now: int | None) -> bool:
-        return bool(await self._rows(sql.PUT_LIMIT, {
-            "kind": limit.kind, "key": limit.key, "max_running": limit.max_running,
-            "now": now}))
+        params = {"kind": limit.kind, "key": limit.key, "max_running": limit.max_running,
+                  "now": now}
+        if limit.kind != "queue":
+            return bool(await self._rows(sql.PUT_LIMIT, params))
+        # A queue's line follows in the same transaction (LINE_AFTER_LIMIT,
+        # in a snapshot newer than the limits' lock PUT_LIMIT took), even
+        # when nothing changed: storing a limit again mends its line.
+        async with self._connection() as conn, conn.transaction():
+            cursor = await conn.execute(sql.PUT_LIMIT, params, prepare=True)
+            changed = bool(await cursor.fetchall())
+            await conn.execute(sql.LINE_AFTER_LIMIT, {"queue": limit.key}, prepare=True)
+        return changed
 
     async def delete_limit(self, kind: LimitKind, key: str) -> bool:
-        return bool(await self._rows(sql.DELETE_LIMIT, {"kind": kind, "key": key}))
+        params = {"kind": kind, "key": key}
+        if kind != "queue":
+            return bool(await self._rows(sql.DELETE_LIMIT, params))
+        # A serial queue's line goes (LINE_AFTER_LIMIT), when a limit went:
+        # DELETE_LIMIT took the limits' lock only then.
+        async with self._connection() as conn, conn.transaction():
+            cursor = await conn.execute(sql.DELETE_LIMIT, params, prepare=True)
+            deleted = bool(await cursor.fetchall())
+            if deleted:
+                await conn.execute(sql.LINE_AFTER_LIMIT, {"queue": key}, prepare=True)
+        return deleted
 
     async def running_jobs(self, kind: LimitKind, key: str, limit: int) -> list[str]:
         statement = sql.RUNNING_IN_QUEUE if kind == "queue" else sql.RUNNING_IN_LANE

@@ -37,61 +37,97 @@ _DUE_AT = ("CASE WHEN {run_at} IS NOT NULL THEN (CASE WHEN {run_at} > {now} THEN
 _BOUND_DUE_AT = _DUE_AT.format(run_at="%(run_at)s::bigint", delay_ms="%(delay_ms)s::bigint",
                                now=NOW)
 
+# Fair turns (schema/postgres/0018_turns.sql): every statement that makes
+# jobs ready (queued, due, not cancelled) has the jobs it wrote return these
+# columns, in a CTE named ``job``, and ends its WITH list with
+# _JOIN_LINES, which joins the lanes of those in wide queues (a queue limit
+# above 1) to their lines, in sequence order (tickwork_join_line, which
+# locks or inserts each lane's row; 0018 says why). The main query reads
+# ``joined`` (one row, always: an aggregate), so the CTE runs. While no
+# queue is wide, the InitPlan's probe of tickwork_limits stops it: no row
+# reaches the aggregate, and tickwork_join_line (STRICT) is not called.
+_READY_COLUMNS = "sequence, queue, lane, state, due_at, cancellation_id"
+_JOIN_LINES = """joined AS (
+    SELECT tickwork_join_line(array_agg(ready.queue ORDER BY ready.sequence),
+                              array_agg(ready.lane ORDER BY ready.sequence)) AS joined
+    FROM job AS ready
+    WHERE (SELECT EXISTS (SELECT 1 FROM tickwork_limits
+                          WHERE kind = 'queue' AND max_running > 1))
+      AND ready.state = 'queued' AND ready.due_at IS NULL AND ready.cancellation_id IS NULL
+      AND EXISTS (SELECT 1 FROM tickwork_limits AS limited
+                  WHERE limited.kind = 'queue' AND limited.key = ready.queue
+                    AND limited.max_running > 1))"""
+
 # Ingest: a new job_id inserts one queued row; an existing one writes nothing
-# and returns no row (the runtime then compares cargo).
+# and returns no row (the runtime then compares cargo). Its lane joins its
+# wide queue's line (_JOIN_LINES).
 INSERT_JOB = f"""
-INSERT INTO tickwork_jobs
-    (job_id, queue, lane, priority, payload_json, max_recoveries, run_at, delay_ms, retry_json,
-     due_at, state, enqueued_at)
-VALUES (%(job_id)s, %(queue)s, %(lane)s, %(priority)s, %(payload_json)s,
-        %(max_recoveries)s, %(run_at)s, %(delay_ms)s, %(retry_json)s, {_BOUND_DUE_AT}, 'queued',
-        {NOW})
-ON CONFLICT (job_id) DO NOTHING
-RETURNING sequence
+WITH job AS (
+    INSERT INTO tickwork_jobs
+        (job_id, queue, lane, priority, payload_json, max_recoveries, run_at, delay_ms,
+         retry_json, due_at, state, enqueued_at)
+    VALUES (%(job_id)s, %(queue)s, %(lane)s, %(priority)s, %(payload_json)s,
+            %(max_recoveries)s, %(run_at)s, %(delay_ms)s, %(retry_json)s, {_BOUND_DUE_AT},
+            'queued', {NOW})
+    ON CONFLICT (job_id) DO NOTHING
+    RETURNING {_READY_COLUMNS}),
+{_JOIN_LINES}
+SELECT job.sequence FROM job CROSS JOIN joined
 """
 
 # enqueue(conn, job) in the caller's transaction: an identical replay matches
 # the upsert's WHERE nothing and writes nothing; other cargo becomes an UPDATE
 # of the cargo columns, which tickwork_jobs_cargo_is_immutable refuses,
-# failing the caller's transaction.
+# failing the caller's transaction. A new job's lane joins its wide queue's
+# line (_JOIN_LINES), its row locked until the caller commits.
 ENQUEUE = f"""
-INSERT INTO tickwork_jobs AS stored
-    (job_id, queue, lane, priority, payload_json, max_recoveries, run_at, delay_ms, retry_json,
-     due_at, state, enqueued_at)
-VALUES (%(job_id)s, %(queue)s, %(lane)s, %(priority)s, %(payload_json)s,
-        %(max_recoveries)s, %(run_at)s, %(delay_ms)s, %(retry_json)s, {_BOUND_DUE_AT}, 'queued',
-        {NOW})
-ON CONFLICT (job_id) DO UPDATE SET
-    queue = excluded.queue, lane = excluded.lane, priority = excluded.priority,
-    payload_json = excluded.payload_json, max_recoveries = excluded.max_recoveries,
-    run_at = excluded.run_at, delay_ms = excluded.delay_ms, retry_json = excluded.retry_json
-WHERE (stored.queue, stored.lane, stored.priority, stored.payload_json, stored.max_recoveries,
-       stored.run_at, stored.delay_ms, stored.retry_json)
-      IS DISTINCT FROM
-      (excluded.queue, excluded.lane, excluded.priority, excluded.payload_json,
-       excluded.max_recoveries, excluded.run_at, excluded.delay_ms, excluded.retry_json)
+WITH job AS (
+    INSERT INTO tickwork_jobs AS stored
+        (job_id, queue, lane, priority, payload_json, max_recoveries, run_at, delay_ms,
+         retry_json, due_at, state, enqueued_at)
+    VALUES (%(job_id)s, %(queue)s, %(lane)s, %(priority)s, %(payload_json)s,
+            %(max_recoveries)s, %(run_at)s, %(delay_ms)s, %(retry_json)s, {_BOUND_DUE_AT},
+            'queued', {NOW})
+    ON CONFLICT (job_id) DO UPDATE SET
+        queue = excluded.queue, lane = excluded.lane, priority = excluded.priority,
+        payload_json = excluded.payload_json, max_recoveries = excluded.max_recoveries,
+        run_at = excluded.run_at, delay_ms = excluded.delay_ms, retry_json = excluded.retry_json
+    WHERE (stored.queue, stored.lane, stored.priority, stored.payload_json,
+           stored.max_recoveries, stored.run_at, stored.delay_ms, stored.retry_json)
+          IS DISTINCT FROM
+          (excluded.queue, excluded.lane, excluded.priority, excluded.payload_json,
+           excluded.max_recoveries, excluded.run_at, excluded.delay_ms, excluded.retry_json)
+    RETURNING {_READY_COLUMNS}),
+{_JOIN_LINES}
+SELECT job.sequence FROM job CROSS JOIN joined
 """
 
 # ingest_many, step 1 of one transaction: insert the jobs whose job_id is new,
 # in list order (their sequences follow it), skipping every id that exists,
 # including one inserted by an earlier row of the same list. Returns the
 # inserted ids. A concurrent transaction inserting the same id makes this
-# wait for its outcome (the unique index), so step 2 then sees its row.
+# wait for its outcome (the unique index), so step 2 then sees its row. The
+# lanes of the new ready jobs join their wide queues' lines, in list order
+# (_JOIN_LINES).
 INSERT_JOBS = f"""
-INSERT INTO tickwork_jobs
-    (job_id, queue, lane, priority, payload_json, max_recoveries, run_at, delay_ms, retry_json,
-     due_at, state, enqueued_at)
-SELECT job_id, queue, lane, priority, payload_json, max_recoveries, run_at, delay_ms,
-       retry_json, {_DUE_AT.format(run_at="run_at", delay_ms="delay_ms", now=NOW)}, 'queued',
-       {NOW}
-FROM unnest(%(job_ids)s::text[], %(queues)s::text[], %(lanes)s::text[],
-            %(priorities)s::bigint[], %(payloads)s::text[], %(max_recoveries)s::bigint[],
-            %(run_ats)s::bigint[], %(delays)s::bigint[], %(retries)s::text[])
-     WITH ORDINALITY AS job(job_id, queue, lane, priority, payload_json, max_recoveries,
-                            run_at, delay_ms, retry_json, ord)
-ORDER BY ord
-ON CONFLICT (job_id) DO NOTHING
-RETURNING job_id
+WITH job AS (
+    INSERT INTO tickwork_jobs
+        (job_id, queue, lane, priority, payload_json, max_recoveries, run_at, delay_ms,
+         retry_json, due_at, state, enqueued_at)
+    SELECT given.job_id, given.queue, given.lane, given.priority, given.payload_json,
+           given.max_recoveries, given.run_at, given.delay_ms, given.retry_json,
+           {_DUE_AT.format(run_at="given.run_at", delay_ms="given.delay_ms", now=NOW)},
+           'queued', {NOW}
+    FROM unnest(%(job_ids)s::text[], %(queues)s::text[], %(lanes)s::text[],
+                %(priorities)s::bigint[], %(payloads)s::text[], %(max_recoveries)s::bigint[],
+                %(run_ats)s::bigint[], %(delays)s::bigint[], %(retries)s::text[])
+         WITH ORDINALITY AS given(job_id, queue, lane, priority, payload_json, max_recoveries,
+                                  run_at, delay_ms, retry_json, ord)
+    ORDER BY given.ord
+    ON CONFLICT (job_id) DO NOTHING
+    RETURNING job_id, {_READY_COLUMNS}),
+{_JOIN_LINES}
+SELECT job.job_id FROM job CROSS JOIN joined
 """
 
 # ingest_many, step 2: the stored cargo of the ids step 1 skipped (a fresh
@@ -121,14 +157,58 @@ LIMIT 1
 
 # The jobs of a queue a claim takes before the job at (priority, sequence):
 # ready (queued, due, not cancelled) and earlier in pick order, at most
-# %(limit)s (the queue's free places), for explain: a walk of the queue's
-# waiting index from its best job.
+# %(limit)s (the queue's free places), for explain. A serial queue: a walk of
+# the queue's waiting index from its best job. A wide queue (a limit above
+# 1) takes turns (0018): with no limit or arrival in between, the next
+# claims take each lane's best job in line order, then each lane's second,
+# and so on; so a job's place is (its rank in its lane, its lane's place in
+# the line), and the jobs before it are those of a lower rank, and those of
+# its rank in lanes before its own (its lane at the back when the line does
+# not hold it). Read per lane of the line, its first min(limit, rank) jobs
+# (tickwork_jobs_lane_ready): O(lanes x limit), not the queue's backlog.
 READY_AHEAD = """
-SELECT job_id FROM tickwork_jobs
-WHERE queue = %(queue)s AND state = 'queued' AND due_at IS NULL AND cancellation_id IS NULL
-  AND (priority > %(priority)s OR (priority = %(priority)s AND sequence < %(sequence)s))
-ORDER BY priority DESC, sequence
-LIMIT %(limit)s
+WITH wide AS (
+    SELECT EXISTS (SELECT 1 FROM tickwork_limits
+                   WHERE kind = 'queue' AND key = %(queue)s AND max_running > 1) AS wide),
+mine AS (
+    SELECT target.lane,
+           coalesce((SELECT line.turn FROM tickwork_turns AS line
+                     WHERE line.queue = %(queue)s AND line.lane = target.lane),
+                    9223372036854775807) AS turn,
+           1 + (SELECT count(*) FROM (
+                    SELECT 1 FROM tickwork_jobs AS before
+                    WHERE before.queue = %(queue)s AND before.lane = target.lane
+                      AND before.state = 'queued' AND before.cancellation_id IS NULL
+                      AND before.due_at IS NULL
+                      AND (before.priority > %(priority)s OR (before.priority = %(priority)s
+                                                              AND before.sequence < %(sequence)s))
+                    LIMIT %(limit)s) AS counted) AS rank
+    FROM tickwork_jobs AS target
+    WHERE target.sequence = %(sequence)s AND (SELECT wide FROM wide))
+(SELECT job_id FROM tickwork_jobs
+ WHERE NOT (SELECT wide FROM wide)
+   AND queue = %(queue)s AND state = 'queued' AND due_at IS NULL AND cancellation_id IS NULL
+   AND (priority > %(priority)s OR (priority = %(priority)s AND sequence < %(sequence)s))
+ ORDER BY priority DESC, sequence
+ LIMIT %(limit)s)
+UNION ALL
+(SELECT ahead.job_id
+ FROM mine
+ CROSS JOIN LATERAL (
+     SELECT line.lane, line.turn FROM tickwork_turns AS line WHERE line.queue = %(queue)s
+     UNION ALL
+     SELECT mine.lane, mine.turn WHERE mine.turn = 9223372036854775807) AS line
+ CROSS JOIN LATERAL (
+     SELECT ranked.job_id, row_number() OVER (ORDER BY ranked.priority DESC,
+                                                       ranked.sequence) AS rank
+     FROM (SELECT job.job_id, job.priority, job.sequence FROM tickwork_jobs AS job
+           WHERE job.queue = %(queue)s AND job.lane = line.lane AND job.state = 'queued'
+             AND job.cancellation_id IS NULL AND job.due_at IS NULL
+           ORDER BY job.priority DESC, job.sequence
+           LIMIT least(%(limit)s, mine.rank)) AS ranked) AS ahead
+ WHERE (ahead.rank, line.turn, line.lane) < (mine.rank, mine.turn, mine.lane)
+ ORDER BY ahead.rank, line.turn, line.lane
+ LIMIT %(limit)s)
 """
 
 # Status of every queue: job counts by (queue, state, outcome), a queued job
@@ -331,23 +411,31 @@ FROM (SELECT 1) AS one LEFT JOIN LATERAL (
 # Both clear the token: the stale execution's late settlement then finds a
 # job that is no longer under its claim and reports claim_replaced, instead
 # of taking the recovery's settlement (or a later lane failure) for its own.
+# The job is ready again: its lane joins its wide queue's line (_JOIN_LINES).
 REQUEUE_EXPIRED = f"""
-UPDATE tickwork_jobs
-SET state = 'queued', started_at = NULL, lease_expires_at = NULL, claim_token = NULL,
-    recoveries = recoveries + 1
-WHERE sequence = %(sequence)s AND state = 'running' AND claim_token = %(token)s
-  AND lease_expires_at <= {NOW}
-RETURNING sequence
+WITH job AS (
+    UPDATE tickwork_jobs
+    SET state = 'queued', started_at = NULL, lease_expires_at = NULL, claim_token = NULL,
+        recoveries = recoveries + 1
+    WHERE sequence = %(sequence)s AND state = 'running' AND claim_token = %(token)s
+      AND lease_expires_at <= {NOW}
+    RETURNING {_READY_COLUMNS}),
+{_JOIN_LINES}
+SELECT job.sequence FROM job CROSS JOIN joined
 """
 
 # A claim a drain took ahead and never started, put back as it was (the
 # SQLite family's RELEASE_CLAIM says when): fenced on the token and the
-# running state, no recovery counted.
-RELEASE_CLAIM = """
-UPDATE tickwork_jobs
-SET state = 'queued', started_at = NULL, lease_expires_at = NULL, claim_token = NULL
-WHERE sequence = %(sequence)s AND state = 'running' AND claim_token = %(token)s
-RETURNING sequence
+# running state, no recovery counted. Its lane joins its wide queue's line
+# again if it left it (_JOIN_LINES): at the back, having had its turn.
+RELEASE_CLAIM = f"""
+WITH job AS (
+    UPDATE tickwork_jobs
+    SET state = 'queued', started_at = NULL, lease_expires_at = NULL, claim_token = NULL
+    WHERE sequence = %(sequence)s AND state = 'running' AND claim_token = %(token)s
+    RETURNING {_READY_COLUMNS}),
+{_JOIN_LINES}
+SELECT job.sequence FROM job CROSS JOIN joined
 """
 
 SETTLE_EXPIRED = f"""
@@ -483,9 +571,10 @@ SELECT EXISTS (SELECT 1 FROM tickwork_redrives
 # redrive id, and the id remembered, in one statement. Fenced on still being
 # a dead letter without a cancellation and on the id not applied; a
 # concurrent redrive waits on the row and then matches nothing. error_json
-# stays: the last attempt's error, until the next attempt ends.
+# stays: the last attempt's error, until the next attempt ends. Its lane
+# joins its wide queue's line (_JOIN_LINES).
 REDRIVE = f"""
-WITH redriven AS (
+WITH job AS (
     UPDATE tickwork_jobs
     SET state = 'queued', outcome = NULL, failure_reason = NULL, started_at = NULL,
         settled_at = NULL, claim_token = NULL, lease_expires_at = NULL, due_at = NULL,
@@ -501,9 +590,10 @@ WITH redriven AS (
     RETURNING {JOB_SELECT}),
 noted AS (
     INSERT INTO tickwork_redrives (job_id, redrive_id, redriven_at)
-    SELECT job_id, %(redrive_id)s, {NOW} FROM redriven
-    ON CONFLICT (job_id, redrive_id) DO NOTHING)
-SELECT {JOB_SELECT} FROM redriven
+    SELECT job_id, %(redrive_id)s, {NOW} FROM job
+    ON CONFLICT (job_id, redrive_id) DO NOTHING),
+{_JOIN_LINES}
+SELECT {_qualified("job")} FROM job CROSS JOIN joined
 """
 
 # A queue's dead letters, newest settlement first, one page after the cursor,
@@ -619,17 +709,22 @@ ORDER BY next_at, name COLLATE "C"
 LIMIT 100
 """
 NEXT_SLOT = "SELECT min(next_at) FROM tickwork_schedules WHERE NOT paused"
+# A slot's job (ready at once: its run_at has come); its lane joins its wide
+# queue's line (_JOIN_LINES).
 FIRE_SLOT = f"""
-INSERT INTO tickwork_jobs
-    (job_id, queue, lane, priority, payload_json, max_recoveries, run_at, retry_json,
-     state, enqueued_at)
-SELECT %(job_id)s, %(queue)s, %(lane)s, %(priority)s, %(payload_json)s, %(max_recoveries)s,
-       %(run_at)s, %(retry_json)s, 'queued', {NOW}
-FROM tickwork_schedules
-WHERE name = %(name)s AND spec_json = %(spec_json)s AND NOT paused
-  AND next_at <= %(run_at)s
-ON CONFLICT (job_id) DO NOTHING
-RETURNING queue
+WITH job AS (
+    INSERT INTO tickwork_jobs
+        (job_id, queue, lane, priority, payload_json, max_recoveries, run_at, retry_json,
+         state, enqueued_at)
+    SELECT %(job_id)s, %(queue)s, %(lane)s, %(priority)s, %(payload_json)s,
+           %(max_recoveries)s, %(run_at)s, %(retry_json)s, 'queued', {NOW}
+    FROM tickwork_schedules
+    WHERE name = %(name)s AND spec_json = %(spec_json)s AND NOT paused
+      AND next_at <= %(run_at)s
+    ON CONFLICT (job_id) DO NOTHING
+    RETURNING {_READY_COLUMNS}),
+{_JOIN_LINES}
+SELECT job.queue FROM job CROSS JOIN joined
 """
 ADVANCE_SCHEDULE = """
 UPDATE tickwork_schedules SET next_at = %(next_at)s
@@ -858,6 +953,45 @@ WHERE kind = %(kind)s AND key = %(key)s
 RETURNING key
 """
 
+# A queue's line after its limit was stored or removed, in the same
+# transaction, in the statement after PUT_LIMIT's or DELETE_LIMIT's: the
+# limits' lock is held exclusively (no claim in flight until commit) and
+# this snapshot is newer than its grant. A wide queue (a limit above 1):
+# every lane with a ready job that is not in the line joins it, at the
+# back, in the order of its oldest ready job (a queue that just became
+# wide lines up all of them; one that was wide already has them all, but
+# for a lane a producer added while the queue was becoming wide, see
+# below); one range of tickwork_jobs_lane_ready, O(the queue's ready
+# jobs), a change of limits' cost, never a claim's. A queue that is not
+# wide drops its line, but for rows a producer holds (SKIP LOCKED: stale
+# rows of a serial queue are never read, and harmless once it is wide
+# again).
+#
+# The one order this cannot fix: a producer whose statement read the
+# queue as serial (before the limit committed) and commits after this
+# statement's snapshot joins no line, and neither does this statement; that
+# lane waits for its next ready job to join (or for the line to have no
+# lane that may start a job, the claims' fallback). Producers take no lock
+# a change of limits could wait for; storing the limit again mends it.
+LINE_AFTER_LIMIT = """
+WITH wide AS (
+    SELECT EXISTS (SELECT 1 FROM tickwork_limits
+                   WHERE kind = 'queue' AND key = %(queue)s AND max_running > 1) AS wide),
+dropped AS (
+    DELETE FROM tickwork_turns
+    WHERE (queue, lane) IN (SELECT line.queue, line.lane FROM tickwork_turns AS line
+                            WHERE line.queue = %(queue)s AND NOT (SELECT wide FROM wide)
+                            FOR UPDATE SKIP LOCKED))
+INSERT INTO tickwork_turns (queue, lane, turn)
+SELECT lanes.queue, lanes.lane, nextval('tickwork_turns_turn')
+FROM (SELECT queue, lane, min(sequence) AS oldest FROM tickwork_jobs
+      WHERE queue = %(queue)s AND state = 'queued' AND cancellation_id IS NULL
+        AND due_at IS NULL AND (SELECT wide FROM wide)
+      GROUP BY queue, lane
+      ORDER BY oldest) AS lanes
+ON CONFLICT (queue, lane) DO NOTHING
+"""
+
 # Up to %(limit)s running jobs of a queue, oldest start first: a range of
 # tickwork_jobs_running, which holds running rows only, so it reads the
 # rows it returns and no others.
@@ -945,17 +1079,21 @@ RETURNING starts IS NOT NULL OR held_until > {NOW}
 # is written whatever becomes of the claim (PostgreSQL runs a data-modifying WITH whether or not
 # it is read), and the claim goes back to queued, due at once, attempt,
 # history and recoveries unchanged; fenced like RETRY_CLAIM (token, running,
-# live lease, no cancellation). The job as put back, or no row.
+# live lease, no cancellation). The job as put back, or no row; its lane
+# joins its wide queue's line again (_JOIN_LINES), keeping no earlier place.
 PUT_BACK_RATE_LIMITED = f"""
 WITH hold AS (
     INSERT INTO tickwork_rate_limits AS stored (kind, key, held_until, updated_at)
     VALUES (%(kind)s, %(key)s, %(until)s, {NOW})
     ON CONFLICT (kind, key) DO UPDATE SET
         held_until = excluded.held_until, updated_at = excluded.updated_at
-        WHERE excluded.held_until > stored.held_until)
-UPDATE tickwork_jobs
-SET state = 'queued', started_at = NULL, lease_expires_at = NULL, claim_token = NULL
-WHERE sequence = %(sequence)s AND state = 'running' AND claim_token = %(token)s
-  AND lease_expires_at > {NOW} AND cancellation_id IS NULL
-RETURNING {JOB_SELECT}
+        WHERE excluded.held_until > stored.held_until),
+job AS (
+    UPDATE tickwork_jobs
+    SET state = 'queued', started_at = NULL, lease_expires_at = NULL, claim_token = NULL
+    WHERE sequence = %(sequence)s AND state = 'running' AND claim_token = %(token)s
+      AND lease_expires_at > {NOW} AND cancellation_id IS NULL
+    RETURNING {JOB_SELECT}),
+{_JOIN_LINES}
+SELECT {_qualified("job")} FROM job CROSS JOIN joined
 """
