@@ -11,8 +11,9 @@
 -- line that may start one now (lane room, lane rate), and that lane goes to
 -- the back of the line, or leaves it with no ready job left. So a tenant
 -- with 10,000 queued jobs does not hold back a tenant with one. A serial
--- queue (no row, or max_running 1) keeps its head order, and its claims
--- and producers run no statement of this file.
+-- queue (no row, or max_running 1) keeps its head order. While no queue is
+-- wide, no claim or producer runs a statement of this file (a probe of
+-- tickwork_limits each tells them so).
 --
 -- One row per lane in a wide queue's line: turn orders the line, lowest
 -- first (ties, which one sequence cannot give, by lane). A lane joins at
@@ -60,16 +61,25 @@ CREATE INDEX tickwork_jobs_lane_ready
 -- * A claim moves a lane to the back with an UPDATE of turn, a lock mode
 --   (FOR NO KEY UPDATE) that a KEY SHARE does not block: a claim never
 --   waits for a producer. It removes a lane in two statements: it locks
---   the row FOR UPDATE SKIP LOCKED (a row a producer holds is passed over,
---   left in the line: that producer is adding a ready job, or it rolls
---   back and the row is stale), then, in a new statement (a fresh
---   snapshot), deletes it only if the lane still has no ready job
---   (tickwork_take_turns).
+--   the row FOR UPDATE SKIP LOCKED (a row a producer holds is passed over
+--   and stays in the line, at the back if its lane just started: that
+--   producer is adding a ready job, or it rolls back and the row is
+--   stale), then, in a new statement (a fresh snapshot), deletes it only
+--   if the lane still has no ready job (tickwork_take_turns).
 --
 -- So a producer that locked the row first keeps it; one that committed
 -- before the claim's lock was granted is seen by the re-check; one that
 -- comes after the lock waits for the claim's commit, finds the row gone and
--- inserts it again, at the back.
+-- inserts it again, at the back. (tests/shared/test_postgres_fair_turns.py
+-- drives both orders on two connections.)
+--
+-- A queue becoming wide (put_limit) lines up its lanes under the limits'
+-- lock (LINE_AFTER_LIMIT in tickwork.stores.sql.postgres), which claims
+-- hold shared from before their promotion, so a promoted job's lane is
+-- never missed; a producer outside a claim takes no lock a change of
+-- limits waits for, and one whose statement read the queue as serial just
+-- before it became wide, committing just after it was lined up, leaves its
+-- lane out of the line (that statement's comment says what follows).
 
 -- The lanes of jobs that became ready in wide queues join their queue's
 -- line, each at most once, at the back: queues[i], lanes[i] in the order
@@ -81,7 +91,8 @@ CREATE INDEX tickwork_jobs_lane_ready
 -- order, drawn before that sort.
 --
 -- A row in this statement's snapshot is locked FOR KEY SHARE (waiting only
--- for a claim that is removing it: then it is gone and is inserted again).
+-- for a claim, or a change of limits, that is removing it: then it is gone
+-- and is inserted again).
 -- A row not in the snapshot is inserted; ON CONFLICT DO NOTHING waits for
 -- a concurrent insert of the same row and then leaves it, and the loop
 -- locks it in its next statement, whose snapshot has it. Rarely more than
@@ -349,11 +360,16 @@ $$;
 -- (under the limits' lock held exclusively, so with no claim in flight);
 -- a claim inserts no row of tickwork_turns once it holds a queue lock. The
 -- waits it can make are in its promotion (tickwork_join_line), its first
--- step, holding no queue or lane lock: for a claim removing a lane (which
--- waits for nothing, and commits) and for a producer inserting the same
--- lane's row (which takes no advisory lock). Producers wait for claims
--- only there too, and for each other as inserting the same job_id always
--- did.
+-- step, holding no queue or lane lock (the limits' lock shared, which only
+-- a change of limits, holding nothing else, waits for): for a claim
+-- removing a lane (which waits for nothing more, and commits) and for a
+-- producer inserting the same lane's row (which takes no advisory lock).
+-- Producers wait for claims only there too, and for each other as
+-- inserting the same job_id always did. One cycle remains possible, and
+-- PostgreSQL breaks it by failing one side (deadlock_detected): a
+-- producer's open transaction that inserted a lane's row, then replays
+-- (enqueue) a due job of that lane that a claim is promoting, while that
+-- claim's promotion waits for the row.
 
 -- The group commit of 0017 (arguments, result, settlement step, plan
 -- settings and the walk unchanged; see 0010, 0012, 0016 and 0017 for their
