@@ -906,6 +906,12 @@ $$;
 -- queue's line from the front for the first lane that may start a job
 -- (another lane's lock only tried), claims that lane's best ready job
 -- (waiting for its row, as its pick always did), and stores the line.
+--
+-- And it compiles no JIT code: with some thousands of ready jobs its
+-- candidate query's estimate (a custom plan's) passed jit_above_cost, and
+-- compiling it cost about 18 ms of a 20 ms call (measured on 0017 with
+-- 10,000 ready jobs: 20.7 ms per exact claim, 2.6 ms with jit off). The
+-- group commit's generic plans stay under the threshold.
 CREATE OR REPLACE FUNCTION tickwork_claim_one(
     claim_token text, lease_ms bigint, clock_override bigint)
 RETURNS TABLE (
@@ -915,6 +921,7 @@ RETURNS TABLE (
     cancellation_id text, run_at bigint, delay_ms bigint, due_at bigint,
     retry_json text, attempt integer, history_json text, error_json text)
 LANGUAGE plpgsql VOLATILE
+SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
