@@ -140,14 +140,14 @@ def _timed(step: Callable[[], None], calls: int) -> float:
     return (time.perf_counter() - started) / calls
 
 
-def claims(calls: int) -> list[str]:
-    """Mean ms per call, each kind of claim, with the 10,000-job lane ahead
-    and without, in alternating rounds."""
+def claims(calls: int, ahead: int = BIG) -> list[str]:
+    """Mean ms per call, each kind of claim, with ``ahead`` jobs of one lane
+    ahead and without, in alternating rounds."""
     server = start_postgres()
     try:
-        shapes = {"10,000 jobs of one lane ahead": _schema(server, "deep"),
-                  "no backlog": _schema(server, "shallow")}
-        _load_wide(shapes["10,000 jobs of one lane ahead"], 2 * calls, BIG)
+        deep = f"{ahead:,} jobs of one lane ahead"
+        shapes = {deep: _schema(server, "deep"), "no backlog": _schema(server, "shallow")}
+        _load_wide(shapes[deep], 2 * calls, ahead)
         _load_wide(shapes["no backlog"], 2 * calls, 0)
         loops = {shape: _Loop(dsn) for shape, dsn in shapes.items()}
         spent = {(shape, kind): 0.0 for shape in shapes for kind in ("group", "exact")}
@@ -229,13 +229,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--calls", type=int, default=CALLS,
                         help=f"claims and ingests per shape (default {CALLS:,})")
+    parser.add_argument("--ahead", type=int, default=BIG,
+                        help=f"jobs of the deep lane (default {BIG:,})")
     parser.add_argument("--ingest-only", action="store_true",
                         help="only the serial ingest, with what every checkout has")
     args = parser.parse_args(argv)
     if args.ingest_only:
         lines = ingests(args.calls, ["serial"])
     else:
-        lines = claims(args.calls) + ingests(
+        lines = claims(args.calls, args.ahead) + ingests(
             args.calls, ["serial", "wide, lane in line", "wide, a new lane each job"])
     for line in lines:
         print(line, flush=True)
