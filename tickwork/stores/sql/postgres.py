@@ -352,10 +352,13 @@ SELECT {_PENDING},
 # and running jobs only once the lock is granted, in a fresh snapshot; a
 # claim of a job whose lane has a limit holds the lane's lock the same way
 # (0016_limits.sql). Both claim paths are functions of the schema
-# (schema/postgres/0010_queue_claims.sql, where each step is commented, and
-# 0016_limits.sql, which adds the limits), since a single client statement
-# could not read after its own lock is granted. Settlements, renewals and recovery
-# take no lock; each is fenced on its own row.
+# (schema/postgres/0010_queue_claims.sql, where each step is commented,
+# 0016_limits.sql, which adds the limits, 0017 the rate limits, and
+# 0018_turns.sql, where a wide queue's lanes take turns and the claim keeps
+# the queue's line), since a single client statement could not read after
+# its own lock is granted. Settlements, renewals and recovery take no lock;
+# each is fenced on its own row (a recovery's lane joins its line,
+# _JOIN_LINES).
 
 # Group commit: settlements, then claims, in one statement and one commit.
 # Rows: settled pairs (settled_token set) and claimed jobs (claim_index set).
