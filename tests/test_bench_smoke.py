@@ -341,6 +341,22 @@ def test_retention_benchmark_prunes_the_year_it_wrote_down_to_its_policy() -> No
         assert label in result.stdout, label
 
 
+def test_fair_turns_benchmark_claims_in_turns_and_prints_every_figure() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.postgres_fair_turns", "--calls", "80", "--ahead", "500"],
+        capture_output=True, text=True, cwd=ROOT, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 0, result.stderr
+    for kind in ("group commit (settle + claim, one call)", "exact claim (tickwork_claim_one)"):
+        for shape in ("500 jobs of one lane ahead", "no backlog"):
+            assert f"{kind}, wide queue, {shape}:" in result.stdout, (kind, shape)
+    # One turn in 21 is the big lane's: 160 claims take 7 or 8 of its jobs.
+    assert "(500 jobs of one lane ahead: 8 of 160 claims took" in result.stdout, result.stdout
+    assert "(no backlog: 0 of 160 claims took" in result.stdout, result.stdout
+    for shape in ("serial", "wide, lane in line", "wide, a new lane each job"):
+        assert f"ingest (store.insert, one job a statement), {shape}:" in result.stdout, shape
+
+
 def test_concurrency_benchmark_runs_and_prints_every_row() -> None:
     stdout = quick_run("bench.concurrency")
     for level in (1, 10, 50):
