@@ -13,13 +13,18 @@ or lane limit at any time, raising or lowering it while jobs run.
 A small reference model holds the jobs' states and the limits in force and
 picks, for every claim, the job the rule says: the best ready job (priority
 desc, then enqueue order) whose queue runs fewer than its limit (1 without
-one) and whose lane runs fewer than its lane limit (if it has one). After
+one) and whose lane runs fewer than its lane limit (if it has one); when
+that job's queue is wide (a limit above 1), the best such job of the first
+lane in the queue's line that has one, the lane then going to the back of
+the line (fair turns). After
 each claim the store's answer must be that job (or nothing when the model
 finds none), and the store's own count of running jobs (``running_jobs``)
 in the claimed job's queue and lane must be within the limits in force at
 that claim. No job is claimed twice; at the end every job is claimed and
 settled, and each settles exactly once (a settlement of a settled job's
-claim writes nothing).
+claim writes nothing). Independently of the model's line, ``FairTurns``
+checks the fairness invariant from the claims alone: in a wide queue no lane
+starts twice while another lane was startable at every claim in between.
 
 Store-level on purpose: every interleaving of claims, settlements and limit
 changes is chosen by hypothesis, deterministically, and compared step by
@@ -122,6 +127,25 @@ operations = st.one_of(
                                          st.sampled_from(LIMIT_KEYS[kind]))),
 )
 
+#: Fair turns need a wide queue whose lanes each hold several ready jobs
+#: while others start: a queue made wide first (``FAIR_START``), then mostly
+#: ingests into it across three lanes (one with a higher priority now and
+#: then), claims and settlements, and limits that change its width or hold
+#: a lane.
+FAIR_LANES = (None, "la", "lb")
+FAIR_START = st.builds(PutLimit, st.just("queue"), st.just("qa"), st.integers(2, 3))
+fair_operations = st.one_of(
+    st.builds(Ingest, st.just("qa"), st.sampled_from(FAIR_LANES), st.sampled_from((0, 0, 0, 1))),
+    st.builds(Ingest, st.just("qa"), st.sampled_from(FAIR_LANES), st.just(0)),
+    st.builds(Ingest, st.sampled_from(("qb", "qc")), st.sampled_from(FAIR_LANES), st.just(0)),
+    st.builds(Claim, st.sampled_from((0, 1))),
+    st.builds(Claim, st.sampled_from((0, 1))),
+    st.builds(Settle, st.integers(0, 5), st.booleans()),
+    st.builds(PutLimit, st.just("queue"), st.just("qa"), st.integers(1, 3)),
+    st.builds(PutLimit, st.just("lane"), st.sampled_from(("la", "lb")), st.integers(1, 2)),
+    st.builds(DeleteLimit, st.just("lane"), st.sampled_from(("la", "lb"))),
+)
+
 
 # --------------------------------------------------------------------- model
 
@@ -140,6 +164,9 @@ class ModelJob:
 class Model:
     jobs: list[ModelJob] = field(default_factory=list)
     limits: dict[tuple[LimitKind, str], int] = field(default_factory=dict)
+    #: Each wide queue's line of lanes, front first (the fair-turns rule:
+    #: docs/explanation/architecture.md, "Which order is kept").
+    lines: dict[str, list[str]] = field(default_factory=dict)
 
     def running_in(self, kind: LimitKind, key: str) -> int:
         return sum(1 for job in self.jobs if job.state == "running"
@@ -148,18 +175,107 @@ class Model:
     def queue_limit(self, queue: str) -> int:
         return self.limits.get(("queue", queue), 1)
 
-    def pick(self) -> ModelJob | None:
-        """The best ready job whose queue and lane have room."""
-        for job in sorted(self.jobs, key=lambda job: (-job.priority, job.order)):
-            if job.state != "queued":
-                continue
-            if self.running_in("queue", job.queue) >= self.queue_limit(job.queue):
-                continue
-            lane_limit = self.limits.get(("lane", job.lane))
-            if lane_limit is not None and self.running_in("lane", job.lane) >= lane_limit:
-                continue
-            return job
-        return None
+    def wide(self, queue: str) -> bool:
+        return self.queue_limit(queue) > 1
+
+    def startable(self, job: ModelJob, now: int) -> bool:
+        """Ready, and its queue and lane have room."""
+        if job.state != "queued":
+            return False
+        if self.running_in("queue", job.queue) >= self.queue_limit(job.queue):
+            return False
+        lane_limit = self.limits.get(("lane", job.lane))
+        return lane_limit is None or self.running_in("lane", job.lane) < lane_limit
+
+    def in_order(self) -> list[ModelJob]:
+        return sorted(self.jobs, key=lambda job: (-job.priority, job.order))
+
+    def pick(self, now: int = 0) -> ModelJob | None:
+        """The best startable job in global order; when its queue is wide,
+        instead the best startable job of the first lane in that queue's
+        line that has one."""
+        first = next((job for job in self.in_order() if self.startable(job, now)), None)
+        if first is None or not self.wide(first.queue):
+            return first
+        for lane in self.lines.get(first.queue, []):
+            for job in self.in_order():
+                if job.queue == first.queue and job.lane == lane and self.startable(job, now):
+                    return job
+        return first  # the stores' fallback, which an exact line never needs
+
+    def ready_lane(self, queue: str, lane: str) -> bool:
+        return any(job.state == "queued" and job.queue == queue and job.lane == lane
+                   for job in self.jobs)
+
+    def join(self, job: ModelJob) -> None:
+        """``job`` is ready again (stored, or put back): in a wide queue its
+        lane joins the back of the line unless it is in it."""
+        line = self.lines.get(job.queue)
+        if self.wide(job.queue) and line is not None and job.lane not in line:
+            line.append(job.lane)
+
+    def started(self, job: ModelJob) -> None:
+        """``job`` was claimed: its lane goes to the back of its wide
+        queue's line, or leaves it with no ready job left."""
+        line = self.lines.get(job.queue)
+        if line is None:
+            return
+        if job.lane in line:
+            line.remove(job.lane)
+        if self.ready_lane(job.queue, job.lane):
+            line.append(job.lane)
+
+    def limit_changed(self, queue: str, was_wide: bool) -> None:
+        """A queue that becomes wide lines up its lanes with ready jobs, by
+        their oldest ready job; one that stops being wide drops its line."""
+        if not self.wide(queue):
+            self.lines.pop(queue, None)
+        elif not was_wide:
+            line: list[str] = []
+            for job in sorted(self.jobs, key=lambda job: job.order):
+                if job.state == "queued" and job.queue == queue and job.lane not in line:
+                    line.append(job.lane)
+            self.lines[queue] = line
+
+
+class FairTurns:
+    """The fairness invariant, checked from the claims alone (not from the
+    model's line): in a wide queue, no lane starts twice while another lane
+    was startable at every claim of that queue in between (both starts
+    included) and did not start. Tracking restarts for a queue whose width
+    changes."""
+
+    def __init__(self) -> None:
+        self.claims: dict[str, int] = {}  # queue -> claims counted while wide
+        self.last_start: dict[tuple[str, str], int] = {}
+        self.waiting_since: dict[tuple[str, str], int] = {}
+
+    def reset(self, queue: str) -> None:
+        for table in (self.last_start, self.waiting_since):
+            for key in [key for key in table if key[0] == queue]:
+                del table[key]
+
+    def claimed(self, model: Model, job: ModelJob, now: int) -> None:
+        """Called with the model as it was just before ``job`` started."""
+        queue = job.queue
+        if not model.wide(queue):
+            return
+        index = self.claims[queue] = self.claims.get(queue, 0) + 1
+        startable = {other.lane for other in model.jobs
+                     if other.queue == queue and model.startable(other, now)}
+        for key in [key for key in self.waiting_since if key[0] == queue]:
+            if key[1] not in startable:
+                del self.waiting_since[key]
+        for lane in startable:
+            self.waiting_since.setdefault((queue, lane), index)
+        previous = self.last_start.get((queue, job.lane))
+        if previous is not None:
+            passed = sorted(lane for (key_queue, lane), since in self.waiting_since.items()
+                            if key_queue == queue and lane != job.lane and since <= previous)
+            assert not passed, (f"lane {job.lane} of {queue} starts again while {passed} "
+                                f"waited through both of its starts")
+        self.last_start[(queue, job.lane)] = index
+        self.waiting_since.pop((queue, job.lane), None)
 
 
 # ------------------------------------------------------------------- stores
@@ -329,6 +445,7 @@ class Scenario:
     def __init__(self, claims: Claims) -> None:
         self.claims = claims
         self.model = Model()
+        self.fairness = FairTurns()
         self.records: dict[str, tuple[JobRecord, str, int]] = {}  # running: record, token, claimer
         self.claimed: set[str] = set()
         self.settlements: dict[str, int] = {}
@@ -349,6 +466,7 @@ class Scenario:
             lane = operation.lane or operation.queue
             self.model.jobs.append(ModelJob(job_id, operation.queue, lane, operation.priority,
                                             len(self.model.jobs)))
+            self.model.join(self.model.jobs[-1])
             await self.claims.insert(valid_job(job_id, operation.queue, lane=operation.lane,
                                                priority=operation.priority), self.tick_clock())
         elif isinstance(operation, Claim):
@@ -362,13 +480,33 @@ class Scenario:
             job_id = running[operation.index % len(running)]
             await self.settle(job_id, operation.claim_next)
         elif isinstance(operation, PutLimit):
-            self.model.limits[(operation.kind, operation.key)] = operation.max_running
+            with self.limit_change(operation.kind, operation.key):
+                self.model.limits[(operation.kind, operation.key)] = operation.max_running
             await self.claims.put_limit(ConcurrencyLimit(operation.kind, operation.key,
                                                          operation.max_running),
                                         self.tick_clock())
         else:
-            self.model.limits.pop((operation.kind, operation.key), None)
+            with self.limit_change(operation.kind, operation.key):
+                self.model.limits.pop((operation.kind, operation.key), None)
             await self.claims.delete_limit(operation.kind, operation.key)
+
+    @contextlib.contextmanager
+    def limit_change(self, kind: LimitKind, key: str) -> Iterator[None]:
+        """Around a change of a limit in the model: a queue's line follows
+        its width, and the fairness check restarts for a queue whose width
+        changed."""
+        was_wide = kind == "queue" and self.model.wide(key)
+        yield
+        if kind == "queue":
+            self.model.limit_changed(key, was_wide)
+            if self.model.wide(key) != was_wide:
+                self.fairness.reset(key)
+
+    def started(self, expected: ModelJob, now: int) -> None:
+        """The model's job ``expected`` was claimed at ``now``."""
+        self.fairness.claimed(self.model, expected, now)
+        expected.state = "running"
+        self.model.started(expected)
 
     async def settle(self, job_id: str, claim_next: bool) -> None:
         record, token, claimer = self.records.pop(job_id)
@@ -396,7 +534,7 @@ class Scenario:
             return
         assert job.job_id not in self.claimed, f"{job.job_id} claimed twice"
         self.claimed.add(job.job_id)
-        expected.state = "running"
+        self.started(expected, self.now)
         self.records[job.job_id] = (job, token, claimer)
         # The store's own count, against the limits in force at this claim.
         in_queue = await self.claims.running_jobs("queue", job.queue)
@@ -437,6 +575,28 @@ def test_every_claim_takes_the_job_the_limits_rule_picks(fresh: Fresh, request: 
             async with fresh() as claims:
                 scenario = Scenario(claims)
                 for operation in ops:
+                    await scenario.apply(operation)
+                await scenario.finish()
+
+        asyncio.run(main())
+
+    example()
+
+
+@pytest.mark.parametrize("fresh", list(KINDS), indirect=True)
+def test_every_claim_in_a_wide_queue_takes_its_lanes_turns(fresh: Fresh, request: Any) -> None:
+    """The same scenario, drawn to keep a wide queue busy with several lanes
+    (``fair_operations``): every claim must take the model's fair pick, and
+    the fairness invariant (``FairTurns``) must hold."""
+    kind = request.node.callspec.params["fresh"]
+
+    @settings(max_examples=model_examples(KINDS[kind]), **SETTINGS)
+    @given(start=FAIR_START, ops=st.lists(fair_operations, min_size=5, max_size=40))
+    def example(start: PutLimit, ops: list[Operation]) -> None:
+        async def main() -> None:
+            async with fresh() as claims:
+                scenario = Scenario(claims)
+                for operation in [start, *ops]:
                     await scenario.apply(operation)
                 await scenario.finish()
 

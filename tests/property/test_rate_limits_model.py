@@ -130,18 +130,9 @@ class RateModel(Model):
         return any(bucket is not None and bucket.held(now) for bucket in (
             self.rates.get(("queue", job.queue)), self.rates.get(("lane", job.lane))))
 
-    def pick_at(self, now: int) -> ModelJob | None:
-        """The best ready job whose queue and lane have room and are not rate-held."""
-        for job in sorted(self.jobs, key=lambda job: (-job.priority, job.order)):
-            if job.state != "queued" or self.rate_held(job, now):
-                continue
-            if self.running_in("queue", job.queue) >= self.queue_limit(job.queue):
-                continue
-            lane_limit = self.limits.get(("lane", job.lane))
-            if lane_limit is not None and self.running_in("lane", job.lane) >= lane_limit:
-                continue
-            return job
-        return None
+    def startable(self, job: ModelJob, now: int) -> bool:
+        """Ready, its queue and lane have room, and neither is rate-held."""
+        return super().startable(job, now) and not self.rate_held(job, now)
 
     def spend(self, job: ModelJob, now: int) -> None:
         for key in (("queue", job.queue), ("lane", job.lane)):
@@ -249,6 +240,7 @@ class RateScenario(Scenario):
                 "queued", 1, ()), back
             model.hold(operation.kind, key, until)
             self.model_job(job_id).state = "queued"
+            model.join(self.model_job(job_id))
             self.claimed.discard(job_id)  # it may be claimed again
         else:
             await super().apply(operation)
@@ -271,7 +263,7 @@ class RateScenario(Scenario):
     async def claimed_check(self, job: JobRecord | None, token: str, claimer: int,
                             at: int | None = None) -> None:
         model, now = self.model, self.now if at is None else at
-        expected = model.pick_at(now)
+        expected = model.pick(now)
         assert (job.job_id if job else None) == (expected.job_id if expected else None), (
             f"at {now} claimed {job.job_id if job else None}, the rule picks "
             f"{expected.job_id if expected else None} (limits {model.limits}, "
@@ -281,7 +273,7 @@ class RateScenario(Scenario):
         assert job.job_id not in self.claimed, f"{job.job_id} claimed twice"
         assert job.started_at == now
         self.claimed.add(job.job_id)
-        expected.state = "running"
+        self.started(expected, now)
         model.spend(expected, now)
         self.records[job.job_id] = (job, token, claimer)
         in_queue = await self.claims.running_jobs("queue", job.queue)

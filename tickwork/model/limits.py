@@ -5,8 +5,11 @@ Two kinds of limit, both durable and changeable while jobs run:
 * ``queue``: at most ``max_running`` of the queue's jobs run at once. A
   queue without a limit of its own runs one job at a time
   (``DEFAULT_QUEUE_MAX_RUNNING``), the serial queue head of the spec; a
-  limit of N lets the queue's N best ready jobs (priority, then age) run
-  together.
+  limit of N makes the queue *wide*: N of its ready jobs run together,
+  its lanes taking turns (a line of the lanes with a ready job; each claim
+  starts the best job, by priority then age, of the first lane in the line
+  that may start one, and that lane goes to the back), so one lane's
+  backlog never holds back another lane's jobs.
 * ``lane``: at most ``max_running`` jobs of the lane run at once, across
   every queue of the owner (owner-local) or of the shared database (D1,
   PostgreSQL). A lane is the key a user groups jobs by: a tenant, a
