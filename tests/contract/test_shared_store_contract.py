@@ -1341,7 +1341,7 @@ async def test_storage_usage_counts_each_table_and_sizes_what_it_can(
     assert empty.rows == {"tickwork_jobs": 0, "tickwork_redrives": 0, "tickwork_schedules": 0,
                           "tickwork_paused_queues": 0, "tickwork_retention": 0,
                           "tickwork_limits": 0, "tickwork_rate_limits": 0,
-                          "tickwork_queue_history": 0}
+                          "tickwork_queue_history": 0, "tickwork_turns": 0}
     await dead_letter(shared_store, "d", "q", T0 + 1)
     await store.redrive("d", "r1", T0 + 2)
     await queued(shared_store, "a", "b")
@@ -1349,12 +1349,13 @@ async def test_storage_usage_counts_each_table_and_sizes_what_it_can(
     await store.pause_queue("q", T0)
     await store.put_retention(RetentionPolicy("q", None, None), T0)
     await store.put_limit(ConcurrencyLimit("lane", "tenant", 2), T0)
+    await store.put_limit(ConcurrencyLimit("queue", "q", 2), T0)  # its one lane is in its line
     await store.put_rate_limit(RateLimit("lane", "tenant", 2, 1000, 2), T0)
     report = await store.storage_usage()
     assert report.rows == {"tickwork_jobs": 3, "tickwork_redrives": 1, "tickwork_schedules": 1,
                            "tickwork_paused_queues": 1, "tickwork_retention": 1,
-                           "tickwork_limits": 1, "tickwork_rate_limits": 1,
-                           "tickwork_queue_history": 0}
+                           "tickwork_limits": 2, "tickwork_rate_limits": 1,
+                           "tickwork_queue_history": 0, "tickwork_turns": 1}
     if shared_store.kind == "postgres":  # the tickwork tables, indexes included
         assert empty.size_bytes is not None and report.size_bytes is not None
         assert report.size_bytes >= empty.size_bytes > 0

@@ -82,7 +82,7 @@ async def test_a_version_1_database_is_upgraded_in_place_with_its_rows(harness: 
     before = _version_1_database(harness)
     runtime = harness.runtime()
     assert harness.host_query(
-        "SELECT value FROM tickwork_meta WHERE key = 'schema_version'") == [("14",)]
+        "SELECT value FROM tickwork_meta WHERE key = 'schema_version'") == [("15",)]
     after = harness.host_query("SELECT * FROM tickwork_jobs ORDER BY sequence")
     # Every value kept; the new columns (run_at, delay_ms, due_at; retry_json,
     # attempt, history_json; error_json) say "due at once, first attempt, no
@@ -170,7 +170,7 @@ async def test_0008_rebuilds_the_table_keeping_rows_and_the_sequence_high_water_
     before = harness.host_query("SELECT * FROM tickwork_jobs ORDER BY sequence")
     runtime = harness.runtime()
     assert harness.host_query(
-        "SELECT value FROM tickwork_meta WHERE key = 'schema_version'") == [("14",)]
+        "SELECT value FROM tickwork_meta WHERE key = 'schema_version'") == [("15",)]
     # Every row as it was (and, by 0009, listed, and filed if settled).
     kept = harness.host_query("SELECT * FROM tickwork_jobs ORDER BY sequence")
     assert [row[:-2] for row in kept] == before

@@ -376,13 +376,14 @@ async def test_a_database_without_0004_is_refused_then_upgraded_with_its_rows(db
     await db.prepare(OLD_ROWS).run()
     before = await D1Binding(db).query("SELECT * FROM tickwork_jobs ORDER BY sequence")
     runtime = D1Runtime(db, execute=_complete, wake=CountingWake())
-    with pytest.raises(SchemaError, match=r"version 3, this package needs 14: "
+    with pytest.raises(SchemaError, match=r"version 3, this package needs 15: "
                                           r"apply 0004_due_times\.sql, 0005_paused_queues\.sql, "
                                           r"0006_retries\.sql, 0007_schedules\.sql, "
                                           r"0008_error_summaries\.sql, 0009_browse\.sql, "
                                           r"0010_retention\.sql, 0011_history\.sql, "
                                           r"0012_owner_directory\.sql, 0013_limits\.sql, "
-                                          r"0014_rate_limits\.sql from schema/d1"):
+                                          r"0014_rate_limits\.sql, 0015_turns\.sql "
+                                          r"from schema/d1"):
         await runtime.ingest(job("a"))
     assert await _count(db) == 2
     for migration in migrations("d1")[3:]:
