@@ -489,11 +489,13 @@ class OwnerLocalStore:
         return job
 
     def _taking_turns(self) -> bool:
-        """Whether any queue is wide: then claims take turns, and the store
-        keeps the lines."""
+        """Whether any queue is wide: then claims take turns, the store keeps
+        the lines, and it lists and files every row at once (see
+        ``IndexBatching.one_at_a_time``)."""
         wide = self._wide
         if wide is None:
             wide = self._wide = bool(self.database.query(_ANY_WIDE_QUEUE.text)[0][0])
+            self._batching.one_at_a_time(wide)
         return wide
 
     def _join(self, sequences: Sequence[int]) -> None:
@@ -821,8 +823,11 @@ class OwnerLocalStore:
             return changed
 
         changed = self.database.atomic(put)
-        # Wide now; or this queue is not, and whether another is is read again.
-        self._wide = True if limit.max_running > 1 else None
+        if limit.max_running > 1:
+            self._wide = True
+            self._batching.one_at_a_time(True)
+        else:  # this queue is not wide: whether another is is read again
+            self._wide = None
         return changed
 
     def delete_limit(self, kind: LimitKind, key: str) -> bool:
