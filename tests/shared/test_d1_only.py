@@ -504,3 +504,24 @@ async def test_filling_a_schedules_slots_costs_one_batch(db: Any) -> None:
         created = await runtime.fire_schedules()
         costs[name] = (db.stats.since(before).round_trips, created)
     assert costs == {"fire": (3, 5), "fire again": (1, 0)}
+
+
+async def test_a_producers_own_statements_line_up_the_lanes_of_a_wide_queue(db: Any) -> None:
+    """The line of a wide queue is kept by D1's triggers, so the jobs a
+    producer inserts with its own statements join it too: lanes that join in
+    one statement in the order of their jobs' sequence."""
+    runtime = await _runtime(db)
+    await runtime.set_limit("queue", "shipping", 3)
+    await db.batch([
+        db.prepare("INSERT INTO orders (id, total) VALUES ('o1', 1), ('o2', 2), ('o3', 3)"),
+        runtime.enqueue(job("first", queue="shipping", lane="tenant-0")),
+        runtime.enqueue_from_select("""
+            SELECT 'ship-' || id AS job_id, 'shipping' AS queue_name,
+                   'tenant-' || (4 - total) AS lane, 0 AS priority, '{}' AS payload_json,
+                   NULL AS recovery_max
+            FROM orders ORDER BY id""")])
+    line = await D1Binding(db).query(
+        "SELECT lane FROM tickwork_turns WHERE queue = 'shipping' ORDER BY turn")
+    assert [row[0] for row in line] == ["tenant-0", "tenant-3", "tenant-2", "tenant-1"]
+    assert [(await runtime.tick()).job_id for _ in range(4)] == [
+        "first", "ship-o1", "ship-o2", "ship-o3"]
