@@ -1257,6 +1257,53 @@ def test_a_queue_that_becomes_wide_lines_up_its_lanes_by_their_oldest_ready_job(
     assert claim_all(local_store) == ["a0"]  # serial: the head, one at a time
 
 
+@covers("claim_next", "put_limit", "delete_limit", "redrive", "list_new_rows")
+def test_only_a_wide_queues_rows_are_in_the_index_of_a_lanes_jobs_and_unlisted_ones_are_read(
+        local_store: LocalStoreUnderTest) -> None:
+    """Owner-local 0015: tickwork_jobs_lane_order holds the listed, unfiled
+    rows of wide queues (taking_turns = 1); what is not listed yet (as after
+    a listing that failed) is read beside it."""
+    store = local_store.store
+
+    def taking_turns() -> dict[str, int]:
+        return dict(local_store.rows("SELECT job_id, taking_turns FROM tickwork_jobs"))
+
+    queued(local_store, "a0", "a1", lane="A")
+    queued(local_store, "s0", queue="serial")
+    store.list_new_rows()
+    assert taking_turns() == {"a0": 0, "a1": 0, "s0": 0}
+    wide(local_store)  # the queue's listed rows enter the index
+    assert taking_turns() == {"a0": 1, "a1": 1, "s0": 0}
+
+    def failed() -> None:
+        raise RuntimeError("the listing failed")
+
+    listing = store._batching.list_rows
+    store._batching.list_rows = failed  # type: ignore[method-assign]
+    queued(local_store, "b0", lane="B")  # stored and in the line, not listed
+    queued(local_store, "a2", lane="A")
+    store._batching.list_rows = listing  # type: ignore[method-assign]
+    assert local_store.rows(
+        "SELECT job_id FROM tickwork_jobs WHERE listed = 0 ORDER BY job_id") == [("a2",), ("b0",)]
+    assert line(local_store) == ["A", "B"]
+    assert claim_all(local_store) == ["a0", "b0", "a1", "s0", "a2"]
+    store.list_new_rows()  # listed while q is wide: into the index
+    assert taking_turns()["b0"] == 1
+    settle(local_store, "a0")
+    assert store.redrive("a0", "r1", T0) is None  # completed: no dead letter
+    settle(local_store, "a1")
+    # A dead letter redriven into a wide queue enters the index again.
+    store.insert(valid_job("d0", lane="D"), T0)
+    job = claimed(local_store, "t-d0")
+    assert store.settle_claim(job.sequence, "t-d0", FAILED, T0, cancelled=False)
+    store.file_settled()
+    assert store.redrive("d0", "r2", T0) is not None
+    assert taking_turns()["d0"] == 1
+    assert line(local_store) == ["D"]
+    store.delete_limit("queue", "q")  # serial: out of the index
+    assert taking_turns()["d0"] == 0
+
+
 @covers("ready_ahead")
 def test_ready_ahead_in_a_wide_queue_follows_the_turns(local_store: LocalStoreUnderTest) -> None:
     store = local_store.store

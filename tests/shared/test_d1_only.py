@@ -525,3 +525,27 @@ async def test_a_producers_own_statements_line_up_the_lanes_of_a_wide_queue(db: 
     assert [row[0] for row in line] == ["tenant-0", "tenant-3", "tenant-2", "tenant-1"]
     assert [(await runtime.tick()).job_id for _ in range(4)] == [
         "first", "ship-o1", "ship-o2", "ship-o3"]
+
+
+async def test_0015_lines_up_the_lanes_of_the_queues_already_wide(db: Any) -> None:
+    """A database at 14 with a wide queue: 0015 gives it its line, lanes by
+    their oldest ready job; a serial queue gets none."""
+    from tickwork.schemas import migrations
+
+    for migration in migrations("d1")[:-1]:
+        for statement in migration.statements():
+            await db.prepare(statement).run()
+    await db.prepare(
+        "INSERT INTO tickwork_limits (kind, key, max_running, updated_at)"
+        " VALUES ('queue', 'wide', 3, 0), ('queue', 'serial', 1, 0)").run()
+    await db.prepare(
+        "INSERT INTO tickwork_jobs (job_id, queue, lane, priority, payload_json, state,"
+        " enqueued_at, due_at) VALUES ('b0', 'wide', 'B', 0, '{}', 'queued', 0, NULL),"
+        " ('a0', 'wide', 'A', 0, '{}', 'queued', 0, NULL),"
+        " ('c0', 'wide', 'C', 0, '{}', 'queued', 0, 99),"
+        " ('s0', 'serial', 'S', 0, '{}', 'queued', 0, NULL)").run()
+    for statement in migrations("d1")[-1].statements():
+        await db.prepare(statement).run()
+    assert await D1Binding(db).query(
+        "SELECT queue, lane FROM tickwork_turns ORDER BY queue, turn") == [
+        ("wide", "B"), ("wide", "A")]

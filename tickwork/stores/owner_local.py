@@ -62,6 +62,7 @@ _LEAVE_LINE = _render(sql.LEAVE_LINE, "queue", "lane")
 _BACK_OF_LINE = _render(sql.BACK_OF_LINE, "queue", "lane")
 _WIDEN_LINE = _render(sql.WIDEN_LINE_LOCAL, "queue", "max_running")
 _DROP_LINE = _render(sql.DROP_LINE, "queue")
+_MARK_TAKING_TURNS = _render(sql.MARK_TAKING_TURNS, "queue")
 _SETTLE_RECOVERED_CLAIM = _render(sql.SETTLE_RECOVERED_CLAIM, *_SETTLE)
 _REQUEUE_CLAIM = _render(sql.REQUEUE_CLAIM, "sequence", "token")
 _RELEASE_CLAIM = _render(sql.RELEASE_CLAIM, "sequence", "token")
@@ -811,7 +812,8 @@ class OwnerLocalStore:
         claim obeys it: every claim reads the limits in its own statement.
         A queue that becomes wide gets its line (every lane with a ready
         job, oldest first); one that stops being wide loses it; in the same
-        transaction."""
+        transaction, and the index of a lane's jobs holds the queue's rows
+        only while it is wide."""
         values = (limit.kind, limit.key, limit.max_running, now)
         if limit.kind != "queue":
             return bool(self.database.mutate(_PUT_LIMIT.text, values))
@@ -820,6 +822,7 @@ class OwnerLocalStore:
             self.database.mutate(_WIDEN_LINE.text, (limit.key, limit.max_running))
             changed = bool(self.database.mutate(_PUT_LIMIT.text, values))
             self.database.mutate(_DROP_LINE.text, (limit.key,))
+            self.database.mutate(_MARK_TAKING_TURNS.text, (limit.key,))
             return changed
 
         changed = self.database.atomic(put)
@@ -839,6 +842,7 @@ class OwnerLocalStore:
         def delete() -> bool:
             deleted = bool(self.database.mutate(_DELETE_LIMIT.text, (kind, key)))
             self.database.mutate(_DROP_LINE.text, (key,))
+            self.database.mutate(_MARK_TAKING_TURNS.text, (key,))
             return deleted
 
         deleted = self.database.atomic(delete)

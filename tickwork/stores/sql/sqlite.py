@@ -111,9 +111,10 @@ UNFILED = "tickwork_jobs INDEXED BY tickwork_jobs_unfiled WHERE filed = 0 AND st
 #: running, and the drain's settlements not filed yet: a read names the
 #: state it wants, and reads the unlisted rows too).
 QUEUE_ORDER = f"tickwork_jobs INDEXED BY tickwork_jobs_queue_order WHERE {PENDING_LISTED}"
-#: Owner-local (0015): a lane's listed, unfiled rows of one queue in pick
-#: order, those waiting for their time apart (due_at is in the key).
-LANE_ORDER = f"tickwork_jobs INDEXED BY tickwork_jobs_lane_order WHERE {PENDING_LISTED}"
+#: Owner-local (0015): a lane's listed, unfiled rows of one wide queue in
+#: pick order, those waiting for their time apart (due_at is in the key).
+LANE_ORDER = ("tickwork_jobs INDEXED BY tickwork_jobs_lane_order"
+              f" WHERE {PENDING_LISTED} AND taking_turns = 1")
 
 
 #: Owner-local (0009): what a read of settled rows says (before its state) for
@@ -213,11 +214,12 @@ def _fragments(target: Target) -> dict[str, str]:
     if not target.leases:
         # No lease: a running claim is live until the host's probe says otherwise.
         # A settlement files its row ({file}) unless it says otherwise (the
-        # drain's, see FILE_SETTLED); a redrive takes it out ({unfile}).
+        # drain's, see FILE_SETTLED); a redrive takes it out ({unfile}), into
+        # the index of a lane's jobs if its queue is wide (0015).
         return {"now": now, "set_lease": "", "lease_live": "", "lease_dead": "",
                 "clear_lease": "", "live_claim": "state = 'running'",
                 "suspect": "state = 'running' {exclude}", "dead_outcome": DEAD_OUTCOME_CHAIN,
-                "pending": PENDING_LISTED, "file": ", filed = 1", "unfile": ", filed = 0",
+                "pending": PENDING_LISTED, "file": ", filed = 1", "unfile": UNFILE_LOCAL,
                 "filed": FILED,
                 "lane_running": LANE_RUNNING_LOCAL.format(lane="candidate.lane"),
                 "rate_key_ready": RATE_KEY_READY_LOCAL,
@@ -721,8 +723,9 @@ LIMIT :limit
 # very next claim, and since a store runs one statement at a time (D1, a
 # Durable Object) or inside one write transaction (sqlite3), two claims can
 # never both take a limit's last place. Each condition is one conjunct of
-# the candidate's WHERE, so another (an ordering term for fair turns) can
-# be added beside them.
+# the candidate's WHERE. Fair turns (below) change which job of a wide
+# queue a claim takes, not which queue: the walk of the queue's line
+# starts from the job these conjuncts find.
 #
 # Rate limits (tickwork_rate_limits, owner-local and D1 0014) are one more
 # conjunct, RATE_FREE: the candidate's queue and lane are not rate-held at
@@ -813,7 +816,7 @@ LANE_HAS_ROOM = lane_has_room("candidate.lane", "{lane_running}")
 # * if its queue is wide, the claim takes instead the best ready job
 #   (priority desc, oldest first) of the first lane in the queue's line that
 #   has one and whose lane has room and is not rate-held (the walk,
-#   FAIR_WALK: one probe per lane it passes over, O(log n + lanes passed
+#   fair_walk: one probe per lane it passes over, O(log n + lanes passed
 #   over) however deep a lane's backlog); the queue's own conditions hold
 #   already, the global pick found a startable job in it. Should no lane
 #   in the line have one (a line missing a lane, which the statements
@@ -833,15 +836,21 @@ LANE_HAS_ROOM = lane_has_room("candidate.lane", "{lane_running}")
 # ready jobs does not hold back a tenant with one. Priority orders jobs
 # within a lane, not lanes; across queues the global pick chooses.
 
-#: Whether the queue ``queue`` (an expression) is wide: one primary-key
-#: probe of tickwork_limits.
 def wide(queue: str) -> str:
+    """Whether the queue ``queue`` (an expression) is wide: one primary-key
+    probe of tickwork_limits."""
     return f"""EXISTS (SELECT 1 FROM tickwork_limits AS wide
                    WHERE wide.kind = 'queue' AND wide.key = {queue} AND wide.max_running > 1)"""
 
 
-#: A job of the lane's that a claim could take: queued, due, not cancelled.
+#: Owner-local (0015): a redriven row leaves the history indexes, and
+#: enters the index of a lane's jobs if its queue is wide.
+UNFILE_LOCAL = f", filed = 0, taking_turns = {wide('queue')}"
+
+
 def _lane_ready(queue: str, lane: str) -> str:
+    """A job of the lane's in the queue that a claim could take: queued,
+    due, not cancelled."""
     return (f"queue = {queue} AND lane = {lane} AND due_at IS NULL AND state = 'queued'"
             " AND cancellation_id IS NULL")
 
@@ -1100,6 +1109,17 @@ DROP_LINE = Template("drop_line", f"""
 DELETE FROM tickwork_turns WHERE queue = :queue AND NOT {wide(":queue")}
 """, ("queue",))
 
+# Owner-local (0015), after a change of a queue's limit, in its
+# transaction: the queue's listed, unfiled rows enter the index of a lane's
+# jobs if it is wide now, and leave it if not. Through the queue's range of
+# tickwork_jobs_queue_pending: O(its backlog), a change of limits.
+MARK_TAKING_TURNS = Template("mark_taking_turns", f"""
+UPDATE tickwork_jobs INDEXED BY tickwork_jobs_queue_pending
+SET taking_turns = {wide(":queue")}
+WHERE queue = :queue AND {PENDING_LISTED} AND taking_turns IS NOT {wide(":queue")}
+""", ("queue",), None, _local)
+
+
 def lane_rows(select: str, where: str, target: Target) -> str:
     """``select`` over the ready jobs of one lane in one queue that match
     ``where`` (which names the queue, the lane and readiness), in index
@@ -1261,8 +1281,16 @@ SETTLE_CANCELLED_CLAIM_UNFILED_COUNTED = counted(SETTLE_CANCELLED_CLAIM_UNFILED)
 # settled and filed ones among them stay out), a batch at a time, and
 # LISTED_THROUGH moves to the last of them. A job enqueued later gets a
 # higher sequence (AUTOINCREMENT), so the unlisted rows stay those after it.
+# A row of a wide queue also enters the index of its lane's jobs (0015:
+# taking_turns), asked per row only while a queue is wide (once per
+# statement).
 LIST_NEW_ROWS = Template("list_new_rows", f"""
-UPDATE tickwork_jobs SET listed = 1 WHERE sequence > {LISTED_THROUGH}
+UPDATE tickwork_jobs
+SET listed = 1,
+    taking_turns = CASE WHEN NOT EXISTS (SELECT 1 FROM tickwork_limits
+                                         WHERE kind = 'queue' AND max_running > 1) THEN 0
+                        ELSE {wide("queue")} END
+WHERE sequence > {LISTED_THROUGH}
 """, (), None, _local)
 NOTE_LISTED = Template("note_listed", """
 INSERT OR REPLACE INTO tickwork_meta (key, value)
@@ -2067,6 +2095,10 @@ READ_SETTLED_OUTSIDE_LANE = Template(
 # without a concurrent lane uses those, unchanged. Every partitioned
 # statement binds :lane first, then what its unpartitioned form binds.
 # {op} is ``=`` (the concurrent ticker) or ``<>`` (the serial ticker).
+# The *_TAKING_TURNS claims are the store's while a queue is wide (see
+# "fair turns"): each ticker takes the turns of the lanes it serves, and in
+# a wide queue a lane of the other partition that the line puts ahead
+# keeps a place for its own ticker.
 
 # Claim within a partition. Marks running, under a fresh claim token, the
 # best job (priority desc, oldest first) of the ticker's partition that heads
