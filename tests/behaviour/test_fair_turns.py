@@ -31,20 +31,30 @@ async def ticks(jobs: Jobs, count: int) -> None:
         assert (await jobs.tick()).status == "settled"
 
 
+#: Tenant a's 10,000 jobs, stored in one statement (a hundred calls of
+#: ingest_many take minutes on D1 through the real-Pyodide tier's proxy):
+#: rows as ingest stores a job that names no time. Owner-local lists them at
+#: its next insert, D1's triggers line their lane up as they come.
+TEN_THOUSAND = """
+WITH RECURSIVE numbers(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM numbers WHERE n < 9999)
+INSERT INTO tickwork_jobs (job_id, queue, lane, priority, payload_json, state, enqueued_at)
+SELECT 'a' || (10000 + n), 'exports', 'tenant-a', 0, '{}', 'queued', 0 FROM numbers
+"""
+
+
 async def test_a_tenant_with_one_job_is_not_held_back_by_one_with_ten_thousand(
         engine: Engine) -> None:
     jobs = engine.runtime()
     await jobs.set_limit("queue", "exports", 2)
-    for first in range(0, 10_000, 100):
-        await jobs.ingest_many([job(f"a{number:05}", queue="exports", lane="tenant-a")
-                                for number in range(first, first + 100)])
+    await engine.rows(TEN_THOUSAND)
     await jobs.ingest(job("a-urgent", queue="exports", lane="tenant-a", priority=5))
     await jobs.ingest(job("b-old", queue="exports", lane="tenant-b"))
     await jobs.ingest(job("b-urgent", queue="exports", lane="tenant-b", priority=3))
     await ticks(jobs, 6)
     # Tenant b starts second, after one job of tenant a; within each
     # tenant, priority then age.
-    assert started(engine) == ["a-urgent", "b-urgent", "a00000", "b-old", "a00001", "a00002"]
+    assert started(engine) == ["a-urgent", "b-urgent", "a10000", "b-old", "a10001", "a10002"]
+    assert len(await engine.rows("SELECT 1 FROM tickwork_jobs WHERE state = 'queued'")) == 9_997
 
 
 async def test_lanes_take_turns_in_the_order_they_joined_and_a_new_lane_joins_at_the_back(

@@ -1257,23 +1257,24 @@ def test_a_queue_that_becomes_wide_lines_up_its_lanes_by_their_oldest_ready_job(
     assert claim_all(local_store) == ["a0"]  # serial: the head, one at a time
 
 
-@covers("claim_next", "put_limit", "delete_limit", "redrive", "list_new_rows")
-def test_only_a_wide_queues_rows_are_in_the_index_of_a_lanes_jobs_and_unlisted_ones_are_read(
+@covers("claim_next", "put_limit", "delete_limit", "list_new_rows")
+def test_the_index_of_a_lanes_jobs_is_there_while_a_queue_is_wide_and_unlisted_jobs_are_read(
         local_store: LocalStoreUnderTest) -> None:
-    """Owner-local 0015: tickwork_jobs_lane_order holds the listed, unfiled
-    rows of wide queues (taking_turns = 1); what is not listed yet (as after
-    a listing that failed) is read beside it."""
+    """Owner-local 0015: the claims of a wide queue read a lane's jobs
+    through tickwork_jobs_lane_order, which the store makes when a queue
+    becomes wide and drops once none is; what is not listed yet (as after a
+    listing that failed) is read beside it."""
     store = local_store.store
 
-    def taking_turns() -> dict[str, int]:
-        return dict(local_store.rows("SELECT job_id, taking_turns FROM tickwork_jobs"))
+    def indexed() -> bool:
+        return bool(local_store.rows(
+            "SELECT 1 FROM sqlite_master WHERE name = 'tickwork_jobs_lane_order'"))
 
     queued(local_store, "a0", "a1", lane="A")
     queued(local_store, "s0", queue="serial")
-    store.list_new_rows()
-    assert taking_turns() == {"a0": 0, "a1": 0, "s0": 0}
-    wide(local_store)  # the queue's listed rows enter the index
-    assert taking_turns() == {"a0": 1, "a1": 1, "s0": 0}
+    assert not indexed()
+    wide(local_store)
+    assert indexed()
 
     def failed() -> None:
         raise RuntimeError("the listing failed")
@@ -1287,21 +1288,13 @@ def test_only_a_wide_queues_rows_are_in_the_index_of_a_lanes_jobs_and_unlisted_o
         "SELECT job_id FROM tickwork_jobs WHERE listed = 0 ORDER BY job_id") == [("a2",), ("b0",)]
     assert line(local_store) == ["A", "B"]
     assert claim_all(local_store) == ["a0", "b0", "a1", "s0", "a2"]
-    store.list_new_rows()  # listed while q is wide: into the index
-    assert taking_turns()["b0"] == 1
-    settle(local_store, "a0")
-    assert store.redrive("a0", "r1", T0) is None  # completed: no dead letter
-    settle(local_store, "a1")
-    # A dead letter redriven into a wide queue enters the index again.
-    store.insert(valid_job("d0", lane="D"), T0)
-    job = claimed(local_store, "t-d0")
-    assert store.settle_claim(job.sequence, "t-d0", FAILED, T0, cancelled=False)
-    store.file_settled()
-    assert store.redrive("d0", "r2", T0) is not None
-    assert taking_turns()["d0"] == 1
-    assert line(local_store) == ["D"]
-    store.delete_limit("queue", "q")  # serial: out of the index
-    assert taking_turns()["d0"] == 0
+    wide(local_store, "other")
+    store.put_limit(ConcurrencyLimit("queue", "q", 1), T0)
+    assert indexed()  # "other" is wide still
+    store.delete_limit("queue", "other")
+    queued(local_store, "a3", lane="A")  # the store reads that no queue is wide
+    assert not indexed()
+    assert line(local_store) == []
 
 
 @covers("ready_ahead")

@@ -88,10 +88,9 @@ async def test_a_version_1_database_is_upgraded_in_place_with_its_rows(harness: 
     # attempt, history_json; error_json) say "due at once, first attempt, no
     # retry policy, no history, no error kept", as every job of version 1 was;
     # 0009 lists every row and files the settled one (they are in the
-    # indexes of unsettled jobs and of history); 0015 finds no wide queue
-    # (taking_turns 0: no row in the index of a lane's jobs).
+    # indexes of unsettled jobs and of history).
     assert after == [(*tuple(row), None, None, None, None, 1, None, None, 1,
-                      1 if row[1] == "settled" else 0, 0) for row in before]
+                      1 if row[1] == "settled" else 0) for row in before]
     settled = runtime.read("settled")
     assert settled is not None and (settled.outcome, settled.failure_reason) == ("failed", "boom")
     assert settled.error is None
@@ -174,8 +173,8 @@ async def test_0008_rebuilds_the_table_keeping_rows_and_the_sequence_high_water_
         "SELECT value FROM tickwork_meta WHERE key = 'schema_version'") == [("15",)]
     # Every row as it was (and, by 0009, listed, and filed if settled).
     kept = harness.host_query("SELECT * FROM tickwork_jobs ORDER BY sequence")
-    assert [row[:-3] for row in kept] == before
-    assert [row[-3:] for row in kept] == [(1, 1 if row[7] == "settled" else 0, 0)
+    assert [row[:-2] for row in kept] == before
+    assert [row[-2:] for row in kept] == [(1, 1 if row[7] == "settled" else 0)
                                           for row in before]
     # A purged sequence is never reused: the next job comes after it.
     runtime.ingest(job("next"))
@@ -197,8 +196,8 @@ async def test_0008_rebuilds_the_table_keeping_rows_and_the_sequence_high_water_
 
 def test_0015_lines_up_the_lanes_of_the_queues_already_wide(harness: Harness) -> None:
     """A version 14 database with a wide queue: the upgrade gives it its
-    line (lanes by their oldest ready job) and puts its listed rows in the
-    index of a lane's jobs; a serial queue's stay out."""
+    line (lanes by their oldest ready job); its store then makes the index
+    of a lane's jobs its claims read."""
     from tickwork.stores.owner_schema import SCHEMA_STATEMENTS, UPGRADES
 
     def write() -> None:
@@ -226,9 +225,10 @@ def test_0015_lines_up_the_lanes_of_the_queues_already_wide(harness: Harness) ->
     assert harness.host_query(
         "SELECT queue, lane FROM tickwork_turns ORDER BY queue, turn") == [
         ("wide", "B"), ("wide", "A")]
-    assert dict(harness.host_query("SELECT job_id, taking_turns FROM tickwork_jobs")) == {
-        "b0": 1, "a0": 1, "b1": 1, "c0": 1, "s0": 0}
-    assert runtime.read("b0") is not None
+    assert runtime.ingest(job("a1", queue="wide", lane="A")) == "queued"
+    assert harness.host_query("SELECT name FROM sqlite_master"
+                              " WHERE name = 'tickwork_jobs_lane_order'") == [
+        ("tickwork_jobs_lane_order",)]
 
 
 def test_a_claim_taking_turns_walks_the_line_and_probes_each_lane(harness: Harness) -> None:
@@ -238,6 +238,7 @@ def test_a_claim_taking_turns_walks_the_line_and_probes_each_lane(harness: Harne
     harness.runtime()
     from tickwork.stores import owner_local as store
 
+    harness.host_execute(store._LANE_ORDER_INDEX.text)  # as while a queue is wide
     taking_turns = store.EVERY_JOB.taking_turns
     assert taking_turns is not None
     for statement in (taking_turns.claim_next, store._LEAVE_LINE, store._BACK_OF_LINE):

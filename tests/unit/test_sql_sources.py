@@ -49,6 +49,8 @@ def database_for(target: sql.Target) -> sqlite3.Connection:
         for step in UPGRADES:
             for statement in step:
                 connection.execute(statement)
+        # The index a store makes while a queue is wide (owner-local 0015).
+        connection.execute(sql.LANE_ORDER_INDEX.render(sql.OWNER_LOCAL).text)
     else:
         for migration in migrations("d1"):
             for statement in migration.statements():
@@ -93,8 +95,7 @@ def test_the_stores_differ_only_in_the_clock_and_the_lease() -> None:
         "requeue_claim", "settle_recovered_claim", "select_claim"}
     for template in shared:
         local = template.expand(sql.OWNER_LOCAL).replace("{exclude}", "")
-        local = local.replace(", filed = 1", "").replace(sql.UNFILE_LOCAL, "")
-        local = local.replace(sql.FILED, "")
+        local = local.replace(", filed = 1", "").replace(", filed = 0", "").replace(sql.FILED, "")
         d1 = template.expand(sql.D1)
         for fragment in sql.lease_fragments():
             d1 = d1.replace(fragment, "")
@@ -217,7 +218,7 @@ def test_the_owner_local_table_is_d1s_without_leases() -> None:
     local_columns, local = _schema_of(sql.OWNER_LOCAL)
     d1_columns, d1 = _schema_of(sql.D1)
     assert local_columns == [name for name in d1_columns if name != "lease_expires_at"] + [
-        "listed", "filed", "taking_turns"]
+        "listed", "filed"]
     # Indexes of the same name are the same index, but for the ones that
     # differ on purpose (schema/owner_local/0001_tickwork_jobs.sql,
     # 0008_light_checks.sql, 0009_batched_entries.sql and
@@ -243,14 +244,14 @@ def test_the_owner_local_table_is_d1s_without_leases() -> None:
     assert local["tickwork_jobs_queue_order"] == d1["tickwork_jobs_queue_waiting"].replace(
         "tickwork_jobs_queue_waiting", "tickwork_jobs_queue_order").replace(
         "state = 'queued'", sql.PENDING_LISTED)
-    # Owner-local's index of a lane's jobs in a queue is D1's index of its
-    # ready ones for its listed, unfiled rows of wide queues, with due_at in
-    # the key (the rows it holds are not all ready).
+    # Owner-local's index of a lane's jobs in a queue (made by the store
+    # while a queue is wide) is D1's index of its ready ones for its listed,
+    # unfiled rows, with due_at in the key (the rows it holds are not all
+    # ready).
     assert local["tickwork_jobs_lane_order"] == d1["tickwork_jobs_lane_ready"].replace(
         "tickwork_jobs_lane_ready", "tickwork_jobs_lane_order").replace(
         "lane, priority", "lane, due_at, priority").replace(
-        "state = 'queued' AND cancellation_id IS NULL AND due_at IS NULL",
-        sql.PENDING_LISTED + " AND taking_turns = 1")
+        "state = 'queued' AND cancellation_id IS NULL AND due_at IS NULL", sql.PENDING_LISTED)
     assert set(local) - set(d1) == {"tickwork_jobs_unfiled", "tickwork_jobs_queue_order",
                                     "tickwork_jobs_lane_order"}
     # The directory of owners (D1's 0012) is a table of D1 alone: an owner's

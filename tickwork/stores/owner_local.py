@@ -62,7 +62,8 @@ _LEAVE_LINE = _render(sql.LEAVE_LINE, "queue", "lane")
 _BACK_OF_LINE = _render(sql.BACK_OF_LINE, "queue", "lane")
 _WIDEN_LINE = _render(sql.WIDEN_LINE_LOCAL, "queue", "max_running")
 _DROP_LINE = _render(sql.DROP_LINE, "queue")
-_MARK_TAKING_TURNS = _render(sql.MARK_TAKING_TURNS, "queue")
+_LANE_ORDER_INDEX = _render(sql.LANE_ORDER_INDEX)
+_NO_LANE_ORDER_INDEX = _render(sql.NO_LANE_ORDER_INDEX)
 _SETTLE_RECOVERED_CLAIM = _render(sql.SETTLE_RECOVERED_CLAIM, *_SETTLE)
 _REQUEUE_CLAIM = _render(sql.REQUEUE_CLAIM, "sequence", "token")
 _RELEASE_CLAIM = _render(sql.RELEASE_CLAIM, "sequence", "token")
@@ -491,11 +492,14 @@ class OwnerLocalStore:
 
     def _taking_turns(self) -> bool:
         """Whether any queue is wide: then claims take turns, the store keeps
-        the lines, and it lists and files every row at once (see
-        ``IndexBatching.one_at_a_time``)."""
+        the lines, it lists and files every row at once (see
+        ``IndexBatching.one_at_a_time``), and the index of a lane's jobs the
+        claims read exists (``sql.LANE_ORDER_INDEX``); it is dropped
+        otherwise, so a serial owner writes no entry of it."""
         wide = self._wide
         if wide is None:
             wide = self._wide = bool(self.database.query(_ANY_WIDE_QUEUE.text)[0][0])
+            self.database.execute(_LANE_ORDER_INDEX.text if wide else _NO_LANE_ORDER_INDEX.text)
             self._batching.one_at_a_time(wide)
         return wide
 
@@ -531,10 +535,8 @@ class OwnerLocalStore:
         """Run ``claim`` on ``partition`` (its statements that take turns,
         while any queue is wide), with what a claim does in its transaction:
         the start spent, while any bucket is stored; the line kept, while
-        any queue is wide. An owner with neither runs the claim alone."""
+        any queue is wide (an owner with neither runs the claim alone)."""
         turns, spends = self._taking_turns(), self._spends()
-        if not turns and not spends:
-            return claim(partition)
         chosen = partition.taking_turns if turns and partition.taking_turns else partition
 
         def claim_in_transaction() -> JobRecord | None:
@@ -549,6 +551,8 @@ class OwnerLocalStore:
         return self.database.atomic(claim_in_transaction)
 
     def claim_next(self, partition: Partition, token: str, now: int) -> JobRecord | None:
+        if not self._spends() and not self._taking_turns():
+            return self._write_one(partition.claim_next, (*partition.bind, token, now))
         return self._claimed(lambda chosen: self._write_one(
             chosen.claim_next, (*chosen.bind, token, now)), partition, now)
 
@@ -556,6 +560,8 @@ class OwnerLocalStore:
         self, partition: Partition, token: str, now: int, exclude_tokens: Sequence[str]
     ) -> JobRecord | None:
         """Claim like claim_next, but only when probe() would report nothing."""
+        if not self._spends() and not self._taking_turns():  # the claim alone
+            return self._claim_if_clear(partition, token, now, exclude_tokens)
         return self._claimed(lambda chosen: self._claim_if_clear(
             chosen, token, now, exclude_tokens), partition, now)
 
@@ -812,8 +818,8 @@ class OwnerLocalStore:
         claim obeys it: every claim reads the limits in its own statement.
         A queue that becomes wide gets its line (every lane with a ready
         job, oldest first); one that stops being wide loses it; in the same
-        transaction, and the index of a lane's jobs holds the queue's rows
-        only while it is wide."""
+        transaction (and the first wide queue, the index of a lane's jobs
+        its claims read: ``sql.LANE_ORDER_INDEX``)."""
         values = (limit.kind, limit.key, limit.max_running, now)
         if limit.kind != "queue":
             return bool(self.database.mutate(_PUT_LIMIT.text, values))
@@ -822,7 +828,8 @@ class OwnerLocalStore:
             self.database.mutate(_WIDEN_LINE.text, (limit.key, limit.max_running))
             changed = bool(self.database.mutate(_PUT_LIMIT.text, values))
             self.database.mutate(_DROP_LINE.text, (limit.key,))
-            self.database.mutate(_MARK_TAKING_TURNS.text, (limit.key,))
+            if limit.max_running > 1:
+                self.database.execute(_LANE_ORDER_INDEX.text)
             return changed
 
         changed = self.database.atomic(put)
@@ -830,7 +837,7 @@ class OwnerLocalStore:
             self._wide = True
             self._batching.one_at_a_time(True)
         else:  # this queue is not wide: whether another is is read again
-            self._wide = None
+            self._wide = None  # (and the index of a lane's jobs dropped if none is)
         return changed
 
     def delete_limit(self, kind: LimitKind, key: str) -> bool:
@@ -842,7 +849,6 @@ class OwnerLocalStore:
         def delete() -> bool:
             deleted = bool(self.database.mutate(_DELETE_LIMIT.text, (kind, key)))
             self.database.mutate(_DROP_LINE.text, (key,))
-            self.database.mutate(_MARK_TAKING_TURNS.text, (key,))
             return deleted
 
         deleted = self.database.atomic(delete)

@@ -635,32 +635,19 @@ CREATE TABLE tickwork_turns (
 -- turn: one probe for max(turn)).
 CREATE INDEX tickwork_turns_order ON tickwork_turns (queue, turn);
 
--- * taking_turns: 1 while the row is in tickwork_jobs_lane_order, which
---   holds the listed, unfiled rows of wide queues only: set as a row is
---   listed (or redriven) in a wide queue, and for a queue's listed rows
---   when it becomes wide or stops being wide. So the rows of serial queues
---   never enter that index: measured with callgrind, an index of every
---   listed row cost a serial no-op job (ingest and tick) about 3.1% more
---   instructions, written in the batches of 0009 as it is.
-ALTER TABLE tickwork_jobs ADD COLUMN taking_turns INTEGER NOT NULL DEFAULT 0;
+-- A claim in a wide queue reads a lane's jobs in the queue in pick order
+-- through tickwork_jobs_lane_order (queue, lane, due_at, priority DESC,
+-- sequence), written in the batches of 0009 like 0010's queue order. That
+-- index is not made here: the store creates it when a queue becomes wide
+-- and drops it once none is (tickwork/stores/sql/sqlite.py,
+-- LANE_ORDER_INDEX), so the rows of an owner without a wide queue write no
+-- entry. Measured with callgrind (runs of 3,000 and 1,000 no-op jobs in
+-- 50 queues, each job's ingest and tick), the index of every listed row,
+-- made here, cost a serial job about 3% more instructions; made by the
+-- store while a queue is wide, nothing a run's spread shows.
 
--- A lane's jobs in a wide queue in pick order, for the claim's walk: its
--- best ready job, or whether it has one, in one probe (due_at in the key:
--- a ready job's is NULL, so the jobs waiting for their time are a range
--- apart). Written in the batches of 0009, like 0010's queue order: a row
--- enters when it is listed and leaves when it is filed, so neither a claim
--- nor a settlement writes it; every read also reads the unlisted rows, and
--- steps over the lane's running jobs and unfiled settlements (a few).
-CREATE INDEX tickwork_jobs_lane_order
-    ON tickwork_jobs (queue, lane, due_at, priority DESC, sequence)
-    WHERE listed = 1 AND filed = 0 AND taking_turns = 1;
-
--- The queues already wide when this runs: their listed rows enter that
--- index, and they get their line: every lane with a ready job, in order of
--- its oldest ready job (its sequence is its turn).
-UPDATE tickwork_jobs SET taking_turns = 1
-WHERE listed = 1 AND filed = 0
-  AND queue IN (SELECT key FROM tickwork_limits WHERE kind = 'queue' AND max_running > 1);
+-- The queues already wide when this runs get their line: every lane with a
+-- ready job, in order of its oldest ready job (its sequence is its turn).
 INSERT INTO tickwork_turns (queue, lane, turn)
 SELECT queue, lane, min(sequence) FROM tickwork_jobs
 WHERE state = 'queued' AND due_at IS NULL AND cancellation_id IS NULL

@@ -111,10 +111,10 @@ UNFILED = "tickwork_jobs INDEXED BY tickwork_jobs_unfiled WHERE filed = 0 AND st
 #: running, and the drain's settlements not filed yet: a read names the
 #: state it wants, and reads the unlisted rows too).
 QUEUE_ORDER = f"tickwork_jobs INDEXED BY tickwork_jobs_queue_order WHERE {PENDING_LISTED}"
-#: Owner-local (0015): a lane's listed, unfiled rows of one wide queue in
-#: pick order, those waiting for their time apart (due_at is in the key).
-LANE_ORDER = ("tickwork_jobs INDEXED BY tickwork_jobs_lane_order"
-              f" WHERE {PENDING_LISTED} AND taking_turns = 1")
+#: Owner-local (0015): a lane's listed, unfiled rows of one queue in pick
+#: order, those waiting for their time apart (due_at is in the key). The
+#: index exists while a queue is wide (LANE_ORDER_INDEX).
+LANE_ORDER = f"tickwork_jobs INDEXED BY tickwork_jobs_lane_order WHERE {PENDING_LISTED}"
 
 
 #: Owner-local (0009): what a read of settled rows says (before its state) for
@@ -214,12 +214,11 @@ def _fragments(target: Target) -> dict[str, str]:
     if not target.leases:
         # No lease: a running claim is live until the host's probe says otherwise.
         # A settlement files its row ({file}) unless it says otherwise (the
-        # drain's, see FILE_SETTLED); a redrive takes it out ({unfile}), into
-        # the index of a lane's jobs if its queue is wide (0015).
+        # drain's, see FILE_SETTLED); a redrive takes it out ({unfile}).
         return {"now": now, "set_lease": "", "lease_live": "", "lease_dead": "",
                 "clear_lease": "", "live_claim": "state = 'running'",
                 "suspect": "state = 'running' {exclude}", "dead_outcome": DEAD_OUTCOME_CHAIN,
-                "pending": PENDING_LISTED, "file": ", filed = 1", "unfile": UNFILE_LOCAL,
+                "pending": PENDING_LISTED, "file": ", filed = 1", "unfile": ", filed = 0",
                 "filed": FILED,
                 "lane_running": LANE_RUNNING_LOCAL.format(lane="candidate.lane"),
                 "rate_key_ready": RATE_KEY_READY_LOCAL,
@@ -843,11 +842,6 @@ def wide(queue: str) -> str:
                    WHERE wide.kind = 'queue' AND wide.key = {queue} AND wide.max_running > 1)"""
 
 
-#: Owner-local (0015): a redriven row leaves the history indexes, and
-#: enters the index of a lane's jobs if its queue is wide.
-UNFILE_LOCAL = f", filed = 0, taking_turns = {wide('queue')}"
-
-
 def _lane_ready(queue: str, lane: str) -> str:
     """A job of the lane's in the queue that a claim could take: queued,
     due, not cancelled."""
@@ -1109,15 +1103,24 @@ DROP_LINE = Template("drop_line", f"""
 DELETE FROM tickwork_turns WHERE queue = :queue AND NOT {wide(":queue")}
 """, ("queue",))
 
-# Owner-local (0015), after a change of a queue's limit, in its
-# transaction: the queue's listed, unfiled rows enter the index of a lane's
-# jobs if it is wide now, and leave it if not. Through the queue's range of
-# tickwork_jobs_queue_pending: O(its backlog), a change of limits.
-MARK_TAKING_TURNS = Template("mark_taking_turns", f"""
-UPDATE tickwork_jobs INDEXED BY tickwork_jobs_queue_pending
-SET taking_turns = {wide(":queue")}
-WHERE queue = :queue AND {PENDING_LISTED} AND taking_turns IS NOT {wide(":queue")}
-""", ("queue",), None, _local)
+# Owner-local (0015): a lane's jobs in a queue in pick order, for the
+# claims' walk: its best ready job, or whether it has one, in one probe
+# (due_at in the key: a ready job's is NULL, so the jobs waiting for their
+# time are a range apart). Written in the batches of 0009, like 0010's
+# queue order: a row enters when it is listed and leaves when it is filed,
+# so neither a claim nor a settlement writes it; every read also reads the
+# unlisted rows (LANE_ORDER), and steps over the lane's running jobs and
+# unfiled settlements (a few). The store creates it when a queue becomes
+# wide and drops it once none is (its 0015 says why), in the transaction of
+# the change: a serial owner's rows write no entry.
+LANE_ORDER_INDEX = Template("lane_order_index", f"""
+CREATE INDEX IF NOT EXISTS tickwork_jobs_lane_order
+    ON tickwork_jobs (queue, lane, due_at, priority DESC, sequence)
+    WHERE {PENDING_LISTED}
+""", (), None, _local)
+NO_LANE_ORDER_INDEX = Template("no_lane_order_index", """
+DROP INDEX IF EXISTS tickwork_jobs_lane_order
+""", (), None, _local)
 
 
 def lane_rows(select: str, where: str, target: Target) -> str:
@@ -1281,16 +1284,8 @@ SETTLE_CANCELLED_CLAIM_UNFILED_COUNTED = counted(SETTLE_CANCELLED_CLAIM_UNFILED)
 # settled and filed ones among them stay out), a batch at a time, and
 # LISTED_THROUGH moves to the last of them. A job enqueued later gets a
 # higher sequence (AUTOINCREMENT), so the unlisted rows stay those after it.
-# A row of a wide queue also enters the index of its lane's jobs (0015:
-# taking_turns), asked per row only while a queue is wide (once per
-# statement).
 LIST_NEW_ROWS = Template("list_new_rows", f"""
-UPDATE tickwork_jobs
-SET listed = 1,
-    taking_turns = CASE WHEN NOT EXISTS (SELECT 1 FROM tickwork_limits
-                                         WHERE kind = 'queue' AND max_running > 1) THEN 0
-                        ELSE {wide("queue")} END
-WHERE sequence > {LISTED_THROUGH}
+UPDATE tickwork_jobs SET listed = 1 WHERE sequence > {LISTED_THROUGH}
 """, (), None, _local)
 NOTE_LISTED = Template("note_listed", """
 INSERT OR REPLACE INTO tickwork_meta (key, value)
