@@ -28,6 +28,12 @@
    100; and the mean tick with 100 schedules whose slots are hours away
    beside the mean tick with none (what schedules cost a tick that has no
    slot to fill).
+6. Fair turns: the mean claim (the store's claim-if-clear, as a tick runs
+   it, with the line kept in its transaction) in a wide queue (limit 2)
+   where one lane holds 10,000 ready jobs stored first and each claim's
+   job settles while a job of another lane arrives (untimed), so the
+   claims take the lanes in turns, against the same with no backlog
+   (target: within 1.5x: the walk reads the line, not the backlog).
 """
 
 from __future__ import annotations
@@ -44,10 +50,12 @@ from pathlib import Path
 from typing import Any
 
 from bench.report import Figures, Point, Row, print_rows
-from tickwork import Completed, Job, OwnerRuntime, Schedule, ScheduledJob
+from tickwork import Completed, ConcurrencyLimit, Job, OwnerRuntime, Schedule, ScheduledJob
+from tickwork.lifecycle import Settlement
+from tickwork.model.jobs import validate_job
 from tickwork.stores import Sqlite3Database
 from tickwork.stores.index_batching import LIST_EVERY
-from tickwork.stores.owner_local import OwnerLocalStore
+from tickwork.stores.owner_local import EVERY_JOB, OwnerLocalStore
 
 SECTION = "owner-local"
 
@@ -299,6 +307,35 @@ def mean_tick_with_schedules(schedules: int, depth: int, samples: int) -> float:
     return asyncio.run(run())
 
 
+def mean_claim_taking_turns(backlog: int, samples: int) -> float:
+    """Mean seconds of one claim in a wide queue whose lane "big" holds
+    ``backlog`` ready jobs stored first (see the module doc, 6)."""
+    connection = connect(":memory:")
+    runtime_over(connection)  # creates the schema
+    connection.execute("BEGIN")
+    connection.executemany(
+        "INSERT INTO tickwork_jobs (job_id, queue, lane, priority, payload_json, state,"
+        " enqueued_at) VALUES (?, 'wide', 'big', 0, '{}', 'queued', 0)",
+        ((f"big-{i}",) for i in range(backlog)))
+    connection.execute("COMMIT")
+    store = OwnerLocalStore(Sqlite3Database(connection))
+    store.list_new_rows()
+    store.put_limit(ConcurrencyLimit("queue", "wide", 2), SLOT_START)  # "big" joins its line
+    done = Settlement("completed")
+    timings = []
+    for number in range(samples):
+        store.insert(validate_job(Job(f"small-{number}", "wide", f"tenant-{number % 10}", 0,
+                                      {})), SLOT_START)
+        token = f"t-{number}"
+        started = time.perf_counter()
+        job = store.claim_next_if_clear(EVERY_JOB, token, SLOT_START, [])
+        timings.append(time.perf_counter() - started)
+        assert job is not None
+        store.settle_claim(job.sequence, token, done, SLOT_START, cancelled=False)
+    connection.close()
+    return statistics.fmean(timings)
+
+
 def _fresh_raw(target: Callable[[], str], jobs: int, queues: int, table: str) -> float:
     return raw_claim_settle(target(), jobs, queues, table)
 
@@ -389,6 +426,13 @@ def collect(*, quick: bool) -> Figures:
     rows.append(Row(SECTION, "mean tick, 100 schedules not due", with_schedules * 1e6,
                     "us/tick", "mean tick, no schedules", without * 1e6,
                     lower_is_better=True))
+
+    none_ahead, lane_ahead = interleaved(tick_rounds, (
+        functools.partial(mean_claim_taking_turns, 0, samples),
+        functools.partial(mean_claim_taking_turns, 10_000, samples)), lowest=True)
+    rows.append(Row(SECTION, "mean claim taking turns, a 10,000-job lane ahead",
+                    lane_ahead * 1e6, "us/claim", "mean claim taking turns, no backlog",
+                    none_ahead * 1e6, 1.5, lower_is_better=True))
 
     # Jobs/s against queue depth: a share of the stored jobs runs, so the
     # depth stays within a factor of two of its label.

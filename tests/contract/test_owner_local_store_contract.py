@@ -1103,6 +1103,226 @@ def test_partitioned_claims_give_a_wide_queues_places_to_its_best_jobs_in_either
     assert claim_all(local_store, serial) == ["s3"]
 
 
+# ------------------------------------------------------------ fair turns
+#
+# A wide queue's lanes take turns (tickwork.stores.sql.sqlite, "fair
+# turns"): its line (tickwork_turns) is read back with the host's SQL.
+
+
+def line(local: LocalStoreUnderTest, queue: str = "q") -> list[str]:
+    """The lanes in ``queue``'s line, front first."""
+    return [row[0] for row in local.rows(
+        "SELECT lane FROM tickwork_turns WHERE queue = ? ORDER BY turn, lane", (queue,))]
+
+
+def wide(local: LocalStoreUnderTest, queue: str = "q", max_running: int = 10) -> None:
+    local.store.put_limit(ConcurrencyLimit("queue", queue, max_running), T0)
+
+
+@covers("claim_next", "claim_next_if_clear", "put_limit")
+def test_a_wide_queues_lanes_take_turns_priority_and_age_within_a_lane(
+        local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    wide(local_store)
+    queued(local_store, "a0", "a1", "a2", "a3", lane="A")
+    queued(local_store, "b0", lane="B")
+    store.insert(valid_job("c0", lane="C"), T0)
+    store.insert(valid_job("c1", lane="C", priority=5), T0)  # orders C's jobs, not the lanes
+    queued(local_store, "s0", "s1", queue="serial", lane="A")
+    assert line(local_store) == ["A", "B", "C"]
+    assert line(local_store, "serial") == []  # a serial queue has no line
+    # The first claim's global pick is c1 (priority 5): its queue is wide,
+    # so the claim takes the first lane's best job instead, and that lane
+    # goes to the back.
+    assert claimed(local_store, "t1").job_id == "a0"
+    assert line(local_store) == ["B", "C", "A"]
+    # B's last ready job starts: B leaves the line.
+    job = store.claim_next_if_clear(EVERY_JOB, "t2", T0, ["t1"])
+    assert job is not None and job.job_id == "b0"
+    assert line(local_store) == ["C", "A"]
+    assert claim_all(local_store) == ["c1", "a1", "c0", "a2", "a3", "s0"]
+    assert line(local_store) == []
+
+
+@covers("insert", "insert_many", "promote_due", "requeue_claim", "release_claim",
+        "retry_claim", "redrive", "put_back_rate_limited", "fire_slots")
+def test_a_lane_joins_its_wide_queues_line_at_the_back_when_a_job_of_it_becomes_ready(
+        local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    wide(local_store)
+    wide(local_store, "sched")
+    queued(local_store, "first", lane="front")  # ingest
+    store.insert(valid_job("later", lane="delayed", delay_ms=1000), T0)  # not ready yet
+    store.insert_many([valid_job("m1", lane="M"), valid_job("n1", lane="N"),
+                       valid_job("m2", lane="M")], T0, lambda job: None)
+    assert line(local_store) == ["front", "M", "N"]
+    assert store.promote_due(T0 + 1000, 10) == {"q"}  # promotion
+    assert line(local_store) == ["front", "M", "N", "delayed"]
+    # Each of these takes the job's lane out by starting its last ready job,
+    # then makes the job ready again: the lane joins at the back.
+    token = iter(f"t{number}" for number in range(100))
+
+    def start(job_id: str) -> tuple[JobRecord, str]:
+        while True:
+            claim = next(token)
+            job = claimed(local_store, claim)
+            if job.job_id == job_id:
+                return job, claim
+
+    job, claim = start("first")
+    assert "front" not in line(local_store)
+    assert store.requeue_claim(job.sequence, claim) is not None  # recovery
+    assert line(local_store)[-1] == "front"
+    job, claim = start("first")
+    assert store.release_claim(job.sequence, claim) is not None  # a claim put back unstarted
+    assert line(local_store)[-1] == "front"
+    job, claim = start("first")
+    assert store.put_back_rate_limited(job.sequence, claim, "lane", "other", T0, T0) is not None
+    assert line(local_store)[-1] == "front"
+    job, claim = start("first")
+    assert store.retry_claim(job.sequence, claim, FAILED, 500, T0) is not None
+    assert "front" not in line(local_store)  # due later: not ready yet
+    store.promote_due(T0 + 500, 10)
+    assert line(local_store)[-1] == "front"
+    job, claim = start("first")
+    assert store.settle_claim(job.sequence, claim, FAILED, T0, cancelled=False)
+    assert store.redrive("first", "r1", T0) is not None  # a dead letter redriven
+    assert line(local_store)[-1] == "front"
+    schedule = valid_schedule(queue="sched")  # a schedule's slot
+    store.create_schedule(schedule, T0, T0)
+    assert len(store.fire_slots(schedule, [T0], T0 + 60_000, T0)) == 1
+    assert line(local_store, "sched") == ["sched"]
+    # A lane in the line keeps its place when another of its jobs is ready.
+    queued(local_store, "p1", lane="P")
+    queued(local_store, "f1", lane="front")
+    queued(local_store, "p2", lane="P")
+    assert line(local_store)[-2:] == ["front", "P"]
+
+
+@covers("claim_next", "put_limit", "put_back_rate_limited", "record_cancellation")
+def test_a_lane_that_cannot_start_keeps_its_place_and_one_without_a_ready_job_leaves(
+        local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    wide(local_store)
+    store.put_limit(ConcurrencyLimit("lane", "A", 1), T0)
+    queued(local_store, "a0", "a1", lane="A")
+    queued(local_store, "b0", "b1", lane="B")
+    queued(local_store, "c0", lane="C")
+    queued(local_store, "d0", lane="D")
+    assert claimed(local_store, "t1").job_id == "a0"
+    assert line(local_store) == ["B", "C", "D", "A"]
+    # C's only job is cancelled: C stays in the line, passed over, until a
+    # claim passes it; A is at its lane limit: passed over, it keeps its place.
+    assert store.record_cancellation("c0", "c-1", only_if_queued=True) == "q"
+    assert claim_all(local_store) == ["b0", "d0", "b1"]
+    assert line(local_store) == ["A"]
+    settle(local_store, "a0")
+    # Rate-held, a lane keeps its place too, and goes first once released.
+    queued(local_store, "b2", lane="B")
+    store.put_back_rate_limited(0, "none", "lane", "A", T0 + 100, T0)
+    assert line(local_store) == ["A", "B"]
+    assert claimed(local_store, "t2", T0).job_id == "b2"
+    assert line(local_store) == ["A"]
+    queued(local_store, "b3", lane="B")
+    assert claimed(local_store, "t3", T0 + 100).job_id == "a1"
+
+
+@covers("put_limit", "delete_limit")
+def test_a_queue_that_becomes_wide_lines_up_its_lanes_by_their_oldest_ready_job(
+        local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    queued(local_store, "b0", lane="B")
+    store.insert(valid_job("c0", lane="C", delay_ms=1000), T0)  # not ready
+    queued(local_store, "a0", lane="A")
+    queued(local_store, "b1", lane="B")
+    queued(local_store, "d0", lane="D")
+    store.record_cancellation("d0", "c-1", only_if_queued=True)  # not ready
+    store.put_limit(ConcurrencyLimit("lane", "A", 3), T0)  # a lane's limit: no line
+    assert line(local_store) == []
+    store.put_limit(ConcurrencyLimit("queue", "q", 1), T0)  # serial still
+    assert line(local_store) == []
+    store.put_limit(ConcurrencyLimit("queue", "q", 3), T0)
+    assert line(local_store) == ["B", "A"]
+    assert claimed(local_store, "t1").job_id == "b0"
+    # A wide queue given another wide limit keeps its line as it is.
+    store.put_limit(ConcurrencyLimit("queue", "q", 4), T0)
+    assert line(local_store) == ["A", "B"]
+    store.put_limit(ConcurrencyLimit("queue", "q", 1), T0)  # serial again: no line
+    assert line(local_store) == []
+    store.put_limit(ConcurrencyLimit("queue", "q", 2), T0)
+    assert line(local_store) == ["A", "B"]
+    store.delete_limit("queue", "q")
+    assert line(local_store) == []
+    settle(local_store, "b0")
+    assert claim_all(local_store) == ["a0"]  # serial: the head, one at a time
+
+
+@covers("claim_next", "put_limit", "delete_limit", "list_new_rows")
+def test_the_index_of_a_lanes_jobs_is_there_while_a_queue_is_wide_and_unlisted_jobs_are_read(
+        local_store: LocalStoreUnderTest) -> None:
+    """Owner-local 0015: the claims of a wide queue read a lane's jobs
+    through tickwork_jobs_lane_order, which the store makes when a queue
+    becomes wide and drops once none is; what is not listed yet (as after a
+    listing that failed) is read beside it."""
+    store = local_store.store
+
+    def indexed() -> bool:
+        return bool(local_store.rows(
+            "SELECT 1 FROM sqlite_master WHERE name = 'tickwork_jobs_lane_order'"))
+
+    queued(local_store, "a0", "a1", lane="A")
+    queued(local_store, "s0", queue="serial")
+    assert not indexed()
+    wide(local_store)
+    assert indexed()
+
+    def failed() -> None:
+        raise RuntimeError("the listing failed")
+
+    listing = store._batching.list_rows
+    store._batching.list_rows = failed  # type: ignore[method-assign]
+    queued(local_store, "b0", lane="B")  # stored and in the line, not listed
+    queued(local_store, "a2", lane="A")
+    store._batching.list_rows = listing  # type: ignore[method-assign]
+    assert local_store.rows(
+        "SELECT job_id FROM tickwork_jobs WHERE listed = 0 ORDER BY job_id") == [("a2",), ("b0",)]
+    assert line(local_store) == ["A", "B"]
+    assert claim_all(local_store) == ["a0", "b0", "a1", "s0", "a2"]
+    wide(local_store, "other")
+    store.put_limit(ConcurrencyLimit("queue", "q", 1), T0)
+    assert indexed()  # "other" is wide still
+    store.delete_limit("queue", "other")
+    queued(local_store, "a3", lane="A")  # the store reads that no queue is wide
+    assert not indexed()
+    assert line(local_store) == []
+
+
+@covers("ready_ahead")
+def test_ready_ahead_in_a_wide_queue_follows_the_turns(local_store: LocalStoreUnderTest) -> None:
+    store = local_store.store
+    wide(local_store)
+    queued(local_store, "a0", "a1", "a2", lane="A")
+    queued(local_store, "b0", lane="B")
+    store.insert(valid_job("c0", lane="C"), T0)
+    store.insert(valid_job("c1", lane="C", priority=5), T0)
+    store.insert(valid_job("late", lane="E", delay_ms=1000), T0)  # not ready: never ahead
+    found = {job_id: store.find(job_id) for job_id in ("a0", "a2", "b0", "c0", "late")}
+
+    def ahead(job_id: str, limit: int = 10) -> list[str]:
+        job = found[job_id]
+        assert job is not None
+        return store.ready_ahead("q", job.priority, job.sequence, limit)
+
+    # The claims take a0, b0, c1, then a1, c0, then a2.
+    assert ahead("a0") == []
+    assert ahead("b0") == ["a0"]
+    assert ahead("c0") == ["a0", "b0", "c1", "a1"]
+    assert ahead("c0", 2) == ["a0", "b0"]
+    assert ahead("a2") == ["a0", "b0", "c1", "a1", "c0"]
+    # A job whose lane is not in the line would join at its back.
+    assert ahead("late") == ["a0", "b0", "c1"]
+
+
 # ------------------------------------------------------------ rate limits
 
 
@@ -1353,7 +1573,7 @@ def test_storage_usage_counts_each_table_and_sizes_the_database(
     assert empty.rows == {"tickwork_jobs": 0, "tickwork_redrives": 0, "tickwork_schedules": 0,
                           "tickwork_paused_queues": 0, "tickwork_retention": 0,
                           "tickwork_limits": 0, "tickwork_rate_limits": 0,
-                          "tickwork_queue_history": 0}
+                          "tickwork_queue_history": 0, "tickwork_turns": 0}
     assert empty.size_bytes is not None and empty.size_bytes > 0
     dead_letter(local_store, "d", "q", T0 + 1)
     store.redrive("d", "r1", T0 + 2)
@@ -1362,12 +1582,13 @@ def test_storage_usage_counts_each_table_and_sizes_the_database(
     store.pause_queue("q", T0)
     store.put_retention(RetentionPolicy("q", None, None), T0)
     store.put_limit(ConcurrencyLimit("lane", "tenant", 2), T0)
+    store.put_limit(ConcurrencyLimit("queue", "q", 2), T0)  # its one lane is in its line
     store.put_rate_limit(RateLimit("lane", "tenant", 2, 1000, 2), T0)
     report = store.storage_usage()
     assert report.rows == {"tickwork_jobs": 3, "tickwork_redrives": 1, "tickwork_schedules": 1,
                            "tickwork_paused_queues": 1, "tickwork_retention": 1,
-                           "tickwork_limits": 1, "tickwork_rate_limits": 1,
-                           "tickwork_queue_history": 0}
+                           "tickwork_limits": 2, "tickwork_rate_limits": 1,
+                           "tickwork_queue_history": 0, "tickwork_turns": 1}
     assert report.size_bytes is not None and report.size_bytes >= empty.size_bytes
 
 

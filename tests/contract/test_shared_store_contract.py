@@ -1067,6 +1067,202 @@ async def test_a_lane_limit_counts_the_jobs_of_the_queue_named_like_the_lane(
     assert await store.running_jobs("lane", "acme", 10) == ["own", "a1"]
 
 
+# ------------------------------------------------------------ fair turns
+#
+# A wide queue's lanes take turns (the rule: tickwork.stores.sql.sqlite,
+# "fair turns"); its line (tickwork_turns) is read back with plain SQL, in
+# turn order (PostgreSQL's turns are numbered otherwise: only the order is
+# compared).
+
+
+async def line(shared: SharedStoreUnderTest, queue: str = "q") -> list[str]:
+    """The lanes in ``queue``'s line, front first."""
+    return [row[0] for row in await shared.rows(
+        f"SELECT lane FROM tickwork_turns WHERE queue = '{queue}' ORDER BY turn, lane")]
+
+
+async def wide(shared: SharedStoreUnderTest, queue: str = "q", max_running: int = 10) -> None:
+    await shared.store.put_limit(ConcurrencyLimit("queue", queue, max_running), T0)
+
+
+@covers("claim", "claim_or_probe", "settle_and_claim", "put_limit")
+async def test_a_wide_queues_lanes_take_turns_priority_and_age_within_a_lane(
+        shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    await wide(shared_store)
+    await queued(shared_store, "a0", "a1", "a2", "a3", lane="A")
+    await queued(shared_store, "b0", lane="B")
+    await store.insert(valid_job("c0", lane="C"), T0)
+    await store.insert(valid_job("c1", lane="C", priority=5), T0)  # orders C's jobs, not lanes
+    await queued(shared_store, "s0", "s1", queue="serial", lane="A")
+    assert await line(shared_store) == ["A", "B", "C"]
+    assert await line(shared_store, "serial") == []  # a serial queue has no line
+    # The first claim's global pick is c1 (priority 5): its queue is wide,
+    # so the claim takes the first lane's best job instead, and that lane
+    # goes to the back.
+    assert (await claimed(shared_store, "t1")).job_id == "a0"
+    assert await line(shared_store) == ["B", "C", "A"]
+    # B's last ready job starts: B leaves the line.
+    job, _ = await store.claim_or_probe("t2", LEASE, T0)
+    assert job is not None and job.job_id == "b0"
+    assert await line(shared_store) == ["C", "A"]
+    (sequence, token), = await shared_store.rows(
+        "SELECT sequence, claim_token FROM tickwork_jobs WHERE job_id = 'a0'")
+    settled, job = await store.settle_and_claim(sequence, token, COMPLETED, T0 + 1,
+                                                next_token="t3", lease_ms=LEASE)
+    assert settled and job is not None and job.job_id == "c1"
+    assert await claim_all(shared_store, "t4") == ["a1", "c0", "a2", "a3", "s0"]
+    assert await line(shared_store) == []
+
+
+@covers("insert", "insert_many", "claim", "requeue_expired", "release_claim", "retry",
+        "redrive", "put_back_rate_limited", "fire_slots")
+async def test_a_lane_joins_its_wide_queues_line_at_the_back_when_a_job_of_it_becomes_ready(
+        shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    await wide(shared_store)
+    await wide(shared_store, "sched")
+    await queued(shared_store, "first", lane="front")  # ingest
+    await store.insert(valid_job("later", lane="delayed", delay_ms=1000), T0)  # not ready
+    await store.insert_many([valid_job("m1", lane="M"), valid_job("n1", lane="N"),
+                             valid_job("m2", lane="M")], T0)
+    assert await line(shared_store) == ["front", "M", "N"]
+    # A claim moves the jobs whose time came into the ready set first.
+    assert (await claimed(shared_store, "t0", T0 + 1000)).job_id == "first"
+    assert await line(shared_store) == ["M", "N", "delayed"]
+    now = T0 + 1000
+    tokens = iter(f"t{number}" for number in range(1, 100))
+
+    async def start(job_id: str) -> tuple[JobRecord, str]:
+        while True:
+            token = next(tokens)
+            job = await claimed(shared_store, token, now)
+            if job.job_id == job_id:
+                return job, token
+
+    # Each of these makes the started job "first" ready again: its lane,
+    # out of the line since, joins at the back.
+    job = await store.find("first")
+    assert job is not None
+    now += LEASE
+    assert await store.requeue_expired(job.sequence, "t0", now) is True  # recovery
+    assert (await line(shared_store))[-1] == "front"
+    job, token = await start("first")
+    assert await store.release_claim(job.sequence, token) is True  # put back unstarted
+    assert (await line(shared_store))[-1] == "front"
+    job, token = await start("first")
+    assert await store.put_back_rate_limited(job.sequence, token, "lane", "other", now,
+                                             now) is not None
+    assert (await line(shared_store))[-1] == "front"
+    job, token = await start("first")
+    assert await store.retry(job.sequence, token, FAILED, 500, now) is not None
+    assert "front" not in await line(shared_store)  # due later: not ready yet
+    await queued(shared_store, "x1", lane="X", now=now)
+    now += 500
+    assert (await claimed(shared_store, "t-due", now)).job_id != "first"
+    assert "front" in await line(shared_store)  # the claim's promotion brought it
+    job, token = await start("first")
+    assert await store.settle(job.sequence, token, FAILED, now, cancelled=False)
+    assert await store.redrive("first", "r1", now) is not None  # a dead letter redriven
+    assert (await line(shared_store))[-1] == "front"
+    schedule = valid_schedule(queue="sched")  # a schedule's slot
+    await store.create_schedule(schedule, T0, T0)
+    created, _ = await store.fire_slots(schedule, [T0], T0 + 60_000, T0)
+    assert len(created) == 1
+    assert await line(shared_store, "sched") == ["sched"]
+    # A lane in the line keeps its place when another of its jobs is ready.
+    await queued(shared_store, "p1", lane="P")
+    await queued(shared_store, "f1", lane="front")
+    await queued(shared_store, "p2", lane="P")
+    assert (await line(shared_store))[-2:] == ["front", "P"]
+
+
+@covers("claim", "put_limit", "put_back_rate_limited", "record_cancellation")
+async def test_a_lane_that_cannot_start_keeps_its_place_and_one_without_a_ready_job_leaves(
+        shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    await wide(shared_store)
+    await store.put_limit(ConcurrencyLimit("lane", "A", 1), T0)
+    await queued(shared_store, "a0", "a1", lane="A")
+    await queued(shared_store, "b0", "b1", lane="B")
+    await queued(shared_store, "c0", lane="C")
+    await queued(shared_store, "d0", lane="D")
+    assert (await claimed(shared_store, "t1")).job_id == "a0"
+    assert await line(shared_store) == ["B", "C", "D", "A"]
+    # C's only job is cancelled: C stays in the line, passed over, until a
+    # claim passes it (PostgreSQL may keep it longer); A is at its lane
+    # limit: passed over, it keeps its place.
+    assert await store.record_cancellation("c0", "c-1", "only_if_queued") is True
+    assert await claim_all(shared_store, "t2") == ["b0", "d0", "b1"]
+    stale = [] if shared_store.kind == "postgres" else ["C"]
+    assert [lane for lane in await line(shared_store) if lane not in stale] == ["A"]
+    await settle_job(shared_store, "a0")
+    # Rate-held, a lane keeps its place too, and goes first once released.
+    await queued(shared_store, "b2", lane="B")
+    await store.put_back_rate_limited(0, "none", "lane", "A", T0 + 100, T0)
+    assert (await claimed(shared_store, "t3", T0)).job_id == "b2"
+    assert [lane for lane in await line(shared_store) if lane != "C"] == ["A"]
+    await queued(shared_store, "b3", lane="B")
+    assert (await claimed(shared_store, "t4", T0 + 100)).job_id == "a1"
+
+
+@covers("put_limit", "delete_limit")
+async def test_a_queue_that_becomes_wide_lines_up_its_lanes_by_their_oldest_ready_job(
+        shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    await queued(shared_store, "b0", lane="B")
+    await store.insert(valid_job("c0", lane="C", delay_ms=1000), T0)  # not ready
+    await queued(shared_store, "a0", lane="A")
+    await queued(shared_store, "b1", lane="B")
+    await queued(shared_store, "d0", lane="D")
+    await store.record_cancellation("d0", "c-1", "only_if_queued")  # not ready
+    await store.put_limit(ConcurrencyLimit("lane", "A", 3), T0)  # a lane's limit: no line
+    assert await line(shared_store) == []
+    await store.put_limit(ConcurrencyLimit("queue", "q", 1), T0)  # serial still
+    assert await line(shared_store) == []
+    await store.put_limit(ConcurrencyLimit("queue", "q", 3), T0)
+    assert await line(shared_store) == ["B", "A"]
+    assert (await claimed(shared_store, "t1")).job_id == "b0"
+    # A wide queue given another wide limit keeps its line as it is.
+    await store.put_limit(ConcurrencyLimit("queue", "q", 4), T0)
+    assert await line(shared_store) == ["A", "B"]
+    await store.put_limit(ConcurrencyLimit("queue", "q", 1), T0)  # serial again: no line
+    assert await line(shared_store) == []
+    await store.put_limit(ConcurrencyLimit("queue", "q", 2), T0)
+    assert await line(shared_store) == ["A", "B"]
+    await store.delete_limit("queue", "q")
+    assert await line(shared_store) == []
+    await settle_job(shared_store, "b0")
+    assert await claim_all(shared_store, "t2") == ["a0"]  # serial: the head, one at a time
+
+
+@covers("ready_ahead")
+async def test_ready_ahead_in_a_wide_queue_follows_the_turns(
+        shared_store: SharedStoreUnderTest) -> None:
+    store = shared_store.store
+    await wide(shared_store)
+    await queued(shared_store, "a0", "a1", "a2", lane="A")
+    await queued(shared_store, "b0", lane="B")
+    await store.insert(valid_job("c0", lane="C"), T0)
+    await store.insert(valid_job("c1", lane="C", priority=5), T0)
+    await store.insert(valid_job("late", lane="E", delay_ms=1000), T0)  # not ready: never ahead
+    found = {job_id: await store.find(job_id) for job_id in ("a0", "a2", "b0", "c0", "late")}
+
+    async def ahead(job_id: str, limit: int = 10) -> list[str]:
+        job = found[job_id]
+        assert job is not None
+        return await store.ready_ahead("q", job.priority, job.sequence, limit)
+
+    # The claims take a0, b0, c1, then a1, c0, then a2.
+    assert await ahead("a0") == []
+    assert await ahead("b0") == ["a0"]
+    assert await ahead("c0") == ["a0", "b0", "c1", "a1"]
+    assert await ahead("c0", 2) == ["a0", "b0"]
+    assert await ahead("a2") == ["a0", "b0", "c1", "a1", "c0"]
+    # A job whose lane is not in the line would join at its back.
+    assert await ahead("late") == ["a0", "b0", "c1"]
+
+
 # ------------------------------------------------------------ rate limits
 
 
@@ -1341,7 +1537,7 @@ async def test_storage_usage_counts_each_table_and_sizes_what_it_can(
     assert empty.rows == {"tickwork_jobs": 0, "tickwork_redrives": 0, "tickwork_schedules": 0,
                           "tickwork_paused_queues": 0, "tickwork_retention": 0,
                           "tickwork_limits": 0, "tickwork_rate_limits": 0,
-                          "tickwork_queue_history": 0}
+                          "tickwork_queue_history": 0, "tickwork_turns": 0}
     await dead_letter(shared_store, "d", "q", T0 + 1)
     await store.redrive("d", "r1", T0 + 2)
     await queued(shared_store, "a", "b")
@@ -1349,12 +1545,13 @@ async def test_storage_usage_counts_each_table_and_sizes_what_it_can(
     await store.pause_queue("q", T0)
     await store.put_retention(RetentionPolicy("q", None, None), T0)
     await store.put_limit(ConcurrencyLimit("lane", "tenant", 2), T0)
+    await store.put_limit(ConcurrencyLimit("queue", "q", 2), T0)  # its one lane is in its line
     await store.put_rate_limit(RateLimit("lane", "tenant", 2, 1000, 2), T0)
     report = await store.storage_usage()
     assert report.rows == {"tickwork_jobs": 3, "tickwork_redrives": 1, "tickwork_schedules": 1,
                            "tickwork_paused_queues": 1, "tickwork_retention": 1,
-                           "tickwork_limits": 1, "tickwork_rate_limits": 1,
-                           "tickwork_queue_history": 0}
+                           "tickwork_limits": 2, "tickwork_rate_limits": 1,
+                           "tickwork_queue_history": 0, "tickwork_turns": 1}
     if shared_store.kind == "postgres":  # the tickwork tables, indexes included
         assert empty.size_bytes is not None and report.size_bytes is not None
         assert report.size_bytes >= empty.size_bytes > 0

@@ -31,7 +31,7 @@ def test_the_migration_creates_exactly_what_table_ddl_describes(dialect: str,
                        if folder == "postgres"
                        else ["0010_retention.sql", "0011_history.sql",
                              "0012_owner_directory.sql", "0013_limits.sql",
-                             "0014_rate_limits.sql"])]
+                             "0014_rate_limits.sql", "0015_turns.sql"])]
     migration = migrations(folder)[1]
     statements = migration.statements()
     assert statements == split_statements(migration.sql)
@@ -66,8 +66,8 @@ async def test_a_migrated_database_is_at_its_dialects_schema_version(
     # order) have no D1 counterpart; D1's 0012 (the owners) none in PostgreSQL.
     # History over time is D1's 0011 and PostgreSQL's 0015, concurrency
     # limits D1's 0013 and PostgreSQL's 0016, rate limits D1's 0014 and
-    # PostgreSQL's 0017; fair turns are PostgreSQL's 0018.
-    assert rows == ([("18",)] if locks.kind == "postgres" else [("14",)])
+    # PostgreSQL's 0017; fair turns D1's 0015 and PostgreSQL's 0018.
+    assert rows == ([("18",)] if locks.kind == "postgres" else [("15",)])
     for table in ("tickwork_job_locks", "tickwork_job_locks_slots"):
         assert await locks.table_exists(table)
     if locks.kind == "postgres":

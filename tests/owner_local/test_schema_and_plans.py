@@ -82,7 +82,7 @@ async def test_a_version_1_database_is_upgraded_in_place_with_its_rows(harness: 
     before = _version_1_database(harness)
     runtime = harness.runtime()
     assert harness.host_query(
-        "SELECT value FROM tickwork_meta WHERE key = 'schema_version'") == [("14",)]
+        "SELECT value FROM tickwork_meta WHERE key = 'schema_version'") == [("15",)]
     after = harness.host_query("SELECT * FROM tickwork_jobs ORDER BY sequence")
     # Every value kept; the new columns (run_at, delay_ms, due_at; retry_json,
     # attempt, history_json; error_json) say "due at once, first attempt, no
@@ -170,7 +170,7 @@ async def test_0008_rebuilds_the_table_keeping_rows_and_the_sequence_high_water_
     before = harness.host_query("SELECT * FROM tickwork_jobs ORDER BY sequence")
     runtime = harness.runtime()
     assert harness.host_query(
-        "SELECT value FROM tickwork_meta WHERE key = 'schema_version'") == [("14",)]
+        "SELECT value FROM tickwork_meta WHERE key = 'schema_version'") == [("15",)]
     # Every row as it was (and, by 0009, listed, and filed if settled).
     kept = harness.host_query("SELECT * FROM tickwork_jobs ORDER BY sequence")
     assert [row[:-2] for row in kept] == before
@@ -192,6 +192,64 @@ async def test_0008_rebuilds_the_table_keeping_rows_and_the_sequence_high_water_
     assert [j.job_id for j in runtime.dead_letters("q").jobs] == ["settled"]
     assert runtime.read_queue_head("q") is not None
     assert (await runtime.tick()).status == "requeued"  # the dead claim, as before
+
+
+def test_0015_lines_up_the_lanes_of_the_queues_already_wide(harness: Harness) -> None:
+    """A version 14 database with a wide queue: the upgrade gives it its
+    line (lanes by their oldest ready job); its store then makes the index
+    of a lane's jobs its claims read."""
+    from tickwork.stores.owner_schema import SCHEMA_STATEMENTS, UPGRADES
+
+    def write() -> None:
+        harness.host_execute(SCHEMA_STATEMENTS[0])
+        for step in UPGRADES[:14]:
+            for statement in step:
+                harness.host_execute(statement)
+        harness.host_execute(
+            "INSERT INTO tickwork_meta (key, value) VALUES ('schema_version', '14')")
+        harness.host_execute(
+            "INSERT INTO tickwork_limits (kind, key, max_running, updated_at)"
+            " VALUES ('queue', 'wide', 3, 0), ('queue', 'serial', 1, 0), ('lane', 'B', 2, 0)")
+        for job_id, queue, lane, due_at in (
+                ("b0", "wide", "B", None), ("a0", "wide", "A", None), ("b1", "wide", "B", None),
+                ("c0", "wide", "C", 99), ("s0", "serial", "S", None)):
+            harness.host_execute(
+                "INSERT INTO tickwork_jobs (job_id, queue, lane, priority, payload_json, state,"
+                " enqueued_at, due_at, listed) VALUES (?, ?, ?, 0, '{}', 'queued', 0, ?, 1)",
+                (job_id, queue, lane, due_at))
+
+    harness.host_transaction(write)
+    runtime = harness.runtime()
+    assert harness.host_query(
+        "SELECT value FROM tickwork_meta WHERE key = 'schema_version'") == [("15",)]
+    assert harness.host_query(
+        "SELECT queue, lane FROM tickwork_turns ORDER BY queue, turn") == [
+        ("wide", "B"), ("wide", "A")]
+    assert runtime.ingest(job("a1", queue="wide", lane="A")) == "queued"
+    assert harness.host_query("SELECT name FROM sqlite_master"
+                              " WHERE name = 'tickwork_jobs_lane_order'") == [
+        ("tickwork_jobs_lane_order",)]
+
+
+def test_a_claim_taking_turns_walks_the_line_and_probes_each_lane(harness: Harness) -> None:
+    """The claim of a wide queue reads its line through (queue, turn) and
+    each lane's best job through the index of a lane's jobs (its due range),
+    never the queue's backlog; the statements that keep the line too."""
+    harness.runtime()
+    from tickwork.stores import owner_local as store
+
+    harness.host_execute(store._LANE_ORDER_INDEX.text)  # as while a queue is wide
+    taking_turns = store.EVERY_JOB.taking_turns
+    assert taking_turns is not None
+    for statement in (taking_turns.claim_next, store._LEAVE_LINE, store._BACK_OF_LINE):
+        text = statement.text.replace("{exclude}", "")
+        plan = [row[-1] for row in harness.host_query(
+            "EXPLAIN QUERY PLAN " + text, (None,) * len(statement.params))]
+        assert any("tickwork_jobs_lane_order (queue=? AND lane=? AND due_at=?)" in line
+                   for line in plan), (statement.name, plan)
+        assert not any(line.startswith("SCAN tickwork_jobs") for line in plan), plan
+        if statement is not store._BACK_OF_LINE:
+            assert any("tickwork_turns_order (queue=?" in line for line in plan), plan
 
 
 def test_ingest_claim_and_settle_build_no_temporary_b_tree(harness: Harness) -> None:

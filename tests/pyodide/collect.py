@@ -29,7 +29,8 @@ from typing import Any
 _BEHAVIOUR = tuple(f"tests.behaviour.{name}" for name in (
     "test_backlog", "test_cancel", "test_cancel_lane", "test_dead_letters", "test_drain",
     "test_due_times", "test_error_summaries", "test_events", "test_explain", "test_fail_lane",
-    "test_find_jobs", "test_history", "test_ingest", "test_limits", "test_list_jobs",
+    "test_fair_turns", "test_find_jobs", "test_history", "test_ingest", "test_limits",
+    "test_list_jobs",
     "test_pause", "test_rate_limits",
     "test_reads", "test_recovery", "test_retention", "test_retries", "test_schedules",
     "test_tick"))
@@ -50,7 +51,7 @@ SUITES: dict[str, tuple[str, ...]] = {
     # What only the owner-local runtime has, on the same JS ctx.storage.
     "owner-local": tuple(f"tests.owner_local.{name}" for name in (
         "test_concurrency", "test_concurrent_lane", "test_drain", "test_due_times",
-        "test_limits", "test_rate_limits",
+        "test_fair_turns", "test_limits", "test_rate_limits",
         "test_events",
         "test_projection", "test_recovery",
         "test_schema_and_plans", "test_transactional")),

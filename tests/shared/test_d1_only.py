@@ -376,13 +376,14 @@ async def test_a_database_without_0004_is_refused_then_upgraded_with_its_rows(db
     await db.prepare(OLD_ROWS).run()
     before = await D1Binding(db).query("SELECT * FROM tickwork_jobs ORDER BY sequence")
     runtime = D1Runtime(db, execute=_complete, wake=CountingWake())
-    with pytest.raises(SchemaError, match=r"version 3, this package needs 14: "
+    with pytest.raises(SchemaError, match=r"version 3, this package needs 15: "
                                           r"apply 0004_due_times\.sql, 0005_paused_queues\.sql, "
                                           r"0006_retries\.sql, 0007_schedules\.sql, "
                                           r"0008_error_summaries\.sql, 0009_browse\.sql, "
                                           r"0010_retention\.sql, 0011_history\.sql, "
                                           r"0012_owner_directory\.sql, 0013_limits\.sql, "
-                                          r"0014_rate_limits\.sql from schema/d1"):
+                                          r"0014_rate_limits\.sql, 0015_turns\.sql "
+                                          r"from schema/d1"):
         await runtime.ingest(job("a"))
     assert await _count(db) == 2
     for migration in migrations("d1")[3:]:
@@ -503,3 +504,48 @@ async def test_filling_a_schedules_slots_costs_one_batch(db: Any) -> None:
         created = await runtime.fire_schedules()
         costs[name] = (db.stats.since(before).round_trips, created)
     assert costs == {"fire": (3, 5), "fire again": (1, 0)}
+
+
+async def test_a_producers_own_statements_line_up_the_lanes_of_a_wide_queue(db: Any) -> None:
+    """The line of a wide queue is kept by D1's triggers, so the jobs a
+    producer inserts with its own statements join it too: lanes that join in
+    one statement in the order of their jobs' sequence."""
+    runtime = await _runtime(db)
+    await runtime.set_limit("queue", "shipping", 3)
+    await db.batch([
+        db.prepare("INSERT INTO orders (id, total) VALUES ('o1', 1), ('o2', 2), ('o3', 3)"),
+        runtime.enqueue(job("first", queue="shipping", lane="tenant-0")),
+        runtime.enqueue_from_select("""
+            SELECT 'ship-' || id AS job_id, 'shipping' AS queue_name,
+                   'tenant-' || (4 - total) AS lane, 0 AS priority, '{}' AS payload_json,
+                   NULL AS recovery_max
+            FROM orders ORDER BY id""")])
+    line = await D1Binding(db).query(
+        "SELECT lane FROM tickwork_turns WHERE queue = 'shipping' ORDER BY turn")
+    assert [row[0] for row in line] == ["tenant-0", "tenant-3", "tenant-2", "tenant-1"]
+    assert [(await runtime.tick()).job_id for _ in range(4)] == [
+        "first", "ship-o1", "ship-o2", "ship-o3"]
+
+
+async def test_0015_lines_up_the_lanes_of_the_queues_already_wide(db: Any) -> None:
+    """A database at 14 with a wide queue: 0015 gives it its line, lanes by
+    their oldest ready job; a serial queue gets none."""
+    from tickwork.schemas import migrations
+
+    for migration in migrations("d1")[:-1]:
+        for statement in migration.statements():
+            await db.prepare(statement).run()
+    await db.prepare(
+        "INSERT INTO tickwork_limits (kind, key, max_running, updated_at)"
+        " VALUES ('queue', 'wide', 3, 0), ('queue', 'serial', 1, 0)").run()
+    await db.prepare(
+        "INSERT INTO tickwork_jobs (job_id, queue, lane, priority, payload_json, state,"
+        " enqueued_at, due_at) VALUES ('b0', 'wide', 'B', 0, '{}', 'queued', 0, NULL),"
+        " ('a0', 'wide', 'A', 0, '{}', 'queued', 0, NULL),"
+        " ('c0', 'wide', 'C', 0, '{}', 'queued', 0, 99),"
+        " ('s0', 'serial', 'S', 0, '{}', 'queued', 0, NULL)").run()
+    for statement in migrations("d1")[-1].statements():
+        await db.prepare(statement).run()
+    assert await D1Binding(db).query(
+        "SELECT queue, lane FROM tickwork_turns ORDER BY queue, turn") == [
+        ("wide", "B"), ("wide", "A")]

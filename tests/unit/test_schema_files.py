@@ -65,10 +65,11 @@ def test_the_migration_list_is_pinned() -> None:
     # D1 has retention as 0010, the history over time as 0011, the
     # directory of owners as 0012 (only D1 has it: on tickwork serve the
     # data directory is the directory, PostgreSQL holds only shared queues),
-    # concurrency limits as 0013 and rate limits as 0014.
+    # concurrency limits as 0013, rate limits as 0014 and fair turns as 0015.
     assert (*SHARED_MIGRATIONS, "0010_retention.sql", "0011_history.sql",
-            "0012_owner_directory.sql", "0013_limits.sql", "0014_rate_limits.sql") == MIGRATIONS
-    assert SCHEMA_VERSION == 14
+            "0012_owner_directory.sql", "0013_limits.sql", "0014_rate_limits.sql",
+            "0015_turns.sql") == MIGRATIONS
+    assert SCHEMA_VERSION == 15
     # PostgreSQL alone has 0010 (its claims lock per queue; D1 runs one
     # statement at a time and needs no lock), 0011 (plans of its function)
     # 0012 (its claim walking again when it came up short) and 0013 (job ids
@@ -105,22 +106,24 @@ def test_schema_errors_name_the_missing_migrations() -> None:
                                           r"0008_error_summaries\.sql, 0009_browse\.sql, "
                                           r"0010_retention\.sql, 0011_history\.sql, "
                                           r"0012_owner_directory\.sql, 0013_limits\.sql, "
-                                          r"0014_rate_limits\.sql from schema/d1"):
+                                          r"0014_rate_limits\.sql, 0015_turns\.sql "
+                                          r"from schema/d1"):
         check_schema_version(1, database="D1", folder="schema/d1", apply_with="wrangler")
-    with pytest.raises(SchemaError, match=r"version 2, this package needs 14: "
+    with pytest.raises(SchemaError, match=r"version 2, this package needs 15: "
                                           r"apply 0003_settled_by_queue\.sql, "
                                           r"0004_due_times\.sql, 0005_paused_queues\.sql, "
                                           r"0006_retries\.sql, 0007_schedules\.sql, "
                                           r"0008_error_summaries\.sql, 0009_browse\.sql, "
                                           r"0010_retention\.sql, 0011_history\.sql, "
                                           r"0012_owner_directory\.sql, 0013_limits\.sql, "
-                                          r"0014_rate_limits\.sql from schema/d1"):
+                                          r"0014_rate_limits\.sql, 0015_turns\.sql "
+                                          r"from schema/d1"):
         check_schema_version(2, database="D1", folder="schema/d1", apply_with="wrangler")
     # A database at 10 lacks only what is numbered above 10.
-    with pytest.raises(SchemaError, match=r"version 10, this package needs 14: "
+    with pytest.raises(SchemaError, match=r"version 10, this package needs 15: "
                                           r"apply 0011_history\.sql, 0012_owner_directory\.sql, "
-                                          r"0013_limits\.sql, 0014_rate_limits\.sql "
-                                          r"from schema/d1"):
+                                          r"0013_limits\.sql, 0014_rate_limits\.sql, "
+                                          r"0015_turns\.sql from schema/d1"):
         check_schema_version(10, database="D1", folder="schema/d1", apply_with="wrangler")
     check_schema_version(SCHEMA_VERSION, database="D1", folder="schema/d1", apply_with="x")
     with pytest.raises(SchemaError, match="upgrade tickwork"):

@@ -28,6 +28,7 @@ from tickwork.stores.owner_schema import (
     SCHEDULES_SQL,
     SCHEMA_SQL,
     SCHEMA_STATEMENTS,
+    TURNS_SQL,
     UPGRADES,
 )
 from tickwork.stores.sql import sqlite as sql
@@ -48,6 +49,8 @@ def database_for(target: sql.Target) -> sqlite3.Connection:
         for step in UPGRADES:
             for statement in step:
                 connection.execute(statement)
+        # The index a store makes while a queue is wide (owner-local 0015).
+        connection.execute(sql.LANE_ORDER_INDEX.render(sql.OWNER_LOCAL).text)
     else:
         for migration in migrations("d1"):
             for statement in migration.statements():
@@ -80,13 +83,14 @@ def test_the_stores_differ_only_in_the_clock_and_the_lease() -> None:
     the dead letters' outcome condition is written as each store's index
     states it, and a lane's running jobs are counted through each store's
     indexes (owner-local has no lane index: its 0013 says why), and so are
-    the ready jobs of a rate-held key found."""
+    the ready jobs of a rate-held key and of a lane in a line found."""
     def same_words(text: str) -> str:
         return " ".join(text.split())
 
     shared = [template for template in TEMPLATES if template.targets == (sql.OWNER_LOCAL, sql.D1)]
     assert {template.name for template in shared} >= {
-        "claim", "claim_if_clear", "settle_next_cancelled", "record_cancellation",
+        "claim_taking_turns", "claim_if_clear_taking_turns", "settle_next_cancelled",
+        "record_cancellation",
         "select_cargo", "insert_job", "settle_claim",
         "requeue_claim", "settle_recovered_claim", "select_claim"}
     for template in shared:
@@ -102,10 +106,17 @@ def test_the_stores_differ_only_in_the_clock_and_the_lease() -> None:
         d1 = d1.replace(sql.LANE_RUNNING_D1.format(lane=lane),
                         sql.LANE_RUNNING_LOCAL.format(lane=lane))
         d1 = d1.replace(sql.RATE_KEY_READY_D1, sql.RATE_KEY_READY_LOCAL)
+        d1 = d1.replace(sql.LANE_RUNNING_D1.format(lane="turn.lane"),
+                        sql.LANE_RUNNING_LOCAL.format(lane="turn.lane"))
+        d1 = d1.replace(sql.lane_best_d1("turn.queue", "turn.lane"),
+                        sql.lane_best_local("turn.queue", "turn.lane"))
         assert same_words(local) == same_words(d1), template.name
 
 
 def test_both_stores_run_the_same_templates() -> None:
+    # D1's claims always take turns; an owner's while it has a wide queue.
+    taking_turns = owner_local.EVERY_JOB.taking_turns
+    assert taking_turns is not None
     pairs = [
         (owner_local._FAIL_LANE, d1_store.FAIL_LANE),
         (index_batching.FILING.claim, d1_store.SETTLE),
@@ -114,8 +125,8 @@ def test_both_stores_run_the_same_templates() -> None:
         (owner_local._RECORD_CANCELLATION, d1_store.RECORD_CANCELLATION),
         (owner_local._SELECT_CARGO, d1_store.SELECT_CARGO),
         (owner_local._SELECT_CLAIM, d1_store.SELECT_CLAIM),
-        (owner_local.EVERY_JOB.claim_next, d1_store.CLAIM_ONE),
-        (owner_local.EVERY_JOB.claim_next_if_clear, d1_store.CLAIM_IF_CLEAR),
+        (taking_turns.claim_next, d1_store.CLAIM_ONE),
+        (taking_turns.claim_next_if_clear, d1_store.CLAIM_IF_CLEAR),
         (owner_local.EVERY_JOB.settle_next_cancelled, d1_store.SETTLE_NEXT_CANCELLED),
     ]
     for local, d1 in pairs:
@@ -153,12 +164,13 @@ def test_the_owner_local_ddl_is_the_schema_file() -> None:
     assert (folder / "0012_history.sql").read_text() == HISTORY_SQL
     assert (folder / "0013_limits.sql").read_text() == LIMITS_SQL
     assert (folder / "0014_rate_limits.sql").read_text() == RATE_LIMITS_SQL
+    assert (folder / "0015_turns.sql").read_text() == TURNS_SQL
     assert sorted(path.name for path in folder.iterdir()) == [
         "0001_tickwork_jobs.sql", "0002_due_times.sql", "0003_paused_queues.sql",
         "0004_retries.sql", "0005_schedules.sql", "0006_error_summaries.sql",
         "0007_browse.sql", "0008_light_checks.sql", "0009_batched_entries.sql",
         "0010_batched_queue_order.sql", "0011_retention.sql", "0012_history.sql",
-        "0013_limits.sql", "0014_rate_limits.sql"]
+        "0013_limits.sql", "0014_rate_limits.sql", "0015_turns.sql"]
     assert list(SCHEMA_STATEMENTS) == split_statements(SCHEMA_SQL)
     assert list(UPGRADES[1]) == split_statements(DUE_TIMES_SQL)
     assert list(UPGRADES[2]) == split_statements(PAUSED_QUEUES_SQL)
@@ -173,6 +185,7 @@ def test_the_owner_local_ddl_is_the_schema_file() -> None:
     assert list(UPGRADES[11]) == split_statements(HISTORY_SQL)
     assert list(UPGRADES[12]) == split_statements(LIMITS_SQL)
     assert list(UPGRADES[13]) == split_statements(RATE_LIMITS_SQL)
+    assert list(UPGRADES[14]) == split_statements(TURNS_SQL)
 
 
 def _objects(statements: list[str]) -> dict[str, str]:
@@ -231,7 +244,16 @@ def test_the_owner_local_table_is_d1s_without_leases() -> None:
     assert local["tickwork_jobs_queue_order"] == d1["tickwork_jobs_queue_waiting"].replace(
         "tickwork_jobs_queue_waiting", "tickwork_jobs_queue_order").replace(
         "state = 'queued'", sql.PENDING_LISTED)
-    assert set(local) - set(d1) == {"tickwork_jobs_unfiled", "tickwork_jobs_queue_order"}
+    # Owner-local's index of a lane's jobs in a queue (made by the store
+    # while a queue is wide) is D1's index of its ready ones for its listed,
+    # unfiled rows, with due_at in the key (the rows it holds are not all
+    # ready).
+    assert local["tickwork_jobs_lane_order"] == d1["tickwork_jobs_lane_ready"].replace(
+        "tickwork_jobs_lane_ready", "tickwork_jobs_lane_order").replace(
+        "lane, priority", "lane, due_at, priority").replace(
+        "state = 'queued' AND cancellation_id IS NULL AND due_at IS NULL", sql.PENDING_LISTED)
+    assert set(local) - set(d1) == {"tickwork_jobs_unfiled", "tickwork_jobs_queue_order",
+                                    "tickwork_jobs_lane_order"}
     # The directory of owners (D1's 0012) is a table of D1 alone: an owner's
     # own storage is what its row summarises.
     owners = {"tickwork_owners", *(f"tickwork_owners_by_{sort}" for sort in (
@@ -241,9 +263,40 @@ def test_the_owner_local_table_is_d1s_without_leases() -> None:
     # D1's claims spend rate limits in a trigger, in their own statement; an
     # owner's store spends them in the claim's transaction (owner-local 0014
     # says why).
+    # D1's lines are kept by triggers (producers insert jobs with their own
+    # statements); an owner's store runs the same statements itself, only
+    # while a queue is wide (owner-local 0015 says why).
     assert set(d1) - set(local) == {"tickwork_jobs_queue_waiting", "tickwork_jobs_lease",
-                                    "tickwork_rate_limits_spend",
+                                    "tickwork_rate_limits_spend", "tickwork_jobs_lane_ready",
+                                    "tickwork_turns_join_on_insert",
+                                    "tickwork_turns_join_when_ready",
+                                    "tickwork_turns_after_start",
                                     "tickwork_jobs_cargo_is_immutable", "tickwork_job_locks",
                                     "tickwork_job_locks_slots",
                                     "tickwork_job_locks_slots_completed",
                                     "tickwork_jobs_lane_running", *owners}
+
+
+def test_d1s_line_triggers_run_the_statements_of_the_line() -> None:
+    """D1's 0015 triggers run, for the row they fire on (NEW), the texts the
+    owner-local store runs itself (joining, LEAVE_LINE, BACK_OF_LINE), with
+    D1's index of ready jobs, and ask whether the queue is wide as the
+    statements do."""
+    def words(text: str) -> str:
+        return " ".join(text.replace("( ", "(").split()).replace("( ", "(").replace(" )", ")")
+
+    triggers = dict(database_for(sql.D1).execute(
+        "SELECT name, sql FROM sqlite_master WHERE type = 'trigger'"
+        " AND name LIKE 'tickwork_turns_%'").fetchall())
+    bodies = {name: [words(part) for part in text[text.index("BEGIN") + 5:
+                                                   text.rindex("END")].split(";")
+                     if part.strip()] for name, text in triggers.items()}
+    join = words(sql.join_line("NEW.queue", "NEW.lane"))
+    assert bodies == {
+        "tickwork_turns_join_on_insert": [join],
+        "tickwork_turns_join_when_ready": [join],
+        "tickwork_turns_after_start": [
+            words(sql.leave_line("NEW.queue", "NEW.lane", sql.D1)),
+            words(sql.back_of_line("NEW.queue", "NEW.lane", sql.D1))]}
+    for text in triggers.values():
+        assert words(sql.wide("NEW.queue")) in words(text)

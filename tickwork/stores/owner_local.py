@@ -48,12 +48,22 @@ _SELECT_JOB = _render(sql.SELECT_JOB, "job_id")
 _SELECT_CARGO = _render(sql.SELECT_CARGO, "job_id")
 _SELECT_QUEUE_HEAD = _render(sql.SELECT_QUEUE_HEAD_LOCAL, "queue")
 _READY_AHEAD = _render(sql.READY_AHEAD_LOCAL, "queue", "priority", "sequence", "limit")
+_READY_AHEAD_TAKING_TURNS = _render(sql.READY_AHEAD_TAKING_TURNS_LOCAL, "queue", "priority",
+                                    "sequence", "limit")
 _SELECT_LATEST_SETTLED = _render(sql.SELECT_LATEST_SETTLED, "queue")
 _SELECT_CLAIM = _render(sql.SELECT_CLAIM, "sequence")
 _SETTLE = sql.SETTLE_PARAMS
 _CLAIMED_BY_TOKEN = _render(sql.CLAIMED_BY_TOKEN, "token")
 _SPEND_RATE = _render(sql.SPEND_RATE, "now", "queue", "lane")
 _HAS_BUCKETS = _render(sql.HAS_BUCKETS)
+_ANY_WIDE_QUEUE = _render(sql.ANY_WIDE_QUEUE)
+_JOIN_LINE = _render(sql.JOIN_LINE, "sequences")
+_LEAVE_LINE = _render(sql.LEAVE_LINE, "queue", "lane")
+_BACK_OF_LINE = _render(sql.BACK_OF_LINE, "queue", "lane")
+_WIDEN_LINE = _render(sql.WIDEN_LINE_LOCAL, "queue", "max_running")
+_DROP_LINE = _render(sql.DROP_LINE, "queue")
+_LANE_ORDER_INDEX = _render(sql.LANE_ORDER_INDEX)
+_NO_LANE_ORDER_INDEX = _render(sql.NO_LANE_ORDER_INDEX)
 _SETTLE_RECOVERED_CLAIM = _render(sql.SETTLE_RECOVERED_CLAIM, *_SETTLE)
 _REQUEUE_CLAIM = _render(sql.REQUEUE_CLAIM, "sequence", "token")
 _RELEASE_CLAIM = _render(sql.RELEASE_CLAIM, "sequence", "token")
@@ -142,6 +152,9 @@ class Partition:
     a write changed; only ``EVERY_JOB`` has it (after its claim the running
     index holds only this runtime's claims, so the claim's row is found by
     its token in a few steps; a partition's may hold the other partition's).
+    ``taking_turns``: the same partition with the claims that take turns in
+    wide queues (``tickwork.stores.sql.sqlite``, "fair turns"), which the
+    store runs while any queue is wide.
     """
 
     name: str
@@ -151,36 +164,56 @@ class Partition:
     tick_probe: sql.Statement
     settle_next_cancelled: sql.Statement
     claim_next_if_clear_counted: sql.Statement | None = None
+    taking_turns: Partition | None = None
 
 
+_TICK_PROBE = _render(sql.TICK_PROBE, "after_started", "after_sequence")
+_SETTLE_NEXT_CANCELLED = _render(sql.SETTLE_NEXT_CANCELLED, "now")
 #: A runtime without a concurrent lane: one ticker, every job.
 EVERY_JOB = Partition(
     "every job", (), _render(sql.CLAIM, "token", "now"),
-    _render(sql.CLAIM_IF_CLEAR, "token", "now"),
-    _render(sql.TICK_PROBE, "after_started", "after_sequence"),
-    _render(sql.SETTLE_NEXT_CANCELLED, "now"),
-    _render(sql.CLAIM_IF_CLEAR_COUNTED, "token", "now"))
+    _render(sql.CLAIM_IF_CLEAR, "token", "now"), _TICK_PROBE, _SETTLE_NEXT_CANCELLED,
+    _render(sql.CLAIM_IF_CLEAR_COUNTED, "token", "now"),
+    Partition("every job", (), _render(sql.CLAIM_TAKING_TURNS, "token", "now"),
+              _render(sql.CLAIM_IF_CLEAR_TAKING_TURNS, "token", "now"), _TICK_PROBE,
+              _SETTLE_NEXT_CANCELLED,
+              _render(sql.CLAIM_IF_CLEAR_TAKING_TURNS_COUNTED, "token", "now")))
 
-_OUTSIDE_LANE = (
-    _render(sql.CLAIM_OUTSIDE_LANE, "lane", "token", "now"),
-    _render(sql.CLAIM_OUTSIDE_LANE_IF_CLEAR, "lane", "token", "now"),
-    _render(sql.TICK_PROBE_OUTSIDE_LANE, "lane", "after_started", "after_sequence"),
-    _render(sql.SETTLE_NEXT_CANCELLED_OUTSIDE_LANE, "lane", "now"))
-_IN_LANE = (
-    _render(sql.CLAIM_IN_LANE, "lane", "token", "now"),
-    _render(sql.CLAIM_IN_LANE_IF_CLEAR, "lane", "token", "now"),
-    _render(sql.TICK_PROBE_IN_LANE, "lane", "after_started", "after_sequence"),
-    _render(sql.SETTLE_NEXT_CANCELLED_IN_LANE, "lane", "now"))
+
+def _partition_statements(claim: sql.Template, claim_if_clear: sql.Template,
+                          probe: sql.Template,
+                          settle_next_cancelled: sql.Template
+                          ) -> tuple[sql.Statement, sql.Statement, sql.Statement, sql.Statement]:
+    return (_render(claim, "lane", "token", "now"),
+            _render(claim_if_clear, "lane", "token", "now"),
+            _render(probe, "lane", "after_started", "after_sequence"),
+            _render(settle_next_cancelled, "lane", "now"))
+
+
+_OUTSIDE_LANE = _partition_statements(
+    sql.CLAIM_OUTSIDE_LANE, sql.CLAIM_OUTSIDE_LANE_IF_CLEAR, sql.TICK_PROBE_OUTSIDE_LANE,
+    sql.SETTLE_NEXT_CANCELLED_OUTSIDE_LANE)
+_OUTSIDE_LANE_TAKING_TURNS = _partition_statements(
+    sql.CLAIM_OUTSIDE_LANE_TAKING_TURNS, sql.CLAIM_OUTSIDE_LANE_IF_CLEAR_TAKING_TURNS,
+    sql.TICK_PROBE_OUTSIDE_LANE, sql.SETTLE_NEXT_CANCELLED_OUTSIDE_LANE)
+_IN_LANE = _partition_statements(
+    sql.CLAIM_IN_LANE, sql.CLAIM_IN_LANE_IF_CLEAR, sql.TICK_PROBE_IN_LANE,
+    sql.SETTLE_NEXT_CANCELLED_IN_LANE)
+_IN_LANE_TAKING_TURNS = _partition_statements(
+    sql.CLAIM_IN_LANE_TAKING_TURNS, sql.CLAIM_IN_LANE_IF_CLEAR_TAKING_TURNS,
+    sql.TICK_PROBE_IN_LANE, sql.SETTLE_NEXT_CANCELLED_IN_LANE)
 
 
 def outside_lane(lane: str) -> Partition:
     """The serial ticker of a runtime whose concurrent lane is ``lane``."""
-    return Partition("serial", (lane,), *_OUTSIDE_LANE)
+    return Partition("serial", (lane,), *_OUTSIDE_LANE,
+                     taking_turns=Partition("serial", (lane,), *_OUTSIDE_LANE_TAKING_TURNS))
 
 
 def inside_lane(lane: str) -> Partition:
     """The concurrent ticker: only the jobs of ``lane``."""
-    return Partition("concurrent", (lane,), *_IN_LANE)
+    return Partition("concurrent", (lane,), *_IN_LANE,
+                     taking_turns=Partition("concurrent", (lane,), *_IN_LANE_TAKING_TURNS))
 
 
 class OwnerLocalStore:
@@ -204,6 +237,11 @@ class OwnerLocalStore:
         # because the owner-local contract has one writer, this store: the
         # claim of an owner without buckets runs as it did before them.
         self._buckets: bool | None = None
+        # Whether any queue is wide, so claims take turns and the store keeps
+        # the lines (None: not read yet; read again after a queue's limit
+        # went down or away). Known here for the same reason: the claims and
+        # writes of an owner without a wide queue run as before fair turns.
+        self._wide: bool | None = None
 
     # The statements these two run return JOB rows (job columns first).
     def _read_one(self, statement: sql.Statement, params: Sequence[Any]) -> JobRecord | None:
@@ -253,8 +291,10 @@ class OwnerLocalStore:
 
     def ready_ahead(self, queue: str, priority: int, sequence: int, limit: int) -> list[str]:
         """The ids of up to ``limit`` jobs of ``queue`` a claim takes before
-        the job at (``priority``, ``sequence``), in pick order."""
-        rows = self.database.query(_READY_AHEAD.text, (queue, priority, sequence, limit))
+        the job at (``priority``, ``sequence``), in pick order; in a wide
+        queue, in the order its lanes take turns."""
+        statement = _READY_AHEAD_TAKING_TURNS if self._taking_turns() else _READY_AHEAD
+        rows = self.database.query(statement.text, (queue, priority, sequence, limit))
         return [row[0] for row in rows]
 
     def latest_settled(self, queue: str) -> JobRecord | None:
@@ -304,9 +344,15 @@ class OwnerLocalStore:
                 None if released_at is None else int(released_at))
 
     def promote_due(self, now: int, limit: int) -> set[str]:
-        """Move up to ``limit`` jobs whose time has come into the ready set;
-        the queues they are in."""
-        return {str(row[0]) for row in self.database.mutate(_PROMOTE_DUE.text, (now, limit))}
+        """Move up to ``limit`` jobs whose time has come into the ready set
+        (their lanes join their wide queues' lines, in sequence order); the
+        queues they are in."""
+        def promote() -> set[str]:
+            rows = self.database.mutate(_PROMOTE_DUE.text, (now, limit))
+            self._join(sorted(int(row[1]) for row in rows))
+            return {str(row[0]) for row in rows}
+
+        return self.database.atomic(promote) if self._taking_turns() else promote()
 
     def status_groups(self) -> list[Row]:
         """(queue, state, outcome, count) of every group of jobs (a full scan)."""
@@ -380,7 +426,16 @@ class OwnerLocalStore:
             statement, counted = _INSERT_JOB, _INSERT_JOB_COUNTED
             params = (job.job_id, job.queue, job.lane, job.priority, job.payload_json,
                       job.max_recoveries, job.run_at, job.delay_ms, job.retry_json, now)
-        return self._batching.insert(lambda: self._changed(statement, counted, params))
+        if not self._taking_turns():
+            return self._batching.insert(lambda: self._changed(statement, counted, params))
+
+        def insert_and_join() -> bool:
+            rows = self.database.mutate(statement.text, params)
+            if rows:
+                self._join((int(rows[0][0]),))
+            return bool(rows)
+
+        return self._batching.insert(lambda: self.database.atomic(insert_and_join))
 
     def list_new_rows(self) -> None:
         """Put every unlisted row into the indexes of unsettled jobs, and note
@@ -435,21 +490,80 @@ class OwnerLocalStore:
             self.database.mutate(_SPEND_RATE.text, (now, job.queue, job.lane))
         return job
 
+    def _taking_turns(self) -> bool:
+        """Whether any queue is wide: then claims take turns, the store keeps
+        the lines, it lists and files every row at once (see
+        ``IndexBatching.one_at_a_time``), and the index of a lane's jobs the
+        claims read exists (``sql.LANE_ORDER_INDEX``); it is dropped
+        otherwise, so a serial owner writes no entry of it."""
+        wide = self._wide
+        if wide is None:
+            wide = self._wide = bool(self.database.query(_ANY_WIDE_QUEUE.text)[0][0])
+            self.database.execute(_LANE_ORDER_INDEX.text if wide else _NO_LANE_ORDER_INDEX.text)
+            self._batching.one_at_a_time(wide)
+        return wide
+
+    def _join(self, sequences: Sequence[int]) -> None:
+        """The lanes of the jobs at ``sequences`` (in sequence order) that are
+        ready in a wide queue join its line, if not in it (in the caller's
+        transaction; only while any queue is wide)."""
+        if sequences and self._taking_turns():
+            self.database.mutate(_JOIN_LINE.text, (json.dumps(list(sequences)),))
+
+    def _joined(self, job: JobRecord | None) -> JobRecord | None:
+        if job is not None:
+            self._join((job.sequence,))
+        return job
+
+    def _ready_again(self, write: Callable[[], JobRecord | None]) -> JobRecord | None:
+        """Run ``write`` (a change that makes its job ready again: the job,
+        or None) and let the job's lane join its line, in one transaction."""
+        if not self._taking_turns():
+            return write()
+        return self.database.atomic(lambda: self._joined(write()))
+
+    def _took_turn(self, job: JobRecord) -> None:
+        """After a claim of ``job`` (while any queue is wide), in its
+        transaction: its lane leaves the line of a wide queue, with the
+        lanes ahead of it that have no ready job, and goes to the back if
+        it still has one."""
+        self.database.mutate(_LEAVE_LINE.text, (job.queue, job.lane))
+        self.database.mutate(_BACK_OF_LINE.text, (job.queue, job.lane))
+
+    def _claimed(self, claim: Callable[[Partition], JobRecord | None], partition: Partition,
+                 now: int) -> JobRecord | None:
+        """Run ``claim`` on ``partition`` (its statements that take turns,
+        while any queue is wide), with what a claim does in its transaction:
+        the start spent, while any bucket is stored; the line kept, while
+        any queue is wide (an owner with neither runs the claim alone)."""
+        turns, spends = self._taking_turns(), self._spends()
+        chosen = partition.taking_turns if turns and partition.taking_turns else partition
+
+        def claim_in_transaction() -> JobRecord | None:
+            job = claim(chosen)
+            if job is not None:
+                if spends:
+                    self._spent(job, now)
+                if turns:
+                    self._took_turn(job)
+            return job
+
+        return self.database.atomic(claim_in_transaction)
+
     def claim_next(self, partition: Partition, token: str, now: int) -> JobRecord | None:
-        params = (*partition.bind, token, now)
-        if not self._spends():
-            return self._write_one(partition.claim_next, params)
-        return self.database.atomic(
-            lambda: self._spent(self._write_one(partition.claim_next, params), now))
+        if not self._spends() and not self._taking_turns():
+            return self._write_one(partition.claim_next, (*partition.bind, token, now))
+        return self._claimed(lambda chosen: self._write_one(
+            chosen.claim_next, (*chosen.bind, token, now)), partition, now)
 
     def claim_next_if_clear(
         self, partition: Partition, token: str, now: int, exclude_tokens: Sequence[str]
     ) -> JobRecord | None:
         """Claim like claim_next, but only when probe() would report nothing."""
-        if not self._spends():
+        if not self._spends() and not self._taking_turns():  # the claim alone
             return self._claim_if_clear(partition, token, now, exclude_tokens)
-        return self.database.atomic(lambda: self._spent(
-            self._claim_if_clear(partition, token, now, exclude_tokens), now))
+        return self._claimed(lambda chosen: self._claim_if_clear(
+            chosen, token, now, exclude_tokens), partition, now)
 
     def _claim_if_clear(
         self, partition: Partition, token: str, now: int, exclude_tokens: Sequence[str]
@@ -533,11 +647,11 @@ class OwnerLocalStore:
         return self._write_one(_SETTLE_RECOVERED_CLAIM, params)
 
     def requeue_claim(self, sequence: int, token: str) -> JobRecord | None:
-        return self._write_one(_REQUEUE_CLAIM, (sequence, token))
+        return self._ready_again(lambda: self._write_one(_REQUEUE_CLAIM, (sequence, token)))
 
     def release_claim(self, sequence: int, token: str) -> JobRecord | None:
         """Put back a claim taken ahead that never started (no recovery counted)."""
-        return self._write_one(_RELEASE_CLAIM, (sequence, token))
+        return self._ready_again(lambda: self._write_one(_RELEASE_CLAIM, (sequence, token)))
 
     def retry_claim(
         self, sequence: int, token: str, settlement: Settlement, delay_ms: int, now: int
@@ -583,7 +697,7 @@ class OwnerLocalStore:
             job = self._write_one(_REDRIVE_JOB, (redrive_id, job_id))
             if job is not None:
                 self.database.mutate(_NOTE_REDRIVE.text, (redrive_id, now, job_id))
-            return job
+            return self._joined(job)
 
         return self.database.atomic(redrive_and_note)
 
@@ -659,14 +773,17 @@ class OwnerLocalStore:
         transaction; the jobs created, in slot order."""
 
         def fire() -> list[ValidJob]:
-            created = []
+            created, sequences = [], []
             for slot in slots:
                 job = schedule.slot_job(slot)
-                if self.database.mutate(_FIRE_SLOT.text, sql.fire_slot_values(
-                        job, now, schedule)):
+                rows = self.database.mutate(_FIRE_SLOT.text, sql.fire_slot_values(
+                    job, now, schedule))
+                if rows:
                     created.append(job)
+                    sequences.append(int(rows[0][1]))
             self.database.mutate(_ADVANCE_SCHEDULE.text,
                                  (next_at, schedule.name, schedule.spec_json))
+            self._join(sequences)
             self._batching.inserted(len(created))
             return created
 
@@ -698,13 +815,45 @@ class OwnerLocalStore:
     def put_limit(self, limit: ConcurrencyLimit, now: int) -> bool:
         """Store ``limit`` (replacing its kind and key's); False, nothing
         written, when the same ``max_running`` is stored already. The next
-        claim obeys it: every claim reads the limits in its own statement."""
-        return bool(self.database.mutate(_PUT_LIMIT.text, (
-            limit.kind, limit.key, limit.max_running, now)))
+        claim obeys it: every claim reads the limits in its own statement.
+        A queue that becomes wide gets its line (every lane with a ready
+        job, oldest first); one that stops being wide loses it; in the same
+        transaction (and the first wide queue, the index of a lane's jobs
+        its claims read: ``sql.LANE_ORDER_INDEX``)."""
+        values = (limit.kind, limit.key, limit.max_running, now)
+        if limit.kind != "queue":
+            return bool(self.database.mutate(_PUT_LIMIT.text, values))
+
+        def put() -> bool:
+            self.database.mutate(_WIDEN_LINE.text, (limit.key, limit.max_running))
+            changed = bool(self.database.mutate(_PUT_LIMIT.text, values))
+            self.database.mutate(_DROP_LINE.text, (limit.key,))
+            if limit.max_running > 1:
+                self.database.execute(_LANE_ORDER_INDEX.text)
+            return changed
+
+        changed = self.database.atomic(put)
+        if limit.max_running > 1:
+            self._wide = True
+            self._batching.one_at_a_time(True)
+        else:  # this queue is not wide: whether another is is read again
+            self._wide = None  # (and the index of a lane's jobs dropped if none is)
+        return changed
 
     def delete_limit(self, kind: LimitKind, key: str) -> bool:
-        """Remove the limit of ``kind`` on ``key``; whether there was one."""
-        return bool(self.database.mutate(_DELETE_LIMIT.text, (kind, key)))
+        """Remove the limit of ``kind`` on ``key``; whether there was one (a
+        queue's line goes with it, in the same transaction)."""
+        if kind != "queue":
+            return bool(self.database.mutate(_DELETE_LIMIT.text, (kind, key)))
+
+        def delete() -> bool:
+            deleted = bool(self.database.mutate(_DELETE_LIMIT.text, (kind, key)))
+            self.database.mutate(_DROP_LINE.text, (key,))
+            return deleted
+
+        deleted = self.database.atomic(delete)
+        self._wide = None  # the last wide queue may be gone: the next claim reads it
+        return deleted
 
     def running_jobs(self, kind: LimitKind, key: str, limit: int) -> list[str]:
         """The ids of up to ``limit`` running jobs of the queue or lane
@@ -746,7 +895,7 @@ class OwnerLocalStore:
 
         def hold_and_put_back() -> JobRecord | None:
             self.database.mutate(_HOLD_RATE_LIMITED.text, (kind, key, until, now))
-            return self._write_one(_PUT_BACK_RATE_LIMITED, (sequence, token))
+            return self._joined(self._write_one(_PUT_BACK_RATE_LIMITED, (sequence, token)))
 
         return self.database.atomic(hold_and_put_back)
 

@@ -25,10 +25,11 @@ SHARED_MIGRATIONS = ("0001_tickwork_jobs.sql", "0002_job_locks.sql",
 #: The migrations of schema/d1, in order: the shared ones, then retention,
 #: the history over time, the directory of owners (a table only D1 has:
 #: on ``tickwork serve`` the data directory is the directory of owners),
-#: concurrency limits, and rate limits. A database that got 0012 before 0011 existed takes
-#: 0011 after it, which leaves its version at 12.
+#: concurrency limits, rate limits, and fair turns. A database that got
+#: 0012 before 0011 existed takes 0011 after it, which leaves its version at 12.
 MIGRATIONS = (*SHARED_MIGRATIONS, "0010_retention.sql", "0011_history.sql",
-              "0012_owner_directory.sql", "0013_limits.sql", "0014_rate_limits.sql")
+              "0012_owner_directory.sql", "0013_limits.sql", "0014_rate_limits.sql",
+              "0015_turns.sql")
 
 #: The migrations of schema/postgres, in order: the shared ones, then claims
 #: locked per queue instead of behind one lock, the group commit's generic

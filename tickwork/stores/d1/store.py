@@ -75,7 +75,7 @@ SELECT_CARGO_MANY = _render(sql.SELECT_CARGO_MANY, "job_ids")
 SELECT_JOB = _render(sql.SELECT_JOB, "job_id")
 SELECT_CARGO = _render(sql.SELECT_CARGO, "job_id")
 SELECT_QUEUE_HEAD = _render(sql.SELECT_QUEUE_HEAD, "queue")
-READY_AHEAD = _render(sql.READY_AHEAD, "queue", "priority", "sequence", "limit")
+READY_AHEAD = _render(sql.READY_AHEAD_TAKING_TURNS, "queue", "priority", "sequence", "limit")
 SELECT_CLAIM = _render(sql.SELECT_CLAIM, "sequence", "now")
 HAS_PENDING_WORK = _render(sql.HAS_PENDING_WORK, "now")
 NEXT_WORK = _render(sql.NEXT_WORK, "now")
@@ -83,8 +83,8 @@ PROMOTE_DUE = _render(sql.PROMOTE_DUE, "now", "limit")
 STATUS = _render(sql.STATUS)
 BACKLOG = _render(sql.BACKLOG)
 QUEUE_STATUS = _render(sql.QUEUE_STATUS, "queue")
-CLAIM_ONE = _render(sql.CLAIM, "token", "now", "lease_ms")
-CLAIM_IF_CLEAR = _render(sql.CLAIM_IF_CLEAR, "token", "now", "lease_ms")
+CLAIM_ONE = _render(sql.CLAIM_TAKING_TURNS, "token", "now", "lease_ms")
+CLAIM_IF_CLEAR = _render(sql.CLAIM_IF_CLEAR_TAKING_TURNS, "token", "now", "lease_ms")
 PROBE = _render(sql.PROBE, "now")
 REQUEUE_EXPIRED = _render(sql.REQUEUE_CLAIM, "now", "sequence", "token")
 RELEASE_CLAIM = _render(sql.RELEASE_CLAIM, "sequence", "token")
@@ -133,6 +133,8 @@ SETTLED_QUEUES = _render(sql.SETTLED_QUEUES)
 LIST_LIMITS = _render(sql.LIST_LIMITS)
 PUT_LIMIT = _render(sql.PUT_LIMIT, "kind", "key", "max_running", "now")
 DELETE_LIMIT = _render(sql.DELETE_LIMIT, "kind", "key")
+WIDEN_LINE = _render(sql.WIDEN_LINE, "queue", "max_running")
+DROP_LINE = _render(sql.DROP_LINE, "queue")
 LIST_RATE_LIMITS = _render(sql.LIST_RATE_LIMITS, "now")
 PUT_RATE_LIMIT = _render(sql.PUT_RATE_LIMIT, "kind", "key", "starts", "period_ms", "burst",
                          "now")
@@ -500,11 +502,25 @@ class D1Store:
         return in_order(limit_row(row) for row in await self.d1.query(LIST_LIMITS.text, ()))
 
     async def put_limit(self, limit: ConcurrencyLimit, now: int | None) -> bool:
-        return bool(await self.d1.query(PUT_LIMIT.text, (
-            limit.kind, limit.key, limit.max_running, now)))
+        values = (limit.kind, limit.key, limit.max_running, now)
+        if limit.kind != "queue":
+            return bool(await self.d1.query(PUT_LIMIT.text, values))
+        # One batch (one transaction): a queue that becomes wide gets its
+        # line, the limit, and a queue no longer wide loses its line.
+        _, put, _ = await self.d1.batch(
+            [(WIDEN_LINE.text, (limit.key, limit.max_running)), (PUT_LIMIT.text, values),
+             (DROP_LINE.text, (limit.key,))],
+            [None, _names(PUT_LIMIT), None])
+        return bool(put)
 
     async def delete_limit(self, kind: LimitKind, key: str) -> bool:
-        return bool(await self.d1.query(DELETE_LIMIT.text, (kind, key)))
+        if kind != "queue":
+            return bool(await self.d1.query(DELETE_LIMIT.text, (kind, key)))
+        # One batch: the limit, then the queue's line.
+        deleted, _ = await self.d1.batch(
+            [(DELETE_LIMIT.text, (kind, key)), (DROP_LINE.text, (key,))],
+            [_names(DELETE_LIMIT), None])
+        return bool(deleted)
 
     async def running_jobs(self, kind: LimitKind, key: str, limit: int) -> list[str]:
         return [str(row[0]) for row in await self.d1.query(RUNNING_IN[kind].text, (key, limit))]

@@ -830,7 +830,7 @@ SELECT count(*) FROM gone
 #: The tables a storage report counts, in its order (as on SQLite).
 STORAGE_TABLES = ("tickwork_jobs", "tickwork_redrives", "tickwork_schedules",
                   "tickwork_paused_queues", "tickwork_retention", "tickwork_limits",
-                  "tickwork_rate_limits", "tickwork_queue_history")
+                  "tickwork_rate_limits", "tickwork_queue_history", "tickwork_turns")
 
 # The storage report: the bytes of every tickwork table this connection sees
 # (its heap, indexes and TOAST: pg_total_relation_size, no row read), then

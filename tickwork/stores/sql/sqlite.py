@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -111,6 +111,10 @@ UNFILED = "tickwork_jobs INDEXED BY tickwork_jobs_unfiled WHERE filed = 0 AND st
 #: running, and the drain's settlements not filed yet: a read names the
 #: state it wants, and reads the unlisted rows too).
 QUEUE_ORDER = f"tickwork_jobs INDEXED BY tickwork_jobs_queue_order WHERE {PENDING_LISTED}"
+#: Owner-local (0015): a lane's listed, unfiled rows of one queue in pick
+#: order, those waiting for their time apart (due_at is in the key). The
+#: index exists while a queue is wide (LANE_ORDER_INDEX).
+LANE_ORDER = f"tickwork_jobs INDEXED BY tickwork_jobs_lane_order WHERE {PENDING_LISTED}"
 
 
 #: Owner-local (0009): what a read of settled rows says (before its state) for
@@ -133,7 +137,15 @@ def queue_head(queue: str, ready: str) -> str:
     the queue's running jobs and unfiled settlements ahead of it), and
     among the unlisted rows only while there are any (asked once per
     statement)."""
-    listed = f"""SELECT {{columns}} FROM {QUEUE_ORDER} AND queue = {queue} AND {ready}
+    return first_in_pick_order(QUEUE_ORDER, f"queue = {queue} AND {ready}")
+
+
+def first_in_pick_order(indexed: str, where: str) -> str:
+    """Owner-local: the sequence of the first row matching ``where`` in pick
+    order (priority desc, sequence), from ``indexed`` (a ``FROM ... WHERE``
+    over an index of listed rows in that order) and from the unlisted rows,
+    which are read only while there are any (asked once per statement)."""
+    listed = f"""SELECT {{columns}} FROM {indexed} AND {where}
             ORDER BY priority DESC, sequence
             LIMIT 1"""
     return f"""CASE WHEN NOT EXISTS (SELECT 1 FROM {UNLISTED})
@@ -142,7 +154,7 @@ def queue_head(queue: str, ready: str) -> str:
         SELECT sequence FROM (
             SELECT * FROM ({listed.format(columns="sequence, priority")})
             UNION ALL
-            SELECT sequence, priority FROM {UNLISTED} AND queue = {queue} AND {ready})
+            SELECT sequence, priority FROM {UNLISTED} AND {where})
         ORDER BY priority DESC, sequence
         LIMIT 1) END"""
 
@@ -209,13 +221,17 @@ def _fragments(target: Target) -> dict[str, str]:
                 "pending": PENDING_LISTED, "file": ", filed = 1", "unfile": ", filed = 0",
                 "filed": FILED,
                 "lane_running": LANE_RUNNING_LOCAL.format(lane="candidate.lane"),
-                "rate_key_ready": RATE_KEY_READY_LOCAL}
+                "rate_key_ready": RATE_KEY_READY_LOCAL,
+                "turn_best": lane_best_local("turn.queue", "turn.lane"),
+                "turn_lane_running": LANE_RUNNING_LOCAL.format(lane="turn.lane")}
     return {
         "now": now,
         "dead_outcome": DEAD_OUTCOME_LIST,
         "pending": PENDING_STATES, "file": "", "unfile": "", "filed": "",
         "lane_running": LANE_RUNNING_D1.format(lane="candidate.lane"),
         "rate_key_ready": RATE_KEY_READY_D1,
+        "turn_best": lane_best_d1("turn.queue", "turn.lane"),
+        "turn_lane_running": LANE_RUNNING_D1.format(lane="turn.lane"),
         # A claim's lease ends :lease_ms after it is taken.
         "set_lease": f", lease_expires_at = {now} + :lease_ms",
         "lease_live": f"AND lease_expires_at > {now}",
@@ -646,9 +662,10 @@ WHERE sequence IN (
 """
 PROMOTE_DUE = Template("promote_due", _PROMOTE_DUE, ("now", "limit"), None, _d1)
 # The owner-local form: also says which queues it moved jobs into (for the
-# projector; a queue appears once per job).
-PROMOTE_DUE_QUEUES = Template("promote_due_queues", _PROMOTE_DUE + "RETURNING queue\n",
-                              ("now", "limit"), Columns("queue"), _local)
+# projector; a queue appears once per job), and which jobs (their lanes
+# join the lines of wide queues).
+PROMOTE_DUE_QUEUES = Template("promote_due_queues", _PROMOTE_DUE + "RETURNING queue, sequence\n",
+                              ("now", "limit"), Columns("queue", "sequence"), _local)
 
 LANE_HAS_PENDING = Template("lane_has_pending", """
 SELECT EXISTS (
@@ -705,8 +722,9 @@ LIMIT :limit
 # very next claim, and since a store runs one statement at a time (D1, a
 # Durable Object) or inside one write transaction (sqlite3), two claims can
 # never both take a limit's last place. Each condition is one conjunct of
-# the candidate's WHERE, so another (an ordering term for fair turns) can
-# be added beside them.
+# the candidate's WHERE. Fair turns (below) change which job of a wide
+# queue a claim takes, not which queue: the walk of the queue's line
+# starts from the job these conjuncts find.
 #
 # Rate limits (tickwork_rate_limits, owner-local and D1 0014) are one more
 # conjunct, RATE_FREE: the candidate's queue and lane are not rate-held at
@@ -768,25 +786,137 @@ LANE_RUNNING_LOCAL = """(SELECT count(*) FROM tickwork_jobs AS lane_busy
                      INDEXED BY tickwork_jobs_running
                  WHERE lane_busy.state = 'running' AND lane_busy.lane = {lane})"""
 
-# The lane has room: no lane row for it (one primary-key probe, of a table
-# that is empty unless limits are set), or fewer of its jobs run than the
-# row allows ({lane_running}: LANE_RUNNING_D1 or LANE_RUNNING_LOCAL).
-LANE_HAS_ROOM = """NOT EXISTS (
+
+
+def lane_has_room(lane: str, running: str) -> str:
+    """The lane ``lane`` has room: no lane row for it (one primary-key probe,
+    of a table that is empty unless limits are set), or fewer of its jobs
+    run (``running``: LANE_RUNNING_D1 or LANE_RUNNING_LOCAL) than the row
+    allows."""
+    return f"""NOT EXISTS (
           SELECT 1 FROM tickwork_limits AS lane_limit
-          WHERE lane_limit.kind = 'lane' AND lane_limit.key = candidate.lane
-            AND lane_limit.max_running <= {lane_running})"""
+          WHERE lane_limit.kind = 'lane' AND lane_limit.key = {lane}
+            AND lane_limit.max_running <= {running})"""
+
+
+#: The candidate's lane has room ({lane_running}: per store).
+LANE_HAS_ROOM = lane_has_room("candidate.lane", "{lane_running}")
+
+# ------------------------------------------------------------ fair turns
+#
+# Fair turns (schema: owner-local and D1 0015). A queue is wide while its
+# limit row allows more than one running job; a wide queue keeps a line of
+# its lanes that have a ready job (queued, due, not cancelled) in
+# tickwork_turns, a lower turn nearer the front. The rule, in every claim:
+#
+# * the global pick is as before: the first startable job in global order
+#   (priority desc, oldest first; startable: ready, queue not paused, queue
+#   and lane with room, neither rate-held);
+# * if its queue is wide, the claim takes instead the best ready job
+#   (priority desc, oldest first) of the first lane in the queue's line that
+#   has one and whose lane has room and is not rate-held (the walk,
+#   fair_walk: one probe per lane it passes over, O(log n + lanes passed
+#   over) however deep a lane's backlog); the queue's own conditions hold
+#   already, the global pick found a startable job in it. Should no lane
+#   in the line have one (a line missing a lane, which the statements
+#   below never leave), the global pick;
+# * in the claim's transaction (owner-local: the store runs LEAVE_LINE and
+#   BACK_OF_LINE; D1: its 0015 trigger runs the same two), the lane that
+#   started goes to the back of the line if it still has a ready job, or
+#   leaves it; the lanes ahead of it that have no ready job leave too. A
+#   lane passed over at its lane limit or rate-held keeps its place.
+#
+# A lane joins at the back when a job of it becomes ready and it is not in
+# the line (owner-local: JOIN_LINE, run by the store after each change that
+# makes jobs ready; D1: the triggers of its 0015, since producers insert
+# jobs with their own statements); a queue that becomes wide gets every
+# lane with a ready job, in order of its oldest (WIDEN_LINE); one that
+# stops being wide loses its line (DROP_LINE). So a tenant with 10,000
+# ready jobs does not hold back a tenant with one. Priority orders jobs
+# within a lane, not lanes; across queues the global pick chooses.
+
+def wide(queue: str) -> str:
+    """Whether the queue ``queue`` (an expression) is wide: one primary-key
+    probe of tickwork_limits."""
+    return f"""EXISTS (SELECT 1 FROM tickwork_limits AS wide
+                   WHERE wide.kind = 'queue' AND wide.key = {queue} AND wide.max_running > 1)"""
+
+
+def _lane_ready(queue: str, lane: str) -> str:
+    """A job of the lane's in the queue that a claim could take: queued,
+    due, not cancelled."""
+    return (f"queue = {queue} AND lane = {lane} AND due_at IS NULL AND state = 'queued'"
+            " AND cancellation_id IS NULL")
+
+
+def lane_best_d1(queue: str, lane: str, further: str = "") -> str:
+    """D1 (0015): the sequence of the best ready job of lane ``lane`` in
+    queue ``queue`` (NULL: none; ``further``: a condition more), from
+    tickwork_jobs_lane_ready, which holds exactly the ready jobs: one probe."""
+    return f"""(SELECT sequence FROM tickwork_jobs INDEXED BY tickwork_jobs_lane_ready
+            WHERE {_lane_ready(queue, lane)}{further}
+            ORDER BY priority DESC, sequence
+            LIMIT 1)"""
+
+
+def lane_best_local(queue: str, lane: str, further: str = "") -> str:
+    """Owner-local (0015): the same, from tickwork_jobs_lane_order (a probe
+    of the lane's due range, stepping over its running jobs and unfiled
+    settlements) and the unlisted rows."""
+    return f"({first_in_pick_order(LANE_ORDER, _lane_ready(queue, lane) + further)})"
+
+
+def _lane_best(target: Target) -> Callable[..., str]:
+    return lane_best_local if target is OWNER_LOCAL else lane_best_d1
+
+
+def fair_walk(queue: str, lanes: str = "") -> str:
+    """The sequence of the job a claim takes in the wide queue ``queue``:
+    the best ready job ({turn_best}, per store) of the first lane in its
+    line (``lanes``: a further condition on the lane ``turn.lane``) that has
+    one and whose lane has room and is not rate-held; NULL when none has.
+    The walk reads the line from the front through its (queue, turn) index
+    and stops at that lane (the inner LIMIT keeps SQLite from merging the
+    two levels, so each lane's best job is looked up once, as the walk
+    reaches it)."""
+    return f"""(SELECT best FROM (
+            SELECT turn.turn, {{turn_best}} AS best
+            FROM tickwork_turns AS turn INDEXED BY tickwork_turns_order
+            WHERE turn.queue = {queue}{lanes}
+              AND {lane_has_room("turn.lane", "{turn_lane_running}")}
+              AND {rate_free("turn")}
+            ORDER BY turn.turn
+            LIMIT -1)
+        WHERE best IS NOT NULL
+        LIMIT 1)"""
+
+
+def taking_turns(pick: str, lanes: str = "") -> str:
+    """The sequence a claim takes, from ``pick`` (a SELECT of a candidate's
+    ``{pick_columns}``: sequence, and queue): the pick itself while no line
+    has a lane (asked once per statement: a claim with no wide queue at work
+    costs one probe more), or the pick's queue is not wide; else the walk
+    of its line (``lanes``: which lanes it may take), or the pick should
+    the walk find nothing."""
+    plain = pick.replace("{pick_columns}", "")
+    with_queue = pick.replace("{pick_columns}", ", candidate.queue")
+    return f"""CASE WHEN NOT EXISTS (SELECT 1 FROM tickwork_turns) THEN ({plain})
+    ELSE (
+    SELECT CASE WHEN {wide("pick.queue")}
+                THEN coalesce({fair_walk("pick.queue", lanes)}, pick.sequence)
+                ELSE pick.sequence END
+    FROM ({with_queue}) AS pick) END"""
+
 
 # Claim: picks the first runnable job in global order (priority desc, oldest
 # first) whose queue and lane have room and whose queue is not paused, and
 # marks it running under the private token :token (on D1 with a lease of
 # :lease_ms), in one statement. In a queue without a limit row the first
 # such job is its queue's head: any better job of the same queue would come
-# earlier and be just as free. {guard} is empty (CLAIM) or _CLAIM_GUARD.
-_CLAIM = f"""
-UPDATE tickwork_jobs
-SET state = 'running', claim_token = :token, started_at = {{now}}{{set_lease}}
-WHERE sequence = (
-    SELECT candidate.sequence FROM tickwork_jobs AS candidate
+# earlier and be just as free. {guard} is empty (CLAIM) or _CLAIM_GUARD;
+# {pick} is _PICK, or in the forms that take turns (taking_turns) the fair
+# walk from it.
+_PICK = f"""SELECT candidate.sequence{{pick_columns}} FROM tickwork_jobs AS candidate
     WHERE candidate.state = 'queued' AND candidate.cancellation_id IS NULL
       AND candidate.due_at IS NULL
       AND {QUEUE_HAS_ROOM}
@@ -794,7 +924,11 @@ WHERE sequence = (
       AND {RATE_FREE}
       {NOT_PAUSED}
     ORDER BY candidate.priority DESC, candidate.sequence
-    LIMIT 1)
+    LIMIT 1"""
+_CLAIM = f"""
+UPDATE tickwork_jobs
+SET state = 'running', claim_token = :token, started_at = {{now}}{{set_lease}}
+WHERE sequence = {{pick}}
 {{guard}}
 RETURNING {JOB_SELECT}
 """
@@ -808,10 +942,22 @@ _CLAIM_GUARD = """
   AND NOT EXISTS (SELECT 1 FROM tickwork_jobs
                   WHERE state = 'queued' AND cancellation_id IS NOT NULL)"""
 
-CLAIM = Template("claim", _CLAIM.replace("{guard}", ""),
-                 ("token", "now", "lease_ms"), JOB_ROWS)
-CLAIM_IF_CLEAR = Template("claim_if_clear", _CLAIM.replace("{guard}", _CLAIM_GUARD),
-                          ("token", "now", "lease_ms"), JOB_ROWS)
+
+def _claim(name: str, guard: str, pick: str, targets: tuple[Target, ...]) -> Template:
+    return Template(name, _CLAIM.replace("{guard}", guard).replace("{pick}", pick),
+                    ("token", "now", "lease_ms"), JOB_ROWS, targets)
+
+
+_PLAIN_PICK = "(\n    " + _PICK.replace("{pick_columns}", "") + ")"
+#: The claims of an owner without a wide queue (the store knows: see
+#: OwnerLocalStore), as they were before fair turns.
+CLAIM = _claim("claim", "", _PLAIN_PICK, _local)
+CLAIM_IF_CLEAR = _claim("claim_if_clear", _CLAIM_GUARD, _PLAIN_PICK, _local)
+#: The claims that take turns: every D1 claim; an owner's while it has a
+#: wide queue.
+CLAIM_TAKING_TURNS = _claim("claim_taking_turns", "", taking_turns(_PICK), (OWNER_LOCAL, D1))
+CLAIM_IF_CLEAR_TAKING_TURNS = _claim("claim_if_clear_taking_turns", _CLAIM_GUARD,
+                                     taking_turns(_PICK), (OWNER_LOCAL, D1))
 
 
 def counted(template: Template) -> Template:
@@ -830,6 +976,7 @@ def counted(template: Template) -> Template:
 
 
 CLAIM_IF_CLEAR_COUNTED = counted(CLAIM_IF_CLEAR)
+CLAIM_IF_CLEAR_TAKING_TURNS_COUNTED = counted(CLAIM_IF_CLEAR_TAKING_TURNS)
 # The inserts, counted: an insert changes one row (stored) or none (the
 # job_id is taken), which is all the store asks of its RETURNING row.
 INSERT_JOB_COUNTED = counted(INSERT_JOB)
@@ -860,6 +1007,203 @@ CLAIMED_BY_TOKEN = Template("claimed_by_token", f"""
 SELECT {JOB_SELECT} FROM tickwork_jobs INDEXED BY tickwork_jobs_running
 WHERE state = 'running' AND claim_token = :token
 """, ("token",), JOB_ROWS, _local)
+
+# ------------------------------------------------------------- the line
+#
+# The statements that keep a wide queue's line (see "fair turns" above).
+# The owner-local store runs them in the transaction of the change, while
+# any wide queue exists; D1's triggers (its 0015) run the same texts of
+# LEAVE_LINE, BACK_OF_LINE and joining, for the row they fire on (NEW).
+# The next turn of a queue is its highest plus one: one probe of the
+# (queue, turn) index.
+
+
+def _next_turn(queue: str) -> str:
+    return f"coalesce((SELECT max(turn) FROM tickwork_turns WHERE queue = {queue}), 0) + 1"
+
+
+def leave_line(queue: str, lane: str, target: Target) -> str:
+    """After a start in lane ``lane`` of queue ``queue``: the lane leaves the
+    line, and so does every lane ahead of it that has no ready job (the walk
+    passed over them; one at its lane limit or rate-held has a ready job and
+    keeps its place). One range of the (queue, turn) index, up to the lane
+    that started, and a probe per lane in it."""
+    best = _lane_best(target)("tickwork_turns.queue", "tickwork_turns.lane")
+    return f"""DELETE FROM tickwork_turns
+WHERE queue = {queue}
+  AND turn <= (SELECT turn FROM tickwork_turns WHERE queue = {queue} AND lane = {lane})
+  AND (lane = {lane} OR {best} IS NULL)"""
+
+
+def back_of_line(queue: str, lane: str, target: Target) -> str:
+    """Then the lane that started joins at the back, if it still has a ready
+    job and its queue is wide (LEAVE_LINE took it out first)."""
+    return f"""INSERT INTO tickwork_turns (queue, lane, turn)
+SELECT {queue}, {lane}, {_next_turn(queue)}
+WHERE {wide(queue)} AND {_lane_best(target)(queue, lane)} IS NOT NULL"""
+
+
+def join_line(queue: str, lane: str) -> str:
+    """A lane not in the line joins at the back (D1's triggers, for a job
+    that became ready in a wide queue)."""
+    return f"""INSERT INTO tickwork_turns (queue, lane, turn)
+SELECT {queue}, {lane}, {_next_turn(queue)}
+WHERE NOT EXISTS (SELECT 1 FROM tickwork_turns WHERE queue = {queue} AND lane = {lane})"""
+
+
+#: After a claim in a wide queue, in its transaction (owner-local; D1's
+#: trigger tickwork_turns_after_start runs the same for the claimed row).
+LEAVE_LINE = Template("leave_line", leave_line(":queue", ":lane", OWNER_LOCAL),
+                      ("queue", "lane"), None, _local)
+BACK_OF_LINE = Template("back_of_line", back_of_line(":queue", ":lane", OWNER_LOCAL),
+                        ("queue", "lane"), None, _local)
+
+# Owner-local: the lanes of the jobs at :sequences (a JSON array, in the
+# order the jobs became ready: sequence order) that are ready in a wide
+# queue join its line at the back, in that order, unless already in it.
+# One statement for a change that made several jobs ready (a promotion, an
+# ingest_many); a primary-key probe per job.
+JOIN_LINE = Template("join_line", f"""
+INSERT INTO tickwork_turns (queue, lane, turn)
+SELECT job.queue, job.lane, {_next_turn("job.queue")} + entry.key
+FROM json_each(:sequences) AS entry
+JOIN tickwork_jobs AS job ON job.sequence = entry.value
+WHERE job.due_at IS NULL AND job.state = 'queued' AND job.cancellation_id IS NULL
+  AND {wide("job.queue")}
+ORDER BY entry.key
+ON CONFLICT (queue, lane) DO NOTHING
+""", ("sequences",), None, _local)
+
+# A queue that becomes wide (run before the put of its limit, in its
+# transaction or batch: only a queue that was not wide, given a limit
+# above one): every lane with a ready job in it joins, in order of its
+# oldest ready job (that job's sequence, past the queue's turns, is its
+# turn). Reads the queue's ready jobs once, O(its backlog): a change of
+# limits, not a claim.
+_WIDEN_LINE = f"""
+INSERT INTO tickwork_turns (queue, lane, turn)
+SELECT :queue, lane,
+       min(sequence) + coalesce((SELECT max(turn) FROM tickwork_turns WHERE queue = :queue), 0)
+FROM ({{rows}})
+WHERE :max_running > 1 AND NOT {wide(":queue")}
+GROUP BY lane
+ON CONFLICT (queue, lane) DO NOTHING
+"""
+_QUEUE_READY = f"queue = :queue AND {HEAD_READY} AND cancellation_id IS NULL"
+WIDEN_LINE = Template("widen_line", _WIDEN_LINE.replace("{rows}", f"""
+    SELECT lane, sequence FROM tickwork_jobs INDEXED BY tickwork_jobs_lane_ready
+    WHERE {_QUEUE_READY}"""), ("queue", "max_running"), None, _d1)
+WIDEN_LINE_LOCAL = Template("widen_line", _WIDEN_LINE.replace(
+    "{rows}", queue_rows("lane, sequence", _QUEUE_READY)), ("queue", "max_running"), None,
+    _local)
+
+# A queue that is not wide (after the put or the delete of its limit, in
+# its transaction or batch) has no line: its rows go.
+DROP_LINE = Template("drop_line", f"""
+DELETE FROM tickwork_turns WHERE queue = :queue AND NOT {wide(":queue")}
+""", ("queue",))
+
+# Owner-local (0015): a lane's jobs in a queue in pick order, for the
+# claims' walk: its best ready job, or whether it has one, in one probe
+# (due_at in the key: a ready job's is NULL, so the jobs waiting for their
+# time are a range apart). Written in the batches of 0009, like 0010's
+# queue order: a row enters when it is listed and leaves when it is filed,
+# so neither a claim nor a settlement writes it; every read also reads the
+# unlisted rows (LANE_ORDER), and steps over the lane's running jobs and
+# unfiled settlements (a few). The store creates it when a queue becomes
+# wide and drops it once none is (its 0015 says why), in the transaction of
+# the change: a serial owner's rows write no entry.
+LANE_ORDER_INDEX = Template("lane_order_index", f"""
+CREATE INDEX IF NOT EXISTS tickwork_jobs_lane_order
+    ON tickwork_jobs (queue, lane, due_at, priority DESC, sequence)
+    WHERE {PENDING_LISTED}
+""", (), None, _local)
+NO_LANE_ORDER_INDEX = Template("no_lane_order_index", """
+DROP INDEX IF EXISTS tickwork_jobs_lane_order
+""", (), None, _local)
+
+
+def lane_rows(select: str, where: str, target: Target) -> str:
+    """``select`` over the ready jobs of one lane in one queue that match
+    ``where`` (which names the queue, the lane and readiness), in index
+    order per part: D1's tickwork_jobs_lane_ready; owner-local's
+    tickwork_jobs_lane_order, then the unlisted rows."""
+    if target is D1:
+        return (f"SELECT {select} FROM tickwork_jobs INDEXED BY tickwork_jobs_lane_ready"
+                f" WHERE {where}")
+    return f"""SELECT {select} FROM {LANE_ORDER} AND {where}
+    UNION ALL
+    SELECT {select} FROM {UNLISTED} AND {where}"""
+
+
+def _ready_ahead_taking_turns(serial: str, target: Target) -> str:
+    """READY_AHEAD, taking turns in a wide queue: the claims take one job of
+    each lane in line order, then a second of each, and so on (ignoring
+    limits and arrivals). So the jobs ahead of the job at :sequence (rank r
+    in its lane, the lane at turn p, or at the back when not in the line)
+    are each lane's r best, and the (r + 1)-th of the lanes before p; the
+    first :limit of them in (round, turn) order. ``walk`` reads each lane's
+    jobs in pick order, one probe a step, up to the rounds that can count
+    (at most :limit): O(lanes x :limit x log n), an explain's read, not a
+    claim's. A queue that is not wide: ``serial`` (the pick order), with its
+    sort key, so one statement answers either."""
+    best = _lane_best(target)
+    lane = "target_job.lane"
+    ready = _lane_ready(":queue", lane)
+    rank = f"""(SELECT count(*) FROM (
+                {lane_rows("1", f"{ready} AND priority > :priority", target)}
+                UNION ALL
+                {lane_rows("1", f"{ready} AND priority = :priority AND sequence < :sequence",
+                           target)}
+                LIMIT :limit))"""
+    # The lane's next job after the walk's: the same priority and later,
+    # else the next lower priority (two ranges of the lane's index).
+    following = f"""coalesce(
+                {best("walk.queue", "walk.lane",
+                      " AND priority = walk.priority AND sequence > walk.sequence")},
+                {best("walk.queue", "walk.lane", " AND priority < walk.priority")})"""
+    return f"""
+WITH RECURSIVE target AS (
+    SELECT {rank} AS rank,
+           coalesce((SELECT turn FROM tickwork_turns
+                     WHERE queue = :queue AND lane = {lane}), 9223372036854775807) AS turn
+    FROM tickwork_jobs AS target_job WHERE target_job.sequence = :sequence),
+walk(queue, lane, turn, round, priority, sequence, job_id) AS (
+    SELECT line.queue, line.lane, line.turn, 0, job.priority, job.sequence, job.job_id
+    FROM target, tickwork_turns AS line INDEXED BY tickwork_turns_order
+    JOIN tickwork_jobs AS job ON job.sequence = {best("line.queue", "line.lane")}
+    WHERE line.queue = :queue AND {wide(":queue")}
+    UNION ALL
+    SELECT walk.queue, walk.lane, walk.turn, walk.round + 1, job.priority, job.sequence,
+           job.job_id
+    FROM walk, target
+    JOIN tickwork_jobs AS job ON job.sequence = {following}
+    WHERE walk.round < target.rank AND walk.round + 1 < :limit)
+SELECT job_id FROM (
+    SELECT job_id, round AS first_key, walk.turn AS second_key FROM walk, target
+    WHERE round < target.rank OR (round = target.rank AND walk.turn < target.turn)
+    UNION ALL
+    SELECT job_id, -priority, sequence FROM ({serial})
+    WHERE NOT {wide(":queue")})
+ORDER BY first_key, second_key
+LIMIT :limit
+"""
+
+
+_READY_AHEAD_PARAMS = ("queue", "priority", "sequence", "limit")
+READY_AHEAD_TAKING_TURNS = Template("ready_ahead_taking_turns", _ready_ahead_taking_turns(
+    READY_AHEAD.text.replace("SELECT job_id FROM", "SELECT job_id, priority, sequence FROM", 1),
+    D1), _READY_AHEAD_PARAMS, Columns("job_id"), _d1)
+READY_AHEAD_TAKING_TURNS_LOCAL = Template("ready_ahead_taking_turns", _ready_ahead_taking_turns(
+    READY_AHEAD_LOCAL.text.replace("SELECT job_id FROM", "SELECT job_id, priority, sequence FROM",
+                                   1), OWNER_LOCAL), _READY_AHEAD_PARAMS, Columns("job_id"),
+    _local)
+
+# Owner-local: whether any queue is wide (the store's cache: only then does
+# it keep lines and claim taking turns).
+ANY_WIDE_QUEUE = Template("any_wide_queue", """
+SELECT EXISTS (SELECT 1 FROM tickwork_limits WHERE kind = 'queue' AND max_running > 1) AS wide
+""", (), Columns("wide"), _local)
 
 # ------------------------------------------------------------ settlements
 
@@ -1312,9 +1656,9 @@ SELECT :job_id, :queue, :lane, :priority, :payload_json, :max_recoveries, :run_a
 FROM tickwork_schedules
 WHERE name = :name AND spec_json = :spec_json AND paused = 0 AND next_at <= :run_at
 ON CONFLICT (job_id) DO NOTHING
-RETURNING queue
+RETURNING queue, sequence
 """, ("job_id", "queue", "lane", "priority", "payload_json", "max_recoveries", "run_at",
-      "retry_json", "now", "name", "spec_json"), Columns("queue"))
+      "retry_json", "now", "name", "spec_json"), Columns("queue", "sequence"))
 
 def fire_slot_values(job: ValidJob, now: int | None,
                      schedule: ValidSchedule) -> tuple[Any, ...]:
@@ -1670,7 +2014,7 @@ RETURNING job_id
 #: The tables a storage report counts, in its order.
 STORAGE_TABLES = ("tickwork_jobs", "tickwork_redrives", "tickwork_schedules",
                   "tickwork_paused_queues", "tickwork_retention", "tickwork_limits",
-                  "tickwork_rate_limits", "tickwork_queue_history")
+                  "tickwork_rate_limits", "tickwork_queue_history", "tickwork_turns")
 
 # Each tickwork table's row count, in one statement: every row of each
 # table is read (SQLite counts through its smallest index), so O(rows); the
@@ -1746,6 +2090,10 @@ READ_SETTLED_OUTSIDE_LANE = Template(
 # without a concurrent lane uses those, unchanged. Every partitioned
 # statement binds :lane first, then what its unpartitioned form binds.
 # {op} is ``=`` (the concurrent ticker) or ``<>`` (the serial ticker).
+# The *_TAKING_TURNS claims are the store's while a queue is wide (see
+# "fair turns"): each ticker takes the turns of the lanes it serves, and in
+# a wide queue a lane of the other partition that the line puts ahead
+# keeps a place for its own ticker.
 
 # Claim within a partition. Marks running, under a fresh claim token, the
 # best job (priority desc, oldest first) of the ticker's partition that heads
@@ -1790,18 +2138,61 @@ _HEADS_ITS_QUEUE = f"""
       AND {LANE_HAS_ROOM}
       AND {RATE_FREE}"""
 
+# Taking turns (see "fair turns"), a candidate of a wide queue has a place
+# when the queue's limit is above its running jobs plus the lanes of the
+# other partition that the line puts ahead of the candidate's lane and that
+# could start a job (a ready job, room, not rate-held): each of those takes
+# a place first. For the serial ticker that is the concurrent lane, if it
+# is ahead (one primary-key probe); the serial lanes ahead of the
+# candidate's are its own ticker's to take, and its walk takes the first
+# (at or before the candidate's lane, so with a place too). For the
+# concurrent ticker, every startable lane ahead of its own (a walk of the
+# line up to it). A serial queue: the head test, as without turns.
+def _startable_lanes_ahead(lanes: str) -> str:
+    return f"""(SELECT count(*) FROM (
+               SELECT 1 FROM tickwork_turns AS turn
+               WHERE turn.queue = candidate.queue{lanes}
+                 AND turn.turn < coalesce(
+                     (SELECT own.turn FROM tickwork_turns AS own
+                      WHERE own.queue = candidate.queue AND own.lane = candidate.lane),
+                     9223372036854775807)
+                 AND {lane_has_room("turn.lane", "{turn_lane_running}")}
+                 AND {rate_free("turn")}
+                 AND {{turn_best}} IS NOT NULL
+               LIMIT {MAX_RUNNING_LIMIT}))"""
+
+
+def _heads_its_queue_taking_turns(other_lanes: str) -> str:
+    ahead = _startable_lanes_ahead(other_lanes)
+    return f"""
+      AND CASE WHEN {wide("candidate.queue")}
+               THEN {queue_limit_allows(QUEUE_RUNNING + " + " + ahead)}
+               ELSE {QUEUE_IDLE}
+                    AND candidate.sequence = {queue_head("candidate.queue", _PARTITION_READY)}
+               END
+      AND {LANE_HAS_ROOM}
+      AND {RATE_FREE}"""
+
+
 # The serial ticker walks the runnable index in pick order, as CLAIM does, and
 # stops at the first job outside the concurrent lane that heads its queue.
 # What it steps over: concurrent-lane jobs ahead of that job, and jobs of
 # held queues (as CLAIM does).
-_SERIAL_PICK = f"""(
-    SELECT candidate.sequence FROM tickwork_jobs AS candidate
+_SERIAL_CANDIDATES = f"""
+    SELECT candidate.sequence{{pick_columns}} FROM tickwork_jobs AS candidate
         INDEXED BY tickwork_jobs_runnable
     WHERE candidate.state = 'queued' AND candidate.cancellation_id IS NULL
-      AND candidate.due_at IS NULL AND candidate.lane <> :lane {_HEADS_ITS_QUEUE}
+      AND candidate.due_at IS NULL AND candidate.lane <> :lane {{heads_its_queue}}
       {NOT_PAUSED}
     ORDER BY candidate.priority DESC, candidate.sequence
-    LIMIT 1)"""
+    LIMIT 1"""
+_SERIAL_PICK = "(" + _SERIAL_CANDIDATES.replace("{pick_columns}", "").replace(
+    "{heads_its_queue}", _HEADS_ITS_QUEUE) + ")"
+# Taking turns: the first such job's queue, if wide, gives the walk of its
+# line, over the lanes outside the concurrent one.
+_SERIAL_PICK_TAKING_TURNS = "(" + taking_turns(_SERIAL_CANDIDATES.replace(
+    "{heads_its_queue}", _heads_its_queue_taking_turns(" AND turn.lane = :lane")),
+    " AND turn.lane <> :lane") + ")"
 
 # The concurrent ticker has no index in its lane's pick order (the schema has
 # none keyed by lane and priority), so it looks in three steps, each only if
@@ -1820,7 +2211,7 @@ _SERIAL_PICK = f"""(
 # ticker's cost grows with its own lane's backlog at worst, never with the
 # serial backlog.
 _LANE_READY = "lane = :lane AND state = 'queued' AND cancellation_id IS NULL AND due_at IS NULL"
-_CONCURRENT_PICK = f"""(CASE WHEN EXISTS (
+_CONCURRENT_CANDIDATES = f"""(CASE WHEN EXISTS (
     SELECT 1 FROM tickwork_jobs INDEXED BY tickwork_jobs_lane_pending
     WHERE {{pending}} AND {_LANE_READY})
   OR EXISTS (SELECT 1 FROM {UNLISTED} AND {_LANE_READY})
@@ -1831,7 +2222,7 @@ THEN coalesce(
         WHERE state = 'queued' AND cancellation_id IS NULL AND due_at IS NULL
         ORDER BY priority DESC, sequence
         LIMIT 64) AS candidate
-     WHERE candidate.lane = :lane {_HEADS_ITS_QUEUE} {NOT_PAUSED}
+     WHERE candidate.lane = :lane {{heads_its_queue}} {NOT_PAUSED}
      ORDER BY candidate.priority DESC, candidate.sequence
      LIMIT 1),
     (SELECT candidate.sequence FROM (
@@ -1840,10 +2231,17 @@ THEN coalesce(
         WHERE {{pending}} AND {_LANE_READY}
         UNION ALL
         SELECT sequence, queue, lane, priority FROM {UNLISTED} AND {_LANE_READY}) AS candidate
-     WHERE true {_HEADS_ITS_QUEUE} {NOT_PAUSED}
+     WHERE true {{heads_its_queue}} {NOT_PAUSED}
      ORDER BY candidate.priority DESC, candidate.sequence
      LIMIT 1))
 END)"""
+
+_CONCURRENT_PICK = _CONCURRENT_CANDIDATES.replace("{heads_its_queue}", _HEADS_ITS_QUEUE)
+# Taking turns: the concurrent ticker takes one lane's jobs, in pick order,
+# so no walk; its candidates in a wide queue have a place after the lanes
+# the line puts ahead of theirs.
+_CONCURRENT_PICK_TAKING_TURNS = _CONCURRENT_CANDIDATES.replace(
+    "{heads_its_queue}", _heads_its_queue_taking_turns(""))
 
 # The partitioned fast path: claim only when PARTITION_TICK_PROBE would find
 # nothing to do first in this partition (no running claim of the partition
@@ -1904,6 +2302,14 @@ CLAIM_OUTSIDE_LANE_IF_CLEAR = _partition_claim("claim_outside_lane_if_clear", "<
                                                _SERIAL_PICK, True)
 CLAIM_IN_LANE = _partition_claim("claim_in_lane", "=", _CONCURRENT_PICK, False)
 CLAIM_IN_LANE_IF_CLEAR = _partition_claim("claim_in_lane_if_clear", "=", _CONCURRENT_PICK, True)
+CLAIM_OUTSIDE_LANE_TAKING_TURNS = _partition_claim(
+    "claim_outside_lane_taking_turns", "<>", _SERIAL_PICK_TAKING_TURNS, False)
+CLAIM_OUTSIDE_LANE_IF_CLEAR_TAKING_TURNS = _partition_claim(
+    "claim_outside_lane_if_clear_taking_turns", "<>", _SERIAL_PICK_TAKING_TURNS, True)
+CLAIM_IN_LANE_TAKING_TURNS = _partition_claim(
+    "claim_in_lane_taking_turns", "=", _CONCURRENT_PICK_TAKING_TURNS, False)
+CLAIM_IN_LANE_IF_CLEAR_TAKING_TURNS = _partition_claim(
+    "claim_in_lane_if_clear_taking_turns", "=", _CONCURRENT_PICK_TAKING_TURNS, True)
 TICK_PROBE_OUTSIDE_LANE = Template(
     "tick_probe_outside_lane", _PARTITION_TICK_PROBE.format(op="<>"),
     ("lane", "after_started", "after_sequence"), TICK_PROBE.columns, _local)
