@@ -279,8 +279,10 @@ class SharedStore(Protocol):
                           limit: int) -> list[str]:
         """The ids of up to ``limit`` jobs of ``queue`` that a claim takes
         before the job at (``priority``, ``sequence``): queued, due, not
-        cancelled, earlier in pick order (priority desc, then sequence); in
-        that order. One walk of the queue's pick order index."""
+        cancelled, earlier in pick order (priority desc, then sequence), in
+        that order; in a wide queue, earlier in the order its lanes take
+        turns (a job's rank in its lane, then its lane's place in the
+        line), in that order."""
 
     async def rate_limits(self, now: int | None) -> list[RateLimit]:
         """Every key with a rate limit or a hold in force at ``now``: queues
