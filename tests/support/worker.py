@@ -20,16 +20,50 @@ BASE_URL = "https://tickwork.example"
 TOKEN = "s3cret-token"
 
 
-def make_env(db: Any, sdk: str, *, token: str | None = TOKEN) -> types.SimpleNamespace:
+def make_env(db: Any, sdk: str, *, token: str | None = TOKEN,
+             write_drain: bool = False, pump: bool = False) -> types.SimpleNamespace:
     """The Worker's env: DB (D1), JOB_OWNERS (real ``JobOwner`` objects behind the
-    namespace stand-in, storage in the same SDK shape) and the token secret."""
+    namespace stand-in, storage in the same SDK shape) and the token secret.
+
+    ``write_drain`` False sets ``TICKWORK_WRITE_DRAIN_MAX_TICKS = "0"`` (as a
+    deployment may), so a test that is not about when shared jobs start
+    finds them where its requests left them; ``pump`` adds the
+    ``TICKWORK_PUMP`` namespace over the real ``SharedPump``."""
     from durable_objects.job_owner import JobOwner
 
     env = types.SimpleNamespace(DB=db)
     if token is not None:
         env.TICKWORK_TOKEN = token
+    if not write_drain:
+        env.TICKWORK_WRITE_DRAIN_MAX_TICKS = "0"
     env.JOB_OWNERS = FakeDurableObjectNamespace(JobOwner, env, sdk=sdk)  # type: ignore[arg-type]
+    if pump:
+        from durable_objects.pump import SharedPump
+
+        env.TICKWORK_PUMP = FakeDurableObjectNamespace(SharedPump, env, sdk=sdk)  # type: ignore[arg-type]
     return env
+
+
+class ExecutionContext:
+    """The Worker's ``ctx``: ``waitUntil`` keeps what it is given, as the
+    runtime keeps the invocation open for it; ``settle()`` waits for all of
+    it (what the runtime would have let finish after the answer)."""
+
+    def __init__(self) -> None:
+        self.kept: list[Any] = []
+
+    def waitUntil(self, promise: Any) -> None:  # noqa: N802 (the runtime's name)
+        self.kept.append(promise)
+
+    def passThroughOnException(self) -> None:  # noqa: N802
+        return None
+
+    async def settle(self) -> None:
+        import asyncio
+
+        while self.kept:
+            kept, self.kept = self.kept, []
+            await asyncio.gather(*kept)
 
 
 def request(

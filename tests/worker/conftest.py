@@ -15,7 +15,7 @@ from tests.support.d1.miniflare import SHAPES, D1Bridge
 from tests.support.fake_js import installed_js_module
 from tests.support.fakes.workers_module import installed_workers_module
 from tests.support.stores import apply_d1_schema
-from tests.support.worker import make_env
+from tests.support.worker import ExecutionContext, make_env
 
 
 @pytest.fixture(params=SHAPES, ids=SHAPE_IDS)
@@ -55,7 +55,7 @@ def env(db: Any, shape: str,
 def worker(env: types.SimpleNamespace, workers_module: types.ModuleType) -> Any:
     from worker.entry import Default
 
-    return Default(types.SimpleNamespace(), env)
+    return Default(ExecutionContext(), env)
 
 
 @pytest.fixture

@@ -42,7 +42,7 @@ def test_the_main_module_is_a_few_statements() -> None:
     # tickwork's own logic lives in a deployment.
     tree = ast.parse((REPO / "worker" / "entry.py").read_text(encoding="utf-8"))
     statements = tree.body[1:] if ast.get_docstring(tree) else tree.body
-    assert len(statements) <= 6
+    assert len(statements) <= 7
     assert not any(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
                    for node in statements)
 

@@ -1,9 +1,11 @@
-"""``Default.scheduled``: the locked cron drain of the shared D1 queues."""
+"""``Default.scheduled``: a cron firing fills schedule slots and prunes once
+per firing under the cron lock, then drains the shared D1 queues without it."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import types
 from collections import Counter
 from typing import Any
@@ -55,6 +57,8 @@ async def states(query: Any) -> dict[str, tuple[str, str | None]]:
 async def test_overlapping_firings_run_every_job_once(
         worker: Any, env: Any, shape: str, executed: Counter[str], query: Any,
         capsys: pytest.CaptureFixture[str]) -> None:
+    # Both firings drain at once (no lock around a drain: every claim is
+    # fenced); the once-per-firing work runs under the lock, once.
     ids = [f"j{i}" for i in range(8)]
     await enqueue(worker, shape, *ids)
     ctx = types.SimpleNamespace()
@@ -64,9 +68,11 @@ async def test_overlapping_firings_run_every_job_once(
     assert await states(query) == dict.fromkeys(ids, ("settled", "completed"))
     logged = capsys.readouterr()
     # Informational lines go to stdout: wrangler shows every stderr line as an [ERROR].
-    assert logged.out.count("cron: 8 tick(s), 8 job(s) settled, 0 settled job(s) pruned") == 1
+    summaries = re.findall(r"cron: (\d+) tick\(s\), (\d+) job\(s\) settled", logged.out)
+    assert len(summaries) == 2
+    assert sum(int(settled) for _, settled in summaries) == 8
     assert "cron:" not in logged.err
-    assert logged.out.count("cron: skipped (") == 1
+    assert logged.out.count("cron: slot work skipped (") == 1
     assert await query("SELECT name, slot FROM tickwork_job_locks_slots") == [
         ("tickwork-cron-drain", f"{CRON}@{int(FIRST_FIRING)}")]
 
@@ -83,20 +89,22 @@ async def test_scheduled_takes_the_controller_alone_or_with_env_and_ctx(
     assert await states(query) == dict.fromkeys(["alone", "with-env"], ("settled", "completed"))
 
 
-async def test_a_repeated_firing_of_the_same_slot_does_not_drain_again(
+async def test_a_repeated_firing_of_the_same_slot_skips_its_slot_work_but_drains(
         worker: Any, env: Any, shape: str, executed: Counter[str], query: Any) -> None:
     from tickwork.cloudflare.app import run_cron
     from worker.executors import build_registry
 
     await enqueue(worker, shape, "a")
     first = await run_cron(env, controller(), executors=build_registry)
-    assert first is not None and first.ran and [t.job_id for t in first.result or []] == ["a"]
+    assert first is not None and first.lock.ran and first.drain is not None
+    assert [t.job_id for t in first.drain.ticks] == ["a"]
     await enqueue(worker, shape, "b")
     again = await run_cron(env, controller(), executors=build_registry)
-    assert again is not None and (again.ran, again.reason) == (False, "slot_done")
-    assert executed == Counter({"a": 1})
+    assert again is not None and (again.lock.ran, again.lock.reason) == (False, "slot_done")
+    assert again.drain is not None and [t.job_id for t in again.drain.ticks] == ["b"]
+    assert executed == Counter({"a": 1, "b": 1})
     later = await run_cron(env, controller(FIRST_FIRING + 60_000), executors=build_registry)
-    assert later is not None and later.ran
+    assert later is not None and later.lock.ran
     assert executed == Counter({"a": 1, "b": 1})
 
 
@@ -123,7 +131,8 @@ async def test_the_drain_is_bounded_by_max_ticks(
     env.TICKWORK_CRON_MAX_TICKS = "3"
     await enqueue(worker, shape, *[f"j{i}" for i in range(5)], queue_count=5)
     run = await run_cron(env, controller(), executors=build_registry)
-    assert run is not None and run.ran and len(run.result or []) == 3
+    assert run is not None and run.drain is not None and len(run.drain.ticks) == 3
+    assert run.drain.stopped_early
     assert sum(executed.values()) == 3
     assert Counter(state for state, _ in (await states(query)).values()) == Counter(
         {"settled": 3, "queued": 2})
@@ -141,7 +150,7 @@ async def test_a_firing_without_a_usable_time_still_runs_under_the_lock(
     assert cron_slot(controller(1.0, cron="*/5 * * * *")) == "*/5 * * * *@1"
     await enqueue(worker, shape, "a")
     run = await run_cron(env, controller(None), executors=build_registry)
-    assert run is not None and run.ran
+    assert run is not None and run.lock.ran
     assert executed == Counter({"a": 1})
     assert await query("SELECT count(*) FROM tickwork_job_locks_slots") == [(0,)]
 
@@ -229,6 +238,6 @@ async def test_a_bad_cron_concurrency_is_logged_and_the_default_drains(
     await worker.scheduled(controller())
     logged = capsys.readouterr()
     assert ("TICKWORK_CRON_CONCURRENCY must be a whole number from 1 to 64, "
-            f"not {setting!r}; draining with 4") in logged.err
+            f"not {setting!r}; using 4") in logged.err
     assert overlap["peak"] == 4
     assert await states(query) == {f"j{i}": ("settled", "completed") for i in range(4)}

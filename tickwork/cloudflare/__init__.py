@@ -7,7 +7,8 @@ A deployment's whole main module::
     from my_jobs import build_registry          # (env) -> ExecutorRegistry
 
     JobOwner = job_owner_class(build_registry)  # binding JOB_OWNERS, class JobOwner
-    Default = worker_class(build_registry)      # the Worker's fetch and scheduled
+    SharedPump = pump_class(build_registry)     # binding TICKWORK_PUMP (optional)
+    Default = worker_class(build_registry)      # the Worker's fetch, scheduled and queue
 
 These modules import the Workers ``workers`` module, so they load inside a
 Worker (or under a stand-in of it), never by accident on CPython.
@@ -19,6 +20,7 @@ from tickwork.api.rpc import rpc_methods
 from tickwork.cloudflare.app import DomainHook, ExecutorFactory
 from tickwork.cloudflare.http import workers_fetch_post
 from tickwork.cloudflare.job_owner import JobOwner
+from tickwork.cloudflare.pump import SharedPump
 from tickwork.cloudflare.worker import TickworkWorker
 from tickwork.model.errors import InvalidArgument
 
@@ -26,8 +28,10 @@ __all__ = [
     "DomainHook",
     "ExecutorFactory",
     "JobOwner",
+    "SharedPump",
     "TickworkWorker",
     "job_owner_class",
+    "pump_class",
     "worker_class",
     "workers_fetch_post",
 ]
@@ -47,6 +51,19 @@ def job_owner_class(executors: ExecutorFactory, *, name: str = "JobOwner") -> ty
     return rpc_methods(made)
 
 
+def pump_class(executors: ExecutorFactory, *, name: str = "SharedPump") -> type[SharedPump]:
+    """A ``SharedPump`` Durable Object class (binding ``TICKWORK_PUMP``) whose
+    alarm drains the shared D1 queues on ``executors(env)`` when their next
+    waiting job falls due. Export it from the main module under its
+    ``class_name``."""
+    _check_callable("executors", executors)
+    # arm and alarm on the class itself, as for JobOwner.
+    return type(name, (SharedPump,), {"_executors": staticmethod(executors),
+                                      "arm": SharedPump.arm, "alarm": SharedPump.alarm,
+                                      "__module__": SharedPump.__module__,
+                                      "__qualname__": name})
+
+
 def worker_class(executors: ExecutorFactory, *, domain_statements: DomainHook | None = None,
                  name: str = "Default") -> type[TickworkWorker]:
     """A Worker entrypoint class serving the /v1 API and the cron drain, running
@@ -59,6 +76,7 @@ def worker_class(executors: ExecutorFactory, *, domain_statements: DomainHook | 
                                      # the handlers on the class itself, as for JobOwner
                                      "fetch": TickworkWorker.fetch,
                                      "scheduled": TickworkWorker.scheduled,
+                                     "queue": TickworkWorker.queue,
                                      "__module__": TickworkWorker.__module__,
                                      "__qualname__": name}
     if domain_statements is not None:

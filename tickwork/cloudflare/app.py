@@ -85,6 +85,7 @@ import sys
 import traceback
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -94,14 +95,20 @@ from tickwork import Job
 from tickwork._pyodide import load_jsnull
 from tickwork.api import MAX_BODY_BYTES, ApiRequest, ApiResponse, JobApi, RpcService, RuntimeService
 from tickwork.api.wire import ApiError
+from tickwork.cloudflare.shared_drains import (
+    CRON_DRAIN,
+    SharedDrain,
+    SharedWriteWake,
+    drain_shared,
+    shared_writes_seen,
+)
 from tickwork.directory import OwnerPage, OwnerQuery
-from tickwork.locks import JobLock, LockLease, LockRun
+from tickwork.locks import JobLock, LockRun
 from tickwork.logs import DEFAULT_LOG_LEVEL, LOG_LEVEL_VAR, JsonLogHook, log_hook_for
 from tickwork.model.errors import SchemaError
-from tickwork.model.outcomes import IngestStatus, TickResult
+from tickwork.model.outcomes import IngestStatus
 from tickwork.ports.host import Executor
 from tickwork.runtimes.d1 import D1Runtime
-from tickwork.runtimes.shared import MAX_DRAIN_CONCURRENCY
 from tickwork.stores.d1.owner_directory import D1OwnerDirectory
 
 __all__ = [
@@ -127,11 +134,11 @@ __all__ = [
 ]
 
 #: Ticks per cron firing (see the module doc for the query budget).
-CRON_MAX_TICKS = 100
+CRON_MAX_TICKS = CRON_DRAIN.max_ticks
 #: Stop claiming new jobs after this long in one firing.
-CRON_BUDGET_MS = 20_000
+CRON_BUDGET_MS = CRON_DRAIN.budget_ms
 #: Drain loops a firing runs at once (see the module doc).
-CRON_CONCURRENCY = 4
+CRON_CONCURRENCY = CRON_DRAIN.concurrency
 #: The cron drain's lock: name, lease and renewal period.
 CRON_LOCK_NAME = "tickwork-cron-drain"
 CRON_LOCK_TTL_MS = 120_000
@@ -220,37 +227,6 @@ def owner_stub(namespace: Any, owner: str) -> Any:
     return namespace.get(namespace.idFromName(owner))
 
 
-def _int_var(env: Any, name: str, default: int) -> int:
-    value = binding(env, name)
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value.strip())
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
-        return value
-    return default
-
-
-def _concurrency_var(env: Any) -> int:
-    """``TICKWORK_CRON_CONCURRENCY``, or ``CRON_CONCURRENCY`` when unset; a
-    value that is not a whole number from 1 to ``MAX_DRAIN_CONCURRENCY`` is
-    logged as the error it is and the default drains instead (a firing that
-    fails on its configuration would drain nothing, every minute)."""
-    value = binding(env, "TICKWORK_CRON_CONCURRENCY")
-    if value is None:
-        return CRON_CONCURRENCY
-    text = value.strip() if isinstance(value, str) else None
-    number = int(text) if text is not None and text.isdigit() else value
-    if isinstance(number, float) and number.is_integer():
-        number = int(number)
-    if isinstance(number, int) and not isinstance(number, bool) \
-            and 1 <= number <= MAX_DRAIN_CONCURRENCY:
-        return number
-    log_error(f"cron: TICKWORK_CRON_CONCURRENCY must be a whole number from 1 to "
-              f"{MAX_DRAIN_CONCURRENCY}, not {value!r}; draining with {CRON_CONCURRENCY}")
-    return CRON_CONCURRENCY
-
-
 # ------------------------------------------------------------- shared jobs
 
 
@@ -297,7 +273,8 @@ def api_runtime(env: Any, db: Any, executors: ExecutorFactory) -> D1Runtime:
     if runtime is not None:
         _API_RUNTIMES.move_to_end(key)
         return runtime
-    runtime = D1Runtime(db, execute=executors(env), wake=NoWake(), on_event=event_log(env))
+    runtime = D1Runtime(db, execute=executors(env), wake=SharedWriteWake(),
+                        on_event=event_log(env))
     _API_RUNTIMES[key] = runtime
     while len(_API_RUNTIMES) > _MAX_API_RUNTIMES:
         _API_RUNTIMES.popitem(last=False)
@@ -336,13 +313,19 @@ def build_api(env: Any, *, executors: ExecutorFactory,
 
 
 async def handle_fetch(env: Any, request: Any, *, executors: ExecutorFactory,
-                       domain_statements: DomainHook | None = None) -> Any:
-    """Answer one HTTP request (``WorkerEntrypoint.fetch``)."""
+                       domain_statements: DomainHook | None = None,
+                       on_shared_write: Callable[[], object] | None = None) -> Any:
+    """Answer one HTTP request (``WorkerEntrypoint.fetch``). ``on_shared_write()``
+    is called once the answer is built when the request made a write that
+    may have made shared work due (``tickwork.cloudflare.shared_drains``)."""
     try:
         api = build_api(env, executors=executors, domain_statements=domain_statements)
         adapted = await read_request(request, api)
-        answer = adapted if isinstance(adapted, ApiResponse) else await api.handle(adapted)
+        with shared_writes_seen() as shared_write:
+            answer = adapted if isinstance(adapted, ApiResponse) else await api.handle(adapted)
         await _flush_api_history(env, executors)
+        if on_shared_write is not None and shared_write():
+            on_shared_write()
     except Exception:
         log_error("internal error answering a request:\n" + traceback.format_exc())
         answer = INTERNAL_ERROR
@@ -495,44 +478,50 @@ def cron_slot(controller: Any) -> str | None:
     return f"{cron_text}@{int(scheduled)}"
 
 
+@dataclass(frozen=True, slots=True)
+class CronFiring:
+    """What one cron firing did: ``lock`` is the run of its once-per-firing
+    work (schedule slots and pruning, under ``JobLock``); ``drain`` its drain
+    of the shared queues (None without a drain budget), which runs whether
+    or not this firing got the lock."""
+
+    lock: LockRun[int]
+    drain: SharedDrain | None
+
+
 async def run_cron(env: Any, controller: Any, *, executors: ExecutorFactory,
-                   now: Callable[[], int] | None = None,
-                   ) -> LockRun[list[TickResult]] | None:
-    """Drain the shared D1 queues once for this firing (``WorkerEntrypoint.scheduled``)."""
+                   now: Callable[[], int] | None = None) -> CronFiring | None:
+    """One cron firing (``WorkerEntrypoint.scheduled``): fill the schedule
+    slots and prune once per firing, under the cron lock, then drain the
+    shared D1 queues within ``CRON_DRAIN``, without it: every claim is
+    fenced, so this drain may overlap any other (the pump's, a write's,
+    another firing's)."""
     db = binding(env, "DB")
     if db is None:
         log("cron: no DB binding, no shared queues to drain")
         return None
-    runtime = D1Runtime(db, execute=executors(env), wake=NoWake(), now=now,
+    execute = executors(env)
+    runtime = D1Runtime(db, execute=execute, wake=NoWake(), now=now,
                         on_event=event_log(env))
-    max_ticks = _int_var(env, "TICKWORK_CRON_MAX_TICKS", CRON_MAX_TICKS)
-    budget_ms = _int_var(env, "TICKWORK_CRON_BUDGET_MS", CRON_BUDGET_MS)
-    concurrency = _concurrency_var(env)
 
-    pruned = 0
-
-    async def drain(lease: LockLease) -> list[TickResult]:
-        nonlocal pruned
-        ticks = await runtime.drain(max_ticks=max_ticks, budget_ms=budget_ms,
-                                    concurrency=concurrency)
-        # Under the same lock: one firing at a time prunes (a fresh runtime
-        # per firing, so every firing runs one pass; it logs its failures).
-        pruned = await runtime.prune_if_due()
-        await runtime.flush_history()  # this firing's counts (logs its own failures)
-        return ticks
+    async def once_per_firing(lease: object) -> int:
+        # Under the lock: one firing at a time fills the slots and prunes (a
+        # fresh runtime per firing, so every firing runs one pass; the pass
+        # logs its own failures). A drain fills due slots too; a slot's job
+        # is inserted once whoever fills it.
+        await runtime.fire_schedules()
+        return await runtime.prune_if_due()
 
     lock = JobLock(db, on_info=log, on_error=log_error, now=now)
-    run = await lock.run(CRON_LOCK_NAME, CRON_LOCK_TTL_MS, drain,
+    run = await lock.run(CRON_LOCK_NAME, CRON_LOCK_TTL_MS, once_per_firing,
                          renew_every_ms=CRON_LOCK_RENEW_MS, slot=cron_slot(controller))
-    if run.ran:
-        ticks = run.result or []
-        settled = sum(1 for tick in ticks if tick.status == "settled")
-        summary = (f"cron: {len(ticks)} tick(s), {settled} job(s) settled, "
-                   f"{pruned} settled job(s) pruned")
-        if run.lost:
-            log_error(f"{summary}; lock lost: {run.lost}")
-        else:
-            log(summary)
-    else:
-        log(f"cron: skipped ({run.reason})")
-    return run
+    if not run.ran:
+        log(f"cron: slot work skipped ({run.reason})")
+    elif run.lost:
+        log_error(f"cron: lock lost while filling slots and pruning: {run.lost}")
+    drained = await drain_shared(env, execute, CRON_DRAIN.from_env(env), now=now,
+                                 on_event=event_log(env))
+    if drained is not None:
+        log(f"cron: {len(drained.ticks)} tick(s), {drained.settled} job(s) settled, "
+            f"{run.result or 0} settled job(s) pruned")
+    return CronFiring(run, drained)

@@ -341,6 +341,15 @@ class SharedRuntime(RuntimeOperations, AsyncSurface):
         self._next_slot = _UNKNOWN
         return await self._drive(operations.fire_schedules())
 
+    async def next_work(self) -> tuple[bool, int | None, int]:
+        """``(pending, next_due, now)`` in one read: whether any work is due
+        or running, the earliest due time of waiting work (a delay, a
+        backoff, a rate limit's release, a schedule slot; None: nothing
+        waits) and the database's clock. For a host deciding when to drain
+        next (``tickwork.cloudflare.shared_drains``)."""
+        pending, next_due, now = await self._drive(operations.next_work())
+        return bool(pending), next_due, now
+
     # ------------------------------------------------------------------- tick
 
     async def tick(self) -> TickResult:
