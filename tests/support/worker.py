@@ -52,10 +52,10 @@ class ExecutionContext:
     def __init__(self) -> None:
         self.kept: list[Any] = []
 
-    def waitUntil(self, promise: Any) -> None:  # noqa: N802 (the runtime's name)
+    def waitUntil(self, promise: Any) -> None:
         self.kept.append(promise)
 
-    def passThroughOnException(self) -> None:  # noqa: N802
+    def passThroughOnException(self) -> None:
         return None
 
     async def settle(self) -> None:
