@@ -186,7 +186,8 @@ def shared_writes_seen() -> Iterator[Callable[[], bool]]:
 @dataclass(frozen=True, slots=True)
 class SharedDrain:
     """What one drain did and left: its ticks (idle ones excluded);
-    ``stopped_early`` when it ended on its budget (work may be left);
+    ``stopped_early`` when it ended on its budget while work was due or
+    running (so work may be left that nobody drains);
     ``next_due``/``now``: the earliest due time of waiting shared work
     (None: nothing waits) and the database's clock after it."""
 
@@ -234,9 +235,10 @@ async def drain_shared(env: Any, execute: Executor, budget: DrainBudget, *,
                                 concurrency=budget.concurrency)
     elapsed_ms = (time.monotonic() - started) * 1000
     await runtime.flush_history()  # logs its own failures
-    _, next_due, db_now = await runtime.next_work()
-    drained = SharedDrain(ticks, len(ticks) >= budget.max_ticks or elapsed_ms >= budget.budget_ms,
-                          next_due, db_now)
+    pending, next_due, db_now = await runtime.next_work()
+    # Ended on its budget, not for want of work, and work is due or running.
+    spent = len(ticks) >= budget.max_ticks or elapsed_ms >= budget.budget_ms
+    drained = SharedDrain(ticks, spent and pending, next_due, db_now)
     if arm is None:
         await arm_pump(env, pump_time(drained))
     else:
