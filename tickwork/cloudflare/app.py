@@ -1,8 +1,8 @@
-"""The Worker's side: the /v1 API over a Worker's bindings, and the cron drain.
+"""The Worker's side: the /v1 API over a Worker's bindings, and the cron firing.
 
-``handle_fetch(env, request, executors=..., domain_statements=...)`` answers
-one request; ``run_cron(env, controller, executors=...)`` drains the shared
-queues once. ``executors`` is the deployment's ``(env) -> Executor``
+``handle_fetch(env, request, executors=..., domain_statements=...,
+on_shared_write=...)`` answers one request; ``run_cron(env, controller,
+executors=...)`` runs one cron firing. ``executors`` is the deployment's ``(env) -> Executor``
 (an ``ExecutorRegistry`` builder); ``TickworkWorker`` (``tickwork.cloudflare``)
 wires both into a ``WorkerEntrypoint``.
 
@@ -37,18 +37,20 @@ The API's ``D1Runtime`` is kept per D1 binding for the isolate's life
 (``api_runtime``), so only an isolate's first shared request pays the
 schema-check query.
 
-The cron drain (``run_cron``): every firing ticks the shared D1 queues with
-``D1Runtime.drain`` under ``JobLock(env.DB)``, one slot per firing, so
-overlapping or repeated firings never run the same drain twice (and the job
-leases keep a job from running twice even if they did). Budget, against
-D1's 1,000 queries per invocation (Workers Paid) and 30 s per query:
+A cron firing (``run_cron``) fills the schedule slots and prunes under
+``JobLock(env.DB)``, one slot per firing, so overlapping or repeated firings
+do that work once; then it drains the shared D1 queues within ``CRON_DRAIN``
+without the lock (``tickwork.cloudflare.shared_drains``: every claim is
+fenced, and the drain after a write and the pump drain at the same time).
+Budget, against D1's 1,000 queries per invocation (Workers Paid) and 30 s
+per query:
 
 * the drain costs 1 query for the schema check, 2 for the first claim (a
   batch of claim and probe), then 2 per job (each settlement and the next
-  claim share a batch); a rare tick that recovers an expired lease or
-  settles a cancelled job costs up to 3 more; renewals cost 1 per job per
-  10 s of its run time; the lock costs 3-4 (tables, acquire, release with
-  its slot, renewals every ``CRON_LOCK_RENEW_MS``);
+  claim share a batch), and 1 for the next-work read after it; a rare tick
+  that recovers an expired lease or settles a cancelled job costs up to 3
+  more; renewals cost 1 per job per 10 s of its run time; the lock and its
+  slot work cost about 8 (tables, acquire, slots, prune, release);
 * so ``CRON_MAX_TICKS = 100`` is at most ~6 queries a tick even on the slow
   path, about 600 plus renewals: well inside 1,000. The common path is ~2
   a job (~200). Each webhook job adds one ``fetch`` subrequest.
@@ -58,19 +60,18 @@ D1's 1,000 queries per invocation (Workers Paid) and 30 s per query:
   the loops, so the query budget above is the same. A webhook job's fetch
   is one of the 6 connections an invocation may have waiting for response
   headers at once (Cloudflare queues a seventh until one answers), so 4
-  leaves room for D1 and the lock. ``TICKWORK_CRON_CONCURRENCY`` (1 to
+  leaves room for D1. ``TICKWORK_CRON_CONCURRENCY`` (1 to
   ``MAX_DRAIN_CONCURRENCY``) changes it; 1 runs one job at a time.
 * ``CRON_BUDGET_MS = 20_000`` stops claiming after 20 s (a claim already
   taken still runs: a webhook is bounded by its 30 s timeout), inside the
   cron's 30 s CPU limit (the drain mostly waits on I/O, which is not CPU)
   and far inside the 15 min wall-clock limit of a scheduled event.
-* after the drain, one prune pass (``tickwork.runtimes.pruning``) costs 3
-  queries, 1 per queue with settled history and 1 more per queue with jobs
-  to delete, per batch of 500 (at most 4 batches): a few dozen with a
-  dozen queues.
+* the prune pass (``tickwork.runtimes.pruning``) costs 3 queries, 1 per
+  queue with settled history and 1 more per queue with jobs to delete, per
+  batch of 500 (at most 4 batches): a few dozen with a dozen queues.
 * The Workers Free plan allows 50 queries per invocation: set the variables
   ``TICKWORK_CRON_MAX_TICKS = "10"`` (and maybe ``TICKWORK_CRON_BUDGET_MS``)
-  in ``[vars]``; ~6 a tick x 10 + ~6 stays under 50.
+  in ``[vars]``; ~6 a tick x 10 + ~10 stays under 50.
 
 Errors: the API answers refusals itself (4xx with ``{"error": {...}}``);
 anything unexpected becomes a 500 ``internal_error`` whose body names no
@@ -120,6 +121,7 @@ __all__ = [
     "CRON_MAX_TICKS",
     "REFUSED_BODY_DRAIN_BYTES",
     "ApiOwnerDirectory",
+    "CronFiring",
     "D1SharedJobs",
     "DomainHook",
     "ExecutorFactory",
