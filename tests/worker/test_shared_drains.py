@@ -5,6 +5,7 @@ and drains that overlap without a lock, on Miniflare's real D1, both SDK shapes.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 import types
 from collections import Counter, defaultdict
@@ -249,9 +250,12 @@ async def test_overlapping_drains_settle_every_job_once_per_attempt(
     from tickwork.cloudflare.shared_drains import WRITE_DRAIN, drain_shared
 
     runs: defaultdict[str, list[int]] = defaultdict(list)
+    drainer: contextvars.ContextVar[str] = contextvars.ContextVar("drainer", default="?")
+    ran_by: Counter[str] = Counter()
 
     async def flaky(job_record: JobRecord, signal: Any) -> Completed | Failed:
         runs[job_record.job_id].append(job_record.attempt)
+        ran_by[drainer.get()] += 1
         await asyncio.sleep(0.002)
         if job_record.job_id.endswith("-retried") and job_record.attempt == 1:
             return Failed(reason="first_try")
@@ -269,15 +273,20 @@ async def test_overlapping_drains_settle_every_job_once_per_attempt(
     firing = types.SimpleNamespace(scheduledTime=1_796_000_040_000.0, cron="* * * * *")
 
     async def pump() -> None:
+        drainer.set("pump")
         await drain_env.TICKWORK_PUMP.instance("DB", by_alarm=True).alarm()
 
-    async def write_drain() -> None:
+    async def write_drain(name: str) -> None:
+        drainer.set(name)
         await drain_shared(drain_env, build_registry(drain_env),
                            WRITE_DRAIN.from_env(types.SimpleNamespace()))
 
-    await asyncio.gather(run_cron(drain_env, firing, executors=build_registry),
-                         run_cron(drain_env, firing, executors=build_registry),
-                         pump(), write_drain(), write_drain(), write_drain())
+    async def cron(name: str) -> None:
+        drainer.set(name)
+        await run_cron(drain_env, firing, executors=build_registry)
+
+    await asyncio.gather(cron("cron-1"), cron("cron-2"), pump(),
+                         write_drain("write-1"), write_drain("write-2"), write_drain("write-3"))
     # A retry due after the drains ended: the last drain armed the pump for it.
     for _ in range(100):
         if all(state == "settled" for state in (await states(query)).values()):
@@ -287,5 +296,6 @@ async def test_overlapping_drains_settle_every_job_once_per_attempt(
     expected = {str(spec["job_id"]): [1, 2] if str(spec["job_id"]).endswith("-retried") else [1]
                 for spec in jobs}
     assert dict(runs) == expected
+    assert len(ran_by) >= 3, ran_by  # the drains really overlapped
     outcomes = Counter(row[0] for row in await query("SELECT outcome FROM tickwork_jobs"))
     assert outcomes == Counter({"completed": 36})
