@@ -299,3 +299,17 @@ async def test_overlapping_drains_settle_every_job_once_per_attempt(
     assert len(ran_by) >= 3, ran_by  # the drains really overlapped
     outcomes = Counter(row[0] for row in await query("SELECT outcome FROM tickwork_jobs"))
     assert outcomes == Counter({"completed": 36})
+
+
+async def test_the_drain_after_a_write_stays_inside_its_documented_query_bound(
+        drain_worker: Any, drain_env: Any, shape: str, started: list[Any], db: Any) -> None:
+    # docs/how-to/deploy-on-cloudflare.md: 25 round trips carrying 45
+    # statements with the default 10 ticks (schema check, first claim, one
+    # batch a job, the history, the next-work read).
+    await send(drain_worker, shape, "POST", "/v1/shared/jobs",
+               {"jobs": [job(f"j{i}", queue=f"q{i}") for i in range(30)]})
+    before = db.stats.snapshot()
+    await drain_worker.ctx.settle()
+    spent = db.stats.since(before)
+    assert len(started) == 10
+    assert spent.round_trips <= 25 and spent.statements <= 45, spent

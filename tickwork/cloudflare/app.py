@@ -82,7 +82,6 @@ from __future__ import annotations
 
 import inspect
 import math
-import sys
 import traceback
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -96,6 +95,7 @@ from tickwork import Job
 from tickwork._pyodide import load_jsnull
 from tickwork.api import MAX_BODY_BYTES, ApiRequest, ApiResponse, JobApi, RpcService, RuntimeService
 from tickwork.api.wire import ApiError
+from tickwork.cloudflare.bindings import NoWake, binding, event_log, log, log_error, owner_stub
 from tickwork.cloudflare.shared_drains import (
     CRON_DRAIN,
     SharedDrain,
@@ -105,7 +105,6 @@ from tickwork.cloudflare.shared_drains import (
 )
 from tickwork.directory import OwnerPage, OwnerQuery
 from tickwork.locks import JobLock, LockRun
-from tickwork.logs import DEFAULT_LOG_LEVEL, LOG_LEVEL_VAR, JsonLogHook, log_hook_for
 from tickwork.model.errors import SchemaError
 from tickwork.model.outcomes import IngestStatus
 from tickwork.ports.host import Executor
@@ -161,72 +160,9 @@ DomainHook = Callable[[Any, Sequence[Job]], Any]
 ExecutorFactory = Callable[[Any], Executor]
 
 
-class NoWake:
-    """The shared queues are drained by the cron trigger: nothing to arm."""
-
-    def recompute(self) -> None:
-        return None
-
-
-def log(message: str) -> None:
-    """An informational line: stdout, which Workers logs show at level "log"
-    (wrangler prints every stderr line as an [ERROR])."""
-    print(f"tickwork: {message}")
-
-
-def log_error(message: str) -> None:
-    """A line about a failure: stderr (shown as an error)."""
-    print(f"tickwork: {message}", file=sys.stderr)
-
-
-# ---------------------------------------------------------------- bindings
-
-
-def binding(env: Any, name: str) -> Any:
-    """``env.<name>``, or None when it is missing (or JS null/undefined)."""
-    try:
-        value = getattr(env, name, None)
-    except Exception:
-        return None
-    if value is None or value is load_jsnull():
-        return None
-    return value
-
-
 def api_token(env: Any) -> str | None:
     token = binding(env, "TICKWORK_TOKEN")
     return token if isinstance(token, str) and token else None
-
-
-#: Unknown TICKWORK_LOG_LEVEL values already reported by this isolate.
-_REPORTED_LOG_LEVELS: set[str] = set()
-
-
-def event_log(env: Any) -> JsonLogHook | None:
-    """The JSON log of lifecycle events ``TICKWORK_LOG_LEVEL`` asks for
-    (``tickwork.logs``: one line per transition on stdout, "info" by
-    default, none for "off").
-
-    An unknown level does not take the Worker down (it would otherwise
-    fail every request, ``/v1/health`` included, and every Durable Object
-    constructor): the default level is used and one error line per isolate
-    and value names the variable, the value and the levels it takes."""
-    configured = binding(env, LOG_LEVEL_VAR)
-    try:
-        return log_hook_for(configured)
-    except ValueError as error:
-        shown = repr(configured)[:100]
-        if shown not in _REPORTED_LOG_LEVELS and len(_REPORTED_LOG_LEVELS) < 16:
-            _REPORTED_LOG_LEVELS.add(shown)
-            log_error(f"{error}; logging at {DEFAULT_LOG_LEVEL!r} instead")
-        return log_hook_for(None)
-
-
-def owner_stub(namespace: Any, owner: str) -> Any:
-    get_by_name = getattr(namespace, "getByName", None)
-    if get_by_name is not None:
-        return get_by_name(owner)
-    return namespace.get(namespace.idFromName(owner))
 
 
 # ------------------------------------------------------------- shared jobs
