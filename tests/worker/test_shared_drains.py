@@ -101,6 +101,36 @@ async def test_a_resume_drains_too(
     assert [job_id for job_id, _, _ in started] == ["held"]
 
 
+async def test_a_redrive_drains_and_a_new_schedule_arms_the_pump_for_its_slot(
+        drain_worker: Any, drain_env: Any, shape: str, monkeypatch: pytest.MonkeyPatch,
+        query: Any) -> None:
+    outcomes = iter([Failed(reason="first"), Completed()])
+    starts: list[str] = []
+
+    async def once_failing(job_record: JobRecord, signal: Any) -> Completed | Failed:
+        starts.append(job_record.job_id)
+        return next(outcomes)
+
+    use_deployment_hook(monkeypatch, "build_registry",
+                        lambda env: ExecutorRegistry(fallback=once_failing))
+    await send(drain_worker, shape, "POST", "/v1/shared/jobs", {"jobs": [job("a")]})
+    await drain_worker.ctx.settle()
+    assert starts == ["a"]
+    status, _ = await send(drain_worker, shape, "POST", "/v1/shared/jobs/a/redrive",
+                           {"redrive_id": "again"})
+    assert status == 200
+    assert len(drain_worker.ctx.kept) == 1
+    await drain_worker.ctx.settle()
+    assert starts == ["a", "a"]
+    status, body = await send(drain_worker, shape, "POST", "/v1/shared/schedules",
+                              {"name": "hourly", "every_ms": 3_600_000,
+                               "job": {"queue": "clock"}})
+    assert status in (200, 201), body
+    await drain_worker.ctx.settle()
+    (next_at,) = [row[0] for row in await query("SELECT next_at FROM tickwork_schedules")]
+    assert await pump_alarm(drain_env) == next_at
+
+
 async def test_the_drain_after_a_write_stops_at_its_budget_and_arms_the_pump_now(
         drain_worker: Any, drain_env: Any, shape: str, started: list[Any],
         query: Any) -> None:
