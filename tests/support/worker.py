@@ -66,7 +66,9 @@ class ExecutionContext:
 
         while self.kept:
             kept, self.kept = self.kept, []
-            await asyncio.gather(*kept)
+            # On Pyodide a task reaches waitUntil as a JS proxy (create_proxy).
+            await asyncio.gather(*(getattr(item, "unwrap", lambda item=item: item)()
+                                   for item in kept))
 
 
 def request(
