@@ -66,9 +66,7 @@ class ExecutionContext:
 
         while self.kept:
             kept, self.kept = self.kept, []
-            # On Pyodide a task reaches waitUntil as a JS proxy (create_proxy).
-            await asyncio.gather(*(getattr(item, "unwrap", lambda item=item: item)()
-                                   for item in kept))
+            await asyncio.gather(*kept)
 
 
 def request(
