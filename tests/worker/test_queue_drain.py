@@ -150,9 +150,8 @@ async def test_without_the_binding_nothing_is_sent(
 async def test_a_send_that_fails_is_logged_and_the_write_drain_still_runs(
         db: Any, shape: str, workers_module: types.ModuleType, query: Any,
         capsys: pytest.CaptureFixture[str]) -> None:
-    from worker.entry import Default
-
     from tests.support.worker import ExecutionContext
+    from worker.entry import Default
 
     async def refuse(body: Any) -> None:
         raise D1Error("Error", "Queue send failed: the queue is over its limit")

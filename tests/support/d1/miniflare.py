@@ -964,7 +964,12 @@ class BridgeQueue:
     """One of the bridge's queues, for one test: ``producer`` (the binding, in
     the test's SDK shape), ``consume(callback)``, ``deliveries``. ``close()``
     (or the end of a ``with`` block) hands it back: later deliveries are
-    acknowledged unclaimed and the producer raises :class:`StaleQueueBinding`."""
+    acknowledged unclaimed and the producer raises :class:`StaleQueueBinding`.
+
+    Deliveries carry only the queue's name, so a message still in Miniflare
+    when its test handed the queue back goes to whoever holds that queue
+    when it is delivered; with the pool rotating, that takes a message in
+    flight (a delay, a retry) across as many later tests as there are queues."""
 
     def __init__(self, bridge: D1Bridge, name: str, shape: Shape) -> None:
         self.bridge = bridge
