@@ -55,6 +55,7 @@ __all__ = [
     "PUMP_DRAIN",
     "QUEUE_BINDING",
     "QUEUE_DRAIN",
+    "QUEUE_MESSAGE",
     "WRITE_DRAIN",
     "DrainBudget",
     "SharedDrain",
@@ -235,6 +236,25 @@ async def arm_pump(env: Any, at_ms: int | None) -> None:
         log_error(f"could not arm the shared pump for {at_ms} ({type(error).__name__}: {error})")
 
 
+#: The body of the message a shared write sends (it says only that work arrived).
+QUEUE_MESSAGE = {"tickwork": "drain"}
+
+
+def _queue_message_for(queue: Any) -> Any:
+    """``QUEUE_MESSAGE`` as ``queue.send`` must get it: the external SDK
+    converts a dict itself; the built-in SDK would hand over a PyProxy, not
+    an object Queues can serialize (V8's serializer refuses it; Cloudflare's
+    Python example wraps the body in ``to_js``), so it becomes one here."""
+    from tickwork._pyodide import load_to_js_for
+
+    to_js = load_to_js_for(queue)
+    if to_js is None:
+        return dict(QUEUE_MESSAGE)
+    from js import Object  # type: ignore[import-not-found, unused-ignore]
+
+    return to_js(QUEUE_MESSAGE, dict_converter=Object.fromEntries)
+
+
 async def send_queue_message(env: Any) -> bool:
     """One Cloudflare Queues message saying shared work arrived, when the
     ``TICKWORK_QUEUE`` binding is configured; True when it was sent."""
@@ -242,7 +262,7 @@ async def send_queue_message(env: Any) -> bool:
     if queue is None:
         return False
     try:
-        await queue.send({"tickwork": "drain"})
+        await queue.send(_queue_message_for(queue))
     except Exception as error:
         log_error(f"could not send the shared queue's message ({type(error).__name__}: {error})")
         return False
