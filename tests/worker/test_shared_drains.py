@@ -152,12 +152,20 @@ async def test_the_drain_after_a_write_stops_at_its_budget_and_arms_the_pump_now
     assert await pump_alarm(drain_env) is None  # nothing left waits
 
 
-async def test_max_ticks_zero_turns_the_drain_after_a_write_off(
+async def test_max_ticks_zero_leaves_the_drain_to_the_pump(
         drain_worker: Any, drain_env: Any, shape: str, started: list[Any], query: Any) -> None:
     drain_env.TICKWORK_WRITE_DRAIN_MAX_TICKS = "0"
+    await send(drain_worker, shape, "POST", "/v1/shared/jobs",
+               {"jobs": [job("later", delay_ms=60_000)]})
+    await drain_worker.ctx.settle()
+    (due,) = [row[0] for row in await query("SELECT due_at FROM tickwork_jobs")]
+    assert await pump_alarm(drain_env) == due  # still armed, though nothing drained
+    before = int(time.time() * 1000)
     await send(drain_worker, shape, "POST", "/v1/shared/jobs", {"jobs": [job("a")]})
     await drain_worker.ctx.settle()
-    assert started == [] and await states(query) == {"a": "queued"}
+    assert started == [] and (await states(query))["a"] == "queued"
+    alarm = await pump_alarm(drain_env)  # work due now: the pump drains it at once
+    assert alarm is not None and before - 5_000 <= alarm <= int(time.time() * 1000) + 5_000
 
 
 async def test_a_failing_drain_after_a_write_is_logged_and_the_answer_stands(
