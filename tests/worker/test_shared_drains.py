@@ -77,13 +77,31 @@ async def test_an_accepted_job_starts_in_wait_until_after_the_answer(
 
 @pytest.mark.parametrize("method, path, body", [
     ("GET", "/v1/shared/jobs/nope", None),
-    ("GET", "/v1/shared/status", None),
+    ("GET", "/v1/shared/queues", None),
     ("POST", "/v1/shared/jobs", {"jobs": [{"job_id": "", "queue": "q"}]}),
 ])
 async def test_reads_and_refused_writes_keep_nothing_running(
         drain_worker: Any, shape: str, method: str, path: str, body: Any) -> None:
     await send(drain_worker, shape, method, path, body)
     assert drain_worker.ctx.kept == []
+
+
+async def test_concurrent_requests_each_know_whether_they_wrote(
+        drain_worker: Any, shape: str, started: list[Any]) -> None:
+    # One isolate, one cached API runtime, requests interleaved: the wake of
+    # one request's write marks that request alone (its own context).
+    await send(drain_worker, shape, "POST", "/v1/shared/jobs", {"jobs": [job("seed")]})
+    await drain_worker.ctx.settle()
+    requests = []
+    for i in range(8):  # reads and writes interleaved
+        requests.append(send(drain_worker, shape, "GET", "/v1/shared/jobs/seed"))
+        requests.append(send(drain_worker, shape, "POST", "/v1/shared/jobs",
+                             {"jobs": [job(f"w{i}")]}))
+    answers = await asyncio.gather(*requests)
+    assert all(status in (200, 201) for status, _ in answers), answers
+    assert len(drain_worker.ctx.kept) == 8
+    await drain_worker.ctx.settle()
+    assert sorted(job_id for job_id, _, _ in started) == ["seed", *(f"w{i}" for i in range(8))]
 
 
 async def test_a_resume_drains_too(
