@@ -223,6 +223,7 @@ class SharedRuntime(RuntimeOperations, AsyncSurface):
         self._executions: dict[str, _Claim] = {}
         self._busy = False
         self._schema_checked = False
+        self._schema_lock: asyncio.Lock | None = None
         # The next slot of a running schedule as far as this runtime knows
         # (_UNKNOWN: look at the next tick), and when it last looked (the
         # monotonic clock): ticks look for slots only when one has come, or
@@ -671,10 +672,17 @@ class SharedRuntime(RuntimeOperations, AsyncSurface):
     # ---------------------------------------------------------------- helpers
 
     async def _check_schema(self) -> None:
-        """Check the schema once per runtime, before its first operation."""
-        if not self._schema_checked:
-            await self._store.check_schema()
-            self._schema_checked = True
+        """Check the schema once per runtime, before its first operation:
+        once, too, when a drain's loops all start at the same moment (the
+        others wait for the first one's check)."""
+        if self._schema_checked:
+            return
+        if self._schema_lock is None:
+            self._schema_lock = asyncio.Lock()
+        async with self._schema_lock:
+            if not self._schema_checked:
+                await self._store.check_schema()
+                self._schema_checked = True
 
     def _db_now(self) -> int | None:
         if self._now is None:
