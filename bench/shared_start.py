@@ -2,7 +2,7 @@
 Miniflare's D1 through the real Worker code path.
 
     python -m bench.shared_start            # 200 jobs per latency row, 2,000 per drain row
-    python -m bench.shared_start --quick    # 40 and 300
+    python -m bench.shared_start --quick    # 20 and 300, drains in 1 round
 
 Everything runs under CPython in one event loop: ``worker.entry.Default``
 (``fetch``, ``scheduled``) over the test stand-ins of its env
@@ -90,7 +90,7 @@ PER_MINUTE = 10
 #: A minute boundary, as ``controller.scheduledTime`` (a JS number).
 FIRST_FIRING = 1_796_000_040_000.0
 #: Requests per wave in the delayed-job rows.
-WAVE = 20
+WAVE = 10
 DELAY_MS = (1_000, 3_000)
 #: The write drain's budget in the pump row: below the shortest delay, so the
 #: drain after a write never sleeps until its own job is due.
@@ -99,7 +99,7 @@ PUMP_ROW_WRITE_BUDGET_MS = 250
 ALARM_POLL_S = 0.002
 QUEUES = 16
 DRAINS = (1, 4, 8)
-#: Rounds of the parallel drains (each count keeps its best).
+#: Rounds of the parallel drains (each count keeps its best; 1 with --quick).
 ROUNDS = 2
 
 #: Which drain runs the code that calls the executor: "write" (a request's
@@ -408,11 +408,11 @@ async def parallel_drains(made: Deployment, jobs: int, drains: int, tag: str = "
                     sum(one.statements for one in spent) / jobs)
 
 
-async def best_of_rounds(made: Deployment, jobs: int) -> list[Parallel]:
-    """Each drain count's best of ROUNDS rounds, the counts taken in turns
+async def best_of_rounds(made: Deployment, jobs: int, rounds: int) -> list[Parallel]:
+    """Each drain count's best of ``rounds`` rounds, the counts taken in turns
     (other load on the machine only ever slows a round down)."""
     best: dict[int, Parallel] = {}
-    for round_number in range(ROUNDS):
+    for round_number in range(rounds):
         for drains in DRAINS:
             found = await parallel_drains(made, jobs, drains, tag=f"r{round_number}")
             if drains not in best or found.jobs_per_s > best[drains].jobs_per_s:
@@ -450,7 +450,8 @@ def drain_rows(parallel: Sequence[Parallel], jobs: int) -> list[Row]:
     return rows
 
 
-async def measure(bridge: D1Bridge, jobs: int, parallel_jobs: int) -> tuple[Figures, list[str]]:
+async def measure(bridge: D1Bridge, jobs: int, parallel_jobs: int, rounds: int,
+                  ) -> tuple[Figures, list[str]]:
     """The rows, and lines saying who started each row's jobs."""
     rng = random.Random(49)
     notes: list[str] = []
@@ -464,7 +465,7 @@ async def measure(bridge: D1Bridge, jobs: int, parallel_jobs: int) -> tuple[Figu
             TICKWORK_WRITE_DRAIN_BUDGET_MS=str(PUMP_ROW_WRITE_BUDGET_MS))
         default = await delayed(made, jobs, rng, tag="default",
                                 label="d. delayed jobs, default budgets (write drain on, pump)")
-        parallel = await best_of_rounds(made, parallel_jobs)
+        parallel = await best_of_rounds(made, parallel_jobs, rounds)
     rows = latency_rows(cron, [after_write, pump, default],
                         "wait computed from the firing schedule + the firing measured")
     rows += [Row(SECTION, f"{firing.label}: start {name} (measured part of a)",
@@ -487,9 +488,9 @@ async def measure(bridge: D1Bridge, jobs: int, parallel_jobs: int) -> tuple[Figu
     return Figures(rows=rows), notes
 
 
-def sizes(quick: bool) -> tuple[int, int]:
-    """(jobs per latency row, jobs per parallel-drain row)."""
-    return (40, 300) if quick else (200, 2000)
+def sizes(quick: bool) -> tuple[int, int, int]:
+    """(jobs per latency row, jobs per parallel-drain row, rounds of the drains)."""
+    return (20, 300, 1) if quick else (200, 2000, ROUNDS)
 
 
 def collect(*, quick: bool) -> Figures:
@@ -504,12 +505,12 @@ def collect(*, quick: bool) -> Figures:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true",
-                        help="40 jobs per latency row, 300 per drain row")
+                        help="20 jobs per latency row, 300 per drain row, 1 round")
     args = parser.parse_args(argv)
-    jobs, parallel_jobs = sizes(args.quick)
+    jobs, parallel_jobs, rounds = sizes(args.quick)
     try:
         with D1Bridge.start() as bridge:
-            figures, notes = asyncio.run(measure(bridge, jobs, parallel_jobs))
+            figures, notes = asyncio.run(measure(bridge, jobs, parallel_jobs, rounds))
     except DuplicateStart as error:
         banner = "!" * 72
         print(f"{banner}\nDUPLICATE START: {error}\n{banner}", file=sys.stderr)

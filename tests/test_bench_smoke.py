@@ -383,11 +383,17 @@ def test_shared_start_benchmark_runs_checks_every_job_and_prints_every_row() -> 
     for label in ("a. the firing's drain alone: start p50", "b. D1 statements per request",
                   "b. D1 round trips per request"):
         assert label in stdout, label
-    # Each row's jobs were started by the drain the row is about (the pump
-    # row's write drain only arms the pump), and every job exactly once.
-    assert "a. cron alone: 40 jobs, started by cron 40" in stdout, stdout
-    assert "b. drain after enqueue: 40 jobs, started by write 40" in stdout, stdout
-    assert re.search(r"c\. pump, delayed jobs .*: 40 jobs, started by pump 40", stdout), stdout
+    # Each row's jobs were started by the drains the row is about, every job
+    # once. (Who wins a delayed job, the pump or a write drain that came
+    # along when it was due, is the machine's timing: the bench says it.)
+    assert "a. cron alone: 20 jobs, started by cron 20;" in stdout, stdout
+    assert "b. drain after enqueue: 20 jobs, started by write 20;" in stdout, stdout
+    for row in ("c. pump, delayed jobs", "d. delayed jobs, default budgets"):
+        found = re.search(rf"{re.escape(row)} .*: 20 jobs, started by (.*);", stdout)
+        assert found is not None, (row, stdout)
+        starters = dict(part.split(" ") for part in found.group(1).split(", "))
+        assert set(starters) <= {"pump", "write"}, starters
+        assert sum(int(count) for count in starters.values()) == 20, starters
     for drains in (1, 4, 8):
         plural = "" if drains == 1 else "s"
         assert re.search(rf"{drains} drain{plural} at once, concurrency 1 each, 300 no-op jobs "
