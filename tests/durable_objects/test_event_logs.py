@@ -44,9 +44,9 @@ async def test_info_by_default_and_nothing_when_off(
 async def test_an_unknown_level_logs_at_the_default_and_says_so(
         host: Host, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """An unknown level must not break the object (it failed every RPC call)."""
-    from tickwork.cloudflare import app
+    from tickwork.cloudflare import bindings
 
-    monkeypatch.setattr(app, "_REPORTED_LOG_LEVELS", set())
+    monkeypatch.setattr(bindings, "_REPORTED_LOG_LEVELS", set())
     host.namespace.env.TICKWORK_LOG_LEVEL = "loud"
     await host.stub().ingest(job("a"))
     await host.scheduler.run_due()

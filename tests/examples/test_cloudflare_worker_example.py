@@ -66,13 +66,14 @@ def test_the_project_files_agree() -> None:
     assert wrangler["main"] == "src/entry.py" and (EXAMPLE / wrangler["main"]).is_file()
     assert "tickwork" in project["project"]["dependencies"]
     assert any(dep.startswith("workers-py") for dep in project["dependency-groups"]["dev"])
-    (owner_binding,) = wrangler["durable_objects"]["bindings"]
+    owner_binding, pump_binding = wrangler["durable_objects"]["bindings"]
     assert (owner_binding["name"], owner_binding["class_name"]) == ("JOB_OWNERS", "JobOwner")
-    assert wrangler["migrations"][0]["new_sqlite_classes"] == ["JobOwner"]
+    assert (pump_binding["name"], pump_binding["class_name"]) == ("TICKWORK_PUMP", "SharedPump")
+    assert wrangler["migrations"][0]["new_sqlite_classes"] == ["JobOwner", "SharedPump"]
     (database,) = wrangler["d1_databases"]
     assert database["binding"] == "DB"
     source = (EXAMPLE / "src" / "entry.py").read_text()
-    assert "JobOwner = " in source and "Default = " in source
+    assert "JobOwner = " in source and "SharedPump = " in source and "Default = " in source
     readme = (EXAMPLE / "README.md").read_text()
     assert f"python -m tickwork schema d1 {database['migrations_dir']}" in readme
 

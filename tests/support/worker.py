@@ -53,7 +53,10 @@ class ExecutionContext:
         self.kept: list[Any] = []
 
     def waitUntil(self, promise: Any) -> None:
-        self.kept.append(promise)
+        # Under the fake pyodide (the built-in SDK shape) a Python awaitable
+        # reaches JS as a proxy, which JS awaits as a thenable: the awaitable.
+        unwrap = getattr(promise, "unwrap", None)
+        self.kept.append(unwrap() if callable(unwrap) else promise)
 
     def passThroughOnException(self) -> None:
         return None
@@ -117,10 +120,14 @@ _HOOKS = {"build_registry": "_executors", "domain_statements": "_domain_statemen
 
 def use_deployment_hook(monkeypatch: Any, name: str, function: Any) -> None:
     """Replace one hook of ``worker/executors.py`` for a test: in the module
-    (what code calling it by name sees) and in the Worker class made from it
-    (``worker_class`` keeps the function it was given)."""
+    (what code calling it by name sees) and in the Worker and pump classes
+    made from it (``worker_class`` and ``pump_class`` keep the function they
+    were given)."""
+    from durable_objects.pump import SharedPump
     from worker import executors
     from worker.entry import Default
 
     monkeypatch.setattr(executors, name, function)
     monkeypatch.setattr(Default, _HOOKS[name], staticmethod(function))
+    if name == "build_registry":  # the pump runs the Worker's shared jobs too
+        monkeypatch.setattr(SharedPump, "_executors", staticmethod(function))

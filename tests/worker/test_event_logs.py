@@ -65,9 +65,9 @@ async def test_an_unknown_level_logs_at_the_default_and_says_so_once(
         worker: Any, env: Any, shape: str, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Measured in workerd before: with ``loud`` even /v1/health answered 500."""
-    from tickwork.cloudflare import app
+    from tickwork.cloudflare import app, bindings
 
-    monkeypatch.setattr(app, "_REPORTED_LOG_LEVELS", set())
+    monkeypatch.setattr(bindings, "_REPORTED_LOG_LEVELS", set())
     monkeypatch.setattr(app, "_API_RUNTIMES", type(app._API_RUNTIMES)())
     env.TICKWORK_LOG_LEVEL = "loud"
     assert (await send(worker, shape, "GET", "/v1/health", token=None))[0] == 200

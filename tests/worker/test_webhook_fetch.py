@@ -138,7 +138,7 @@ async def test_a_cancellation_aborts_the_fetch_in_flight(
     runtime); the executing runtime learns of it at its next renewal, aborts
     the signal, the JS AbortController aborts the fetch, and the job settles
     cancelled (the request may have arrived, so the executor said unknown)."""
-    from tickwork.cloudflare.app import NoWake
+    from tickwork.cloudflare.bindings import NoWake
     from tickwork.runtimes.d1 import D1Runtime
     from worker.executors import build_registry
 

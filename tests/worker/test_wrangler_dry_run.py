@@ -52,6 +52,7 @@ def test_dry_run_lists_the_bindings_and_uploads_exactly_the_runtime_modules(
 
     # the bindings wrangler.toml declares
     assert "env.JOB_OWNERS (JobOwner)" in output and "Durable Object" in output, output
+    assert "env.TICKWORK_PUMP (SharedPump)" in output, output
     assert "env.DB (tickwork)" in output and "D1 Database" in output, output
     assert "--dry-run: exiting now." in output
 

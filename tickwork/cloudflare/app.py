@@ -1,8 +1,8 @@
-"""The Worker's side: the /v1 API over a Worker's bindings, and the cron drain.
+"""The Worker's side: the /v1 API over a Worker's bindings, and the cron firing.
 
-``handle_fetch(env, request, executors=..., domain_statements=...)`` answers
-one request; ``run_cron(env, controller, executors=...)`` drains the shared
-queues once. ``executors`` is the deployment's ``(env) -> Executor``
+``handle_fetch(env, request, executors=..., domain_statements=...,
+on_shared_write=...)`` answers one request; ``run_cron(env, controller,
+executors=...)`` runs one cron firing. ``executors`` is the deployment's ``(env) -> Executor``
 (an ``ExecutorRegistry`` builder); ``TickworkWorker`` (``tickwork.cloudflare``)
 wires both into a ``WorkerEntrypoint``.
 
@@ -37,18 +37,20 @@ The API's ``D1Runtime`` is kept per D1 binding for the isolate's life
 (``api_runtime``), so only an isolate's first shared request pays the
 schema-check query.
 
-The cron drain (``run_cron``): every firing ticks the shared D1 queues with
-``D1Runtime.drain`` under ``JobLock(env.DB)``, one slot per firing, so
-overlapping or repeated firings never run the same drain twice (and the job
-leases keep a job from running twice even if they did). Budget, against
-D1's 1,000 queries per invocation (Workers Paid) and 30 s per query:
+A cron firing (``run_cron``) fills the schedule slots and prunes under
+``JobLock(env.DB)``, one slot per firing, so overlapping or repeated firings
+do that work once; then it drains the shared D1 queues within ``CRON_DRAIN``
+without the lock (``tickwork.cloudflare.shared_drains``: every claim is
+fenced, and the drain after a write and the pump drain at the same time).
+Budget, against D1's 1,000 queries per invocation (Workers Paid) and 30 s
+per query:
 
 * the drain costs 1 query for the schema check, 2 for the first claim (a
   batch of claim and probe), then 2 per job (each settlement and the next
-  claim share a batch); a rare tick that recovers an expired lease or
-  settles a cancelled job costs up to 3 more; renewals cost 1 per job per
-  10 s of its run time; the lock costs 3-4 (tables, acquire, release with
-  its slot, renewals every ``CRON_LOCK_RENEW_MS``);
+  claim share a batch), and 1 for the next-work read after it; a rare tick
+  that recovers an expired lease or settles a cancelled job costs up to 3
+  more; renewals cost 1 per job per 10 s of its run time; the lock and its
+  slot work cost about 8 (tables, acquire, slots, prune, release);
 * so ``CRON_MAX_TICKS = 100`` is at most ~6 queries a tick even on the slow
   path, about 600 plus renewals: well inside 1,000. The common path is ~2
   a job (~200). Each webhook job adds one ``fetch`` subrequest.
@@ -58,19 +60,18 @@ D1's 1,000 queries per invocation (Workers Paid) and 30 s per query:
   the loops, so the query budget above is the same. A webhook job's fetch
   is one of the 6 connections an invocation may have waiting for response
   headers at once (Cloudflare queues a seventh until one answers), so 4
-  leaves room for D1 and the lock. ``TICKWORK_CRON_CONCURRENCY`` (1 to
+  leaves room for D1. ``TICKWORK_CRON_CONCURRENCY`` (1 to
   ``MAX_DRAIN_CONCURRENCY``) changes it; 1 runs one job at a time.
 * ``CRON_BUDGET_MS = 20_000`` stops claiming after 20 s (a claim already
   taken still runs: a webhook is bounded by its 30 s timeout), inside the
   cron's 30 s CPU limit (the drain mostly waits on I/O, which is not CPU)
   and far inside the 15 min wall-clock limit of a scheduled event.
-* after the drain, one prune pass (``tickwork.runtimes.pruning``) costs 3
-  queries, 1 per queue with settled history and 1 more per queue with jobs
-  to delete, per batch of 500 (at most 4 batches): a few dozen with a
-  dozen queues.
+* the prune pass (``tickwork.runtimes.pruning``) costs 3 queries, 1 per
+  queue with settled history and 1 more per queue with jobs to delete, per
+  batch of 500 (at most 4 batches): a few dozen with a dozen queues.
 * The Workers Free plan allows 50 queries per invocation: set the variables
   ``TICKWORK_CRON_MAX_TICKS = "10"`` (and maybe ``TICKWORK_CRON_BUDGET_MS``)
-  in ``[vars]``; ~6 a tick x 10 + ~6 stays under 50.
+  in ``[vars]``; ~6 a tick x 10 + ~10 stays under 50.
 
 Errors: the API answers refusals itself (4xx with ``{"error": {...}}``);
 anything unexpected becomes a 500 ``internal_error`` whose body names no
@@ -81,7 +82,6 @@ from __future__ import annotations
 
 import inspect
 import math
-import sys
 import traceback
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -95,6 +95,7 @@ from tickwork import Job
 from tickwork._pyodide import load_jsnull
 from tickwork.api import MAX_BODY_BYTES, ApiRequest, ApiResponse, JobApi, RpcService, RuntimeService
 from tickwork.api.wire import ApiError
+from tickwork.cloudflare.bindings import NoWake, binding, event_log, log, log_error, owner_stub
 from tickwork.cloudflare.shared_drains import (
     CRON_DRAIN,
     SharedDrain,
@@ -104,7 +105,6 @@ from tickwork.cloudflare.shared_drains import (
 )
 from tickwork.directory import OwnerPage, OwnerQuery
 from tickwork.locks import JobLock, LockRun
-from tickwork.logs import DEFAULT_LOG_LEVEL, LOG_LEVEL_VAR, JsonLogHook, log_hook_for
 from tickwork.model.errors import SchemaError
 from tickwork.model.outcomes import IngestStatus
 from tickwork.ports.host import Executor
@@ -120,6 +120,7 @@ __all__ = [
     "CRON_MAX_TICKS",
     "REFUSED_BODY_DRAIN_BYTES",
     "ApiOwnerDirectory",
+    "CronFiring",
     "D1SharedJobs",
     "DomainHook",
     "ExecutorFactory",
@@ -159,72 +160,9 @@ DomainHook = Callable[[Any, Sequence[Job]], Any]
 ExecutorFactory = Callable[[Any], Executor]
 
 
-class NoWake:
-    """The shared queues are drained by the cron trigger: nothing to arm."""
-
-    def recompute(self) -> None:
-        return None
-
-
-def log(message: str) -> None:
-    """An informational line: stdout, which Workers logs show at level "log"
-    (wrangler prints every stderr line as an [ERROR])."""
-    print(f"tickwork: {message}")
-
-
-def log_error(message: str) -> None:
-    """A line about a failure: stderr (shown as an error)."""
-    print(f"tickwork: {message}", file=sys.stderr)
-
-
-# ---------------------------------------------------------------- bindings
-
-
-def binding(env: Any, name: str) -> Any:
-    """``env.<name>``, or None when it is missing (or JS null/undefined)."""
-    try:
-        value = getattr(env, name, None)
-    except Exception:
-        return None
-    if value is None or value is load_jsnull():
-        return None
-    return value
-
-
 def api_token(env: Any) -> str | None:
     token = binding(env, "TICKWORK_TOKEN")
     return token if isinstance(token, str) and token else None
-
-
-#: Unknown TICKWORK_LOG_LEVEL values already reported by this isolate.
-_REPORTED_LOG_LEVELS: set[str] = set()
-
-
-def event_log(env: Any) -> JsonLogHook | None:
-    """The JSON log of lifecycle events ``TICKWORK_LOG_LEVEL`` asks for
-    (``tickwork.logs``: one line per transition on stdout, "info" by
-    default, none for "off").
-
-    An unknown level does not take the Worker down (it would otherwise
-    fail every request, ``/v1/health`` included, and every Durable Object
-    constructor): the default level is used and one error line per isolate
-    and value names the variable, the value and the levels it takes."""
-    configured = binding(env, LOG_LEVEL_VAR)
-    try:
-        return log_hook_for(configured)
-    except ValueError as error:
-        shown = repr(configured)[:100]
-        if shown not in _REPORTED_LOG_LEVELS and len(_REPORTED_LOG_LEVELS) < 16:
-            _REPORTED_LOG_LEVELS.add(shown)
-            log_error(f"{error}; logging at {DEFAULT_LOG_LEVEL!r} instead")
-        return log_hook_for(None)
-
-
-def owner_stub(namespace: Any, owner: str) -> Any:
-    get_by_name = getattr(namespace, "getByName", None)
-    if get_by_name is not None:
-        return get_by_name(owner)
-    return namespace.get(namespace.idFromName(owner))
 
 
 # ------------------------------------------------------------- shared jobs

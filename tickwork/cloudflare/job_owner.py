@@ -73,7 +73,7 @@ from tickwork import JobRecord, OwnerRuntime
 from tickwork._pyodide import js_number
 from tickwork.api import JobOwnerRpc, JobService, Operation, RuntimeService, rpc_methods
 from tickwork.cloudflare.alarm_wake import AlarmWake, alarm_retry_count
-from tickwork.cloudflare.app import binding, event_log, log_error
+from tickwork.cloudflare.bindings import binding, event_log, log_error
 from tickwork.cloudflare.owner_directory import OwnerRegistration, object_name
 from tickwork.cloudflare.runtime_env import RuntimeEnv
 from tickwork.events import EventHook

@@ -33,7 +33,8 @@ from workers import DurableObject  # type: ignore[import-not-found, unused-ignor
 
 from tickwork._pyodide import js_number, load_jsnull
 from tickwork.cloudflare import shared_drains
-from tickwork.cloudflare.app import ExecutorFactory, event_log
+from tickwork.cloudflare.app import ExecutorFactory
+from tickwork.cloudflare.bindings import event_log, log, log_error
 from tickwork.cloudflare.runtime_env import RuntimeEnv
 from tickwork.model.errors import InvalidArgument
 from tickwork.model.jobs import MAX_SAFE_INTEGER
@@ -80,10 +81,10 @@ class SharedPump(RuntimeEnv, DurableObject):  # type: ignore[misc, unused-ignore
                 self.env, executors(self.env), shared_drains.PUMP_DRAIN.from_env(self.env),
                 on_event=event_log(self.env), arm=self._arm_after_own_drain)
             if drained is not None:
-                shared_drains.log(f"pump: {len(drained.ticks)} tick(s), "
+                log(f"pump: {len(drained.ticks)} tick(s), "
                                   f"{drained.settled} job(s) settled")
         except Exception:
-            shared_drains.log_error("pump: the drain failed:\n" + traceback.format_exc())
+            log_error("pump: the drain failed:\n" + traceback.format_exc())
             await self._arm_no_later_than(self._now_ms() + PUMP_RETRY_MS)
 
     async def _arm_after_own_drain(self, drained: shared_drains.SharedDrain,

@@ -37,13 +37,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import sys
 import time
 import traceback
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from tickwork.cloudflare.bindings import NoWake, binding, event_log, log, log_error, owner_stub
 from tickwork.model.outcomes import TickResult
 from tickwork.ports.host import Executor
 from tickwork.runtimes.d1 import D1Runtime
@@ -110,28 +110,6 @@ QUEUE_DRAIN = DrainBudget("TICKWORK_QUEUE_DRAIN", max_ticks=100, budget_ms=20_00
                           concurrency=4)
 
 
-def log(message: str) -> None:
-    """An informational line: stdout (Workers shows stderr lines as errors)."""
-    print(f"tickwork: {message}")
-
-
-def log_error(message: str) -> None:
-    print(f"tickwork: {message}", file=sys.stderr)
-
-
-def binding(env: Any, name: str) -> Any:
-    """``env.<name>``, or None when it is missing (or JS null/undefined)."""
-    from tickwork._pyodide import load_jsnull
-
-    try:
-        value = getattr(env, name, None)
-    except Exception:
-        return None
-    if value is None or value is load_jsnull():
-        return None
-    return value
-
-
 def _whole_var(env: Any, name: str, default: int, low: int, high: int) -> int:
     value = binding(env, name)
     if value is None:
@@ -186,7 +164,8 @@ def shared_writes_seen() -> Iterator[Callable[[], bool]]:
 @dataclass(frozen=True, slots=True)
 class SharedDrain:
     """What one drain did and left: its ticks (idle ones excluded);
-    ``stopped_early`` when it ended on its budget (work may be left);
+    ``stopped_early`` when it ended on its budget while work was due or
+    running (so work may be left that nobody drains);
     ``next_due``/``now``: the earliest due time of waiting shared work
     (None: nothing waits) and the database's clock after it."""
 
@@ -226,17 +205,16 @@ async def drain_shared(env: Any, execute: Executor, budget: DrainBudget, *,
     db = binding(env, "DB")
     if db is None or budget.max_ticks == 0:
         return None
-    from tickwork.cloudflare.app import NoWake
-
     runtime = D1Runtime(db, execute=execute, wake=NoWake(), now=now, on_event=on_event)
     started = time.monotonic()
     ticks = await runtime.drain(max_ticks=budget.max_ticks, budget_ms=budget.budget_ms,
                                 concurrency=budget.concurrency)
     elapsed_ms = (time.monotonic() - started) * 1000
     await runtime.flush_history()  # logs its own failures
-    _, next_due, db_now = await runtime.next_work()
-    drained = SharedDrain(ticks, len(ticks) >= budget.max_ticks or elapsed_ms >= budget.budget_ms,
-                          next_due, db_now)
+    pending, next_due, db_now = await runtime.next_work()
+    # Ended on its budget, not for want of work, and work is due or running.
+    spent = len(ticks) >= budget.max_ticks or elapsed_ms >= budget.budget_ms
+    drained = SharedDrain(ticks, spent and pending, next_due, db_now)
     if arm is None:
         await arm_pump(env, pump_time(drained))
     else:
@@ -252,8 +230,6 @@ async def arm_pump(env: Any, at_ms: int | None) -> None:
     if namespace is None or at_ms is None:
         return
     try:
-        from tickwork.cloudflare.app import owner_stub
-
         await owner_stub(namespace, "DB").arm(int(at_ms))
     except Exception as error:
         log_error(f"could not arm the shared pump for {at_ms} ({type(error).__name__}: {error})")
@@ -294,8 +270,6 @@ async def drain_queue_batch(env: Any, batch: Any, executors: Callable[[Any], Exe
     the whole batch (the messages carry nothing but "work arrived"), then
     ``ackAll()``; when the drain raised, ``retryAll()`` so Queues redelivers
     the batch later, and the error is logged."""
-    from tickwork.cloudflare.app import event_log
-
     try:
         drained = await drain_shared(env, executors(env), QUEUE_DRAIN.from_env(env),
                                      on_event=event_log(env))
@@ -310,6 +284,10 @@ async def drain_queue_batch(env: Any, batch: Any, executors: Callable[[Any], Exe
     return drained
 
 
+#: Tasks started by ``keep_alive`` that have not ended yet.
+_RUNNING: set[asyncio.Task[Any]] = set()
+
+
 def keep_alive(ctx: Any, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
     """Run ``work`` as a task the runtime keeps the invocation open for
     (``ctx.waitUntil``), after the handler has returned.
@@ -318,6 +296,9 @@ def keep_alive(ctx: Any, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
     settles (as the SDK's own ASGI glue does); a ``ctx`` without
     ``waitUntil`` (a host that outlives its requests) just runs the task."""
     task = asyncio.ensure_future(work)
+    # The loop keeps only a weak reference to a task: hold it until it ends.
+    _RUNNING.add(task)
+    task.add_done_callback(_RUNNING.discard)
     wait_until = getattr(ctx, "waitUntil", None)
     if wait_until is None:
         return task

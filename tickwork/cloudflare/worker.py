@@ -16,6 +16,7 @@ from workers import WorkerEntrypoint  # type: ignore[import-not-found, unused-ig
 
 from tickwork.cloudflare import app, shared_drains
 from tickwork.cloudflare.app import DomainHook, ExecutorFactory
+from tickwork.cloudflare.bindings import event_log
 from tickwork.cloudflare.runtime_env import RuntimeEnv
 
 
@@ -45,7 +46,7 @@ class TickworkWorker(RuntimeEnv, WorkerEntrypoint):  # type: ignore[misc, unused
             # The answer never waits: the drain runs in waitUntil once the
             # handler has returned (see tickwork.cloudflare.shared_drains).
             shared_drains.keep_alive(self.ctx, shared_drains.after_shared_write(
-                env, executors, on_event=app.event_log(env)))
+                env, executors, on_event=event_log(env)))
 
         return await app.handle_fetch(env, request, executors=executors,
                                       domain_statements=type(self)._domain_statements,

@@ -1,7 +1,7 @@
 """The whole Worker: a job service whose jobs send receipts."""
 
 from tickwork import Completed, Failed
-from tickwork.cloudflare import job_owner_class, worker_class
+from tickwork.cloudflare import job_owner_class, pump_class, worker_class
 from tickwork.executors import ExecutorRegistry
 
 
@@ -18,4 +18,5 @@ def executors(env):
 
 
 JobOwner = job_owner_class(executors)
+SharedPump = pump_class(executors)
 Default = worker_class(executors)

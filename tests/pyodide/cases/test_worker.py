@@ -4,7 +4,9 @@ Miniflare's real D1 (runs inside Pyodide)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from typing import Any
 
 import pytest
@@ -136,6 +138,58 @@ async def test_scheduled_drains_the_shared_queues_once_per_firing(
     logged = capsys.readouterr()
     assert logged.out.count("1 job(s) settled") == 2, logged
     assert "cron" not in logged.err  # informational lines are not errors
+
+
+async def test_an_accepted_shared_job_starts_in_the_requests_wait_until(
+    deployment: Any, capsys: Any,
+) -> None:
+    """The drain after a write runs in ctx.waitUntil (a PyProxy of an
+    asyncio task, awaited by JS as a thenable) within the fetch event, with
+    no cron firing: its delayed job is waited for inside the drain's budget
+    (the timer belongs to the same event)."""
+    deployment.runtime.bind("TICKWORK_WRITE_DRAIN_MAX_TICKS", "10")
+    jobs = [job("now"), job("soon", queue="o", delay_ms=200)]
+    status, text = await deployment.send("POST", "/v1/shared/jobs", {"jobs": jobs})
+    assert status == 200, text
+    for name in ("now", "soon"):
+        status, text = await deployment.send("GET", f"/v1/shared/jobs/{name}")
+        assert status == 200, text
+        record = json.loads(text)["job"]
+        assert (record["state"], record["attempt"]) == ("settled", 1), record
+    logged = capsys.readouterr()
+    assert "drain after a shared write failed" not in logged.err, logged
+
+
+async def test_the_pump_is_armed_for_a_delayed_job_and_its_alarm_starts_it(
+    deployment: Any,
+) -> None:
+    """The SharedPump behind real RPC and DO storage: the drain after the
+    write arms it for the job's due time (an epoch-ms int crossing to
+    setAlarm as a JS Number), and its alarm, delivered then, starts the job."""
+    from durable_objects.pump import SharedPump
+
+    pumps = deployment.runtime.durable_objects(SharedPump)
+    try:
+        deployment.runtime.bind("TICKWORK_PUMP", pumps.binding)
+        deployment.runtime.bind("TICKWORK_WRITE_DRAIN_MAX_TICKS", "10")
+        # One claim and no waiting inside: the job is the pump's (a claim
+        # issued inside a longer budget may reach D1 after the job is due).
+        deployment.runtime.bind("TICKWORK_WRITE_DRAIN_BUDGET_MS", "1")
+        deployment.runtime.bind("TICKWORK_WRITE_DRAIN_CONCURRENCY", "1")
+        status, text = await deployment.send("POST", "/v1/shared/jobs",
+                                             job("later", delay_ms=1_000))
+        assert status == 201, text
+        status, text = await deployment.send("GET", "/v1/shared/jobs/later")
+        record = json.loads(text)["job"]
+        assert record["state"] == "queued", record
+        armed = await pumps.storage("DB").getAlarm()
+        assert isinstance(armed, int) and armed == record["due_at"], (armed, record)
+        await asyncio.sleep(max(0.0, armed / 1000 - time.time()) + 0.05)
+        await pumps.alarm("DB")
+        status, text = await deployment.send("GET", "/v1/shared/jobs/later")
+        assert json.loads(text)["job"]["state"] == "settled", text
+    finally:
+        pumps.close()
 
 
 async def test_one_firing_drains_several_queues_with_its_loops_at_once(

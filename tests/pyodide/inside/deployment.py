@@ -57,6 +57,10 @@ class Deployment:
         self.runtime.bind("JOB_OWNERS", self.namespace.binding)
         self.runtime.bind("DB", self.runtime.d1(db))
         self.runtime.bind("TICKWORK_TOKEN", TOKEN)
+        # The drain after a write is off unless a case turns it on (bind
+        # TICKWORK_WRITE_DRAIN_MAX_TICKS): cases about anything else find
+        # shared jobs where their requests left them.
+        self.runtime.bind("TICKWORK_WRITE_DRAIN_MAX_TICKS", "0")
         #: The env as the runtime passes it (a JS object; set variables on it).
         self.env = self.runtime.env
         self.db = db

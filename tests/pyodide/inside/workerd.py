@@ -179,8 +179,17 @@ class Runtime:
         sdk = sys.modules["workers"]
         logged = _Tee(sys.stderr)
         sys.stderr = logged
+        async def fetch_event() -> Any:
+            answer = await worker.fetch(sdk.Request(request))
+            # The event lasts until what the handler gave ctx.waitUntil has
+            # settled (its timers fire meanwhile), as in the runtime.
+            settled = getattr(worker.ctx, "settled", None)
+            if settled is not None:
+                await settled()
+            return answer
+
         try:
-            answer = await self.event(lambda: worker.fetch(sdk.Request(request)), "fetch")
+            answer = await self.event(fetch_event, "fetch")
         finally:
             sys.stderr = logged.through
         response = getattr(answer, "js_object", answer)

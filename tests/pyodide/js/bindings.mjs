@@ -136,8 +136,19 @@ export class DurableObjectState {
 }
 
 export class ExecutionContext {
+  constructor() {
+    /** What waitUntil was given: the runtime keeps the event open until it settles. */
+    this.kept = [];
+  }
   waitUntil(promise) {
-    Promise.resolve(promise).catch(() => {});
+    this.kept.push(Promise.resolve(promise).catch(() => {}));
+  }
+  /** Settles once everything given to waitUntil has (and what that gave, in turn). */
+  async settled() {
+    while (this.kept.length > 0) {
+      const kept = this.kept.splice(0);
+      await Promise.all(kept);
+    }
   }
   passThroughOnException() {}
 }
