@@ -1,4 +1,5 @@
-"""A stand-in for the ``js`` module: only ``AbortController`` (what worker/http.py uses).
+"""A stand-in for the ``js`` module: ``AbortController`` (what worker/http.py uses)
+and ``Object.fromEntries`` (for ``to_js(..., dict_converter=Object.fromEntries)``).
 
 ``AbortController.new()`` gives a controller whose ``signal`` has ``aborted``,
 ``reason`` and ``addEventListener("abort", fn)``; ``abort(reason)`` is
@@ -12,6 +13,8 @@ import sys
 import types
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
+
+from tests.support.fakes.pyodide_ffi import object_from_entries
 
 
 class FakeJsAbortSignal:
@@ -51,6 +54,8 @@ def installed_js_module() -> Iterator[types.ModuleType]:
     previous = sys.modules.get("js")
     module = types.ModuleType("js")
     module.AbortController = FakeAbortController  # type: ignore[attr-defined]
+    module.Object = types.SimpleNamespace(  # type: ignore[attr-defined]
+        fromEntries=object_from_entries)
     FakeAbortController.created = []
     sys.modules["js"] = module
     try:

@@ -77,13 +77,31 @@ async def test_an_accepted_job_starts_in_wait_until_after_the_answer(
 
 @pytest.mark.parametrize("method, path, body", [
     ("GET", "/v1/shared/jobs/nope", None),
-    ("GET", "/v1/shared/status", None),
+    ("GET", "/v1/shared/queues", None),
     ("POST", "/v1/shared/jobs", {"jobs": [{"job_id": "", "queue": "q"}]}),
 ])
 async def test_reads_and_refused_writes_keep_nothing_running(
         drain_worker: Any, shape: str, method: str, path: str, body: Any) -> None:
     await send(drain_worker, shape, method, path, body)
     assert drain_worker.ctx.kept == []
+
+
+async def test_concurrent_requests_each_know_whether_they_wrote(
+        drain_worker: Any, shape: str, started: list[Any]) -> None:
+    # One isolate, one cached API runtime, requests interleaved: the wake of
+    # one request's write marks that request alone (its own context).
+    await send(drain_worker, shape, "POST", "/v1/shared/jobs", {"jobs": [job("seed")]})
+    await drain_worker.ctx.settle()
+    requests = []
+    for i in range(8):  # reads and writes interleaved
+        requests.append(send(drain_worker, shape, "GET", "/v1/shared/jobs/seed"))
+        requests.append(send(drain_worker, shape, "POST", "/v1/shared/jobs",
+                             {"jobs": [job(f"w{i}")]}))
+    answers = await asyncio.gather(*requests)
+    assert all(status in (200, 201) for status, _ in answers), answers
+    assert len(drain_worker.ctx.kept) == 8
+    await drain_worker.ctx.settle()
+    assert sorted(job_id for job_id, _, _ in started) == ["seed", *(f"w{i}" for i in range(8))]
 
 
 async def test_a_resume_drains_too(
@@ -152,12 +170,20 @@ async def test_the_drain_after_a_write_stops_at_its_budget_and_arms_the_pump_now
     assert await pump_alarm(drain_env) is None  # nothing left waits
 
 
-async def test_max_ticks_zero_turns_the_drain_after_a_write_off(
+async def test_max_ticks_zero_leaves_the_drain_to_the_pump(
         drain_worker: Any, drain_env: Any, shape: str, started: list[Any], query: Any) -> None:
     drain_env.TICKWORK_WRITE_DRAIN_MAX_TICKS = "0"
+    await send(drain_worker, shape, "POST", "/v1/shared/jobs",
+               {"jobs": [job("later", delay_ms=60_000)]})
+    await drain_worker.ctx.settle()
+    (due,) = [row[0] for row in await query("SELECT due_at FROM tickwork_jobs")]
+    assert await pump_alarm(drain_env) == due  # still armed, though nothing drained
+    before = int(time.time() * 1000)
     await send(drain_worker, shape, "POST", "/v1/shared/jobs", {"jobs": [job("a")]})
     await drain_worker.ctx.settle()
-    assert started == [] and await states(query) == {"a": "queued"}
+    assert started == [] and (await states(query))["a"] == "queued"
+    alarm = await pump_alarm(drain_env)  # work due now: the pump drains it at once
+    assert alarm is not None and before - 5_000 <= alarm <= int(time.time() * 1000) + 5_000
 
 
 async def test_a_failing_drain_after_a_write_is_logged_and_the_answer_stands(

@@ -26,10 +26,12 @@ draining always has a drain coming, without polling.
 
 Each budget is ``DrainBudget(max_ticks, budget_ms, concurrency)``; the
 variables ``<PREFIX>_MAX_TICKS``, ``<PREFIX>_BUDGET_MS`` and
-``<PREFIX>_CONCURRENCY`` (``[vars]``) change it, and ``MAX_TICKS = 0``
-turns that drain off. D1 queries: a drain costs 1 (schema check) + 2 for
-its first claim + about 2 per job + 1 (the next-work read after it), so
-``WRITE_DRAIN``'s 10 ticks add at most about 25 queries to a request.
+``<PREFIX>_CONCURRENCY`` (``[vars]``) change it; ``MAX_TICKS = 0``
+drains nothing there and only arms the pump (for now, when work is due).
+D1 round trips: 1 (schema check) + 1 for the first claim + 1 per job (a
+settlement and the next claim share a batch) + 1 (history) + 1 (the
+next-work read), so ``WRITE_DRAIN``'s 10 ticks add 25 round trips carrying
+45 statements to a request (``tests/worker/test_shared_drains.py``).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ __all__ = [
     "PUMP_DRAIN",
     "QUEUE_BINDING",
     "QUEUE_DRAIN",
+    "QUEUE_MESSAGE",
     "WRITE_DRAIN",
     "DrainBudget",
     "SharedDrain",
@@ -200,20 +203,23 @@ async def drain_shared(env: Any, execute: Executor, budget: DrainBudget, *,
                        arm: Rearm | None = None) -> SharedDrain | None:
     """Drain the shared queues of ``env.DB`` once within ``budget``, write
     its history, read what it left and re-arm the pump from it (``arm``, by
-    default ``arm_pump`` through the binding). None when there is no ``DB``
-    binding or the budget is off."""
+    default ``arm_pump`` through the binding). With the budget off
+    (``max_ticks`` 0) nothing is drained, but the pump is still armed, for
+    now when work is due: the drain is left to it. None when there is no
+    ``DB`` binding, or the budget is off and there is no pump to arm."""
     db = binding(env, "DB")
-    if db is None or budget.max_ticks == 0:
+    off = budget.max_ticks == 0
+    if db is None or (off and arm is None and binding(env, PUMP_BINDING) is None):
         return None
     runtime = D1Runtime(db, execute=execute, wake=NoWake(), now=now, on_event=on_event)
     started = time.monotonic()
-    ticks = await runtime.drain(max_ticks=budget.max_ticks, budget_ms=budget.budget_ms,
-                                concurrency=budget.concurrency)
+    ticks = [] if off else await runtime.drain(
+        max_ticks=budget.max_ticks, budget_ms=budget.budget_ms, concurrency=budget.concurrency)
     elapsed_ms = (time.monotonic() - started) * 1000
     await runtime.flush_history()  # logs its own failures
     pending, next_due, db_now = await runtime.next_work()
     # Ended on its budget, not for want of work, and work is due or running.
-    spent = len(ticks) >= budget.max_ticks or elapsed_ms >= budget.budget_ms
+    spent = off or len(ticks) >= budget.max_ticks or elapsed_ms >= budget.budget_ms
     drained = SharedDrain(ticks, spent and pending, next_due, db_now)
     if arm is None:
         await arm_pump(env, pump_time(drained))
@@ -235,6 +241,25 @@ async def arm_pump(env: Any, at_ms: int | None) -> None:
         log_error(f"could not arm the shared pump for {at_ms} ({type(error).__name__}: {error})")
 
 
+#: The body of the message a shared write sends (it says only that work arrived).
+QUEUE_MESSAGE = {"tickwork": "drain"}
+
+
+def _queue_message_for(queue: Any) -> Any:
+    """``QUEUE_MESSAGE`` as ``queue.send`` must get it: the external SDK
+    converts a dict itself; the built-in SDK would hand over a PyProxy, not
+    an object Queues can serialize (V8's serializer refuses it; Cloudflare's
+    Python example wraps the body in ``to_js``), so it becomes one here."""
+    from tickwork._pyodide import load_to_js_for
+
+    to_js = load_to_js_for(queue)
+    if to_js is None:
+        return dict(QUEUE_MESSAGE)
+    from js import Object  # type: ignore[import-not-found, unused-ignore]
+
+    return to_js(QUEUE_MESSAGE, dict_converter=Object.fromEntries)
+
+
 async def send_queue_message(env: Any) -> bool:
     """One Cloudflare Queues message saying shared work arrived, when the
     ``TICKWORK_QUEUE`` binding is configured; True when it was sent."""
@@ -242,7 +267,7 @@ async def send_queue_message(env: Any) -> bool:
     if queue is None:
         return False
     try:
-        await queue.send({"tickwork": "drain"})
+        await queue.send(_queue_message_for(queue))
     except Exception as error:
         log_error(f"could not send the shared queue's message ({type(error).__name__}: {error})")
         return False

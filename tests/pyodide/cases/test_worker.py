@@ -192,6 +192,29 @@ async def test_the_pump_is_armed_for_a_delayed_job_and_its_alarm_starts_it(
         pumps.close()
 
 
+async def test_a_shared_write_sends_one_queue_message_and_a_batch_drains(
+    deployment: Any,
+) -> None:
+    """With TICKWORK_QUEUE bound, the write's waitUntil sends one message
+    that survives Queues' structured clone (a PyProxy or a Map would not),
+    and the Worker's queue handler drains for a delivered batch and acks it."""
+    import tickwork_tier  # type: ignore[import-not-found]  # registered by runner.mjs
+
+    queue = tickwork_tier.bindings.WorkerQueue.new()
+    deployment.runtime.bind("TICKWORK_QUEUE", queue)
+    status, text = await deployment.send("POST", "/v1/shared/jobs",
+                                         {"jobs": [job("q-1"), job("q-2", queue="o")]})
+    assert status == 200, text
+    sent = [message.to_py() for message in queue.sent]
+    assert sent == [{"tickwork": "drain"}], sent
+    batch = tickwork_tier.bindings.MessageBatch.new("tickwork-drains", queue.sent)
+    await deployment.runtime.queue(deployment.worker(), batch)
+    assert list(batch.calls) == ["ackAll"]
+    for name in ("q-1", "q-2"):
+        status, text = await deployment.send("GET", f"/v1/shared/jobs/{name}")
+        assert json.loads(text)["job"]["state"] == "settled", text
+
+
 async def test_one_firing_drains_several_queues_with_its_loops_at_once(
     deployment: Any, capsys: Any,
 ) -> None:

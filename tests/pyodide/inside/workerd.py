@@ -199,6 +199,10 @@ class Runtime:
                                f"{text}")
         return response
 
+    async def queue(self, worker: Any, batch: Any) -> None:
+        """One queue event: ``batch`` is a JS ``MessageBatch`` (``js/bindings.mjs``)."""
+        await self.event(lambda: worker.queue(batch), "queue")
+
     async def scheduled(self, worker: Any, scheduled_ms: int, cron: str = "* * * * *") -> None:
         controller = tickwork_tier.bindings.ScheduledController.new(cron, scheduled_ms)
         await self.event(lambda: worker.scheduled(controller), f"cron {scheduled_ms}")

@@ -153,6 +153,37 @@ export class ExecutionContext {
   passThroughOnException() {}
 }
 
+/** A Queues producer binding (the runtime names its class WorkerQueue, which
+ * the external SDK looks for to wrap it): send() clones the body as Queues does (V8's
+ * serializer, structuredClone here), so a body Queues cannot take fails
+ * here too (a PyProxy, a Map); `sent` keeps the clones. */
+export class WorkerQueue {
+  constructor() {
+    this.sent = [];
+  }
+  async send(body) {
+    this.sent.push(structuredClone(body));
+  }
+}
+
+/** A delivered batch (the runtime's MessageBatch): which of ackAll and
+ * retryAll the consumer called, in order, is kept in `calls`. */
+export class MessageBatch {
+  constructor(queue, bodies) {
+    this.queue = queue;
+    this.messages = bodies.map((body, index) => ({
+      id: String(index), body, attempts: 1, timestamp: new Date(0), ack() {}, retry() {},
+    }));
+    this.calls = [];
+  }
+  ackAll() {
+    this.calls.push("ackAll");
+  }
+  retryAll() {
+    this.calls.push("retryAll");
+  }
+}
+
 export class ScheduledController {
   constructor(cron, scheduledTime) {
     this.cron = cron;

@@ -1,4 +1,5 @@
-// A real Cloudflare D1 engine for the Python tests, served over stdin/stdout.
+// A real Cloudflare D1 engine (and real Cloudflare Queues) for the Python tests,
+// served over stdin/stdout.
 //
 // Started by tests/support/d1/miniflare.py (class D1Bridge); not meant to be run by hand,
 // though `node tests/support/d1/bridge.mjs` and typing JSON lines works.
@@ -14,6 +15,16 @@
 // cloudflare-internal:d1-api over Miniflare's D1 Durable Object) -- so binding
 // rules, SQL, limits and error messages are D1's own, not re-implemented here.
 //
+// Queues: the worker also has queue producer bindings Q_0 .. Q_{k-1} (each on a
+// queue of the same name) and is itself the consumer of every one of them, so
+// Miniflare's own broker batches, delivers, redelivers and counts attempts.
+// Its queue() handler cannot use the WebSocket (I/O objects belong to the
+// request that made them), so it posts each batch to a service binding served
+// by this process, which writes the batch to stdout as an unsolicited event and
+// answers the worker with the verdict Python sends back: the calls Python made
+// on the batch (ackAll, retryAll, ack, retry), replayed in order on the real
+// batch, and whether the handler raised (which makes the runtime retry it all).
+//
 // Why not `await mf.getD1Database("DB")` from Node? That object is a proxy whose
 // synchronous methods (prepare, bind) each block Node on a round trip into
 // workerd: measured here, 9.3 ms per prepare+bind+first() through the proxy
@@ -22,7 +33,7 @@
 //
 // Protocol (one JSON object per line, both directions)
 // -----------------------------------------------------
-// stdout, first line:  {"event":"ready","databases":[...],"startup_ms":..,"versions":{..}}
+// stdout, first line:  {"event":"ready","databases":[...],"queues":[...],"startup_ms":..,"versions":{..}}
 //                      or {"event":"fatal","message":..} (then exit 1)
 // request:  {"id":N,"op":OP,"db":"DB_0",...}     answer: {"id":N,"ok":VALUE}
 //                                                      or {"id":N,"error":{"name","message","cause"}}
@@ -36,9 +47,19 @@
 //   exec   {sql}           -> env[db].exec(sql)
 //   reset  {}              -> drop every user table, view, trigger (and so every
 //                             index) of env[db]; answers {"dropped": n}
+//   queue_send       {queue, body, options|null}     -> env[queue].send(body[, options])
+//   queue_send_batch {queue, messages, options|null} -> env[queue].sendBatch(messages[, options])
 //   ping   {}              -> "pong" (answered by the worker, so it checks the whole path)
+//   queue_verdict {delivery, calls:[[call, messageId|null, options|null],..], raise:null|text}
+//                           -> (handled here) settles that delivery; answers null
 //   shutdown {}            -> (handled here) answers, disposes Miniflare, exits 0.
 //   EOF on stdin does the same.
+//
+// unsolicited, when Miniflare delivers a batch:
+//   {"event":"queue_batch","delivery":N,"queue":"Q_0","batch_class":..,"message_class":..,
+//    "messages":[{"id","body","attempts","timestamp"},..]}
+//   and the delivery waits for its queue_verdict (at most VERDICT_TIMEOUT_MS; then the
+//   handler throws, so Miniflare retries the batch).
 //
 // Values are JSON with tagged objects for what JSON cannot say; a tag is an
 // object with the key "$":
@@ -56,7 +77,7 @@
 
 import { createRequire } from "node:module";
 import readline from "node:readline";
-import { Miniflare } from "miniflare";
+import { Miniflare, Response as MiniflareResponse } from "miniflare";
 
 const started = performance.now();
 const require = createRequire(import.meta.url);
@@ -72,8 +93,15 @@ function option(name, fallback) {
 }
 
 const databaseCount = Number.parseInt(option("databases", "8"), 10);
+const queueCount = Number.parseInt(option("queues", "4"), 10);
 const compatibilityDate = option("compatibility-date", "2026-04-01");
 const databases = Array.from({ length: databaseCount }, (_, i) => `DB_${i}`);
+const queues = Array.from({ length: queueCount }, (_, i) => `Q_${i}`);
+// The consumer of every queue: batches of up to 100 messages, delivered 50 ms after
+// the first one arrived (Cloudflare's default is 1 s), up to 4 attempts, no retry delay.
+const QUEUE_CONSUMER = { maxBatchSize: 100, maxBatchTimeout: 0.05, maxRetries: 3, retryDelay: 0 };
+// How long a delivery waits for Python's verdict before the handler gives up.
+const VERDICT_TIMEOUT_MS = 60_000;
 
 const WORKER = String.raw`
 const B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -180,8 +208,26 @@ async function reset(db) {
   throw new Error("d1 bridge: reset could not empty the database");
 }
 
+function producer(env, name) {
+  const queue = env[name];
+  if (!/^Q_\d+$/.test(String(name)) || !queue || typeof queue.send !== "function") {
+    throw new Error("d1 bridge: no queue binding named " + JSON.stringify(name));
+  }
+  return queue;
+}
+
 async function handle(env, message) {
   if (message.op === "ping") return "pong";
+  if (message.op === "queue_send") {
+    const args = [decode(message.body)];
+    if (message.options != null) args.push(decode(message.options));
+    return await producer(env, message.queue).send(...args);
+  }
+  if (message.op === "queue_send_batch") {
+    const args = [decode(message.messages)];
+    if (message.options != null) args.push(decode(message.options));
+    return await producer(env, message.queue).sendBatch(...args);
+  }
   const db = env[message.db];
   if (!db || typeof db.prepare !== "function") {
     throw new Error("d1 bridge: no D1 binding named " + JSON.stringify(message.db));
@@ -213,7 +259,47 @@ function describe(error) {
   return { name: "Error", message: String(error), cause: null };
 }
 
+// A delivered batch goes to Python (through the BRIDGE_EVENTS service, served by the
+// bridge process); the calls Python made on it are replayed here, in order, on the
+// real batch, so the broker's redelivery and attempt counting are Miniflare's own.
+async function deliver(batch, env) {
+  const messages = batch.messages.map((message) => ({
+    id: message.id,
+    body: encode(message.body),
+    attempts: message.attempts,
+    timestamp: message.timestamp.getTime(),
+  }));
+  const response = await env.BRIDGE_EVENTS.fetch("http://d1-bridge/queue", {
+    method: "POST",
+    body: JSON.stringify({
+      queue: batch.queue,
+      batch_class: batch.constructor?.name ?? null,
+      message_class: batch.messages[0]?.constructor?.name ?? null,
+      messages,
+    }),
+  });
+  const verdict = await response.json();
+  const byId = new Map(batch.messages.map((message) => [message.id, message]));
+  for (const [call, id, options] of verdict.calls) {
+    const args = options == null ? [] : [decode(options)];
+    if (call === "ackAll" || call === "retryAll") {
+      batch[call](...args);
+    } else if (call === "ack" || call === "retry") {
+      const target = byId.get(id);
+      if (!target) throw new Error("d1 bridge: no message " + JSON.stringify(id) + " in the batch");
+      target[call](...args);
+    } else {
+      throw new Error("d1 bridge: unknown batch call " + JSON.stringify(call));
+    }
+  }
+  if (verdict.raise != null) throw new Error(verdict.raise);
+}
+
 export default {
+  async queue(batch, env) {
+    await deliver(batch, env);
+  },
+
   async fetch(request, env) {
     if (request.headers.get("Upgrade") !== "websocket") {
       return new Response("d1 bridge: connect with a WebSocket", { status: 426 });
@@ -260,9 +346,43 @@ let closing = false;
 const inflight = new Set();
 let drained = null;
 
+// Queue deliveries waiting for Python's verdict, by delivery id.
+const deliveries = new Map();
+let lastDelivery = 0;
+
+async function relayBatch(request) {
+  const batch = await request.json();
+  const delivery = ++lastDelivery;
+  const verdict = await new Promise((resolve) => {
+    const timer = setTimeout(() => {
+      deliveries.delete(delivery);
+      resolve({ calls: [], raise: `d1 bridge: no verdict for delivery ${delivery} within ${VERDICT_TIMEOUT_MS} ms` });
+    }, VERDICT_TIMEOUT_MS);
+    deliveries.set(delivery, (answer) => {
+      clearTimeout(timer);
+      resolve(answer);
+    });
+    writeLine({ event: "queue_batch", delivery, ...batch });
+  });
+  return MiniflareResponse.json(verdict);
+}
+
+function settleDelivery(message) {
+  const settle = deliveries.get(message.delivery);
+  if (!settle) {
+    writeLine({ id: message.id, error: { name: "Error", message: `d1 bridge: no delivery ${JSON.stringify(message.delivery)} is waiting`, cause: null } });
+    return;
+  }
+  deliveries.delete(message.delivery);
+  settle({ calls: message.calls || [], raise: message.raise ?? null });
+  writeLine({ id: message.id, ok: null });
+}
+
 async function shutdown(id) {
   if (closing) return;
   closing = true;
+  for (const settle of deliveries.values()) settle({ calls: [], raise: "d1 bridge: shutting down" });
+  deliveries.clear();
   // Answer what was already sent before going away (at most 10 s).
   if (inflight.size > 0) {
     await Promise.race([
@@ -294,6 +414,9 @@ try {
     compatibilityDate,
     d1Databases: databases,
     d1Persist: false,
+    queueProducers: Object.fromEntries(queues.map((name) => [name, { queueName: name }])),
+    queueConsumers: Object.fromEntries(queues.map((name) => [name, QUEUE_CONSUMER])),
+    serviceBindings: { BRIDGE_EVENTS: relayBatch },
     // workerd's own output (and any console.log in the worker) goes to stderr.
     handleRuntimeStdio(stdout, stderr) {
       stdout.pipe(process.stderr);
@@ -349,6 +472,10 @@ input.on("line", (line) => {
     shutdown(message.id);
     return;
   }
+  if (message.op === "queue_verdict") {
+    settleDelivery(message);
+    return;
+  }
   if (closing) {
     writeLine({ id: message.id, error: { name: "Error", message: "d1 bridge: shutting down", cause: null } });
     return;
@@ -361,6 +488,8 @@ input.on("close", () => shutdown());
 writeLine({
   event: "ready",
   databases,
+  queues,
+  queue_consumer: QUEUE_CONSUMER,
   compatibility_date: compatibilityDate,
   startup_ms: Math.round(performance.now() - started),
   versions: {

@@ -1,4 +1,4 @@
-"""A real Cloudflare D1 engine for the Python tests, through Miniflare.
+"""A real Cloudflare D1 engine (and real Cloudflare Queues) for the Python tests, through Miniflare.
 
 :class:`D1Bridge` runs ``node tests/support/d1/bridge.mjs`` (Miniflare, pinned in the
 repository's ``package.json``; install it with ``npm ci``) and talks to it in
@@ -72,6 +72,26 @@ in flight at once (they are pipelined; the answers come back in any order and
 are matched by id). D1 itself runs them one at a time, as a real D1 database
 (a single Durable Object) does.
 
+Queues: the same worker has queue producers ``Q_0`` .. and consumes every one
+of them itself, so Miniflare's own broker batches, redelivers and counts
+attempts. ``bridge.new_queue(shape)`` hands a test one of them
+(:class:`BridgeQueue`): ``queue.producer`` is the binding as Python sees it in
+a Worker (``await env.TICKWORK_QUEUE.send(body)``, ``sendBatch``), and
+``queue.consume(callback)`` makes every batch Miniflare delivers an
+``await callback(batch)`` in the test's event loop, with ``batch`` shaped like
+the runtime's ``MessageBatch`` (``queue``, ``messages`` with ``id``, ``body``,
+``attempts``, ``timestamp``, ``ack()``, ``retry()``; ``ackAll()``,
+``retryAll()``), raw for ``"builtin"``, in ``_BindingWrapper`` for
+``"external"`` (as the SDK's ``queue()`` wrapper hands it over). The calls the
+callback made are replayed on the real batch, in order, once it returns; if it
+raised, the real handler throws, so Miniflare retries the whole batch. A
+delivery with no consumer (a test that has ended) is acknowledged and kept in
+``bridge.unclaimed_deliveries``. ``queue.deliveries`` records each delivery
+(messages, calls, what was raised). The consumer settings are Miniflare's
+options in ``bridge.info["queue_consumer"]``: up to 100 messages a batch, 50 ms
+batch timeout, 4 attempts, no retry delay. JS errors of ``send`` surface as
+:class:`D1Error` (a ``JsException``), as D1's do.
+
 Fresh databases: the worker has a small pool of D1 databases (``DB_0`` ..);
 ``new_database()`` takes the next one round-robin and empties it (drops every
 table, view and trigger, so every index and row goes too; D1's own ``_cf_``
@@ -98,7 +118,7 @@ import subprocess
 import threading
 import time
 import weakref
-from collections.abc import Callable, Generator, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -133,6 +153,9 @@ BRIDGE_SCRIPT = Path(__file__).resolve().with_name("bridge.mjs")
 
 #: How many D1 databases the worker has; ``new_database()`` cycles through them.
 DEFAULT_DATABASES = 8
+
+#: How many queues the worker produces to and consumes; ``new_queue()`` cycles through them.
+DEFAULT_QUEUES = 4
 
 #: Compatibility date of the bridge's worker (the one the project's wrangler.toml uses).
 COMPATIBILITY_DATE = "2026-04-01"
@@ -350,6 +373,9 @@ class D1Bridge:
         self._database_lock = threading.Lock()
         self._generations: dict[str, int] = {}
         self._cursor = 0
+        self._queue_lock = threading.Lock()
+        self._queue_cursor = 0
+        self._queue_users: dict[str, BridgeQueue] = {}
         started = time.perf_counter()
         self._readers = [
             threading.Thread(target=self._read_stdout, name="d1-bridge-stdout", daemon=True),
@@ -371,6 +397,9 @@ class D1Bridge:
         self.startup_seconds = time.perf_counter() - started
         self.databases: tuple[str, ...] = tuple(self.info["databases"])
         self._generations = dict.fromkeys(self.databases, 0)
+        self.queues: tuple[str, ...] = tuple(self.info.get("queues", ()))
+        #: Deliveries that found no consumer (acknowledged): the raw events.
+        self.unclaimed_deliveries: list[dict[str, Any]] = []
         _live_bridges.add(self)
 
     @classmethod
@@ -379,6 +408,7 @@ class D1Bridge:
         *,
         root: Path = REPO_ROOT,
         databases: int = DEFAULT_DATABASES,
+        queues: int = DEFAULT_QUEUES,
         compatibility_date: str = COMPATIBILITY_DATE,
         startup_timeout: float = STARTUP_TIMEOUT,
     ) -> D1Bridge:
@@ -389,6 +419,8 @@ class D1Bridge:
             str(BRIDGE_SCRIPT),
             "--databases",
             str(databases),
+            "--queues",
+            str(queues),
             "--compatibility-date",
             compatibility_date,
         ]
@@ -434,7 +466,9 @@ class D1Bridge:
             self._stderr_tail.append(raw.decode("utf-8", "replace").rstrip())
 
     def _on_event(self, message: dict[str, Any]) -> None:
-        if message["event"] == "ready" and not self._ready.done():
+        if message["event"] == "queue_batch":
+            self._on_queue_batch(message)
+        elif message["event"] == "ready" and not self._ready.done():
             self._ready.set_result(message)
         elif message["event"] == "fatal":
             self._dead = f"the D1 bridge failed: {message.get('message')}"
@@ -559,6 +593,54 @@ class D1Bridge:
         self.check_current(handle)
         js = _JsD1Database(_Connection(self, handle, shape, yield_to_loop))
         return js if shape == "builtin" else _BindingWrapper(js)
+
+    # -- queues -----------------------------------------------------------------------------
+    def new_queue(self, shape: Shape = "external") -> BridgeQueue:
+        """Take the next queue of the pool for one test (see :class:`BridgeQueue`);
+        an earlier test's handle to it goes stale."""
+        if shape not in SHAPES:
+            raise ValueError(f"shape must be one of {SHAPES}, not {shape!r}")
+        if not self.queues:
+            raise D1BridgeError("this bridge was started without queues")
+        with self._queue_lock:
+            name = self.queues[self._queue_cursor % len(self.queues)]
+            self._queue_cursor += 1
+            queue = BridgeQueue(self, name, shape)
+            self._queue_users[name] = queue
+        return queue
+
+    def _queue_user(self, name: str) -> BridgeQueue | None:
+        with self._queue_lock:
+            return self._queue_users.get(name)
+
+    def _release_queue(self, queue: BridgeQueue) -> None:
+        with self._queue_lock:
+            if self._queue_users.get(queue.name) is queue:
+                del self._queue_users[queue.name]
+
+    def _on_queue_batch(self, event: dict[str, Any]) -> None:
+        """A batch Miniflare delivered (reader thread): to its queue's consumer,
+        or acknowledged as unclaimed."""
+        queue = self._queue_user(str(event.get("queue")))
+        if queue is None or not queue._deliver(event):
+            self.unclaimed_deliveries.append(event)
+            self._send_verdict(event["delivery"], [["ackAll", None, None]], None)
+
+    def _send_verdict(self, delivery: int, calls: list[list[Any]], raised: str | None) -> None:
+        try:
+            future = self.submit({"op": "queue_verdict", "delivery": delivery, "calls": calls,
+                                  "raise": raised})
+        except D1BridgeError as error:
+            self._stderr_tail.append(f"[queue verdict for delivery {delivery} not sent] {error}")
+            return
+
+        def check(done: concurrent.futures.Future[dict[str, Any]]) -> None:
+            reply = done.result() if done.exception() is None else {"error": str(done.exception())}
+            if reply.get("error") is not None:
+                self._stderr_tail.append(
+                    f"[queue verdict for delivery {delivery} refused] {reply['error']}")
+
+        future.add_done_callback(check)
 
     def debug_query(self, database: D1DatabaseHandle, sql: str, *params: Any) -> list[Any]:
         """Run one statement synchronously, outside any binding and its stats;
@@ -842,18 +924,262 @@ class _JsD1PreparedStatement(JsProxy):
         return f"[object D1PreparedStatement {self._sql!r}]"
 
 
+# ---------------------------------------------------------------------------
+# Queues: a producer binding and a consumer per test (see the module doc)
+# ---------------------------------------------------------------------------
+class StaleQueueBinding(RuntimeError):
+    """A queue binding was used after its test handed the queue back."""
+
+
+@dataclass(frozen=True)
+class QueueMessageRecord:
+    """One message of a delivery, as plain Python (``body`` as the external SDK converts it)."""
+
+    id: str
+    body: Any
+    attempts: int
+
+
+@dataclass(frozen=True)
+class QueueDelivery:
+    """One batch Miniflare delivered to a test's consumer, and what the consumer did:
+    ``calls`` in order (``("ackAll", None)``, ``("retry", message_id)``, ...),
+    ``raised`` the exception's text when the callback raised."""
+
+    delivery: int
+    queue: str
+    messages: tuple[QueueMessageRecord, ...]
+    calls: tuple[tuple[str, str | None], ...]
+    raised: str | None
+
+    @property
+    def attempts(self) -> list[int]:
+        return [message.attempts for message in self.messages]
+
+
+QueueConsumer = Callable[[Any], Awaitable[object]]
+
+
+class BridgeQueue:
+    """One of the bridge's queues, for one test: ``producer`` (the binding, in
+    the test's SDK shape), ``consume(callback)``, ``deliveries``. ``close()``
+    (or the end of a ``with`` block) hands it back: later deliveries are
+    acknowledged unclaimed and the producer raises :class:`StaleQueueBinding`.
+
+    Deliveries carry only the queue's name, so a message still in Miniflare
+    when its test handed the queue back goes to whoever holds that queue
+    when it is delivered; with the pool rotating, that takes a message in
+    flight (a delay, a retry) across as many later tests as there are queues."""
+
+    def __init__(self, bridge: D1Bridge, name: str, shape: Shape) -> None:
+        self.bridge = bridge
+        self.name = name
+        self.shape = shape
+        self.deliveries: list[QueueDelivery] = []
+        self.closed = False
+        self._consumer: tuple[asyncio.AbstractEventLoop, QueueConsumer] | None = None
+        js = _JsWorkerQueue(self)
+        self.producer: Any = js if shape == "builtin" else _BindingWrapper(js)
+
+    def check_current(self) -> None:
+        if self.closed or self.bridge._queue_user(self.name) is not self:
+            raise StaleQueueBinding(f"queue {self.name} was handed back or given to a later test; "
+                                    "this binding must not be used any more")
+
+    def consume(self, callback: QueueConsumer) -> None:
+        """Deliver every batch of this queue to ``await callback(batch)`` in the
+        running event loop (call it from the test)."""
+        self.check_current()
+        self._consumer = (asyncio.get_running_loop(), callback)
+
+    async def wait_for_deliveries(self, count: int, timeout: float = 10.0) -> list[QueueDelivery]:
+        """The first ``count`` deliveries, once they were handled (D1BridgeError
+        after ``timeout`` seconds without them)."""
+        deadline = time.monotonic() + timeout
+        while len(self.deliveries) < count:
+            if time.monotonic() > deadline:
+                raise D1BridgeError(
+                    f"queue {self.name}: {len(self.deliveries)} deliveries within {timeout:.0f} s, "
+                    f"not {count}{self.bridge._stderr_text()}")
+            await asyncio.sleep(0.01)
+        return self.deliveries[:count]
+
+    def close(self) -> None:
+        self.closed = True
+        self._consumer = None
+        self.bridge._release_queue(self)
+
+    def __enter__(self) -> BridgeQueue:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _deliver(self, event: dict[str, Any]) -> bool:
+        """(reader thread) Run the consumer on ``event``'s batch in its loop;
+        False when there is no consumer to run."""
+        consumer = self._consumer
+        if consumer is None or self.closed:
+            return False
+        loop, callback = consumer
+        batch = _JsMessageBatch(event)
+        view = batch if self.shape == "builtin" else _MessageBatchWrapper(batch)
+        try:
+            asyncio.run_coroutine_threadsafe(self._consume(callback, view, batch, event), loop)
+        except RuntimeError:  # the test's loop is closed: the test has ended
+            return False
+        return True
+
+    async def _consume(self, callback: QueueConsumer, view: Any, batch: _JsMessageBatch,
+                       event: dict[str, Any]) -> None:
+        raised: str | None = None
+        try:
+            await callback(view)
+        except Exception as error:  # the handler threw: the runtime retries the batch
+            raised = f"{type(error).__name__}: {error}"
+        self.bridge._send_verdict(event["delivery"], batch._calls, raised)
+        messages = tuple(
+            QueueMessageRecord(str(item["id"]), python_from_rpc(_decode(item["body"])),
+                               int(item["attempts"]))
+            for item in event["messages"])
+        calls = tuple((str(call[0]), call[1]) for call in batch._calls)
+        self.deliveries.append(QueueDelivery(int(event["delivery"]), self.name, messages, calls,
+                                             raised))
+
+    def __repr__(self) -> str:
+        return f"<BridgeQueue {self.name} {self.shape}{' closed' if self.closed else ''}>"
+
+
+class _JsWorkerQueue(JsProxy):
+    """``env.<QUEUE>``: a Queues producer binding (workerd ``WorkerQueue``)."""
+
+    _js_class = "WorkerQueue"
+
+    def __init__(self, queue: BridgeQueue) -> None:
+        self._queue = queue
+
+    def send(self, *args: Any, **kwargs: Any) -> _D1Promise:
+        values = _js_arguments(args, kwargs)
+        return self._submit("queue_send", body=_encode(values[0] if values else None),
+                            options=_encode(values[1]) if len(values) > 1 else None)
+
+    def sendBatch(self, *args: Any, **kwargs: Any) -> _D1Promise:
+        values = _js_arguments(args, kwargs)
+        return self._submit("queue_send_batch", messages=_encode(values[0] if values else None),
+                            options=_encode(values[1]) if len(values) > 1 else None)
+
+    def _submit(self, op: str, **fields: Any) -> _D1Promise:
+        self._queue.check_current()
+        future = self._queue.bridge.submit({"op": op, "queue": self._queue.name, **fields})
+        return _D1Promise(future, False, None)
+
+    def __repr__(self) -> str:
+        return f"[object WorkerQueue {self._queue.name}]"
+
+
+class _JsQueueMessage(JsProxy):
+    """One message of a delivered batch; ``ack()``/``retry()`` are recorded on the batch."""
+
+    def __init__(self, batch: _JsMessageBatch, item: Mapping[str, Any], js_class: str) -> None:
+        self._batch = batch
+        self._js_class = js_class
+        self._id = str(item["id"])
+        self._body = _decode(item["body"])
+        self._attempts = float(item["attempts"])
+        self._timestamp = JsDate(item["timestamp"])
+
+    @property
+    def id(self) -> str:
+        return self._id
+
+    @property
+    def body(self) -> Any:
+        return js_to_py(self._body)
+
+    @property
+    def attempts(self) -> Any:
+        return js_to_py(self._attempts)
+
+    @property
+    def timestamp(self) -> JsDate:
+        return self._timestamp
+
+    def ack(self, *args: Any, **kwargs: Any) -> None:
+        self._batch._record("ack", self._id, args, kwargs)
+
+    def retry(self, *args: Any, **kwargs: Any) -> None:
+        self._batch._record("retry", self._id, args, kwargs)
+
+    def __repr__(self) -> str:
+        return "[object QueueMessage]"
+
+
+class _JsMessageBatch(JsProxy):
+    """The batch a ``queue()`` handler receives (the runtime's ``MessageBatch``)."""
+
+    def __init__(self, event: Mapping[str, Any]) -> None:
+        self._js_class = str(event.get("batch_class") or "MessageBatch")
+        self._queue = str(event["queue"])
+        self._calls: list[list[Any]] = []
+        message_class = str(event.get("message_class") or "Message")
+        self._messages = JsArray(_JsQueueMessage(self, item, message_class)
+                                 for item in event["messages"])
+
+    @property
+    def queue(self) -> str:
+        return self._queue
+
+    @property
+    def messages(self) -> JsArray:
+        return self._messages
+
+    def ackAll(self, *args: Any, **kwargs: Any) -> None:
+        self._record("ackAll", None, args, kwargs)
+
+    def retryAll(self, *args: Any, **kwargs: Any) -> None:
+        self._record("retryAll", None, args, kwargs)
+
+    def _record(self, call: str, message_id: str | None, args: tuple[Any, ...],
+                kwargs: Mapping[str, Any]) -> None:
+        values = _js_arguments(args, kwargs)
+        self._calls.append([call, message_id, _encode(values[0]) if values else None])
+
+    def __repr__(self) -> str:
+        return "[object MessageBatch]"
+
+
+class _MessageBatchWrapper(_BindingWrapper):
+    """The external SDK's view of a batch: its current ``_BindingWrapper`` also
+    wraps each JS object of a list result (``batch.messages``), so a message's
+    ``body`` arrives converted (a dict) and ``ack()`` still reaches JS."""
+
+    def _convert_result(self, result: Any) -> Any:
+        converted = python_from_rpc(result)
+        if isinstance(converted, list):
+            return [self.__class__(item) if isinstance(item, JsProxy) else item
+                    for item in converted]
+        if isinstance(converted, JsProxy):
+            return self.__class__(converted)
+        return converted
+
+
 __all__ = [
     "BRIDGE_SCRIPT",
     "COMPATIBILITY_DATE",
     "DEFAULT_DATABASES",
+    "DEFAULT_QUEUES",
     "REPO_ROOT",
     "SHAPES",
+    "BridgeQueue",
     "D1Bridge",
     "D1BridgeError",
     "D1DatabaseHandle",
     "D1Error",
     "D1Stats",
+    "QueueDelivery",
+    "QueueMessageRecord",
     "Shape",
     "StaleD1Binding",
+    "StaleQueueBinding",
     "check_node_setup",
 ]
