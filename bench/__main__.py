@@ -46,8 +46,8 @@ from bench.report import Figures, Point, Row, format_ratio, format_value, group
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Every module that takes part, in the table's order.
-MODULES = ("owner_local", "embedded_peers", "shared_d1", "shared_postgres", "serve_http",
-           "durable_object")
+MODULES = ("owner_local", "embedded_peers", "shared_d1", "shared_start", "shared_postgres",
+           "serve_http", "durable_object")
 DEFAULT_CHART = ROOT / "docs" / "images" / "benchmarks.png"
 DOCS = ROOT / "docs" / "explanation" / "benchmarks.md"
 #: The markers around the table in DOCS; the first names the command that
@@ -237,7 +237,7 @@ def machine(modules: Sequence[str]) -> list[str]:
         except Exception as error:  # a missing server is shared_postgres's own failure
             version = f"unknown ({error})"
         facts.append(f"PostgreSQL server: {version}")
-    if {"shared_d1", "durable_object"} & set(modules):
+    if {"shared_d1", "shared_start", "durable_object"} & set(modules):
         try:
             package = json.loads((ROOT / "node_modules" / "miniflare" / "package.json")
                                  .read_text())

@@ -94,8 +94,12 @@ def format_value(value: float, unit: str) -> str:
 
 def format_ratio(ratio: float, row: Row) -> str:
     # Rows that compare like with like read as a percentage of the baseline
-    # when tickwork is below it and the target is a share, else as a factor.
-    return f"{ratio:.2f}x" if row.lower_is_better or row.unit.startswith("us") else f"{ratio:.0%}"
+    # when tickwork is below it and the target is a share, else as a factor
+    # (two significant digits when it is below 0.01: a start in ms beside a
+    # wait of a minute would read 0.00x).
+    if row.lower_is_better or row.unit.startswith("us"):
+        return f"{ratio:.2g}x" if 0 < abs(ratio) < 0.01 else f"{ratio:.2f}x"
+    return f"{ratio:.0%}"
 
 
 def print_rows(rows: Sequence[Row], file: TextIO | None = None) -> None:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
+import re
 import sqlite3
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -364,3 +368,75 @@ def test_concurrency_benchmark_runs_and_prints_every_row() -> None:
         assert f"plain asyncio loop, semaphore of {level}:" in stdout, level
     assert "concurrency 50, synchronous FULL" in stdout
     assert "target >= 80%" in stdout
+
+
+def test_shared_start_benchmark_runs_checks_every_job_and_prints_every_row() -> None:
+    stdout = quick_run("bench.shared_start")
+    assert "wait for the firing is computed from the firing schedule" in stdout
+    for row in ("a. cron alone", "b. drain after enqueue", "c. pump, delayed jobs",
+                "d. delayed jobs, default budgets"):
+        for name in ("p50", "p99"):
+            # Every row but the baseline stands beside the cron alone's figure.
+            beside = "" if row.startswith("a.") else rf" +cron alone, {name}: [\d,.]+ ms +ratio"
+            assert re.search(rf"{re.escape(row)}.*: start {name}( \(.*\))?: [\d,.]+ ms"
+                             + beside, stdout), (row, name)
+    for label in ("a. the firing's drain alone: start p50",
+                  "b. D1 statements of the drain after a one-job write",
+                  "b. D1 round trips of the drain after a one-job write"):
+        assert label in stdout, label
+    # Each row's jobs were started by the drains the row is about, every job
+    # once. (Who wins a delayed job, the pump or a write drain that came
+    # along when it was due, is the machine's timing: the bench says it.)
+    assert "a. cron alone: 20 jobs, started by cron 20;" in stdout, stdout
+    assert "b. drain after enqueue: 20 jobs, started by write 20;" in stdout, stdout
+    for row in ("c. pump, delayed jobs", "d. delayed jobs, default budgets"):
+        found = re.search(rf"{re.escape(row)} .*: 20 jobs, started by (.*);", stdout)
+        assert found is not None, (row, stdout)
+        starters = dict(part.split(" ") for part in found.group(1).split(", "))
+        assert set(starters) <= {"pump", "write"}, starters
+        assert sum(int(count) for count in starters.values()) == 20, starters
+    for drains in (1, 4, 8):
+        plural = "" if drains == 1 else "s"
+        assert re.search(rf"{drains} drain{plural} at once, concurrency 1 each, 300 no-op jobs "
+                         rf"in 16 queues: [\d,.]+ jobs/s", stdout), drains
+        assert f"{drains} drain{plural} at once: D1 round trips per job" in stdout, drains
+        assert re.search(rf"{drains} drain\(s\): jobs settled by each: \[[\d, ]+\]; .*every job "
+                         "started exactly once", stdout), drains
+
+
+def test_shared_start_says_a_duplicate_start_loudly_and_exits_non_zero(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import bench.shared_start as shared_start
+
+    starts = shared_start.Starts()
+    record = types.SimpleNamespace(job_id="j1", enqueued_at=0, delay_ms=None)
+    asyncio.run(starts.execute(record, None))  # type: ignore[arg-type]
+    starts.check_once(["j1"])
+    asyncio.run(starts.execute(record, None))  # type: ignore[arg-type]
+    with pytest.raises(shared_start.DuplicateStart, match="1 job\\(s\\) started more than "
+                                                          "once: j1 x2"):
+        starts.check_once(["j1"])
+    with pytest.raises(AssertionError, match="1 job\\(s\\) never started"):
+        shared_start.Starts().check_once(["j2"])
+
+    async def duplicated(*args: object) -> object:
+        starts.check_once(["j1"])
+        raise AssertionError("check_once let a duplicate through")
+
+    monkeypatch.setattr(shared_start, "D1Bridge", types.SimpleNamespace(
+        start=contextlib.nullcontext))
+    monkeypatch.setattr(shared_start, "measure", duplicated)
+    assert shared_start.main(["--quick"]) == 1
+    assert "DUPLICATE START: 1 job(s) started more than once: j1 x2" in capsys.readouterr().err
+
+
+def test_shared_start_percentiles_are_nearest_rank() -> None:
+    from bench.shared_start import percentile
+
+    values = [float(n) for n in range(100, 0, -1)]  # 1..100, unordered
+    assert percentile(values, 0.5) == 50.0
+    assert percentile(values, 0.99) == 99.0
+    assert percentile([7.0, 1.0], 0.5) == 1.0
+    assert percentile([7.0, 1.0], 0.99) == 7.0
+    with pytest.raises(ValueError, match="no values"):
+        percentile([], 0.5)
