@@ -260,6 +260,20 @@ async def test_an_idle_pump_never_polls(drain_env: Any, shape: str) -> None:
     assert await pump_alarm(drain_env) == now + PUMP_IDLE_GAP_MS
 
 
+async def test_a_pump_turned_off_drains_nothing_and_does_not_re_arm(
+        drain_worker: Any, drain_env: Any, shape: str, started: list[Any],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    drain_env.TICKWORK_WRITE_DRAIN_MAX_TICKS = "0"
+    await send(drain_worker, shape, "POST", "/v1/shared/jobs", {"jobs": [job("a")]})
+    await drain_worker.ctx.settle()
+    assert await pump_alarm(drain_env) is not None  # armed for now
+    drain_env.TICKWORK_PUMP_MAX_TICKS = "0"
+    await drain_env.TICKWORK_PUMP.storage("DB").deleteAlarm()  # the delivery clears it
+    await drain_env.TICKWORK_PUMP.instance("DB", by_alarm=True).alarm()
+    assert started == [] and await pump_alarm(drain_env) is None
+    assert "pump: off" in capsys.readouterr().out
+
+
 async def test_a_pump_whose_drain_fails_logs_it_and_tries_again_later(
         drain_env: Any, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:

@@ -54,10 +54,7 @@ class SharedPump(RuntimeEnv, DurableObject):  # type: ignore[misc, unused-ignore
     #: The deployment's ``(env) -> Executor`` (underscored: never an RPC method).
     _executors: ClassVar[ExecutorFactory | None] = None
 
-    def __init__(self, ctx: Any, env: Any) -> None:
-        super().__init__(ctx, env)
-
-    async def arm(self, at_ms: Any) -> int | None:
+    async def arm(self, at_ms: Any) -> int:
         """Drain at ``at_ms`` (epoch ms) unless an earlier alarm is already
         set; returns the alarm time now set. Both storage calls run without
         another event in between (the object's input gate)."""
@@ -75,14 +72,17 @@ class SharedPump(RuntimeEnv, DurableObject):  # type: ignore[misc, unused-ignore
             if executors is None:
                 raise TypeError(f"{type(self).__name__} has no executors: make the class "
                                 "with tickwork.cloudflare.pump_class(executors)")
-            # Re-arming is drain_shared's last step, through arm() below,
-            # as every drain's is; only the idle guard is this object's own.
+            budget = shared_drains.PUMP_DRAIN.from_env(self.env)
+            if budget.max_ticks == 0:
+                log("pump: off (TICKWORK_PUMP_MAX_TICKS is 0); the cron drains instead")
+                return
+            # Re-arming is drain_shared's last step, through the method
+            # below, as every drain's is; only the idle guard is the pump's.
             drained = await shared_drains.drain_shared(
-                self.env, executors(self.env), shared_drains.PUMP_DRAIN.from_env(self.env),
-                on_event=event_log(self.env), arm=self._arm_after_own_drain)
+                self.env, executors(self.env), budget, on_event=event_log(self.env),
+                arm=self._arm_after_own_drain)
             if drained is not None:
-                log(f"pump: {len(drained.ticks)} tick(s), "
-                                  f"{drained.settled} job(s) settled")
+                log(f"pump: {len(drained.ticks)} tick(s), {drained.settled} job(s) settled")
         except Exception:
             log_error("pump: the drain failed:\n" + traceback.format_exc())
             await self._arm_no_later_than(self._now_ms() + PUMP_RETRY_MS)
