@@ -140,7 +140,8 @@ CRON_MAX_TICKS = CRON_DRAIN.max_ticks
 CRON_BUDGET_MS = CRON_DRAIN.budget_ms
 #: Drain loops a firing runs at once (see the module doc).
 CRON_CONCURRENCY = CRON_DRAIN.concurrency
-#: The cron drain's lock: name, lease and renewal period.
+#: The cron firing's lock (its slot work and pruning; the name dates from when it
+#: also covered the drain, and is kept so deployments keep their lock rows).
 CRON_LOCK_NAME = "tickwork-cron-drain"
 CRON_LOCK_TTL_MS = 120_000
 CRON_LOCK_RENEW_MS = 30_000
