@@ -66,7 +66,8 @@ def pump_class(executors: ExecutorFactory, *, name: str = "SharedPump") -> type[
 
 def worker_class(executors: ExecutorFactory, *, domain_statements: DomainHook | None = None,
                  name: str = "Default") -> type[TickworkWorker]:
-    """A Worker entrypoint class serving the /v1 API and the cron drain, running
+    """A Worker entrypoint class serving the /v1 API and draining the shared
+    queues (after a write, on the cron, for a Queues batch), running
     shared jobs on ``executors(env)``; ``domain_statements(env, jobs)`` (optional)
     returns D1 statements that commit in the same batch as a shared ingest."""
     _check_callable("executors", executors)

@@ -1,4 +1,4 @@
-"""``TickworkWorker``: a ``WorkerEntrypoint`` serving the /v1 API and the cron drain.
+"""``TickworkWorker``: a ``WorkerEntrypoint`` serving the /v1 API and draining the shared queues.
 
 ``fetch`` answers the API over the Worker's bindings (``TICKWORK_TOKEN``,
 ``JOB_OWNERS``, ``DB``; see ``tickwork.cloudflare.app``) and, after a write
