@@ -8,6 +8,9 @@ import pytest
 import pytest_asyncio
 
 from tests.support.d1.fixtures import d1_bridge  # noqa: F401
+
+# The PostgreSQL-only files' pool and store (a module may define its own pool).
+from tests.support.pg.store_under_test import pool, shared_store  # noqa: F401
 from tests.support.pg.with_schema import (  # noqa: F401  (pytest finds fixtures by name)
     postgres_dsn,
     postgres_schema_files,

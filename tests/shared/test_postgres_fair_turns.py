@@ -15,18 +15,17 @@ import collections
 import subprocess
 import sys
 import textwrap
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-import pytest_asyncio
 
 from tests.contract.stores import FAILED, T0, valid_job
 from tests.contract.under_test import SharedStoreUnderTest
 from tests.shared.test_postgres_limits import ROOT, claim_many, claim_one, finish
 from tests.shared.test_postgres_only import _runtime, plans_of
-from tests.support.pg.fixtures import Pool, open_pool
-from tests.support.shared import pool_query
+from tests.support.pg.fixtures import Pool
+from tests.support.pg.store_under_test import postgres
 from tickwork import Job, Schedule, ScheduledJob
 from tickwork.model.limits import ConcurrencyLimit
 from tickwork.model.rate_limits import validate_rate_limit
@@ -35,22 +34,6 @@ from tickwork.stores.postgres.store import PostgresStore, settle_then_claim_para
 from tickwork.stores.sql import postgres as sql
 
 LEASE = 30_000
-
-
-@pytest_asyncio.fixture
-async def pool(postgres_dsn: str) -> AsyncIterator[Pool]:
-    async with open_pool(postgres_dsn, max_size=12) as opened:
-        yield opened
-
-
-@pytest_asyncio.fixture
-async def shared_store(pool: Pool) -> SharedStoreUnderTest:
-    return SharedStoreUnderTest("postgres", PostgresStore(pool), pool_query(pool))
-
-
-def postgres(shared: SharedStoreUnderTest) -> PostgresStore:
-    assert isinstance(shared.store, PostgresStore)
-    return shared.store
 
 
 async def line(shared: SharedStoreUnderTest, queue: str = "w") -> list[str]:

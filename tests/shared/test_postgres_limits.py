@@ -14,33 +14,18 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
-
-import pytest_asyncio
 
 from tests.contract.stores import COMPLETED, T0, valid_job
 from tests.contract.under_test import SharedStoreUnderTest
 from tests.shared.test_postgres_only import plans_of
-from tests.support.pg.fixtures import Pool, open_pool
-from tests.support.shared import pool_query
+from tests.support.pg.fixtures import Pool
 from tickwork.model.limits import ConcurrencyLimit, validate_limit
 from tickwork.stores.postgres.store import PostgresStore, settle_then_claim_params
 from tickwork.stores.sql import postgres as sql
 
 LEASE = 30_000
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest_asyncio.fixture
-async def pool(postgres_dsn: str) -> AsyncIterator[Pool]:
-    async with open_pool(postgres_dsn, max_size=12) as opened:
-        yield opened
-
-
-@pytest_asyncio.fixture
-async def shared_store(pool: Pool) -> SharedStoreUnderTest:
-    return SharedStoreUnderTest("postgres", PostgresStore(pool), pool_query(pool))
 
 
 # ------------------------------------------------------------- enforcement

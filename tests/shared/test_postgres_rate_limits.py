@@ -14,16 +14,13 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import AsyncIterator
-
-import pytest_asyncio
 
 from tests.contract.stores import T0, valid_job
 from tests.contract.under_test import SharedStoreUnderTest
 from tests.shared.test_postgres_limits import ROOT, claim_many, claim_one, finish, running
 from tests.shared.test_postgres_only import _runtime, plans_of
-from tests.support.pg.fixtures import Pool, open_pool
-from tests.support.shared import pool_query
+from tests.support.pg.fixtures import Pool
+from tests.support.pg.store_under_test import postgres
 from tickwork import Completed, JobRecord
 from tickwork.model.limits import ConcurrencyLimit
 from tickwork.model.rate_limits import allows_start, next_start_after, validate_rate_limit
@@ -32,22 +29,6 @@ from tickwork.stores.postgres.store import PostgresStore, settle_then_claim_para
 from tickwork.stores.sql import postgres as sql
 
 LEASE = 30_000
-
-
-@pytest_asyncio.fixture
-async def pool(postgres_dsn: str) -> AsyncIterator[Pool]:
-    async with open_pool(postgres_dsn, max_size=12) as opened:
-        yield opened
-
-
-@pytest_asyncio.fixture
-async def shared_store(pool: Pool) -> SharedStoreUnderTest:
-    return SharedStoreUnderTest("postgres", PostgresStore(pool), pool_query(pool))
-
-
-def postgres(shared: SharedStoreUnderTest) -> PostgresStore:
-    assert isinstance(shared.store, PostgresStore)
-    return shared.store
 
 
 async def next_start(shared: SharedStoreUnderTest, kind: str, key: str) -> int:
