@@ -216,17 +216,26 @@ async def test_a_lane_limit_holds_the_lane_across_queues(engine: Engine) -> None
     await jobs.ingest(job("b0", queue="imports", lane="tenant-b", payload=BLOCK))
     drain = drain_at_once(engine, jobs)
     await until(lambda: engine.executor.running == 3)
-    assert sorted(started(engine)) == ["a0", "a1", "b0"]
-    wait = await jobs.explain("a2")
+    running = sorted(started(engine))
+    if engine.kind == "postgres":
+        # Concurrent claims skip the rows another claim has locked, so which
+        # two of the lane's jobs start first is not promised there (the limit
+        # is); every other store has one writer and starts the oldest two.
+        assert len(running) == 3 and "b0" in running
+    else:
+        assert running == ["a0", "a1", "b0"]
+    first, second = (job_id for job_id in running if job_id != "b0")
+    (waiting,) = {"a0", "a1", "a2"} - set(running)
+    wait = await jobs.explain(waiting)
     assert wait is not None
     # Its own queue is free: only its lane holds it.
     [lane_hold] = wait.holds
     assert (lane_hold.kind, set(lane_hold.job_ids), lane_hold.limit) == (
-        "lane_busy", {"a0", "a1"}, 2)
+        "lane_busy", {first, second}, 2)
     assert "its lane runs at most 2 jobs at once" in lane_hold.describe()
-    engine.executor.release("a0")
-    await until(lambda: "a2" in started(engine))
-    await settle_all(engine, drain, ["a1", "a2", "b0"])
+    engine.executor.release(first)
+    await until(lambda: waiting in started(engine))
+    await settle_all(engine, drain, [second, waiting, "b0"])
 
 
 async def test_a_lane_limit_and_a_queue_limit_both_hold(engine: Engine) -> None:
