@@ -59,6 +59,13 @@ async def pump_alarm(env: Any) -> int | None:
     return None if alarm is None or not isinstance(alarm, (int, float)) else int(alarm)
 
 
+async def deliver_pump_alarm(env: Any) -> None:
+    """Deliver the pump's alarm as the runtime does: it clears the alarm,
+    then calls ``alarm()`` (on the live instance, or one the alarm wakes)."""
+    await env.TICKWORK_PUMP.storage("DB").deleteAlarm()
+    await env.TICKWORK_PUMP.instance("DB", by_alarm=True).alarm()
+
+
 # ------------------------------------------------------------ after a write
 
 
@@ -163,9 +170,7 @@ async def test_the_drain_after_a_write_stops_at_its_budget_and_arms_the_pump_now
     # It stopped on its budget with work left: the pump drains the rest at once.
     alarm = await pump_alarm(drain_env)
     assert alarm is not None and before - 5_000 <= alarm <= int(time.time() * 1000) + 5_000
-    pump = drain_env.TICKWORK_PUMP.instance("DB", by_alarm=True)
-    await drain_env.TICKWORK_PUMP.storage("DB").deleteAlarm()  # the delivery clears it
-    await pump.alarm()
+    await deliver_pump_alarm(drain_env)
     assert sorted(job_id for job_id, _, _ in started) == ids
     assert await pump_alarm(drain_env) is None  # nothing left waits
 
@@ -224,8 +229,7 @@ async def test_a_delayed_job_arms_the_pump_for_its_due_time_and_starts_then(
     drain_env.TICKWORK_PUMP.instance("DB")
     drain_env.TICKWORK_PUMP.evict("DB")
     await asyncio.sleep(max(0.0, (due["later"] - time.time() * 1000) / 1000) + 0.05)
-    await drain_env.TICKWORK_PUMP.storage("DB").deleteAlarm()
-    await drain_env.TICKWORK_PUMP.instance("DB", by_alarm=True).alarm()
+    await deliver_pump_alarm(drain_env)
     assert [job_id for job_id, _, _ in started] == ["later"]
     assert drain_env.TICKWORK_PUMP.incarnation("DB") == 2
     # Re-armed for what still waits.
@@ -268,8 +272,7 @@ async def test_a_pump_turned_off_drains_nothing_and_does_not_re_arm(
     await drain_worker.ctx.settle()
     assert await pump_alarm(drain_env) is not None  # armed for now
     drain_env.TICKWORK_PUMP_MAX_TICKS = "0"
-    await drain_env.TICKWORK_PUMP.storage("DB").deleteAlarm()  # the delivery clears it
-    await drain_env.TICKWORK_PUMP.instance("DB", by_alarm=True).alarm()
+    await deliver_pump_alarm(drain_env)
     assert started == [] and await pump_alarm(drain_env) is None
     assert "pump: off" in capsys.readouterr().out
 
