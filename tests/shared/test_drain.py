@@ -47,7 +47,7 @@ async def test_drain_holds_the_busy_guard_and_reports_every_outcome(
     await admin.ingest(job("gone", queue="third"))
     await admin.cancel("gone", "c")
     task = asyncio.create_task(runtime.drain())
-    await until(lambda: "block" in shared.executor.started)
+    await until(lambda: "block" in shared.executor.started, while_running=task)
     assert (await runtime.tick()).status == "busy"
     busy = await runtime.drain()
     assert [r.status for r in busy] == ["busy"]
@@ -108,7 +108,7 @@ async def test_a_budgeted_drain_ends_instead_of_spinning_on_work_it_cannot_take(
     await other.ingest(job("held", queue="a", payload={"do": "block"}))
     await other.ingest(job("behind", queue="a"))
     task = asyncio.create_task(other.tick())
-    await until(lambda: "held" in shared.executor.started)
+    await until(lambda: "held" in shared.executor.started, while_running=task)
     loop = asyncio.get_running_loop()
     started = loop.time()
     assert await runtime.drain(budget_ms=3_000) == []
@@ -129,7 +129,7 @@ async def test_a_concurrent_drain_runs_jobs_of_different_queues_at_once(
         await admin.ingest(job(f"j{index}", queue=f"q{index}", payload={"do": "block"}))
     await admin.ingest(job("after-j0", queue="q0"))
     task = asyncio.create_task(runtime.drain(concurrency=4))
-    await until(lambda: len(shared.executor.started) == 4)
+    await until(lambda: len(shared.executor.started) == 4, while_running=task)
     assert sorted(shared.executor.started) == ["j0", "j1", "j2", "j3"]
     states = await shared.job_states()
     assert sorted(j for j, (state, _) in states.items() if state == "running") == [

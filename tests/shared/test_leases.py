@@ -16,7 +16,7 @@ LEASE = 120_000
 
 async def _start_blocked(shared: SharedHarness, runtime: object, job_id: str) -> asyncio.Task:
     task = asyncio.create_task(runtime.tick())  # type: ignore[attr-defined]
-    await until(lambda: job_id in shared.executor.started)
+    await until(lambda: job_id in shared.executor.started, while_running=task)
     return task
 
 
@@ -70,7 +70,7 @@ async def test_a_replaced_claim_cannot_settle(shared: SharedHarness) -> None:
     slow, other = shared.runtime(execute=slow_executor), shared.runtime()
     await slow.ingest(job("a", payload={"do": "block"}, recovery=Recovery(5)))
     task = asyncio.create_task(slow.tick())
-    await until(lambda: "a" in slow_executor.started)
+    await until(lambda: "a" in slow_executor.started, while_running=task)
     shared.now.advance(LEASE)
     assert (await other.tick()).status == "requeued"
     second = await _start_blocked(shared, other, "a")
@@ -241,7 +241,7 @@ async def test_cancel_of_a_job_another_worker_runs_reaches_it_at_renewal(
     admin = shared.runtime()
     await admin.ingest(job("a", payload={"do": "block"}))
     task = asyncio.create_task(worker.tick())
-    await until(lambda: "a" in shared.executor.started)
+    await until(lambda: "a" in shared.executor.started, while_running=task)
     assert (await admin.cancel("a", "c")).status == "recorded"
     await until(lambda: shared.executor.signals["a"].aborted)
     assert shared.executor.signals["a"].reason == "cancelled"
@@ -256,7 +256,7 @@ async def test_a_remote_worker_loses_a_claim_whose_lane_failed_at_renewal(
     admin = shared.runtime()
     await admin.ingest(job("a", lane="doomed", payload={"do": "block"}))
     task = asyncio.create_task(worker.tick())
-    await until(lambda: "a" in shared.executor.started)
+    await until(lambda: "a" in shared.executor.started, while_running=task)
     assert (await admin.fail_lane("doomed", "tenant_gone")).settled == 1
     await until(lambda: shared.executor.signals["a"].aborted)
     assert shared.executor.signals["a"].reason == "lease_lost"

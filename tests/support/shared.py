@@ -123,10 +123,17 @@ class SharedHarness:
 UNTIL_TIMEOUT_S = 20.0
 
 
-async def until(predicate: Callable[[], bool], timeout: float = UNTIL_TIMEOUT_S) -> None:
-    """Let the loop run until ``predicate()`` holds."""
+async def until(predicate: Callable[[], bool], timeout: float = UNTIL_TIMEOUT_S, *,
+                while_running: asyncio.Future[Any] | None = None) -> None:
+    """Let the loop run until ``predicate()`` holds. ``while_running`` is the
+    task whose work makes it hold: if that task ends first, its own error is
+    the failure, not a timeout that hides it."""
     deadline = asyncio.get_running_loop().time() + timeout
     while not predicate():
+        if while_running is not None and while_running.done():
+            ended = while_running.result()  # raises the task's error, if it failed
+            raise AssertionError(f"condition not reached: the task it waited on "
+                                 f"returned {ended!r} first")
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError("condition not reached in time")
         await asyncio.sleep(0.005)
