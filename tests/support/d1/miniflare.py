@@ -412,7 +412,8 @@ class D1Bridge:
         compatibility_date: str = COMPATIBILITY_DATE,
         startup_timeout: float = STARTUP_TIMEOUT,
     ) -> D1Bridge:
-        """Spawn the bridge and wait until Miniflare serves (about 0.3-0.6 s)."""
+        """Spawn the bridge and wait until Miniflare serves (about 1 to 1.5 s
+        on a 2-core machine, with or without queues)."""
         node = check_node_setup(root)
         command = [
             node,
