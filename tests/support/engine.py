@@ -22,7 +22,7 @@ import inspect
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
-from tests.support.shared import UNTIL_TIMEOUT_S
+from tests.support.shared import until
 from tickwork import DEFAULT_LEASE_MS
 from tickwork.lifecycle.surface import AsyncSurface, Declared, RuntimeOperations
 from tickwork.model.outcomes import (
@@ -175,12 +175,3 @@ class Engine:
         """Let a survivor recover the claims lost processes left running."""
         if not self.local:
             self.harness.now.advance(DEFAULT_LEASE_MS + 1)
-
-
-async def until(predicate: Any, timeout: float = UNTIL_TIMEOUT_S) -> None:
-    """Let the loop run until ``predicate()`` holds."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.005)

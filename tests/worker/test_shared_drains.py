@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.fakes.alarms import AlarmScheduler, SimClock
 from tests.support.worker import ExecutionContext, job, make_env, send, use_deployment_hook
 from tickwork import Completed, Failed, JobRecord
 from tickwork.executors import ExecutorRegistry
@@ -60,10 +61,13 @@ async def pump_alarm(env: Any) -> int | None:
 
 
 async def deliver_pump_alarm(env: Any) -> None:
-    """Deliver the pump's alarm as the runtime does: it clears the alarm,
-    then calls ``alarm()`` (on the live instance, or one the alarm wakes)."""
-    await env.TICKWORK_PUMP.storage("DB").deleteAlarm()
-    await env.TICKWORK_PUMP.instance("DB", by_alarm=True).alarm()
+    """Deliver the pump's stored alarm as the runtime does, through the
+    test suite's alarm scheduler: it clears the alarm, then calls ``alarm()``
+    on the live instance, or on one the alarm wakes."""
+    due = await pump_alarm(env)
+    assert due is not None, "the pump has no alarm to deliver"
+    deliveries = await AlarmScheduler(env.TICKWORK_PUMP, SimClock(due)).run_due()
+    assert [delivery.outcome for delivery in deliveries] == ["ok"], deliveries
 
 
 # ------------------------------------------------------------ after a write
